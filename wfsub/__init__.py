@@ -1,0 +1,86 @@
+"""wfsub: a workflow-pattern substrate for async Python.
+
+A workflow is a term of a small pattern algebra (`task`, `seq`, `par`, `mi`, ...), validated, compiled once
+to flat bytecode and run by one actor coroutine per case. Layers, each importing only those below it:
+
+    _terms      the pattern algebra: immutable terms and their constructors
+    _validate   static checks of a term -> list of issues
+    _compiler   term -> Program (bytecode, constant table, fingerprint)
+    _vm         Machine: one case's execution state and the run(quanta) hot loop (pure, synchronous)
+    _runtime    Substrate (root supervisor), case actors, effects, timers, trace sink (the only anyio user)
+    _trace      trace levels, event kinds, TraceEvent, sinks (shared by the vm and the runtime)
+
+This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are the other public tiers.
+"""
+
+from ._compiler import Program as Program
+from ._compiler import compile_workflow as compile
+from ._errors import CaseCancelled as CaseCancelled
+from ._errors import CaseExists as CaseExists
+from ._errors import CaseFailed as CaseFailed
+from ._errors import CaseNotFound as CaseNotFound
+from ._errors import InvalidWorkflow as InvalidWorkflow
+from ._errors import MachineStateError as MachineStateError
+from ._errors import SignalRejected as SignalRejected
+from ._errors import SnapshotMismatch as SnapshotMismatch
+from ._errors import SubstrateClosed as SubstrateClosed
+from ._errors import WfsubError as WfsubError
+from ._terms import Retry as Retry
+from ._terms import Term as Term
+from ._terms import call as call
+from ._terms import critical as critical
+from ._terms import defer as defer
+from ._terms import effect as effect
+from ._terms import interleave as interleave
+from ._terms import loop as loop
+from ._terms import mi as mi
+from ._terms import milestone as milestone
+from ._terms import multi_choice as multi_choice
+from ._terms import par as par
+from ._terms import scope as scope
+from ._terms import seq as seq
+from ._terms import sleep as sleep
+from ._terms import task as task
+from ._terms import terminate as terminate
+from ._terms import wait as wait
+from ._terms import when_milestone as when_milestone
+from ._terms import xor as xor
+from ._validate import ValidationIssue as ValidationIssue
+from ._validate import validate as validate
+
+__all__ = [
+    "CaseCancelled",
+    "CaseExists",
+    "CaseFailed",
+    "CaseNotFound",
+    "InvalidWorkflow",
+    "MachineStateError",
+    "Program",
+    "Retry",
+    "SignalRejected",
+    "SnapshotMismatch",
+    "SubstrateClosed",
+    "Term",
+    "ValidationIssue",
+    "WfsubError",
+    "call",
+    "compile",
+    "critical",
+    "defer",
+    "effect",
+    "interleave",
+    "loop",
+    "mi",
+    "milestone",
+    "multi_choice",
+    "par",
+    "scope",
+    "seq",
+    "sleep",
+    "task",
+    "terminate",
+    "validate",
+    "wait",
+    "when_milestone",
+    "xor",
+]

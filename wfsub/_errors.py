@@ -1,0 +1,102 @@
+"""The exceptions wfsub raises. Every message says what happened, where, and how to fix it.
+
+    WfsubError
+    ├── InvalidWorkflow      a term failed validation; carries every issue found
+    ├── CaseNotFound         no case with that id is registered
+    ├── CaseExists           new_case was given an id that is already registered
+    ├── CaseFailed           a step raised or a limit was hit; the step's exception is __cause__
+    ├── CaseCancelled        the case was cancelled (by cancel(), a case timeout, or shutdown)
+    ├── SignalRejected       an input the case cannot take in its current state
+    ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
+    ├── SnapshotMismatch     a snapshot was taken from a different program
+    └── SubstrateClosed      the Substrate was used outside its `async with` block
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._validate import ValidationIssue
+
+
+class WfsubError(Exception):
+    """Base class of every error wfsub raises on purpose."""
+
+
+class InvalidWorkflow(WfsubError):
+    """The workflow term has problems; `issues` lists all of them, each with its node path."""
+
+    def __init__(self, issues: Sequence[ValidationIssue], what: str = "workflow") -> None:
+        self.issues = list(issues)
+        lines = [f"  - {issue.path}: {issue.message}" for issue in self.issues]
+        count = len(self.issues)
+        super().__init__(
+            f"invalid {what}: {count} issue{'s' if count != 1 else ''}\n" + "\n".join(lines)
+        )
+
+
+class CaseNotFound(WfsubError, KeyError):
+    """No case with this id is known to the Substrate (never started, or dropped by retention)."""
+
+    def __init__(self, case_id: str) -> None:
+        self.case_id = case_id
+        super().__init__(
+            f"no case {case_id!r}: start it with new_case() first; ended cases are kept only up to "
+            f"the Substrate's `retain_ended` bound"
+        )
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class CaseExists(WfsubError):
+    """new_case was given a case id that is already registered."""
+
+    def __init__(self, case_id: str) -> None:
+        self.case_id = case_id
+        super().__init__(
+            f"case {case_id!r} already exists: pass another case_id, or omit it to get a fresh one"
+        )
+
+
+class CaseFailed(WfsubError):
+    """A step of the case raised (the exception is `__cause__`) or a limit was hit."""
+
+    def __init__(self, case_id: str | None, path: str, message: str) -> None:
+        self.case_id = case_id
+        self.path = path
+        self.reason = message
+        where = f"case {case_id!r} failed" if case_id is not None else "case failed"
+        super().__init__(f"{where} at {path}: {message}")
+
+
+class CaseCancelled(WfsubError):
+    """The case was cancelled before it could finish."""
+
+    def __init__(self, case_id: str | None, reason: str = "cancelled") -> None:
+        self.case_id = case_id
+        self.reason = reason
+        super().__init__(f"case {case_id!r} was cancelled: {reason}")
+
+
+class SignalRejected(WfsubError):
+    """The case cannot take this input now (ended case, unknown signal, closed MI, ...)."""
+
+
+class MachineStateError(WfsubError):
+    """A vm input was given in a state that cannot take it."""
+
+
+class SnapshotMismatch(WfsubError):
+    """Machine.restore was given a snapshot of a different program."""
+
+
+class SubstrateClosed(WfsubError):
+    """The Substrate is not open: use it inside `async with Substrate(...) as sub:`."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"cannot {what}: the Substrate is not open; call it inside `async with Substrate() as sub:`"
+        )

@@ -1,0 +1,390 @@
+"""The pattern algebra: immutable, hashable terms and the functions that build them.
+
+Constructors never raise on bad arguments: they record what they were given, and `validate` reports every
+problem with its node path. That way one call shows the user all that is wrong with a workflow at once.
+The hash of a term is computed once, when it is built (its children's hashes are already cached), so the
+compile cache can look up a 10,000-node term in O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+JoinPolicy = str | int | None
+"""`"all"`, `"first"`, an int n (n-of-m), `"each"` (par only) or None (mi only: no synchronization)."""
+
+
+def _safe_hash(value: object) -> int:
+    try:
+        return hash(value)
+    except TypeError:  # unhashable junk: validate reports it; identity keeps the term usable as a key
+        return id(value)
+
+
+def _show(value: object) -> str:
+    """Render a value the way the code that built it would read."""
+    if isinstance(value, Term):
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(_show(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    qualname = getattr(value, "__qualname__", None)
+    if callable(value) and isinstance(qualname, str):
+        return qualname
+    return repr(value)
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Term:
+    """Base of every node of the algebra."""
+
+    kind: ClassVar[str] = "term"
+    _positional: ClassVar[tuple[str, ...]] = ()
+    _star: ClassVar[str | None] = None  # field shown as *args
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        values = tuple(getattr(self, f.name) for f in fields(self) if f.name != "_hash")
+        object.__setattr__(self, "_hash", hash((self.kind, tuple(_safe_hash(v) for v in values))))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self) or hash(other) != self._hash:
+            return False
+        return all(
+            getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name != "_hash"
+        )
+
+    def __repr__(self) -> str:
+        parts: list[str] = []
+        if self._star is not None:
+            parts.extend(_show(v) for v in getattr(self, self._star))
+        for f in fields(self):
+            if f.name == "_hash" or f.name == self._star:
+                continue
+            value = getattr(self, f.name)
+            if f.name in self._positional:
+                parts.append(_show(value))
+            elif value != f.default:
+                name = "while_" if f.name == "while_" else f.name
+                parts.append(f"{name}={_show(value)}")
+        return f"{self.kind}({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Retry policy of an effect: attempt i (from 1) waits initial * multiplier**(i-1), capped at max_interval."""
+
+    max_attempts: int = 3
+    initial: float = 0.1
+    multiplier: float = 2.0
+    max_interval: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """Backoff before retry number `attempt` (1 = the wait after the first failure)."""
+        return float(min(self.initial * self.multiplier ** (attempt - 1), self.max_interval))
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Task(Term):
+    kind = "task"
+    _positional = ("fn",)
+    fn: Callable[..., Any]
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Effect(Term):
+    kind = "effect"
+    _positional = ("fn",)
+    fn: Callable[..., Any]
+    name: str | None = None
+    timeout: float | None = None
+    retry: Retry | None = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Seq(Term):
+    kind = "seq"
+    _star = "steps"
+    steps: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Par(Term):
+    kind = "par"
+    _star = "branches"
+    branches: tuple[Any, ...] = ()
+    join: JoinPolicy = "all"
+    cancel_remaining: bool = False
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Xor(Term):
+    kind = "xor"
+    _star = "cases"
+    cases: tuple[Any, ...] = ()
+    default: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class MultiChoice(Term):
+    kind = "multi_choice"
+    _star = "cases"
+    cases: tuple[Any, ...] = ()
+    default: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Loop(Term):
+    kind = "loop"
+    _positional = ("body",)
+    body: Any
+    while_: Any = None
+    until: Any = None
+    times: Any = None
+    max_iterations: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Wait(Term):
+    kind = "wait"
+    _positional = ("signal",)
+    signal: Any
+    into: Any = None
+    transient: bool = False
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Defer(Term):
+    kind = "defer"
+    _positional = ("branches",)
+    branches: Any  # tuple of (signal name, term) pairs when given a mapping
+    timeout: Any = None
+    on_timeout: Any = None
+
+    def __repr__(self) -> str:
+        if isinstance(self.branches, tuple):
+            body = "{" + ", ".join(f"{k!r}: {_show(v)}" for k, v in self.branches) + "}"
+        else:
+            body = _show(self.branches)
+        extra = ""
+        if self.timeout is not None:
+            extra += f", timeout={self.timeout!r}"
+        if self.on_timeout is not None:
+            extra += f", on_timeout={_show(self.on_timeout)}"
+        return f"defer({body}{extra})"
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Sleep(Term):
+    kind = "sleep"
+    _positional = ("seconds",)
+    seconds: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Scope(Term):
+    kind = "scope"
+    _positional = ("name", "body")
+    name: Any
+    body: Any
+    on_cancel: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class MI(Term):
+    kind = "mi"
+    _positional = ("body",)
+    body: Any
+    count: Any = None
+    items: Any = None
+    join: JoinPolicy = "all"
+    cancel_remaining: bool = True
+    min: Any = None
+    max: Any = None
+    dynamic: bool = False
+    until: Any = None
+    collect: Any = None
+    name: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Interleave(Term):
+    kind = "interleave"
+    _star = "branches"
+    branches: tuple[Any, ...] = ()
+    order: Any = ()
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Critical(Term):
+    kind = "critical"
+    _positional = ("name", "body")
+    name: Any
+    body: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Milestone(Term):
+    kind = "milestone"
+    _positional = ("name", "body")
+    name: Any
+    body: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class WhenMilestone(Term):
+    kind = "when_milestone"
+    _positional = ("name", "branch")
+    name: Any
+    branch: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Call(Term):
+    kind = "call"
+    _positional = ("name",)
+    name: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Terminate(Term):
+    kind = "terminate"
+
+
+# -- constructors: the public spelling of the algebra -------------------------------------------------
+
+
+def task(fn: Callable[[Mapping[str, Any]], Mapping[str, Any] | None], *, name: str | None = None) -> Term:
+    """A pure synchronous step run inline by the vm: `fn(ctx) -> Mapping | None`, merged into the data."""
+    return Task(fn, name)
+
+
+def effect(
+    fn: Callable[[Mapping[str, Any]], Any],
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    retry: Retry | None = None,
+) -> Term:
+    """An asynchronous step run by the runtime: `async fn(ctx) -> Mapping | None`."""
+    return Effect(fn, name, timeout, retry)
+
+
+def seq(*steps: Term) -> Term:
+    """Run the steps one after another (WCP1)."""
+    return Seq(tuple(steps))
+
+
+def par(*branches: Term, join: JoinPolicy = "all", cancel_remaining: bool = False) -> Term:
+    """Parallel split and join: `join` is "all", "first", an int n, or "each" (WCP2, 3, 8, 9, 29, 30, 32)."""
+    return Par(tuple(branches), join, cancel_remaining)
+
+
+def _cases(cases: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(tuple(c) if isinstance(c, list) else c for c in cases)
+
+
+def xor(*cases: tuple[Callable[[Mapping[str, Any]], bool], Term], default: Term | None = None) -> Term:
+    """Exclusive choice: the first `(pred, branch)` whose predicate holds, else `default` (WCP4, 5)."""
+    return Xor(_cases(cases), default)
+
+
+def multi_choice(
+    *cases: tuple[Callable[[Mapping[str, Any]], bool], Term], default: Term | None = None
+) -> Term:
+    """OR-split: every branch whose predicate holds runs; a synchronizing merge waits for them (WCP6, 7, 37)."""
+    return MultiChoice(_cases(cases), default)
+
+
+def loop(
+    body: Term,
+    *,
+    while_: Callable[[Mapping[str, Any]], bool] | None = None,
+    until: Callable[[Mapping[str, Any]], bool] | None = None,
+    times: int | None = None,
+    max_iterations: int | None = None,
+) -> Term:
+    """Structured loop with exactly one of `while_` (pre-test), `until` (post-test), `times` (WCP21)."""
+    return Loop(body, while_, until, times, max_iterations)
+
+
+def wait(signal: str, *, into: str | None = None, transient: bool = False) -> Term:
+    """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24)."""
+    return Wait(signal, into, transient)
+
+
+def defer(
+    branches: Mapping[str, Term], *, timeout: float | None = None, on_timeout: Term | None = None
+) -> Term:
+    """Deferred choice: the first signal named (or the timeout) picks its branch; the rest are withdrawn."""
+    shaped: Any = tuple(branches.items()) if isinstance(branches, Mapping) else branches
+    return Defer(shaped, timeout, on_timeout)
+
+
+def sleep(seconds: float) -> Term:
+    """A durable timer: park for `seconds` of the runtime's clock."""
+    return Sleep(seconds)
+
+
+def scope(name: str, body: Term, *, on_cancel: Term | None = None) -> Term:
+    """A named cancel region; cancelling it withdraws all of its work (WCP19, 25, 26)."""
+    return Scope(name, body, on_cancel)
+
+
+def mi(
+    body: Term,
+    *,
+    count: int | Callable[[Mapping[str, Any]], int] | None = None,
+    items: Callable[[Mapping[str, Any]], Any] | None = None,
+    join: JoinPolicy = "all",
+    cancel_remaining: bool = True,
+    min: int | None = None,  # noqa: A002 - the documented parameter name
+    max: int | None = None,  # noqa: A002
+    dynamic: bool = False,
+    until: Callable[[Any], bool] | None = None,
+    collect: str | None = None,
+    name: str | None = None,
+) -> Term:
+    """Multiple instances of `body` (WCP12-15, 26, 27, 34-36, 41, 42)."""
+    return MI(body, count, items, join, cancel_remaining, min, max, dynamic, until, collect, name)
+
+
+def interleave(*branches: Term, order: Any = ()) -> Term:
+    """Each branch exactly once, never two at a time; `order` holds (before, after) pairs (WCP17, 40)."""
+    shaped = tuple(tuple(p) if isinstance(p, list) else p for p in order) if isinstance(
+        order, list | tuple
+    ) else order
+    return Interleave(tuple(branches), shaped)
+
+
+def critical(name: str, body: Term) -> Term:
+    """Mutual exclusion among the `critical` sections of a case that share `name` (WCP39)."""
+    return Critical(name, body)
+
+
+def milestone(name: str, body: Term) -> Term:
+    """While a token is inside `body`, the milestone `name` is reached (WCP18)."""
+    return Milestone(name, body)
+
+
+def when_milestone(name: str, branch: Term) -> Term:
+    """Start `branch` only while milestone `name` is reached; withdrawn once it has passed (WCP18)."""
+    return WhenMilestone(name, branch)
+
+
+def call(name: str) -> Term:
+    """Run the workflow registered under `name` in the library (WCP22; recursion allowed, depth limited)."""
+    return Call(name)
+
+
+def terminate() -> Term:
+    """Cancel all remaining work of the case and end it as done (WCP43)."""
+    return Terminate()

@@ -1,0 +1,72 @@
+"""Trace levels and event kinds: the vocabulary shared by the vm (which emits) and the runtime (which ships).
+
+The vm appends plain `VmEvent` records (no clock, no pydantic on the hot path); the runtime stamps them with
+the case id and a time and turns them into `TraceEvent` models at the edge.
+
+Levels:
+- `none`: nothing is recorded; the vm runs its untraced loop and pays nothing per step.
+- `min`: lifecycle, tasks, joins, MI, signals, effects, timers, cancels (the kinds in `MIN_KINDS`).
+- `full`: `min` plus one `step` event per instruction and one `schedule` event per scheduler choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+TraceLevel = Literal["none", "min", "full"]
+LEVELS: dict[str, int] = {"none": 0, "min": 1, "full": 2}
+
+MIN_KINDS: frozenset[str] = frozenset(
+    {
+        "case_started",  # the machine was created
+        "case_done",  # the case ended as done
+        "case_failed",  # detail: error, path
+        "case_cancelled",  # detail: reason
+        "task",  # a task ran; detail: name
+        "choice",  # xor / multi_choice picked branches; detail: branches
+        "split",  # par / multi_choice started branches; detail: branches
+        "join",  # a join fired; detail: arrived, policy
+        "join_late",  # a branch arrived after its join had fired (ignored: WCP9/30)
+        "withdrawn",  # a branch or region stopped without arriving; detail: reason
+        "loop",  # a loop started another iteration; detail: iteration
+        "effect_requested",  # detail: effect_id, name
+        "effect_completed",  # detail: effect_id
+        "effect_failed",  # detail: effect_id, error
+        "effect_discarded",  # a result arrived for a withdrawn token; detail: effect_id
+        "effect_cancelled",  # an in-flight effect was withdrawn; detail: effect_id
+        "timer_armed",  # detail: timer_id, seconds
+        "timer_fired",  # detail: timer_id
+        "timer_cancelled",  # detail: timer_id
+        "timer_stale",  # a firing arrived for a withdrawn timer; detail: timer_id
+        "signal_waiting",  # a token parked on a signal; detail: signal
+        "signal_consumed",  # detail: signal
+        "signal_buffered",  # nobody waited; kept for a later wait (persistent trigger)
+        "signal_dropped",  # nobody waited and every wait on it is transient
+        "deferred_choice",  # detail: chosen (signal name or "timeout")
+        "region_cancelled",  # detail: region, tokens
+        "region_completed",  # detail: region
+        "mi_started",  # detail: instances
+        "mi_instance_done",  # detail: index
+        "mi_instances_added",  # detail: count
+        "mi_joined",  # detail: completed, cancelled
+        "critical_wait",  # detail: name
+        "milestone",  # detail: name, event ("entered" / "left")
+        "call",  # detail: name, depth
+        "terminated",
+    }
+)
+FULL_KINDS: frozenset[str] = MIN_KINDS | {"step", "schedule"}
+
+
+@dataclass(slots=True)
+class VmEvent:
+    """One thing the vm did: `seq` orders events within a case; `path` is the node path."""
+
+    seq: int
+    kind: str
+    path: str
+    detail: dict[str, Any]
+
+    def as_tuple(self) -> tuple[int, str, str, dict[str, Any]]:
+        return (self.seq, self.kind, self.path, self.detail)

@@ -1,0 +1,411 @@
+"""Static checks of a term: `validate(term) -> list[ValidationIssue]`. Never raises on a bad term.
+
+Each issue names the node by its path (`seq[1].par[0].mi`: the `mi` that is branch 0 of the `par` that is
+step 1 of the root `seq`) and says how to fix it. `compile_workflow` runs these checks and raises
+`InvalidWorkflow` carrying all of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ._terms import (
+    MI,
+    Call,
+    Critical,
+    Defer,
+    Effect,
+    Interleave,
+    Loop,
+    Milestone,
+    MultiChoice,
+    Par,
+    Retry,
+    Scope,
+    Seq,
+    Sleep,
+    Task,
+    Term,
+    Terminate,
+    Wait,
+    WhenMilestone,
+    Xor,
+)
+
+
+class ValidationIssue(BaseModel):
+    """One problem with a workflow term: where it is and what to do about it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def child_path(path: str, selector: str, child: object) -> str:
+    """Path of a child node: `path[selector].kind`, or `path.kind` for a container's single body."""
+    kind = child.kind if isinstance(child, Term) else "?"
+    return f"{path}[{selector}].{kind}" if selector else f"{path}.{kind}"
+
+
+def children(term: Term) -> Iterator[tuple[str, Any]]:
+    """(selector, child) for every child slot of a term, in code order; shared with the compiler."""
+    if isinstance(term, Seq | Par | Interleave):
+        items = term.steps if isinstance(term, Seq) else term.branches
+        for i, child in enumerate(items if isinstance(items, tuple) else ()):
+            yield str(i), child
+    elif isinstance(term, Xor | MultiChoice):
+        for i, case in enumerate(term.cases):
+            if isinstance(case, tuple) and len(case) == 2:
+                yield str(i), case[1]
+        if term.default is not None:
+            yield "default", term.default
+    elif isinstance(term, Loop | Scope | MI | Critical | Milestone):
+        yield "", term.body
+        if isinstance(term, Scope) and term.on_cancel is not None:
+            yield "on_cancel", term.on_cancel
+    elif isinstance(term, WhenMilestone):
+        yield "", term.branch
+    elif isinstance(term, Defer):
+        if isinstance(term.branches, tuple):
+            for pair in term.branches:
+                if isinstance(pair, tuple) and len(pair) == 2:
+                    yield str(pair[0]), pair[1]
+        if term.on_timeout is not None:
+            yield "timeout", term.on_timeout
+
+
+def _is_async(fn: object) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with an async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _name_of(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
+class _Checker:
+    library: Mapping[str, Any] | None
+    issues: list[ValidationIssue]
+    regions: dict[str, str]
+
+    def add(self, path: str, message: str) -> None:
+        self.issues.append(ValidationIssue(path=path, message=message))
+
+    def callable_(self, path: str, what: str, value: object) -> None:
+        if not callable(value):
+            self.add(path, f"{what} must be a function, got {value!r}: pass a function of ctx")
+
+    def region(self, path: str, name: object, what: str) -> None:
+        if not isinstance(name, str) or not name:
+            self.add(path, f"{what} name must be a non-empty str, got {name!r}")
+            return
+        first = self.regions.setdefault(name, path)
+        if first != path:
+            self.add(path, f"region name {name!r} is already used at {first}: give each scope/mi its own name")
+
+    def join(self, path: str, join: object, branches: int | None, allowed: tuple[object, ...]) -> None:
+        if _is_int(join):
+            assert isinstance(join, int)
+            if join < 1:
+                self.add(path, f"join={join} must be at least 1: use an int n >= 1, 'first' or 'all'")
+            elif branches is not None and join > branches:
+                self.add(path, f"join={join} exceeds the {branches} branches: it could never fire; use n <= {branches}")
+        elif join not in allowed:
+            names = ", ".join(repr(a) for a in allowed)
+            self.add(path, f"join={join!r} is not a join policy: use {names} or an int n >= 1")
+
+    def walk(self, term: object, path: str) -> None:
+        if not isinstance(term, Term):
+            hint = ""
+            if callable(term):
+                hint = f": wrap it as task({_name_of(term)}) or effect({_name_of(term)})"
+            self.add(path, f"expected a workflow term, got {term!r}{hint}")
+            return
+        check = _CHECKS.get(type(term))
+        if check is not None:
+            check(self, term, path)
+        for selector, child in children(term):
+            self.walk(child, child_path(path, selector, child))
+
+
+def _check_task(c: _Checker, t: Task, path: str) -> None:
+    if not callable(t.fn):
+        c.add(path, f"task needs a function, got {t.fn!r}")
+    elif _is_async(t.fn):
+        name = _name_of(t.fn)
+        c.add(path, f"task({name}) is given a coroutine function: use effect({name}) for async steps")
+    if t.name is not None and not isinstance(t.name, str):
+        c.add(path, f"name must be a str, got {t.name!r}")
+
+
+def _check_effect(c: _Checker, t: Effect, path: str) -> None:
+    if not callable(t.fn):
+        c.add(path, f"effect needs an async function, got {t.fn!r}")
+    elif not _is_async(t.fn):
+        c.add(
+            path,
+            f"effect({_name_of(t.fn)}) is given a plain function: define it with `async def`, "
+            "or use task() for a pure step",
+        )
+    if t.name is not None and not isinstance(t.name, str):
+        c.add(path, f"name must be a str, got {t.name!r}")
+    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
+        c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds, or None for no timeout")
+    if t.retry is not None:
+        r = t.retry
+        if not isinstance(r, Retry):
+            c.add(path, f"retry must be Retry(...), got {r!r}")
+        elif not _is_int(r.max_attempts) or r.max_attempts < 1:
+            c.add(path, f"Retry.max_attempts={r.max_attempts!r} must be an int >= 1")
+        elif not all(_is_number(v) and v >= 0 for v in (r.initial, r.multiplier, r.max_interval)):
+            c.add(path, "Retry.initial, multiplier and max_interval must be non-negative numbers")
+
+
+def _nonempty(c: _Checker, items: object, path: str, what: str) -> bool:
+    if not isinstance(items, tuple) or not items:
+        c.add(path, f"{what} needs at least one branch")
+        return False
+    return True
+
+
+def _check_seq(c: _Checker, t: Seq, path: str) -> None:
+    _nonempty(c, t.steps, path, "seq")
+
+
+def _check_par(c: _Checker, t: Par, path: str) -> None:
+    if _nonempty(c, t.branches, path, "par"):
+        c.join(path, t.join, len(t.branches), ("all", "first", "each"))
+    if not isinstance(t.cancel_remaining, bool):
+        c.add(path, f"cancel_remaining must be True or False, got {t.cancel_remaining!r}")
+
+
+def _check_cases(c: _Checker, t: Xor | MultiChoice, path: str) -> None:
+    if not t.cases and t.default is None:
+        c.add(path, f"{t.kind} needs at least one (predicate, branch) pair")
+    for i, case in enumerate(t.cases):
+        if not (isinstance(case, tuple) and len(case) == 2):
+            c.add(f"{path}[{i}]", f"expected a (predicate, branch) pair, got {case!r}")
+        else:
+            c.callable_(f"{path}[{i}]", "predicate", case[0])
+
+
+def _check_loop(c: _Checker, t: Loop, path: str) -> None:
+    given = [n for n, v in (("while_", t.while_), ("until", t.until), ("times", t.times)) if v is not None]
+    if len(given) != 1:
+        found = "none" if not given else " and ".join(given)
+        c.add(path, f"loop needs exactly one of while_=, until=, times= (got {found})")
+    if t.while_ is not None:
+        c.callable_(path, "while_", t.while_)
+    if t.until is not None:
+        c.callable_(path, "until", t.until)
+    if t.times is not None and (not _is_int(t.times) or t.times < 0):
+        c.add(path, f"times={t.times!r} must be an int >= 0")
+    if t.max_iterations is not None and (not _is_int(t.max_iterations) or t.max_iterations < 1):
+        c.add(path, f"max_iterations={t.max_iterations!r} must be an int >= 1, or None for no limit")
+
+
+def _check_wait(c: _Checker, t: Wait, path: str) -> None:
+    if not isinstance(t.signal, str) or not t.signal:
+        c.add(path, f"signal name must be a non-empty str, got {t.signal!r}")
+    if t.into is not None and not isinstance(t.into, str):
+        c.add(path, f"into must be a str key, got {t.into!r}")
+
+
+def _check_defer(c: _Checker, t: Defer, path: str) -> None:
+    if not isinstance(t.branches, tuple) or not t.branches:
+        if t.on_timeout is None:
+            c.add(path, "defer needs at least one {signal: branch} entry")
+    else:
+        for pair in t.branches:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]):
+                c.add(path, f"defer keys must be non-empty signal names, got {pair!r}")
+    if (t.timeout is None) != (t.on_timeout is None):
+        missing = "on_timeout=" if t.on_timeout is None else "timeout="
+        c.add(path, f"timeout and on_timeout go together: add {missing}")
+    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
+        c.add(path, f"timeout={t.timeout!r} must be a non-negative number of seconds")
+
+
+def _check_sleep(c: _Checker, t: Sleep, path: str) -> None:
+    if not _is_number(t.seconds) or t.seconds < 0:
+        c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number")
+
+
+def _check_scope(c: _Checker, t: Scope, path: str) -> None:
+    c.region(path, t.name, "scope")
+
+
+def _check_mi(c: _Checker, t: MI, path: str) -> None:
+    if (t.count is None) == (t.items is None):
+        c.add(path, "mi needs exactly one of count= (int or function) and items= (function)")
+    fixed: int | None = None
+    if t.count is not None:
+        if _is_int(t.count):
+            fixed = t.count
+            if t.count < 0:
+                c.add(path, f"count={t.count} must be >= 0")
+        elif not callable(t.count):
+            c.add(path, f"count must be an int or a function of ctx, got {t.count!r}")
+    if t.items is not None:
+        c.callable_(path, "items", t.items)
+    for label, bound in (("min", t.min), ("max", t.max)):
+        if bound is not None and (not _is_int(bound) or bound < 0):
+            c.add(path, f"{label}={bound!r} must be an int >= 0")
+    if _is_int(t.min) and _is_int(t.max) and t.min > t.max:
+        c.add(path, f"min={t.min} is greater than max={t.max}: no instance count satisfies both")
+    if fixed is not None and fixed >= 0:
+        if _is_int(t.min) and fixed < t.min:
+            c.add(path, f"count={fixed} is below min={t.min}")
+        if _is_int(t.max) and fixed > t.max:
+            c.add(path, f"count={fixed} is above max={t.max}")
+    c.join(path, t.join, None if t.dynamic else fixed, ("all", "first", None))
+    if t.until is not None:
+        c.callable_(path, "until", t.until)
+    if t.collect is not None:
+        if not isinstance(t.collect, str) or not t.collect:
+            c.add(path, f"collect must be a non-empty str key, got {t.collect!r}")
+        elif t.join is None:
+            c.add(path, "collect needs a join: with join=None nothing waits for the outputs")
+    if t.name is not None:
+        c.region(path, t.name, "mi")
+    elif t.dynamic:
+        c.add(path, "a dynamic mi needs name=: add_instances addresses it by that name")
+    if not isinstance(t.dynamic, bool) or not isinstance(t.cancel_remaining, bool):
+        c.add(path, "dynamic and cancel_remaining must be True or False")
+
+
+def _branch_name(term: object) -> str | None:
+    if isinstance(term, Task | Effect):
+        return term.name or getattr(term.fn, "__name__", None)
+    if isinstance(term, Scope) and isinstance(term.name, str):
+        return term.name
+    return None
+
+
+def _check_interleave(c: _Checker, t: Interleave, path: str) -> None:
+    if not _nonempty(c, t.branches, path, "interleave"):
+        return
+    names: dict[str, int] = {}
+    for i, b in enumerate(t.branches):
+        n = _branch_name(b)
+        if n is not None:
+            names.setdefault(n, i)
+    if not isinstance(t.order, tuple):
+        c.add(path, f"order must be a sequence of (before, after) pairs, got {t.order!r}")
+        return
+    edges: dict[int, set[int]] = {}
+    for pair in t.order:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            c.add(path, f"order entry {pair!r} must be a (before, after) pair")
+            continue
+        ends = []
+        for ref in pair:
+            if _is_int(ref) and 0 <= ref < len(t.branches):
+                ends.append(ref)
+            elif isinstance(ref, str) and ref in names:
+                ends.append(names[ref])
+            else:
+                known = ", ".join(sorted(names)) or "none"
+                c.add(
+                    path,
+                    f"order names unknown branch {ref!r}: use an index 0..{len(t.branches) - 1} "
+                    f"or a branch name ({known})",
+                )
+        if len(ends) == 2:
+            edges.setdefault(ends[0], set()).add(ends[1])
+    if _has_cycle(edges):
+        c.add(path, "order forms a cycle: no branch could go first; remove one of the pairs in the cycle")
+
+
+def _has_cycle(edges: dict[int, set[int]]) -> bool:
+    state: dict[int, int] = {}
+
+    def visit(n: int) -> bool:
+        state[n] = 1
+        for m in edges.get(n, ()):
+            s = state.get(m, 0)
+            if s == 1 or (s == 0 and visit(m)):
+                return True
+        state[n] = 2
+        return False
+
+    return any(state.get(n, 0) == 0 and visit(n) for n in list(edges))
+
+
+def _check_named(c: _Checker, t: Critical | Milestone | WhenMilestone, path: str) -> None:
+    if not isinstance(t.name, str) or not t.name:
+        c.add(path, f"{t.kind} name must be a non-empty str, got {t.name!r}")
+
+
+def _check_call(c: _Checker, t: Call, path: str) -> None:
+    if not isinstance(t.name, str):
+        c.add(path, f"call name must be a str, got {t.name!r}")
+    elif c.library is None:
+        c.add(path, f"call({t.name!r}) needs a library: pass library={{{t.name!r}: workflow}}")
+    elif t.name not in c.library:
+        known = ", ".join(sorted(c.library)) or "empty"
+        c.add(path, f"call({t.name!r}): no workflow of that name in the library ({known})")
+
+
+_CHECKS: dict[type, Callable[[_Checker, Any, str], None]] = {
+    Task: _check_task,
+    Effect: _check_effect,
+    Seq: _check_seq,
+    Par: _check_par,
+    Xor: _check_cases,
+    MultiChoice: _check_cases,
+    Loop: _check_loop,
+    Wait: _check_wait,
+    Defer: _check_defer,
+    Sleep: _check_sleep,
+    Scope: _check_scope,
+    MI: _check_mi,
+    Interleave: _check_interleave,
+    Critical: _check_named,
+    Milestone: _check_named,
+    WhenMilestone: _check_named,
+    Call: _check_call,
+    Terminate: lambda c, t, p: None,
+}
+
+
+def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[ValidationIssue]:
+    """Every problem with `term` (and the library workflows it may call), each with its node path."""
+    issues: list[ValidationIssue] = []
+    if library is not None and not isinstance(library, Mapping):
+        message = f"library must be a mapping of name -> workflow, got {library!r}"
+        issues.append(ValidationIssue(path="library", message=message))
+        library = None
+    root = term.kind if isinstance(term, Term) else "workflow"
+    _Checker(library, issues, {}).walk(term, root)
+    for name, sub in (library or {}).items():
+        if not isinstance(name, str):
+            issues.append(ValidationIssue(path="library", message=f"library keys must be str names, got {name!r}"))
+            continue
+        kind = sub.kind if isinstance(sub, Term) else "?"
+        _Checker(library, issues, {}).walk(sub, f"library[{name!r}].{kind}")
+    return issues
+
+
+__all__ = ["ValidationIssue", "children", "child_path", "validate"]

@@ -1,0 +1,363 @@
+"""The vm's execution records: tokens and the frame tree they live in.
+
+Every live token sits in exactly one frame; every frame but the root sits in its parent. A frame is one
+activation of a block (a par, a scope, an MI and its instances, a loop, ...). Children hang off an
+intrusive doubly-linked list (`head`, `prev`, `next`), so linking, unlinking and withdrawing a region are
+O(1) per record touched and cost no extra allocation: cancelling a region costs O(region size), never a scan
+of all tokens.
+
+Frames decide what happens when their children are gone: `arrive` (a token reached the end of a branch),
+`child_gone` (a child frame closed or a token was withdrawn) and `on_close` (release what the frame held).
+Those are ordinary methods on the frame classes: the hot loop never inspects a node type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._compiler import InterleaveSpec, LoopSpec, MISpec, ScopeSpec, SplitSpec
+    from ._machine import Machine
+
+# What a parked token waits on (Token.wk).
+WK_NONE = 0
+WK_EFFECT = 1
+WK_TIMER = 2
+WK_SIGNAL = 3  # wait or defer (defer may also hold a timer in `aux`)
+WK_LOCK = 4
+WK_MILESTONE = 5
+
+NO_ITEM: Any = None  # instances made by count= have no item; marked by `has_item`
+
+
+class Token:
+    """A thread of control: an instruction pointer, its frame, and the data view its steps see."""
+
+    __slots__ = ("ip", "frame", "env", "prev", "next", "alive", "wk", "wid", "aux", "tid")
+
+    def __init__(self, tid: int, ip: int, frame: Frame, env: Mapping[str, Any]) -> None:
+        self.tid = tid
+        self.ip = ip
+        self.frame = frame
+        self.env = env
+        self.prev: Any = None
+        self.next: Any = None
+        self.alive = True
+        self.wk = WK_NONE
+        self.wid = 0
+        self.aux = 0
+
+
+def link(frame: Frame, child: Any) -> None:
+    head = frame.head
+    child.prev = None
+    child.next = head
+    if head is not None:
+        head.prev = child
+    frame.head = child
+    frame.count += 1
+
+
+def unlink(frame: Frame, child: Any) -> None:
+    prev = child.prev
+    nxt = child.next
+    if prev is None:
+        frame.head = nxt
+    else:
+        prev.next = nxt
+    if nxt is not None:
+        nxt.prev = prev
+    child.prev = child.next = None
+    frame.count -= 1
+
+
+def members(frame: Frame) -> Iterator[Any]:
+    """The children of a frame (safe against unlinking the one just yielded)."""
+    child = frame.head
+    while child is not None:
+        nxt = child.next
+        yield child
+        child = nxt
+
+
+class Frame:
+    """One activation of a block: a node of the frame tree."""
+
+    __slots__ = ("parent", "head", "count", "prev", "next", "env", "alive", "ip")
+
+    def __init__(self, parent: Frame | None, env: Mapping[str, Any], ip: int) -> None:
+        self.parent = parent
+        self.head: Any = None
+        self.count = 0
+        self.prev: Any = None
+        self.next: Any = None
+        self.env = env
+        self.alive = True
+        self.ip = ip  # the instruction that opened the frame (its node path is the frame's path)
+
+    def arrive(self, m: Machine, tok: Token) -> int:
+        """A token hit ARRIVE inside this frame; return where it continues, or -1."""
+        raise AssertionError(f"ARRIVE in a {type(self).__name__}")  # the compiler never emits this
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        """A child frame closed, or a token was withdrawn; the child is already unlinked."""
+        if self.count == 0:
+            m.close(self, withdrawn=True)
+
+    def on_close(self, m: Machine) -> None:
+        """Release what the frame holds (locks, milestone counts, region registration)."""
+
+
+class RootFrame(Frame):
+    __slots__ = ()
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        if self.count == 0:
+            m.finish_root()
+
+
+class SplitFrame(Frame):
+    """par / multi_choice: counts arrivals; the join fires by the spec's policy."""
+
+    __slots__ = ("spec", "arrived", "fired")
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: SplitSpec) -> None:
+        super().__init__(parent, env, ip)
+        self.spec = spec
+        self.arrived = 0
+        self.fired = False
+
+    def arrive(self, m: Machine, tok: Token) -> int:
+        unlink(self, tok)
+        self.arrived += 1
+        spec = self.spec
+        if spec.each or (
+            not self.fired and (self.count == 0 if spec.need < 0 else (self.arrived >= spec.need or self.count == 0))
+        ):
+            parent = self.parent
+            assert parent is not None
+            first = not self.fired
+            self.fired = True
+            link(parent, tok)  # the arriving token carries on after the join
+            tok.frame = parent
+            m.joined(self, first)
+            if spec.cancel_remaining and self.count:
+                m.withdraw_children(self, "join fired")
+            if self.count == 0:
+                m.close(self, withdrawn=False)
+            return spec.after
+        tok.alive = False
+        if self.fired:
+            m.trace_node("join_late", self.ip, arrived=self.arrived)
+        if self.count == 0:
+            m.close(self, withdrawn=False)
+        return -1
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        if self.count:
+            return
+        if self.fired:
+            m.close(self, withdrawn=False)
+        elif self.arrived:  # the rest were withdrawn: what arrived is all there will be
+            self.fired = True
+            m.spawn(self.parent, self.spec.after, self.env)
+            m.joined(self, True)
+            m.close(self, withdrawn=False)
+        else:
+            m.close(self, withdrawn=True)
+
+
+class PassFrame(Frame):
+    """A block the thread passes through (loop, scope, critical, milestone, call, interleave)."""
+
+    __slots__ = ("spec", "exited")
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: Any) -> None:
+        super().__init__(parent, env, ip)
+        self.spec = spec
+        self.exited = False
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        if self.count == 0:
+            m.close(self, withdrawn=not self.exited)
+
+
+class LoopFrame(PassFrame):
+    __slots__ = ("iteration",)
+    spec: LoopSpec
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: LoopSpec) -> None:
+        super().__init__(parent, env, ip, spec)
+        self.iteration = 0
+
+
+class ScopeFrame(PassFrame):
+    __slots__ = ()
+    spec: ScopeSpec
+
+    def on_close(self, m: Machine) -> None:
+        m.unregister_region(self.spec.name, self)
+
+
+class CriticalFrame(PassFrame):
+    __slots__ = ("name",)
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, name: str) -> None:
+        super().__init__(parent, env, ip, None)
+        self.name = name
+
+    def on_close(self, m: Machine) -> None:
+        m.release_lock(self.name)
+
+
+class MilestoneFrame(PassFrame):
+    __slots__ = ("name",)
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, name: str) -> None:
+        super().__init__(parent, env, ip, None)
+        self.name = name
+
+    def on_close(self, m: Machine) -> None:
+        m.leave_milestone(self.name, self.ip)
+
+
+class CallFrame(PassFrame):
+    __slots__ = ("ret", "depth")
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, ret: int, depth: int) -> None:
+        super().__init__(parent, env, ip, None)
+        self.ret = ret
+        self.depth = depth
+
+
+class InterleaveFrame(PassFrame):
+    __slots__ = ("done", "current")
+    spec: InterleaveSpec
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: InterleaveSpec) -> None:
+        super().__init__(parent, env, ip, spec)
+        self.done = [False] * len(spec.starts)
+        self.current = -1
+
+    def arrive(self, m: Machine, tok: Token) -> int:
+        self.done[self.current] = True
+        return m.interleave_next(self, tok)
+
+
+class MIFrame(Frame):
+    """A multiple-instance activation: its children are InstanceFrames."""
+
+    __slots__ = ("spec", "fired", "closed", "outputs", "started", "completed", "cancelled")
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: MISpec) -> None:
+        super().__init__(parent, env, ip)
+        self.spec = spec
+        self.fired = False
+        self.closed = False  # dynamic: no more instances may be added
+        self.outputs: list[Any] = []
+        self.started = 0
+        self.completed = 0
+        self.cancelled = 0
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        if withdrawn:
+            self.cancelled += 1
+        else:
+            out = child.out
+            self.outputs[child.index] = out if out is not None else {}
+            self.completed += 1
+            if m.tl:
+                m.trace_node("mi_instance_done", self.ip, index=child.index)
+        m.mi_check(self)
+
+    def on_close(self, m: Machine) -> None:
+        if self.spec.name is not None:
+            m.unregister_region(self.spec.name, self)
+
+
+class InstanceFrame(Frame, Mapping[str, Any]):
+    """One MI instance, and the data its steps see: its own writes over `item`/`index` over the case data."""
+
+    __slots__ = ("index", "item", "has_item", "out", "arrived")
+
+    def __init__(self, parent: MIFrame, ip: int, index: int, item: Any, has_item: bool) -> None:
+        # every slot set here, without Frame.__init__: this runs once per instance (100,000s per mi)
+        self.parent = parent
+        self.head = None
+        self.count = 0
+        self.prev = None
+        self.next = None
+        self.env = self
+        self.alive = True
+        self.ip = ip
+        self.index = index
+        self.item = item
+        self.has_item = has_item
+        self.out: dict[str, Any] | None = None
+        self.arrived = 0
+
+    def arrive(self, m: Machine, tok: Token) -> int:
+        unlink(self, tok)
+        tok.alive = False
+        self.arrived += 1
+        if self.count == 0:  # the instance completed: the inlined equivalent of close() + child_gone()
+            mi: Any = self.parent
+            self.alive = False
+            unlink(mi, self)
+            out = self.out
+            mi.outputs[self.index] = out if out is not None else {}
+            mi.completed += 1
+            if m.tl:
+                m.trace_node("mi_instance_done", mi.ip, index=self.index)
+            m.mi_check(mi)
+        return -1
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        if self.count == 0:
+            m.close(self, withdrawn=self.arrived == 0)
+
+    def merge(self, updates: Mapping[str, Any]) -> None:
+        if self.out is None:
+            self.out = dict(updates)
+        else:
+            self.out.update(updates)
+
+    # -- the read-only mapping the instance's steps see --
+    def _outer(self) -> Mapping[str, Any]:
+        parent = self.parent
+        assert parent is not None
+        return parent.env
+
+    def __getitem__(self, key: str) -> Any:
+        out = self.out
+        if out is not None and key in out:
+            return out[key]
+        if key == "index":
+            return self.index
+        if key == "item" and self.has_item:
+            return self.item
+        return self._outer()[key]
+
+    def _keys(self) -> dict[str, None]:
+        keys = dict.fromkeys(self._outer())
+        keys["index"] = None
+        if self.has_item:
+            keys["item"] = None
+        if self.out:
+            keys.update(dict.fromkeys(self.out))
+        return keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __repr__(self) -> str:
+        return f"InstanceData({dict(self)!r})"
+
+    __hash__ = object.__hash__  # records are identities, not values
+
+    def __eq__(self, other: object) -> bool:
+        return self is other

@@ -1,0 +1,216 @@
+"""Snapshot and restore: the machine's whole state as plain, JSON-able data.
+
+The state is a graph of records (tokens, frames, events) plus containers. It is written as a table of
+objects, each record once, with references between them (`{"$ref": n}`); program constants are written as
+their slot in the constant table (`{"$const": n}`), the root data view as `{"$root": 1}`. Containers that
+JSON lacks are tagged (`$tuple`, `$dict` with its key/value pairs, `$deque`, `$set`). Restore rebuilds the
+graph against the same program, refusing one whose fingerprint differs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .._compiler import Program
+from .._errors import CaseFailed, MachineStateError, SnapshotMismatch
+from .._trace._events import VmEvent
+from ._records import (
+    CallFrame,
+    CriticalFrame,
+    InstanceFrame,
+    InterleaveFrame,
+    LoopFrame,
+    MIFrame,
+    MilestoneFrame,
+    PassFrame,
+    RootFrame,
+    ScopeFrame,
+    SplitFrame,
+    Token,
+)
+from ._schedulers import scheduler_from_state
+
+if TYPE_CHECKING:
+    from ._machine import Machine
+
+FORMAT = 1
+_RECORDS: dict[str, Any] = {
+    cls.__name__: cls
+    for cls in (
+        Token,
+        RootFrame,
+        SplitFrame,
+        PassFrame,
+        LoopFrame,
+        ScopeFrame,
+        CriticalFrame,
+        MilestoneFrame,
+        CallFrame,
+        InterleaveFrame,
+        MIFrame,
+        InstanceFrame,
+        VmEvent,
+    )
+}
+_STATE = (
+    "data",
+    "status",
+    "ended",
+    "root_ended",
+    "steps",
+    "next_tid",
+    "next_eid",
+    "next_timer",
+    "next_wid",
+    "signal_seq",
+    "event_seq",
+    "events",
+    "ready",
+    "root",
+    "effects",
+    "timers",
+    "waiters",
+    "buffered",
+    "regions",
+    "locks",
+    "lock_waiters",
+    "ms_active",
+    "ms_waiters",
+    "out_cancel_effects",
+    "out_cancel_timers",
+)
+
+
+def _slots(cls: type) -> list[str]:
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name in getattr(klass, "__slots__", ()):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+class _Encoder:
+    def __init__(self, machine: Machine) -> None:
+        self.root_env = machine.root_env
+        self.consts = {id(c): i for i, c in enumerate(machine.program.consts) if c is not None}
+        self.ids: dict[int, int] = {}
+        self.objects: list[dict[str, Any] | None] = []
+        self.todo: list[Any] = []
+
+    def enc(self, v: Any) -> Any:
+        if v is None or isinstance(v, bool | int | float | str):
+            return v
+        if v is self.root_env:
+            return {"$root": 1}
+        cls = type(v)
+        if cls.__name__ in _RECORDS and _RECORDS[cls.__name__] is cls:
+            ref = self.ids.get(id(v))
+            if ref is None:
+                ref = self.ids[id(v)] = len(self.objects)
+                self.objects.append(None)
+                self.todo.append(v)
+            return {"$ref": ref}
+        slot = self.consts.get(id(v))
+        if slot is not None:
+            return {"$const": slot}
+        if cls is list:
+            return [self.enc(x) for x in v]
+        if cls is tuple:
+            return {"$tuple": [self.enc(x) for x in v]}
+        if cls is deque:
+            return {"$deque": [self.enc(x) for x in v]}
+        if cls is set or cls is frozenset:
+            return {"$set": sorted((self.enc(x) for x in v), key=repr)}
+        if isinstance(v, Mapping):
+            return {"$dict": [[self.enc(k), self.enc(x)] for k, x in v.items()]}
+        return v  # user data of another type: kept as is (not JSON-able; the caller's choice)
+
+    def drain(self) -> None:
+        while self.todo:
+            obj = self.todo.pop()
+            fields = {name: self.enc(getattr(obj, name)) for name in _slots(type(obj)) if hasattr(obj, name)}
+            self.objects[self.ids[id(obj)]] = {"type": type(obj).__name__, "fields": fields}
+
+
+def take(machine: Machine) -> dict[str, Any]:
+    e = _Encoder(machine)
+    state = {name: e.enc(getattr(machine, name)) for name in _STATE}
+    e.drain()
+    error = None
+    if machine.error is not None:
+        error = {"type": type(machine.error).__name__, "message": str(machine.error)}
+    return {
+        "format": FORMAT,
+        "fingerprint": machine.program.fingerprint,
+        "trace_level": machine.trace_level,
+        "scheduler": machine.scheduler.to_state(),
+        "error": error,
+        "error_path": machine.error_path,
+        "error_message": machine.error_message,
+        "state": state,
+        "objects": e.objects,
+    }
+
+
+def give(machine: Machine, program: Program, snap: Mapping[str, Any]) -> None:
+    if not isinstance(snap, Mapping) or snap.get("format") != FORMAT:
+        raise MachineStateError("not a wfsub machine snapshot (missing or unknown 'format')")
+    if snap.get("fingerprint") != program.fingerprint:
+        raise SnapshotMismatch(
+            f"snapshot is of program {str(snap.get('fingerprint'))[:16]}, not {program.fingerprint[:16]}: "
+            "restore it with the workflow (and library) it was taken from"
+        )
+    records: list[Any] = []
+    for spec in snap["objects"]:
+        cls = _RECORDS.get(spec["type"])
+        if cls is None:
+            raise MachineStateError(f"unknown record type {spec['type']!r} in snapshot")
+        records.append(cls.__new__(cls))
+    data: dict[str, Any] = {}
+    root_env = MappingProxyType(data)
+    consts = program.consts
+
+    def dec(v: Any) -> Any:
+        if isinstance(v, list):
+            return [dec(x) for x in v]
+        if not isinstance(v, dict):
+            return v
+        if "$ref" in v:
+            return records[v["$ref"]]
+        if "$const" in v:
+            return consts[v["$const"]]
+        if "$root" in v:
+            return root_env
+        if "$tuple" in v:
+            return tuple(dec(x) for x in v["$tuple"])
+        if "$deque" in v:
+            return deque(dec(x) for x in v["$deque"])
+        if "$set" in v:
+            return {dec(x) for x in v["$set"]}
+        if "$dict" in v:
+            return {dec(k): dec(x) for k, x in v["$dict"]}
+        raise MachineStateError(f"malformed snapshot value {v!r}")
+
+    for obj, spec in zip(records, snap["objects"], strict=True):
+        for name, value in spec["fields"].items():
+            object.__setattr__(obj, name, dec(value))
+    state = snap["state"]
+    data.update(dec(state["data"]))
+    machine.data = data
+    machine.root_env = root_env
+    for name in _STATE:
+        if name != "data":
+            setattr(machine, name, dec(state[name]))
+    machine.trace_level = snap["trace_level"]
+    machine.scheduler = scheduler_from_state(snap["scheduler"])
+    machine.error_path = snap["error_path"]
+    machine.error_message = snap["error_message"]
+    machine.error = None
+    if snap["error"] is not None:
+        machine.error = CaseFailed(None, snap["error_path"] or "?", snap["error_message"] or snap["error"]["message"])
+    machine.out_effects = []
+    machine.out_timers = []
