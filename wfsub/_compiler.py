@@ -210,6 +210,7 @@ class Program:
     entries: Mapping[str, int]  # library name -> entry ip
     max_call_depth: int
     term: Term
+    code: tuple[tuple[int, Any], ...]  # (opcode, operand) with operands resolved: what the vm runs
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -579,6 +580,9 @@ def compile_workflow(
                 e.term(sub, sub_path)
                 e.emit(Op.RET, -1, sub_path)
             e.args[ip] = e.const(CallSpec(name, e.entries[name]))
+    consts = tuple(e.consts)
+    plain = (Op.JUMP, Op.LEAVE)  # operands that are instruction indexes, not constant slots
+    code = tuple((op, arg if op in plain or arg < 0 else consts[arg]) for op, arg in zip(e.ops, e.args, strict=True))
     digest = hashlib.sha256(canonical(term).encode())
     for name in sorted(compiled):
         digest.update(f"|{name}=".encode() + canonical(lib[name]).encode())
@@ -586,7 +590,7 @@ def compile_workflow(
     return Program(
         ops=tuple(e.ops),
         args=tuple(e.args),
-        consts=tuple(e.consts),
+        consts=consts,
         paths=tuple(e.paths),
         labels=tuple(e.labels),
         fingerprint=digest.hexdigest(),
@@ -596,4 +600,5 @@ def compile_workflow(
         entries=dict(e.entries),
         max_call_depth=max_call_depth,
         term=term,
+        code=code,
     )

@@ -461,3 +461,37 @@ def fingerprint_example() -> str:
 
 def work_sync(ctx: Mapping[str, Any]) -> None:
     return None
+
+
+@pytest.mark.parametrize(
+    ("join", "cancel", "runs_after", "cancelled"),
+    [
+        ("all", False, ["after"], 0),
+        ("first", False, ["after"], 0),
+        ("first", True, ["after"], 2),
+        (2, True, ["after"], 1),
+        ("each", False, ["after", "after", "after"], 0),
+    ],
+)
+def test_par_split_and_join_policies(join: Any, cancel: bool, runs_after: list[str], cancelled: int) -> None:
+    """PAR_SPLIT/ARRIVE: the join fires by its policy; cancel_remaining withdraws the rest."""
+    runs: list[str] = []
+    branches = par(effect(work), effect(work), effect(work), join=join, cancel_remaining=cancel)
+    m = machine(seq(branches, log("after", runs)))
+    effects = settle(m).effects
+    m.complete_effect(effects[0].effect_id)
+    r = settle(m)
+    if join == "all":
+        assert runs == [] and r.status == "blocked"
+        for e in effects[1:]:
+            m.complete_effect(e.effect_id)
+        r = settle(m)
+    elif join == 2 or join == "each":
+        m.complete_effect(effects[1].effect_id)
+        r = settle(m)
+    assert len(r.cancelled_effects) == cancelled
+    if r.status == "blocked":  # stragglers run on: the case ends only when they do
+        for e in effects:
+            m.complete_effect(e.effect_id)
+        r = settle(m)
+    assert r.status == "done" and runs == runs_after

@@ -118,6 +118,46 @@ class RunResult:
 class Machine:
     """The execution state of one case of a Program."""
 
+    __slots__ = (
+        "_level_name",
+        "buffered",
+        "code",
+        "data",
+        "effects",
+        "ended",
+        "error",
+        "error_message",
+        "error_path",
+        "event_seq",
+        "events",
+        "lock_waiters",
+        "locks",
+        "ms_active",
+        "ms_waiters",
+        "next_eid",
+        "next_tid",
+        "next_timer",
+        "next_wid",
+        "out_cancel_effects",
+        "out_cancel_timers",
+        "out_effects",
+        "out_timers",
+        "paths",
+        "program",
+        "ready",
+        "regions",
+        "root",
+        "root_ended",
+        "root_env",
+        "scheduler",
+        "signal_seq",
+        "status",
+        "steps",
+        "timers",
+        "tl",
+        "waiters",
+    )
+
     def __init__(
         self,
         program: Program,
@@ -166,10 +206,7 @@ class Machine:
 
     def _attach(self, program: Program) -> None:
         self.program = program
-        self.code: tuple[tuple[int, Any], ...] = tuple(
-            (op, arg if op == _JUMP or op == Op.LEAVE or arg < 0 else program.consts[arg])
-            for op, arg in zip(program.ops, program.args, strict=True)
-        )
+        self.code = program.code
         self.paths = program.paths
 
     # -- public surface ----------------------------------------------------------------------------
@@ -579,11 +616,10 @@ class Machine:
         self.trace_node("milestone", ip, name=name, event="left")
 
     def interleave_next(self, frame: InterleaveFrame, tok: Token) -> int:
+        """Pick the next branch the order allows and send `tok` there; leave when every branch is done."""
         spec: InterleaveSpec = frame.spec
         done = frame.done
-        eligible = [
-            i for i in range(len(done)) if not done[i] and all(done[j] for j in spec.before[i])
-        ]
+        eligible = [i for i in range(len(done)) if not done[i] and all(done[j] for j in spec.before[i])]
         if not eligible:
             return self.leave(tok, frame, spec.after)
         frame.current = eligible[self.scheduler.pick(len(eligible))]
@@ -771,17 +807,28 @@ class Machine:
         return acts
 
     def cancel_region(self, name: str) -> None:
-        """Withdraw all work of every live activation of region `name` (scope or named mi)."""
+        """Withdraw all work of every live activation of region `name` (scope or named mi).
+
+        An activation whose thread already went on (a scope the thread left while a discriminator's loser
+        still runs inside, an mi whose join fired) only loses that leftover work: what follows it does
+        not run again, and `on_cancel` does not run.
+        """
         for frame in self._activations(name, "cancel region"):
             if not frame.alive:
                 continue  # inside an activation cancelled a moment ago
             tokens = self.kill_subtree(frame)
             self.trace_node("region_cancelled", frame.ip, region=name, tokens=tokens)
-            if isinstance(frame, ScopeFrame) and frame.spec.on_cancel >= 0:
+            if self._went_on(frame):
+                self.detach(frame, withdrawn=False)
+            elif isinstance(frame, ScopeFrame) and frame.spec.on_cancel >= 0:
                 self.spawn(frame.parent, frame.spec.on_cancel, frame.env)
                 self.detach(frame, withdrawn=False)
             else:
-                self.detach(frame, withdrawn=not (isinstance(frame, MIFrame) and frame.fired))
+                self.detach(frame, withdrawn=True)
+
+    @staticmethod
+    def _went_on(frame: Frame) -> bool:
+        return frame.fired if isinstance(frame, MIFrame) else isinstance(frame, PassFrame) and frame.exited
 
     def complete_region(self, name: str) -> None:
         """Close region `name` now: an MI joins with the outputs so far; a scope continues after itself."""
@@ -799,7 +846,8 @@ class Machine:
                 assert isinstance(frame, ScopeFrame)
                 self.kill_subtree(frame)
                 self.trace_node("region_completed", frame.ip, region=name)
-                self.spawn(frame.parent, frame.spec.after, frame.env)
+                if not frame.exited:  # else the thread already went on: only its leftover work is withdrawn
+                    self.spawn(frame.parent, frame.spec.after, frame.env)
                 self.detach(frame, withdrawn=False)
 
     def _dynamic_mi(self, name: str, what: str) -> MIFrame:

@@ -232,17 +232,45 @@ class CallFrame(PassFrame):
 
 
 class InterleaveFrame(PassFrame):
-    __slots__ = ("done", "current")
+    """Runs its branches one at a time; a branch is over only when all of its work is (leftovers too)."""
+
+    __slots__ = ("done", "current", "arrived", "parked")
     spec: InterleaveSpec
 
     def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: InterleaveSpec) -> None:
         super().__init__(parent, env, ip, spec)
         self.done = [False] * len(spec.starts)
         self.current = -1
+        self.arrived = 0
+        self.parked: Token | None = None  # the thread, waiting for its branch's leftover work to end
 
     def arrive(self, m: Machine, tok: Token) -> int:
         self.done[self.current] = True
+        self.arrived += 1
+        if self.count > 1:  # a discriminator's loser of this branch still runs: wait for it
+            tok.wk = WK_LOCK
+            tok.wid = 0
+            self.parked = tok
+            return -1
         return m.interleave_next(self, tok)
+
+    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+        tok = self.parked
+        if tok is not None:
+            if self.count == 1:  # only the waiting thread is left: the branch is over
+                self.parked = None
+                tok.wk = WK_NONE
+                tok.ip = m.interleave_next(self, tok)
+                m.ready.append(tok)
+            return
+        if self.count:
+            return
+        self.done[self.current] = True  # the running branch was withdrawn: go on with the others
+        if self.arrived == 0 and all(self.done):
+            m.close(self, withdrawn=True)
+            return
+        tok = m.spawn(self, self.spec.after, self.env)
+        tok.ip = m.interleave_next(self, tok)
 
 
 class MIFrame(Frame):
