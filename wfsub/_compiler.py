@@ -134,6 +134,7 @@ class LoopSpec:
 class WaitSpec:
     signal: str
     into: str
+    transient: bool  # only a signal that arrives while waiting wakes it; it never takes a buffered one
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +417,7 @@ def _wait(e: _Emitter, t: Wait, path: str) -> None:
     e.signals.add(t.signal)
     if not t.transient:
         e.persistent.add(t.signal)
-    e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal)), path)
+    e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal, t.transient)), path)
 
 
 def _defer(e: _Emitter, t: Defer, path: str) -> None:

@@ -1055,7 +1055,7 @@ def _park_signal(m: Machine, tok: Token, ip: int, names: Sequence[str]) -> None:
 
 
 def _op_wait(m: Machine, tok: Token, ip: int, spec: WaitSpec) -> int:
-    buffered = m.buffered.get(spec.signal)
+    buffered = None if spec.transient else m.buffered.get(spec.signal)
     if buffered:
         _, payload = buffered.popleft()
         m.store(tok.env, spec.into, payload)
