@@ -25,6 +25,13 @@ from ._errors import SignalRejected as SignalRejected
 from ._errors import SnapshotMismatch as SnapshotMismatch
 from ._errors import SubstrateClosed as SubstrateClosed
 from ._errors import WfsubError as WfsubError
+from ._runtime import CaseHandle as CaseHandle
+from ._runtime import CaseState as CaseState
+from ._runtime import CaseStatus as CaseStatus
+from ._runtime import Clock as Clock
+from ._runtime import RealClock as RealClock
+from ._runtime import Substrate as Substrate
+from ._runtime import SubstrateStatistics as SubstrateStatistics
 from ._terms import Retry as Retry
 from ._terms import Term as Term
 from ._terms import call as call
@@ -45,22 +52,43 @@ from ._terms import terminate as terminate
 from ._terms import wait as wait
 from ._terms import when_milestone as when_milestone
 from ._terms import xor as xor
+from ._trace import CallbackSink as CallbackSink
+from ._trace import JsonlSink as JsonlSink
+from ._trace import MemorySink as MemorySink
+from ._trace import StructlogSink as StructlogSink
+from ._trace import TraceEvent as TraceEvent
+from ._trace import TraceLevel as TraceLevel
+from ._trace import TraceSink as TraceSink
 from ._validate import ValidationIssue as ValidationIssue
 from ._validate import validate as validate
 
 __all__ = [
+    "CallbackSink",
     "CaseCancelled",
     "CaseExists",
     "CaseFailed",
+    "CaseHandle",
     "CaseNotFound",
+    "CaseState",
+    "CaseStatus",
+    "Clock",
     "InvalidWorkflow",
+    "JsonlSink",
     "MachineStateError",
+    "MemorySink",
     "Program",
+    "RealClock",
     "Retry",
     "SignalRejected",
     "SnapshotMismatch",
+    "StructlogSink",
+    "Substrate",
     "SubstrateClosed",
+    "SubstrateStatistics",
     "Term",
+    "TraceEvent",
+    "TraceLevel",
+    "TraceSink",
     "ValidationIssue",
     "WfsubError",
     "call",

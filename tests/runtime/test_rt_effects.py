@@ -1,0 +1,170 @@
+"""Effects: concurrency, per-attempt timeouts and Retry backoff on the injected clock, failure, withdrawal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from wfsub import CaseFailed, Retry, effect, par, scope, seq, sleep, task
+
+from ._helpers import Recorder, running
+
+
+async def test_retry_backs_off_on_the_clock_and_succeeds() -> None:
+    """A failing effect is retried after initial * multiplier**(i-1) seconds of the clock, then succeeds."""
+    async with running() as (sub, clock, _):
+        attempts: list[float] = []
+
+        async def flaky(ctx: Any) -> dict[str, Any]:
+            attempts.append(clock.now())
+            if len(attempts) < 3:
+                raise ConnectionError("gateway busy")
+            return {"paid": True}
+
+        wf = effect(flaky, retry=Retry(max_attempts=3, initial=1.0, multiplier=2.0, max_interval=30))
+        handle = await sub.new_case(wf)
+        await clock.advance(1)
+        assert attempts == [0.0, 1.0]
+        await clock.advance(2)
+        assert await handle.result() == {"paid": True}
+    assert attempts == [0.0, 1.0, 3.0]
+
+
+async def test_retries_exhausted_fail_the_case_with_the_original_cause() -> None:
+    """After the last attempt the case fails: CaseFailed names case and path; __cause__ is the effect's error."""
+    async with running() as (sub, clock, _):
+        calls = 0
+
+        async def broken(ctx: Any) -> None:
+            nonlocal calls
+            calls += 1
+            raise ValueError(f"card declined #{calls}")
+
+        wf = seq(task(lambda c: {"ok": 1}), effect(broken, retry=Retry(max_attempts=2, initial=5)))
+        handle = await sub.new_case(wf, case_id="order-7")
+        await clock.advance(5)
+        with pytest.raises(CaseFailed) as info:
+            await handle.result()
+        status = handle.status()
+    assert calls == 2
+    err = info.value
+    assert isinstance(err.__cause__, ValueError)
+    assert str(err.__cause__) == "card declined #2"
+    assert "'order-7'" in str(err)
+    assert "seq[1].effect" in str(err)
+    assert "broken" in str(err)
+    assert status.state == "failed"
+    assert status.error == str(err)
+
+
+async def test_no_retry_means_one_attempt() -> None:
+    """Without retry= an effect gets exactly one attempt."""
+    calls = 0
+
+    async def once(ctx: Any) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("boom")
+
+    async with running() as (sub, _, _):
+        with pytest.raises(CaseFailed, match="RuntimeError: boom"):
+            await (await sub.new_case(effect(once))).result()
+    assert calls == 1
+
+
+async def test_attempt_timeout_runs_on_the_clock_and_is_retried() -> None:
+    """`timeout=` bounds each attempt on the injected clock; timed-out attempts are retried, then fail."""
+    async with running() as (sub, clock, _):
+        rec = Recorder(clock)
+        wf = effect(rec.effect("lookup", hang=True), name="lookup", timeout=5, retry=Retry(2, initial=1))
+        handle = await sub.new_case(wf)
+        await clock.advance(5)
+        assert rec.calls == ["lookup"]
+        await clock.advance(1)
+        assert rec.calls == ["lookup", "lookup"]
+        await clock.advance(5)
+        with pytest.raises(CaseFailed, match="timeout") as info:
+            await handle.result()
+    assert isinstance(info.value.__cause__, TimeoutError)
+    assert rec.cancelled == ["lookup", "lookup"]
+
+
+async def test_effect_returning_a_non_mapping_fails_at_once() -> None:
+    """An effect must return a Mapping or None; anything else fails the case without retries."""
+    calls = 0
+
+    async def wrong(ctx: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return 42
+
+    async with running() as (sub, _, _):
+        with pytest.raises(CaseFailed, match="returned int; an effect must return a Mapping") as info:
+            await (await sub.new_case(effect(wrong, retry=Retry(3)))).result()
+    assert calls == 1
+    assert isinstance(info.value.__cause__, TypeError)
+
+
+async def test_effect_sees_a_read_only_ctx() -> None:
+    """The effect's ctx is the token's data view; writing to it raises, returning updates works."""
+    seen: dict[str, Any] = {}
+
+    async def peek(ctx: Any) -> dict[str, Any]:
+        seen.update(ctx)
+        with pytest.raises(TypeError):
+            ctx["x"] = 2
+        return {"y": ctx["x"] + 1}
+
+    async with running() as (sub, _, _):
+        assert await (await sub.new_case(effect(peek), {"x": 1})).result() == {"x": 1, "y": 2}
+    assert seen == {"x": 1}
+
+
+async def test_effects_of_a_case_run_concurrently() -> None:
+    """Effects of parallel branches are in flight together in the case's task group."""
+    async with running() as (sub, clock, _):
+        rec = Recorder(clock)
+        handle = await sub.new_case(par(*(effect(rec.effect(f"e{i}", delay=1)) for i in range(5))))
+        await clock.advance(0)
+        assert rec.active == 5
+        assert handle.status().effects_pending == 5
+        await clock.advance(1)
+        await handle.result()
+
+
+async def test_result_of_a_withdrawn_effect_is_discarded_and_traced() -> None:
+    """A result that arrives after its token was withdrawn is dropped, and the trace says so."""
+    gate = anyio.Event()
+
+    async def slow(ctx: Any) -> dict[str, Any]:
+        await gate.wait()
+        return {"late": True}
+
+    async with running() as (sub, clock, sink):
+        wf = seq(scope("s", effect(slow), on_cancel=task(lambda c: {"gave_up": True})), sleep(1))
+        handle = await sub.new_case(wf)
+        await clock.advance(0)
+        gate.set()  # the effect finishes in the same round as the region is cancelled
+        await sub.cancel_region(handle.case_id, "s")
+        await clock.advance(1)
+        result = await handle.result()
+        await sink.wait_for("case_done", case_id=handle.case_id)
+    assert result == {"gave_up": True}
+    kinds = sink.kinds(handle.case_id)
+    assert "effect_discarded" in kinds, kinds
+
+
+async def test_scripted_effect_plays_its_outcomes_in_order() -> None:
+    """testing.ScriptedEffect raises and returns its scripted outcomes in order and records each ctx."""
+    from wfsub.testing import ScriptedEffect
+
+    charge = ScriptedEffect(ConnectionError("down"), ConnectionError("still down"), {"charged": 10}, name="charge")
+    async with running() as (sub, clock, _):
+        handle = await sub.new_case(effect(charge, retry=Retry(3, initial=1)), {"amount": 10})
+        await clock.advance(3)
+        assert await handle.result() == {"amount": 10, "charged": 10}
+    assert charge.calls == [{"amount": 10}] * 3
+    with pytest.raises(TypeError, match="outcomes are mappings"):
+        ScriptedEffect(42)  # type: ignore[arg-type]

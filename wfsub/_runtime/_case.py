@@ -1,0 +1,412 @@
+"""The case actor: one long-lived coroutine per case that drives its Machine.
+
+The actor runs vm bursts of `quanta` steps and yields to the event loop between bursts. Before every burst it
+drains its mailbox: after one wake-up it takes every message that is waiting, so a burst of 100 signals costs
+one wake-up and one burst, not 100. When the vm is blocked, the actor parks on the mailbox.
+
+The mailbox is a list (swapped out whole on each drain) plus an `anyio.Event` created only while the actor is
+parked, not an anyio memory object stream: a case that finishes in its first burst (the common short case)
+allocates no mailbox machinery at all, an idle case holds one Event (`bench/runtime_bench.py` measures what an
+idle case costs), and the two kinds of message get different treatment without two streams. Inputs from
+outside the case (signals, region operations) are bounded by `mailbox_size`: a sender waits while that many
+are queued (backpressure). Messages the case generates itself (effect results, timer
+firings, cancels) are never refused: they are bounded by the work the case itself started.
+
+The actor enters its own task group only when the vm first asks for an effect or a timer (or the case has a
+`timeout=`). Effects and timers run there, each under its own cancel scope, so withdrawing one cancels it at
+once; when the case ends the whole group is cancelled, and the actor returns only after every effect and
+timer has finished, so an ended case leaves nothing running.
+
+Supervision: an exception escaping a step fails the case in the vm; any other exception in the actor (a bug,
+or a broken vm invariant) ends this case as failed and is logged. Cancellation is never caught: at shutdown it
+unwinds the actor, which marks the case cancelled ("substrate closed") on its way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import structlog
+from anyio.abc import TaskGroup
+
+from .._errors import CaseCancelled, CaseFailed, MachineStateError, SignalRejected, WfsubError
+from .._trace._sink_actor import TraceSinkActor
+from .._trace._sinks import TraceSink
+from ._clock import Clock
+from ._effects import call_effect
+from ._status import CaseState, CaseStatus
+
+if TYPE_CHECKING:
+    from .._vm import EffectRequest, Machine, RunResult
+
+_log = structlog.get_logger("wfsub.runtime")
+
+# message kinds (first item of each mailbox tuple)
+SIGNAL = 0  # (SIGNAL, name, payload)
+EFFECT = 1  # (EFFECT, effect_id, output, error)
+TIMER = 2  # (TIMER, timer_id)
+CANCEL = 3  # (CANCEL, reason)
+REGION = 4  # (REGION, op, name, items, reply)
+
+_ENDED = frozenset({"done", "failed", "cancelled"})
+
+
+@dataclass(slots=True)
+class Shared:
+    """What every case actor of one Substrate shares."""
+
+    clock: Clock
+    hub: TraceSinkActor
+    quanta: int
+    mailbox_size: int
+    on_end: Callable[[CaseActor], None]
+    busy: int = 0  # actors running or with messages waiting (VirtualClock settles on 0)
+
+
+class Reply:
+    """The answer slot of a region operation: the sender waits on `event`."""
+
+    __slots__ = ("event", "error")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.error: BaseException | None = None
+
+
+@dataclass(slots=True, eq=False)
+class CaseActor:
+    """One case: its machine, mailbox, outcome and the coroutine that drives it (`run`)."""
+
+    case_id: str
+    machine: Machine | None
+    shared: Shared
+    started_at: float
+    timeout: float | None = None
+    level: str = "none"
+    sinks: tuple[TraceSink, ...] = ()
+    state: CaseState = CaseState.INITIALIZING
+    inbox: list[tuple[Any, ...]] = field(default_factory=list)
+    external: int = 0  # external messages queued (bounded by mailbox_size)
+    parked: bool = False
+    wake: anyio.Event | None = None
+    space: list[anyio.Event] | None = None  # senders waiting for room in the mailbox
+    tg: TaskGroup | None = None
+    scopes: dict[tuple[int, int], anyio.CancelScope] | None = None  # (EFFECT|TIMER, id) -> scope
+    wakeups: int = 0
+    steps: int = 0
+    signals: tuple[str, ...] = ()
+    cancel_reason: str | None = None
+    result: dict[str, Any] | None = None
+    cause: BaseException | None = None
+    error_path: str = ""
+    error_message: str = ""
+    ended_at: float | None = None
+    done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
+    exited: bool = False
+
+    # -- the actor coroutine ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:  # one coroutine frame for the whole life of the case (an idle case pays for each frame)
+            self.state = CaseState.RUNNING
+            r = self._burst(drain=False)  # the case starts before it takes any input
+            if self.timeout is None:
+                pending = await self._drive(r, None)
+                if pending is None:
+                    return
+                r = pending
+            async with anyio.create_task_group() as tg:
+                self.tg = tg
+                self.scopes = {}
+                if self.timeout is not None:
+                    tg.start_soon(self._case_timer, self.timeout)
+                await self._drive(r, tg)
+                tg.cancel_scope.cancel()  # whatever is left (timers, late effects) stops now
+        except Exception as exc:  # a runtime or vm bug: it ends this case only
+            _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
+            if not self.state.ended:
+                message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
+                self._end_failed(exc, "case actor", message)
+        finally:
+            if not self.state.ended:  # unwinding on cancellation: the Substrate is closing
+                self._end_cancelled("substrate closed")
+            if not self.parked:
+                self.shared.busy -= 1
+            self.parked = False
+            if self.sinks:
+                self.shared.hub.release(self.sinks)
+            # Awaiters are released only now, when the case's effects and timers have all stopped.
+            self.exited = True
+            if self.done is not None:
+                self.done.set()
+            self.shared.on_end(self)
+
+    async def _drive(self, r: RunResult, tg: TaskGroup | None) -> RunResult | None:
+        """Run bursts until the case ends (None) or, without a task group, until one is needed (the result)."""
+        checkpoint = anyio.lowlevel.checkpoint
+        while True:
+            status = r.status
+            if status in _ENDED:
+                self._end(r)
+                return None
+            if tg is None:
+                if r.effects or r.timers:
+                    return r
+            elif r.effects or r.timers or r.cancelled_effects or r.cancelled_timers:
+                self._io(r, tg)
+            if status == "yielded":
+                await checkpoint()
+            elif not self.inbox:  # park on the mailbox (inlined: one coroutine frame less per idle case)
+                self.signals = r.signals
+                self._set_waiting_state()
+                self.wake = wake = anyio.Event()
+                self.parked = True
+                self.shared.busy -= 1
+                await wake.wait()  # post() clears `parked` and counts us busy again
+                self.wake = None
+                self.wakeups += 1
+                self.state = CaseState.RUNNING
+            r = self._burst()
+
+    def _burst(self, drain: bool = True) -> RunResult:
+        if drain and self.inbox:
+            self._drain()
+        m = self.machine
+        assert m is not None
+        r = m.run(self.shared.quanta)
+        if self.level != "none":
+            events = m.take_events()
+            if events:
+                self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+        return r
+
+    def _set_waiting_state(self) -> None:
+        m = self.machine
+        assert m is not None
+        if m.pending_effects:
+            self.state = CaseState.WAITING_EFFECT
+        elif self.signals or not m.armed_timers:
+            self.state = CaseState.WAITING_SIGNAL
+        else:
+            self.state = CaseState.WAITING_TIMER
+
+    # -- the mailbox ------------------------------------------------------------------------------------
+
+    def post(self, msg: tuple[Any, ...]) -> None:
+        """Queue a message and wake the actor (never waits; external senders use `send`)."""
+        self.inbox.append(msg)
+        if self.parked:
+            self.parked = False
+            self.shared.busy += 1
+            assert self.wake is not None
+            self.wake.set()
+
+    async def send(self, msg: tuple[Any, ...], what: str) -> None:
+        """Queue an external message, waiting while the mailbox holds `mailbox_size` of them."""
+        limit = self.shared.mailbox_size
+        while self.external >= limit and not self.state.ended:
+            event = anyio.Event()
+            if self.space is None:
+                self.space = []
+            self.space.append(event)
+            await event.wait()
+        if self.state.ended:
+            raise SignalRejected(self.ended_message(what))
+        self.external += 1
+        self.post(msg)
+
+    def _drain(self) -> None:
+        apply = self._apply
+        while self.inbox:  # messages posted while applying (none today) are taken in the same drain
+            batch, self.inbox = self.inbox, []
+            for msg in batch:
+                apply(msg)
+        self.external = 0
+        if self.space:
+            waiting, self.space = self.space, None
+            for event in waiting:
+                event.set()
+
+    def _apply(self, msg: tuple[Any, ...]) -> None:
+        m = self.machine
+        assert m is not None
+        kind = msg[0]
+        if kind == SIGNAL:
+            try:
+                m.deliver_signal(msg[1], msg[2])
+            except SignalRejected as exc:  # the case ended while the signal was queued
+                _log.info("signal discarded", case_id=self.case_id, signal=msg[1], reason=str(exc))
+        elif kind == EFFECT:
+            if self.scopes is not None:
+                self.scopes.pop((EFFECT, msg[1]), None)
+            try:
+                m.complete_effect(msg[1], msg[2], error=msg[3])
+            except MachineStateError as exc:
+                _log.error("effect result refused by the vm", case_id=self.case_id, error=str(exc))
+        elif kind == TIMER:
+            if self.scopes is not None:
+                self.scopes.pop((TIMER, msg[1]), None)
+            m.fire_timer(msg[1])
+        elif kind == CANCEL:
+            if not m.ended:
+                self.cancel_reason = msg[1]
+                m.cancel(msg[1])
+        else:
+            _, op, name, items, reply = msg
+            try:
+                if op == "add_instances":
+                    m.add_instances(name, items)
+                else:
+                    getattr(m, op)(name)
+            except (WfsubError, TypeError) as exc:
+                reply.error = exc
+            reply.event.set()
+
+    # -- effects and timers ---------------------------------------------------------------------------
+
+    def _io(self, r: RunResult, tg: TaskGroup) -> None:
+        scopes = self.scopes
+        assert scopes is not None
+        for eid in r.cancelled_effects:
+            scope = scopes.pop((EFFECT, eid), None)
+            if scope is not None:
+                scope.cancel()
+        for tid in r.cancelled_timers:
+            scope = scopes.pop((TIMER, tid), None)
+            if scope is not None:
+                scope.cancel()
+        for req in r.effects:
+            scope = scopes[(EFFECT, req.effect_id)] = anyio.CancelScope()
+            tg.start_soon(self._effect, req, scope)
+        for timer in r.timers:
+            scope = scopes[(TIMER, timer.timer_id)] = anyio.CancelScope()
+            tg.start_soon(self._timer, timer.timer_id, timer.seconds, scope)
+
+    async def _effect(self, req: EffectRequest, scope: anyio.CancelScope) -> None:
+        with scope:
+            try:
+                output = await call_effect(
+                    req.fn,
+                    req.ctx,
+                    name=req.name,
+                    path=req.path,
+                    attempt_timeout=req.timeout,
+                    retry=req.retry,
+                    clock=self.shared.clock,
+                    case_id=self.case_id,
+                )
+            except Exception as exc:
+                self.post((EFFECT, req.effect_id, None, exc))
+            else:
+                self.post((EFFECT, req.effect_id, output, None))
+
+    async def _timer(self, timer_id: int, seconds: float, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self.shared.clock.sleep(seconds)
+            self.post((TIMER, timer_id))
+
+    async def _case_timer(self, seconds: float) -> None:
+        await self.shared.clock.sleep(seconds)
+        self.post((CANCEL, "timeout"))
+
+    # -- ending -----------------------------------------------------------------------------------------
+
+    def _end(self, r: RunResult) -> None:
+        m = self.machine
+        assert m is not None
+        if r.status == "done":
+            self.result = m.data
+            self.state = CaseState.DONE
+            self._finish()
+        elif r.status == "failed":
+            self._end_failed(r.error, r.error_path or "?", r.error_message or "the case failed")
+        else:
+            self._end_cancelled(self.cancel_reason or "the root thread was withdrawn")
+
+    def _end_failed(self, cause: BaseException | None, path: str, message: str) -> None:
+        if isinstance(cause, CaseFailed):  # a limit hit in the vm: keep its own cause, if any
+            cause = cause.__cause__
+        self.cause = cause
+        self.error_path = path
+        self.error_message = message
+        self.state = CaseState.FAILED
+        _log.warning("case failed", case_id=self.case_id, path=path, error=message)
+        self._finish()
+
+    def _end_cancelled(self, reason: str) -> None:
+        self.cancel_reason = reason
+        self.state = CaseState.CANCELLED
+        self._finish()
+
+    def _finish(self) -> None:
+        m = self.machine
+        if m is not None:
+            self.steps = m.steps
+            if self.level != "none":
+                events = m.take_events()
+                if events:
+                    self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+        self.machine = None
+        self.signals = ()
+        self.ended_at = self.shared.clock.now()
+        if self.tg is not None:
+            self.tg.cancel_scope.cancel()
+        for msg in self.inbox:  # region operations that will never run: answer them
+            if msg[0] == REGION:
+                msg[4].error = SignalRejected(self.ended_message(f"{msg[1].replace('_', ' ')} {msg[2]!r}"))
+                msg[4].event.set()
+        self.inbox.clear()
+        if self.space:
+            for event in self.space:
+                event.set()
+            self.space = None
+
+    # -- what the Substrate reads -----------------------------------------------------------------------
+
+    def ended_message(self, what: str) -> str:
+        return (
+            f"cannot {what}: case {self.case_id!r} has already ended ({self.state.value}); "
+            f"check status(case_id) before sending it inputs"
+        )
+
+    def outcome(self) -> dict[str, Any]:
+        """The final data, or raise the case's CaseFailed / CaseCancelled (a fresh exception per call)."""
+        state = self.state
+        if state is CaseState.DONE:
+            assert self.result is not None
+            return dict(self.result)  # each caller gets its own copy of the final data
+        if state is CaseState.FAILED:
+            raise CaseFailed(self.case_id, self.error_path, self.error_message) from self.cause
+        raise CaseCancelled(self.case_id, self.cancel_reason or "cancelled")
+
+    def status(self) -> CaseStatus:
+        m = self.machine
+        if m is not None:
+            steps, effects, timers, regions = m.steps, m.pending_effects, m.armed_timers, tuple(m.live_regions())
+        else:
+            steps, effects, timers, regions = self.steps, 0, 0, ()
+        error = None
+        if self.state is CaseState.FAILED:
+            error = str(CaseFailed(self.case_id, self.error_path, self.error_message))
+        return CaseStatus(
+            case_id=self.case_id,
+            state=self.state,
+            steps=steps,
+            signals=self.signals,
+            effects_pending=effects,
+            timers_armed=timers,
+            regions=regions,
+            wakeups=self.wakeups,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            error=error,
+            cancel_reason=self.cancel_reason if self.state is CaseState.CANCELLED else None,
+        )
+
+
+def region_message(op: str, name: str, items: Sequence[Any] | None) -> tuple[Any, ...]:
+    return (REGION, op, name, items, Reply())

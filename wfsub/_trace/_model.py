@@ -1,0 +1,94 @@
+"""`TraceEvent`: one vm event stamped with its case and time, the unit every sink receives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict
+
+from ._events import VmEvent
+
+
+class TraceEvent(BaseModel):
+    """Something a case did: `seq` orders the events of one case; `path` is the node path (`seq[1].par[0]`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    case_id: str
+    seq: int
+    kind: str
+    path: str
+    detail: dict[str, Any]
+    time: float
+
+    def format(self) -> str:
+        """One readable line: time, case, seq, kind, node path and detail.
+
+        Wall-clock times show as local `HH:MM:SS.mmm`; small times (a virtual clock) as seconds.
+        """
+        detail = " ".join(f"{k}={_short(v)}" for k, v in self.detail.items())
+        if self.time >= _WALL_CLOCK:
+            when = datetime.fromtimestamp(self.time).strftime("%H:%M:%S.%f")[:-3]
+        else:
+            when = f"{self.time:10.3f}"
+        return f"{when:>12}  {self.case_id}  #{self.seq:<4d} {self.kind:<18} {self.path}  {detail}".rstrip()
+
+
+_WALL_CLOCK = 1e9  # seconds since the epoch (2001): below it, a time is read as a clock's own seconds
+
+
+def _short(value: object) -> str:
+    try:
+        text = json.dumps(value, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+RawBatch = tuple[str, float, Sequence[VmEvent], Any]
+"""(case_id, time, vm events, the case's own sinks): what a case actor hands to the trace-sink actor."""
+
+
+class EventBatch(Sequence[TraceEvent]):
+    """The events a sink receives in one `write`: a read-only sequence of `TraceEvent`, built lazily.
+
+    The models are built on first access and then kept, so a batch shared by several sinks builds each event
+    once, and a sink that only stores batches (MemorySink) costs the cases nothing per event.
+    """
+
+    __slots__ = ("_raw", "_len", "_models")
+
+    def __init__(self, raw: Sequence[RawBatch]) -> None:
+        self._raw = raw
+        self._len = sum(len(batch[2]) for batch in raw)
+        self._models: list[TraceEvent] | None = None
+
+    def _build(self) -> list[TraceEvent]:
+        models = self._models
+        if models is None:
+            make = TraceEvent.model_construct
+            models = self._models = [
+                make(case_id=case_id, seq=e.seq, kind=e.kind, path=e.path, detail=e.detail, time=time)
+                for case_id, time, events, _ in self._raw
+                for e in events
+            ]
+        return models
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> TraceEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[TraceEvent]: ...
+    def __getitem__(self, index: int | slice) -> TraceEvent | list[TraceEvent]:
+        return self._build()[index]
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        return iter(self._build())
+
+    def __repr__(self) -> str:
+        return f"<EventBatch of {self._len} events>"

@@ -1,0 +1,219 @@
+"""The trace-sink actor: one per Substrate, between the case actors and the sinks.
+
+Case actors hand it batches of vm events with a non-blocking send into a bounded queue; when the queue is
+full the batch is dropped and counted, so tracing can never block or slow a case down beyond that one
+call. The actor wraps the raw vm events in lazy `EventBatch` sequences (the `TraceEvent` models are
+built once, when a sink first reads them) and fans each batch out to one worker per sink, again through a
+bounded buffer with a non-blocking send: a slow sink loses only its own events, and a sink that raises is
+counted and logged, then keeps getting events. Drops and sink errors are counted in `TraceStats` (visible
+through `Substrate.statistics()`) and logged through structlog: the first of each, then every 1,000th, so a
+broken sink cannot flood the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import structlog
+from anyio.abc import TaskGroup
+
+from ._events import VmEvent
+from ._model import EventBatch
+from ._sinks import TraceSink
+
+_log = structlog.get_logger("wfsub.trace")
+
+Batch = tuple[str, float, Sequence[VmEvent], tuple[TraceSink, ...]]
+"""(case_id, time, vm events, the case's own sinks): what a case actor hands over."""
+
+
+@dataclass(slots=True)
+class TraceStats:
+    events: int = 0  # events accepted from cases
+    dropped: int = 0  # events dropped at a full buffer (the actor's or a sink's)
+    sink_errors: int = 0  # times a sink's write (or aclose) raised
+
+
+def _log_every(count: int) -> bool:
+    return count == 1 or count % 1000 == 0
+
+
+class _SinkWorker:
+    """Feeds one sink from its own bounded buffer."""
+
+    def __init__(self, sink: TraceSink, stats: TraceStats, buffer: int) -> None:
+        self.sink = sink
+        self.stats = stats
+        self.send, self.receive = anyio.create_memory_object_stream[EventBatch](buffer)
+        self.dropped = 0
+        self.errors = 0
+
+    def offer(self, events: EventBatch) -> None:
+        try:
+            self.send.send_nowait(events)
+        except anyio.WouldBlock:
+            self.stats.dropped += len(events)
+            self.dropped += len(events)
+            if _log_every(self.dropped):
+                _log.warning("trace sink is too slow; events dropped", sink=repr(self.sink), dropped=self.dropped)
+
+    async def run(self) -> None:
+        async with self.receive:
+            async for events in self.receive:
+                try:
+                    await self.sink.write(events)
+                except Exception as exc:
+                    self._error(exc, "write")
+        close = getattr(self.sink, "aclose", None)
+        if close is not None:
+            try:
+                await close()
+            except Exception as exc:
+                self._error(exc, "aclose")
+
+    def _error(self, exc: Exception, what: str) -> None:
+        self.stats.sink_errors += 1
+        self.errors += 1
+        if _log_every(self.errors):
+            _log.error(f"trace sink {what} raised", sink=repr(self.sink), errors=self.errors, error=repr(exc))
+
+
+class TraceSinkActor:
+    """Receives event batches from the cases and fans them out to the sinks (see the module docstring)."""
+
+    def __init__(self, sinks: Sequence[TraceSink], *, buffer: int = 10_000, sink_buffer: int = 10_000) -> None:
+        for sink in sinks:
+            check_sink(sink)
+        self.stats = TraceStats()
+        self._sinks = tuple(sinks)
+        self._sink_buffer = sink_buffer
+        self._buffer = buffer
+        self._queue: list[Batch] = []  # a list swapped out whole on each wake-up: cheaper than a stream
+        self._releases: list[TraceSink] = []  # per-case sinks whose case has ended (never dropped)
+        self._refs: dict[int, int] = {}  # id(per-case sink) -> live cases using it
+        self._wake: anyio.Event | None = None
+        self._closed = False
+        self._workers: dict[int, _SinkWorker] = {}
+        self._global: list[_SinkWorker] = []
+        self._tg: TaskGroup | None = None
+        self.finished = anyio.Event()
+
+    @property
+    def has_sinks(self) -> bool:
+        return bool(self._sinks)
+
+    def submit(self, case_id: str, time: float, events: Sequence[VmEvent], sinks: tuple[TraceSink, ...]) -> None:
+        """Hand over a batch without ever waiting: when the buffer is full the batch is dropped and counted."""
+        n = len(events)
+        self.stats.events += n
+        if self._closed:
+            self._drop(n, "trace-sink actor closed; events dropped")
+        elif len(self._queue) >= self._buffer:
+            self._drop(n, "trace buffer full; events dropped")
+        else:
+            self._queue.append((case_id, time, events, sinks))
+            self._wake_up()
+
+    def retain(self, sink: TraceSink) -> None:
+        """A case starts sending its events to `sink` as well (see `release`)."""
+        self._refs[id(sink)] = self._refs.get(id(sink), 0) + 1
+
+    def release(self, sinks: tuple[TraceSink, ...]) -> None:
+        """A case that used these sinks has ended: once no live case uses a sink, its worker closes it."""
+        self._releases.extend(sinks)
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    def _drop(self, n: int, message: str) -> None:
+        before = self.stats.dropped
+        self.stats.dropped += n
+        if before == 0 or before // 1000 != self.stats.dropped // 1000:
+            _log.warning(message, dropped=self.stats.dropped)
+
+    def close(self) -> None:
+        """No more batches: the actor delivers what it holds, closes the sinks and ends."""
+        self._closed = True
+        self._wake_up()
+
+    async def run(self) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                for sink in self._sinks:
+                    self._global.append(self._worker(sink))
+                checkpoint = anyio.lowlevel.checkpoint
+                while True:
+                    if self._queue or self._releases:
+                        batches, self._queue = self._queue, []
+                        self._dispatch(batches)
+                        if self._releases:  # after the round: a case's events are queued before its release
+                            releases, self._releases = self._releases, []
+                            self._release(releases)
+                        await checkpoint()  # never starve the cases, however busy tracing is
+                    elif self._closed:
+                        break
+                    else:
+                        wake = self._wake = anyio.Event()
+                        await wake.wait()
+                for worker in self._workers.values():
+                    worker.send.close()  # each worker delivers what it holds, closes its sink and ends
+        finally:
+            self._closed = True
+            for worker in self._workers.values():  # cancelled at shutdown: leave no stream open
+                worker.send.close()
+            self.finished.set()
+
+    def _worker(self, sink: TraceSink) -> _SinkWorker:
+        worker = self._workers.get(id(sink))
+        if worker is None:
+            assert self._tg is not None
+            worker = self._workers[id(sink)] = _SinkWorker(sink, self.stats, self._sink_buffer)
+            self._tg.start_soon(worker.run)
+        return worker
+
+    def _release(self, sinks: list[TraceSink]) -> None:
+        refs = self._refs
+        for sink in sinks:
+            key = id(sink)
+            left = refs.get(key, 1) - 1
+            if left > 0:
+                refs[key] = left
+                continue
+            refs.pop(key, None)
+            if any(sink is g for g in self._sinks):
+                continue
+            worker = self._workers.pop(key, None)
+            if worker is not None:
+                worker.send.close()  # it delivers what it holds, closes the sink and ends
+
+    def _dispatch(self, batches: list[Batch]) -> None:
+        for batch in batches:
+            sinks = batch[3]
+            if sinks:
+                own = EventBatch([batch])
+                for sink in sinks:
+                    self._worker(sink).offer(own)
+        if self._global:
+            everything = EventBatch(batches)
+            for worker in self._global:
+                worker.offer(everything)
+
+
+def check_sink(sink: Any) -> TraceSink:
+    """Raise a TypeError that explains what a sink is, unless `sink` is one."""
+    if not isinstance(sink, TraceSink):
+        raise TypeError(
+            f"{sink!r} is not a trace sink: a sink needs `async def write(self, events)`; use MemorySink, "
+            f"JsonlSink(path), StructlogSink() or CallbackSink(fn)"
+        )
+    return sink
+

@@ -1,0 +1,81 @@
+"""Helpers for testing code that uses wfsub: a clock moved by hand, a sink that captures events, and effects
+whose outcomes are scripted.
+
+    clock = VirtualClock()
+    sink = CapturingSink()
+    async with Substrate(clock=clock, sinks=[sink]) as sub:
+        handle = await sub.new_case(workflow)
+        await clock.advance(30)          # fires every timer due in the next 30 s; cases handle them
+        await sink.wait_for("case_done", case_id=handle.case_id)
+
+    charge = ScriptedEffect(ConnectionError("gateway down"), {"charged": True}, name="charge")
+    workflow = effect(charge, retry=Retry(max_attempts=2))   # fails once, then succeeds; charge.calls records ctx
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping as _Mapping
+from collections.abc import Sequence as _Sequence
+from typing import Any as _Any
+
+import anyio
+import anyio.lowlevel
+
+from ._runtime._clock import VirtualClock as VirtualClock
+from ._trace._model import TraceEvent as _TraceEvent
+from ._trace._sinks import MemorySink as _MemorySink
+
+__all__ = ["CapturingSink", "ScriptedEffect", "VirtualClock"]
+
+
+class CapturingSink(_MemorySink):
+    """A `MemorySink` that a test can also wait on: `await sink.wait_for(kind, case_id=..., count=1)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = anyio.Event()
+
+    async def write(self, events: _Sequence[_TraceEvent]) -> None:
+        await super().write(events)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def count(self, kind: str, case_id: str | None = None) -> int:
+        """How many events of `kind` (of one case, or of all) were captured."""
+        return sum(1 for e in self.events if e.kind == kind and (case_id is None or e.case_id == case_id))
+
+    async def wait_for(self, kind: str, *, case_id: str | None = None, count: int = 1) -> list[_TraceEvent]:
+        """Wait until `count` events of `kind` (of one case, or of any) were captured; return them."""
+        while self.count(kind, case_id) < count:
+            await self._changed.wait()
+        return [e for e in self.events if e.kind == kind and (case_id is None or e.case_id == case_id)]
+
+
+class ScriptedEffect:
+    """An effect function whose outcomes are scripted, for `effect(ScriptedEffect(...))`.
+
+    Call i takes outcome i (the last outcome repeats): a Mapping or None is returned, an exception instance is
+    raised. `calls` holds a copy of the ctx each call saw. Each call passes one checkpoint, as real I/O would.
+    """
+
+    def __init__(self, *outcomes: _Mapping[str, _Any] | BaseException | None, name: str = "scripted_effect") -> None:
+        for outcome in outcomes:
+            if outcome is not None and not isinstance(outcome, _Mapping | BaseException):
+                raise TypeError(
+                    f"ScriptedEffect outcomes are mappings (returned), exceptions (raised) or None, "
+                    f"got {type(outcome).__name__}"
+                )
+        self.outcomes = list(outcomes) or [None]
+        self.calls: list[dict[str, _Any]] = []
+        self.__qualname__ = self.__name__ = name
+
+    async def __call__(self, ctx: _Mapping[str, _Any]) -> _Mapping[str, _Any] | None:
+        self.calls.append(dict(ctx))
+        outcome = self.outcomes[min(len(self.calls), len(self.outcomes)) - 1]
+        await anyio.lowlevel.checkpoint()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def __repr__(self) -> str:
+        return f"ScriptedEffect({self.__qualname__!r}, calls={len(self.calls)})"
