@@ -16,7 +16,7 @@ from wfsub.testing import CapturingSink
 
 
 def vm_events(n: int) -> list[VmEvent]:
-    return [VmEvent(i + 1, "task", f"seq[{i}].task", {"name": f"t{i}"}) for i in range(n)]
+    return [VmEvent((i + 1, "task", f"seq[{i}].task", {"name": f"t{i}"})) for i in range(n)]
 
 
 async def test_sink_actor_fans_out_global_and_per_case_sinks() -> None:

@@ -49,6 +49,7 @@ from ._records import (
     WK_TIMER,
     CallFrame,
     CriticalFrame,
+    Fifo,
     Frame,
     InstanceFrame,
     InterleaveFrame,
@@ -191,13 +192,13 @@ class Machine:
         self.root = RootFrame(None, self.root_env, 0)
         self.effects: dict[int, Token] = {}
         self.timers: dict[int, Token] = {}
-        self.waiters: dict[str, deque[tuple[Token, int]]] = {}
-        self.buffered: dict[str, deque[tuple[int, Any]]] = {}
+        self.waiters: dict[str, Fifo] = {}  # of (token, wait id)
+        self.buffered: dict[str, Fifo] = {}  # of (arrival seq, payload)
         self.regions: dict[str, dict[Frame, None]] = {}
         self.locks: dict[str, CriticalFrame | None] = {}
-        self.lock_waiters: dict[str, deque[tuple[Token, int]]] = {}
+        self.lock_waiters: dict[str, Fifo] = {}
         self.ms_active: dict[str, int] = {}
-        self.ms_waiters: dict[str, deque[tuple[Token, int]]] = {}
+        self.ms_waiters: dict[str, Fifo] = {}
         self.out_effects: list[EffectRequest] = []
         self.out_timers: list[TimerRequest] = []
         self.out_cancel_effects: list[int] = []
@@ -237,7 +238,7 @@ class Machine:
         names = []
         for name, queue in self.waiters.items():
             while queue:
-                tok, wid = queue[0]
+                tok, wid = queue.peek()
                 if tok.alive and tok.wk == WK_SIGNAL and tok.wid == wid:
                     names.append(name)
                     break
@@ -263,15 +264,16 @@ class Machine:
             steps = 0
         if not self.ended:
             self.status = YIELDED if self.ready else BLOCKED
-        result = RunResult(
-            self.status,
-            steps,
-            self.out_effects,
-            self.out_timers,
-            self.out_cancel_effects,
-            self.out_cancel_timers,
-        )
-        self.out_effects, self.out_timers, self.out_cancel_effects, self.out_cancel_timers = [], [], [], []
+        result = RunResult(self.status, steps)
+        # Hand over the lists that hold something; the machine keeps its empty ones.
+        if self.out_effects:
+            result.effects, self.out_effects = self.out_effects, []
+        if self.out_timers:
+            result.timers, self.out_timers = self.out_timers, []
+        if self.out_cancel_effects:
+            result.cancelled_effects, self.out_cancel_effects = self.out_cancel_effects, []
+        if self.out_cancel_timers:
+            result.cancelled_timers, self.out_cancel_timers = self.out_cancel_timers, []
         if self.status == BLOCKED:
             result.signals = self.awaited_signals()
         elif self.status == FAILED:
@@ -346,6 +348,8 @@ class Machine:
         traced = self.tl >= 1
         paths = self.paths
         labels = self.program.labels
+        root_env = self.root_env
+        events = self.events
         steps = 0
         tok: Token | None = None
         ip = 0
@@ -380,11 +384,15 @@ class Machine:
                     self.step_failed(ip, exc, f"task {labels[ip]} raised {type(exc).__name__}: {exc}")
                     tok = None
                     break
-                if res is not None and not self.merge(tok, res, ip):
-                    tok = None
-                    break
+                if res is not None:
+                    if env is root_env and type(res) is dict:
+                        self.data.update(res)
+                    elif not self.merge(tok, res, ip):
+                        tok = None
+                        break
                 if traced:
-                    self.emit("task", paths[ip], {"name": labels[ip], "token": tok.tid})
+                    self.event_seq += 1
+                    events.append(VmEvent((self.event_seq, "task", paths[ip], {"name": labels[ip], "token": tok.tid})))
                 ip += 1
             elif op == _JUMP:
                 ip = arg
@@ -410,7 +418,7 @@ class Machine:
 
     def emit(self, kind: str, path: str, detail: dict[str, Any]) -> None:
         self.event_seq += 1
-        self.events.append(VmEvent(self.event_seq, kind, path, detail))
+        self.events.append(VmEvent((self.event_seq, kind, path, detail)))
 
     def _case_event(self, kind: str, **detail: Any) -> None:
         if self.tl:
@@ -716,7 +724,7 @@ class Machine:
                 return
         if name in self.program.persistent_signals:
             self.signal_seq += 1
-            self.buffered.setdefault(name, deque()).append((self.signal_seq, payload))
+            self.buffered.setdefault(name, Fifo()).append((self.signal_seq, payload))
             if self.tl:
                 self.emit("signal_buffered", "", {"signal": name})
         elif self.tl:
@@ -1049,7 +1057,7 @@ def _park_signal(m: Machine, tok: Token, ip: int, names: Sequence[str]) -> None:
     tok.wk = WK_SIGNAL
     tok.wid = wid
     for name in names:
-        m.waiters.setdefault(name, deque()).append((tok, wid))
+        m.waiters.setdefault(name, Fifo()).append((tok, wid))
         if m.tl:
             m.emit("signal_waiting", m.paths[ip], {"signal": name, "token": tok.tid})
 
@@ -1078,8 +1086,8 @@ def _op_defer(m: Machine, tok: Token, ip: int, spec: DeferSpec) -> int:
     best = None
     for i, name in enumerate(spec.signals):  # the earliest buffered signal among the names decides
         buffered = m.buffered.get(name)
-        if buffered and (best is None or buffered[0][0] < best[0]):
-            best = (buffered[0][0], i)
+        if buffered and (best is None or buffered.peek()[0] < best[0]):
+            best = (buffered.peek()[0], i)
     if best is not None:
         name = spec.signals[best[1]]
         _, payload = m.buffered[name].popleft()
@@ -1169,7 +1177,7 @@ def _op_critical(m: Machine, tok: Token, ip: int, spec: NameSpec) -> int:
     tok.ip = ip
     tok.wk = WK_LOCK
     tok.wid = wid
-    m.lock_waiters.setdefault(spec.name, deque()).append((tok, wid))
+    m.lock_waiters.setdefault(spec.name, Fifo()).append((tok, wid))
     m.trace_node("critical_wait", ip, name=spec.name)
     return -1
 
@@ -1200,7 +1208,7 @@ def _op_when(m: Machine, tok: Token, ip: int, spec: NameSpec) -> int:
         tok.ip = ip
         tok.wk = WK_MILESTONE
         tok.wid = wid
-        m.ms_waiters.setdefault(spec.name, deque()).append((tok, wid))
+        m.ms_waiters.setdefault(spec.name, Fifo()).append((tok, wid))
         return -1
     frame = tok.frame  # reached and passed: this branch is withdrawn
     unlink(frame, tok)

@@ -49,6 +49,44 @@ class Token:
         self.aux = 0
 
 
+class Fifo:
+    """A first-in first-out queue for waiters and buffered signals: a list and the index of its head.
+
+    A deque costs about 760 bytes even when it holds one item; an idle case holds one of these per signal
+    name it waits on, so a list (compacted once its dead head outgrows the live part) keeps idle cases small.
+    """
+
+    __slots__ = ("items", "head")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.head = 0
+
+    def append(self, item: Any) -> None:
+        self.items.append(item)
+
+    def peek(self) -> Any:
+        return self.items[self.head]
+
+    def popleft(self) -> Any:
+        items = self.items
+        head = self.head
+        item = items[head]
+        items[head] = None
+        head += 1
+        if head * 2 >= len(items):  # the dead head is at least half: drop it (amortised O(1))
+            del items[:head]
+            head = 0
+        self.head = head
+        return item
+
+    def __len__(self) -> int:
+        return len(self.items) - self.head
+
+    def __bool__(self) -> bool:
+        return len(self.items) > self.head
+
+
 def link(frame: Frame, child: Any) -> None:
     head = frame.head
     child.prev = None

@@ -20,6 +20,7 @@ from .._trace._events import VmEvent
 from ._records import (
     CallFrame,
     CriticalFrame,
+    Fifo,
     InstanceFrame,
     InterleaveFrame,
     LoopFrame,
@@ -52,7 +53,7 @@ _RECORDS: dict[str, Any] = {
         InterleaveFrame,
         MIFrame,
         InstanceFrame,
-        VmEvent,
+        Fifo,
     )
 }
 _STATE = (
@@ -107,6 +108,8 @@ class _Encoder:
         if v is self.root_env:
             return {"$root": 1}
         cls = type(v)
+        if cls is VmEvent:
+            return {"$event": [v[0], v[1], v[2], self.enc(v[3])]}
         if cls.__name__ in _RECORDS and _RECORDS[cls.__name__] is cls:
             ref = self.ids.get(id(v))
             if ref is None:
@@ -185,6 +188,9 @@ def give(machine: Machine, program: Program, snap: Mapping[str, Any]) -> None:
             return consts[v["$const"]]
         if "$root" in v:
             return root_env
+        if "$event" in v:
+            seq, kind, path, detail = v["$event"]
+            return VmEvent((seq, kind, path, dec(detail)))
         if "$tuple" in v:
             return tuple(dec(x) for x in v["$tuple"])
         if "$deque" in v:
