@@ -10,7 +10,8 @@ to flat bytecode and run by one actor coroutine per case. Layers, each importing
     _runtime    Substrate (root supervisor), case actors, effects, timers, trace sink (the only anyio user)
     _trace      trace levels, event kinds, TraceEvent, sinks (shared by the vm and the runtime)
 
-This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are the other public tiers.
+This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are the other public tiers, and
+`wfsub.terms` and `wfsub.runtime` re-export the algebra and the runtime under the names DESIGN.md uses.
 """
 
 from ._compiler import Program as Program

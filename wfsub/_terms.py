@@ -23,6 +23,16 @@ def _safe_hash(value: object) -> int:
         return id(value)
 
 
+def _same(a: object, b: object) -> bool:
+    """Equal and of the same type, all the way down: `join=True` is not `join=1`, `times=2.0` is not `2`."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
 def _show(value: object) -> str:
     """Render a value the way the code that built it would read."""
     if isinstance(value, Term):
@@ -57,9 +67,7 @@ class Term:
             return True
         if type(other) is not type(self) or hash(other) != self._hash:
             return False
-        return all(
-            getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name != "_hash"
-        )
+        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in fields(self) if f.name != "_hash")
 
     def __repr__(self) -> str:
         parts: list[str] = []

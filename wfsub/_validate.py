@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -107,7 +107,10 @@ def _is_number(value: object) -> bool:
 class _Checker:
     library: Mapping[str, Any] | None
     issues: list[ValidationIssue]
-    regions: dict[str, str]
+    regions: dict[str, str] = field(default_factory=dict)  # region name -> path of its first use
+    held: list[str] = field(default_factory=list)  # names of the critical sections around the current node
+    milestones: set[str] = field(default_factory=set)
+    whens: list[tuple[str, str]] = field(default_factory=list)  # (milestone name, path of when_milestone)
 
     def add(self, path: str, message: str) -> None:
         self.issues.append(ValidationIssue(path=path, message=message))
@@ -145,8 +148,35 @@ class _Checker:
         check = _CHECKS.get(type(term))
         if check is not None:
             check(self, term, path)
+        held = isinstance(term, Critical) and isinstance(term.name, str)
+        if held:
+            assert isinstance(term, Critical)
+            if term.name in self.held:
+                self.add(
+                    path,
+                    f"critical({term.name!r}) inside a critical section of the same name: sections are not "
+                    "reentrant, so it would wait for itself forever; rename one of them or merge the two",
+                )
+            self.held.append(term.name)
+        elif isinstance(term, Milestone) and isinstance(term.name, str):
+            self.milestones.add(term.name)
+        elif isinstance(term, WhenMilestone) and isinstance(term.name, str):
+            self.whens.append((term.name, path))
         for selector, child in children(term):
             self.walk(child, child_path(path, selector, child))
+        if held:
+            self.held.pop()
+
+    def finish(self) -> None:
+        """Checks that need the whole workflow (and its library): every when_milestone has a milestone."""
+        for name, path in self.whens:
+            if name not in self.milestones:
+                known = ", ".join(repr(n) for n in sorted(self.milestones)) or "none"
+                self.add(
+                    path,
+                    f"when_milestone({name!r}) names no milestone of the workflow (milestones: {known}): "
+                    "it would wait forever; check the name",
+                )
 
 
 def _check_task(c: _Checker, t: Task, path: str) -> None:
@@ -234,8 +264,7 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
 
 def _check_defer(c: _Checker, t: Defer, path: str) -> None:
     if not isinstance(t.branches, tuple) or not t.branches:
-        if t.on_timeout is None:
-            c.add(path, "defer needs at least one {signal: branch} entry")
+        c.add(path, "defer needs at least one {signal: branch} entry (for a timeout alone, use sleep() then the step)")
     else:
         for pair in t.branches:
             if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]):
@@ -398,13 +427,16 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
         issues.append(ValidationIssue(path="library", message=message))
         library = None
     root = term.kind if isinstance(term, Term) else "workflow"
-    _Checker(library, issues, {}).walk(term, root)
+    checker = _Checker(library, issues)  # one checker: region and milestone names span the library too
+    checker.walk(term, root)
     for name, sub in (library or {}).items():
         if not isinstance(name, str):
             issues.append(ValidationIssue(path="library", message=f"library keys must be str names, got {name!r}"))
             continue
         kind = sub.kind if isinstance(sub, Term) else "?"
-        _Checker(library, issues, {}).walk(sub, f"library[{name!r}].{kind}")
+        checker.held = []
+        checker.walk(sub, f"library[{name!r}].{kind}")
+    checker.finish()
     return issues
 
 

@@ -137,6 +137,11 @@ def test_valid_workflow_has_no_issues() -> None:
         (effect(charge, timeout=-1), "effect", "positive number"),
         (seq(task(fetch), fetch), "seq[1].?", "wrap it as task(fetch)"),
         (mi(task(fetch), count=1, dynamic=True), "mi", "needs name="),
+        (defer({}, timeout=5, on_timeout=task(fetch)), "defer", "at least one {signal: branch}"),
+        (par(milestone("open", task(fetch)), when_milestone("opne", task(fetch))), "par[1].when_milestone",
+         "names no milestone of the workflow (milestones: 'open')"),
+        (critical("L", seq(task(fetch), critical("L", task(fetch)))), "critical.seq[1].critical",
+         "not reentrant"),
     ],
 )
 def test_validate_reports_path_and_fix(term: Any, path: str, fragment: str) -> None:
@@ -149,6 +154,21 @@ def test_call_of_missing_library_name_is_reported() -> None:
     """call() of a name that the library lacks names the known workflows."""
     found = issues_of(seq(task(fetch), call("ship")), library={"bill": task(fetch)})
     assert found == [("seq[1].call", "call('ship'): no workflow of that name in the library (bill)")]
+
+
+def test_region_names_are_unique_across_the_library() -> None:
+    """A region name used both in the workflow and in a library workflow it may call is reported."""
+    library = {"sub": mi(task(fetch), count=1, name="r")}
+    found = issues_of(par(scope("r", task(fetch)), call("sub")), library=library)
+    message = "region name 'r' is already used at par[0].scope: give each scope/mi its own name"
+    assert found == [("library['sub'].mi", message)]
+
+
+def test_equality_compares_types_too() -> None:
+    """join=True is not join=1 and times=2.0 is not times=2: a valid cached term never stands in for them."""
+    assert par(task(fetch), join=True) != par(task(fetch), join=1)  # type: ignore[arg-type]
+    assert loop(task(fetch), times=2.0) != loop(task(fetch), times=2)  # type: ignore[arg-type]
+    assert validate(par(task(fetch), join=True))  # type: ignore[arg-type]
 
 
 def test_nested_paths_name_every_level() -> None:

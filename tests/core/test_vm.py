@@ -495,3 +495,56 @@ def test_par_split_and_join_policies(join: Any, cancel: bool, runs_after: list[s
             m.complete_effect(e.effect_id)
         r = settle(m)
     assert r.status == "done" and runs == runs_after
+
+
+def test_request_withdrawn_in_the_same_burst_is_never_reported() -> None:
+    """An effect or timer made and withdrawn within one run() is neither requested nor cancelled."""
+    wf = seq(par(effect(work), sleep(60), put("quick", True), join=1, cancel_remaining=True), wait("go"))
+    m = machine(wf)
+    r = m.run(1000)
+    assert r.status == "blocked" and (r.effects, r.timers) == ([], [])
+    assert (r.cancelled_effects, r.cancelled_timers) == ([], [])
+    assert m.pending_effects == 0 and m.armed_timers == 0
+
+
+def test_empty_unsynchronized_dynamic_mi_does_not_keep_the_case_open() -> None:
+    """A dynamic mi with join=None and no instances closes at once: the case ends when its thread does."""
+    m = machine(seq(mi(put("x", 1), count=0, dynamic=True, join=None, name="m"), put("after", 1)))
+    assert settle(m).status == "done" and m.data == {"after": 1}
+
+
+def test_refused_complete_region_changes_nothing() -> None:
+    """complete_region raises before touching any activation when one of them has already joined."""
+    inner = mi(
+        xor((lambda c: c["item"] == "fast" and c["index"] == 0, put("fast", True)), default=wait("x")),
+        count=2, join=1, cancel_remaining=False, name="in", collect="got",
+    )
+    m = Machine(compile_workflow(mi(inner, items=lambda c: ["slow", "fast"], collect="outer")), trace_level="min")
+    settle(m)
+    m.take_events()
+    with pytest.raises(SignalRejected, match="has already joined"):
+        m.complete_region("in")
+    assert m.take_events() == [] and m.live_regions() == ["in"]
+
+
+def test_reentering_a_held_critical_section_fails_fast() -> None:
+    """A thread that enters a critical section it already holds (through a call) fails instead of hanging."""
+    lib = {"again": critical("L", put("x", 1))}
+    m = machine(critical("L", call("again")), library=lib)
+    r = settle(m)
+    assert r.status == "failed" and "not reentrant" in (r.error_message or "")
+
+
+def test_pending_requests_after_restore() -> None:
+    """A restored machine lists the effects in flight and timers armed, for its driver to restart."""
+    m = machine(par(effect(work, name="charge", timeout=3.0), sleep(5), defer({"go": put("g", 1)}, timeout=7,
+                                                                             on_timeout=put("t", 1))))
+    settle(m)
+    restored = Machine.restore(m.program, m.snapshot())
+    effects, timers = restored.pending_requests()
+    assert [(e.effect_id, e.name, e.timeout) for e in effects] == [(1, "charge", 3.0)]
+    assert sorted((t.timer_id, t.seconds) for t in timers) == [(1, 5.0), (2, 7.0)]
+    restored.complete_effect(1)
+    restored.fire_timer(1)
+    restored.deliver_signal("go")
+    assert settle(restored).status == "done" and restored.data == {"go": None, "g": 1}

@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseFailed, Retry, effect, par, scope, seq, sleep, task
+from wfsub import CaseFailed, Retry, Substrate, effect, par, scope, seq, sleep, task, wait
 
 from ._helpers import Recorder, running
 
@@ -168,3 +168,20 @@ async def test_scripted_effect_plays_its_outcomes_in_order() -> None:
     assert charge.calls == [{"amount": 10}] * 3
     with pytest.raises(TypeError, match="outcomes are mappings"):
         ScriptedEffect(42)  # type: ignore[arg-type]
+
+
+async def test_effect_withdrawn_in_the_burst_that_requested_it_never_starts() -> None:
+    """A cancelling join that fires in the same burst as a branch's effect request: the effect never runs."""
+    started: list[str] = []
+
+    async def charge(ctx: Any) -> dict[str, Any]:
+        started.append("charge")
+        await anyio.sleep(0.01)
+        return {"charged": True}
+
+    wf = seq(par(effect(charge), task(lambda c: {"quick": True}), join="first", cancel_remaining=True), wait("go"))
+    async with Substrate() as sub:
+        handle = await sub.new_case(wf)
+        await handle.signal("go")
+        assert await handle.result() == {"quick": True, "go": None}
+    assert started == []

@@ -11,6 +11,7 @@ import anyio
 import pytest
 import structlog
 
+import wfsub
 from wfsub import (
     CaseCancelled,
     CaseExists,
@@ -510,3 +511,32 @@ async def test_each_workflow_term_is_compiled_once(monkeypatch: pytest.MonkeyPat
             await sub.new_case(WAIT_GO)
         await sub.new_case(other)
     assert compiled == [WAIT_GO, other]
+
+
+async def test_region_caller_is_answered_when_the_actor_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A region operation that hits an unexpected error reaches its caller, and the case ends failed."""
+    from wfsub.lowlevel import Machine
+
+    def broken(self: Machine, name: str) -> None:
+        raise RuntimeError("vm invariant broken")
+
+    monkeypatch.setattr(Machine, "cancel_region", broken)
+    async with wfsub.Substrate() as sub:
+        handle = await sub.new_case(wfsub.scope("a", wfsub.wait("go")))
+        with anyio.fail_after(5), pytest.raises(RuntimeError, match="vm invariant broken"):
+            await sub.cancel_region(handle.case_id, "a")
+        with anyio.fail_after(5), pytest.raises(wfsub.CaseFailed, match="internal error in the case actor"):
+            await handle.result()
+
+
+async def test_virtual_clock_refuses_to_advance_past_a_case_that_never_parks() -> None:
+    """advance() raises a clear error when a case keeps running and never parks."""
+    from wfsub.testing import VirtualClock
+
+    clock = VirtualClock()
+    clock.MAX_ROUNDS = 50
+    spin = wfsub.loop(wfsub.task(lambda c: None), while_=lambda c: True)
+    async with wfsub.Substrate(clock=clock, trace_level="none") as sub:
+        await sub.new_case(spin)
+        with pytest.raises(RuntimeError, match="never parks"):
+            await clock.advance(1)

@@ -223,8 +223,12 @@ class CaseActor:
         apply = self._apply
         while self.inbox:  # messages posted while applying (none today) are taken in the same drain
             batch, self.inbox = self.inbox, []
-            for msg in batch:
-                apply(msg)
+            for i, msg in enumerate(batch):
+                try:
+                    apply(msg)
+                except Exception:
+                    self.inbox[:0] = batch[i + 1 :]  # not applied: _finish answers their senders
+                    raise
         self.external = 0
         if self.space:
             waiting, self.space = self.space, None
@@ -264,7 +268,11 @@ class CaseActor:
                     getattr(m, op)(name)
             except (WfsubError, TypeError) as exc:
                 reply.error = exc
-            reply.event.set()
+            except Exception as exc:  # a bug: the sender hears of it, and the actor fails the case
+                reply.error = exc
+                raise
+            finally:
+                reply.event.set()
 
     # -- effects and timers ---------------------------------------------------------------------------
 

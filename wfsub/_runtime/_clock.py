@@ -77,7 +77,7 @@ class VirtualClock:
     """
 
     SETTLE_ROUNDS = 3  # consecutive idle rounds that count as settled
-    MAX_ROUNDS = 20_000  # give up settling after this many rounds (something is busy forever)
+    MAX_ROUNDS = 200_000  # a case still busy after this many rounds never parks: settle() raises
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
@@ -141,6 +141,10 @@ class VirtualClock:
                     return
             else:
                 idle_rounds = 0
+        raise RuntimeError(
+            f"VirtualClock: the cases did not settle within {self.MAX_ROUNDS:,} event-loop rounds; some case "
+            "never parks (a loop with no wait, sleep or effect?), so time cannot be advanced past it"
+        )
 
     async def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, firing every timer that falls due and letting cases handle it."""

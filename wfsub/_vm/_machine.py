@@ -265,11 +265,26 @@ class Machine:
         if not self.ended:
             self.status = YIELDED if self.ready else BLOCKED
         result = RunResult(self.status, steps)
-        # Hand over the lists that hold something; the machine keeps its empty ones.
+        # Hand over the lists that hold something; the machine keeps its empty ones. A request withdrawn in
+        # the burst that made it is neither started nor cancelled: the driver never hears of it.
         if self.out_effects:
-            result.effects, self.out_effects = self.out_effects, []
+            made, self.out_effects = self.out_effects, []
+            if self.out_cancel_effects:
+                live = self.effects
+                result.effects = [e for e in made if e.effect_id in live]
+                ids = {e.effect_id for e in made}
+                self.out_cancel_effects = [i for i in self.out_cancel_effects if i not in ids]
+            else:
+                result.effects = made
         if self.out_timers:
-            result.timers, self.out_timers = self.out_timers, []
+            armed, self.out_timers = self.out_timers, []
+            if self.out_cancel_timers:
+                live_timers = self.timers
+                result.timers = [t for t in armed if t.timer_id in live_timers]
+                ids = {t.timer_id for t in armed}
+                self.out_cancel_timers = [i for i in self.out_cancel_timers if i not in ids]
+            else:
+                result.timers = armed
         if self.out_cancel_effects:
             result.cancelled_effects, self.out_cancel_effects = self.out_cancel_effects, []
         if self.out_cancel_timers:
@@ -839,13 +854,21 @@ class Machine:
         return frame.fired if isinstance(frame, MIFrame) else isinstance(frame, PassFrame) and frame.exited
 
     def complete_region(self, name: str) -> None:
-        """Close region `name` now: an MI joins with the outputs so far; a scope continues after itself."""
-        for frame in self._activations(name, "complete region"):
+        """Close region `name` now: an MI joins with the outputs so far; a scope continues after itself.
+
+        Every live activation is checked before any is touched, so a refused call changes nothing.
+        """
+        acts = self._activations(name, "complete region")
+        for frame in acts:
+            if isinstance(frame, MIFrame) and frame.fired:
+                what = "has no join (join=None)" if frame.spec.need == 0 else "has already joined"
+                raise SignalRejected(
+                    f"mi {name!r} {what}: there is nothing to complete; cancel_region withdraws its instances"
+                )
+        for frame in acts:
             if not frame.alive:
-                continue
+                continue  # inside an activation completed a moment ago
             if isinstance(frame, MIFrame):
-                if frame.fired:
-                    raise SignalRejected(f"mi {name!r} has already joined: there is nothing left to complete")
                 frame.cancelled += self.withdraw_children(frame, "region completed")
                 self.trace_node("region_completed", frame.ip, region=name)
                 self.mi_fire(frame)
@@ -889,6 +912,24 @@ class Machine:
         """No more instances may be added to the dynamic MI `name`."""
         frame = self._dynamic_mi(name, "close")
         frame.closed = True
+        if frame.fired and frame.count == 0:
+            self.close(frame, withdrawn=False)
+
+    def pending_requests(self) -> tuple[list[EffectRequest], list[TimerRequest]]:
+        """Every effect in flight and timer armed, as requests: what a driver restarts after `restore`.
+
+        The vm keeps no clock, so a re-armed timer runs its full length again unless the driver keeps
+        deadlines of its own.
+        """
+        effects = []
+        for eid, tok in self.effects.items():
+            effects.append(_effect_request(self, eid, tok, tok.ip, self.code[tok.ip][1]))
+        timers = []
+        for timer_id, tok in self.timers.items():
+            spec_t = self.code[tok.ip][1]
+            seconds = spec_t.seconds if isinstance(spec_t, SleepSpec) else spec_t.timeout
+            timers.append(TimerRequest(timer_id, seconds, self.paths[tok.ip]))
+        return effects, timers
 
     # -- snapshots ---------------------------------------------------------------------------------
 
@@ -922,6 +963,10 @@ class MIStats:
 # -- opcode handlers: (machine, token, ip, operand) -> next ip, or -1 when the token stopped -------------
 
 
+def _effect_request(m: Machine, eid: int, tok: Token, ip: int, spec: EffectSpec) -> EffectRequest:
+    return EffectRequest(eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry)
+
+
 def _op_effect(m: Machine, tok: Token, ip: int, spec: EffectSpec) -> int:
     eid = m.next_eid
     m.next_eid = eid + 1
@@ -929,7 +974,7 @@ def _op_effect(m: Machine, tok: Token, ip: int, spec: EffectSpec) -> int:
     tok.wk = WK_EFFECT
     tok.wid = eid
     tok.ip = ip
-    m.out_effects.append(EffectRequest(eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry))
+    m.out_effects.append(_effect_request(m, eid, tok, ip, spec))
     if m.tl:
         m.emit("effect_requested", m.paths[ip], {"effect_id": eid, "name": spec.name})
     return -1
@@ -1153,6 +1198,8 @@ def _op_mi(m: Machine, tok: Token, ip: int, spec: MISpec) -> int:
     m.spawn_instances(frame, items, n)
     if spec.need == 0:  # join=None: no synchronization, the thread goes on at once
         frame.fired = True
+        if n == 0:  # nothing runs in it: it must not keep the case open
+            m.close(frame, withdrawn=False)
         return spec.after
     unlink(parent, tok)
     tok.alive = False
@@ -1169,7 +1216,15 @@ def _op_interleave(m: Machine, tok: Token, ip: int, spec: InterleaveSpec) -> int
 
 
 def _op_critical(m: Machine, tok: Token, ip: int, spec: NameSpec) -> int:
-    if m.locks.get(spec.name) is None:
+    holder = m.locks.get(spec.name)
+    if holder is not None:  # held: by an enclosing section of this very thread, it would wait forever
+        frame: Frame | None = tok.frame
+        while frame is not None:
+            if frame is holder:
+                m.limit_hit(ip, f"critical({spec.name!r}) entered again inside itself: sections are not reentrant")
+                return -1
+            frame = frame.parent
+    if holder is None:
         m._enter_critical(tok, ip, spec.name)
         return ip + 1
     wid = m.next_wid

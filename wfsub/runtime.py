@@ -1,0 +1,19 @@
+"""The runtime, as DESIGN.md names it (`wfsub.runtime`): the same objects `wfsub` re-exports."""
+
+from ._runtime import CaseHandle as CaseHandle
+from ._runtime import CaseState as CaseState
+from ._runtime import CaseStatus as CaseStatus
+from ._runtime import Clock as Clock
+from ._runtime import RealClock as RealClock
+from ._runtime import Substrate as Substrate
+from ._runtime import SubstrateStatistics as SubstrateStatistics
+
+__all__ = [
+    "CaseHandle",
+    "CaseState",
+    "CaseStatus",
+    "Clock",
+    "RealClock",
+    "Substrate",
+    "SubstrateStatistics",
+]

@@ -1,0 +1,45 @@
+"""The pattern algebra, as DESIGN.md names it (`wfsub.terms`): the same objects `wfsub` re-exports."""
+
+from ._terms import Retry as Retry
+from ._terms import Term as Term
+from ._terms import call as call
+from ._terms import critical as critical
+from ._terms import defer as defer
+from ._terms import effect as effect
+from ._terms import interleave as interleave
+from ._terms import loop as loop
+from ._terms import mi as mi
+from ._terms import milestone as milestone
+from ._terms import multi_choice as multi_choice
+from ._terms import par as par
+from ._terms import scope as scope
+from ._terms import seq as seq
+from ._terms import sleep as sleep
+from ._terms import task as task
+from ._terms import terminate as terminate
+from ._terms import wait as wait
+from ._terms import when_milestone as when_milestone
+from ._terms import xor as xor
+
+__all__ = [
+    "Retry",
+    "Term",
+    "call",
+    "critical",
+    "defer",
+    "effect",
+    "interleave",
+    "loop",
+    "mi",
+    "milestone",
+    "multi_choice",
+    "par",
+    "scope",
+    "seq",
+    "sleep",
+    "task",
+    "terminate",
+    "wait",
+    "when_milestone",
+    "xor",
+]
