@@ -548,3 +548,14 @@ def test_pending_requests_after_restore() -> None:
     restored.fire_timer(1)
     restored.deliver_signal("go")
     assert settle(restored).status == "done" and restored.data == {"go": None, "g": 1}
+
+
+def test_deadlock_fails_the_case_with_what_waits() -> None:
+    """A case left with threads that only wait for a milestone nothing can enter fails, naming the wait."""
+    wf = par(scope("s", seq(wait("go"), milestone("m", put("a", 1)))), when_milestone("m", put("b", 1)))
+    m = machine(wf)
+    assert settle(m).status == "blocked"
+    m.cancel_region("s")
+    r = settle(m)
+    assert r.status == "failed" and r.error_path == "par[1].when_milestone"
+    assert "deadlock" in (r.error_message or "") and "milestone 'm'" in (r.error_message or "")

@@ -262,8 +262,13 @@ class Machine:
             self.steps += steps
         else:
             steps = 0
+        signals: tuple[str, ...] = ()
         if not self.ended:
             self.status = YIELDED if self.ready else BLOCKED
+            if self.status == BLOCKED:
+                signals = self.awaited_signals()
+                if not signals and not self.effects and not self.timers:
+                    self._deadlocked()
         result = RunResult(self.status, steps)
         # Hand over the lists that hold something; the machine keeps its empty ones. A request withdrawn in
         # the burst that made it is neither started nor cancelled: the driver never hears of it.
@@ -290,10 +295,31 @@ class Machine:
         if self.out_cancel_timers:
             result.cancelled_timers, self.out_cancel_timers = self.out_cancel_timers, []
         if self.status == BLOCKED:
-            result.signals = self.awaited_signals()
+            result.signals = signals
         elif self.status == FAILED:
             result.error, result.error_path, result.error_message = self.error, self.error_path, self.error_message
         return result
+
+    def _deadlocked(self) -> None:
+        """Blocked with no effect, timer or signal to wait for: nothing can ever wake the case. Fail it.
+
+        Only threads waiting for a critical section or a milestone remain, and what would release them is
+        gone (a milestone whose branch was withdrawn, a section held by a thread that waits for the first).
+        """
+        waiting = []
+        for what, queues in (("critical section", self.lock_waiters), ("milestone", self.ms_waiters)):
+            for name, queue in queues.items():
+                for entry in queue.items[queue.head :]:
+                    tok, wid = entry
+                    if tok.alive and tok.wid == wid and tok.wk in (WK_LOCK, WK_MILESTONE):
+                        waiting.append((tok.ip, f"{what} {name!r} at {self.paths[tok.ip]}"))
+        ip = waiting[0][0] if waiting else 0
+        described = "; ".join(sorted({w for _, w in waiting})) or "nothing"
+        self.limit_hit(
+            ip,
+            f"deadlock: no effect, timer or signal is pending and the remaining threads wait for {described}, "
+            "which nothing left in the case can release",
+        )
 
     # -- the hot loops -----------------------------------------------------------------------------
 
