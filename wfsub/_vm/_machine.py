@@ -17,8 +17,9 @@ import gc
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from .._compiler import (
     ALL,
@@ -98,6 +99,11 @@ class TimerRequest:
     timer_id: int
     seconds: float
     path: str
+
+
+_R = TypeVar("_R", EffectRequest, TimerRequest)
+_EFFECT_ID: Callable[[EffectRequest], int] = attrgetter("effect_id")
+_TIMER_ID: Callable[[TimerRequest], int] = attrgetter("timer_id")
 
 
 @dataclass(slots=True)
@@ -274,22 +280,12 @@ class Machine:
         # the burst that made it is neither started nor cancelled: the driver never hears of it.
         if self.out_effects:
             made, self.out_effects = self.out_effects, []
-            if self.out_cancel_effects:
-                live = self.effects
-                result.effects = [e for e in made if e.effect_id in live]
-                ids = {e.effect_id for e in made}
-                self.out_cancel_effects = [i for i in self.out_cancel_effects if i not in ids]
-            else:
-                result.effects = made
+            cancels = self.out_cancel_effects
+            result.effects, self.out_cancel_effects = _still_live(made, cancels, self.effects, _EFFECT_ID)
         if self.out_timers:
             armed, self.out_timers = self.out_timers, []
-            if self.out_cancel_timers:
-                live_timers = self.timers
-                result.timers = [t for t in armed if t.timer_id in live_timers]
-                ids = {t.timer_id for t in armed}
-                self.out_cancel_timers = [i for i in self.out_cancel_timers if i not in ids]
-            else:
-                result.timers = armed
+            cancels = self.out_cancel_timers
+            result.timers, self.out_cancel_timers = _still_live(armed, cancels, self.timers, _TIMER_ID)
         if self.out_cancel_effects:
             result.cancelled_effects, self.out_cancel_effects = self.out_cancel_effects, []
         if self.out_cancel_timers:
@@ -974,6 +970,16 @@ class Machine:
         machine._attach(program)
         give(machine, program, snapshot)
         return machine
+
+
+def _still_live(
+    made: list[_R], cancels: list[int], live: Mapping[int, Token], key: Callable[[_R], int]
+) -> tuple[list[_R], list[int]]:
+    """Requests made this burst that are still live, and the cancels of requests made in earlier bursts."""
+    if not cancels:
+        return made, cancels
+    ids = {key(r) for r in made}
+    return [r for r in made if key(r) in live], [i for i in cancels if i not in ids]
 
 
 @dataclass(frozen=True, slots=True)
