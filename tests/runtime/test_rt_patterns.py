@@ -337,8 +337,8 @@ async def test_wcp16_deferred_choice_by_signal_and_by_timeout() -> None:
         assert (await expired.result())["outcome"] == "expired"
 
 
-async def test_wcp17_interleaved_parallel_routing() -> None:
-    """WCP17: every branch runs exactly once and never two at a time."""
+async def test_wcp40_interleaved_routing() -> None:
+    """WCP40: every branch runs exactly once, in any order, and never two at a time."""
     async with running() as (sub, clock, _):
         rec = Recorder(clock)
         wf = interleave(*(effect(rec.effect(n, delay=1), name=n) for n in ("a", "b", "c")))
@@ -349,8 +349,8 @@ async def test_wcp17_interleaved_parallel_routing() -> None:
     assert rec.max_active == 1
 
 
-async def test_wcp40_interleaved_routing_with_order() -> None:
-    """WCP40: `order` pairs force some branches before others, still one at a time."""
+async def test_wcp17_interleaved_parallel_routing_with_a_partial_order() -> None:
+    """WCP17: `order` pairs force some branches before others, still one at a time."""
     async with running() as (sub, clock, _):
         rec = Recorder(clock)
         wf = interleave(
