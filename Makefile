@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest bench demo clean
+.PHONY: test lint typecheck pytest bench bench-compare demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Same-run comparison with another commit: make bench-compare REF=HEAD~1
+REF ?= HEAD~1
+bench-compare: $(STAMP)
+	$(BIN)/python -m bench.compare $(REF)
 
 demo: $(STAMP)
 	$(BIN)/python examples/order_flow.py

@@ -1,27 +1,39 @@
-"""Print every benchmark figure with its target and its same-run baseline."""
+"""Print every benchmark figure with its target and its same-run baseline.
+
+    python -m bench                      every suite
+    python -m bench core runtime         only these suites
+    python -m bench --json figures.json  also write the recorded figures (for `python -m bench.compare`)
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
 import platform
 import sys
 
+from ._figures import FIGURES
 
-def main() -> int:
+SUITES = ("core", "runtime")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("suites", nargs="*", choices=[*SUITES, []], help="suites to run (default: all)")
+    parser.add_argument("--json", metavar="PATH", help="write the recorded figures to PATH")
+    args = parser.parse_args(argv)
     print(f"wfsub benchmarks on Python {platform.python_version()} ({platform.machine()})")
     failed = 0
-    for name in ("bench.core_bench", "bench.runtime_bench"):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            print(f"({name} not present)")
-            continue
+    for suite in args.suites or SUITES:
+        module = importlib.import_module(f"bench.{suite}_bench")
         for line in module.run():
             print(line, flush=True)
             failed += line.rstrip().endswith("FAIL") or " FAIL " in line
     print(f"{failed} figure(s) missed their target" if failed else "every figure met its target")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({key: {"value": v, "unit": u} for key, (v, u) in FIGURES.items()}, out, indent=1)
     return 0
 
 

@@ -13,10 +13,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import wfsub
 from wfsub import effect, mi, par, scope, seq, task, xor
 from wfsub._terms import Term
 from wfsub._validate import children
-from wfsub.lowlevel import Machine, compile_workflow
+from wfsub.lowlevel import Machine
+
+from ._figures import record
 
 
 def noop(ctx: Mapping[str, Any]) -> None:
@@ -58,12 +61,12 @@ def count_nodes(term: object) -> int:
 
 def bench_sequence(lines: list[str]) -> None:
     n = 20_000
-    program = compile_workflow(seq(*[task(noop) for _ in range(n)]))
+    program = wfsub.compile(seq(*[task(noop) for _ in range(n)]))
 
     def run_vm(m: Machine) -> None:
         assert m.run(10**9).status == "done"
 
-    vm = best(timed(lambda: Machine(program), run_vm), 15)
+    vm = record("seq_20k_tasks_ms", best(timed(lambda: Machine(program), run_vm), 15) * 1e3, "ms") / 1e3
     table: tuple[Callable[[Any], Any], ...] = (noop,)
     ops = [0] * n
 
@@ -87,12 +90,13 @@ def bench_sequence(lines: list[str]) -> None:
 def bench_mi(lines: list[str]) -> None:
     per: dict[int, float] = {}
     for n, target_ms, repeat in ((1_000, 3.0, 30), (100_000, 400.0, 5)):
-        program = compile_workflow(mi(task(noop), count=n))
+        program = wfsub.compile(mi(task(noop), count=n))
 
         def run_vm(m: Machine) -> None:
             assert m.run(10**9).status == "done"
 
         vm = best(timed(lambda program=program: Machine(program), run_vm), repeat)
+        record(f"mi_{n}_ms", vm * 1e3, "ms")
 
         def run_base(_: Any, n: int = n) -> None:
             ready: deque[list[Any]] = deque([[i, None] for i in range(n)])
@@ -119,7 +123,7 @@ def bench_mi(lines: list[str]) -> None:
 def bench_cancel(lines: list[str]) -> None:
     times: dict[int, float] = {}
     for n in (10_000, 100_000):
-        program = compile_workflow(scope("work", mi(effect(parked), count=n)))
+        program = wfsub.compile(scope("work", mi(effect(parked), count=n)))
 
         def setup(program: Any = program) -> Machine:
             m = Machine(program)
@@ -132,6 +136,7 @@ def bench_cancel(lines: list[str]) -> None:
             assert len(r.cancelled_effects) == n
 
         times[n] = best(timed(setup, run_cancel), 5 if n == 10_000 else 3)
+        record(f"cancel_region_{n}_ms", times[n] * 1e3, "ms")
 
     def base_setup() -> dict[int, list[Any]]:
         return {i: [i, True] for i in range(10_000)}
@@ -166,7 +171,8 @@ def big_term() -> Term:
 def bench_compile(lines: list[str]) -> None:
     term = big_term()
     nodes = count_nodes(term)
-    compile_time = best(timed(lambda: None, lambda _: compile_workflow(term)), 5)
+    compile_time = best(timed(lambda: None, lambda _: wfsub.compile(term)), 5)
+    record("compile_10k_nodes_ms", compile_time * 1e3, "ms")
     walk = best(timed(lambda: None, lambda _: count_nodes(term)), 5)
     lines.append(
         f"compile of a {nodes:,}-node term    {compile_time * 1e3:6.1f} ms (target <= 200 ms)  "
@@ -176,14 +182,14 @@ def bench_compile(lines: list[str]) -> None:
 
 def bench_memory(lines: list[str]) -> None:
     n = 100_000
-    program = compile_workflow(mi(effect(parked), count=n))
+    program = wfsub.compile(mi(effect(parked), count=n))
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     m = Machine(program)
     result = m.run(10**9)
     assert result.status == "blocked" and len(result.effects) == n
-    per_instance = (tracemalloc.get_traced_memory()[0] - before) / n
+    per_instance = record("mi_parked_bytes_per_instance", (tracemalloc.get_traced_memory()[0] - before) / n, "B")
     del result
     tracemalloc.stop()
     del m

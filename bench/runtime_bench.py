@@ -17,8 +17,9 @@ import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
-from wfsub import MemorySink, Substrate, seq, task, wait
-from wfsub._trace import TraceLevel
+from wfsub import MemorySink, Substrate, TraceLevel, seq, task, wait
+
+from ._figures import record
 
 N_CASES = 10_000
 N_IDLE_MEMORY = 20_000
@@ -198,6 +199,8 @@ async def _main(lines: list[str]) -> None:
         runs["min"].append(await substrate_cases(N_CASES, "min"))
     bare, none, traced = min(runs["bare"]), min(runs["none"]), min(runs["min"])
     per_bare, per_none, per_min = (t / N_CASES * 1e6 for t in (bare, none, traced))
+    record("case_3_tasks_us", per_none, "us")
+    record("case_3_tasks_traced_us", per_min, "us")
     ratio = none / bare
     lines.append(
         f"{N_CASES:,} concurrent 3-task cases   {per_none:6.1f} us/case started+awaited, bare anyio actor "
@@ -216,6 +219,7 @@ async def _main(lines: list[str]) -> None:
     with structlog.testing.capture_logs():  # leaving with idle cases logs their cancellation; not news here
         per_case, per_actor = await idle_memory(N_IDLE_MEMORY)
         samples = await substrate_round_trips(N_CASES, N_ROUND_TRIPS)
+    record("idle_case_bytes", per_case, "B")
     lines.append(
         f"idle case parked on a signal      {per_case / 1024:6.2f} KB/case over {N_IDLE_MEMORY:,} (target <= 10 KB)  "
         f"{verdict(per_case <= 10 * 1024)}   bare actor parked on its mailbox {per_actor / 1024:5.2f} KB"
@@ -224,6 +228,8 @@ async def _main(lines: list[str]) -> None:
     base = await bare_round_trips(N_CASES, N_ROUND_TRIPS)
     p50, p99 = percentile(samples, 0.5) * 1e6, percentile(samples, 0.99) * 1e6
     b50, b99 = percentile(base, 0.5) * 1e6, percentile(base, 0.99) * 1e6
+    record("signal_round_trip_p50_us", p50, "us")
+    record("signal_round_trip_p99_us", p99, "us")
     lines.append(
         f"signal round trip, {N_CASES:,} idle around  p50 {p50:6.1f} us (target <= 150 us)  {verdict(p50 <= 150)}   "
         f"p99 {p99:7.1f} us (target <= 2000 us)  {verdict(p99 <= 2000)}"

@@ -1,20 +1,23 @@
 """wfsub: a workflow-pattern substrate for async Python.
 
 A workflow is a term of a small pattern algebra (`task`, `seq`, `par`, `mi`, ...), validated, compiled once
-to flat bytecode and run by one actor coroutine per case. Layers, each importing only those below it:
+to flat bytecode and run by one actor coroutine per case. Layers, each importing only those above it here:
 
-    _terms      the pattern algebra: immutable terms and their constructors
+    _terms      the pattern algebra: immutable terms, constructors, tree helpers
     _validate   static checks of a term -> list of issues
-    _compiler   term -> Program (bytecode, constant table, fingerprint)
-    _vm         Machine: one case's execution state and the run(quanta) hot loop (pure, synchronous)
-    _runtime    Substrate (root supervisor), case actors, effects, timers, trace sink (the only anyio user)
-    _trace      trace levels, event kinds, TraceEvent, sinks (shared by the vm and the runtime)
+    _program    the bytecode format: opcodes, operand specs, Program, dis
+    _compiler   term -> Program (flat instructions, constant table, fingerprint)
+    _vm         Machine: one case's execution state and the run(quanta) hot loop, and the event kinds it
+                emits (pure and synchronous: no anyio, no structlog)
+    _trace      the TraceEvent model, levels, sinks
+    _runtime    Substrate (root supervisor), case actors, effects, timers, trace hub (the only anyio user)
 
 This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are the other public tiers, and
-`wfsub.terms` and `wfsub.runtime` re-export the algebra and the runtime under the names DESIGN.md uses.
+`wfsub.terms` and `wfsub.runtime` re-export the algebra and the runtime.
 """
 
-from ._compiler import Program as Program
+from typing import Any as _Any  # noqa: I001
+
 from ._compiler import compile_workflow as compile
 from ._errors import CaseCancelled as CaseCancelled
 from ._errors import CaseExists as CaseExists
@@ -77,7 +80,6 @@ __all__ = [
     "JsonlSink",
     "MachineStateError",
     "MemorySink",
-    "Program",
     "RealClock",
     "Retry",
     "SignalRejected",
@@ -113,3 +115,16 @@ __all__ = [
     "when_milestone",
     "xor",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name == "Program":
+        import warnings
+
+        warnings.warn(
+            "wfsub.Program is deprecated: import it from wfsub.lowlevel", DeprecationWarning, stacklevel=2
+        )
+        from ._program import Program
+
+        return Program
+    raise AttributeError(f"module 'wfsub' has no attribute {name!r}")

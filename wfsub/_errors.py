@@ -14,11 +14,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ._validate import ValidationIssue
+
+class _Issue(Protocol):
+    """What InvalidWorkflow needs of an issue (a `ValidationIssue`)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
 
 
 class WfsubError(Exception):
@@ -28,7 +35,7 @@ class WfsubError(Exception):
 class InvalidWorkflow(WfsubError):
     """The workflow term has problems; `issues` lists all of them, each with its node path."""
 
-    def __init__(self, issues: Sequence[ValidationIssue], what: str = "workflow") -> None:
+    def __init__(self, issues: Sequence[_Issue], what: str = "workflow") -> None:
         self.issues = list(issues)
         lines = [f"  - {issue.path}: {issue.message}" for issue in self.issues]
         count = len(self.issues)
@@ -82,7 +89,59 @@ class CaseCancelled(WfsubError):
 
 
 class SignalRejected(WfsubError):
-    """The case cannot take this input now (ended case, unknown signal, closed MI, ...)."""
+    """The case cannot take this input now (ended case, unknown signal or region, closed MI, ...).
+
+    `case_id` (None for a bare Machine), `action` (what was attempted), `path` (the node path concerned: the
+    region's, the mi's, or the workflow's root) and `reason` are kept as attributes. Every rejection is made by
+    one of the constructors below, so the wording is the same wherever it is raised.
+    """
+
+    def __init__(self, case_id: str | None, action: str, reason: str, *, path: str | None = None) -> None:
+        self.case_id = case_id
+        self.action = action
+        self.reason = reason
+        self.path = path
+        who = f"case {case_id!r}" if case_id is not None else "the case"
+        where = f" (at {path})" if path else ""
+        super().__init__(f"{who} cannot {action}{where}: {reason}")
+
+    @classmethod
+    def ended(cls, case_id: str | None, action: str, state: str, path: str | None = None) -> SignalRejected:
+        reason = f"it has already ended ({state}); check status(case_id) before sending it inputs"
+        return cls(case_id, action, reason, path=path)
+
+    @classmethod
+    def unknown_signal(cls, case_id: str | None, name: str, known: Iterable[str], path: str) -> SignalRejected:
+        listed = ", ".join(sorted(known)) or "none"
+        return cls(
+            case_id,
+            f"take signal {name!r}",
+            f"the workflow never waits for signal {name!r} (it waits for: {listed}); check the signal name",
+            path=path,
+        )
+
+    @classmethod
+    def unknown_region(
+        cls, case_id: str | None, action: str, name: str, known: Iterable[str], path: str
+    ) -> SignalRejected:
+        listed = ", ".join(sorted(known)) or "none"
+        return cls(
+            case_id,
+            action,
+            f"no region {name!r} in this workflow (regions: {listed}); regions are made by scope(name, ...) "
+            "and mi(..., name=...)",
+            path=path,
+        )
+
+    @classmethod
+    def inactive_region(cls, case_id: str | None, action: str, name: str, path: str) -> SignalRejected:
+        reason = f"region {name!r} is not active now: it was not entered yet or has ended"
+        return cls(case_id, action, reason, path=path)
+
+    @classmethod
+    def refused(cls, case_id: str | None, action: str, reason: str, path: str) -> SignalRejected:
+        """Any other refusal of a region operation (the reason says why and what to do instead)."""
+        return cls(case_id, action, reason, path=path)
 
 
 class MachineStateError(WfsubError):

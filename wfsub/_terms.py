@@ -1,14 +1,24 @@
-"""The pattern algebra: immutable, hashable terms and the functions that build them.
+"""The pattern algebra: immutable, hashable terms, the functions that build them, and the tree helpers.
 
 Constructors never raise on bad arguments: they record what they were given, and `validate` reports every
 problem with its node path. That way one call shows the user all that is wrong with a workflow at once.
 The hash of a term is computed once, when it is built (its children's hashes are already cached), so the
 compile cache can look up a 10,000-node term in O(1).
+
+Adding a construct `foo` touches one place per layer, each found by name:
+    1. here: `class Foo(Term)` with `kind = "foo"`, its `_children`, and the constructor `foo(...)`;
+    2. `_validate.py`: `_check_foo` (the table of checks is built from `term_classes()`: a missing check is
+       an import error);
+    3. `_program.py`: its opcode(s) `Op.FOO` and operand spec; `_compiler.py`: `_emit_foo`;
+    4. `_vm/_interp.py`: the handler `_op_foo` for each new opcode (the dispatch tuple is built from `Op`
+       by name); `_vm/_records.py`: its frame class, if it opens one (snapshots find records by
+       subclassing, nothing to register);
+    5. the public exports (`wfsub/__init__.py`, `wfsub/terms.py`) and `tests/core/reference.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -84,6 +94,10 @@ class Term:
                 parts.append(f"{name}={_show(value)}")
         return f"{self.kind}({', '.join(parts)})"
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        """(selector, child) for each child slot, in code order; leaves have none."""
+        return iter(())
+
 
 @dataclass(frozen=True, slots=True)
 class Retry:
@@ -123,6 +137,9 @@ class Seq(Term):
     _star = "steps"
     steps: tuple[Any, ...] = ()
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield from _indexed(self.steps)
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Par(Term):
@@ -132,6 +149,9 @@ class Par(Term):
     join: JoinPolicy = "all"
     cancel_remaining: bool = False
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield from _indexed(self.branches)
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Xor(Term):
@@ -140,6 +160,9 @@ class Xor(Term):
     cases: tuple[Any, ...] = ()
     default: Any = None
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield from _cases_of(self.cases, self.default)
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class MultiChoice(Term):
@@ -147,6 +170,9 @@ class MultiChoice(Term):
     _star = "cases"
     cases: tuple[Any, ...] = ()
     default: Any = None
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield from _cases_of(self.cases, self.default)
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -158,6 +184,9 @@ class Loop(Term):
     until: Any = None
     times: Any = None
     max_iterations: Any = None
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield "", self.body
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -189,6 +218,14 @@ class Defer(Term):
             extra += f", on_timeout={_show(self.on_timeout)}"
         return f"defer({body}{extra})"
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        if isinstance(self.branches, tuple):
+            for pair in self.branches:
+                if isinstance(pair, tuple) and len(pair) == 2:
+                    yield str(pair[0]), pair[1]
+        if self.on_timeout is not None:
+            yield "timeout", self.on_timeout
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Sleep(Term):
@@ -204,6 +241,11 @@ class Scope(Term):
     name: Any
     body: Any
     on_cancel: Any = None
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield "", self.body
+        if self.on_cancel is not None:
+            yield "on_cancel", self.on_cancel
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -222,6 +264,9 @@ class MI(Term):
     collect: Any = None
     name: Any = None
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield "", self.body
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Interleave(Term):
@@ -229,6 +274,9 @@ class Interleave(Term):
     _star = "branches"
     branches: tuple[Any, ...] = ()
     order: Any = ()
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield from _indexed(self.branches)
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -238,6 +286,9 @@ class Critical(Term):
     name: Any
     body: Any
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield "", self.body
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Milestone(Term):
@@ -246,6 +297,9 @@ class Milestone(Term):
     name: Any
     body: Any
 
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield "", self.body
+
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class WhenMilestone(Term):
@@ -253,6 +307,9 @@ class WhenMilestone(Term):
     _positional = ("name", "branch")
     name: Any
     branch: Any
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield "", self.branch
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -265,6 +322,55 @@ class Call(Term):
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Terminate(Term):
     kind = "terminate"
+
+
+# -- tree helpers: shared by validation, the compiler and every tool that walks a term ------------------
+
+
+def term_classes() -> tuple[type[Term], ...]:
+    """Every concrete term class, in definition order: the registry each per-kind table is built from."""
+    return tuple(_all_subclasses(Term))
+
+
+def _all_subclasses(cls: type[Term]) -> list[type[Term]]:
+    out: list[type[Term]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def child_path(path: str, selector: str, child: object) -> str:
+    """Path of a child node: `path[selector].kind`, or `path.kind` for a container's single body."""
+    kind = child.kind if isinstance(child, Term) else "?"
+    return f"{path}[{selector}].{kind}" if selector else f"{path}.{kind}"
+
+
+def children(term: Term) -> Iterator[tuple[str, Any]]:
+    """(selector, child) for every child slot of a term, in code order (the selector names the slot in paths)."""
+    return term._children()
+
+
+def _indexed(items: object) -> Iterator[tuple[str, Any]]:
+    for i, child in enumerate(items if isinstance(items, tuple) else ()):
+        yield str(i), child
+
+
+def _cases_of(cases: tuple[Any, ...], default: object) -> Iterator[tuple[str, Any]]:
+    for i, case in enumerate(cases):
+        if isinstance(case, tuple) and len(case) == 2:
+            yield str(i), case[1]
+    if default is not None:
+        yield "default", default
+
+
+def branch_name(term: object) -> str | None:
+    """The name an `interleave` order uses for a branch: a task's or effect's name, a scope's name."""
+    if isinstance(term, Task | Effect):
+        return term.name or getattr(term.fn, "__name__", None)
+    if isinstance(term, Scope) and isinstance(term.name, str):
+        return term.name
+    return None
 
 
 # -- constructors: the public spelling of the algebra -------------------------------------------------

@@ -1,5 +1,6 @@
 """Static checks of a term: `validate(term) -> list[ValidationIssue]`. Never raises on a bad term.
 
+One check per term kind, named `_check_<kind>`; the table is built from the term classes by that name.
 Each issue names the node by its path (`seq[1].par[0].mi`: the `mi` that is branch 0 of the `par` that is
 step 1 of the root `seq`) and says how to fix it. `compile_workflow` runs these checks and raises
 `InvalidWorkflow` carrying all of them.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,10 @@ from ._terms import (
     Wait,
     WhenMilestone,
     Xor,
+    branch_name,
+    child_path,
+    children,
+    term_classes,
 )
 
 
@@ -49,39 +54,6 @@ class ValidationIssue(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
-
-
-def child_path(path: str, selector: str, child: object) -> str:
-    """Path of a child node: `path[selector].kind`, or `path.kind` for a container's single body."""
-    kind = child.kind if isinstance(child, Term) else "?"
-    return f"{path}[{selector}].{kind}" if selector else f"{path}.{kind}"
-
-
-def children(term: Term) -> Iterator[tuple[str, Any]]:
-    """(selector, child) for every child slot of a term, in code order; shared with the compiler."""
-    if isinstance(term, Seq | Par | Interleave):
-        items = term.steps if isinstance(term, Seq) else term.branches
-        for i, child in enumerate(items if isinstance(items, tuple) else ()):
-            yield str(i), child
-    elif isinstance(term, Xor | MultiChoice):
-        for i, case in enumerate(term.cases):
-            if isinstance(case, tuple) and len(case) == 2:
-                yield str(i), case[1]
-        if term.default is not None:
-            yield "default", term.default
-    elif isinstance(term, Loop | Scope | MI | Critical | Milestone):
-        yield "", term.body
-        if isinstance(term, Scope) and term.on_cancel is not None:
-            yield "on_cancel", term.on_cancel
-    elif isinstance(term, WhenMilestone):
-        yield "", term.branch
-    elif isinstance(term, Defer):
-        if isinstance(term.branches, tuple):
-            for pair in term.branches:
-                if isinstance(pair, tuple) and len(pair) == 2:
-                    yield str(pair[0]), pair[1]
-        if term.on_timeout is not None:
-            yield "timeout", term.on_timeout
 
 
 def _is_async(fn: object) -> bool:
@@ -145,9 +117,7 @@ class _Checker:
                 hint = f": wrap it as task({_name_of(term)}) or effect({_name_of(term)})"
             self.add(path, f"expected a workflow term, got {term!r}{hint}")
             return
-        check = _CHECKS.get(type(term))
-        if check is not None:
-            check(self, term, path)
+        _CHECKS[type(term)](self, term, path)
         held = isinstance(term, Critical) and isinstance(term.name, str)
         if held:
             assert isinstance(term, Critical)
@@ -228,6 +198,14 @@ def _check_par(c: _Checker, t: Par, path: str) -> None:
         c.join(path, t.join, len(t.branches), ("all", "first", "each"))
     if not isinstance(t.cancel_remaining, bool):
         c.add(path, f"cancel_remaining must be True or False, got {t.cancel_remaining!r}")
+
+
+def _check_xor(c: _Checker, t: Xor, path: str) -> None:
+    _check_cases(c, t, path)
+
+
+def _check_multi_choice(c: _Checker, t: MultiChoice, path: str) -> None:
+    _check_cases(c, t, path)
 
 
 def _check_cases(c: _Checker, t: Xor | MultiChoice, path: str) -> None:
@@ -324,20 +302,12 @@ def _check_mi(c: _Checker, t: MI, path: str) -> None:
         c.add(path, "dynamic and cancel_remaining must be True or False")
 
 
-def _branch_name(term: object) -> str | None:
-    if isinstance(term, Task | Effect):
-        return term.name or getattr(term.fn, "__name__", None)
-    if isinstance(term, Scope) and isinstance(term.name, str):
-        return term.name
-    return None
-
-
 def _check_interleave(c: _Checker, t: Interleave, path: str) -> None:
     if not _nonempty(c, t.branches, path, "interleave"):
         return
     names: dict[str, int] = {}
     for i, b in enumerate(t.branches):
-        n = _branch_name(b)
+        n = branch_name(b)
         if n is not None:
             names.setdefault(n, i)
     if not isinstance(t.order, tuple):
@@ -387,6 +357,22 @@ def _check_named(c: _Checker, t: Critical | Milestone | WhenMilestone, path: str
         c.add(path, f"{t.kind} name must be a non-empty str, got {t.name!r}")
 
 
+def _check_critical(c: _Checker, t: Critical, path: str) -> None:
+    _check_named(c, t, path)
+
+
+def _check_milestone(c: _Checker, t: Milestone, path: str) -> None:
+    _check_named(c, t, path)
+
+
+def _check_when_milestone(c: _Checker, t: WhenMilestone, path: str) -> None:
+    _check_named(c, t, path)
+
+
+def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
+    """Nothing to check: terminate() takes no arguments."""
+
+
 def _check_call(c: _Checker, t: Call, path: str) -> None:
     if not isinstance(t.name, str):
         c.add(path, f"call name must be a str, got {t.name!r}")
@@ -397,26 +383,18 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
         c.add(path, f"call({t.name!r}): no workflow of that name in the library ({known})")
 
 
-_CHECKS: dict[type, Callable[[_Checker, Any, str], None]] = {
-    Task: _check_task,
-    Effect: _check_effect,
-    Seq: _check_seq,
-    Par: _check_par,
-    Xor: _check_cases,
-    MultiChoice: _check_cases,
-    Loop: _check_loop,
-    Wait: _check_wait,
-    Defer: _check_defer,
-    Sleep: _check_sleep,
-    Scope: _check_scope,
-    MI: _check_mi,
-    Interleave: _check_interleave,
-    Critical: _check_named,
-    Milestone: _check_named,
-    WhenMilestone: _check_named,
-    Call: _check_call,
-    Terminate: lambda c, t, p: None,
-}
+def _checks() -> dict[type, Callable[[_Checker, Any, str], None]]:
+    """`_check_<kind>` for every term class, found by name: a construct without a check fails at import."""
+    table = {}
+    for cls in term_classes():
+        check = globals().get(f"_check_{cls.kind}")
+        if check is None:
+            raise ImportError(f"validation has no check _check_{cls.kind} for term kind {cls.kind!r}")
+        table[cls] = check
+    return table
+
+
+_CHECKS = _checks()
 
 
 def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[ValidationIssue]:
@@ -440,4 +418,4 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
     return issues
 
 
-__all__ = ["ValidationIssue", "children", "child_path", "validate"]
+__all__ = ["ValidationIssue", "validate"]

@@ -2,21 +2,27 @@
 
 `Machine(program, data)` runs a case synchronously; every nondeterministic input (signal, effect result,
 timer firing, cancel, scheduler choice) is a method call, so tests and tools can replay a case exactly.
+Compile with `wfsub.compile(term)`.
 """
 
-from ._compiler import Op as Op
-from ._compiler import Program as Program
-from ._compiler import compile_workflow as compile_workflow
-from ._trace._events import VmEvent as VmEvent
+from __future__ import annotations
+
+import warnings as _warnings
+from typing import Any as _Any
+
+from ._program import Op as Op
+from ._program import Program as Program
 from ._vm import Deterministic as Deterministic
 from ._vm import EffectRequest as EffectRequest
 from ._vm import Machine as Machine
 from ._vm import MIStats as MIStats
 from ._vm import Replay as Replay
 from ._vm import RunResult as RunResult
+from ._vm import RunStatus as RunStatus
 from ._vm import Scheduler as Scheduler
 from ._vm import Seeded as Seeded
 from ._vm import TimerRequest as TimerRequest
+from ._vm import VmEvent as VmEvent
 
 __all__ = [
     "Deterministic",
@@ -27,9 +33,22 @@ __all__ = [
     "Program",
     "Replay",
     "RunResult",
+    "RunStatus",
     "Scheduler",
     "Seeded",
     "TimerRequest",
     "VmEvent",
-    "compile_workflow",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name == "compile_workflow":
+        _warnings.warn(
+            "wfsub.lowlevel.compile_workflow is deprecated: use wfsub.compile (the same function)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from ._compiler import compile_workflow
+
+        return compile_workflow
+    raise AttributeError(f"module 'wfsub.lowlevel' has no attribute {name!r}")

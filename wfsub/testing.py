@@ -21,9 +21,9 @@ from typing import Any as _Any
 import anyio
 import anyio.lowlevel
 
-from ._runtime._clock import VirtualClock as VirtualClock
-from ._trace._model import TraceEvent as _TraceEvent
-from ._trace._sinks import MemorySink as _MemorySink
+from ._runtime import VirtualClock as VirtualClock
+from ._trace import MemorySink as _MemorySink
+from ._trace import TraceEvent as _TraceEvent
 
 __all__ = ["CapturingSink", "ScriptedEffect", "VirtualClock"]
 

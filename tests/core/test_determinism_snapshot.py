@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import wfsub
 from wfsub import (
     SnapshotMismatch,
     critical,
@@ -29,7 +30,7 @@ from wfsub import (
     xor,
 )
 from wfsub._terms import Term
-from wfsub.lowlevel import Machine, Replay, Scheduler, Seeded, compile_workflow
+from wfsub.lowlevel import Machine, Replay, Scheduler, Seeded
 
 
 def bump(key: str) -> Term:
@@ -75,11 +76,11 @@ def drive(m: Machine, quanta: int = 1, limit: int = 100_000) -> None:
 
 
 def answer(m: Machine, signals: tuple[str, ...]) -> None:
-    if m.effects:
-        eid = min(m.effects)
+    if m.effect_ids():
+        eid = m.effect_ids()[0]
         m.complete_effect(eid, {f"e{eid}": eid})
-    elif m.timers:
-        m.fire_timer(min(m.timers))
+    elif m.timer_ids():
+        m.fire_timer(m.timer_ids()[0])
     elif signals:
         m.deliver_signal(sorted(signals)[0], len(m.data))
     else:
@@ -87,7 +88,7 @@ def answer(m: Machine, signals: tuple[str, ...]) -> None:
 
 
 def traced(term: Term, scheduler: Scheduler, quanta: int = 1) -> tuple[dict[str, Any], list[Any]]:
-    m = Machine(compile_workflow(term), scheduler=scheduler, trace_level="full")
+    m = Machine(wfsub.compile(term), scheduler=scheduler, trace_level="full")
     drive(m, quanta)
     assert m.status == "done", m.error_message
     return m.data, [e.as_tuple() for e in m.take_events()]
@@ -121,9 +122,9 @@ def test_replay_of_a_foreign_log_is_refused() -> None:
 
 
 def _snapshot_everywhere(term: Term, scheduler_factory: Any) -> None:
-    base = Machine(compile_workflow(term), scheduler=scheduler_factory(), trace_level="full")
+    base = Machine(wfsub.compile(term), scheduler=scheduler_factory(), trace_level="full")
     program = base.program
-    reference = Machine(compile_workflow(term), scheduler=scheduler_factory(), trace_level="full")
+    reference = Machine(wfsub.compile(term), scheduler=scheduler_factory(), trace_level="full")
     drive(reference)
     want = (reference.status, reference.data, [e.as_tuple() for e in reference.take_events()])
     checked = 0
@@ -160,16 +161,16 @@ def Deterministic_() -> Scheduler:  # noqa: N802 - a factory named after what it
 
 def test_restore_refuses_snapshot_of_another_program() -> None:
     """A snapshot taken from a different workflow is refused with SnapshotMismatch."""
-    m = Machine(compile_workflow(WORKFLOW))
+    m = Machine(wfsub.compile(WORKFLOW))
     m.run(5)
-    other = compile_workflow(seq(bump("a")))
+    other = wfsub.compile(seq(bump("a")))
     with pytest.raises(SnapshotMismatch, match="restore it with the workflow"):
         Machine.restore(other, m.snapshot())
 
 
 def test_snapshot_is_plain_json() -> None:
     """snapshot() of a case with JSON-able data survives json.dumps unchanged."""
-    m = Machine(compile_workflow(WORKFLOW), {"customer": {"id": 3, "tags": ["a"]}})
+    m = Machine(wfsub.compile(WORKFLOW), {"customer": {"id": 3, "tags": ["a"]}})
     m.run(20)
     snap = m.snapshot()
     assert json.loads(json.dumps(snap)) == snap

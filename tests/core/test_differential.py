@@ -9,9 +9,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import wfsub
 from wfsub import loop, mi, par, scope, seq, task, xor
 from wfsub._terms import Term
-from wfsub.lowlevel import Machine, compile_workflow
+from wfsub.lowlevel import Machine
 
 from .reference import Reference
 
@@ -112,7 +113,7 @@ def cases(draw: Any) -> tuple[Recorder, Term]:
 
 def _run_vm(term: Term, rec: Recorder, quanta: int) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
     rec.runs = []
-    program = compile_workflow(term)
+    program = wfsub.compile(term)
     machine = Machine(program)
     for _ in range(100_000):
         result = machine.run(quanta)
@@ -135,7 +136,7 @@ def test_vm_agrees_with_reference_interpreter(case: tuple[Recorder, Term], quant
     rec, term = case
     ref_data, ref_runs = _run_reference(term, rec)
     vm_data, vm_runs = _run_vm(term, rec, quanta)
-    dis = compile_workflow(term).dis()
+    dis = wfsub.compile(term).dis()
     assert Counter(vm_runs) == Counter(ref_runs), f"{term!r}\n{dis}"
     assert vm_runs == ref_runs, f"{term!r}\n{dis}"
     assert vm_data == ref_data, f"{term!r}\n{dis}"

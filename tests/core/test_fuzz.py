@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import wfsub
 from wfsub import (
     WfsubError,
     call,
@@ -30,7 +31,7 @@ from wfsub import (
     xor,
 )
 from wfsub._terms import Term
-from wfsub.lowlevel import Machine, RunResult, Seeded, compile_workflow
+from wfsub.lowlevel import Machine, RunResult, Seeded
 
 
 async def work(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,7 +80,7 @@ WORKFLOW = seq(
     ),
     bump("end"),
 )
-PROGRAM = compile_workflow(WORKFLOW, library=LIBRARY)
+PROGRAM = wfsub.compile(WORKFLOW, library=LIBRARY)
 REGIONS = sorted(PROGRAM.regions)
 
 

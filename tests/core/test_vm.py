@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import wfsub
 from wfsub import (
     CaseFailed,
     MachineStateError,
@@ -31,7 +32,7 @@ from wfsub import (
     xor,
 )
 from wfsub._terms import Term
-from wfsub.lowlevel import Machine, Op, RunResult, compile_workflow
+from wfsub.lowlevel import Machine, Op, RunResult
 
 
 def put(key: str, value: Any) -> Term:
@@ -55,7 +56,7 @@ async def work(ctx: Mapping[str, Any]) -> None:
 
 
 def machine(term: Term, data: dict[str, Any] | None = None, **kw: Any) -> Machine:
-    return Machine(compile_workflow(term, **kw), data)
+    return Machine(wfsub.compile(term, **kw), data)
 
 
 def settle(m: Machine) -> RunResult:
@@ -391,7 +392,7 @@ def test_call_runs_library_workflow_and_limits_depth() -> None:
                         default=put("done", True))}
     m = machine(call("count"), library=lib)
     assert settle(m).status == "done" and m.data == {"n": 5, "done": True}
-    deep = Machine(compile_workflow(call("count"), library=lib, max_call_depth=3))
+    deep = Machine(wfsub.compile(call("count"), library=lib, max_call_depth=3))
     r = settle(deep)
     assert r.status == "failed" and "call depth limit 3" in (r.error_message or "")
 
@@ -428,7 +429,7 @@ def test_trace_levels() -> None:
     wf = seq(put("a", 1), put("b", 2))
     kinds = {}
     for level in ("none", "min", "full"):
-        m = Machine(compile_workflow(wf), trace_level=level)
+        m = Machine(wfsub.compile(wf), trace_level=level)
         settle(m)
         kinds[level] = [e.kind for e in m.take_events()]
     assert kinds["none"] == []
@@ -438,9 +439,9 @@ def test_trace_levels() -> None:
 
 def test_disassembly_is_readable() -> None:
     """dis() lists each instruction with its opcode name, operand and node path."""
-    program = compile_workflow(seq(put("a", 1), par(put("b", 1), put("c", 1))))
+    program = wfsub.compile(seq(put("a", 1), par(put("b", 1), put("c", 1))))
     text = program.dis()
-    assert "PAR_SPLIT" in text and "ARRIVE" in text and "seq[1].par[0].task" in text
+    assert "PAR " in text and "ARRIVE" in text and "seq[1].par[0].task" in text
     assert program.ops[-1] == Op.END
 
 
@@ -452,11 +453,11 @@ def test_fingerprint_is_stable_across_processes() -> None:
     code = "from tests.core.test_vm import fingerprint_example as f; print(f())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == fingerprint_example()
-    assert compile_workflow(seq(task(work_sync))).fingerprint != fingerprint_example()
+    assert wfsub.compile(seq(task(work_sync))).fingerprint != fingerprint_example()
 
 
 def fingerprint_example() -> str:
-    return compile_workflow(seq(task(work_sync), par(task(work_sync), wait("x")))).fingerprint
+    return wfsub.compile(seq(task(work_sync), par(task(work_sync), wait("x")))).fingerprint
 
 
 def work_sync(ctx: Mapping[str, Any]) -> None:
@@ -519,7 +520,7 @@ def test_refused_complete_region_changes_nothing() -> None:
         xor((lambda c: c["item"] == "fast" and c["index"] == 0, put("fast", True)), default=wait("x")),
         count=2, join=1, cancel_remaining=False, name="in", collect="got",
     )
-    m = Machine(compile_workflow(mi(inner, items=lambda c: ["slow", "fast"], collect="outer")), trace_level="min")
+    m = Machine(wfsub.compile(mi(inner, items=lambda c: ["slow", "fast"], collect="outer")), trace_level="min")
     settle(m)
     m.take_events()
     with pytest.raises(SignalRejected, match="has already joined"):

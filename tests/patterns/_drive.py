@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import wfsub
 from wfsub import Term, effect, task
-from wfsub.lowlevel import EffectRequest, Machine, RunResult, Scheduler, TimerRequest, compile_workflow
+from wfsub.lowlevel import EffectRequest, Machine, RunResult, Scheduler, TimerRequest
 
 MAX_RUNS = 1000  # a test that needs more runs than this is looping
 
@@ -63,7 +64,7 @@ class Case:
         max_call_depth: int | None = None,
     ) -> None:
         depth = {} if max_call_depth is None else {"max_call_depth": max_call_depth}
-        program = compile_workflow(term, library=library, **depth)
+        program = wfsub.compile(term, library=library, **depth)
         self.m = Machine(program, data, scheduler=scheduler, trace_level=trace_level)
         self.quanta = quanta
         self.pending: dict[int, EffectRequest] = {}

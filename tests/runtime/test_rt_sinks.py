@@ -11,7 +11,8 @@ import pytest
 import structlog
 
 from wfsub import CallbackSink, JsonlSink, MemorySink, TraceEvent
-from wfsub._trace import TraceSinkActor, VmEvent
+from wfsub._runtime._hub import TraceHub
+from wfsub.lowlevel import VmEvent
 from wfsub.testing import CapturingSink
 
 
@@ -23,7 +24,7 @@ async def test_sink_actor_fans_out_global_and_per_case_sinks() -> None:
     """Global sinks get every event; a case's own sinks get only that case's events, in order."""
     everything = MemorySink()
     mine = MemorySink()
-    actor = TraceSinkActor([everything])
+    actor = TraceHub([everything])
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run)
         actor.submit("a", 1.0, vm_events(2), (mine,))
@@ -38,7 +39,7 @@ async def test_sink_actor_fans_out_global_and_per_case_sinks() -> None:
 
 async def test_full_buffer_drops_and_counts_without_waiting() -> None:
     """submit() never waits: past the buffer, batches are dropped and counted (and logged once)."""
-    actor = TraceSinkActor([MemorySink()], buffer=2)
+    actor = TraceHub([MemorySink()], buffer=2)
     with structlog.testing.capture_logs() as logs:
         for _ in range(5):
             actor.submit("a", 0.0, vm_events(3), ())
@@ -58,7 +59,7 @@ async def test_raising_sink_is_counted_and_keeps_receiving() -> None:
         calls += 1
         raise RuntimeError("nope")
 
-    actor = TraceSinkActor([CallbackSink(flaky)])
+    actor = TraceHub([CallbackSink(flaky)])
     with structlog.testing.capture_logs():
         async with anyio.create_task_group() as tg:
             tg.start_soon(actor.run)

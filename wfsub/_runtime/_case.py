@@ -24,7 +24,7 @@ unwinds the actor, which marks the case cancelled ("substrate closed") on its wa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,23 +34,17 @@ import structlog
 from anyio.abc import TaskGroup
 
 from .._errors import CaseCancelled, CaseFailed, MachineStateError, SignalRejected, WfsubError
-from .._trace._sink_actor import TraceSinkActor
-from .._trace._sinks import TraceSink
+from .._trace import TraceSink
 from ._clock import Clock
 from ._effects import call_effect
+from ._hub import TraceHub
+from ._mailbox import Cancel, EffectDone, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import CaseState, CaseStatus
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult
 
 _log = structlog.get_logger("wfsub.runtime")
-
-# message kinds (first item of each mailbox tuple)
-SIGNAL = 0  # (SIGNAL, name, payload)
-EFFECT = 1  # (EFFECT, effect_id, output, error)
-TIMER = 2  # (TIMER, timer_id)
-CANCEL = 3  # (CANCEL, reason)
-REGION = 4  # (REGION, op, name, items, reply)
 
 _ENDED = frozenset({"done", "failed", "cancelled"})
 
@@ -60,21 +54,11 @@ class Shared:
     """What every case actor of one Substrate shares."""
 
     clock: Clock
-    hub: TraceSinkActor
+    hub: TraceHub
     quanta: int
     mailbox_size: int
     on_end: Callable[[CaseActor], None]
     busy: int = 0  # actors running or with messages waiting (VirtualClock settles on 0)
-
-
-class Reply:
-    """The answer slot of a region operation: the sender waits on `event`."""
-
-    __slots__ = ("event", "error")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.error: BaseException | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -89,13 +73,13 @@ class CaseActor:
     level: str = "none"
     sinks: tuple[TraceSink, ...] = ()
     state: CaseState = CaseState.INITIALIZING
-    inbox: list[tuple[Any, ...]] = field(default_factory=list)
+    inbox: list[Message] = field(default_factory=list)
     external: int = 0  # external messages queued (bounded by mailbox_size)
     parked: bool = False
     wake: anyio.Event | None = None
     space: list[anyio.Event] | None = None  # senders waiting for room in the mailbox
     tg: TaskGroup | None = None
-    scopes: dict[tuple[int, int], anyio.CancelScope] | None = None  # (EFFECT|TIMER, id) -> scope
+    scopes: dict[tuple[bool, int], anyio.CancelScope] | None = None  # (is_timer, id) -> its cancel scope
     wakeups: int = 0
     steps: int = 0
     signals: tuple[str, ...] = ()
@@ -196,7 +180,7 @@ class CaseActor:
 
     # -- the mailbox ------------------------------------------------------------------------------------
 
-    def post(self, msg: tuple[Any, ...]) -> None:
+    def post(self, msg: Message) -> None:
         """Queue a message and wake the actor (never waits; external senders use `send`)."""
         self.inbox.append(msg)
         if self.parked:
@@ -205,7 +189,7 @@ class CaseActor:
             assert self.wake is not None
             self.wake.set()
 
-    async def send(self, msg: tuple[Any, ...], what: str) -> None:
+    async def send(self, msg: Message, what: str) -> None:
         """Queue an external message, waiting while the mailbox holds `mailbox_size` of them."""
         limit = self.shared.mailbox_size
         while self.external >= limit and not self.state.ended:
@@ -215,7 +199,7 @@ class CaseActor:
             self.space.append(event)
             await event.wait()
         if self.state.ended:
-            raise SignalRejected(self.ended_message(what))
+            raise self.ended_error(what)
         self.external += 1
         self.post(msg)
 
@@ -235,44 +219,57 @@ class CaseActor:
             for event in waiting:
                 event.set()
 
-    def _apply(self, msg: tuple[Any, ...]) -> None:
+    def _apply(self, msg: Message) -> None:
         m = self.machine
         assert m is not None
-        kind = msg[0]
-        if kind == SIGNAL:
+        kind = type(msg)
+        if kind is Signal:
+            assert isinstance(msg, Signal)
             try:
-                m.deliver_signal(msg[1], msg[2])
+                m.deliver_signal(msg.name, msg.payload)
             except SignalRejected as exc:  # the case ended while the signal was queued
-                _log.info("signal discarded", case_id=self.case_id, signal=msg[1], reason=str(exc))
-        elif kind == EFFECT:
+                _log.info("signal discarded", case_id=self.case_id, signal=msg.name, reason=str(exc))
+        elif kind is EffectDone:
+            assert isinstance(msg, EffectDone)
             if self.scopes is not None:
-                self.scopes.pop((EFFECT, msg[1]), None)
+                self.scopes.pop((False, msg.effect_id), None)
             try:
-                m.complete_effect(msg[1], msg[2], error=msg[3])
+                m.complete_effect(msg.effect_id, msg.output, error=msg.error)
             except MachineStateError as exc:
                 _log.error("effect result refused by the vm", case_id=self.case_id, error=str(exc))
-        elif kind == TIMER:
+        elif kind is TimerFired:
+            assert isinstance(msg, TimerFired)
             if self.scopes is not None:
-                self.scopes.pop((TIMER, msg[1]), None)
-            m.fire_timer(msg[1])
-        elif kind == CANCEL:
+                self.scopes.pop((True, msg.timer_id), None)
+            m.fire_timer(msg.timer_id)
+        elif kind is Cancel:
+            assert isinstance(msg, Cancel)
             if not m.ended:
-                self.cancel_reason = msg[1]
-                m.cancel(msg[1])
+                self.cancel_reason = msg.reason
+                m.cancel(msg.reason)
         else:
-            _, op, name, items, reply = msg
-            try:
-                if op == "add_instances":
-                    m.add_instances(name, items)
-                else:
-                    getattr(m, op)(name)
-            except (WfsubError, TypeError) as exc:
-                reply.error = exc
-            except Exception as exc:  # a bug: the sender hears of it, and the actor fails the case
-                reply.error = exc
-                raise
-            finally:
-                reply.event.set()
+            assert isinstance(msg, RegionOp)
+            self._region(m, msg)
+
+    def _region(self, m: Machine, op: RegionOp) -> None:
+        try:
+            action = op.action
+            if action is RegionAction.CANCEL:
+                m.cancel_region(op.name)
+            elif action is RegionAction.COMPLETE:
+                m.complete_region(op.name)
+            elif action is RegionAction.ADD_INSTANCES:
+                assert op.items is not None
+                m.add_instances(op.name, op.items)
+            else:
+                m.close_instances(op.name)
+        except (WfsubError, TypeError) as exc:
+            op.reply.error = exc
+        except Exception as exc:  # a bug: the sender hears of it, and the actor fails the case
+            op.reply.error = exc
+            raise
+        finally:
+            op.reply.event.set()
 
     # -- effects and timers ---------------------------------------------------------------------------
 
@@ -280,18 +277,18 @@ class CaseActor:
         scopes = self.scopes
         assert scopes is not None
         for eid in r.cancelled_effects:
-            scope = scopes.pop((EFFECT, eid), None)
+            scope = scopes.pop((False, eid), None)
             if scope is not None:
                 scope.cancel()
         for tid in r.cancelled_timers:
-            scope = scopes.pop((TIMER, tid), None)
+            scope = scopes.pop((True, tid), None)
             if scope is not None:
                 scope.cancel()
         for req in r.effects:
-            scope = scopes[(EFFECT, req.effect_id)] = anyio.CancelScope()
+            scope = scopes[(False, req.effect_id)] = anyio.CancelScope()
             tg.start_soon(self._effect, req, scope)
         for timer in r.timers:
-            scope = scopes[(TIMER, timer.timer_id)] = anyio.CancelScope()
+            scope = scopes[(True, timer.timer_id)] = anyio.CancelScope()
             tg.start_soon(self._timer, timer.timer_id, timer.seconds, scope)
 
     async def _effect(self, req: EffectRequest, scope: anyio.CancelScope) -> None:
@@ -308,18 +305,18 @@ class CaseActor:
                     case_id=self.case_id,
                 )
             except Exception as exc:
-                self.post((EFFECT, req.effect_id, None, exc))
+                self.post(EffectDone(req.effect_id, None, exc))
             else:
-                self.post((EFFECT, req.effect_id, output, None))
+                self.post(EffectDone(req.effect_id, output, None))
 
     async def _timer(self, timer_id: int, seconds: float, scope: anyio.CancelScope) -> None:
         with scope:
             await self.shared.clock.sleep(seconds)
-            self.post((TIMER, timer_id))
+            self.post(TimerFired(timer_id))
 
     async def _case_timer(self, seconds: float) -> None:
         await self.shared.clock.sleep(seconds)
-        self.post((CANCEL, "timeout"))
+        self.post(Cancel("timeout"))
 
     # -- ending -----------------------------------------------------------------------------------------
 
@@ -364,9 +361,9 @@ class CaseActor:
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
         for msg in self.inbox:  # region operations that will never run: answer them
-            if msg[0] == REGION:
-                msg[4].error = SignalRejected(self.ended_message(f"{msg[1].replace('_', ' ')} {msg[2]!r}"))
-                msg[4].event.set()
+            if type(msg) is RegionOp:
+                msg.reply.error = self.ended_error(msg.what)
+                msg.reply.event.set()
         self.inbox.clear()
         if self.space:
             for event in self.space:
@@ -375,11 +372,8 @@ class CaseActor:
 
     # -- what the Substrate reads -----------------------------------------------------------------------
 
-    def ended_message(self, what: str) -> str:
-        return (
-            f"cannot {what}: case {self.case_id!r} has already ended ({self.state.value}); "
-            f"check status(case_id) before sending it inputs"
-        )
+    def ended_error(self, action: str) -> SignalRejected:
+        return SignalRejected.ended(self.case_id, action, self.state.value)
 
     def outcome(self) -> dict[str, Any]:
         """The final data, or raise the case's CaseFailed / CaseCancelled (a fresh exception per call)."""
@@ -414,7 +408,3 @@ class CaseActor:
             error=error,
             cancel_reason=self.cancel_reason if self.state is CaseState.CANCELLED else None,
         )
-
-
-def region_message(op: str, name: str, items: Sequence[Any] | None) -> tuple[Any, ...]:
-    return (REGION, op, name, items, Reply())

@@ -38,15 +38,16 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from .._compiler import Program, compile_workflow
-from .._errors import CaseExists, CaseNotFound, SignalRejected, SubstrateClosed
+from .._compiler import compile_workflow
+from .._errors import CaseExists, CaseNotFound, SubstrateClosed
+from .._program import Program
 from .._terms import Term
-from .._trace._events import LEVELS, TraceLevel
-from .._trace._sink_actor import TraceSinkActor, check_sink
-from .._trace._sinks import TraceSink
+from .._trace import LEVELS, TraceLevel, TraceSink, check_sink
 from .._vm import Machine
-from ._case import CANCEL, SIGNAL, CaseActor, Shared, region_message
+from ._case import CaseActor, Shared
 from ._clock import Clock, RealClock, VirtualClock
+from ._hub import TraceHub
+from ._mailbox import Cancel, RegionAction, RegionOp, Reply, Signal
 from ._status import CaseStatus, SubstrateStatistics
 
 _log = structlog.get_logger("wfsub.runtime")
@@ -121,7 +122,7 @@ class Substrate:
         self._phase = "new"  # new -> open -> closed
         self._root: TaskGroup | None = None
         self._case_tg: TaskGroup | None = None
-        self._hub: TraceSinkActor | None = None
+        self._hub: TraceHub | None = None
         self._shared: Shared | None = None
         self._detach_clock: Any = None
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0}
@@ -131,7 +132,7 @@ class Substrate:
     async def __aenter__(self) -> Substrate:
         if self._phase != "new":
             raise RuntimeError("a Substrate can be entered only once; make a new Substrate instead")
-        hub = self._hub = TraceSinkActor(self._sinks, buffer=self._trace_buffer, sink_buffer=self._trace_buffer)
+        hub = self._hub = TraceHub(self._sinks, buffer=self._trace_buffer, sink_buffer=self._trace_buffer)
         self._shared = Shared(self._clock, hub, self._quanta, self._mailbox_size, self._on_end)
         root = self._root = anyio.create_task_group()
         await root.__aenter__()
@@ -200,7 +201,7 @@ class Substrate:
             raise CaseExists(case_id)
         program = self._program(workflow)
         level = self._level if self._sinks else "none"
-        machine = Machine(program, data, trace_level=level)
+        machine = Machine(program, data, trace_level=level, case_id=case_id)
         shared = self._shared
         assert shared is not None
         assert self._case_tg is not None
@@ -242,20 +243,15 @@ class Substrate:
         await self._signal(self._get(case_id), name, payload)
 
     async def _signal(self, actor: CaseActor, name: str, payload: Any) -> None:
-        self._check_open("send a signal")
-        if not isinstance(name, str):
-            raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
+        action = f"take signal {name!r}"
+        self._check_open(action)
         machine = actor.machine
         if machine is None or actor.state.ended:
-            raise SignalRejected(actor.ended_message(f"send signal {name!r}"))
-        signals = machine.program.signals
-        if name not in signals:
-            known = ", ".join(sorted(signals)) or "none"
-            raise SignalRejected(
-                f"case {actor.case_id!r} never waits for signal {name!r} (its workflow waits for: {known}); "
-                f"check the signal name"
-            )
-        await actor.send((SIGNAL, name, payload), f"send signal {name!r}")
+            if not isinstance(name, str):
+                raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
+            raise actor.ended_error(action)
+        machine.check_signal(name)  # unknown names are refused here, before anything is queued
+        await actor.send(Signal(name, payload), action)
 
     async def cancel(self, case_id: str) -> None:
         """Ask a case to cancel: its work is withdrawn and its awaiters get CaseCancelled. No-op once ended."""
@@ -265,44 +261,37 @@ class Substrate:
     def _cancel(self, actor: CaseActor) -> None:
         self._check_open("cancel a case")
         if not actor.state.ended:
-            actor.post((CANCEL, "cancelled"))
+            actor.post(Cancel("cancelled"))
 
     async def cancel_region(self, case_id: str, region: str) -> None:
         """Withdraw all work of the named region (a scope or a named mi) of a case."""
-        await self._region(case_id, "cancel_region", region, None)
+        await self._region(case_id, RegionAction.CANCEL, region, None)
 
     async def complete_region(self, case_id: str, region: str) -> None:
         """Close the named region now: an mi joins with the outputs so far; a scope continues after itself."""
-        await self._region(case_id, "complete_region", region, None)
+        await self._region(case_id, RegionAction.COMPLETE, region, None)
 
     async def add_instances(self, case_id: str, region: str, items: Sequence[Any]) -> None:
         """Add one instance per item to the live dynamic mi `region` of a case."""
         if isinstance(items, str | bytes) or not isinstance(items, Sequence):
             raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
-        await self._region(case_id, "add_instances", region, list(items))
+        await self._region(case_id, RegionAction.ADD_INSTANCES, region, list(items))
 
-    async def _region(self, case_id: str, op: str, region: str, items: list[Any] | None) -> None:
-        what = f"{op.replace('_', ' ')} {region!r}"
+    async def _region(self, case_id: str, action: RegionAction, region: str, items: list[Any] | None) -> None:
+        what = f"{action.value} {region!r}"
         self._check_open(what)
         actor = self._get(case_id)
-        if not isinstance(region, str):
-            raise TypeError(f"region names are str, got {type(region).__name__} {region!r}")
         machine = actor.machine
         if machine is None or actor.state.ended:
-            raise SignalRejected(actor.ended_message(what))
-        regions = machine.program.regions
-        if region not in regions:
-            known = ", ".join(sorted(regions)) or "none"
-            raise SignalRejected(
-                f"cannot {what}: case {case_id!r} has no region {region!r} (its regions: {known}); regions are "
-                f"made by scope(name, ...) and mi(..., name=...)"
-            )
-        msg = region_message(op, region, items)
-        await actor.send(msg, what)
-        reply = msg[4]
-        await reply.event.wait()
-        if reply.error is not None:
-            raise reply.error
+            if not isinstance(region, str):
+                raise TypeError(f"region names are str, got {type(region).__name__} {region!r}")
+            raise actor.ended_error(what)
+        machine.check_region(action.value, region)  # unknown regions are refused before anything is queued
+        op = RegionOp(action, region, items, Reply())
+        await actor.send(op, what)
+        await op.reply.event.wait()
+        if op.reply.error is not None:
+            raise op.reply.error
 
     # -- outcomes -----------------------------------------------------------------------------------------------
 

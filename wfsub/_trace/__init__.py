@@ -1,33 +1,32 @@
-"""Trace: levels, the `TraceEvent` model, the sinks and the trace-sink actor that feeds them."""
+"""Trace: the public `TraceEvent` model and the sinks. Sits above the vm (whose event kinds and levels it
+re-exports) and below the runtime (whose trace hub actor feeds the sinks)."""
 
 from __future__ import annotations
 
-from ._events import FULL_KINDS as FULL_KINDS
-from ._events import LEVELS as LEVELS
-from ._events import MIN_KINDS as MIN_KINDS
-from ._events import TraceLevel as TraceLevel
-from ._events import VmEvent as VmEvent
+from .._vm import FULL_KINDS as FULL_KINDS
+from .._vm import LEVELS as LEVELS
+from .._vm import MIN_KINDS as MIN_KINDS
+from .._vm import TraceLevel as TraceLevel
+from ._model import EventBatch as EventBatch
 from ._model import TraceEvent as TraceEvent
-from ._sink_actor import TraceSinkActor as TraceSinkActor
-from ._sink_actor import TraceStats as TraceStats
 from ._sinks import CallbackSink as CallbackSink
 from ._sinks import JsonlSink as JsonlSink
 from ._sinks import MemorySink as MemorySink
 from ._sinks import StructlogSink as StructlogSink
 from ._sinks import TraceSink as TraceSink
+from ._sinks import check_sink as check_sink
 
 __all__ = [
     "FULL_KINDS",
     "LEVELS",
     "MIN_KINDS",
     "CallbackSink",
+    "EventBatch",
     "JsonlSink",
     "MemorySink",
     "StructlogSink",
     "TraceEvent",
     "TraceLevel",
     "TraceSink",
-    "TraceSinkActor",
-    "TraceStats",
-    "VmEvent",
+    "check_sink",
 ]

@@ -9,7 +9,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict
 
-from ._events import VmEvent
+from .._vm import VmEvent
 
 
 class TraceEvent(BaseModel):

@@ -139,3 +139,14 @@ class CallbackSink:
 
     def __repr__(self) -> str:
         return f"CallbackSink({getattr(self._fn, '__qualname__', self._fn)!r})"
+
+
+def check_sink(sink: object) -> TraceSink:
+    """Raise a TypeError that explains what a sink is, unless `sink` is one."""
+    if not isinstance(sink, TraceSink):
+        raise TypeError(
+            f"{sink!r} is not a trace sink: a sink needs `async def write(self, events)`; use MemorySink, "
+            f"JsonlSink(path), StructlogSink() or CallbackSink(fn)"
+        )
+    return sink
+

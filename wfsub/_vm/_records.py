@@ -9,16 +9,20 @@ of all tokens.
 Frames decide what happens when their children are gone: `arrive` (a token reached the end of a branch),
 `child_gone` (a child frame closed or a token was withdrawn) and `on_close` (release what the frame held).
 Those are ordinary methods on the frame classes: the hot loop never inspects a node type.
+
+Snapshots find the record classes by walking the subclasses of `Record` (`record_classes()`): a new frame
+class is covered without registering it anywhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from .._compiler import InterleaveSpec, LoopSpec, MISpec, ScopeSpec, SplitSpec
-    from ._machine import Machine
+    from .._program import InterleaveSpec, LoopSpec, MISpec, ScopeSpec, SplitSpec
+    from ._interp import Interp
 
 # What a parked token waits on (Token.wk).
 WK_NONE = 0
@@ -31,7 +35,42 @@ WK_MILESTONE = 5
 NO_ITEM: Any = None  # instances made by count= have no item; marked by `has_item`
 
 
-class Token:
+class Record:
+    """Base of every vm record that a snapshot writes as an object (tokens, frames, queues).
+
+    A base class that is never instantiated sets `abstract = True` in its own body.
+    """
+
+    __slots__ = ()
+    abstract: ClassVar[bool] = True
+
+
+def record_classes() -> dict[str, type[Record]]:
+    """Every record class by name (the snapshot registry), built by walking the subclasses of `Record`."""
+    found: dict[str, type[Record]] = {}
+    todo: list[type[Record]] = [Record]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub.__name__ in found and found[sub.__name__] is not sub:
+                raise TypeError(f"two vm record classes are named {sub.__name__}: snapshots need unique names")
+            if not sub.__dict__.get("abstract", False):
+                found[sub.__name__] = sub
+            todo.append(sub)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class MIStats:
+    """What an mi `until=` predicate sees."""
+
+    started: int
+    completed: int
+    cancelled: int
+    active: int
+
+
+class Token(Record):
     """A thread of control: an instruction pointer, its frame, and the data view its steps see."""
 
     __slots__ = ("ip", "frame", "env", "prev", "next", "alive", "wk", "wid", "aux", "tid")
@@ -49,7 +88,7 @@ class Token:
         self.aux = 0
 
 
-class Fifo:
+class Fifo(Record):
     """A first-in first-out queue for waiters and buffered signals: a list and the index of its head.
 
     A deque costs about 760 bytes even when it holds one item; an idle case holds one of these per signal
@@ -119,8 +158,10 @@ def members(frame: Frame) -> Iterator[Any]:
         child = nxt
 
 
-class Frame:
+class Frame(Record):
     """One activation of a block: a node of the frame tree."""
+
+    abstract = True
 
     __slots__ = ("parent", "head", "count", "prev", "next", "env", "alive", "ip")
 
@@ -134,23 +175,23 @@ class Frame:
         self.alive = True
         self.ip = ip  # the instruction that opened the frame (its node path is the frame's path)
 
-    def arrive(self, m: Machine, tok: Token) -> int:
+    def arrive(self, m: Interp, tok: Token) -> int:
         """A token hit ARRIVE inside this frame; return where it continues, or -1."""
         raise AssertionError(f"ARRIVE in a {type(self).__name__}")  # the compiler never emits this
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         """A child frame closed, or a token was withdrawn; the child is already unlinked."""
         if self.count == 0:
             m.close(self, withdrawn=True)
 
-    def on_close(self, m: Machine) -> None:
+    def on_close(self, m: Interp) -> None:
         """Release what the frame holds (locks, milestone counts, region registration)."""
 
 
 class RootFrame(Frame):
     __slots__ = ()
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count == 0:
             m.finish_root()
 
@@ -166,7 +207,7 @@ class SplitFrame(Frame):
         self.arrived = 0
         self.fired = False
 
-    def arrive(self, m: Machine, tok: Token) -> int:
+    def arrive(self, m: Interp, tok: Token) -> int:
         unlink(self, tok)
         self.arrived += 1
         spec = self.spec
@@ -192,7 +233,7 @@ class SplitFrame(Frame):
             m.close(self, withdrawn=False)
         return -1
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count:
             return
         if self.fired:
@@ -209,6 +250,8 @@ class SplitFrame(Frame):
 class PassFrame(Frame):
     """A block the thread passes through (loop, scope, critical, milestone, call, interleave)."""
 
+    abstract = True
+
     __slots__ = ("spec", "exited")
 
     def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: Any) -> None:
@@ -216,7 +259,7 @@ class PassFrame(Frame):
         self.spec = spec
         self.exited = False
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count == 0:
             m.close(self, withdrawn=not self.exited)
 
@@ -234,7 +277,7 @@ class ScopeFrame(PassFrame):
     __slots__ = ()
     spec: ScopeSpec
 
-    def on_close(self, m: Machine) -> None:
+    def on_close(self, m: Interp) -> None:
         m.unregister_region(self.spec.name, self)
 
 
@@ -245,7 +288,7 @@ class CriticalFrame(PassFrame):
         super().__init__(parent, env, ip, None)
         self.name = name
 
-    def on_close(self, m: Machine) -> None:
+    def on_close(self, m: Interp) -> None:
         m.release_lock(self.name)
 
 
@@ -256,7 +299,7 @@ class MilestoneFrame(PassFrame):
         super().__init__(parent, env, ip, None)
         self.name = name
 
-    def on_close(self, m: Machine) -> None:
+    def on_close(self, m: Interp) -> None:
         m.leave_milestone(self.name, self.ip)
 
 
@@ -282,7 +325,7 @@ class InterleaveFrame(PassFrame):
         self.arrived = 0
         self.parked: Token | None = None  # the thread, waiting for its branch's leftover work to end
 
-    def arrive(self, m: Machine, tok: Token) -> int:
+    def arrive(self, m: Interp, tok: Token) -> int:
         self.done[self.current] = True
         self.arrived += 1
         if self.count > 1:  # a discriminator's loser of this branch still runs: wait for it
@@ -292,7 +335,7 @@ class InterleaveFrame(PassFrame):
             return -1
         return m.interleave_next(self, tok)
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         tok = self.parked
         if tok is not None:
             if self.count == 1:  # only the waiting thread is left: the branch is over
@@ -326,7 +369,7 @@ class MIFrame(Frame):
         self.completed = 0
         self.cancelled = 0
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if withdrawn:
             self.cancelled += 1
         else:
@@ -337,7 +380,7 @@ class MIFrame(Frame):
                 m.trace_node("mi_instance_done", self.ip, index=child.index)
         m.mi_check(self)
 
-    def on_close(self, m: Machine) -> None:
+    def on_close(self, m: Interp) -> None:
         if self.spec.name is not None:
             m.unregister_region(self.spec.name, self)
 
@@ -363,7 +406,7 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         self.out: dict[str, Any] | None = None
         self.arrived = 0
 
-    def arrive(self, m: Machine, tok: Token) -> int:
+    def arrive(self, m: Interp, tok: Token) -> int:
         unlink(self, tok)
         tok.alive = False
         self.arrived += 1
@@ -379,7 +422,7 @@ class InstanceFrame(Frame, Mapping[str, Any]):
             m.mi_check(mi)
         return -1
 
-    def child_gone(self, m: Machine, child: Any, withdrawn: bool) -> None:
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count == 0:
             m.close(self, withdrawn=self.arrived == 0)
 

@@ -4,7 +4,8 @@ The state is a graph of records (tokens, frames, events) plus containers. It is 
 objects, each record once, with references between them (`{"$ref": n}`); program constants are written as
 their slot in the constant table (`{"$const": n}`), the root data view as `{"$root": 1}`. Containers that
 JSON lacks are tagged (`$tuple`, `$dict` with its key/value pairs, `$deque`, `$set`). Restore rebuilds the
-graph against the same program, refusing one whose fingerprint differs.
+graph against the same program, refusing one whose fingerprint differs. Every subclass of `Record` is a
+record class (`record_classes()`), so a new frame class needs no registration here.
 """
 
 from __future__ import annotations
@@ -12,50 +13,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._compiler import Program
 from .._errors import CaseFailed, MachineStateError, SnapshotMismatch
-from .._trace._events import VmEvent
-from ._records import (
-    CallFrame,
-    CriticalFrame,
-    Fifo,
-    InstanceFrame,
-    InterleaveFrame,
-    LoopFrame,
-    MIFrame,
-    MilestoneFrame,
-    PassFrame,
-    RootFrame,
-    ScopeFrame,
-    SplitFrame,
-    Token,
-)
+from .._program import Program
+from ._events import VmEvent
+from ._interp import Interp
+from ._records import Record, record_classes
+from ._result import RunStatus
 from ._schedulers import scheduler_from_state
 
-if TYPE_CHECKING:
-    from ._machine import Machine
-
 FORMAT = 1
-_RECORDS: dict[str, Any] = {
-    cls.__name__: cls
-    for cls in (
-        Token,
-        RootFrame,
-        SplitFrame,
-        PassFrame,
-        LoopFrame,
-        ScopeFrame,
-        CriticalFrame,
-        MilestoneFrame,
-        CallFrame,
-        InterleaveFrame,
-        MIFrame,
-        InstanceFrame,
-        Fifo,
-    )
-}
+_RECORDS = record_classes()
 _STATE = (
     "data",
     "status",
@@ -67,6 +36,8 @@ _STATE = (
     "next_timer",
     "next_wid",
     "signal_seq",
+    "started",
+    "awaiting",
     "event_seq",
     "events",
     "ready",
@@ -95,7 +66,7 @@ def _slots(cls: type) -> list[str]:
 
 
 class _Encoder:
-    def __init__(self, machine: Machine) -> None:
+    def __init__(self, machine: Interp) -> None:
         self.root_env = machine.root_env
         self.consts = {id(c): i for i, c in enumerate(machine.program.consts) if c is not None}
         self.ids: dict[int, int] = {}
@@ -110,7 +81,7 @@ class _Encoder:
         cls = type(v)
         if cls is VmEvent:
             return {"$event": [v[0], v[1], v[2], self.enc(v[3])]}
-        if cls.__name__ in _RECORDS and _RECORDS[cls.__name__] is cls:
+        if isinstance(v, Record):
             ref = self.ids.get(id(v))
             if ref is None:
                 ref = self.ids[id(v)] = len(self.objects)
@@ -139,7 +110,7 @@ class _Encoder:
             self.objects[self.ids[id(obj)]] = {"type": type(obj).__name__, "fields": fields}
 
 
-def take(machine: Machine) -> dict[str, Any]:
+def take(machine: Interp) -> dict[str, Any]:
     e = _Encoder(machine)
     state = {name: e.enc(getattr(machine, name)) for name in _STATE}
     e.drain()
@@ -159,7 +130,7 @@ def take(machine: Machine) -> dict[str, Any]:
     }
 
 
-def give(machine: Machine, program: Program, snap: Mapping[str, Any]) -> None:
+def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     if not isinstance(snap, Mapping) or snap.get("format") != FORMAT:
         raise MachineStateError("not a wfsub machine snapshot (missing or unknown 'format')")
     if snap.get("fingerprint") != program.fingerprint:
@@ -167,6 +138,8 @@ def give(machine: Machine, program: Program, snap: Mapping[str, Any]) -> None:
             f"snapshot is of program {str(snap.get('fingerprint'))[:16]}, not {program.fingerprint[:16]}: "
             "restore it with the workflow (and library) it was taken from"
         )
+    machine = Interp.__new__(Interp)
+    machine.attach(program)
     records: list[Any] = []
     for spec in snap["objects"]:
         cls = _RECORDS.get(spec["type"])
@@ -211,6 +184,7 @@ def give(machine: Machine, program: Program, snap: Mapping[str, Any]) -> None:
     for name in _STATE:
         if name != "data":
             setattr(machine, name, dec(state[name]))
+    machine.status = RunStatus(machine.status)
     machine.trace_level = snap["trace_level"]
     machine.scheduler = scheduler_from_state(snap["scheduler"])
     machine.error_path = snap["error_path"]
@@ -220,3 +194,4 @@ def give(machine: Machine, program: Program, snap: Mapping[str, Any]) -> None:
         machine.error = CaseFailed(None, snap["error_path"] or "?", snap["error_message"] or snap["error"]["message"])
     machine.out_effects = []
     machine.out_timers = []
+    return machine

@@ -1,4 +1,4 @@
-"""The trace-sink actor: one per Substrate, between the case actors and the sinks.
+"""The trace hub: one actor per Substrate, between the case actors and the sinks.
 
 Case actors hand it batches of vm events with a non-blocking send into a bounded queue; when the queue is
 full the batch is dropped and counted, so tracing can never block or slow a case down beyond that one
@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
-from ._events import VmEvent
-from ._model import EventBatch
-from ._sinks import TraceSink
+from .._trace import EventBatch, TraceSink, check_sink
+from .._vm import VmEvent
 
 _log = structlog.get_logger("wfsub.trace")
 
@@ -82,7 +80,7 @@ class _SinkWorker:
             _log.error(f"trace sink {what} raised", sink=repr(self.sink), errors=self.errors, error=repr(exc))
 
 
-class TraceSinkActor:
+class TraceHub:
     """Receives event batches from the cases and fans them out to the sinks (see the module docstring)."""
 
     def __init__(self, sinks: Sequence[TraceSink], *, buffer: int = 10_000, sink_buffer: int = 10_000) -> None:
@@ -206,14 +204,3 @@ class TraceSinkActor:
             everything = EventBatch(batches)
             for worker in self._global:
                 worker.offer(everything)
-
-
-def check_sink(sink: Any) -> TraceSink:
-    """Raise a TypeError that explains what a sink is, unless `sink` is one."""
-    if not isinstance(sink, TraceSink):
-        raise TypeError(
-            f"{sink!r} is not a trace sink: a sink needs `async def write(self, events)`; use MemorySink, "
-            f"JsonlSink(path), StructlogSink() or CallbackSink(fn)"
-        )
-    return sink
-

@@ -1,7 +1,8 @@
-"""Trace levels and event kinds: the vocabulary shared by the vm (which emits) and the runtime (which ships).
+"""Trace levels and the event kinds the vm emits.
 
-The vm appends plain `VmEvent` records (no clock, no pydantic on the hot path); the runtime stamps them with
-the case id and a time and turns them into `TraceEvent` models at the edge.
+The vm owns this vocabulary: it appends plain `VmEvent` records (no clock, no pydantic on the hot path); the
+runtime stamps them with the case id and a time, and `wfsub._trace` turns them into `TraceEvent` models at the
+edge.
 
 Levels:
 - `none`: nothing is recorded; the vm runs its untraced loop and pays nothing per step.

@@ -1,0 +1,153 @@
+"""The shape of the package: layering, one direction of imports, and per-construct tables that are complete."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import wfsub
+from wfsub import (
+    call,
+    critical,
+    defer,
+    effect,
+    interleave,
+    loop,
+    mi,
+    milestone,
+    multi_choice,
+    par,
+    scope,
+    seq,
+    sleep,
+    task,
+    wait,
+    when_milestone,
+    xor,
+)
+from wfsub._compiler import _EMIT
+from wfsub._program import OPERANDS, Op
+from wfsub._terms import term_classes
+from wfsub._validate import _CHECKS
+from wfsub._vm._interp import _HANDLERS
+from wfsub._vm._records import record_classes
+from wfsub.lowlevel import Machine
+
+PACKAGE = Path(wfsub.__file__).parent
+
+# Layers from the bottom up; a module may import only from layers listed before its own (and itself).
+LAYERS = ["_errors", "_terms", "_validate", "_program", "_compiler", "_vm", "_trace", "_runtime"]
+FRONTS = {"__init__", "lowlevel", "testing", "terms", "runtime"}  # the public modules sit on top of everything
+
+
+def test_core_imports_no_async_or_logging_library() -> None:
+    """Importing the compiler and the vm alone (wfsub/__init__ not run) loads neither anyio, structlog nor trio."""
+    code = (
+        "import importlib, sys, types\n"
+        f"pkg = types.ModuleType('wfsub'); pkg.__path__ = [{str(PACKAGE)!r}]\n"
+        "sys.modules['wfsub'] = pkg\n"
+        "importlib.import_module('wfsub._compiler'); importlib.import_module('wfsub._vm')\n"
+        "print(sorted(m for m in ('anyio', 'structlog', 'trio') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _layer_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _imports(path: Path) -> list[str]:
+    """The wfsub-internal modules a file imports, as paths relative to the package (`_vm._records`)."""
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    here = list(rel.parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            found.append(target)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wfsub."):
+            found.append(node.module.removeprefix("wfsub."))
+    return found
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    """No private module imports a layer above its own: the dependency arrows all point one way."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        layer = rel.parts[0].removesuffix(".py")
+        if layer in FRONTS or layer not in LAYERS:
+            continue
+        for target in _imports(path):
+            other = _layer_of(target)
+            if other and other != layer and other in LAYERS and LAYERS.index(other) > LAYERS.index(layer):
+                wrong.append(f"{rel} imports {target}")
+    assert wrong == []
+
+
+def test_every_term_kind_has_a_check_and_an_emitter() -> None:
+    """Each term class has its validation check and its compiler emitter (both tables are built by name)."""
+    kinds = set(term_classes())
+    assert kinds and set(_CHECKS) == kinds and set(_EMIT) == kinds
+
+
+def test_every_opcode_has_a_handler_and_an_operand_kind() -> None:
+    """The dispatch tuple has one handler per opcode, named after it, and `OPERANDS` describes each opcode."""
+    assert len(_HANDLERS) == len(Op)
+    for op in Op:
+        assert _HANDLERS[op].__name__ == f"_op_{op.name.lower()}"
+    assert set(OPERANDS) == set(Op)
+
+
+async def _noop(ctx: Any) -> None:
+    return None
+
+
+def _bump(key: str) -> Any:
+    return task(lambda c: {key: c.get(key, 0) + 1}, name=f"bump_{key}")
+
+
+EVERYTHING = seq(
+    scope(
+        "outer",
+        par(
+            interleave(critical("L", seq(_bump("a"), effect(_noop, name="fx"))), scope("s", sleep(1))),
+            mi(seq(wait("go"), _bump("m")), count=2, join="all", name="many", collect="outs"),
+            loop(_bump("l"), times=2),
+            multi_choice((lambda c: True, milestone("M", wait("ms"))), (lambda c: True, when_milestone("M", _bump("w")))),
+            xor((lambda c: True, call("sub")), default=_bump("x")),
+            defer({"d": _bump("d")}, timeout=5, on_timeout=_bump("t")),
+        ),
+    ),
+    _bump("end"),
+)
+LIBRARY = {"sub": seq(_bump("in_sub"), wait("sub_go"))}
+
+
+def test_every_record_class_round_trips_through_a_snapshot() -> None:
+    """Snapshots taken while a workflow holds every kind of vm record restore to the same state, record for record."""
+    m = Machine(wfsub.compile(EVERYTHING, library=LIBRARY), trace_level="min")
+    seen: set[str] = set()
+    for step in range(200):
+        r = m.run(1)
+        snap = json.loads(json.dumps(m.snapshot()))
+        seen |= {obj["type"] for obj in snap["objects"]}
+        again = Machine.restore(m.program, snap)
+        assert json.loads(json.dumps(again.snapshot())) == snap, f"step {step}"
+        if r.status in ("done", "failed", "cancelled"):
+            break
+        if r.status == "blocked":  # answer the oldest effect, else the oldest timer, else a signal
+            if m.effect_ids():
+                m.complete_effect(m.effect_ids()[0], {"e": 1})
+            elif m.timer_ids():
+                m.fire_timer(m.timer_ids()[0])
+            else:
+                m.deliver_signal(sorted(r.signals)[0], 1)
+    assert m.status == "done", m.error_message
+    assert seen == set(record_classes())

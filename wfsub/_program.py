@@ -1,0 +1,276 @@
+"""The bytecode format: opcodes, the operand spec of each, `Program`, and the disassembler.
+
+The compiler writes this format and the vm reads it; neither knows the other. A program is a flat list of
+instructions `(opcode, operand)`. At run time both are plain values: the opcode a small int (the `Op` enum is
+for the compiler and `dis` only), the operand either an instruction index (a jump target), a function (TASK),
+a frozen spec dataclass from this module, or -1 (no operand). `OPERANDS` says which, per opcode.
+
+Layout of each construct (`s` is a constant-table slot holding the construct's spec):
+
+    task            TASK fn
+    effect          EFFECT s
+    par             PAR s ; branch0 ; ARRIVE ; branch1 ; ARRIVE ... ; after:
+    multi_choice    MULTI_CHOICE s ; branch0 ; ARRIVE ... ; [default ; ARRIVE] ; after:
+    xor             XOR s ; case0 ; JUMP end ; case1 ; JUMP end ... ; [default] ; end:
+    loop            LOOP s ; [LOOP_TEST s] (while_ only) ; body ; LOOP_BACK s ; exit:
+    wait / sleep    WAIT s / SLEEP s
+    defer           DEFER s ; branch0 ; JUMP end ... ; [on_timeout] ; end:
+    scope           SCOPE s ; body ; LEAVE after ; [on_cancel] ; after:
+    mi              MI s ; body ; ARRIVE ; after:
+    interleave      INTERLEAVE s ; branch0 ; ARRIVE ; branch1 ; ARRIVE ... ; after:
+    critical        CRITICAL s ; body ; LEAVE next
+    milestone       MILESTONE s ; body ; LEAVE next
+    when_milestone  WHEN_MILESTONE s ; branch
+    call            CALL s                      (the callee: body ; RET)
+    terminate       TERMINATE
+The root ends with END. Library workflows reachable through `call` are compiled once each, after the root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import Any
+
+from ._terms import Retry, Term
+
+BYTECODE_VERSION = 1
+"""Bumped whenever the meaning of a program changes: part of every fingerprint."""
+
+
+class Op(IntEnum):
+    """Opcodes, named after the term kinds they implement (plus the few glue instructions)."""
+
+    TASK = 0
+    JUMP = 1  # glue: go to the operand
+    EFFECT = 2
+    END = 3  # glue: the root thread's end
+    PAR = 4
+    ARRIVE = 5  # glue: a branch or instance reached its end; its frame decides what follows
+    XOR = 6
+    MULTI_CHOICE = 7
+    LOOP = 8
+    LOOP_TEST = 9  # the pre-test of a while_ loop
+    LOOP_BACK = 10  # the end of a loop body
+    WAIT = 11
+    DEFER = 12
+    SLEEP = 13
+    SCOPE = 14
+    LEAVE = 15  # glue: leave a scope, critical section or milestone, go to the operand
+    MI = 16
+    INTERLEAVE = 17
+    CRITICAL = 18
+    MILESTONE = 19
+    WHEN_MILESTONE = 20
+    CALL = 21
+    RET = 22  # glue: the end of a called workflow
+    TERMINATE = 23
+
+
+TARGET = "target"  # the operand is an instruction index
+FUNCTION = "function"  # the operand is the task's function
+SPEC = "spec"  # the operand is a spec from this module
+NONE = "none"  # no operand (-1)
+
+OPERANDS: Mapping[Op, str] = {
+    Op.TASK: FUNCTION,
+    Op.JUMP: TARGET,
+    Op.EFFECT: SPEC,
+    Op.END: NONE,
+    Op.PAR: SPEC,
+    Op.ARRIVE: NONE,
+    Op.XOR: SPEC,
+    Op.MULTI_CHOICE: SPEC,
+    Op.LOOP: SPEC,
+    Op.LOOP_TEST: SPEC,
+    Op.LOOP_BACK: SPEC,
+    Op.WAIT: SPEC,
+    Op.DEFER: SPEC,
+    Op.SLEEP: SPEC,
+    Op.SCOPE: SPEC,
+    Op.LEAVE: TARGET,
+    Op.MI: SPEC,
+    Op.INTERLEAVE: SPEC,
+    Op.CRITICAL: SPEC,
+    Op.MILESTONE: SPEC,
+    Op.WHEN_MILESTONE: SPEC,
+    Op.CALL: SPEC,
+    Op.RET: NONE,
+    Op.TERMINATE: NONE,
+}
+"""What each opcode's operand is; `tests/core` checks every opcode is listed."""
+
+
+# -- operand specs ----------------------------------------------------------------------------------------
+
+ALL = -1  # join "all": needs every branch that was not withdrawn
+
+
+@dataclass(frozen=True, slots=True)
+class EffectSpec:
+    fn: Callable[..., Any]
+    name: str
+    timeout: float | None
+    retry: Retry | None
+
+
+@dataclass(frozen=True, slots=True)
+class SplitSpec:
+    """par / multi_choice: where the branches start and how the join fires."""
+
+    starts: tuple[int, ...]
+    need: int  # ALL, or how many arrivals fire the join
+    each: bool  # multi-merge: every arrival continues
+    cancel_remaining: bool
+    after: int
+    preds: tuple[Callable[..., Any], ...] = ()  # multi_choice only
+    default: int = -1  # multi_choice only: start of the default branch
+    policy: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class XorSpec:
+    preds: tuple[Callable[..., Any], ...]
+    targets: tuple[int, ...]
+    default: int  # -1: none
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSpec:
+    mode: str  # "while" | "until" | "times"
+    pred: Callable[..., Any] | None
+    times: int
+    max_iterations: int | None
+    body: int
+    test: int  # LOOP_TEST ip (while_) or -1
+    exit: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSpec:
+    signal: str
+    into: str
+    transient: bool  # only a signal that arrives while waiting wakes it; it never takes a buffered one
+
+
+@dataclass(frozen=True, slots=True)
+class DeferSpec:
+    signals: tuple[str, ...]
+    targets: tuple[int, ...]
+    timeout: float | None
+    timeout_target: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSpec:
+    name: str
+    on_cancel: int  # -1: none
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class MISpec:
+    count: int | None
+    count_fn: Callable[..., Any] | None
+    items_fn: Callable[..., Any] | None
+    need: int  # ALL, n, or 0 for join=None
+    cancel_remaining: bool
+    min: int | None
+    max: int | None
+    dynamic: bool
+    until: Callable[..., Any] | None
+    collect: str | None
+    name: str | None
+    body: int
+    after: int
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
+class InterleaveSpec:
+    starts: tuple[int, ...]
+    before: tuple[frozenset[int], ...]  # branch i may start once every branch in before[i] is done
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class NameSpec:
+    """critical / milestone / when_milestone: the shared name."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    name: str
+    entry: int
+
+
+@dataclass(frozen=True, slots=True)
+class SleepSpec:
+    seconds: float
+
+
+# -- the program ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Program:
+    """A compiled workflow: immutable, shared by every case of the term."""
+
+    ops: tuple[int, ...]
+    args: tuple[int, ...]
+    consts: tuple[Any, ...]
+    paths: tuple[str, ...]
+    labels: tuple[str, ...]  # per instruction: task/effect name or "" (for traces)
+    fingerprint: str
+    signals: frozenset[str]  # every signal name some wait/defer listens for
+    persistent_signals: frozenset[str]  # names with at least one non-transient wait (buffered)
+    regions: Mapping[str, str]  # region name -> "scope" | "mi"
+    region_paths: Mapping[str, tuple[str, ...]]  # region name -> node paths of the scopes / mi that make it
+    entries: Mapping[str, int]  # library name -> entry ip
+    max_call_depth: int
+    term: Term
+    code: tuple[tuple[int, Any], ...]  # (opcode, operand) with operands resolved: what the vm runs
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @property
+    def root_path(self) -> str:
+        """The node path of the workflow's root (where case-level events and errors are reported)."""
+        return self.term.kind
+
+    def dis(self) -> str:
+        """Readable bytecode, one instruction per line: ip, opcode, operand, what it points at, node path."""
+        lines = [f"; program {self.fingerprint[:16]} ({len(self.ops)} instructions)"]
+        starts = {ip: name for name, ip in self.entries.items()}
+        for ip, (op, arg) in enumerate(zip(self.ops, self.args, strict=True)):
+            if ip in starts:
+                lines.append(f"; call target {starts[ip]!r}")
+            kind = OPERANDS[Op(op)]
+            if kind == TARGET:
+                detail = f"-> {arg}"
+            elif kind == FUNCTION:
+                detail = f"s{arg} {self.labels[ip]}"
+            elif kind == SPEC:
+                detail = f"s{arg} {_describe(self.consts[arg])}"
+            else:
+                detail = ""
+            lines.append(f"{ip:5d}  {Op(op).name:<14} {detail:<56} {self.paths[ip]}")
+        return "\n".join(lines)
+
+
+def _describe(spec: Any) -> str:
+    if isinstance(spec, EffectSpec):
+        return spec.name
+    parts = []
+    for f in fields(spec):
+        v = getattr(spec, f.name)
+        if callable(v):
+            v = getattr(v, "__qualname__", "fn")
+        elif isinstance(v, tuple) and v and callable(v[0]):
+            v = "(" + ", ".join(getattr(p, "__qualname__", "fn") for p in v) + ")"
+        parts.append(f"{f.name}={v}")
+    return " ".join(parts)

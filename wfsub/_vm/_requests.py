@@ -1,0 +1,31 @@
+"""What the vm asks of its driver: effects to start and timers to arm, each answered by an input later."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._terms import Retry
+
+
+@dataclass(slots=True)
+class EffectRequest:
+    """Start `fn(ctx)` for the runtime; report back with `complete_effect(effect_id, ...)`."""
+
+    effect_id: int
+    fn: Callable[..., Any]
+    ctx: Mapping[str, Any]
+    path: str
+    name: str
+    timeout: float | None
+    retry: Retry | None
+
+
+@dataclass(slots=True)
+class TimerRequest:
+    """Arm a timer; report back with `fire_timer(timer_id)` after `seconds`."""
+
+    timer_id: int
+    seconds: float
+    path: str
