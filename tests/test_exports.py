@@ -19,3 +19,14 @@ def test_public_names_match_all(name: str) -> None:
     }
     assert sorted(module.__all__) == module.__all__
     assert set(module.__all__) == public
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "instead"),
+    [("wfsub", "Program", "wfsub.lowlevel"), ("wfsub.lowlevel", "compile_workflow", "wfsub.compile")],
+)
+def test_old_names_warn_and_point_at_the_one_public_name(module: str, name: str, instead: str) -> None:
+    """A deprecated alias still works, with a DeprecationWarning naming the one public name to use instead."""
+    with pytest.warns(DeprecationWarning, match=instead):
+        value = getattr(importlib.import_module(module), name)
+    assert value is not None

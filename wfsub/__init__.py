@@ -16,8 +16,7 @@ This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are 
 `wfsub.terms` and `wfsub.runtime` re-export the algebra and the runtime.
 """
 
-from typing import Any as _Any  # noqa: I001
-
+from . import _deprecated
 from ._compiler import compile_workflow as compile
 from ._errors import CaseCancelled as CaseCancelled
 from ._errors import CaseExists as CaseExists
@@ -117,14 +116,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _Any:
-    if name == "Program":
-        import warnings
-
-        warnings.warn(
-            "wfsub.Program is deprecated: import it from wfsub.lowlevel", DeprecationWarning, stacklevel=2
-        )
-        from ._program import Program
-
-        return Program
-    raise AttributeError(f"module 'wfsub' has no attribute {name!r}")
+__getattr__ = _deprecated.module_getattr(
+    "wfsub", {"Program": ("wfsub._program", "Program", "import it from wfsub.lowlevel")}
+)

@@ -55,8 +55,8 @@ from ._terms import (
     WhenMilestone,
     Xor,
     branch_name,
+    by_kind,
     child_path,
-    term_classes,
 )
 from ._validate import validate
 
@@ -282,6 +282,7 @@ def _emit_mi(e: _Emitter, t: MI, path: str) -> None:
         e.region(t.name, "mi", path)
     slot = e.const(None)
     e.emit(Op.MI, slot, path)
+    e.emit(Op.MI_SPAWN, slot, path)
     body = e.here()
     e.child(t.body, path, "")
     e.emit(Op.ARRIVE, -1, path)
@@ -355,18 +356,7 @@ def _emit_terminate(e: _Emitter, t: Terminate, path: str) -> None:
     e.emit(Op.TERMINATE, -1, path)
 
 
-def _emitters() -> dict[type, Callable[[_Emitter, Any, str], None]]:
-    """`_emit_<kind>` for every term class, found by name: a construct without an emitter fails at import."""
-    table = {}
-    for cls in term_classes():
-        emitter = globals().get(f"_emit_{cls.kind}")
-        if emitter is None:
-            raise ImportError(f"the compiler has no emitter _emit_{cls.kind} for term kind {cls.kind!r}")
-        table[cls] = emitter
-    return table
-
-
-_EMIT = _emitters()
+_EMIT: dict[type[Term], Callable[[_Emitter, Any, str], None]] = by_kind(globals(), "_emit_", "the compiler")
 
 
 def compile_workflow(

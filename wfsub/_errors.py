@@ -69,12 +69,17 @@ class CaseExists(WfsubError):
 
 
 class CaseFailed(WfsubError):
-    """A step of the case raised (the exception is `__cause__`) or a limit was hit."""
+    """A step of the case raised (the exception is `__cause__`) or a limit was hit.
+
+    `traceback` is the cause's traceback as text: a failed case keeps it instead of the frames themselves, so
+    `__cause__.__traceback__` is None.
+    """
 
     def __init__(self, case_id: str | None, path: str, message: str) -> None:
         self.case_id = case_id
         self.path = path
         self.reason = message
+        self.traceback: str | None = None
         where = f"case {case_id!r} failed" if case_id is not None else "case failed"
         super().__init__(f"{where} at {path}: {message}")
 

@@ -16,7 +16,7 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     wait / sleep    WAIT s / SLEEP s
     defer           DEFER s ; branch0 ; JUMP end ... ; [on_timeout] ; end:
     scope           SCOPE s ; body ; LEAVE after ; [on_cancel] ; after:
-    mi              MI s ; body ; ARRIVE ; after:
+    mi              MI s ; MI_SPAWN s ; body ; ARRIVE ; after:
     interleave      INTERLEAVE s ; branch0 ; ARRIVE ; branch1 ; ARRIVE ... ; after:
     critical        CRITICAL s ; body ; LEAVE next
     milestone       MILESTONE s ; body ; LEAVE next
@@ -66,6 +66,7 @@ class Op(IntEnum):
     CALL = 21
     RET = 22  # glue: the end of a called workflow
     TERMINATE = 23
+    MI_SPAWN = 24  # an mi's instance spawner: starts the next SPAWN_CHUNK instances per step
 
 
 TARGET = "target"  # the operand is an instruction index
@@ -98,6 +99,7 @@ OPERANDS: Mapping[Op, str] = {
     Op.CALL: SPEC,
     Op.RET: NONE,
     Op.TERMINATE: NONE,
+    Op.MI_SPAWN: SPEC,
 }
 """What each opcode's operand is; `tests/core` checks every opcode is listed."""
 
@@ -105,6 +107,8 @@ OPERANDS: Mapping[Op, str] = {
 # -- operand specs ----------------------------------------------------------------------------------------
 
 ALL = -1  # join "all": needs every branch that was not withdrawn
+SPAWN_CHUNK = 256  # mi instances started per vm step: a burst of `quanta` steps starts at most quanta * this
+DEFAULT_MAX_INSTANCES = 100_000  # instances one mi may hold without an explicit mi(max=...)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,13 @@ Adding a construct `foo` touches one place per layer, each found by name:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
+
+MAX_SECONDS = 1e9
+"""The longest timer, timeout or backoff wfsub accepts (about 31 years): past it, a number is a mistake."""
 
 JoinPolicy = str | int | None
 """`"all"`, `"first"`, an int n (n-of-m), `"each"` (par only) or None (mi only: no synchronization)."""
@@ -33,27 +37,77 @@ def _safe_hash(value: object) -> int:
         return id(value)
 
 
-def _same(a: object, b: object) -> bool:
-    """Equal and of the same type, all the way down: `join=True` is not `join=1`, `times=2.0` is not `2`."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, tuple):
-        assert isinstance(b, tuple)
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
+class _Sub:
+    """A value rendered in place by `_render` (a term or tuple whose text is built without recursion)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
 
 
-def _show(value: object) -> str:
-    """Render a value the way the code that built it would read."""
+def _parts(value: object) -> Iterator[str | _Sub]:
     if isinstance(value, Term):
-        return repr(value)
-    if isinstance(value, tuple):
-        inner = ", ".join(_show(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    qualname = getattr(value, "__qualname__", None)
-    if callable(value) and isinstance(qualname, str):
-        return qualname
-    return repr(value)
+        yield from value._repr_parts()
+    elif isinstance(value, tuple):
+        yield "("
+        for i, item in enumerate(value):
+            if i:
+                yield ", "
+            yield _Sub(item)
+        yield ",)" if len(value) == 1 else ")"
+    else:
+        qualname = getattr(value, "__qualname__", None)
+        yield qualname if callable(value) and isinstance(qualname, str) else repr(value)
+
+
+def _render(value: object) -> str:
+    """Render a value the way the code that built it would read; iterative, so any depth renders."""
+    out: list[str] = []
+    stack = [_parts(value)]
+    while stack:
+        for piece in stack[-1]:
+            if isinstance(piece, _Sub):
+                stack.append(_parts(piece.value))
+                break
+            out.append(piece)
+        else:
+            stack.pop()
+    return "".join(out)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal and of the same type, all the way down (`join=True` is not `join=1`); iterative, any depth."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, Term):
+            assert isinstance(y, Term)
+            if x._hash != y._hash:
+                return False
+            stack.extend((getattr(x, name), getattr(y, name)) for name in _field_names(type(x)))
+        elif isinstance(x, tuple):
+            assert isinstance(y, tuple)
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls) if f.name != "_hash")
+    return names
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -66,7 +120,7 @@ class Term:
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        values = tuple(getattr(self, f.name) for f in fields(self) if f.name != "_hash")
+        values = tuple(getattr(self, name) for name in _field_names(type(self)))
         object.__setattr__(self, "_hash", hash((self.kind, tuple(_safe_hash(v) for v in values))))
 
     def __hash__(self) -> int:
@@ -77,22 +131,37 @@ class Term:
             return True
         if type(other) is not type(self) or hash(other) != self._hash:
             return False
-        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in fields(self) if f.name != "_hash")
+        return _same(self, other)
 
     def __repr__(self) -> str:
-        parts: list[str] = []
+        return _render(self)
+
+    def _repr_parts(self) -> Iterator[str | _Sub]:
+        """The pieces of `repr`: literal text and sub-values, in order (see `_render`)."""
+        yield f"{self.kind}("
+        first = True
         if self._star is not None:
-            parts.extend(_show(v) for v in getattr(self, self._star))
+            for value in getattr(self, self._star):
+                if not first:
+                    yield ", "
+                first = False
+                yield _Sub(value)
         for f in fields(self):
             if f.name == "_hash" or f.name == self._star:
                 continue
             value = getattr(self, f.name)
             if f.name in self._positional:
-                parts.append(_show(value))
-            elif value != f.default:
-                name = "while_" if f.name == "while_" else f.name
-                parts.append(f"{name}={_show(value)}")
-        return f"{self.kind}({', '.join(parts)})"
+                label = ""
+            elif not _same(value, f.default):
+                label = f"{f.name}="
+            else:
+                continue
+            if not first:
+                yield ", "
+            first = False
+            yield label
+            yield _Sub(value)
+        yield ")"
 
     def _children(self) -> Iterator[tuple[str, Any]]:
         """(selector, child) for each child slot, in code order; leaves have none."""
@@ -101,16 +170,28 @@ class Term:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Retry policy of an effect: attempt i (from 1) waits initial * multiplier**(i-1), capped at max_interval."""
+    """Retry policy of an effect: after failed attempt i (from 1) wait initial * multiplier**(i-1), capped at
+    max_interval, then try again, up to max_attempts in all. An exception in `non_retryable` fails at once."""
 
     max_attempts: int = 3
     initial: float = 0.1
     multiplier: float = 2.0
     max_interval: float = 30.0
+    non_retryable: tuple[type[BaseException], ...] = ()  # these fail the effect at once, without retrying
 
     def delay(self, attempt: int) -> float:
-        """Backoff before retry number `attempt` (1 = the wait after the first failure)."""
-        return float(min(self.initial * self.multiplier ** (attempt - 1), self.max_interval))
+        """Backoff before retry number `attempt` (1 = the wait after the first failure), never above the cap.
+
+        The growth is capped before it can overflow: a steep multiplier or a high attempt number gives
+        `max_interval`, never an OverflowError.
+        """
+        if self.initial <= 0:
+            return 0.0
+        try:
+            raw = self.initial * self.multiplier ** (attempt - 1)
+        except OverflowError:
+            raw = math.inf
+        return float(min(raw, self.max_interval))
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -206,17 +287,26 @@ class Defer(Term):
     timeout: Any = None
     on_timeout: Any = None
 
-    def __repr__(self) -> str:
+    def _repr_parts(self) -> Iterator[str | _Sub]:
+        yield "defer("
         if isinstance(self.branches, tuple):
-            body = "{" + ", ".join(f"{k!r}: {_show(v)}" for k, v in self.branches) + "}"
+            yield "{"
+            for i, pair in enumerate(self.branches):
+                yield ", " if i else ""
+                if isinstance(pair, tuple) and len(pair) == 2:
+                    yield f"{pair[0]!r}: "
+                    yield _Sub(pair[1])
+                else:
+                    yield _Sub(pair)
+            yield "}"
         else:
-            body = _show(self.branches)
-        extra = ""
+            yield _Sub(self.branches)
         if self.timeout is not None:
-            extra += f", timeout={self.timeout!r}"
+            yield f", timeout={self.timeout!r}"
         if self.on_timeout is not None:
-            extra += f", on_timeout={_show(self.on_timeout)}"
-        return f"defer({body}{extra})"
+            yield ", on_timeout="
+            yield _Sub(self.on_timeout)
+        yield ")"
 
     def _children(self) -> Iterator[tuple[str, Any]]:
         if isinstance(self.branches, tuple):
@@ -332,6 +422,21 @@ def term_classes() -> tuple[type[Term], ...]:
     return tuple(_all_subclasses(Term))
 
 
+def by_kind(namespace: Mapping[str, Any], prefix: str, what: str) -> dict[type[Term], Any]:
+    """`{term class: namespace[prefix + kind]}` for every term class; a missing entry is an ImportError.
+
+    Each layer keeps one function per construct (`_check_<kind>`, `_emit_<kind>`) and builds its dispatch
+    table with this at import, so a construct that a layer forgot fails loudly before anything runs.
+    """
+    table: dict[type[Term], Any] = {}
+    for cls in term_classes():
+        entry = namespace.get(prefix + cls.kind)
+        if entry is None:
+            raise ImportError(f"{what} has no {prefix}{cls.kind} for term kind {cls.kind!r}")
+        table[cls] = entry
+    return table
+
+
 def _all_subclasses(cls: type[Term]) -> list[type[Term]]:
     out: list[type[Term]] = []
     for sub in cls.__subclasses__():
@@ -393,8 +498,18 @@ def effect(
 
 
 def seq(*steps: Term) -> Term:
-    """Run the steps one after another (WCP1)."""
-    return Seq(tuple(steps))
+    """Run the steps one after another (WCP1).
+
+    A seq given as a step is spliced in (`seq(seq(a, b), c)` is `seq(a, b, c)`): the same workflow, so a builder
+    loop like `wf = seq(wf, step)` stays one level deep however long it grows.
+    """
+    flat: list[Any] = []
+    for step in steps:
+        if type(step) is Seq and step.steps:
+            flat.extend(step.steps)
+        else:
+            flat.append(step)
+    return Seq(tuple(flat))
 
 
 def par(*branches: Term, join: JoinPolicy = "all", cancel_remaining: bool = False) -> Term:

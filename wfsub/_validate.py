@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ._terms import (
+    MAX_SECONDS,
     MI,
     Call,
     Critical,
@@ -38,9 +40,9 @@ from ._terms import (
     WhenMilestone,
     Xor,
     branch_name,
+    by_kind,
     child_path,
     children,
-    term_classes,
 )
 
 
@@ -75,17 +77,32 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_DEPTH = 100
+"""How deeply terms may nest in one workflow (nested seqs are spliced by `seq`, so they never count)."""
+
+
 @dataclass
-class _Checker:
-    library: Mapping[str, Any] | None
-    issues: list[ValidationIssue]
-    regions: dict[str, str] = field(default_factory=dict)  # region name -> path of its first use
-    held: list[str] = field(default_factory=list)  # names of the critical sections around the current node
+class _CaseWide:
+    """What spans every workflow a case can run (the root and the library workflows it calls)."""
+
     milestones: set[str] = field(default_factory=set)
     whens: list[tuple[str, str]] = field(default_factory=list)  # (milestone name, path of when_milestone)
 
+
+@dataclass
+class _Checker:
+    """Checks one workflow: the root, or one library workflow reached through `call`."""
+
+    library: Mapping[str, Any] | None
+    issues: list[ValidationIssue]
+    case: _CaseWide
+    context: str = ""  # appended to every message: which library workflow, called from where
+    regions: dict[str, str] = field(default_factory=dict)  # region name -> path of its first use
+    held: list[str] = field(default_factory=list)  # names of the critical sections around the current node
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (library name, path of the call)
+
     def add(self, path: str, message: str) -> None:
-        self.issues.append(ValidationIssue(path=path, message=message))
+        self.issues.append(ValidationIssue(path=path, message=message + self.context))
 
     def callable_(self, path: str, what: str, value: object) -> None:
         if not callable(value):
@@ -129,24 +146,38 @@ class _Checker:
                 )
             self.held.append(term.name)
         elif isinstance(term, Milestone) and isinstance(term.name, str):
-            self.milestones.add(term.name)
+            self.case.milestones.add(term.name)
         elif isinstance(term, WhenMilestone) and isinstance(term.name, str):
-            self.whens.append((term.name, path))
+            self.case.whens.append((term.name, path))
         for selector, child in children(term):
             self.walk(child, child_path(path, selector, child))
         if held:
             self.held.pop()
 
-    def finish(self) -> None:
-        """Checks that need the whole workflow (and its library): every when_milestone has a milestone."""
-        for name, path in self.whens:
-            if name not in self.milestones:
-                known = ", ".join(repr(n) for n in sorted(self.milestones)) or "none"
-                self.add(
-                    path,
-                    f"when_milestone({name!r}) names no milestone of the workflow (milestones: {known}): "
-                    "it would wait forever; check the name",
-                )
+
+
+def _too_deep(term: object, root: str) -> str | None:
+    """The path of the first node nested deeper than MAX_DEPTH, or None (an iterative walk: any depth)."""
+    stack: list[tuple[object, str, int]] = [(term, root, 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return path
+        if isinstance(node, Term):
+            stack.extend((child, child_path(path, sel, child), depth + 1) for sel, child in children(node))
+    return None
+
+
+def _check_workflow(checker: _Checker, term: object, root: str) -> None:
+    deep = _too_deep(term, root)
+    if deep is not None:
+        checker.add(
+            deep,
+            f"the workflow nests terms more than {MAX_DEPTH} deep here: flatten it (seq(*steps) rather than "
+            "nested blocks) or split it into workflows joined by call()",
+        )
+        return
+    checker.walk(term, root)
 
 
 def _check_task(c: _Checker, t: Task, path: str) -> None:
@@ -172,6 +203,8 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
         c.add(path, f"name must be a str, got {t.name!r}")
     if t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
         c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds, or None for no timeout")
+    else:
+        _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.retry is not None:
         r = t.retry
         if not isinstance(r, Retry):
@@ -180,6 +213,13 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
             c.add(path, f"Retry.max_attempts={r.max_attempts!r} must be an int >= 1")
         elif not all(_is_number(v) and v >= 0 for v in (r.initial, r.multiplier, r.max_interval)):
             c.add(path, "Retry.initial, multiplier and max_interval must be non-negative numbers")
+        elif r.max_interval > MAX_SECONDS:
+            c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
+        if isinstance(r, Retry) and not (
+            isinstance(r.non_retryable, tuple)
+            and all(isinstance(e, type) and issubclass(e, BaseException) for e in r.non_retryable)
+        ):
+            c.add(path, f"Retry.non_retryable must be a tuple of exception classes, got {r.non_retryable!r}")
 
 
 def _nonempty(c: _Checker, items: object, path: str, what: str) -> bool:
@@ -252,11 +292,24 @@ def _check_defer(c: _Checker, t: Defer, path: str) -> None:
         c.add(path, f"timeout and on_timeout go together: add {missing}")
     if t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
         c.add(path, f"timeout={t.timeout!r} must be a non-negative number of seconds")
+    else:
+        _at_most_max_seconds(c, path, "timeout", t.timeout)
 
 
 def _check_sleep(c: _Checker, t: Sleep, path: str) -> None:
     if not _is_number(t.seconds) or t.seconds < 0:
         c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number")
+    else:
+        _at_most_max_seconds(c, path, "sleep seconds", t.seconds)
+
+
+def _at_most_max_seconds(c: _Checker, path: str, what: str, seconds: float | None) -> None:
+    if seconds is not None and seconds > MAX_SECONDS:
+        c.add(
+            path,
+            f"{what}={seconds!r} is longer than the longest timer wfsub arms ({MAX_SECONDS:g} s, about 31 years): "
+            "for a wait without end use wait() or leave the timeout out",
+        )
 
 
 def _check_scope(c: _Checker, t: Scope, path: str) -> None:
@@ -379,42 +432,57 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
     elif c.library is None:
         c.add(path, f"call({t.name!r}) needs a library: pass library={{{t.name!r}: workflow}}")
     elif t.name not in c.library:
-        known = ", ".join(sorted(c.library)) or "empty"
+        known = ", ".join(sorted(str(k) for k in c.library)) or "empty"
         c.add(path, f"call({t.name!r}): no workflow of that name in the library ({known})")
+    else:
+        c.calls.append((t.name, path))
 
 
-def _checks() -> dict[type, Callable[[_Checker, Any, str], None]]:
-    """`_check_<kind>` for every term class, found by name: a construct without a check fails at import."""
-    table = {}
-    for cls in term_classes():
-        check = globals().get(f"_check_{cls.kind}")
-        if check is None:
-            raise ImportError(f"validation has no check _check_{cls.kind} for term kind {cls.kind!r}")
-        table[cls] = check
-    return table
-
-
-_CHECKS = _checks()
+_CHECKS: dict[type[Term], Callable[[_Checker, Any, str], None]] = by_kind(globals(), "_check_", "validation")
 
 
 def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[ValidationIssue]:
-    """Every problem with `term` (and the library workflows it may call), each with its node path."""
+    """Every problem with `term` and with the library workflows it can reach through `call`, with node paths.
+
+    Each workflow is checked on its own (region names are scoped to the workflow that declares them); a library
+    workflow is checked only if the term can reach it, and its issues say which call reaches it. Milestone
+    names span them all, as they do at run time.
+    """
     issues: list[ValidationIssue] = []
     if library is not None and not isinstance(library, Mapping):
         message = f"library must be a mapping of name -> workflow, got {library!r}"
         issues.append(ValidationIssue(path="library", message=message))
         library = None
-    root = term.kind if isinstance(term, Term) else "workflow"
-    checker = _Checker(library, issues)  # one checker: region and milestone names span the library too
-    checker.walk(term, root)
-    for name, sub in (library or {}).items():
-        if not isinstance(name, str):
-            issues.append(ValidationIssue(path="library", message=f"library keys must be str names, got {name!r}"))
+    issues.extend(
+        ValidationIssue(path="library", message=f"library keys must be str names, got {key!r}")
+        for key in library or {}
+        if not isinstance(key, str)
+    )
+    case = _CaseWide()
+    root = _Checker(library, issues, case)
+    _check_workflow(root, term, term.kind if isinstance(term, Term) else "workflow")
+    todo = deque(root.calls)
+    checked: set[str] = set()
+    while todo:
+        name, at = todo.popleft()
+        if name in checked:
             continue
-        kind = sub.kind if isinstance(sub, Term) else "?"
-        checker.held = []
-        checker.walk(sub, f"library[{name!r}].{kind}")
-    checker.finish()
+        checked.add(name)
+        assert library is not None  # a recorded call names a library entry
+        sub = library[name]
+        checker = _Checker(library, issues, case, context=f" (in library workflow {name!r}, called at {at})")
+        _check_workflow(checker, sub, f"library[{name!r}].{sub.kind if isinstance(sub, Term) else '?'}")
+        todo.extend(checker.calls)
+    for name, path in case.whens:
+        if name not in case.milestones:
+            known = ", ".join(repr(n) for n in sorted(case.milestones)) or "none"
+            issues.append(
+                ValidationIssue(
+                    path=path,
+                    message=f"when_milestone({name!r}) names no milestone of the workflow (milestones: {known}): "
+                    "it would wait forever; check the name",
+                )
+            )
     return issues
 
 

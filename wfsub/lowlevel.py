@@ -7,9 +7,7 @@ Compile with `wfsub.compile(term)`.
 
 from __future__ import annotations
 
-import warnings as _warnings
-from typing import Any as _Any
-
+from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
 from ._vm import Deterministic as Deterministic
@@ -41,14 +39,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _Any:
-    if name == "compile_workflow":
-        _warnings.warn(
-            "wfsub.lowlevel.compile_workflow is deprecated: use wfsub.compile (the same function)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from ._compiler import compile_workflow
-
-        return compile_workflow
-    raise AttributeError(f"module 'wfsub.lowlevel' has no attribute {name!r}")
+__getattr__ = _deprecated.module_getattr(
+    "wfsub.lowlevel",
+    {"compile_workflow": ("wfsub._compiler", "compile_workflow", "use wfsub.compile (the same function)")},
+)

@@ -1,4 +1,4 @@
-"""The runtime, as DESIGN.md names it (`wfsub.runtime`): the same objects `wfsub` re-exports."""
+"""The runtime (`wfsub.runtime`): the Substrate, case handles, status models and clocks; `wfsub` re-exports them."""
 
 from ._runtime import CaseHandle as CaseHandle
 from ._runtime import CaseState as CaseState

@@ -1,4 +1,4 @@
-"""The pattern algebra, as DESIGN.md names it (`wfsub.terms`): the same objects `wfsub` re-exports."""
+"""The pattern algebra (`wfsub.terms`): the term constructors and `Retry`; `wfsub` re-exports them."""
 
 from ._terms import Retry as Retry
 from ._terms import Term as Term

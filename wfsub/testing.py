@@ -25,18 +25,35 @@ from ._runtime import VirtualClock as VirtualClock
 from ._trace import MemorySink as _MemorySink
 from ._trace import TraceEvent as _TraceEvent
 
-__all__ = ["CapturingSink", "ScriptedEffect", "VirtualClock"]
+__all__ = ["CapturingSink", "EventsDropped", "ScriptedEffect", "VirtualClock"]
+
+
+class EventsDropped(RuntimeError):
+    """`CapturingSink.wait_for` cannot be satisfied for sure: the sink lost events it was too slow to take."""
 
 
 class CapturingSink(_MemorySink):
-    """A `MemorySink` that a test can also wait on: `await sink.wait_for(kind, case_id=..., count=1)`."""
+    """A `MemorySink` that a test can also wait on: `await sink.wait_for(kind, case_id=..., count=1)`.
+
+    If events meant for it were dropped (its buffer was full), a `wait_for` not yet satisfied raises
+    `EventsDropped` instead of waiting for an event that may never come; `dropped_events` counts them.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self._changed = anyio.Event()
+        self.dropped_events = 0
 
     async def write(self, events: _Sequence[_TraceEvent]) -> None:
         await super().write(events)
+        self._wake()
+
+    def dropped(self, count: int) -> None:
+        """Called by the trace hub when `count` events meant for this sink were dropped."""
+        self.dropped_events += count
+        self._wake()
+
+    def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
 
@@ -47,6 +64,12 @@ class CapturingSink(_MemorySink):
     async def wait_for(self, kind: str, *, case_id: str | None = None, count: int = 1) -> list[_TraceEvent]:
         """Wait until `count` events of `kind` (of one case, or of any) were captured; return them."""
         while self.count(kind, case_id) < count:
+            if self.dropped_events:
+                raise EventsDropped(
+                    f"waiting for {count} {kind!r} event(s) but {self.dropped_events} events were dropped before "
+                    "this sink could take them: the awaited events may be among them (raise the Substrate's "
+                    "trace_buffer, or keep the sink fast)"
+                )
             await self._changed.wait()
         return [e for e in self.events if e.kind == kind and (case_id is None or e.case_id == case_id)]
 

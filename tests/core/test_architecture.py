@@ -69,8 +69,10 @@ def _imports(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
-            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            found.append(target)
+            if node.module:
+                found.append(".".join([*base, *node.module.split(".")]))
+            else:  # `from .. import _program as bc`: the names are the modules
+                found.extend(".".join([*base, alias.name]) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wfsub."):
             found.append(node.module.removeprefix("wfsub."))
     return found
@@ -120,7 +122,9 @@ EVERYTHING = seq(
             interleave(critical("L", seq(_bump("a"), effect(_noop, name="fx"))), scope("s", sleep(1))),
             mi(seq(wait("go"), _bump("m")), count=2, join="all", name="many", collect="outs"),
             loop(_bump("l"), times=2),
-            multi_choice((lambda c: True, milestone("M", wait("ms"))), (lambda c: True, when_milestone("M", _bump("w")))),
+            multi_choice(
+                (lambda c: True, milestone("M", wait("ms"))), (lambda c: True, when_milestone("M", _bump("w")))
+            ),
             xor((lambda c: True, call("sub")), default=_bump("x")),
             defer({"d": _bump("d")}, timeout=5, on_timeout=_bump("t")),
         ),

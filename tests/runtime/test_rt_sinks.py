@@ -37,17 +37,21 @@ async def test_sink_actor_fans_out_global_and_per_case_sinks() -> None:
     assert actor.stats.events == 5
 
 
-async def test_full_buffer_drops_and_counts_without_waiting() -> None:
-    """submit() never waits: past the buffer, batches are dropped and counted (and logged once)."""
-    actor = TraceHub([MemorySink()], buffer=2)
-    with structlog.testing.capture_logs() as logs:
-        for _ in range(5):
-            actor.submit("a", 0.0, vm_events(3), ())
-    assert actor.stats.dropped == 9
-    assert [entry["event"] for entry in logs] == ["trace buffer full; events dropped"]
-    actor.close()
-    async with anyio.create_task_group() as tg:  # the actor still delivers what it held
-        tg.start_soon(actor.run)
+async def test_past_the_buffer_the_hub_asks_producers_to_wait_and_drops_nothing() -> None:
+    """submit() never waits and never drops while the hub is open: past the buffer it reports a backlog, and
+    producers that wait for it are released once the hub has taken the batches."""
+    sink = MemorySink()
+    hub = TraceHub([sink], buffer=2)
+    for _ in range(5):
+        hub.submit("a", 0.0, vm_events(3), ())
+    assert hub.backlogged and hub.stats.dropped == 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hub.run)
+        with anyio.fail_after(5):
+            await hub.caught_up()
+        assert not hub.backlogged
+        hub.close()
+    assert len(sink) == 15 and hub.stats.dropped == 0
 
 
 async def test_raising_sink_is_counted_and_keeps_receiving() -> None:

@@ -24,6 +24,7 @@ unwinds the actor, which marks the case cancelled ("substrate closed") on its wa
 
 from __future__ import annotations
 
+import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ from anyio.abc import TaskGroup
 from .._errors import CaseCancelled, CaseFailed, MachineStateError, SignalRejected, WfsubError
 from .._trace import TraceSink
 from ._clock import Clock
-from ._effects import call_effect
+from ._effects import PASS_THROUGH, call_effect
 from ._hub import TraceHub
 from ._mailbox import Cancel, EffectDone, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import CaseState, CaseStatus
@@ -80,12 +81,14 @@ class CaseActor:
     space: list[anyio.Event] | None = None  # senders waiting for room in the mailbox
     tg: TaskGroup | None = None
     scopes: dict[tuple[bool, int], anyio.CancelScope] | None = None  # (is_timer, id) -> its cancel scope
+    running_effects: dict[int, EffectRequest] = field(default_factory=dict)  # effect id -> request, while it runs
     wakeups: int = 0
     steps: int = 0
     signals: tuple[str, ...] = ()
     cancel_reason: str | None = None
     result: dict[str, Any] | None = None
     cause: BaseException | None = None
+    traceback: str | None = None  # failed: the cause's traceback, formatted (the frames themselves are dropped)
     error_path: str = ""
     error_message: str = ""
     ended_at: float | None = None
@@ -97,7 +100,9 @@ class CaseActor:
     async def run(self) -> None:
         try:  # one coroutine frame for the whole life of the case (an idle case pays for each frame)
             self.state = CaseState.RUNNING
-            r = self._burst(drain=False)  # the case starts before it takes any input
+            # The case starts before it takes any input, but a cancel already requested comes first: once
+            # cancel() has returned, none of the case's work starts.
+            r = self._burst(drain=any(type(msg) is Cancel for msg in self.inbox))
             if self.timeout is None:
                 pending = await self._drive(r, None)
                 if pending is None:
@@ -132,7 +137,10 @@ class CaseActor:
     async def _drive(self, r: RunResult, tg: TaskGroup | None) -> RunResult | None:
         """Run bursts until the case ends (None) or, without a task group, until one is needed (the result)."""
         checkpoint = anyio.lowlevel.checkpoint
+        hub = self.shared.hub
         while True:
+            if hub.backlogged:  # tracing backpressure: let the hub catch up rather than drop events
+                await hub.caught_up()
             status = r.status
             if status in _ENDED:
                 self._end(r)
@@ -189,7 +197,7 @@ class CaseActor:
             assert self.wake is not None
             self.wake.set()
 
-    async def send(self, msg: Message, what: str) -> None:
+    async def send(self, msg: Signal | RegionOp) -> None:
         """Queue an external message, waiting while the mailbox holds `mailbox_size` of them."""
         limit = self.shared.mailbox_size
         while self.external >= limit and not self.state.ended:
@@ -199,7 +207,7 @@ class CaseActor:
             self.space.append(event)
             await event.wait()
         if self.state.ended:
-            raise self.ended_error(what)
+            raise self.ended_error(msg.what)
         self.external += 1
         self.post(msg)
 
@@ -292,6 +300,8 @@ class CaseActor:
             tg.start_soon(self._timer, timer.timer_id, timer.seconds, scope)
 
     async def _effect(self, req: EffectRequest, scope: anyio.CancelScope) -> None:
+        running = self.running_effects
+        running[req.effect_id] = req
         with scope:
             try:
                 output = await call_effect(
@@ -304,10 +314,16 @@ class CaseActor:
                     clock=self.shared.clock,
                     case_id=self.case_id,
                 )
-            except Exception as exc:
+            except PASS_THROUGH:
+                raise
+            except anyio.get_cancelled_exc_class():
+                raise  # the runtime cancelled it (call_effect turned any other CancelledError into a failure)
+            except BaseException as exc:  # the effect failed (after its retries): the case decides what follows
                 self.post(EffectDone(req.effect_id, None, exc))
             else:
                 self.post(EffectDone(req.effect_id, output, None))
+            finally:
+                running.pop(req.effect_id, None)
 
     async def _timer(self, timer_id: int, seconds: float, scope: anyio.CancelScope) -> None:
         with scope:
@@ -335,11 +351,15 @@ class CaseActor:
     def _end_failed(self, cause: BaseException | None, path: str, message: str) -> None:
         if isinstance(cause, CaseFailed):  # a limit hit in the vm: keep its own cause, if any
             cause = cause.__cause__
+        # Keep what a user needs (the exception, its type and message, a formatted traceback), not the frames:
+        # a retained failure must not pin the failing step's locals for as long as the case is kept.
+        self.traceback = "".join(tb.format_exception(cause)) if cause is not None else None
+        _drop_frames(cause)
         self.cause = cause
         self.error_path = path
         self.error_message = message
         self.state = CaseState.FAILED
-        _log.warning("case failed", case_id=self.case_id, path=path, error=message)
+        _log.info("case failed", case_id=self.case_id, path=path, error=message)
         self._finish()
 
     def _end_cancelled(self, reason: str) -> None:
@@ -382,7 +402,9 @@ class CaseActor:
             assert self.result is not None
             return dict(self.result)  # each caller gets its own copy of the final data
         if state is CaseState.FAILED:
-            raise CaseFailed(self.case_id, self.error_path, self.error_message) from self.cause
+            failed = CaseFailed(self.case_id, self.error_path, self.error_message)
+            failed.traceback = self.traceback
+            raise failed from self.cause
         raise CaseCancelled(self.case_id, self.cancel_reason or "cancelled")
 
     def status(self) -> CaseStatus:
@@ -408,3 +430,18 @@ class CaseActor:
             error=error,
             cancel_reason=self.cancel_reason if self.state is CaseState.CANCELLED else None,
         )
+
+
+def _drop_frames(exc: BaseException | None) -> None:
+    """Clear the tracebacks of an exception, its causes, contexts and group members (iteratively)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo.extend((e.__cause__, e.__context__))
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)

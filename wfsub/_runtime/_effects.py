@@ -1,17 +1,24 @@
 """Running one effect: call `fn(ctx)`, bound each attempt by `timeout`, retry with `Retry` backoff.
 
 Both the attempt timeout and the backoff are timed by the Substrate's clock, so a test drives them with
-`VirtualClock.advance`. What counts as failure is any `Exception` from the effect, including the `TimeoutError`
-raised when an attempt runs out of time; cancellation is never caught here (it propagates to the caller's
-cancel scope). An effect that returns something other than a Mapping or None is a programming error, not a
-transient one: it fails at once, without retries.
+`VirtualClock.advance`. What counts as failure is anything the effect raises, including the `TimeoutError`
+raised when an attempt runs out of time, with three exceptions:
+- a cancellation the runtime itself issued (the effect's region or case was cancelled, the Substrate is
+  closing) propagates: it is a cancellation, not a failure;
+- a `CancelledError` that nothing in the runtime issued (the effect awaited a future or task that something
+  else cancelled) is a failure like any other, so the retry policy applies and other effects are untouched;
+- `KeyboardInterrupt` and `SystemExit` propagate: they stop the program, not the case.
+An effect that returns something other than a Mapping or None is a programming error, not a transient one: it
+fails at once, without retries. Exceptions listed in `Retry.non_retryable` also fail at once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 import structlog
 
 from .._terms import Retry
@@ -19,9 +26,21 @@ from ._clock import Clock
 
 _log = structlog.get_logger("wfsub.runtime")
 
+PASS_THROUGH = (KeyboardInterrupt, SystemExit)
+"""What a step may raise and have it propagate out of wfsub: the program is stopping."""
+
 
 class EffectResultError(TypeError):
     """An effect returned something other than a Mapping or None."""
+
+
+class StrayCancellation(Exception):
+    """An effect raised CancelledError although nothing in the runtime cancelled it."""
+
+
+def cancelled_by_runtime() -> bool:
+    """Whether the current task is being cancelled by a cancel scope around it (region, case, shutdown)."""
+    return anyio.current_effective_deadline() == -math.inf
 
 
 async def call_effect(
@@ -44,8 +63,12 @@ async def call_effect(
             return await _attempt(fn, ctx, name=name, path=path, attempt_timeout=attempt_timeout, clock=clock)
         except EffectResultError:
             raise
-        except Exception as exc:
-            if retry is None or attempt >= attempts:
+        except PASS_THROUGH:
+            raise
+        except anyio.get_cancelled_exc_class():
+            raise  # _attempt let through only a cancellation the runtime issued
+        except BaseException as exc:  # a failed attempt (see the module docstring)
+            if retry is None or attempt >= attempts or isinstance(exc, retry.non_retryable):
                 raise
             delay = retry.delay(attempt)
             _log.info(
@@ -70,16 +93,26 @@ async def _attempt(
     attempt_timeout: float | None,
     clock: Clock,
 ) -> Mapping[str, Any] | None:
-    if attempt_timeout is None:
-        output = await fn(ctx)
-    else:
-        output = None
-        finished = False
-        with clock.deadline_scope(attempt_timeout) as scope:
+    try:
+        if attempt_timeout is None:
             output = await fn(ctx)
-            finished = True
-        if not finished and scope.cancelled_caught:
-            raise TimeoutError(f"effect {name!r} at {path} did not finish within its timeout of {attempt_timeout:g}s")
+        else:
+            output = None
+            finished = False
+            with clock.deadline_scope(attempt_timeout) as scope:
+                output = await fn(ctx)
+                finished = True
+            if not finished and scope.cancelled_caught:
+                raise TimeoutError(
+                    f"effect {name!r} at {path} did not finish within its timeout of {attempt_timeout:g}s"
+                )
+    except anyio.get_cancelled_exc_class() as exc:
+        if cancelled_by_runtime():
+            raise
+        raise StrayCancellation(
+            f"effect {name!r} at {path} raised {type(exc).__name__} although nothing cancelled it (it awaited a "
+            "future or task that something else cancelled); it counts as a failed attempt"
+        ) from exc
     if output is not None and not isinstance(output, Mapping):
         raise EffectResultError(
             f"effect {name!r} at {path} returned {type(output).__name__}; an effect must return a Mapping of "

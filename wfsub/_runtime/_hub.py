@@ -1,13 +1,16 @@
 """The trace hub: one actor per Substrate, between the case actors and the sinks.
 
-Case actors hand it batches of vm events with a non-blocking send into a bounded queue; when the queue is
-full the batch is dropped and counted, so tracing can never block or slow a case down beyond that one
-call. The actor wraps the raw vm events in lazy `EventBatch` sequences (the `TraceEvent` models are
-built once, when a sink first reads them) and fans each batch out to one worker per sink, again through a
-bounded buffer with a non-blocking send: a slow sink loses only its own events, and a sink that raises is
-counted and logged, then keeps getting events. Drops and sink errors are counted in `TraceStats` (visible
-through `Substrate.statistics()`) and logged through structlog: the first of each, then every 1,000th, so a
-broken sink cannot flood the log.
+Case actors hand it batches of vm events without waiting (`submit`). The hub itself never drops them: when
+more than `buffer` batches wait for it (many cases ran before it could), it reports `backlogged`, and each case
+actor waits for it to catch up before its next burst (`caught_up`). That wait is short, since all the hub
+does is hand batches on, and it means events are lost only where a sink really is slower than the cases.
+
+The hub wraps the raw vm events in lazy `EventBatch` sequences (the `TraceEvent` models are built once, when
+a sink first reads them) and fans each batch out to one worker per sink through a bounded buffer with a
+non-blocking send: a sink that cannot keep up loses only its own events, and is told how many (a sink with a
+`dropped(count)` method gets that call), and a sink that raises is counted and logged, then keeps getting
+events. Drops and sink errors are counted in `TraceStats` (visible through `Substrate.statistics()`) and
+logged: the first of each, then every 1,000th, so a broken sink cannot flood the log.
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ class _SinkWorker:
             self.dropped += len(events)
             if _log_every(self.dropped):
                 _log.warning("trace sink is too slow; events dropped", sink=repr(self.sink), dropped=self.dropped)
+            tell = getattr(self.sink, "dropped", None)
+            if callable(tell):
+                try:
+                    tell(len(events))
+                except Exception as exc:
+                    self._error(exc, "dropped")
 
     async def run(self) -> None:
         async with self.receive:
@@ -98,6 +107,8 @@ class TraceHub:
         self._workers: dict[int, _SinkWorker] = {}
         self._global: list[_SinkWorker] = []
         self._tg: TaskGroup | None = None
+        self._caught_up: anyio.Event | None = None  # set when the hub has taken the backlog
+        self.backlogged = False  # more than `buffer` batches wait: producers should wait for `caught_up`
         self.finished = anyio.Event()
 
     @property
@@ -105,16 +116,24 @@ class TraceHub:
         return bool(self._sinks)
 
     def submit(self, case_id: str, time: float, events: Sequence[VmEvent], sinks: tuple[TraceSink, ...]) -> None:
-        """Hand over a batch without ever waiting: when the buffer is full the batch is dropped and counted."""
+        """Hand over a batch without waiting (see `backlogged` for the backpressure that bounds the queue)."""
         n = len(events)
         self.stats.events += n
         if self._closed:
-            self._drop(n, "trace-sink actor closed; events dropped")
-        elif len(self._queue) >= self._buffer:
-            self._drop(n, "trace buffer full; events dropped")
-        else:
-            self._queue.append((case_id, time, events, sinks))
-            self._wake_up()
+            self._drop(n, "trace hub closed; events dropped")
+            return
+        queue = self._queue
+        queue.append((case_id, time, events, sinks))
+        if len(queue) >= self._buffer:
+            self.backlogged = True
+        self._wake_up()
+
+    async def caught_up(self) -> None:
+        """Wait until the hub has taken what is queued (producers call this while `backlogged`)."""
+        while self.backlogged and not self._closed:
+            if self._caught_up is None:
+                self._caught_up = anyio.Event()
+            await self._caught_up.wait()
 
     def retain(self, sink: TraceSink) -> None:
         """A case starts sending its events to `sink` as well (see `release`)."""
@@ -137,9 +156,16 @@ class TraceHub:
         if before == 0 or before // 1000 != self.stats.dropped // 1000:
             _log.warning(message, dropped=self.stats.dropped)
 
+    def _release_producers(self) -> None:
+        self.backlogged = False
+        event, self._caught_up = self._caught_up, None
+        if event is not None:
+            event.set()
+
     def close(self) -> None:
         """No more batches: the actor delivers what it holds, closes the sinks and ends."""
         self._closed = True
+        self._release_producers()
         self._wake_up()
 
     async def run(self) -> None:
@@ -153,6 +179,7 @@ class TraceHub:
                     if self._queue or self._releases:
                         batches, self._queue = self._queue, []
                         self._dispatch(batches)
+                        self._release_producers()
                         if self._releases:  # after the round: a case's events are queued before its release
                             releases, self._releases = self._releases, []
                             self._release(releases)
@@ -166,6 +193,7 @@ class TraceHub:
                     worker.send.close()  # each worker delivers what it holds, closes its sink and ends
         finally:
             self._closed = True
+            self._release_producers()
             for worker in self._workers.values():  # cancelled at shutdown: leave no stream open
                 worker.send.close()
             self.finished.set()

@@ -20,6 +20,10 @@ class Signal:
     name: str
     payload: Any
 
+    @property
+    def what(self) -> str:
+        return f"take signal {self.name!r}"
+
 
 @dataclass(slots=True)
 class EffectDone:

@@ -4,7 +4,7 @@ The Substrate owns a root task group holding the trace-sink actor and, nested in
 actors; a registry of cases; and a cache of compiled programs (one per distinct workflow term). It is the
 only way in: every method checks its arguments and says what was wrong and how to fix it.
 
-Decisions written down here (DESIGN.md leaves them open):
+Decisions written down here:
 - `new_case` returns once the case is registered and its actor scheduled; it does not wait for the actor's
   first burst. Everything that can fail at start (validation, compilation, bad data) fails inside `new_case`,
   before anything is scheduled, so start-up errors still reach the caller.
@@ -40,8 +40,8 @@ from anyio.abc import TaskGroup
 
 from .._compiler import compile_workflow
 from .._errors import CaseExists, CaseNotFound, SubstrateClosed
-from .._program import Program
-from .._terms import Term
+from .._program import DEFAULT_MAX_INSTANCES, Program
+from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink
 from .._vm import Machine
 from ._case import CaseActor, Shared
@@ -60,6 +60,24 @@ def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if value > MAX_SECONDS:
+        fix = "pass None for no limit" if allow_none else "pass a number of seconds"
+        raise ValueError(f"{name}={value!r} is more than {MAX_SECONDS:g} seconds (about 31 years): {fix}")
+
+
+def _check_data(data: object) -> None:
+    if data is None:
+        return
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"case data must be a mapping (a dict with str keys), got {type(data).__name__}; "
+            f"pass e.g. new_case(workflow, {{'order_id': 42}})"
+        )
+    for key in data:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
+            )
 
 
 class Substrate:
@@ -73,7 +91,9 @@ class Substrate:
     - `mailbox_size`: external inputs (signals, region operations) queued per case before senders wait.
     - `retain_ended`: how many ended cases keep their result for `await_case` / `status` (oldest dropped first).
     - `trace_buffer`: event batches buffered for the trace-sink actor, and per sink, before events are dropped.
-    - `shutdown_timeout`: seconds the sinks get on exit to take the events still buffered.
+    - `shutdown_timeout`: seconds the sinks get on exit to take the events still buffered; effects still
+      running that long after the cases were cancelled are logged (a WARNING naming them) and waited for.
+    - `max_instances`: the most instances one mi without `max=` may start; beyond it the case fails at the mi.
     """
 
     def __init__(
@@ -88,6 +108,7 @@ class Substrate:
         retain_ended: int = 10_000,
         trace_buffer: int = 10_000,
         shutdown_timeout: float = 5.0,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -97,6 +118,8 @@ class Substrate:
         if isinstance(retain_ended, bool) or not isinstance(retain_ended, int) or retain_ended < 0:
             raise ValueError(f"retain_ended must be an int >= 0, got {retain_ended!r}")
         _positive(shutdown_timeout, "shutdown_timeout")
+        if isinstance(max_instances, bool) or not isinstance(max_instances, int) or max_instances < 1:
+            raise ValueError(f"max_instances must be an int >= 1, got {max_instances!r}")
         if library is not None and not isinstance(library, Mapping):
             raise TypeError(f"library must be a mapping of name -> workflow, got {type(library).__name__}")
         if isinstance(sinks, TraceSink) or not isinstance(sinks, Sequence):
@@ -114,6 +137,7 @@ class Substrate:
         self._retain = retain_ended
         self._trace_buffer = trace_buffer
         self._shutdown_timeout = shutdown_timeout
+        self._max_instances = max_instances
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
         self._ended: deque[str] = deque()
@@ -155,7 +179,12 @@ class Substrate:
         cancelled_before = self._counts["cancelled"]
         try:
             self._case_tg.cancel_scope.cancel()
-            await self._case_tg.__aexit__(None, None, None)
+            watchdog = anyio.CancelScope()
+            self._root.start_soon(self._report_stragglers, watchdog)
+            try:
+                await self._case_tg.__aexit__(None, None, None)
+            finally:
+                watchdog.cancel()
         finally:
             self._hub.close()
             with anyio.move_on_after(self._shutdown_timeout, shield=True):
@@ -168,6 +197,23 @@ class Substrate:
             cancelled = self._counts["cancelled"] - cancelled_before
             _log.info("substrate closed; live cases were cancelled", cancelled=cancelled)
         return None
+
+    async def _report_stragglers(self, scope: anyio.CancelScope) -> None:
+        """At shutdown: after `shutdown_timeout`, name the effects that ignore cancellation (we keep waiting)."""
+        with scope:
+            await anyio.sleep(self._shutdown_timeout)
+            stragglers = [
+                f"{actor.case_id}: effect {req.name!r} at {req.path}"
+                for actor in self._cases.values()
+                for req in actor.running_effects.values()
+            ]
+            if stragglers:
+                _log.warning(
+                    "substrate closing: effects still running after shutdown_timeout ignore cancellation; "
+                    "waiting for them (leaving leaves no task behind)",
+                    shutdown_timeout=self._shutdown_timeout,
+                    effects=stragglers,
+                )
 
     def _check_open(self, what: str) -> None:
         if self._phase != "open":
@@ -185,11 +231,7 @@ class Substrate:
     ) -> CaseHandle:
         """Validate and compile `workflow` (once per term), register a case and start its actor."""
         self._check_open("start a case")
-        if data is not None and not isinstance(data, Mapping):
-            raise TypeError(
-                f"case data must be a mapping (a dict with str keys), got {type(data).__name__}; "
-                f"pass e.g. new_case(workflow, {{'order_id': 42}})"
-            )
+        _check_data(data)
         _positive(timeout, "timeout", allow_none=True)
         if case_id is None:
             case_id = f"case-{self._prefix}-{next(self._ids)}"
@@ -197,11 +239,16 @@ class Substrate:
                 case_id = f"case-{self._prefix}-{next(self._ids)}"
         elif not isinstance(case_id, str):
             raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        elif not case_id or case_id != case_id.strip():
+            raise ValueError(
+                f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
+                "to get a fresh one"
+            )
         elif case_id in self._cases:
             raise CaseExists(case_id)
         program = self._program(workflow)
         level = self._level if self._sinks else "none"
-        machine = Machine(program, data, trace_level=level, case_id=case_id)
+        machine = Machine(program, data, trace_level=level, case_id=case_id, max_instances=self._max_instances)
         shared = self._shared
         assert shared is not None
         assert self._case_tg is not None
@@ -243,15 +290,16 @@ class Substrate:
         await self._signal(self._get(case_id), name, payload)
 
     async def _signal(self, actor: CaseActor, name: str, payload: Any) -> None:
-        action = f"take signal {name!r}"
-        self._check_open(action)
+        if self._phase != "open":
+            raise SubstrateClosed("send a signal")
+        msg = Signal(name, payload)
         machine = actor.machine
         if machine is None or actor.state.ended:
             if not isinstance(name, str):
                 raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
-            raise actor.ended_error(action)
+            raise actor.ended_error(msg.what)
         machine.check_signal(name)  # unknown names are refused here, before anything is queued
-        await actor.send(Signal(name, payload), action)
+        await actor.send(msg)
 
     async def cancel(self, case_id: str) -> None:
         """Ask a case to cancel: its work is withdrawn and its awaiters get CaseCancelled. No-op once ended."""
@@ -288,7 +336,7 @@ class Substrate:
             raise actor.ended_error(what)
         machine.check_region(action.value, region)  # unknown regions are refused before anything is queued
         op = RegionOp(action, region, items, Reply())
-        await actor.send(op, what)
+        await actor.send(op)
         await op.reply.event.wait()
         if op.reply.error is not None:
             raise op.reply.error
@@ -328,7 +376,8 @@ class Substrate:
         actor = self._get(case_id)
         if sink is not None:
             check_sink(sink)
-            if all(s is not sink for s in actor.sinks) and not actor.exited:
+            already = any(s is sink for s in self._sinks) or any(s is sink for s in actor.sinks)
+            if not already and not actor.exited:  # a sink that sees the case already is not given it twice
                 actor.sinks = (*actor.sinks, sink)
                 assert self._hub is not None
                 self._hub.retain(sink)

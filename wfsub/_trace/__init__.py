@@ -16,17 +16,3 @@ from ._sinks import StructlogSink as StructlogSink
 from ._sinks import TraceSink as TraceSink
 from ._sinks import check_sink as check_sink
 
-__all__ = [
-    "FULL_KINDS",
-    "LEVELS",
-    "MIN_KINDS",
-    "CallbackSink",
-    "EventBatch",
-    "JsonlSink",
-    "MemorySink",
-    "StructlogSink",
-    "TraceEvent",
-    "TraceLevel",
-    "TraceSink",
-    "check_sink",
-]

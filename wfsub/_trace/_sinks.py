@@ -1,7 +1,9 @@
 """Trace sinks: where the trace-sink actor delivers events.
 
-A sink is any object with `async def write(self, events: Sequence[TraceEvent]) -> None` (a batch, in order)
-and optionally `async def aclose(self) -> None` (called once when the Substrate closes). Each sink is served by
+A sink is any object with `async def write(self, events: Sequence[TraceEvent]) -> None` (a batch, in order),
+optionally `async def aclose(self) -> None` (called once when the Substrate closes) and optionally
+`def dropped(self, count: int) -> None` (called, without awaiting, when events meant for it were dropped because
+its buffer was full). Each sink is served by
 its own worker with its own bounded buffer, so a slow sink only loses its own events (counted as drops) and a
 sink that raises is counted and logged; neither ever blocks or kills a case.
 """

@@ -21,20 +21,3 @@ from ._schedulers import Replay as Replay
 from ._schedulers import Scheduler as Scheduler
 from ._schedulers import Seeded as Seeded
 
-__all__ = [
-    "FULL_KINDS",
-    "LEVELS",
-    "MIN_KINDS",
-    "Deterministic",
-    "EffectRequest",
-    "MIStats",
-    "Machine",
-    "Replay",
-    "RunResult",
-    "RunStatus",
-    "Scheduler",
-    "Seeded",
-    "TimerRequest",
-    "TraceLevel",
-    "VmEvent",
-]

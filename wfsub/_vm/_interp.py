@@ -21,24 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from .. import _program as bc
 from .._errors import CaseFailed
-from .._program import (
-    ALL,
-    CallSpec,
-    DeferSpec,
-    EffectSpec,
-    InterleaveSpec,
-    LoopSpec,
-    MISpec,
-    NameSpec,
-    Op,
-    Program,
-    ScopeSpec,
-    SleepSpec,
-    SplitSpec,
-    WaitSpec,
-    XorSpec,
-)
+from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
 from ._records import (
     WK_EFFECT,
@@ -70,6 +55,11 @@ from ._requests import EffectRequest, TimerRequest
 from ._result import RunStatus
 from ._schedulers import Deterministic, Scheduler
 
+# What a step (a task, a predicate, an items/count/until function) may raise without failing its case: only the
+# interpreter's own exits. Everything else fails the case at the step, BaseExceptions included: the vm never
+# awaits, so a CancelledError or GeneratorExit from a task is the task's own bug, not a cancellation.
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit)
+
 YIELDED = RunStatus.YIELDED
 BLOCKED = RunStatus.BLOCKED
 DONE = RunStatus.DONE
@@ -88,6 +78,7 @@ class Interp:
         "_level_name",
         "awaiting",
         "buffered",
+        "closing",
         "code",
         "data",
         "effects",
@@ -97,8 +88,10 @@ class Interp:
         "error_path",
         "event_seq",
         "events",
+        "gc_paused",
         "lock_waiters",
         "locks",
+        "max_instances",
         "ms_active",
         "ms_waiters",
         "next_eid",
@@ -127,9 +120,16 @@ class Interp:
     )
 
     def __init__(
-        self, program: Program, data: Mapping[str, Any], scheduler: Scheduler | None, trace_level: str
+        self,
+        program: Program,
+        data: Mapping[str, Any],
+        scheduler: Scheduler | None,
+        trace_level: str,
+        max_instances: int = bc.DEFAULT_MAX_INSTANCES,
     ) -> None:
         self.attach(program)
+        self.max_instances = max_instances
+        self.gc_paused = False
         self.data: dict[str, Any] = dict(data)
         self.root_env: Mapping[str, Any] = MappingProxyType(self.data)
         self.scheduler: Scheduler = scheduler if scheduler is not None else Deterministic()
@@ -161,6 +161,7 @@ class Interp:
         self.lock_waiters: dict[str, Fifo] = {}
         self.ms_active: dict[str, int] = {}
         self.ms_waiters: dict[str, Fifo] = {}
+        self.closing: deque[tuple[Frame, bool]] = deque()  # closes queued while another runs (see close)
         self.clear_outputs()
         self.spawn(self.root, 0, self.root_env)
 
@@ -193,10 +194,15 @@ class Interp:
         if not self.started:
             self.started = True
             self.case_event("case_started")
-        if self.tl == 0 and not self.scheduler.preemptive:
-            steps = self.run_fast(quanta)
-        else:
-            steps = self.run_general(quanta)
+        try:
+            if self.tl == 0 and not self.scheduler.preemptive:
+                steps = self.run_fast(quanta)
+            else:
+                steps = self.run_general(quanta)
+        finally:
+            if self.gc_paused:
+                self.gc_paused = False
+                gc.enable()
         self.steps += steps
         if not self.ended:
             if self.ready:
@@ -268,7 +274,9 @@ class Interp:
             if op == _TASK:
                 try:
                     res = arg(env)
-                except Exception as exc:
+                except _PASS_THROUGH:
+                    raise
+                except BaseException as exc:  # see _PASS_THROUGH
                     tok.ip = ip
                     self.step_failed(ip, exc, f"task {self.program.labels[ip]} raised {type(exc).__name__}: {exc}")
                     tok = None
@@ -340,7 +348,9 @@ class Interp:
             if op == _TASK:
                 try:
                     res = arg(env)
-                except Exception as exc:
+                except _PASS_THROUGH:
+                    raise
+                except BaseException as exc:  # see _PASS_THROUGH
                     tok.ip = ip
                     self.step_failed(ip, exc, f"task {labels[ip]} raised {type(exc).__name__}: {exc}")
                     tok = None
@@ -415,15 +425,32 @@ class Interp:
         return target
 
     def close(self, frame: Frame, *, withdrawn: bool) -> None:
-        """A frame has no children left: release it and tell its parent."""
-        frame.alive = False
-        frame.on_close(self)
-        parent = frame.parent
-        assert parent is not None
-        unlink(parent, frame)
-        if withdrawn:
-            self.trace_node("withdrawn", frame.ip)
-        parent.child_gone(self, frame, withdrawn)
+        """A frame has no children left: release it and tell its parent (which may close in turn).
+
+        A close that a parent's `child_gone` asks for while another close runs is queued and run after it, so
+        a chain of frames closing one after another (a deep recursion unwinding) is a loop, not a recursion.
+        Every such nested close is the last thing its caller does, so running it a moment later is the same.
+        """
+        pending = self.closing
+        pending.append((frame, withdrawn))
+        if len(pending) > 1:
+            return  # an outer close() is draining the queue
+        try:
+            while pending:
+                frame, withdrawn = pending[0]
+                if frame.alive:  # killed since it was queued (a region cancelled around it): nothing to do
+                    frame.alive = False
+                    frame.on_close(self)
+                    parent = frame.parent
+                    assert parent is not None
+                    unlink(parent, frame)
+                    if withdrawn:
+                        self.trace_node("withdrawn", frame.ip)
+                    parent.child_gone(self, frame, withdrawn)
+                pending.popleft()
+        except BaseException:
+            pending.clear()
+            raise
 
     def detach(self, frame: Frame, *, withdrawn: bool) -> None:
         """Unlink a frame already killed by `kill_subtree` and tell its parent."""
@@ -465,18 +492,25 @@ class Interp:
         return tokens
 
     def mark_dead(self, frame: Frame, dead: list[Frame]) -> int:
+        """Drop every token under `frame` and list its frames in `dead`, children first (an iterative walk)."""
         tokens = 0
-        for child in members(frame):
-            if type(child) is Token:
-                self.drop(child)
-                tokens += 1
+        stack = [(frame, members(frame))]
+        while stack:
+            current, rest = stack[-1]
+            for child in rest:
+                if type(child) is Token:
+                    self.drop(child)
+                    tokens += 1
+                else:
+                    stack.append((child, members(child)))
+                    break
             else:
-                tokens += self.mark_dead(child, dead)
-        frame.head = None
-        frame.count = 0
-        if frame.alive:
-            frame.alive = False
-            dead.append(frame)
+                stack.pop()
+                current.head = None
+                current.count = 0
+                if current.alive:
+                    current.alive = False
+                    dead.append(current)
         return tokens
 
     def withdraw_children(self, frame: Frame, reason: str) -> int:
@@ -586,7 +620,7 @@ class Interp:
 
     def interleave_next(self, frame: InterleaveFrame, tok: Token) -> int:
         """Pick the next branch the order allows and send `tok` there; leave when every branch is done."""
-        spec: InterleaveSpec = frame.spec
+        spec: bc.InterleaveSpec = frame.spec
         done = frame.done
         eligible = [i for i in range(len(done)) if not done[i] and all(done[j] for j in spec.before[i])]
         if not eligible:
@@ -597,15 +631,17 @@ class Interp:
 
     def mi_check(self, mi: MIFrame) -> None:
         """After an instance ended: fire the join if its policy (or `until`) is met; close when empty."""
-        spec: MISpec = mi.spec
+        spec: bc.MISpec = mi.spec
         if not mi.fired:
             need = spec.need
             fire = mi.count == 0 if need == ALL else mi.completed >= need or mi.count == 0
             if not fire and spec.until is not None:
-                stats = MIStats(mi.started, mi.completed, mi.cancelled, mi.count)
+                stats = MIStats(mi.started, mi.completed, mi.cancelled, mi.running)
                 try:
                     fire = bool(spec.until(stats))
-                except Exception as exc:
+                except _PASS_THROUGH:
+                    raise
+                except BaseException as exc:  # see _PASS_THROUGH
                     self.step_failed(mi.ip, exc, f"mi until() raised {type(exc).__name__}: {exc}")
                     return
             if fire:
@@ -617,19 +653,19 @@ class Interp:
             self.close(mi, withdrawn=False)
 
     def mi_fire(self, mi: MIFrame) -> None:
-        spec: MISpec = mi.spec
+        spec: bc.MISpec = mi.spec
         mi.fired = True
         mi.closed = True
         if spec.cancel_remaining and mi.count:
-            mi.cancelled += self.withdraw_children(mi, "mi join fired")
+            mi.cancelled += self.withdraw_instances(mi, "mi join fired")
         tok = self.spawn(mi.parent, spec.after, mi.env)
         if spec.collect is not None:
             self.store(mi.env, spec.collect, list(mi.outputs))
         self.trace_node("mi_joined", mi.ip, completed=mi.completed, cancelled=mi.cancelled, token=tok.tid)
 
-    def spawn_instances(self, mi: MIFrame, items: Sequence[Any] | None, n: int) -> None:
-        base = len(mi.outputs)
-        mi.outputs.extend([None] * n)
+    def spawn_instances(self, mi: MIFrame, items: Sequence[Any] | None, start: int, stop: int, item_base: int) -> None:
+        """Start the instances with indexes start..stop-1 (item i is items[i - item_base]); outputs are sized."""
+        n = stop - start
         mi.started += n
         body = mi.spec.body
         ip = mi.ip
@@ -637,30 +673,43 @@ class Interp:
         tid = self.next_tid
         has_item = items is not None
         head = mi.head
-        # A bulk spawn allocates two records per instance and frees none: the cyclic GC would walk the
-        # growing heap again and again for nothing (a third of the time at 100,000 instances).
-        pause_gc = n >= 512 and gc.isenabled()
-        if pause_gc:
-            gc.disable()
-        try:
-            for i in range(n):
-                inst = InstanceFrame(mi, ip, base + i, items[i] if has_item else None, has_item)  # type: ignore[index]
-                inst.next = head  # inlined link(mi, inst)
-                if head is not None:
-                    head.prev = inst
-                head = inst
-                tok = Token(tid, body, inst, inst)
-                tid += 1
-                inst.head = tok
-                inst.count = 1
-                append(tok)
-        finally:
-            if pause_gc:
-                gc.enable()
+        for index in range(start, stop):
+            item = items[index - item_base] if has_item else None  # type: ignore[index]
+            inst = InstanceFrame(mi, ip, index, item, has_item)
+            inst.next = head  # inlined link(mi, inst)
+            if head is not None:
+                head.prev = inst
+            head = inst
+            tok = Token(tid, body, inst, inst)
+            tid += 1
+            inst.head = tok
+            inst.count = 1
+            append(tok)
         mi.head = head
         mi.count += n
         self.next_tid = tid
 
+    def pause_gc(self) -> None:
+        """Pause the cyclic GC until this run() ends (a bulk spawn of instances is about to start).
+
+        A bulk spawn allocates two records per instance and frees none: the GC would walk the growing heap
+        again and again for nothing (a third of the time at 100,000 instances). The pause never outlives the
+        run() that asked for it, so the event loop never runs with the GC paused.
+        """
+        if not self.gc_paused and gc.isenabled():
+            gc.disable()
+            self.gc_paused = True
+
+    def withdraw_instances(self, mi: MIFrame, reason: str) -> int:
+        """Withdraw every instance of `mi` (and stop its spawner); returns how many instances were withdrawn."""
+        spawning = mi.spawner is not None
+        withdrawn = self.withdraw_children(mi, reason)
+        if spawning:
+            mi.spawner = None
+            mi.items = None
+            mi.pending = 0
+            withdrawn -= 1
+        return withdrawn
 
     # -- inputs: applied as given; `Machine` has checked them ---------------------------------------
 
@@ -728,7 +777,7 @@ class Interp:
         if tok.wk == WK_TIMER:
             tok.ip += 1
         else:  # a deferred choice timed out: the signal branches are withdrawn
-            spec: DeferSpec = self.code[tok.ip][1]
+            spec: bc.DeferSpec = self.code[tok.ip][1]
             self.trace_node("deferred_choice", tok.ip, chosen="timeout")
             tok.aux = 0
             tok.ip = spec.timeout_target
@@ -770,7 +819,7 @@ class Interp:
             if not frame.alive:
                 continue  # inside an activation completed a moment ago
             if isinstance(frame, MIFrame):
-                frame.cancelled += self.withdraw_children(frame, "region completed")
+                frame.cancelled += self.withdraw_instances(frame, "region completed")
                 self.trace_node("region_completed", frame.ip, region=name)
                 self.mi_fire(frame)
                 self.close(frame, withdrawn=False)
@@ -783,7 +832,9 @@ class Interp:
                 self.detach(frame, withdrawn=False)
 
     def add_instances(self, frame: MIFrame, items: list[Any]) -> None:
-        self.spawn_instances(frame, items, len(items))
+        base = len(frame.outputs)
+        frame.outputs.extend([None] * len(items))
+        self.spawn_instances(frame, items, base, base + len(items), base)
         self.trace_node("mi_instances_added", frame.ip, count=len(items))
 
     def close_instances(self, frame: MIFrame) -> None:
@@ -798,7 +849,7 @@ class Interp:
         timers = []
         for timer_id, tok in self.timers.items():
             spec = self.code[tok.ip][1]
-            seconds = spec.seconds if isinstance(spec, SleepSpec) else spec.timeout
+            seconds = spec.seconds if isinstance(spec, bc.SleepSpec) else spec.timeout
             timers.append(TimerRequest(timer_id, seconds, self.paths[tok.ip]))
         return effects, timers
 
@@ -811,11 +862,11 @@ def _went_on(frame: Frame) -> bool:
 # -- opcode handlers: (vm, token, ip, operand) -> next ip, or -1 when the token stopped ---------------------
 
 
-def _effect_request(m: Interp, eid: int, tok: Token, ip: int, spec: EffectSpec) -> EffectRequest:
+def _effect_request(m: Interp, eid: int, tok: Token, ip: int, spec: bc.EffectSpec) -> EffectRequest:
     return EffectRequest(eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry)
 
 
-def _op_effect(m: Interp, tok: Token, ip: int, spec: EffectSpec) -> int:
+def _op_effect(m: Interp, tok: Token, ip: int, spec: bc.EffectSpec) -> int:
     eid = m.next_eid
     m.next_eid = eid + 1
     m.effects[eid] = tok
@@ -837,7 +888,7 @@ def _op_end(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     return -1
 
 
-def _split(m: Interp, tok: Token, ip: int, spec: SplitSpec, starts: Sequence[int]) -> int:
+def _split(m: Interp, tok: Token, ip: int, spec: bc.SplitSpec, starts: Sequence[int]) -> int:
     parent = tok.frame
     frame = SplitFrame(parent, tok.env, ip, spec)
     link(parent, frame)
@@ -848,7 +899,7 @@ def _split(m: Interp, tok: Token, ip: int, spec: SplitSpec, starts: Sequence[int
     return starts[0]  # the splitting thread carries on into the first branch
 
 
-def _op_par(m: Interp, tok: Token, ip: int, spec: SplitSpec) -> int:
+def _op_par(m: Interp, tok: Token, ip: int, spec: bc.SplitSpec) -> int:
     return _split(m, tok, ip, spec, spec.starts)
 
 
@@ -859,13 +910,15 @@ def _op_arrive(m: Interp, tok: Token, ip: int, arg: Any) -> int:
 def _call_pred(m: Interp, ip: int, pred: Callable[..., Any], env: Any, what: str) -> bool | None:
     try:
         return bool(pred(env))
-    except Exception as exc:
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:  # see _PASS_THROUGH
         name = getattr(pred, "__qualname__", "predicate")
         m.step_failed(ip, exc, f"{what} {name} raised {type(exc).__name__}: {exc}")
         return None
 
 
-def _op_xor(m: Interp, tok: Token, ip: int, spec: XorSpec) -> int:
+def _op_xor(m: Interp, tok: Token, ip: int, spec: bc.XorSpec) -> int:
     for i, pred in enumerate(spec.preds):
         hit = _call_pred(m, ip, pred, tok.env, "xor predicate")
         if hit is None:
@@ -880,7 +933,7 @@ def _op_xor(m: Interp, tok: Token, ip: int, spec: XorSpec) -> int:
     return -1
 
 
-def _op_multi_choice(m: Interp, tok: Token, ip: int, spec: SplitSpec) -> int:
+def _op_multi_choice(m: Interp, tok: Token, ip: int, spec: bc.SplitSpec) -> int:
     chosen = []
     for i, pred in enumerate(spec.preds):
         hit = _call_pred(m, ip, pred, tok.env, "multi_choice predicate")
@@ -907,7 +960,7 @@ def _iterate(m: Interp, frame: LoopFrame, ip: int) -> bool:
     return True
 
 
-def _op_loop(m: Interp, tok: Token, ip: int, spec: LoopSpec) -> int:
+def _op_loop(m: Interp, tok: Token, ip: int, spec: bc.LoopSpec) -> int:
     if spec.mode == "times" and spec.times == 0:
         return spec.exit
     frame = LoopFrame(tok.frame, tok.env, ip, spec)
@@ -918,7 +971,7 @@ def _op_loop(m: Interp, tok: Token, ip: int, spec: LoopSpec) -> int:
     return ip + 1
 
 
-def _op_loop_test(m: Interp, tok: Token, ip: int, spec: LoopSpec) -> int:
+def _op_loop_test(m: Interp, tok: Token, ip: int, spec: bc.LoopSpec) -> int:
     frame: Any = tok.frame
     hit = _call_pred(m, ip, spec.pred, tok.env, "loop while_")  # type: ignore[arg-type]
     if hit is None:
@@ -928,7 +981,7 @@ def _op_loop_test(m: Interp, tok: Token, ip: int, spec: LoopSpec) -> int:
     return ip + 1 if _iterate(m, frame, ip) else -1
 
 
-def _op_loop_back(m: Interp, tok: Token, ip: int, spec: LoopSpec) -> int:
+def _op_loop_back(m: Interp, tok: Token, ip: int, spec: bc.LoopSpec) -> int:
     frame: Any = tok.frame
     if spec.mode == "while":
         return spec.test
@@ -955,7 +1008,7 @@ def _park_signal(m: Interp, tok: Token, ip: int, names: Sequence[str]) -> None:
             m.emit("signal_waiting", m.paths[ip], {"signal": name, "token": tok.tid})
 
 
-def _op_wait(m: Interp, tok: Token, ip: int, spec: WaitSpec) -> int:
+def _op_wait(m: Interp, tok: Token, ip: int, spec: bc.WaitSpec) -> int:
     buffered = None if spec.transient else m.buffered.get(spec.signal)
     if buffered:
         _, payload = buffered.popleft()
@@ -975,7 +1028,7 @@ def _arm(m: Interp, ip: int, seconds: float, tok: Token) -> int:
     return timer_id
 
 
-def _op_defer(m: Interp, tok: Token, ip: int, spec: DeferSpec) -> int:
+def _op_defer(m: Interp, tok: Token, ip: int, spec: bc.DeferSpec) -> int:
     best = None
     for i, name in enumerate(spec.signals):  # the earliest buffered signal among the names decides
         buffered = m.buffered.get(name)
@@ -993,14 +1046,14 @@ def _op_defer(m: Interp, tok: Token, ip: int, spec: DeferSpec) -> int:
     return -1
 
 
-def _op_sleep(m: Interp, tok: Token, ip: int, spec: SleepSpec) -> int:
+def _op_sleep(m: Interp, tok: Token, ip: int, spec: bc.SleepSpec) -> int:
     tok.ip = ip
     tok.wk = WK_TIMER
     tok.wid = _arm(m, ip, spec.seconds, tok)
     return -1
 
 
-def _op_scope(m: Interp, tok: Token, ip: int, spec: ScopeSpec) -> int:
+def _op_scope(m: Interp, tok: Token, ip: int, spec: bc.ScopeSpec) -> int:
     frame = ScopeFrame(tok.frame, tok.env, ip, spec)
     link(tok.frame, frame)
     m.move(tok, frame)
@@ -1013,18 +1066,28 @@ def _op_leave(m: Interp, tok: Token, ip: int, target: int) -> int:
     return m.leave(tok, frame, target)
 
 
-def _op_mi(m: Interp, tok: Token, ip: int, spec: MISpec) -> int:
+def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     env = tok.env
     items: list[Any] | None = None
     try:
         if spec.items_fn is not None:
-            items = list(spec.items_fn(env))
+            given = spec.items_fn(env)
+            if isinstance(given, str | bytes | Mapping):
+                m.limit_hit(
+                    ip,
+                    f"mi items function returned a {type(given).__name__}: return a list with one item per "
+                    "instance (a str would start one instance per character)",
+                )
+                return -1
+            items = list(given)
             n = len(items)
         elif spec.count_fn is not None:
             n = spec.count_fn(env)
         else:
             n = spec.count or 0
-    except Exception as exc:
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:  # see _PASS_THROUGH
         m.step_failed(ip, exc, f"mi count/items function raised {type(exc).__name__}: {exc}")
         return -1
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -1032,6 +1095,13 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: MISpec) -> int:
         return -1
     if (spec.min is not None and n < spec.min) or (spec.max is not None and n > spec.max):
         m.limit_hit(ip, f"mi got {n} instances, outside min={spec.min} max={spec.max}")
+        return -1
+    if spec.max is None and n > m.max_instances:
+        m.limit_hit(
+            ip,
+            f"mi would start {n:,} instances, more than the limit of {m.max_instances:,}: give the mi max=... "
+            "(or the Substrate max_instances=...) if that many is meant",
+        )
         return -1
     m.trace_node("mi_started", ip, instances=n)
     if n == 0 and not spec.dynamic:  # zero instances: the join fires at once
@@ -1043,7 +1113,18 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: MISpec) -> int:
     link(parent, frame)
     if spec.name is not None:
         m.regions.setdefault(spec.name, {})[frame] = None
-    m.spawn_instances(frame, items, n)
+    frame.outputs = [None] * n
+    first = min(n, bc.SPAWN_CHUNK)
+    if first >= 128:
+        m.pause_gc()
+    m.spawn_instances(frame, items, 0, first, 0)
+    if n > first:  # the rest start SPAWN_CHUNK per step, before any instance runs (under FIFO)
+        frame.pending = n - first
+        frame.items = items
+        spawner = frame.spawner = Token(m.next_tid, ip + 1, frame, env)
+        m.next_tid += 1
+        link(frame, spawner)
+        m.ready.appendleft(spawner)
     if spec.need == 0:  # join=None: no synchronization, the thread goes on at once
         frame.fired = True
         if n == 0:  # nothing runs in it: it must not keep the case open
@@ -1056,14 +1137,32 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: MISpec) -> int:
     return -1
 
 
-def _op_interleave(m: Interp, tok: Token, ip: int, spec: InterleaveSpec) -> int:
+def _op_mi_spawn(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
+    """The spawner of a big mi: start the next chunk of instances; leave once all have started."""
+    frame: Any = tok.frame
+    m.pause_gc()
+    start = frame.started
+    stop = start + min(frame.pending, bc.SPAWN_CHUNK)
+    m.spawn_instances(frame, frame.items, start, stop, 0)
+    frame.pending -= stop - start
+    if frame.pending:
+        return ip  # next step: the next chunk
+    frame.items = None
+    frame.spawner = None
+    unlink(frame, tok)
+    tok.alive = False
+    m.mi_check(frame)
+    return -1
+
+
+def _op_interleave(m: Interp, tok: Token, ip: int, spec: bc.InterleaveSpec) -> int:
     frame = InterleaveFrame(tok.frame, tok.env, ip, spec)
     link(tok.frame, frame)
     m.move(tok, frame)
     return m.interleave_next(frame, tok)
 
 
-def _op_critical(m: Interp, tok: Token, ip: int, spec: NameSpec) -> int:
+def _op_critical(m: Interp, tok: Token, ip: int, spec: bc.NameSpec) -> int:
     holder = m.locks.get(spec.name)
     if holder is not None:  # held: by an enclosing section of this very thread, it would wait forever
         frame: Frame | None = tok.frame
@@ -1085,7 +1184,7 @@ def _op_critical(m: Interp, tok: Token, ip: int, spec: NameSpec) -> int:
     return -1
 
 
-def _op_milestone(m: Interp, tok: Token, ip: int, spec: NameSpec) -> int:
+def _op_milestone(m: Interp, tok: Token, ip: int, spec: bc.NameSpec) -> int:
     frame = MilestoneFrame(tok.frame, tok.env, ip, spec.name)
     link(tok.frame, frame)
     m.move(tok, frame)
@@ -1101,7 +1200,7 @@ def _op_milestone(m: Interp, tok: Token, ip: int, spec: NameSpec) -> int:
     return ip + 1
 
 
-def _op_when_milestone(m: Interp, tok: Token, ip: int, spec: NameSpec) -> int:
+def _op_when_milestone(m: Interp, tok: Token, ip: int, spec: bc.NameSpec) -> int:
     active = m.ms_active.get(spec.name)
     if active:
         return ip + 1
@@ -1121,7 +1220,7 @@ def _op_when_milestone(m: Interp, tok: Token, ip: int, spec: NameSpec) -> int:
     return -1
 
 
-def _op_call(m: Interp, tok: Token, ip: int, spec: CallSpec) -> int:
+def _op_call(m: Interp, tok: Token, ip: int, spec: bc.CallSpec) -> int:
     frame: Frame | None = tok.frame
     depth = 1
     while frame is not None:
@@ -1156,7 +1255,9 @@ def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
     """Inlined in both loops; here for completeness (and for a driver stepping one instruction)."""
     try:
         res = fn(tok.env)
-    except Exception as exc:
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:  # see _PASS_THROUGH
         m.step_failed(ip, exc, f"task {m.program.labels[ip]} raised {type(exc).__name__}: {exc}")
         return -1
     if res is not None and not m.merge(tok, res, ip):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from .._errors import MachineStateError, SignalRejected
-from .._program import Program
+from .._program import DEFAULT_MAX_INSTANCES, Program
 from ._events import LEVELS, VmEvent
 from ._interp import Interp
 from ._records import Frame, MIFrame, Token
@@ -27,6 +27,28 @@ from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
 
 _R = TypeVar("_R", EffectRequest, TimerRequest)
+_T = TypeVar("_T")
+
+
+class _FromVm(Generic[_T]):
+    """A read-only attribute of the interpreter, seen through the front."""
+
+    __slots__ = ("_get", "doc")
+
+    def __init__(self, attribute: str, doc: str | None = None) -> None:
+        self._get = attrgetter(f"_vm.{attribute}")
+        self.doc = doc
+
+    @overload
+    def __get__(self, machine: None, owner: type[Machine]) -> _FromVm[_T]: ...
+    @overload
+    def __get__(self, machine: Machine, owner: type[Machine]) -> _T: ...
+    def __get__(self, machine: Machine | None, owner: type[Machine]) -> _FromVm[_T] | _T:
+        if machine is None:
+            return self
+        value: _T = self._get(machine)
+        return value
+
 _EFFECT_ID: Callable[[EffectRequest], int] = attrgetter("effect_id")
 _TIMER_ID: Callable[[TimerRequest], int] = attrgetter("timer_id")
 
@@ -34,7 +56,8 @@ _TIMER_ID: Callable[[TimerRequest], int] = attrgetter("timer_id")
 class Machine:
     """The execution state of one case of a Program, driven one explicit input at a time.
 
-    `case_id` only labels the machine's errors (the runtime passes its case id).
+    `case_id` only labels the machine's errors (the runtime passes its case id). `max_instances` bounds an mi
+    without `max=`: one that would start more fails at the mi before anything is allocated.
     """
 
     __slots__ = ("_vm", "case_id")
@@ -47,54 +70,29 @@ class Machine:
         scheduler: Scheduler | None = None,
         trace_level: str = "none",
         case_id: str | None = None,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
     ) -> None:
         if not isinstance(program, Program):
             raise TypeError(f"Machine takes a compiled Program (wfsub.compile(term)), got {type(program).__name__}")
         if data is not None and not isinstance(data, Mapping):
             raise TypeError(f"case data must be a mapping (a dict of str keys), got {type(data).__name__}")
         _check_level(trace_level)
+        if isinstance(max_instances, bool) or not isinstance(max_instances, int) or max_instances < 1:
+            raise ValueError(f"max_instances must be an int >= 1, got {max_instances!r}")
         self.case_id = case_id
-        self._vm = Interp(program, data or {}, scheduler, trace_level)
+        self._vm = Interp(program, data or {}, scheduler, trace_level, max_instances)
 
     # -- what the driver reads ---------------------------------------------------------------------------
 
-    @property
-    def program(self) -> Program:
-        return self._vm.program
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The case data (the live dict: copy it to keep it)."""
-        return self._vm.data
-
-    @property
-    def status(self) -> RunStatus:
-        return self._vm.status
-
-    @property
-    def ended(self) -> bool:
-        return self._vm.ended
-
-    @property
-    def steps(self) -> int:
-        """Instructions executed so far."""
-        return self._vm.steps
-
-    @property
-    def scheduler(self) -> Scheduler:
-        return self._vm.scheduler
-
-    @property
-    def error(self) -> BaseException | None:
-        return self._vm.error
-
-    @property
-    def error_path(self) -> str | None:
-        return self._vm.error_path
-
-    @property
-    def error_message(self) -> str | None:
-        return self._vm.error_message
+    program = _FromVm[Program]("program")
+    data = _FromVm[dict[str, Any]]("data", "The case data (the live dict: copy it to keep it).")
+    status = _FromVm[RunStatus]("status")
+    ended = _FromVm[bool]("ended")
+    steps = _FromVm[int]("steps", "Instructions executed so far.")
+    scheduler = _FromVm[Scheduler]("scheduler")
+    error = _FromVm[BaseException | None]("error", "Failed: the step's exception (a CaseFailed for a limit).")
+    error_path = _FromVm[str | None]("error_path", "Failed: the node path.")
+    error_message = _FromVm[str | None]("error_message", "Failed: what happened.")
 
     @property
     def trace_level(self) -> str:
@@ -251,13 +249,14 @@ class Machine:
             raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
         action = "add instances to"
         frame = self._dynamic_mi(action, name)
-        limit = frame.spec.max
-        if limit is not None and frame.started + len(items) > limit:
+        limit = frame.spec.max if frame.spec.max is not None else self._vm.max_instances
+        held = frame.started + frame.pending
+        if held + len(items) > limit:
+            bound = f"max={limit}" if frame.spec.max is not None else f"the limit of {limit:,} (max_instances)"
             raise SignalRejected.refused(
                 self.case_id,
                 f"{action} {name!r}",
-                f"mi {name!r} allows at most max={limit} instances; it has {frame.started}, so {len(items)} "
-                "more would exceed it",
+                f"mi {name!r} allows at most {bound} instances; it has {held}, so {len(items)} more would exceed it",
                 self._path(frame),
             )
         self._vm.add_instances(frame, list(items))

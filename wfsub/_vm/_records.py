@@ -357,7 +357,9 @@ class InterleaveFrame(PassFrame):
 class MIFrame(Frame):
     """A multiple-instance activation: its children are InstanceFrames."""
 
-    __slots__ = ("spec", "fired", "closed", "outputs", "started", "completed", "cancelled")
+    __slots__ = (
+        "spec", "fired", "closed", "outputs", "started", "completed", "cancelled", "pending", "items", "spawner"
+    )
 
     def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: MISpec) -> None:
         super().__init__(parent, env, ip)
@@ -368,6 +370,14 @@ class MIFrame(Frame):
         self.started = 0
         self.completed = 0
         self.cancelled = 0
+        self.pending = 0  # instances still to start (a big mi starts them SPAWN_CHUNK per vm step)
+        self.items: list[Any] | None = None  # the items of the instances still to start
+        self.spawner: Token | None = None  # the token that starts them, a child of this frame until done
+
+    @property
+    def running(self) -> int:
+        """Instances running now (the spawner is a child too, but not an instance)."""
+        return self.count - (self.spawner is not None)
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if withdrawn:

@@ -17,13 +17,6 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     FAILED = "failed"
 
-    @property
-    def ended(self) -> bool:
-        return self in _ENDED
-
-
-_ENDED = frozenset({RunStatus.DONE, RunStatus.CANCELLED, RunStatus.FAILED})
-
 
 @dataclass(slots=True)
 class RunResult:

@@ -37,6 +37,7 @@ _STATE = (
     "next_wid",
     "signal_seq",
     "started",
+    "max_instances",
     "awaiting",
     "event_seq",
     "events",
@@ -194,4 +195,6 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
         machine.error = CaseFailed(None, snap["error_path"] or "?", snap["error_message"] or snap["error"]["message"])
     machine.out_effects = []
     machine.out_timers = []
+    machine.closing = deque()
+    machine.gc_paused = False
     return machine
