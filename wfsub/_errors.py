@@ -9,7 +9,8 @@
     ├── SignalRejected       an input the case cannot take in its current state
     ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
     ├── SnapshotMismatch     a snapshot was taken from a different program
-    └── SubstrateClosed      the Substrate was used outside its `async with` block
+    ├── SubstrateClosed      the Substrate was used outside its `async with` block
+    └── StoreError           the store refused or failed (its driver's exception is __cause__)
 """
 
 from __future__ import annotations
@@ -164,3 +165,14 @@ class SubstrateClosed(WfsubError):
         super().__init__(
             f"cannot {what}: the Substrate is not open; call it inside `async with Substrate() as sub:`"
         )
+
+
+class StoreError(WfsubError):
+    """The store refused or failed: `store` names it (a path or URL); the driver's exception is `__cause__`.
+
+    The message says what was attempted, on which store, what went wrong and, where there is one, the fix.
+    """
+
+    def __init__(self, store: str, message: str) -> None:
+        self.store = store
+        super().__init__(f"store {store}: {message}")

@@ -1,0 +1,11 @@
+"""Stores: where durable cases keep their journals, case rows, snapshots and inbox (see `_base.py`)."""
+
+from ._base import SCHEMA_VERSION as SCHEMA_VERSION
+from ._base import CaseRow as CaseRow
+from ._base import CaseWrite as CaseWrite
+from ._base import InboxRow as InboxRow
+from ._base import Record as Record
+from ._base import Snapshot as Snapshot
+from ._base import Store as Store
+from ._base import StoredCase as StoredCase
+from ._base import require_store as require_store

@@ -1,0 +1,206 @@
+"""The store interface: what the runtime asks of a place that keeps cases (memory, SQLite, Postgres).
+
+A store keeps, per case, a journal of records (append-only, in sequence order), a case row (what the case is
+doing, kept in step with the journal), occasional snapshots, and an inbox of inputs written by anyone but the
+owning Substrate. It never interprets records: the vm's determinism is the source of truth, and a store only
+keeps records in order, commits them durably, and answers queries. One backend module implements this
+interface per database; `MemoryStore` implements it in memory with the same semantics, for tests.
+
+Writes go through `write(CaseWrite)`: the store groups every write that arrives while its previous commit
+runs into one transaction (group commit), so many cases share one fsync. A write returns once committed (or
+at once with `wait=False`, for writes whose loss a crash makes harmless: a parked case's row).
+
+Times are floats in seconds since the epoch (or the Substrate clock's seconds), as the runtime gives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+SCHEMA_VERSION = 1
+"""The version of the store layout this library writes; a store reports a newer one with a StoreError."""
+
+Record = dict[str, Any]
+"""One journal record as plain JSON-able data (see `wfsub._store._records` for the kinds and their fields).
+
+Every record has `seq` (0 for `start`, then 1, 2, ...) and `kind`; input records also have `step`, `time` and
+`digest`. A store reads only `seq`, `kind` and `request_id` (if present) of a record.
+"""
+
+
+@dataclass(slots=True)
+class CaseRow:
+    """What a case is doing, as the store last recorded it: enough to list, show and wake cases."""
+
+    case_id: str
+    workflow: str  # registered name
+    fingerprint: str  # of the program version the case runs on
+    state: str  # a CaseState value
+    started_at: float
+    updated_at: float
+    ended_at: float | None = None
+    last_seq: int = 0  # seq of the newest record in the journal
+    at: list[str] = field(default_factory=list)  # node paths where the case's threads are
+    signals: list[str] = field(default_factory=list)  # signal names it waits for
+    effects: list[dict[str, Any]] = field(default_factory=list)  # in flight: {"effect_id", "path", "name"}
+    timers: list[dict[str, Any]] = field(default_factory=list)  # armed: {"timer_id", "path", "due"}
+    next_due: float | None = None  # the earliest timer due (or the case deadline): when to wake a parked case
+    data: dict[str, Any] | None = None  # the data when the row was written (the final data once ended)
+    error: dict[str, Any] | None = None  # failed: {"type", "message", "path", "traceback"}
+    cancel_reason: str | None = None
+    suspended_reason: str | None = None  # suspended: the ReplayDivergence text
+    order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A machine snapshot of a case taken after the record `seq` was applied."""
+
+    case_id: str
+    seq: int
+    format: int  # the vm snapshot format version
+    bytecode: int  # the bytecode version it was taken with
+    state: dict[str, Any]  # `Machine.snapshot()`
+
+
+@dataclass(slots=True)
+class InboxRow:
+    """An input written by someone other than the owner, waiting to be moved into its case's journal."""
+
+    id: int  # assigned by the store, increasing: the inbox's order
+    case_id: str
+    kind: str  # signal | cancel | cancel_region | complete_region | add_instances | close_instances
+    body: dict[str, Any]  # the input's fields (name, payload, region, items, compensate, ...)
+    request_id: str | None
+    created_at: float
+    refused: str | None = None  # why the owner refused it (the row stays, marked, for `wfsub signal --wait`)
+
+
+@dataclass(slots=True)
+class CaseWrite:
+    """What one case commits at once, in one transaction with every other write of the same group.
+
+    - `records`: appended to the journal in order. A record carrying a `request_id` that this case's journal
+      already holds is not appended (a retried call applies once); `write` says which were appended.
+    - `row`: replaces the case row (inserted with the `start` record; `order` is then assigned).
+    - `snapshot`: stored beside older ones (the store may drop all but the newest few).
+    - `inbox_done`: inbox rows moved into this journal: deleted in the same transaction.
+    - `inbox_refused`: inbox rows refused: (id, reason), kept and marked.
+    An `end` record is accepted once per case; a second one is a StoreError (only the owner writes it).
+    """
+
+    case_id: str
+    records: list[Record] = field(default_factory=list)
+    row: CaseRow | None = None
+    snapshot: Snapshot | None = None
+    inbox_done: list[int] = field(default_factory=list)
+    inbox_refused: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StoredCase:
+    """What recovery needs to rebuild a case: its row, the newest usable snapshot, the records after it."""
+
+    row: CaseRow
+    start: Record  # the `start` record (always kept)
+    snapshot: Snapshot | None  # the newest snapshot (the caller checks its versions)
+    records: list[Record]  # the records after the snapshot's seq (after `start` without a snapshot), in order
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the runtime needs from a store. Every method may raise StoreError (the driver's error as cause)."""
+
+    url: str  # how to open it again (shown in messages; `wfsub` takes it)
+
+    async def open(self, *, owner: bool, owner_id: str) -> None:
+        """Create or migrate the schema, then (owner=True) become the one Substrate that owns the store.
+
+        A second owner is refused with a StoreError naming the current owner and how to stop it. The `wfsub`
+        command opens with owner=False: it reads and writes the inbox only.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Finish the writes in flight, release ownership, close connections. Writes nothing else."""
+        ...
+
+    async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
+        """Commit `change` (grouped with concurrent writes); per record, whether it was appended."""
+        ...
+
+    async def load(self, case_id: str) -> StoredCase | None:
+        """The case's row, start record, newest snapshot and the records after it (None: no such case)."""
+        ...
+
+    async def row(self, case_id: str) -> CaseRow | None:
+        ...
+
+    async def journal(self, case_id: str) -> list[Record]:
+        """Every record of the case, in order (empty: no such case)."""
+        ...
+
+    async def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`."""
+        ...
+
+    async def live(self) -> list[CaseRow]:
+        """Rows of cases that were running or had effects in flight: what recovery resumes at once."""
+        ...
+
+    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+        """Rows of parked cases whose `next_due` <= `until`, earliest first."""
+        ...
+
+    async def next_due(self) -> float | None:
+        """The earliest `next_due` among parked cases (None: no parked case has a timer)."""
+        ...
+
+    async def inbox_put(
+        self, case_id: str, kind: str, body: Mapping[str, Any], *, request_id: str | None, created_at: float
+    ) -> int:
+        """Insert an input into the inbox; returns its id once committed (outside writers use this)."""
+        ...
+
+    async def inbox_take(self, after: int = 0, limit: int = 1000) -> list[InboxRow]:
+        """Inbox rows not yet refused with id > `after`, in id order."""
+        ...
+
+    async def inbox_row(self, inbox_id: int) -> InboxRow | None:
+        """One inbox row (None once it was moved into a journal)."""
+        ...
+
+    def changed(self) -> bool:
+        """Cheap and synchronous: whether another connection committed since the last call (inbox polling)."""
+        ...
+
+    async def prune(self, ended_before: float) -> int:
+        """Remove the cases that ended before `ended_before` (never one without `end`); returns how many."""
+        ...
+
+
+def require_store(store: object) -> Store:
+    if not isinstance(store, Store):
+        raise TypeError(
+            f"{store!r} is not a store: pass None, a path or sqlite:///path, postgresql://..., or a store object "
+            "(wfsub.stores.SqliteStore, MemoryStore)"
+        )
+    return store
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CaseRow",
+    "CaseWrite",
+    "InboxRow",
+    "Record",
+    "Snapshot",
+    "Store",
+    "StoredCase",
+    "require_store",
+]
+
