@@ -37,7 +37,11 @@ from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
 from ._terms import Retry as Retry
 from ._terms import Term as Term
+from ._terms import add_instances as add_instances
 from ._terms import call as call
+from ._terms import cancel_region as cancel_region
+from ._terms import close_instances as close_instances
+from ._terms import complete_region as complete_region
 from ._terms import critical as critical
 from ._terms import defer as defer
 from ._terms import effect as effect
@@ -93,8 +97,12 @@ __all__ = [
     "TraceSink",
     "ValidationIssue",
     "WfsubError",
+    "add_instances",
     "call",
+    "cancel_region",
+    "close_instances",
     "compile",
+    "complete_region",
     "critical",
     "defer",
     "effect",

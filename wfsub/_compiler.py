@@ -27,6 +27,7 @@ from ._program import (
     NameSpec,
     Op,
     Program,
+    RegionStepSpec,
     ScopeSpec,
     SleepSpec,
     SplitSpec,
@@ -35,7 +36,11 @@ from ._program import (
 )
 from ._terms import (
     MI,
+    AddInstances,
     Call,
+    CancelRegion,
+    CloseInstances,
+    CompleteRegion,
     Critical,
     Defer,
     Effect,
@@ -116,6 +121,11 @@ class _Emitter:
         self.persistent: set[str] = set()
         self.regions: dict[str, str] = {}
         self.region_paths: dict[str, tuple[str, ...]] = {}
+        # Region steps address their own mi instance and call when every part of the region is written in the
+        # same mi body or workflow as the step: `context` names the innermost one being emitted.
+        self.context = "root"
+        self.region_contexts: dict[str, set[str]] = {}
+        self.region_steps: list[tuple[int, Any, str]] = []  # (spec slot, step term, context): resolved at the end
 
     def emit(self, op: Op, arg: int, path: str, label: str = "") -> int:
         self.ops.append(int(op))
@@ -131,6 +141,21 @@ class _Emitter:
     def region(self, name: str, kind: str, path: str) -> None:
         self.regions[name] = kind
         self.region_paths[name] = (*self.region_paths.get(name, ()), path)
+        self.region_contexts.setdefault(name, set()).add(self.context)
+
+    def in_context(self, context: str, t: Term, path: str, selector: str) -> None:
+        """Emit a child that is a new mi body or workflow (a context for region steps)."""
+        outer, self.context = self.context, context
+        try:
+            self.child(t, path, selector)
+        finally:
+            self.context = outer
+
+    def resolve_region_steps(self) -> None:
+        for slot, step, context in self.region_steps:
+            local = self.region_contexts.get(step.name, set()) == {context}
+            items = step.items if isinstance(step, AddInstances) else None
+            self.set_const(slot, RegionStepSpec(step.name, local, items))
 
     def here(self) -> int:
         return len(self.ops)
@@ -284,7 +309,7 @@ def _emit_mi(e: _Emitter, t: MI, path: str) -> None:
     e.emit(Op.MI, slot, path)
     e.emit(Op.MI_SPAWN, slot, path)
     body = e.here()
-    e.child(t.body, path, "")
+    e.in_context(path, t.body, path, "")
     e.emit(Op.ARRIVE, -1, path)
     need, policy = _need(t.join, -1)
     fixed = t.count if isinstance(t.count, int) else None
@@ -356,6 +381,28 @@ def _emit_terminate(e: _Emitter, t: Terminate, path: str) -> None:
     e.emit(Op.TERMINATE, -1, path)
 
 
+def _emit_region_step(e: _Emitter, op: Op, t: Any, path: str) -> None:
+    slot = e.const(None)
+    e.region_steps.append((slot, t, e.context))
+    e.emit(op, slot, path)
+
+
+def _emit_cancel_region(e: _Emitter, t: CancelRegion, path: str) -> None:
+    _emit_region_step(e, Op.CANCEL_REGION, t, path)
+
+
+def _emit_complete_region(e: _Emitter, t: CompleteRegion, path: str) -> None:
+    _emit_region_step(e, Op.COMPLETE_REGION, t, path)
+
+
+def _emit_add_instances(e: _Emitter, t: AddInstances, path: str) -> None:
+    _emit_region_step(e, Op.ADD_INSTANCES, t, path)
+
+
+def _emit_close_instances(e: _Emitter, t: CloseInstances, path: str) -> None:
+    _emit_region_step(e, Op.CLOSE_INSTANCES, t, path)
+
+
 _EMIT: dict[type[Term], Callable[[_Emitter, Any, str], None]] = by_kind(globals(), "_emit_", "the compiler")
 
 
@@ -385,9 +432,11 @@ def compile_workflow(
                 compiled.append(name)
                 sub = lib[name]
                 sub_path = f"library[{name!r}].{sub.kind}"
+                e.context = sub_path
                 e.term(sub, sub_path)
                 e.emit(Op.RET, -1, sub_path)
             e.args[ip] = e.const(CallSpec(name, e.entries[name]))
+    e.resolve_region_steps()
     consts = tuple(e.consts)
     in_table = {int(op) for op, kind in OPERANDS.items() if kind in (SPEC, FUNCTION)}  # operands that are slots
     code = tuple((op, consts[arg] if op in in_table else arg) for op, arg in zip(e.ops, e.args, strict=True))

@@ -23,6 +23,7 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     when_milestone  WHEN_MILESTONE s ; branch
     call            CALL s                      (the callee: body ; RET)
     terminate       TERMINATE
+    region steps    CANCEL_REGION s / COMPLETE_REGION s / ADD_INSTANCES s / CLOSE_INSTANCES s
 The root ends with END. Library workflows reachable through `call` are compiled once each, after the root.
 """
 
@@ -67,6 +68,10 @@ class Op(IntEnum):
     RET = 22  # glue: the end of a called workflow
     TERMINATE = 23
     MI_SPAWN = 24  # an mi's instance spawner: starts the next SPAWN_CHUNK instances per step
+    CANCEL_REGION = 25
+    COMPLETE_REGION = 26
+    ADD_INSTANCES = 27
+    CLOSE_INSTANCES = 28
 
 
 TARGET = "target"  # the operand is an instruction index
@@ -100,6 +105,10 @@ OPERANDS: Mapping[Op, str] = {
     Op.RET: NONE,
     Op.TERMINATE: NONE,
     Op.MI_SPAWN: SPEC,
+    Op.CANCEL_REGION: SPEC,
+    Op.COMPLETE_REGION: SPEC,
+    Op.ADD_INSTANCES: SPEC,
+    Op.CLOSE_INSTANCES: SPEC,
 }
 """What each opcode's operand is; `tests/core` checks every opcode is listed."""
 
@@ -182,7 +191,7 @@ class MISpec:
     cancel_remaining: bool
     min: int | None
     max: int | None
-    dynamic: bool
+    dynamic: bool | str  # False, True, or "open"
     until: Callable[..., Any] | None
     collect: str | None
     name: str | None
@@ -214,6 +223,19 @@ class CallSpec:
 @dataclass(frozen=True, slots=True)
 class SleepSpec:
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RegionStepSpec:
+    """A step acting on a region of its own case.
+
+    `local`: the region is written in the same mi body (or workflow) as the step, so the step addresses only
+    the activations inside its own mi instance and call; otherwise every live activation.
+    """
+
+    name: str
+    local: bool
+    items: Callable[..., Any] | None = None  # add_instances only
 
 
 # -- the program ---------------------------------------------------------------------------------------------

@@ -414,6 +414,35 @@ class Terminate(Term):
     kind = "terminate"
 
 
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class CancelRegion(Term):
+    kind = "cancel_region"
+    _positional = ("name",)
+    name: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class CompleteRegion(Term):
+    kind = "complete_region"
+    _positional = ("name",)
+    name: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class AddInstances(Term):
+    kind = "add_instances"
+    _positional = ("name",)
+    name: Any
+    items: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class CloseInstances(Term):
+    kind = "close_instances"
+    _positional = ("name",)
+    name: Any
+
+
 # -- tree helpers: shared by validation, the compiler and every tool that walks a term ------------------
 
 
@@ -617,3 +646,27 @@ def call(name: str) -> Term:
 def terminate() -> Term:
     """Cancel all remaining work of the case and end it as done (WCP43)."""
     return Terminate()
+
+
+def cancel_region(name: str) -> Term:
+    """A step that cancels region `name` of its own case (WCP19, 25, 26): its work is withdrawn.
+
+    A region written in the same mi body or workflow as the step is addressed only in the step's own mi
+    instance and call; otherwise every live activation is. A region that is not active is left alone (traced).
+    """
+    return CancelRegion(name)
+
+
+def complete_region(name: str) -> Term:
+    """A step that completes region `name` of its own case (WCP27): an mi joins now, a scope goes on after itself."""
+    return CompleteRegion(name)
+
+
+def add_instances(name: str, *, items: Callable[[Mapping[str, Any]], Any]) -> Term:
+    """A step that adds one instance per item of `items(ctx)` to the dynamic mi `name` of its own case (WCP15)."""
+    return AddInstances(name, items)
+
+
+def close_instances(name: str) -> Term:
+    """A step that closes the dynamic mi `name` of its own case: it takes no more instances."""
+    return CloseInstances(name)

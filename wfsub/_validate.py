@@ -20,7 +20,11 @@ from pydantic import BaseModel, ConfigDict
 from ._terms import (
     MAX_SECONDS,
     MI,
+    AddInstances,
     Call,
+    CancelRegion,
+    CloseInstances,
+    CompleteRegion,
     Critical,
     Defer,
     Effect,
@@ -87,6 +91,8 @@ class _CaseWide:
 
     milestones: set[str] = field(default_factory=set)
     whens: list[tuple[str, str]] = field(default_factory=list)  # (milestone name, path of when_milestone)
+    regions: dict[str, list[tuple[str, str, object]]] = field(default_factory=dict)  # name -> (path, kind, dynamic)
+    steps: list[tuple[str, str, str, str]] = field(default_factory=list)  # (kind, region, path, context suffix)
 
 
 @dataclass
@@ -97,7 +103,7 @@ class _Checker:
     issues: list[ValidationIssue]
     case: _CaseWide
     context: str = ""  # appended to every message: which library workflow, called from where
-    regions: dict[str, str] = field(default_factory=dict)  # region name -> path of its first use
+    regions: dict[str, tuple[str, str]] = field(default_factory=dict)  # region name -> (scope|mi, first path)
     held: list[str] = field(default_factory=list)  # names of the critical sections around the current node
     calls: list[tuple[str, str]] = field(default_factory=list)  # (library name, path of the call)
 
@@ -108,13 +114,23 @@ class _Checker:
         if not callable(value):
             self.add(path, f"{what} must be a function, got {value!r}: pass a function of ctx")
 
-    def region(self, path: str, name: object, what: str) -> None:
+    def region(self, path: str, name: object, what: str, dynamic: object = False) -> None:
+        """Declare a region. Scopes may share a name (one region in several parts); an mi's name is its own."""
         if not isinstance(name, str) or not name:
             self.add(path, f"{what} name must be a non-empty str, got {name!r}")
             return
-        first = self.regions.setdefault(name, path)
-        if first != path:
-            self.add(path, f"region name {name!r} is already used at {first}: give each scope/mi its own name")
+        first = self.regions.get(name)
+        if first is None:
+            self.regions[name] = (what, path)
+        else:
+            first_what, first_path = first
+            if what == "mi" or first_what == "mi":
+                self.add(
+                    path,
+                    f"region name {name!r} is already used at {first_path}: an mi's name must be its own "
+                    "(add_instances must know which mi); only scopes may share a name",
+                )
+        self.case.regions.setdefault(name, []).append((path, what, dynamic))
 
     def join(self, path: str, join: object, branches: int | None, allowed: tuple[object, ...]) -> None:
         if _is_int(join):
@@ -348,11 +364,13 @@ def _check_mi(c: _Checker, t: MI, path: str) -> None:
         elif t.join is None:
             c.add(path, "collect needs a join: with join=None nothing waits for the outputs")
     if t.name is not None:
-        c.region(path, t.name, "mi")
+        c.region(path, t.name, "mi", t.dynamic)
     elif t.dynamic:
         c.add(path, "a dynamic mi needs name=: add_instances addresses it by that name")
-    if not isinstance(t.dynamic, bool) or not isinstance(t.cancel_remaining, bool):
-        c.add(path, "dynamic and cancel_remaining must be True or False")
+    if not (t.dynamic is False or t.dynamic is True or t.dynamic == "open"):
+        c.add(path, f"dynamic={t.dynamic!r} must be False, True or \"open\"")
+    if not isinstance(t.cancel_remaining, bool):
+        c.add(path, f"cancel_remaining must be True or False, got {t.cancel_remaining!r}")
 
 
 def _check_interleave(c: _Checker, t: Interleave, path: str) -> None:
@@ -426,6 +444,50 @@ def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
     """Nothing to check: terminate() takes no arguments."""
 
 
+def _check_region_step(c: _Checker, t: Any, path: str) -> None:
+    if not isinstance(t.name, str) or not t.name:
+        c.add(path, f"{t.kind} needs a region name (a non-empty str), got {t.name!r}")
+    else:
+        c.case.steps.append((t.kind, t.name, path, c.context))
+
+
+def _check_cancel_region(c: _Checker, t: CancelRegion, path: str) -> None:
+    _check_region_step(c, t, path)
+
+
+def _check_complete_region(c: _Checker, t: CompleteRegion, path: str) -> None:
+    _check_region_step(c, t, path)
+
+
+def _check_add_instances(c: _Checker, t: AddInstances, path: str) -> None:
+    _check_region_step(c, t, path)
+    c.callable_(path, "items", t.items)
+
+
+def _check_close_instances(c: _Checker, t: CloseInstances, path: str) -> None:
+    _check_region_step(c, t, path)
+
+
+def _check_region_steps(case: _CaseWide, issues: list[ValidationIssue]) -> None:
+    """Each region step names a region the workflow declares, of the kind the step needs."""
+    for kind, name, path, context in case.steps:
+        parts = case.regions.get(name)
+        if parts is None:
+            known = ", ".join(sorted(case.regions)) or "none"
+            message = f"{kind}({name!r}) names no region of the workflow (regions: {known}): check the name"
+        elif kind in ("add_instances", "close_instances") and not any(
+            what == "mi" and dynamic for _, what, dynamic in parts
+        ):
+            where = ", ".join(f"{what} at {at}" for at, what, _ in parts)
+            message = (
+                f"{kind}({name!r}) needs a dynamic mi, but region {name!r} is a {where}: "
+                "build it with mi(..., dynamic=True, name=...)"
+            )
+        else:
+            continue
+        issues.append(ValidationIssue(path=path, message=message + context))
+
+
 def _check_call(c: _Checker, t: Call, path: str) -> None:
     if not isinstance(t.name, str):
         c.add(path, f"call name must be a str, got {t.name!r}")
@@ -473,6 +535,7 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
         checker = _Checker(library, issues, case, context=f" (in library workflow {name!r}, called at {at})")
         _check_workflow(checker, sub, f"library[{name!r}].{sub.kind if isinstance(sub, Term) else '?'}")
         todo.extend(checker.calls)
+    _check_region_steps(case, issues)
     for name, path in case.whens:
         if name not in case.milestones:
             known = ", ".join(repr(n) for n in sorted(case.milestones)) or "none"

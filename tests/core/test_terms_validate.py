@@ -120,7 +120,6 @@ def test_valid_workflow_has_no_issues() -> None:
         (mi(task(fetch), count=1, join=None, collect="k"), "mi", "collect needs a join"),
         (loop(task(fetch)), "loop", "exactly one of while_=, until=, times= (got none)"),
         (loop(task(fetch), times=1, until=check), "loop", "(got until and times)"),
-        (seq(scope("r", task(fetch)), scope("r", task(fetch))), "seq[1].scope", "region name 'r' is already used"),
         (seq(scope("r", task(fetch)), mi(task(fetch), count=1, name="r")), "seq[1].mi", "already used"),
         (defer({}), "defer", "at least one"),
         (defer({"a": task(fetch)}, timeout=3), "defer", "add on_timeout="),

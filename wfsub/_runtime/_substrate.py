@@ -325,6 +325,10 @@ class Substrate:
             raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
         await self._region(case_id, RegionAction.ADD_INSTANCES, region, list(items))
 
+    async def close_instances(self, case_id: str, region: str) -> None:
+        """Close the dynamic mi `region` of a case: it takes no more instances (its join fires once they end)."""
+        await self._region(case_id, RegionAction.CLOSE_INSTANCES, region, None)
+
     async def _region(self, case_id: str, action: RegionAction, region: str, items: list[Any] | None) -> None:
         what = f"{action.value} {region!r}"
         self._check_open(what)

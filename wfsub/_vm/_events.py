@@ -47,6 +47,7 @@ MIN_KINDS: frozenset[str] = frozenset(
         "deferred_choice",  # detail: chosen (signal name or "timeout")
         "region_cancelled",  # detail: region, tokens
         "region_completed",  # detail: region
+        "region_inactive",  # a cancel_region/complete_region step found its region not active; detail: region
         "mi_started",  # detail: instances
         "mi_instance_done",  # detail: index
         "mi_instances_added",  # detail: count

@@ -59,6 +59,7 @@ from ._schedulers import Deterministic, Scheduler
 # interpreter's own exits. Everything else fails the case at the step, BaseExceptions included: the vm never
 # awaits, so a CancelledError or GeneratorExit from a task is the task's own bug, not a cancellation.
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit)
+_OPEN: Any = "open"  # mi(dynamic="open")
 
 YIELDED = RunStatus.YIELDED
 BLOCKED = RunStatus.BLOCKED
@@ -210,7 +211,7 @@ class Interp:
             else:
                 self.status = BLOCKED
                 self.awaiting = self.awaited_signals()
-                if not self.awaiting and not self.effects and not self.timers:
+                if not self.awaiting and not self.effects and not self.timers and not self.open_instances():
                     self.deadlocked()
         return steps
 
@@ -225,6 +226,14 @@ class Interp:
                     break
                 queue.popleft()
         return tuple(names)
+
+    def open_instances(self) -> bool:
+        """Whether an mi(dynamic="open") is waiting for instances (the case waits for an input, not deadlocked)."""
+        return any(
+            isinstance(frame, MIFrame) and frame.alive and frame.spec.dynamic == _OPEN and not frame.closed
+            for acts in self.regions.values()
+            for frame in acts
+        )
 
     def deadlocked(self) -> None:
         """Blocked with no effect, timer or signal to wait for: nothing can ever wake the case. Fail it.
@@ -422,7 +431,30 @@ class Interp:
         frame.exited = True
         if frame.count == 0:
             self.close(frame, withdrawn=False)
+        else:
+            self.detach_thread(frame)  # work the thread left behind runs on, detached
         return target
+
+    def detach_thread(self, frame: Frame) -> None:
+        """`frame`'s thread went on into its parent (a token there stands for it): what remains is detached."""
+        if frame.attached:
+            frame.attached = False
+            parent = frame.parent
+            assert parent is not None
+            parent.live -= 1
+
+    def end_thread(self, frame: Frame, *, withdrawn: bool) -> None:
+        """`frame`'s thread ended (withdrawn, or every branch of it did): close it, or detach what remains."""
+        if frame.count == 0:
+            self.close(frame, withdrawn=withdrawn)
+        elif frame.attached:
+            frame.attached = False
+            parent = frame.parent
+            assert parent is not None
+            parent.live -= 1
+            if withdrawn:
+                self.trace_node("withdrawn", frame.ip)
+            parent.child_gone(self, frame, withdrawn)
 
     def close(self, frame: Frame, *, withdrawn: bool) -> None:
         """A frame has no children left: release it and tell its parent (which may close in turn).
@@ -514,21 +546,25 @@ class Interp:
         return tokens
 
     def withdraw_children(self, frame: Frame, reason: str) -> int:
-        """Withdraw every child of `frame` (the join fired, or the MI was completed); no notifications."""
+        """Withdraw every child of `frame` (the join fired, or the MI was completed); no notifications.
+
+        Returns how many of them were threads of the frame (running branches or instances).
+        """
         dead: list[Frame] = []
-        withdrawn = 0
+        threads = 0
         for child in members(frame):
-            withdrawn += 1
+            threads += child.attached
             if type(child) is Token:
                 self.drop(child)
             else:
                 self.mark_dead(child, dead)
         frame.head = None
         frame.count = 0
+        frame.live = 0
         for f in dead:
             f.on_close(self)
-        self.trace_node("withdrawn", frame.ip, branches=withdrawn, reason=reason)
-        return withdrawn
+        self.trace_node("withdrawn", frame.ip, branches=threads, reason=reason)
+        return threads
 
     def merge(self, tok: Token, res: Any, ip: int) -> bool:
         """Merge a step's updates into the data its token sees; a non-mapping fails the case."""
@@ -629,28 +665,64 @@ class Interp:
         self.trace_node("choice", frame.ip, branch=frame.current)
         return spec.starts[frame.current]
 
-    def mi_check(self, mi: MIFrame) -> None:
-        """After an instance ended: fire the join if its policy (or `until`) is met; close when empty."""
+    def instance_ended(self, inst: InstanceFrame) -> None:
+        """An mi instance's threads have all ended: it completed (a thread arrived) or was withdrawn."""
+        mi: Any = inst.parent
+        completed = inst.arrived > 0
+        if completed:
+            out = inst.out
+            mi.outputs[inst.index] = out if out is not None else {}
+            mi.completed += 1
+            if self.tl:
+                self.trace_node("mi_instance_done", mi.ip, index=inst.index)
+        else:
+            mi.cancelled += 1
+        if inst.count == 0:  # nothing left inside: gone (an instance holds nothing to release)
+            inst.alive = False
+            unlink(mi, inst)
+        else:  # work it left behind runs on, detached
+            inst.attached = False
+            mi.live -= 1
+        self.mi_check(mi, completed=completed)
+
+    def mi_check(self, mi: MIFrame, *, completed: bool = False) -> None:
+        """After an instance ended (or the spawner finished, or the mi was closed): fire the join when its
+        policy or `until` says so; withdraw the mi when nothing completed and nothing more can; close when empty.
+
+        The n join (`first` is n = 1) fires at the n-th completion. When n can no longer be reached (no instance
+        runs and none can be added) it fires once the running instances have ended, with what completed.
+        """
         spec: bc.MISpec = mi.spec
-        if not mi.fired:
-            need = spec.need
-            fire = mi.count == 0 if need == ALL else mi.completed >= need or mi.count == 0
-            if not fire and spec.until is not None:
-                stats = MIStats(mi.started, mi.completed, mi.cancelled, mi.running)
-                try:
-                    fire = bool(spec.until(stats))
-                except _PASS_THROUGH:
-                    raise
-                except BaseException as exc:  # see _PASS_THROUGH
-                    self.step_failed(mi.ip, exc, f"mi until() raised {type(exc).__name__}: {exc}")
-                    return
-            if fire:
-                if mi.completed == 0 and mi.started > 0 and mi.count == 0:
-                    self.close(mi, withdrawn=True)  # every instance was withdrawn
-                    return
-                self.mi_fire(mi)
-        if mi.count == 0 and mi.alive:
-            self.close(mi, withdrawn=False)
+        if mi.fired:
+            if mi.count == 0 and mi.alive:
+                self.close(mi, withdrawn=False)
+            return
+        spawning = mi.spawner is not None
+        running = mi.live - spawning
+        more = spawning or running > 0 or (spec.dynamic == _OPEN and not mi.closed)
+        until = False
+        if completed and spec.until is not None:
+            stats = MIStats(mi.started, mi.completed, mi.cancelled, running)
+            try:
+                until = bool(spec.until(stats))
+            except _PASS_THROUGH:
+                raise
+            except BaseException as exc:  # see _PASS_THROUGH
+                self.step_failed(mi.ip, exc, f"mi until() raised {type(exc).__name__}: {exc}")
+                return
+        if until:
+            fire = True
+        elif spec.need == ALL:
+            fire = not more
+        else:
+            fire = mi.completed >= spec.need or not more
+        if not fire:
+            return
+        if not until and not more and mi.completed == 0 and (mi.started > 0 or spec.need != ALL):
+            mi.fired = mi.closed = True  # nothing completed and nothing can: the mi's thread is withdrawn
+            self.end_thread(mi, withdrawn=True)
+            return
+        self.mi_fire(mi)
 
     def mi_fire(self, mi: MIFrame) -> None:
         spec: bc.MISpec = mi.spec
@@ -662,6 +734,10 @@ class Interp:
         if spec.collect is not None:
             self.store(mi.env, spec.collect, list(mi.outputs))
         self.trace_node("mi_joined", mi.ip, completed=mi.completed, cancelled=mi.cancelled, token=tok.tid)
+        if mi.count == 0:
+            self.close(mi, withdrawn=False)
+        else:
+            self.detach_thread(mi)  # instances left running (no cancel_remaining) run on, detached
 
     def spawn_instances(self, mi: MIFrame, items: Sequence[Any] | None, start: int, stop: int, item_base: int) -> None:
         """Start the instances with indexes start..stop-1 (item i is items[i - item_base]); outputs are sized."""
@@ -683,10 +759,11 @@ class Interp:
             tok = Token(tid, body, inst, inst)
             tid += 1
             inst.head = tok
-            inst.count = 1
+            inst.count = inst.live = 1
             append(tok)
         mi.head = head
         mi.count += n
+        mi.live += n
         self.next_tid = tid
 
     def pause_gc(self) -> None:
@@ -793,6 +870,37 @@ class Interp:
     def live_activations(self, name: str) -> list[Frame]:
         return [f for f in self.regions.get(name, {}) if f.alive]
 
+    # -- refusals: the reasons a region operation cannot be applied now (None: it can) -------------------
+
+    @staticmethod
+    def complete_refusal(name: str, acts: Sequence[Frame]) -> tuple[Frame, str] | None:
+        for frame in acts:
+            if isinstance(frame, MIFrame) and frame.fired:
+                what = "has no join (join=None)" if frame.spec.need == 0 else "has already joined"
+                return frame, f"mi {name!r} {what}: there is nothing to complete; cancel_region withdraws its instances"
+        return None
+
+    @staticmethod
+    def dynamic_mi_refusal(name: str, acts: Sequence[Frame]) -> str | None:
+        frame = acts[0]
+        if not isinstance(frame, MIFrame):
+            return f"region {name!r} is a scope, not an mi: only a dynamic mi takes instances"
+        if not frame.spec.dynamic:
+            return f"mi {name!r} is not dynamic: build it with mi(..., dynamic=True) to add instances"
+        if len(acts) > 1:
+            return f"mi {name!r} has {len(acts)} live activations: it is ambiguous which one to extend"
+        if frame.closed:
+            return f"mi {name!r} is closed (its join fired or it was closed): no instances can be added"
+        return None
+
+    def add_refusal(self, name: str, frame: MIFrame, count: int) -> str | None:
+        limit = frame.spec.max if frame.spec.max is not None else self.max_instances
+        held = frame.started + frame.pending
+        if held + count <= limit:
+            return None
+        bound = f"max={limit}" if frame.spec.max is not None else f"the limit of {limit:,} (max_instances)"
+        return f"mi {name!r} allows at most {bound} instances; it has {held}, so {count} more would exceed it"
+
     def cancel_region(self, name: str, acts: Sequence[Frame]) -> None:
         """Withdraw all work of the given live activations of region `name`.
 
@@ -839,8 +947,7 @@ class Interp:
 
     def close_instances(self, frame: MIFrame) -> None:
         frame.closed = True
-        if frame.fired and frame.count == 0:
-            self.close(frame, withdrawn=False)
+        self.mi_check(frame)
 
     def pending_requests(self) -> tuple[list[EffectRequest], list[TimerRequest]]:
         effects = []
@@ -1096,6 +1203,13 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     if (spec.min is not None and n < spec.min) or (spec.max is not None and n > spec.max):
         m.limit_hit(ip, f"mi got {n} instances, outside min={spec.min} max={spec.max}")
         return -1
+    if spec.need > 0 and n < spec.need and spec.until is None and not spec.dynamic:
+        m.limit_hit(
+            ip,
+            f"mi join={spec.need} needs at least {spec.need} instance{'s' if spec.need > 1 else ''}, but the count "
+            f"is {n}: its join could never fire; give fewer for join=, an until= condition, or dynamic=True",
+        )
+        return -1
     if spec.max is None and n > m.max_instances:
         m.limit_hit(
             ip,
@@ -1125,8 +1239,9 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         m.next_tid += 1
         link(frame, spawner)
         m.ready.appendleft(spawner)
-    if spec.need == 0:  # join=None: no synchronization, the thread goes on at once
+    if spec.need == 0:  # join=None: no synchronization, the thread goes on at once; the mi is detached work
         frame.fired = True
+        m.detach_thread(frame)
         if n == 0:  # nothing runs in it: it must not keep the case open
             m.close(frame, withdrawn=False)
         return spec.after
@@ -1249,6 +1364,88 @@ def _op_terminate(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     m.kill_subtree(m.root)
     m.finish(DONE, "terminated")
     return -1
+
+
+def _context(frame: Frame | None) -> Frame | None:
+    """The innermost mi instance or call around `frame` (None: the case's root workflow)."""
+    while frame is not None and not isinstance(frame, InstanceFrame | CallFrame):
+        frame = frame.parent
+    return frame
+
+
+def _region_activations(m: Interp, tok: Token, spec: bc.RegionStepSpec) -> list[Frame]:
+    acts = m.live_activations(spec.name)
+    if spec.local and acts:  # only the activations in the step's own mi instance and call
+        here = _context(tok.frame)
+        acts = [frame for frame in acts if _context(frame.parent) is here]
+    return acts
+
+
+def _op_cancel_region(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec) -> int:
+    acts = _region_activations(m, tok, spec)
+    if not acts:
+        m.trace_node("region_inactive", ip, region=spec.name)
+        return ip + 1
+    tok.ip = ip + 1
+    m.cancel_region(spec.name, acts)
+    return ip + 1 if tok.alive else -1  # a step inside the region is withdrawn with it
+
+
+def _op_complete_region(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec) -> int:
+    acts = _region_activations(m, tok, spec)
+    if not acts:
+        m.trace_node("region_inactive", ip, region=spec.name)
+        return ip + 1
+    refused = m.complete_refusal(spec.name, acts)
+    if refused is not None:
+        m.limit_hit(ip, f"complete_region({spec.name!r}) refused: {refused[1]}")
+        return -1
+    tok.ip = ip + 1
+    m.complete_region(spec.name, acts)
+    return ip + 1 if tok.alive else -1
+
+
+def _dynamic_mi_at_step(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec, what: str) -> MIFrame | None:
+    acts = _region_activations(m, tok, spec)
+    reason = f"region {spec.name!r} is not active now" if not acts else m.dynamic_mi_refusal(spec.name, acts)
+    if reason is not None:
+        m.limit_hit(ip, f"{what}({spec.name!r}) refused: {reason}")
+        return None
+    frame = acts[0]
+    assert isinstance(frame, MIFrame)
+    return frame
+
+
+def _op_add_instances(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec) -> int:
+    assert spec.items is not None
+    try:
+        given = spec.items(tok.env)
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:  # see _PASS_THROUGH
+        m.step_failed(ip, exc, f"add_instances items function raised {type(exc).__name__}: {exc}")
+        return -1
+    if isinstance(given, str | bytes | Mapping) or not isinstance(given, Sequence):
+        m.limit_hit(ip, f"add_instances items function returned {type(given).__name__}: return a list of items")
+        return -1
+    frame = _dynamic_mi_at_step(m, tok, ip, spec, "add_instances")
+    if frame is None:
+        return -1
+    reason = m.add_refusal(spec.name, frame, len(given))
+    if reason is not None:
+        m.limit_hit(ip, f"add_instances({spec.name!r}) refused: {reason}")
+        return -1
+    m.add_instances(frame, list(given))
+    return ip + 1
+
+
+def _op_close_instances(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec) -> int:
+    frame = _dynamic_mi_at_step(m, tok, ip, spec, "close_instances")
+    if frame is None:
+        return -1
+    tok.ip = ip + 1
+    m.close_instances(frame)
+    return ip + 1 if tok.alive else -1
 
 
 def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:

@@ -232,15 +232,9 @@ class Machine:
         """
         action = "complete region"
         acts = self._activations(action, name)
-        for frame in acts:
-            if isinstance(frame, MIFrame) and frame.fired:
-                what = "has no join (join=None)" if frame.spec.need == 0 else "has already joined"
-                raise SignalRejected.refused(
-                    self.case_id,
-                    f"{action} {name!r}",
-                    f"mi {name!r} {what}: there is nothing to complete; cancel_region withdraws its instances",
-                    self._path(frame),
-                )
+        refused = self._vm.complete_refusal(name, acts)
+        if refused is not None:
+            raise SignalRejected.refused(self.case_id, f"{action} {name!r}", refused[1], self._path(refused[0]))
         self._vm.complete_region(name, acts)
 
     def add_instances(self, name: str, items: Sequence[Any]) -> None:
@@ -249,16 +243,9 @@ class Machine:
             raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
         action = "add instances to"
         frame = self._dynamic_mi(action, name)
-        limit = frame.spec.max if frame.spec.max is not None else self._vm.max_instances
-        held = frame.started + frame.pending
-        if held + len(items) > limit:
-            bound = f"max={limit}" if frame.spec.max is not None else f"the limit of {limit:,} (max_instances)"
-            raise SignalRejected.refused(
-                self.case_id,
-                f"{action} {name!r}",
-                f"mi {name!r} allows at most {bound} instances; it has {held}, so {len(items)} more would exceed it",
-                self._path(frame),
-            )
+        reason = self._vm.add_refusal(name, frame, len(items))
+        if reason is not None:
+            raise SignalRejected.refused(self.case_id, f"{action} {name!r}", reason, self._path(frame))
         self._vm.add_instances(frame, list(items))
 
     def close_instances(self, name: str) -> None:
@@ -286,21 +273,11 @@ class Machine:
 
     def _dynamic_mi(self, action: str, name: str) -> MIFrame:
         acts = self._activations(action, name)
+        reason = self._vm.dynamic_mi_refusal(name, acts)
+        if reason is not None:
+            raise SignalRejected.refused(self.case_id, f"{action} {name!r}", reason, self._path(acts[0]))
         frame = acts[0]
-        what = f"{action} {name!r}"
-        path = self._path(frame)
-        if not isinstance(frame, MIFrame):
-            reason = f"region {name!r} is a scope, not an mi: only a dynamic mi takes instances"
-            raise SignalRejected.refused(self.case_id, what, reason, path)
-        if not frame.spec.dynamic:
-            reason = f"mi {name!r} is not dynamic: build it with mi(..., dynamic=True) to add instances"
-            raise SignalRejected.refused(self.case_id, what, reason, path)
-        if len(acts) > 1:
-            reason = f"mi {name!r} has {len(acts)} live activations: it is ambiguous which one to extend"
-            raise SignalRejected.refused(self.case_id, what, reason, path)
-        if frame.closed:
-            reason = f"mi {name!r} is closed (its join fired or it was closed): no instances can be added"
-            raise SignalRejected.refused(self.case_id, what, reason, path)
+        assert isinstance(frame, MIFrame)
         return frame
 
     # -- snapshots ---------------------------------------------------------------------------------------

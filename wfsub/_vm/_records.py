@@ -7,8 +7,18 @@ O(1) per record touched and cost no extra allocation: cancelling a region costs 
 of all tokens.
 
 Frames decide what happens when their children are gone: `arrive` (a token reached the end of a branch),
-`child_gone` (a child frame closed or a token was withdrawn) and `on_close` (release what the frame held).
-Those are ordinary methods on the frame classes: the hot loop never inspects a node type.
+`child_gone` (a child frame closed, a token was withdrawn, or a child stopped being a thread) and `on_close`
+(release what the frame held). Those are ordinary methods on the frame classes: the hot loop never inspects a
+node type.
+
+Threads and detached work. Joins synchronize threads, not the work a thread leaves running behind it. A frame
+counts its children twice: `count` (all of them: the frame closes when it reaches 0) and `live` (those that
+are threads of this frame: tokens, and child frames whose thread is still inside). A child frame stops being a
+thread of its parent (`attached` becomes False) when its thread goes on while work remains inside: a scope,
+loop, call, critical section or milestone the thread left; a par whose first/n join fired (its losers run on);
+an mi whose join fired or that has no join; an mi instance whose thread ended. Joins and instance completion
+look at `live`; closing, regions and the case's end look at `count`, so detached work still belongs to the
+case and to the regions around it.
 
 Snapshots find the record classes by walking the subclasses of `Record` (`record_classes()`): a new frame
 class is covered without registering it anywhere.
@@ -74,6 +84,7 @@ class Token(Record):
     """A thread of control: an instruction pointer, its frame, and the data view its steps see."""
 
     __slots__ = ("ip", "frame", "env", "prev", "next", "alive", "wk", "wid", "aux", "tid")
+    attached: ClassVar[bool] = True  # a token is always a thread of its frame
 
     def __init__(self, tid: int, ip: int, frame: Frame, env: Mapping[str, Any]) -> None:
         self.tid = tid
@@ -134,6 +145,8 @@ def link(frame: Frame, child: Any) -> None:
         head.prev = child
     frame.head = child
     frame.count += 1
+    if child.attached:
+        frame.live += 1
 
 
 def unlink(frame: Frame, child: Any) -> None:
@@ -147,6 +160,8 @@ def unlink(frame: Frame, child: Any) -> None:
         nxt.prev = prev
     child.prev = child.next = None
     frame.count -= 1
+    if child.attached:
+        frame.live -= 1
 
 
 def members(frame: Frame) -> Iterator[Any]:
@@ -163,12 +178,14 @@ class Frame(Record):
 
     abstract = True
 
-    __slots__ = ("parent", "head", "count", "prev", "next", "env", "alive", "ip")
+    __slots__ = ("parent", "head", "count", "live", "attached", "prev", "next", "env", "alive", "ip")
 
     def __init__(self, parent: Frame | None, env: Mapping[str, Any], ip: int) -> None:
         self.parent = parent
         self.head: Any = None
-        self.count = 0
+        self.count = 0  # children: tokens and frames
+        self.live = 0  # children that are threads of this frame (see the module docstring)
+        self.attached = True  # this frame is a thread of its parent
         self.prev: Any = None
         self.next: Any = None
         self.env = env
@@ -180,9 +197,15 @@ class Frame(Record):
         raise AssertionError(f"ARRIVE in a {type(self).__name__}")  # the compiler never emits this
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
-        """A child frame closed, or a token was withdrawn; the child is already unlinked."""
-        if self.count == 0:
-            m.close(self, withdrawn=True)
+        """A child is gone (already unlinked), or stopped being a thread of this frame.
+
+        `withdrawn`: the child's thread ended without arriving. The default suits a block the thread passes
+        through: once its last thread is gone without leaving, the block's own thread was withdrawn.
+        """
+        if self.attached and self.live == 0:
+            m.end_thread(self, withdrawn=True)
+        elif self.count == 0:
+            m.close(self, withdrawn=False)
 
     def on_close(self, m: Interp) -> None:
         """Release what the frame holds (locks, milestone counts, region registration)."""
@@ -197,7 +220,11 @@ class RootFrame(Frame):
 
 
 class SplitFrame(Frame):
-    """par / multi_choice: counts arrivals; the join fires by the spec's policy."""
+    """par / multi_choice: counts arrivals; the join fires by the spec's policy.
+
+    Until the join fires the split is a thread of its parent; a first/n join that fired leaves the losers
+    running as detached work. A multi-merge ("each") stays a thread while any branch runs: each arrival goes on.
+    """
 
     __slots__ = ("spec", "arrived", "fired")
 
@@ -212,7 +239,7 @@ class SplitFrame(Frame):
         self.arrived += 1
         spec = self.spec
         if spec.each or (
-            not self.fired and (self.count == 0 if spec.need < 0 else (self.arrived >= spec.need or self.count == 0))
+            not self.fired and (self.live == 0 if spec.need < 0 else (self.arrived >= spec.need or self.live == 0))
         ):
             parent = self.parent
             assert parent is not None
@@ -223,28 +250,39 @@ class SplitFrame(Frame):
             m.joined(self, first)
             if spec.cancel_remaining and self.count:
                 m.withdraw_children(self, "join fired")
-            if self.count == 0:
-                m.close(self, withdrawn=False)
+            self._settle(m, replaced=True)
             return spec.after
         tok.alive = False
         if self.fired:
             m.trace_node("join_late", self.ip, arrived=self.arrived)
-        if self.count == 0:
-            m.close(self, withdrawn=False)
+        self._settle(m, replaced=False)
         return -1
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
-        if self.count:
-            return
-        if self.fired:
-            m.close(self, withdrawn=False)
-        elif self.arrived:  # the rest were withdrawn: what arrived is all there will be
-            self.fired = True
+        if self.attached and not self.fired and self.live == 0:
+            if not self.arrived:  # every branch was withdrawn: so is the split
+                m.end_thread(self, withdrawn=True)
+                return
+            self.fired = True  # the rest were withdrawn: what arrived is all there will be
             m.spawn(self.parent, self.spec.after, self.env)
             m.joined(self, True)
+            self._settle(m, replaced=True)
+            return
+        self._settle(m, replaced=False)
+
+    def _settle(self, m: Interp, *, replaced: bool) -> None:
+        """After a thread of the split arrived or ended: close it, or leave what remains running detached.
+
+        `replaced`: a token just went on into the parent in the split's place (it keeps the parent's count of
+        threads up, so the parent need not be told).
+        """
+        if self.count == 0:
             m.close(self, withdrawn=False)
-        else:
-            m.close(self, withdrawn=True)
+        elif self.attached and self.fired and (not self.spec.each or self.live == 0):
+            if replaced:
+                m.detach_thread(self)
+            else:
+                m.end_thread(self, withdrawn=False)
 
 
 class PassFrame(Frame):
@@ -258,10 +296,6 @@ class PassFrame(Frame):
         super().__init__(parent, env, ip)
         self.spec = spec
         self.exited = False
-
-    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
-        if self.count == 0:
-            m.close(self, withdrawn=not self.exited)
 
 
 class LoopFrame(PassFrame):
@@ -328,7 +362,7 @@ class InterleaveFrame(PassFrame):
     def arrive(self, m: Interp, tok: Token) -> int:
         self.done[self.current] = True
         self.arrived += 1
-        if self.count > 1:  # a discriminator's loser of this branch still runs: wait for it
+        if self.count > 1:  # work this branch left behind still runs: wait for it
             tok.wk = WK_LOCK
             tok.wid = 0
             self.parked = tok
@@ -348,14 +382,18 @@ class InterleaveFrame(PassFrame):
             return
         self.done[self.current] = True  # the running branch was withdrawn: go on with the others
         if self.arrived == 0 and all(self.done):
-            m.close(self, withdrawn=True)
+            m.end_thread(self, withdrawn=True)
             return
         tok = m.spawn(self, self.spec.after, self.env)
         tok.ip = m.interleave_next(self, tok)
 
 
 class MIFrame(Frame):
-    """A multiple-instance activation: its children are InstanceFrames."""
+    """A multiple-instance activation: its children are InstanceFrames (and, while it starts them, a spawner).
+
+    `live` counts the instances still running (and the spawner); an instance whose thread ended is detached,
+    even if work it left behind still runs.
+    """
 
     __slots__ = (
         "spec", "fired", "closed", "outputs", "started", "completed", "cancelled", "pending", "items", "spawner"
@@ -365,7 +403,7 @@ class MIFrame(Frame):
         super().__init__(parent, env, ip)
         self.spec = spec
         self.fired = False
-        self.closed = False  # dynamic: no more instances may be added
+        self.closed = False  # no more instances may be added (dynamic mi)
         self.outputs: list[Any] = []
         self.started = 0
         self.completed = 0
@@ -376,18 +414,10 @@ class MIFrame(Frame):
 
     @property
     def running(self) -> int:
-        """Instances running now (the spawner is a child too, but not an instance)."""
-        return self.count - (self.spawner is not None)
+        """Instances running now (the spawner is a thread too, but not an instance)."""
+        return self.live - (self.spawner is not None)
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
-        if withdrawn:
-            self.cancelled += 1
-        else:
-            out = child.out
-            self.outputs[child.index] = out if out is not None else {}
-            self.completed += 1
-            if m.tl:
-                m.trace_node("mi_instance_done", self.ip, index=child.index)
         m.mi_check(self)
 
     def on_close(self, m: Interp) -> None:
@@ -405,6 +435,8 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         self.parent = parent
         self.head = None
         self.count = 0
+        self.live = 0
+        self.attached = True
         self.prev = None
         self.next = None
         self.env = self
@@ -420,21 +452,16 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         unlink(self, tok)
         tok.alive = False
         self.arrived += 1
-        if self.count == 0:  # the instance completed: the inlined equivalent of close() + child_gone()
-            mi: Any = self.parent
-            self.alive = False
-            unlink(mi, self)
-            out = self.out
-            mi.outputs[self.index] = out if out is not None else {}
-            mi.completed += 1
-            if m.tl:
-                m.trace_node("mi_instance_done", mi.ip, index=self.index)
-            m.mi_check(mi)
+        if self.live == 0:  # the instance's threads have all ended: it completed
+            m.instance_ended(self)
         return -1
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
-        if self.count == 0:
-            m.close(self, withdrawn=self.arrived == 0)
+        if self.attached:
+            if self.live == 0:  # completed if a thread of it arrived, else withdrawn
+                m.instance_ended(self)
+        elif self.count == 0:  # the work a completed instance left behind has ended
+            m.close(self, withdrawn=False)
 
     def merge(self, updates: Mapping[str, Any]) -> None:
         if self.out is None:
