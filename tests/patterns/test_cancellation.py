@@ -9,68 +9,73 @@ import pytest
 
 from wfsub import SignalRejected, mi, par, scope, seq, sleep, wait
 
-from ._drive import Case, fx, step
+from ..harness import Case, Recorder
 
 # -- WCP19 cancel task -----------------------------------------------------------------------------
 
 
 def test_wcp19_cancel_task_withdraws_the_running_step_and_the_thread_goes_on_through_on_cancel() -> None:
-    """WCP19: cancelling the scope around one effect cancels that effect; with on_cancel the thread runs
-    on_cancel and then the step after the scope; the late result is discarded."""
-    log: list[str] = []
-    term = seq(scope("t", seq(fx("a"), step(log, "a_done")), on_cancel=step(log, "undo")), step(log, "after"))
+    """WCP19: cancelling a scope cancels its effect, runs on_cancel then the next step; the late result is discarded."""
+    rec = Recorder()
+    body = seq(rec.effect("a"), rec.step("a_done"))
+    term = seq(scope("t", body, on_cancel=rec.step("undo")), rec.step("after"))
     case = Case(term)
     case.run()
     a = case.effect_id("a")
-    case.m.cancel_region("t")
-    r = case.run()
-    assert (r.status, r.cancelled_effects, log) == ("done", [a], ["undo", "after"])
+    r = case.cancel_region("t")
+    assert (r.status, r.cancelled_effects, rec.steps) == ("done", [a], ["undo", "after"])
     assert case.m.complete_effect(a, {"x": 1}) is False
     assert case.data == {}
 
 
 def test_wcp19_cancel_task_without_on_cancel_ends_that_thread_only() -> None:
-    """WCP19: without on_cancel the cancelled task's thread ends at the scope; a parallel thread runs on,
-    and the join after the par does not wait for the withdrawn one."""
-    log: list[str] = []
-    term = seq(par(seq(scope("t", fx("a")), step(log, "a_after")), fx("b")), step(log, "joined"))
+    """WCP19: without on_cancel the cancelled thread ends at the scope; the join after the par does not wait for it."""
+    rec = Recorder()
+    term = seq(par(seq(scope("t", rec.effect("a")), rec.step("a_after")), rec.effect("b")), rec.step("joined"))
     case = Case(term)
     case.run()
-    case.m.cancel_region("t")
-    r = case.run()
-    assert (r.status, len(r.cancelled_effects), log) == ("blocked", 1, [])
-    assert (case.complete("b").status, log) == ("done", ["joined"])
+    a = case.effect_id("a")
+    r = case.cancel_region("t")
+    assert (r.status, r.cancelled_effects, rec.steps, case.pending_names()) == ("blocked", [a], [], ["b"])
+    assert (case.complete("b").status, rec.steps) == ("done", ["joined"])
 
 
 def test_wcp19_cancelling_the_only_thread_ends_the_case_cancelled() -> None:
     """WCP19 edge: withdrawing the root thread (no on_cancel) ends the case as cancelled, not done."""
-    log: list[str] = []
-    case = Case(seq(scope("t", fx("a")), step(log, "after")))
+    rec = Recorder()
+    case = Case(seq(scope("t", rec.effect("a")), rec.step("after")))
     case.run()
-    case.m.cancel_region("t")
-    assert (case.run().status, log) == ("cancelled", [])
+    a = case.effect_id("a")
+    r = case.cancel_region("t")
+    assert (r.status, r.cancelled_effects, rec.steps) == ("cancelled", [a], [])
 
 
 def test_wcp19_cancel_task_parked_on_a_timer_cancels_the_timer() -> None:
     """WCP19: a cancelled task waiting on a timer has that timer reported cancelled; firing it is stale."""
-    log: list[str] = []
-    case = Case(seq(scope("t", sleep(60), on_cancel=step(log, "undo")), step(log, "after")))
+    rec = Recorder()
+    case = Case(seq(scope("t", sleep(60), on_cancel=rec.step("undo")), rec.step("after")))
     r = case.run()
     (timer,) = r.timers
-    case.m.cancel_region("t")
-    r = case.run()
-    assert (r.status, r.cancelled_timers, log) == ("done", [timer.timer_id], ["undo", "after"])
+    r = case.cancel_region("t")
+    assert (r.status, r.cancelled_timers, rec.steps) == ("done", [timer.timer_id], ["undo", "after"])
     assert case.m.fire_timer(timer.timer_id) is False
 
 
 def test_wcp19_cancel_region_that_is_not_active_is_rejected() -> None:
-    """WCP19 edge: cancelling a region before it was entered (or after it ended) is rejected."""
-    case = Case(seq(fx("first"), scope("t", fx("a"))))
+    """WCP19 edge: cancelling a region not yet entered, already ended or unknown is rejected and changes nothing."""
+    rec = Recorder()
+    case = Case(seq(rec.effect("first"), scope("t", rec.effect("a")), rec.effect("last")))
     case.run()
-    with pytest.raises(SignalRejected):
-        case.m.cancel_region("t")
-    with pytest.raises(SignalRejected):
-        case.m.cancel_region("nope")
+    with pytest.raises(SignalRejected, match="'t' is not active"):
+        case.cancel_region("t")
+    with pytest.raises(SignalRejected, match="no region 'nope'"):
+        case.cancel_region("nope")
+    case.complete("first")
+    case.complete("a")
+    with pytest.raises(SignalRejected, match="'t' is not active"):
+        case.cancel_region("t")
+    assert (case.pending_names(), case.cancelled_effects) == (["last"], [])
+    assert case.complete("last").status == "done"
 
 
 # -- WCP20 cancel case -----------------------------------------------------------------------------
@@ -78,15 +83,14 @@ def test_wcp19_cancel_region_that_is_not_active_is_rejected() -> None:
 
 def test_wcp20_cancel_case_withdraws_every_effect_timer_and_wait() -> None:
     """WCP20: cancel() ends the case as cancelled and reports every in-flight effect and armed timer."""
-    log: list[str] = []
-    case = Case(seq(par(fx("a"), fx("b"), sleep(10), wait("go")), step(log, "after")))
+    rec = Recorder()
+    case = Case(seq(par(rec.effect("a"), rec.effect("b"), sleep(10), wait("go")), rec.step("after")))
     r = case.run()
     effects = sorted(req.effect_id for req in r.effects)
     (timer,) = r.timers
     assert r.signals == ("go",)
-    case.m.cancel()
-    r = case.run()
-    assert (r.status, sorted(r.cancelled_effects), r.cancelled_timers, log) == (
+    r = case.cancel()
+    assert (r.status, sorted(r.cancelled_effects), r.cancelled_timers, rec.steps) == (
         "cancelled",
         effects,
         [timer.timer_id],
@@ -94,16 +98,16 @@ def test_wcp20_cancel_case_withdraws_every_effect_timer_and_wait() -> None:
     )
     assert case.m.complete_effect(effects[0], {}) is False
     assert case.m.fire_timer(timer.timer_id) is False
-    with pytest.raises(SignalRejected):
-        case.m.deliver_signal("go")
+    with pytest.raises(SignalRejected, match="already ended"):
+        case.signal("go")
 
 
 def test_wcp20_cancel_after_the_case_ended_is_rejected() -> None:
     """WCP20 edge: a case that has ended cannot be cancelled."""
-    case = Case(step([], "a"))
+    case = Case(Recorder().step("a"))
     assert case.run().status == "done"
-    with pytest.raises(SignalRejected):
-        case.m.cancel()
+    with pytest.raises(SignalRejected, match="already ended"):
+        case.cancel()
 
 
 # -- WCP25 cancel region ---------------------------------------------------------------------------
@@ -111,32 +115,34 @@ def test_wcp20_cancel_after_the_case_ended_is_rejected() -> None:
 
 def test_wcp25_cancel_region_withdraws_all_work_inside_and_nothing_outside() -> None:
     """WCP25: cancelling a region withdraws its parallel effects, timers and waits; work outside runs on."""
-    log: list[str] = []
+    rec = Recorder()
     region = scope(
         "r",
-        par(fx("a"), seq(fx("b"), step(log, "b_after")), sleep(30), wait("go")),
-        on_cancel=step(log, "compensate"),
+        par(rec.effect("a"), seq(rec.effect("b"), rec.step("b_after")), sleep(30), wait("go")),
+        on_cancel=rec.step("compensate"),
     )
-    case = Case(seq(par(region, fx("outside")), step(log, "after")))
+    case = Case(seq(par(region, rec.effect("outside")), rec.step("after")))
     r = case.run()
     a, b = case.effect_id("a"), case.effect_id("b")
     (timer,) = r.timers
-    case.complete("a")
-    case.m.cancel_region("r")
-    r = case.run()
+    case.complete(a, {"a": 1})
+    r = case.cancel_region("r")
     assert (r.status, r.cancelled_effects, r.cancelled_timers) == ("blocked", [b], [timer.timer_id])
-    assert (log, case.pending_names(), r.signals) == (["compensate"], ["outside"], ())
-    assert case.m.complete_effect(a, {}) is False
-    assert (case.complete("outside").status, log) == ("done", ["compensate", "after"])
+    assert (rec.steps, case.pending_names(), r.signals) == (["compensate"], ["outside"], ())
+    assert case.m.complete_effect(b, {}) is False  # the withdrawn effect's late result is discarded
+    assert (case.complete("outside").status, rec.steps) == ("done", ["compensate", "after"])
+    assert case.data == {"a": 1}  # what finished inside the region before the cancel is kept
 
 
 def test_wcp25_cancel_region_withdraws_nested_regions() -> None:
     """WCP25: a region nested in the cancelled one goes with it and is no longer active."""
-    log: list[str] = []
-    case = Case(seq(scope("outer", scope("inner", fx("a")), on_cancel=step(log, "undo")), step(log, "after")))
+    rec = Recorder()
+    case = Case(seq(scope("outer", scope("inner", rec.effect("a")), on_cancel=rec.step("undo")), rec.step("after")))
     case.run()
-    case.m.cancel_region("outer")
-    assert (case.run().status, log) == ("done", ["undo", "after"])
+    a = case.effect_id("a")
+    assert case.m.live_regions() == ["outer", "inner"]
+    r = case.cancel_region("outer")
+    assert (r.status, r.cancelled_effects, rec.steps) == ("done", [a], ["undo", "after"])
     assert case.m.live_regions() == []
 
 
@@ -144,107 +150,103 @@ def test_wcp25_cancel_region_withdraws_nested_regions() -> None:
 
 
 def test_wcp26_cancel_mi_activity_withdraws_the_unfinished_instances_only() -> None:
-    """WCP26: cancelling a named mi withdraws its running instances (their effects reported cancelled);
-    finished instances are unaffected; the mi's thread does not go on, a parallel one does."""
-    log: list[str] = []
+    """WCP26: cancelling a named mi withdraws its unfinished instances; its thread stops, a parallel one goes on."""
+    rec = Recorder()
     term = seq(
-        par(seq(mi(fx("work"), count=3, name="m", collect="out"), step(log, "mi_after")), fx("other")),
-        step(log, "after"),
+        par(seq(mi(rec.effect("work"), count=3, name="m", collect="out"), rec.step("mi_after")), rec.effect("o")),
+        rec.step("after"),
     )
     case = Case(term)
     case.run()
     ids = case.effect_ids("work")
     case.complete(ids[1], {"v": 1})
-    case.m.cancel_region("m")
-    r = case.run()
-    assert (r.status, sorted(r.cancelled_effects), log) == ("blocked", [ids[0], ids[2]], [])
+    r = case.cancel_region("m")
+    assert (r.status, sorted(r.cancelled_effects), rec.steps) == ("blocked", [ids[0], ids[2]], [])
     assert "out" not in case.data
-    assert (case.complete("other").status, log) == ("done", ["after"])
+    assert (case.complete("o").status, rec.steps) == ("done", ["after"])
 
 
 def test_wcp26_cancel_mi_activity_in_the_root_thread_ends_the_case_cancelled() -> None:
     """WCP26 edge: when the cancelled mi holds the only thread, the case ends cancelled."""
-    case = Case(seq(mi(fx("work"), count=2, name="m"), fx("after")))
+    rec = Recorder()
+    case = Case(seq(mi(rec.effect("work"), count=2, name="m"), rec.effect("after")))
     case.run()
-    case.m.cancel_region("m")
-    r = case.run()
-    assert (r.status, len(r.cancelled_effects)) == ("cancelled", 2)
+    ids = case.effect_ids("work")
+    r = case.cancel_region("m")
+    assert (r.status, sorted(r.cancelled_effects), case.pending_names()) == ("cancelled", ids, [])
 
 
 # -- WCP27 complete MI activity --------------------------------------------------------------------
 
 
 def test_wcp27_complete_mi_activity_fires_the_join_at_once_with_partial_outputs() -> None:
-    """WCP27: complete_region cancels the remaining instances and fires the join now; collect has the
-    outputs so far and None for the cancelled instances."""
-    log: list[str] = []
-    case = Case(seq(mi(fx("work"), count=3, name="m", collect="out"), step(log, "after")))
+    """WCP27: complete_region cancels the remaining instances and joins now; collect has None for the cancelled."""
+    rec = Recorder()
+    case = Case(seq(mi(rec.effect("work"), count=3, name="m", collect="out"), rec.step("after")))
     case.run()
     ids = case.effect_ids("work")
     case.complete(ids[1], {"v": 1})
-    assert log == []
-    case.m.complete_region("m")
-    r = case.run()
-    assert (r.status, log, sorted(r.cancelled_effects)) == ("done", ["after"], [ids[0], ids[2]])
+    assert rec.steps == []
+    r = case.complete_region("m")
+    assert (r.status, rec.steps, sorted(r.cancelled_effects)) == ("done", ["after"], [ids[0], ids[2]])
     assert case.data["out"] == [None, {"v": 1}, None]
 
 
 def test_wcp27_complete_mi_activity_before_any_instance_finished() -> None:
     """WCP27 edge: completing an mi with no finished instance still joins, with all outputs None."""
-    log: list[str] = []
-    case = Case(seq(mi(fx("work"), count=2, name="m", collect="out"), step(log, "after")))
+    rec = Recorder()
+    case = Case(seq(mi(rec.effect("work"), count=2, name="m", collect="out"), rec.step("after")))
     case.run()
-    case.m.complete_region("m")
-    assert (case.run().status, log, case.data["out"]) == ("done", ["after"], [None, None])
+    ids = case.effect_ids("work")
+    r = case.complete_region("m")
+    assert (r.status, sorted(r.cancelled_effects), rec.steps) == ("done", ids, ["after"])
+    assert case.data == {"out": [None, None]}
 
 
 def test_wcp27_complete_region_after_the_join_fired_is_rejected() -> None:
     """WCP27 edge: an mi whose join already fired (join=None) has nothing left to complete."""
-    case = Case(seq(mi(fx("work"), count=1, join=None, name="m"), fx("after")))
+    rec = Recorder()
+    case = Case(seq(mi(rec.effect("work"), count=1, join=None, name="m"), rec.effect("after")))
     case.run()
-    with pytest.raises(SignalRejected):
-        case.m.complete_region("m")
+    with pytest.raises(SignalRejected, match="'m' has no join"):
+        case.complete_region("m")
+    assert sorted(case.pending_names()) == ["after", "work"]  # the rejected call changed nothing
 
 
 # -- regions the thread has already left -----------------------------------------------------------
 
 
-def _discriminator_in_scope(log: list[str], **kw: Any) -> Case:
-    term = seq(scope("s", par(fx("a"), fx("b"), join="first"), **kw), step(log, "after"))
+def _discriminator_in_scope(rec: Recorder, **kw: Any) -> Case:
+    term = seq(scope("s", par(rec.effect("a"), rec.effect("b"), join="first"), **kw), rec.step("after"))
     case = Case(term)
     case.run()
     case.complete("a")
-    assert log == ["after"]  # the thread left the scope; "b" still runs inside it
+    assert rec.steps == ["after"]  # the thread left the scope; "b" still runs inside it
     return case
 
 
 def test_wcp25_cancelling_a_left_region_withdraws_its_leftover_work_only() -> None:
-    """WCP25 edge: cancelling a scope the thread already left (a discriminator's loser runs on inside)
-    withdraws the leftover effect and does not run what follows the scope again."""
-    log: list[str] = []
-    case = _discriminator_in_scope(log)
+    """WCP25 edge: cancelling a scope its thread already left withdraws the leftover effect only; nothing reruns."""
+    rec = Recorder()
+    case = _discriminator_in_scope(rec)
     b = case.effect_id("b")
-    case.m.cancel_region("s")
-    r = case.run()
-    assert (r.status, r.cancelled_effects, log) == ("done", [b], ["after"])
+    r = case.cancel_region("s")
+    assert (r.status, r.cancelled_effects, rec.steps) == ("done", [b], ["after"])
 
 
 def test_wcp25_cancelling_a_left_region_with_on_cancel_does_not_rerun_what_follows() -> None:
-    """WCP25 edge: with on_cancel, cancelling a scope whose thread already left must not run the steps
-    after the scope a second time."""
-    log: list[str] = []
-    case = _discriminator_in_scope(log, on_cancel=step(log, "undo"))
-    case.m.cancel_region("s")
-    r = case.run()
-    assert r.status == "done"
-    assert log.count("after") == 1
+    """WCP25 edge: cancelling a left scope withdraws the leftover only: neither on_cancel nor what follows runs."""
+    rec = Recorder()
+    case = _discriminator_in_scope(rec, on_cancel=rec.step("undo"))
+    b = case.effect_id("b")
+    r = case.cancel_region("s")
+    assert (r.status, r.cancelled_effects, rec.steps) == ("done", [b], ["after"])
 
 
 def test_wcp25_completing_a_left_region_does_not_rerun_what_follows() -> None:
-    """WCP25 edge: complete_region on a scope whose thread already left withdraws the leftover work and
-    must not run the steps after the scope a second time."""
-    log: list[str] = []
-    case = _discriminator_in_scope(log)
-    case.m.complete_region("s")
-    r = case.run()
-    assert (r.status, log) == ("done", ["after"])
+    """WCP25 edge: complete_region on a left scope withdraws the leftover effect and does not rerun what follows."""
+    rec = Recorder()
+    case = _discriminator_in_scope(rec)
+    b = case.effect_id("b")
+    r = case.complete_region("s")
+    assert (r.status, r.cancelled_effects, rec.steps) == ("done", [b], ["after"])

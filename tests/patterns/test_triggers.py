@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from wfsub import SignalRejected, loop, par, seq, wait
 
-from ._drive import Case, call_task, fx, step
+from ..harness import Case, Recorder, trace_of
 
 # -- WCP23 transient trigger -----------------------------------------------------------------------
 
 
 def test_wcp23_a_transient_signal_nobody_waits_for_is_lost() -> None:
-    """WCP23: a signal arriving while nobody waits on its transient wait is dropped: the wait still blocks
-    and only a signal delivered while it waits releases it."""
-    log: list[str] = []
-    case = Case(seq(fx("first"), wait("go", transient=True), step(log, "after")))
+    """WCP23: a transient signal nobody waits for is dropped; only one delivered while the wait waits releases it."""
+    rec = Recorder()
+    case = Case(seq(rec.effect("first"), wait("go", transient=True), rec.step("after")))
     case.run()
     r = case.signal("go", "early")
     assert (r.status, r.signals) == ("blocked", ())
     r = case.complete("first")
-    assert (r.status, r.signals, log, case.data) == ("blocked", ("go",), [], {})
+    assert (r.status, r.signals, rec.steps, case.data) == ("blocked", ("go",), [], {})
     r = case.signal("go", "on time")
-    assert (r.status, log, case.data) == ("done", ["after"], {"go": "on time"})
+    assert (r.status, rec.steps, case.data) == ("done", ["after"], {"go": "on time"})
 
 
 def test_wcp23_a_transient_signal_wakes_a_waiting_thread() -> None:
@@ -36,10 +33,14 @@ def test_wcp23_a_transient_signal_wakes_a_waiting_thread() -> None:
 
 def test_wcp23_transient_drop_is_traced() -> None:
     """WCP23: the vm records the dropped signal as signal_dropped at trace level min."""
-    case = Case(seq(fx("first"), wait("go", transient=True)), trace_level="min")
+    rec = Recorder()
+    case = Case(seq(rec.effect("first"), wait("go", transient=True)), trace_level="min")
     case.run()
     case.signal("go")
-    assert [e.kind for e in case.m.take_events() if e.kind.startswith("signal_")] == ["signal_dropped"]
+    signal_kinds = ("signal_waiting", "signal_consumed", "signal_buffered", "signal_dropped")
+    assert trace_of(case.events, *signal_kinds) == [
+        ("signal_dropped", "", {"signal": "go", "reason": "transient and nobody waits"})
+    ]
 
 
 # -- WCP24 persistent trigger ----------------------------------------------------------------------
@@ -47,61 +48,64 @@ def test_wcp23_transient_drop_is_traced() -> None:
 
 def test_wcp24_a_persistent_signal_is_buffered_until_a_wait_takes_it() -> None:
     """WCP24: a signal arriving before its (persistent) wait is reached is kept and consumed on arrival."""
-    log: list[str] = []
-    case = Case(seq(fx("first"), wait("go"), step(log, "after")))
+    rec = Recorder()
+    case = Case(seq(rec.effect("first"), wait("go"), rec.step("after")))
     case.run()
     case.signal("go", "early")
-    assert log == []
+    assert rec.steps == []
     r = case.complete("first")
-    assert (r.status, log, case.data) == ("done", ["after"], {"go": "early"})
+    assert (r.status, rec.steps, case.data) == ("done", ["after"], {"go": "early"})
 
 
 def test_wcp24_buffered_signals_are_consumed_one_per_wait_in_arrival_order() -> None:
     """WCP24: several buffered signals of one name each release one wait, oldest first."""
-    seen: list[Any] = []
-    body = seq(wait("item"), call_task([], "take", lambda ctx: seen.append(ctx["item"])))
-    case = Case(seq(fx("first"), loop(body, times=3)))
+    rec = Recorder()
+    body = seq(wait("item"), rec.step("take", lambda ctx: {"got": [*ctx["got"], ctx["item"]]}))
+    case = Case(seq(rec.effect("first"), loop(body, times=3)), {"got": []})
     case.run()
     for payload in ("p1", "p2", "p3"):
-        case.m.deliver_signal("item", payload)
-    assert (case.complete("first").status, seen) == ("done", ["p1", "p2", "p3"])
+        case.signal("item", payload)
+    assert rec.steps == []
+    assert (case.complete("first").status, rec.steps) == ("done", ["take"] * 3)
+    assert case.data["got"] == ["p1", "p2", "p3"]
 
 
 def test_wcp24_one_persistent_wait_makes_the_name_buffered() -> None:
-    """WCP24 edge: a name is buffered unless every wait on it is transient: a later persistent wait on the
-    same name receives a signal sent before it was reached."""
-    log: list[str] = []
+    """WCP24 edge: one persistent wait on a name makes it buffered: that wait gets a signal sent before it waited."""
+    rec = Recorder()
     term = par(
-        seq(fx("first"), wait("go", transient=True), step(log, "transient_got")),
-        seq(fx("second"), wait("go", into="persistent"), step(log, "persistent_got")),
+        seq(rec.effect("first"), wait("go", transient=True), rec.step("transient_got")),
+        seq(rec.effect("second"), wait("go", into="persistent"), rec.step("persistent_got")),
     )
     case = Case(term)
     case.run()
     case.signal("go", "early")
-    case.complete("second")
-    assert (log, case.data) == (["persistent_got"], {"persistent": "early"})
+    r = case.complete("second")
+    assert (r.status, rec.steps, case.data) == ("blocked", ["persistent_got"], {"persistent": "early"})
+    assert case.pending_names() == ["first"]
 
 
 def test_wcp24_a_signal_no_wait_listens_for_is_rejected() -> None:
     """WCP24 edge: a signal name the workflow never waits for is rejected, not buffered forever."""
-    case = Case(seq(fx("first"), wait("go")))
+    rec = Recorder()
+    case = Case(seq(rec.effect("first"), wait("go")))
     case.run()
-    with pytest.raises(SignalRejected):
-        case.m.deliver_signal("og")
+    with pytest.raises(SignalRejected, match="never waits for signal 'og'"):
+        case.signal("og")
 
 
 def test_wcp23_a_transient_wait_does_not_take_a_signal_buffered_before_it_waited() -> None:
-    """WCP23 edge: a signal buffered because another wait on the name is persistent is kept for that wait;
-    a transient wait reached later does not take it (it arrived while the transient wait was not waiting)."""
-    log: list[str] = []
+    """WCP23 edge: a transient wait does not take a signal buffered for a persistent wait before it waited."""
+    rec = Recorder()
     term = par(
-        seq(fx("first"), wait("go", transient=True), step(log, "transient_got")),
-        seq(fx("second"), wait("go", into="persistent"), step(log, "persistent_got")),
+        seq(rec.effect("first"), wait("go", transient=True), rec.step("transient_got")),
+        seq(rec.effect("second"), wait("go", into="persistent"), rec.step("persistent_got")),
     )
     case = Case(term)
     case.run()
     case.signal("go", "early")
     r = case.complete("first")
-    assert (r.signals, log) == (("go",), [])
+    assert (r.signals, rec.steps) == (("go",), [])
     r = case.complete("second")
-    assert (log, case.data) == (["persistent_got"], {"persistent": "early"})
+    assert (r.status, r.signals) == ("blocked", ("go",))
+    assert (rec.steps, case.data) == (["persistent_got"], {"persistent": "early"})

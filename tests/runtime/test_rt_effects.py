@@ -7,9 +7,9 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseFailed, Retry, Substrate, effect, par, scope, seq, sleep, task, wait
+from wfsub import CaseFailed, Retry, effect, par, scope, seq, sleep, task, wait
 
-from ._helpers import Recorder, running
+from ..harness import Recorder, running, trace_of
 
 
 async def test_retry_backs_off_on_the_clock_and_succeeds() -> None:
@@ -78,7 +78,7 @@ async def test_attempt_timeout_runs_on_the_clock_and_is_retried() -> None:
     """`timeout=` bounds each attempt on the injected clock; timed-out attempts are retried, then fail."""
     async with running() as (sub, clock, _):
         rec = Recorder(clock)
-        wf = effect(rec.effect("lookup", hang=True), name="lookup", timeout=5, retry=Retry(2, initial=1))
+        wf = rec.effect("lookup", hang=True, timeout=5, retry=Retry(2, initial=1))
         handle = await sub.new_case(wf)
         await clock.advance(5)
         assert rec.calls == ["lookup"]
@@ -126,12 +126,13 @@ async def test_effects_of_a_case_run_concurrently() -> None:
     """Effects of parallel branches are in flight together in the case's task group."""
     async with running() as (sub, clock, _):
         rec = Recorder(clock)
-        handle = await sub.new_case(par(*(effect(rec.effect(f"e{i}", delay=1)) for i in range(5))))
+        handle = await sub.new_case(par(*(rec.effect(f"e{i}", delay=1) for i in range(5))))
         await clock.advance(0)
-        assert rec.active == 5
+        assert (rec.active, sorted(rec.calls)) == (5, [f"e{i}" for i in range(5)])
         assert handle.status().effects_pending == 5
         await clock.advance(1)
-        await handle.result()
+        assert await handle.result() == {f"e{i}": True for i in range(5)}
+        assert clock.now() == 1.0
 
 
 async def test_result_of_a_withdrawn_effect_is_discarded_and_traced() -> None:
@@ -142,8 +143,9 @@ async def test_result_of_a_withdrawn_effect_is_discarded_and_traced() -> None:
         await gate.wait()
         return {"late": True}
 
+    rec = Recorder()
     async with running() as (sub, clock, sink):
-        wf = seq(scope("s", effect(slow), on_cancel=task(lambda c: {"gave_up": True})), sleep(1))
+        wf = seq(scope("s", effect(slow, name="slow"), on_cancel=rec.step("gave_up", {"gave_up": True})), sleep(1))
         handle = await sub.new_case(wf)
         await clock.advance(0)
         gate.set()  # the effect finishes in the same round as the region is cancelled
@@ -151,9 +153,10 @@ async def test_result_of_a_withdrawn_effect_is_discarded_and_traced() -> None:
         await clock.advance(1)
         result = await handle.result()
         await sink.wait_for("case_done", case_id=handle.case_id)
-    assert result == {"gave_up": True}
-    kinds = sink.kinds(handle.case_id)
-    assert "effect_discarded" in kinds, kinds
+    assert (result, rec.steps) == ({"gave_up": True}, ["gave_up"])
+    events = sink.for_case(handle.case_id)
+    ((_, _, requested),) = trace_of(events, "effect_requested")
+    assert trace_of(events, "effect_discarded") == [("effect_discarded", "", {"effect_id": requested["effect_id"]})]
 
 
 async def test_scripted_effect_plays_its_outcomes_in_order() -> None:
@@ -172,16 +175,11 @@ async def test_scripted_effect_plays_its_outcomes_in_order() -> None:
 
 async def test_effect_withdrawn_in_the_burst_that_requested_it_never_starts() -> None:
     """A cancelling join that fires in the same burst as a branch's effect request: the effect never runs."""
-    started: list[str] = []
-
-    async def charge(ctx: Any) -> dict[str, Any]:
-        started.append("charge")
-        await anyio.sleep(0.01)
-        return {"charged": True}
-
-    wf = seq(par(effect(charge), task(lambda c: {"quick": True}), join="first", cancel_remaining=True), wait("go"))
-    async with Substrate() as sub:
+    rec = Recorder()
+    branches = (rec.effect("charge", {"charged": True}), rec.step("quick", {"quick": True}))
+    wf = seq(par(*branches, join="first", cancel_remaining=True), wait("go"))
+    async with running() as (sub, _, _):
         handle = await sub.new_case(wf)
         await handle.signal("go")
         assert await handle.result() == {"quick": True, "go": None}
-    assert started == []
+    assert (rec.calls, rec.cancelled, rec.steps) == ([], [], ["quick"])

@@ -8,24 +8,9 @@ import anyio
 import pytest
 import structlog
 
-from wfsub import (
-    CaseCancelled,
-    CaseFailed,
-    MemorySink,
-    Retry,
-    Substrate,
-    defer,
-    effect,
-    mi,
-    par,
-    seq,
-    sleep,
-    task,
-    wait,
-)
-from wfsub.testing import VirtualClock
+from wfsub import CaseCancelled, CaseFailed, Retry, Substrate, defer, effect, mi, par, seq, sleep, task, wait
 
-from ._helpers import Recorder
+from ..harness import Recorder, running
 
 
 def on_trio(fn: Any) -> None:
@@ -35,17 +20,15 @@ def on_trio(fn: Any) -> None:
 def test_trio_effects_signals_and_virtual_timers() -> None:
     """On trio: effects, a persistent signal, a sleep and a deferred-choice timeout complete correctly."""
     async def main() -> None:
-        clock = VirtualClock()
-        sink = MemorySink()
-        rec = Recorder(clock)
-        wf = seq(
-            par(effect(rec.effect("a", {"a": 1}, delay=1)), effect(rec.effect("b", {"b": 2}))),
-            wait("go"),
-            sleep(5),
-            defer({"approve": task(lambda c: {"outcome": "yes"})}, timeout=10,
-                  on_timeout=task(lambda c: {"outcome": "expired"})),
-        )
-        async with Substrate(clock=clock, sinks=[sink]) as sub:
+        async with running() as (sub, clock, sink):
+            rec = Recorder(clock)
+            wf = seq(
+                par(rec.effect("a", {"a": 1}, delay=1), rec.effect("b", {"b": 2})),
+                wait("go"),
+                sleep(5),
+                defer({"approve": rec.step("approved", {"outcome": "yes"})}, timeout=10,
+                      on_timeout=rec.step("expired", {"outcome": "expired"})),
+            )
             handle = await sub.new_case(wf)
             await handle.signal("go", "now")
             await clock.advance(1)
@@ -54,6 +37,7 @@ def test_trio_effects_signals_and_virtual_timers() -> None:
             await clock.advance(10)
             result = await handle.result()
         assert result == {"a": 1, "b": 2, "go": "now", "outcome": "expired"}
+        assert (sorted(rec.calls), rec.steps) == (["a", "b"], ["expired"])
         assert sink.kinds(handle.case_id)[-1] == "case_done"
 
     on_trio(main)
@@ -62,7 +46,6 @@ def test_trio_effects_signals_and_virtual_timers() -> None:
 def test_trio_retry_failure_and_isolation() -> None:
     """On trio: retries back off on the clock; a failing case fails alone."""
     async def main() -> None:
-        clock = VirtualClock()
         calls = 0
 
         async def flaky(ctx: Any) -> None:
@@ -71,7 +54,7 @@ def test_trio_retry_failure_and_isolation() -> None:
             raise ConnectionError("down")
 
         with structlog.testing.capture_logs():
-            async with Substrate(clock=clock) as sub:
+            async with running() as (sub, clock, _):
                 bad = await sub.new_case(effect(flaky, retry=Retry(3, initial=1)))
                 good = await sub.new_case(mi(task(lambda c: {"v": c["index"]}), count=3, collect="out"))
                 await clock.advance(3)
@@ -87,18 +70,17 @@ def test_trio_retry_failure_and_isolation() -> None:
 def test_trio_cancel_and_shutdown_stop_effects() -> None:
     """On trio: cancel() and leaving the Substrate cancel in-flight effects; awaiters get CaseCancelled."""
     async def main() -> None:
-        clock = VirtualClock()
-        rec = Recorder(clock)
-        async with Substrate(clock=clock) as sub:
-            one = await sub.new_case(effect(rec.effect("one", hang=True)))
-            two = await sub.new_case(effect(rec.effect("two", hang=True)))
+        rec = Recorder()
+        async with running() as (sub, clock, _):
+            one = await sub.new_case(rec.effect("one", hang=True))
+            two = await sub.new_case(rec.effect("two", hang=True))
             await clock.advance(0)
             await one.cancel()
             with pytest.raises(CaseCancelled, match="cancelled"):
                 await one.result()
         with pytest.raises(CaseCancelled, match="substrate closed"):
             await two.result()
-        assert sorted(rec.cancelled) == ["one", "two"]
+        assert (sorted(rec.calls), sorted(rec.cancelled)) == (["one", "two"], ["one", "two"])
 
     on_trio(main)
 
