@@ -397,3 +397,41 @@ async def test_a_callback_sink_sees_every_event_of_a_failing_case() -> None:
         with pytest.raises(CaseFailed):
             await (await sub.new_case(task(lambda c: 1 / 0))).result()
     assert seen[0] == "case_started" and seen[-1] == "case_failed"
+
+
+# -- found while porting the tests: VirtualClock on trio, drop warnings ------------------------------------
+
+
+def test_virtual_clock_settles_only_after_new_effects_arm_their_timers_on_trio() -> None:
+    """On trio, advance(2) over two sequential effects that each sleep 1s on the clock finishes the case every
+    time: settle waits for an effect task that was started but has not run yet."""
+
+    async def main() -> None:
+        for _ in range(40):
+            clock = VirtualClock()
+
+            async def nap(ctx: Mapping[str, Any]) -> None:
+                await clock.sleep(1)
+
+            async with Substrate(clock=clock) as sub:
+                handle = await sub.new_case(seq(effect(nap, name="a"), effect(nap, name="b")))
+                await clock.advance(2)
+                assert handle.status().state == "done"
+
+    anyio.run(main, backend="trio")
+
+
+async def test_a_slow_sink_losing_events_is_logged_once_per_thousand() -> None:
+    """The first drop for a sink is logged as a warning, whatever the batch sizes."""
+
+    class Stuck:
+        async def write(self, events: Any) -> None:
+            await anyio.sleep_forever()
+
+    with structlog.testing.capture_logs() as logs:
+        async with Substrate(sinks=[Stuck()], trace_buffer=4, shutdown_timeout=0.05) as sub:
+            for _ in range(50):
+                await (await sub.new_case(task(ok))).result()
+            dropped = sub.statistics().trace_dropped
+    warnings = [e for e in logs if e["event"] == "trace sink is too slow; events dropped"]
+    assert dropped > 0 and len(warnings) == 1

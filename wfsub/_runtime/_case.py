@@ -82,6 +82,7 @@ class CaseActor:
     tg: TaskGroup | None = None
     scopes: dict[tuple[bool, int], anyio.CancelScope] | None = None  # (is_timer, id) -> its cancel scope
     running_effects: dict[int, EffectRequest] = field(default_factory=dict)  # effect id -> request, while it runs
+    unstarted: int = 0  # effect and timer tasks started that have not run yet (see _starting)
     wakeups: int = 0
     steps: int = 0
     signals: tuple[str, ...] = ()
@@ -112,6 +113,7 @@ class CaseActor:
                 self.tg = tg
                 self.scopes = {}
                 if self.timeout is not None:
+                    self._starting(1)
                     tg.start_soon(self._case_timer, self.timeout)
                 await self._drive(r, tg)
                 tg.cancel_scope.cancel()  # whatever is left (timers, late effects) stops now
@@ -125,6 +127,7 @@ class CaseActor:
                 self._end_cancelled("substrate closed")
             if not self.parked:
                 self.shared.busy -= 1
+            self._starting(-self.unstarted)  # tasks cancelled before they ever ran
             self.parked = False
             if self.sinks:
                 self.shared.hub.release(self.sinks)
@@ -294,12 +297,21 @@ class CaseActor:
                 scope.cancel()
         for req in r.effects:
             scope = scopes[(False, req.effect_id)] = anyio.CancelScope()
+            self._starting(1)
             tg.start_soon(self._effect, req, scope)
         for timer in r.timers:
             scope = scopes[(True, timer.timer_id)] = anyio.CancelScope()
+            self._starting(1)
             tg.start_soon(self._timer, timer.timer_id, timer.seconds, scope)
 
+    def _starting(self, n: int) -> None:
+        """Count tasks started but not yet running as busy: VirtualClock must not settle before a new effect
+        or timer has run far enough to arm its clock timer (an event loop may run the settle check first)."""
+        self.unstarted += n
+        self.shared.busy += n
+
     async def _effect(self, req: EffectRequest, scope: anyio.CancelScope) -> None:
+        self._starting(-1)
         running = self.running_effects
         running[req.effect_id] = req
         with scope:
@@ -326,11 +338,13 @@ class CaseActor:
                 running.pop(req.effect_id, None)
 
     async def _timer(self, timer_id: int, seconds: float, scope: anyio.CancelScope) -> None:
+        self._starting(-1)
         with scope:
             await self.shared.clock.sleep(seconds)
             self.post(TimerFired(timer_id))
 
     async def _case_timer(self, seconds: float) -> None:
+        self._starting(-1)
         await self.shared.clock.sleep(seconds)
         self.post(Cancel("timeout"))
 

@@ -58,8 +58,8 @@ class _SinkWorker:
             self.send.send_nowait(events)
         except anyio.WouldBlock:
             self.stats.dropped += len(events)
-            self.dropped += len(events)
-            if _log_every(self.dropped):
+            before, self.dropped = self.dropped, self.dropped + len(events)
+            if before == 0 or before // 1000 != self.dropped // 1000:  # the first drop, then every 1,000 events
                 _log.warning("trace sink is too slow; events dropped", sink=repr(self.sink), dropped=self.dropped)
             tell = getattr(self.sink, "dropped", None)
             if callable(tell):
