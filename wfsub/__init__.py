@@ -22,11 +22,17 @@ from ._errors import CaseCancelled as CaseCancelled
 from ._errors import CaseExists as CaseExists
 from ._errors import CaseFailed as CaseFailed
 from ._errors import CaseNotFound as CaseNotFound
+from ._errors import CompensationFailed as CompensationFailed
 from ._errors import InvalidWorkflow as InvalidWorkflow
+from ._errors import LimitExceeded as LimitExceeded
 from ._errors import MachineStateError as MachineStateError
+from ._errors import RestoredError as RestoredError
 from ._errors import SignalRejected as SignalRejected
 from ._errors import SnapshotMismatch as SnapshotMismatch
+from ._errors import StepFailed as StepFailed
+from ._errors import StoreError as StoreError
 from ._errors import SubstrateClosed as SubstrateClosed
+from ._errors import WaitTimeout as WaitTimeout
 from ._errors import WfsubError as WfsubError
 from ._runtime import CaseHandle as CaseHandle
 from ._runtime import CaseState as CaseState
@@ -51,6 +57,7 @@ from ._terms import mi as mi
 from ._terms import milestone as milestone
 from ._terms import multi_choice as multi_choice
 from ._terms import par as par
+from ._terms import saga as saga
 from ._terms import scope as scope
 from ._terms import seq as seq
 from ._terms import sleep as sleep
@@ -79,14 +86,19 @@ __all__ = [
     "CaseState",
     "CaseStatus",
     "Clock",
+    "CompensationFailed",
     "InvalidWorkflow",
     "JsonlSink",
+    "LimitExceeded",
     "MachineStateError",
     "MemorySink",
     "RealClock",
+    "RestoredError",
     "Retry",
     "SignalRejected",
     "SnapshotMismatch",
+    "StepFailed",
+    "StoreError",
     "StructlogSink",
     "Substrate",
     "SubstrateClosed",
@@ -96,6 +108,7 @@ __all__ = [
     "TraceLevel",
     "TraceSink",
     "ValidationIssue",
+    "WaitTimeout",
     "WfsubError",
     "add_instances",
     "call",
@@ -112,6 +125,7 @@ __all__ = [
     "milestone",
     "multi_choice",
     "par",
+    "saga",
     "scope",
     "seq",
     "sleep",

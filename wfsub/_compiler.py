@@ -28,6 +28,8 @@ from ._program import (
     Op,
     Program,
     RegionStepSpec,
+    SagaSpec,
+    SagaStepSpec,
     ScopeSpec,
     SleepSpec,
     SplitSpec,
@@ -50,6 +52,7 @@ from ._terms import (
     MultiChoice,
     Par,
     Retry,
+    Saga,
     Scope,
     Seq,
     Sleep,
@@ -160,6 +163,15 @@ class _Emitter:
     def here(self) -> int:
         return len(self.ops)
 
+    def handler(self, t: Term | None, path: str, selector: str) -> int:
+        """Emit an on_cancel / on_error / compensation branch, ending in HANDLER_DONE; its start, or -1."""
+        if t is None:
+            return -1
+        start = self.here()
+        self.child(t, path, selector)
+        self.emit(Op.HANDLER_DONE, -1, path)
+        return start
+
     def set_const(self, slot: int, value: Any) -> None:
         self.consts[slot] = value
 
@@ -205,7 +217,9 @@ def _emit_par(e: _Emitter, t: Par, path: str) -> None:
         e.child(branch, path, str(i))
         e.emit(Op.ARRIVE, -1, path)
     need, policy = _need(t.join, len(t.branches))
-    e.set_const(slot, SplitSpec(tuple(starts), need, t.join == "each", t.cancel_remaining, e.here(), policy=policy))
+    each = t.join == "each"
+    spec = SplitSpec(tuple(starts), need, each, t.cancel_remaining, e.here(), policy=policy, blocking=t.blocking)
+    e.set_const(slot, spec)
 
 
 def _emit_xor(e: _Emitter, t: Xor, path: str) -> None:
@@ -260,7 +274,8 @@ def _emit_wait(e: _Emitter, t: Wait, path: str) -> None:
     e.signals.add(t.signal)
     if not t.transient:
         e.persistent.add(t.signal)
-    e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal, t.transient)), path)
+    timeout = None if t.timeout is None else float(t.timeout)
+    e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal, t.transient, timeout)), path)
 
 
 def _emit_defer(e: _Emitter, t: Defer, path: str) -> None:
@@ -294,12 +309,30 @@ def _emit_scope(e: _Emitter, t: Scope, path: str) -> None:
     e.emit(Op.SCOPE, slot, path)
     e.child(t.body, path, "")
     leave = e.emit(Op.LEAVE, -1, path)
-    on_cancel = -1
-    if t.on_cancel is not None:
-        on_cancel = e.here()
-        e.child(t.on_cancel, path, "on_cancel")
+    on_cancel = e.handler(t.on_cancel, path, "on_cancel")
+    on_error = e.handler(t.on_error, path, "on_error")
     e.args[leave] = e.here()
-    e.set_const(slot, ScopeSpec(t.name, on_cancel, e.here()))
+    e.set_const(slot, ScopeSpec(t.name, on_cancel, e.here(), on_error, t.error_into))
+
+
+def _emit_saga(e: _Emitter, t: Saga, path: str) -> None:
+    slot = e.const(None)
+    e.emit(Op.SAGA, slot, path)
+    step_slots: list[tuple[int, Any, str]] = []
+    for i, step in enumerate(t.steps):
+        action, compensation = step if isinstance(step, tuple) else (step, None)
+        e.child(action, path, str(i))
+        step_slot = e.const(None)
+        e.emit(Op.SAGA_STEP, step_slot, path)
+        step_slots.append((step_slot, compensation, str(i)))
+    leave = e.emit(Op.LEAVE, -1, path)
+    for step_slot, compensation, selector in step_slots:
+        where = f"{selector}.compensation"
+        start = e.handler(compensation, path, where)
+        name = "" if compensation is None else branch_name(compensation) or child_path(path, where, compensation)
+        e.set_const(step_slot, SagaStepSpec(start, name))
+    e.args[leave] = e.here()
+    e.set_const(slot, SagaSpec(e.here()))
 
 
 def _emit_mi(e: _Emitter, t: MI, path: str) -> None:

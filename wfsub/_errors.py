@@ -6,6 +6,11 @@
     ├── CaseExists           new_case was given an id that is already registered
     ├── CaseFailed           a step raised or a limit was hit; the step's exception is __cause__
     ├── CaseCancelled        the case was cancelled (by cancel(), a case timeout, or shutdown)
+    ├── StepFailed           what the vm raises at a node when the workflow itself cannot go on there
+    │   ├── LimitExceeded    a bound or limit was broken (loop max_iterations, mi count or max, call depth)
+    │   ├── WaitTimeout      wait(..., timeout=) saw nothing arrive in time
+    │   └── CompensationFailed  one or more compensations failed while a saga was compensated
+    ├── RestoredError        an exception rebuilt from a snapshot or a journal (its type name and message)
     ├── SignalRejected       an input the case cannot take in its current state
     ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
     ├── SnapshotMismatch     a snapshot was taken from a different program
@@ -15,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 
@@ -154,6 +159,38 @@ class MachineStateError(WfsubError):
     """A vm input was given in a state that cannot take it."""
 
 
+class StepFailed(WfsubError):
+    """A failure the vm raises at a node: no branch matched, a region step was refused, a count was invalid, ...
+
+    Like an exception a task raises, it is a failure at the node: `scope(on_error=...)` catches it, and an
+    uncaught one fails the case with it as `CaseFailed.__cause__`. `path` is the node's path.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.reason = message
+        super().__init__(f"at {path}: {message}")
+
+
+class LimitExceeded(StepFailed):
+    """A bound or limit was broken at a node (loop max_iterations, mi count or max, call depth, ...)."""
+
+
+class WaitTimeout(StepFailed):
+    """`wait(..., timeout=)` saw no signal arrive in time."""
+
+
+class CompensationFailed(StepFailed):
+    """Compensations failed while a saga was compensated; `failures` has one record per failed compensation
+    (`type`, `message`, `path`), and the failure being compensated, if any, is `__cause__`."""
+
+    def __init__(self, path: str, failures: Sequence[Mapping[str, object]]) -> None:
+        self.failures = [dict(f) for f in failures]
+        listed = "; ".join(f"{f['path']}: {f['type']}: {f['message']}" for f in self.failures)
+        n = len(self.failures)
+        super().__init__(path, f"{n} compensation{'s' if n != 1 else ''} failed ({listed})")
+
+
 class SnapshotMismatch(WfsubError):
     """Machine.restore was given a snapshot of a different program."""
 
@@ -176,3 +213,13 @@ class StoreError(WfsubError):
     def __init__(self, store: str, message: str) -> None:
         self.store = store
         super().__init__(f"store {store}: {message}")
+
+
+class RestoredError(WfsubError):
+    """An exception rebuilt from stored data (a snapshot, a journal record): the original type is gone, its name
+    (`type_name`) and message are kept, and `str()` shows both."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        super().__init__(f"{type_name}: {message}")

@@ -15,7 +15,9 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     loop            LOOP s ; [LOOP_TEST s] (while_ only) ; body ; LOOP_BACK s ; exit:
     wait / sleep    WAIT s / SLEEP s
     defer           DEFER s ; branch0 ; JUMP end ... ; [on_timeout] ; end:
-    scope           SCOPE s ; body ; LEAVE after ; [on_cancel] ; after:
+    scope           SCOPE s ; body ; LEAVE after ; [on_cancel ; HANDLER_DONE] ; [on_error ; HANDLER_DONE] ; after:
+    saga            SAGA s ; step0 ; SAGA_STEP s0 ; step1 ; SAGA_STEP s1 ... ; LEAVE after ;
+                    compensation_i ; HANDLER_DONE ... ; after:
     mi              MI s ; MI_SPAWN s ; body ; ARRIVE ; after:
     interleave      INTERLEAVE s ; branch0 ; ARRIVE ; branch1 ; ARRIVE ... ; after:
     critical        CRITICAL s ; body ; LEAVE next
@@ -72,6 +74,9 @@ class Op(IntEnum):
     COMPLETE_REGION = 26
     ADD_INSTANCES = 27
     CLOSE_INSTANCES = 28
+    SAGA = 29
+    SAGA_STEP = 30  # glue: a saga step completed; remember its compensation
+    HANDLER_DONE = 31  # glue: the end of an on_cancel, on_error or compensation branch
 
 
 TARGET = "target"  # the operand is an instruction index
@@ -109,6 +114,9 @@ OPERANDS: Mapping[Op, str] = {
     Op.COMPLETE_REGION: SPEC,
     Op.ADD_INSTANCES: SPEC,
     Op.CLOSE_INSTANCES: SPEC,
+    Op.SAGA: SPEC,
+    Op.SAGA_STEP: SPEC,
+    Op.HANDLER_DONE: NONE,
 }
 """What each opcode's operand is; `tests/core` checks every opcode is listed."""
 
@@ -140,6 +148,7 @@ class SplitSpec:
     preds: tuple[Callable[..., Any], ...] = ()  # multi_choice only
     default: int = -1  # multi_choice only: start of the default branch
     policy: str = "all"
+    blocking: bool = False  # a thread re-entering waits until every branch of the current activation ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,7 @@ class WaitSpec:
     signal: str
     into: str
     transient: bool  # only a signal that arrives while waiting wakes it; it never takes a buffered one
+    timeout: float | None = None  # seconds; then a WaitTimeout failure at the wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +190,21 @@ class ScopeSpec:
     name: str
     on_cancel: int  # -1: none
     after: int
+    on_error: int = -1  # -1: none
+    error_into: str = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class SagaSpec:
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class SagaStepSpec:
+    """A saga step just completed: its compensation (start ip, or -1 for none) and what to call it."""
+
+    compensation: int
+    name: str
 
 
 @dataclass(frozen=True, slots=True)

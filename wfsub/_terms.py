@@ -229,6 +229,7 @@ class Par(Term):
     branches: tuple[Any, ...] = ()
     join: JoinPolicy = "all"
     cancel_remaining: bool = False
+    blocking: bool = False
 
     def _children(self) -> Iterator[tuple[str, Any]]:
         yield from _indexed(self.branches)
@@ -277,6 +278,7 @@ class Wait(Term):
     signal: Any
     into: Any = None
     transient: bool = False
+    timeout: Any = None
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -331,11 +333,30 @@ class Scope(Term):
     name: Any
     body: Any
     on_cancel: Any = None
+    on_error: Any = None
+    error_into: Any = "error"
 
     def _children(self) -> Iterator[tuple[str, Any]]:
         yield "", self.body
         if self.on_cancel is not None:
             yield "on_cancel", self.on_cancel
+        if self.on_error is not None:
+            yield "on_error", self.on_error
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Saga(Term):
+    kind = "saga"
+    _star = "steps"
+    steps: tuple[Any, ...] = ()
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        for i, step in enumerate(self.steps if isinstance(self.steps, tuple) else ()):
+            if isinstance(step, tuple) and len(step) == 2:
+                yield str(i), step[0]
+                yield f"{i}.compensation", step[1]
+            else:
+                yield str(i), step
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -541,9 +562,13 @@ def seq(*steps: Term) -> Term:
     return Seq(tuple(flat))
 
 
-def par(*branches: Term, join: JoinPolicy = "all", cancel_remaining: bool = False) -> Term:
-    """Parallel split and join: `join` is "all", "first", an int n, or "each" (WCP2, 3, 8, 9, 29, 30, 32)."""
-    return Par(tuple(branches), join, cancel_remaining)
+def par(*branches: Term, join: JoinPolicy = "all", cancel_remaining: bool = False, blocking: bool = False) -> Term:
+    """Parallel split and join: `join` is "all", "first", an int n, or "each" (WCP2, 3, 8, 9, 29, 30, 32).
+
+    `blocking=True` (with "first" or n): once the join fired, a thread that comes back to the par (a loop) waits
+    until every branch of the current activation has arrived or been withdrawn (WCP28, 31).
+    """
+    return Par(tuple(branches), join, cancel_remaining, blocking)
 
 
 def _cases(cases: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -574,9 +599,12 @@ def loop(
     return Loop(body, while_, until, times, max_iterations)
 
 
-def wait(signal: str, *, into: str | None = None, transient: bool = False) -> Term:
-    """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24)."""
-    return Wait(signal, into, transient)
+def wait(signal: str, *, into: str | None = None, transient: bool = False, timeout: float | None = None) -> Term:
+    """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24).
+
+    `timeout=` seconds: when nothing arrived in time, `WaitTimeout` is a failure at this node.
+    """
+    return Wait(signal, into, transient, timeout)
 
 
 def defer(
@@ -592,9 +620,29 @@ def sleep(seconds: float) -> Term:
     return Sleep(seconds)
 
 
-def scope(name: str, body: Term, *, on_cancel: Term | None = None) -> Term:
-    """A named cancel region; cancelling it withdraws all of its work (WCP19, 25, 26)."""
-    return Scope(name, body, on_cancel)
+def scope(
+    name: str,
+    body: Term,
+    *,
+    on_cancel: Term | None = None,
+    on_error: Term | None = None,
+    error_into: str = "error",
+) -> Term:
+    """A named region (WCP19, 25, 26): cancelling it withdraws all of its work; with `on_cancel` the thread then
+    goes through `on_cancel` and on after the scope.
+
+    With `on_error`, a failure inside `body` withdraws the body (compensating its sagas), stores the error
+    record `{type, message, path, compensated, cause}` at `data[error_into]`, runs `on_error` and goes on after
+    the scope: try/except for workflows.
+    """
+    return Scope(name, body, on_cancel, on_error, error_into)
+
+
+def saga(*steps: Term | tuple[Term, Term]) -> Term:
+    """Steps run in sequence, each an action or an `(action, compensation)` pair. When the saga's work is
+    withdrawn before it ended (a failure, a cancel, a join), the compensations of its completed steps run in
+    reverse order."""
+    return Saga(tuple(tuple(s) if isinstance(s, list) else s for s in steps))
 
 
 def mi(

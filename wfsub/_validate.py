@@ -34,6 +34,7 @@ from ._terms import (
     MultiChoice,
     Par,
     Retry,
+    Saga,
     Scope,
     Seq,
     Sleep,
@@ -106,6 +107,7 @@ class _Checker:
     regions: dict[str, tuple[str, str]] = field(default_factory=dict)  # region name -> (scope|mi, first path)
     held: list[str] = field(default_factory=list)  # names of the critical sections around the current node
     calls: list[tuple[str, str]] = field(default_factory=list)  # (library name, path of the call)
+    handlers: int = 0  # how many on_cancel / on_error / compensation branches enclose the current node
 
     def add(self, path: str, message: str) -> None:
         self.issues.append(ValidationIssue(path=path, message=message + self.context))
@@ -166,7 +168,10 @@ class _Checker:
         elif isinstance(term, WhenMilestone) and isinstance(term.name, str):
             self.case.whens.append((term.name, path))
         for selector, child in children(term):
+            handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
+            self.handlers += handler
             self.walk(child, child_path(path, selector, child))
+            self.handlers -= handler
         if held:
             self.held.pop()
 
@@ -252,8 +257,47 @@ def _check_seq(c: _Checker, t: Seq, path: str) -> None:
 def _check_par(c: _Checker, t: Par, path: str) -> None:
     if _nonempty(c, t.branches, path, "par"):
         c.join(path, t.join, len(t.branches), ("all", "first", "each"))
+        _distinct_error_keys(c, t.branches, path)
     if not isinstance(t.cancel_remaining, bool):
         c.add(path, f"cancel_remaining must be True or False, got {t.cancel_remaining!r}")
+    if not isinstance(t.blocking, bool):
+        c.add(path, f"blocking must be True or False, got {t.blocking!r}")
+    elif t.blocking and not (t.join == "first" or _is_int(t.join)):
+        c.add(path, f"blocking=True needs join='first' or an int n (got join={t.join!r}): only those joins fire early")
+    elif t.blocking and t.cancel_remaining:
+        c.add(path, "blocking=True and cancel_remaining=True exclude each other: with cancel_remaining nothing is "
+              "left to wait for; drop one of them")
+
+
+def _error_keys(term: object, path: str) -> list[tuple[str, str]]:
+    """(error_into, path) of the on_error scopes in a branch, not looking into mi bodies (instance data)."""
+    found: list[tuple[str, str]] = []
+    stack: list[tuple[object, str]] = [(term, path)]
+    while stack:
+        node, at = stack.pop()
+        if not isinstance(node, Term) or isinstance(node, MI):
+            continue
+        if isinstance(node, Scope) and node.on_error is not None and isinstance(node.error_into, str):
+            found.append((node.error_into, at))
+        stack.extend((child, child_path(at, sel, child)) for sel, child in children(node))
+    return found
+
+
+def _distinct_error_keys(c: _Checker, branches: tuple[Any, ...], path: str) -> None:
+    """Parallel branches share the case data: two on_error scopes in two of them must store under two keys."""
+    seen: dict[str, str] = {}
+    for i, branch in enumerate(branches):
+        mine: dict[str, str] = {}
+        for key, where in _error_keys(branch, child_path(path, str(i), branch)):
+            if key in seen:
+                c.add(
+                    where,
+                    f"error_into={key!r} is also used by the on_error scope at {seen[key]}, in a parallel branch: "
+                    "both would store their error record at the same key; give each its own error_into",
+                )
+            mine.setdefault(key, where)
+        for key, where in mine.items():
+            seen.setdefault(key, where)
 
 
 def _check_xor(c: _Checker, t: Xor, path: str) -> None:
@@ -294,6 +338,10 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
         c.add(path, f"signal name must be a non-empty str, got {t.signal!r}")
     if t.into is not None and not isinstance(t.into, str):
         c.add(path, f"into must be a str key, got {t.into!r}")
+    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
+        c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds, or None to wait without limit")
+    else:
+        _at_most_max_seconds(c, path, "timeout", t.timeout)
 
 
 def _check_defer(c: _Checker, t: Defer, path: str) -> None:
@@ -330,6 +378,17 @@ def _at_most_max_seconds(c: _Checker, path: str, what: str, seconds: float | Non
 
 def _check_scope(c: _Checker, t: Scope, path: str) -> None:
     c.region(path, t.name, "scope")
+    if t.on_error is not None and (not isinstance(t.error_into, str) or not t.error_into):
+        c.add(path, f"error_into must be a non-empty str key (where the error record goes), got {t.error_into!r}")
+
+
+def _check_saga(c: _Checker, t: Saga, path: str) -> None:
+    if not isinstance(t.steps, tuple) or not t.steps:
+        c.add(path, "saga needs at least one step (an action, or an (action, compensation) pair)")
+        return
+    for i, step in enumerate(t.steps):
+        if isinstance(step, tuple) and len(step) != 2:
+            c.add(f"{path}[{i}]", f"a saga step is an action or an (action, compensation) pair, got {len(step)} items")
 
 
 def _check_mi(c: _Checker, t: MI, path: str) -> None:
@@ -441,7 +500,12 @@ def _check_when_milestone(c: _Checker, t: WhenMilestone, path: str) -> None:
 
 
 def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
-    """Nothing to check: terminate() takes no arguments."""
+    if c.handlers:
+        c.add(
+            path,
+            "terminate() inside an on_cancel, on_error or compensation branch: those branches clean up after "
+            "withdrawn work and must run to their end; end the case after the scope instead",
+        )
 
 
 def _check_region_step(c: _Checker, t: Any, path: str) -> None:

@@ -16,6 +16,7 @@ from ._terms import mi as mi
 from ._terms import milestone as milestone
 from ._terms import multi_choice as multi_choice
 from ._terms import par as par
+from ._terms import saga as saga
 from ._terms import scope as scope
 from ._terms import seq as seq
 from ._terms import sleep as sleep
@@ -42,6 +43,7 @@ __all__ = [
     "milestone",
     "multi_choice",
     "par",
+    "saga",
     "scope",
     "seq",
     "sleep",

@@ -9,9 +9,9 @@ import pytest
 
 import wfsub
 from wfsub import (
-    CaseFailed,
     MachineStateError,
     SignalRejected,
+    StepFailed,
     call,
     critical,
     defer,
@@ -165,7 +165,7 @@ def test_xor_takes_first_true_branch_or_default_or_fails() -> None:
         assert m.data["r"] == want
     m = machine(seq(put("a", 1), xor((lambda c: False, put("r", 1)))))
     r = settle(m)
-    assert r.status == "failed" and r.error_path == "seq[1].xor" and isinstance(r.error, CaseFailed)
+    assert r.status == "failed" and r.error_path == "seq[1].xor" and isinstance(r.error, StepFailed)
 
 
 def test_multi_choice_runs_every_true_branch_then_merges() -> None:

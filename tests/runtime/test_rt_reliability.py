@@ -410,7 +410,7 @@ def test_virtual_clock_settles_only_after_new_effects_arm_their_timers_on_trio()
         for _ in range(40):
             clock = VirtualClock()
 
-            async def nap(ctx: Mapping[str, Any]) -> None:
+            async def nap(ctx: Mapping[str, Any], clock: VirtualClock = clock) -> None:
                 await clock.sleep(1)
 
             async with Substrate(clock=clock) as sub:

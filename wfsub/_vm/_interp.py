@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from .. import _program as bc
-from .._errors import CaseFailed
+from .._errors import CompensationFailed, LimitExceeded, StepFailed, WaitTimeout
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
 from ._records import (
+    WK_BLOCKED,
     WK_EFFECT,
     WK_LOCK,
     WK_MILESTONE,
@@ -33,9 +34,11 @@ from ._records import (
     WK_SIGNAL,
     WK_TIMER,
     CallFrame,
+    CompensationFrame,
     CriticalFrame,
     Fifo,
     Frame,
+    HandlerFrame,
     InstanceFrame,
     InterleaveFrame,
     LoopFrame,
@@ -44,9 +47,11 @@ from ._records import (
     MIStats,
     PassFrame,
     RootFrame,
+    SagaFrame,
     ScopeFrame,
     SplitFrame,
     Token,
+    UndoFrame,
     link,
     members,
     unlink,
@@ -78,7 +83,9 @@ class Interp:
     __slots__ = (
         "_level_name",
         "awaiting",
+        "blocking",
         "buffered",
+        "cancelling",
         "closing",
         "code",
         "data",
@@ -89,6 +96,8 @@ class Interp:
         "error_path",
         "event_seq",
         "events",
+        "failing",
+        "failure_record",
         "gc_paused",
         "lock_waiters",
         "locks",
@@ -163,6 +172,10 @@ class Interp:
         self.ms_active: dict[str, int] = {}
         self.ms_waiters: dict[str, Fifo] = {}
         self.closing: deque[tuple[Frame, bool]] = deque()  # closes queued while another runs (see close)
+        self.cancelling = False  # a case cancel is compensating: a second cancel ends the case at once
+        self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
+        self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
+        self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
         self.clear_outputs()
         self.spawn(self.root, 0, self.root_env)
 
@@ -227,6 +240,19 @@ class Interp:
                 queue.popleft()
         return tuple(names)
 
+    def unblock(self, split: SplitFrame) -> None:
+        """Every branch of a blocking par's activation has ended: the threads waiting to re-enter it go on."""
+        waiting, split.blocked = split.blocked, []
+        for tok in waiting:
+            if tok.alive and tok.wk == WK_BLOCKED:
+                tok.wk = WK_NONE
+                self.ready.append(tok)
+
+    def forget_blocking(self, split: SplitFrame) -> None:
+        key = (_context(split.parent), split.ip)
+        if self.blocking.get(key) is split:
+            del self.blocking[key]
+
     def open_instances(self) -> bool:
         """Whether an mi(dynamic="open") is waiting for instances (the case waits for an input, not deadlocked)."""
         return any(
@@ -248,13 +274,17 @@ class Interp:
                     tok, wid = entry
                     if tok.alive and tok.wid == wid and tok.wk in (WK_LOCK, WK_MILESTONE):
                         waiting.append((tok.ip, f"{what} {name!r} at {self.paths[tok.ip]}"))
+        for split in self.blocking.values():
+            waiting.extend(
+                (tok.ip, f"the blocking par at {self.paths[tok.ip]} to reset") for tok in split.blocked if tok.alive
+            )
         ip = waiting[0][0] if waiting else 0
         described = "; ".join(sorted({w for _, w in waiting})) or "nothing"
-        self.limit_hit(
-            ip,
+        message = (
             f"deadlock: no effect, timer or signal is pending and the remaining threads wait for {described}, "
-            "which nothing left in the case can release",
+            "which nothing left in the case can release"
         )
+        self.end(FAILED, ip, StepFailed(self.paths[ip], message), message)
 
     # -- the hot loops ---------------------------------------------------------------------------------
 
@@ -287,15 +317,16 @@ class Interp:
                     raise
                 except BaseException as exc:  # see _PASS_THROUGH
                     tok.ip = ip
-                    self.step_failed(ip, exc, f"task {self.program.labels[ip]} raised {type(exc).__name__}: {exc}")
+                    label = self.program.labels[ip]
+                    self.step_failed(tok.frame, ip, exc, f"task {label} raised {type(exc).__name__}: {exc}")
                     tok = None
-                    break
+                    continue
                 if res is not None:
                     if env is root_env and type(res) is dict:
                         self.data.update(res)
                     elif not self.merge(tok, res, ip):
                         tok = None
-                        break
+                        continue
                 ip += 1
             elif op == _JUMP:
                 ip = arg
@@ -361,15 +392,15 @@ class Interp:
                     raise
                 except BaseException as exc:  # see _PASS_THROUGH
                     tok.ip = ip
-                    self.step_failed(ip, exc, f"task {labels[ip]} raised {type(exc).__name__}: {exc}")
+                    self.step_failed(tok.frame, ip, exc, f"task {labels[ip]} raised {type(exc).__name__}: {exc}")
                     tok = None
-                    break
+                    continue
                 if res is not None:
                     if env is root_env and type(res) is dict:
                         self.data.update(res)
                     elif not self.merge(tok, res, ip):
                         tok = None
-                        break
+                        continue
                 if traced:
                     self.event_seq += 1
                     events.append(VmEvent((self.event_seq, "task", paths[ip], {"name": labels[ip], "token": tok.tid})))
@@ -511,65 +542,259 @@ class Interp:
             self.trace_node("timer_cancelled", ip, timer_id=timer_id)
 
     def kill_subtree(self, frame: Frame) -> int:
-        """Withdraw everything under `frame` and the frame itself; returns the tokens withdrawn.
+        """Withdraw everything under `frame` and the frame itself, undoing nothing; returns the tokens withdrawn.
 
         Two phases: first every token and frame of the subtree is marked dead, then the frames release what
         they hold. A released lock is handed to a waiter only once the whole subtree is dead, so a waiter
         inside the subtree is never woken and the tree is never changed while it is being walked.
         """
         dead: list[Frame] = []
-        tokens = self.mark_dead(frame, dead)
+        tokens, _ = self.kill_tree(frame, False, dead)
         for f in dead:
             f.on_close(self)
         return tokens
 
-    def mark_dead(self, frame: Frame, dead: list[Frame]) -> int:
-        """Drop every token under `frame` and list its frames in `dead`, children first (an iterative walk)."""
+    def kill_tree(self, top: Frame, compensate: bool, dead: list[Frame]) -> tuple[int, list[Frame]]:
+        """Drop every token under `top` and list its frames (top included) in `dead`, children first.
+
+        With `compensate`, what must be undone survives: each active saga with completed compensable steps, and
+        each scope with on_cancel whose thread is inside (below `top`), becomes an UndoFrame, keeping how they
+        nest; compensations already running are kept as they are (a cancel never stops one). Returns the tokens
+        withdrawn and the kept frames that have no kept frame above them. An iterative walk: any depth.
+        """
         tokens = 0
-        stack = [(frame, members(frame))]
+        top_kept: list[Frame] = []
+        stack: list[tuple[Frame, Iterator[Any], UndoFrame | None]] = [(top, members(top), None)]
         while stack:
-            current, rest = stack[-1]
+            current, rest, keeper = stack[-1]
             for child in rest:
                 if type(child) is Token:
                     self.drop(child)
                     tokens += 1
-                else:
-                    stack.append((child, members(child)))
-                    break
+                    continue
+                undo: UndoFrame | None = None
+                if compensate:
+                    kind = type(child)
+                    if kind is UndoFrame or kind is CompensationFrame:
+                        if kind is CompensationFrame:
+                            child.action = _NESTED  # its region is withdrawn too: its own action is void
+                        _adopt(keeper, top_kept, child)
+                        continue
+                    undo = _undo_for(child)
+                    if undo is not None:
+                        _adopt(keeper, top_kept, undo)
+                stack.append((child, members(child), undo if undo is not None else keeper))
+                break
             else:
                 stack.pop()
                 current.head = None
-                current.count = 0
+                current.count = current.live = 0
                 if current.alive:
                     current.alive = False
                     dead.append(current)
+        return tokens, top_kept
+
+    def withdraw(self, frame: Frame, compensate: bool, action: tuple[Any, ...]) -> int:
+        """Withdraw `frame` and all its work; then `action` (see CompensationFrame), once what must be undone is.
+
+        The withdrawn frame's place is taken by a CompensationFrame while compensations run (it stands for the
+        frame's thread, if the frame was one), so whatever waited for the withdrawn work waits for them too.
+        Returns the tokens withdrawn.
+        """
+        parent = frame.parent
+        assert parent is not None
+        dead: list[Frame] = []
+        tokens, kept = self.kill_tree(frame, compensate, dead)
+        for f in dead:
+            f.on_close(self)
+        attached = frame.attached
+        unlink(parent, frame)
+        if kept:
+            comp = CompensationFrame(parent, frame.env, frame.ip, action)
+            comp.attached = attached
+            link(parent, comp)
+            self.start_undos(comp, kept)
+        else:
+            self.act(parent, frame, attached, action, [])
         return tokens
 
-    def withdraw_children(self, frame: Frame, reason: str) -> int:
-        """Withdraw every child of `frame` (the join fired, or the MI was completed); no notifications.
+    def withdraw_inside(self, frame: Frame, compensate: bool, action: tuple[Any, ...]) -> int:
+        """Withdraw every child of `frame` (which stays); then `action`, once what must be undone is.
 
-        Returns how many of them were threads of the frame (running branches or instances).
+        Returns how many of the children were threads of the frame (running branches or instances). Without
+        anything to undo, only the case-level actions are performed here; for the others the caller goes on.
         """
-        dead: list[Frame] = []
         threads = 0
+        dead: list[Frame] = []
+        kept: list[Frame] = []
         for child in members(frame):
             threads += child.attached
             if type(child) is Token:
                 self.drop(child)
+                continue
+            kind = type(child)
+            if compensate and (kind is UndoFrame or kind is CompensationFrame):
+                if kind is CompensationFrame:
+                    child.action = _NESTED
+                kept.append(child)
+                continue
+            undo = _undo_for(child) if compensate else None
+            _, below = self.kill_tree(child, compensate, dead)
+            if undo is not None:
+                for k in below:
+                    _adopt(undo, kept, k)
+                kept.append(undo)
             else:
-                self.mark_dead(child, dead)
+                kept.extend(below)
         frame.head = None
-        frame.count = 0
-        frame.live = 0
+        frame.count = frame.live = 0
         for f in dead:
             f.on_close(self)
+        if kept:
+            comp = CompensationFrame(frame, frame.env, frame.ip, action)
+            comp.attached = False  # withdrawn work, not a thread of the frame
+            link(frame, comp)
+            self.start_undos(comp, kept)
+        elif action[0] in ("case_cancelled", "case_failed"):
+            self.act(frame, frame, False, action, [])
+        return threads
+
+    def withdraw_children(self, frame: Frame, reason: str, compensate: bool = True) -> int:
+        """Withdraw every child of `frame` (a join fired with cancel_remaining, an mi was completed); what must
+        be undone is, as detached work of the frame. Returns how many children were threads of the frame."""
+        threads = self.withdraw_inside(frame, compensate, ("quiet",))
         self.trace_node("withdrawn", frame.ip, branches=threads, reason=reason)
         return threads
+
+    def start_undos(self, comp: CompensationFrame, kept: list[Frame]) -> None:
+        """Link the kept frames under `comp` and start every UndoFrame that has nothing nested left to wait for."""
+        todo: list[Frame] = []
+        for frame in kept:
+            frame.parent = comp
+            link(comp, frame)
+            todo.append(frame)
+        while todo:
+            frame = todo.pop()
+            if type(frame) is UndoFrame and not frame.started:
+                if frame.count == 0:
+                    self.start_undo(frame)
+                else:
+                    todo.extend(child for child in members(frame) if type(child) is not Token)
+
+    def start_undo(self, undo: UndoFrame) -> None:
+        undo.started = True
+        self.next_handler(undo)
+
+    def next_handler(self, undo: UndoFrame) -> None:
+        """Start the next compensation (or on_cancel) of `undo`, or close it when none is left."""
+        if not undo.queue:
+            undo.current = None
+            self.close(undo, withdrawn=False)
+            return
+        undo.current = undo.queue.pop(0)
+        start, name = undo.current
+        self.trace_node("compensation", start, name=name, event="started")
+        self.spawn(undo, start, undo.env)
+
+    def handler_finished(self, undo: UndoFrame) -> None:
+        """The running handler of `undo` reached its end: note it as compensated, go on with the next."""
+        if undo.current is not None:
+            start, name = undo.current
+            self.trace_node("compensation", start, name=name, event="done")
+            comp = _compensation_frame(undo)
+            if comp is not None:
+                comp.compensated.append(name)
+        self.next_handler(undo)
+
+    def undo_failed(self, undo: UndoFrame, record: dict[str, Any]) -> None:
+        """A handler of `undo` failed: record it, stop that handler's work, and go on with the next one."""
+        comp = _compensation_frame(undo)
+        if comp is not None:
+            comp.failures.append({"type": record["type"], "message": record["message"], "path": record["path"]})
+        self.trace_node("compensation", undo.ip, event="failed", error=record["message"], at=record["path"])
+        dead: list[Frame] = []
+        for child in members(undo):
+            if type(child) is Token:
+                self.drop(child)
+            else:
+                self.kill_tree(child, False, dead)
+        undo.head = None
+        undo.count = undo.live = 0
+        for f in dead:
+            f.on_close(self)
+        undo.current = None
+        self.next_handler(undo)
+
+    def compensation_done(self, comp: CompensationFrame) -> None:
+        """Every undo under `comp` has finished: perform its action, or send the failures outward."""
+        parent = comp.parent
+        assert parent is not None
+        comp.alive = False
+        unlink(parent, comp)
+        action = comp.action
+        if not comp.failures:
+            self.act(parent, comp, comp.attached, action, comp.compensated)
+            return
+        outer = _compensation_frame(parent)
+        if action[0] == "nested" and outer is not None:
+            outer.failures.extend(comp.failures)
+            outer.compensated.extend(comp.compensated)
+            parent.child_gone(self, comp, False)
+            return
+        exc = CompensationFailed(self.paths[comp.ip], comp.failures)
+        message = exc.reason
+        if action[0] in ("case_cancelled", "case_failed"):
+            cause: dict[str, Any] | None = None
+            if action[0] == "case_failed" and self.failing is not None:
+                exc.__cause__ = self.failing[1]
+                cause = self.failing[3]
+                cause["compensated"] = list(comp.compensated)
+            self.kill_subtree(self.root)
+            record = _record(exc, message, self.paths[comp.ip], comp.compensated, cause)
+            self.set_error(comp.ip, exc, message, record)
+            self.finish(FAILED, message)
+            return
+        cause = action[4] if action[0] == "catch" else None
+        self.fail(parent, comp.ip, exc, message, cause=cause, compensated=comp.compensated)
+
+    def act(self, parent: Frame, gone: Frame, attached: bool, action: tuple[Any, ...], compensated: list[str]) -> None:
+        """What follows a withdrawal once its undoing is done (see CompensationFrame for the actions)."""
+        kind = action[0]
+        if kind == "catch":
+            _, on_error, after, error_into, record = action
+            record["compensated"] = list(compensated)
+            self.store(gone.env, error_into, record)
+            self.run_handler(parent, gone, on_error, after, record)
+        elif kind == "resume":
+            self.run_handler(parent, gone, action[1], action[2], None)
+        elif kind == "withdrawn":
+            if attached:
+                self.trace_node("withdrawn", gone.ip)
+            parent.child_gone(self, gone, attached)
+        elif kind in ("quiet", "nested"):
+            parent.child_gone(self, gone, False)
+        elif kind == "case_cancelled":
+            self.kill_subtree(self.root)
+            self.finish(CANCELLED, action[1])
+        elif kind == "case_failed":
+            assert self.failing is not None
+            ip, exc, message, record = self.failing
+            record["compensated"] = list(compensated)
+            self.kill_subtree(self.root)
+            self.set_error(ip, exc, message, record)
+            self.finish(FAILED, message)
+
+    def run_handler(self, parent: Frame, gone: Frame, start: int, then: int, record: dict[str, Any] | None) -> None:
+        """Run an on_cancel / on_error branch where `gone` was; at its end the thread goes on at `then`."""
+        handler = HandlerFrame(parent, gone.env, gone.ip, then, record)
+        link(parent, handler)
+        self.spawn(handler, start, gone.env)
 
     def merge(self, tok: Token, res: Any, ip: int) -> bool:
         """Merge a step's updates into the data its token sees; a non-mapping fails the case."""
         if not isinstance(res, Mapping):
             self.step_failed(
+                tok.frame,
                 ip,
                 TypeError(f"returned {type(res).__name__}"),
                 f"{self.program.labels[ip] or 'step'} returned {res!r}: return a mapping of updates, or None",
@@ -588,21 +813,75 @@ class Interp:
         else:
             env.merge({key: value})  # type: ignore[attr-defined]
 
-    def step_failed(self, ip: int, exc: BaseException, message: str) -> None:
-        self.end(FAILED, ip, exc, message)
+    # -- failures: caught by the nearest enclosing on_error, else the case fails -------------------------
 
-    def limit_hit(self, ip: int, message: str) -> None:
-        path = self.paths[ip]
-        self.end(FAILED, ip, CaseFailed(None, path, message), message)
+    def step_failed(self, where: Frame, ip: int, exc: BaseException, message: str) -> None:
+        """A step at `ip` raised `exc` (or returned something invalid); `where` is the frame its thread is in."""
+        self.fail(where, ip, exc, message)
 
-    def end(self, status: RunStatus, ip: int, exc: BaseException | None, message: str) -> None:
+    def refuse(self, where: Frame, ip: int, message: str, kind: type[StepFailed] = StepFailed) -> None:
+        """The workflow cannot go on at `ip` (no branch matched, a limit was broken, a step was refused)."""
+        self.fail(where, ip, kind(self.paths[ip], message), message)
+
+    def fail(
+        self,
+        where: Frame,
+        ip: int,
+        exc: BaseException,
+        message: str,
+        *,
+        cause: dict[str, Any] | None = None,
+        compensated: Sequence[str] = (),
+    ) -> None:
+        """A failure at node `ip`: the nearest scope around `where` with an on_error whose thread is still inside
+        catches it (its body is withdrawn, compensating, then on_error runs); uncaught, the case fails.
+
+        A failure inside an on_error branch names the error that branch handles as its `cause`. A failure while
+        work is being undone (a compensation, or an on_cancel run while withdrawing) does not stop the others: it
+        is recorded, and once all are done the failure goes outward as CompensationFailed.
+        """
         if self.ended:
             return
-        if status == FAILED:
-            self.error, self.error_path, self.error_message = exc, self.paths[ip], message
-            self.trace_node("case_failed", ip, error=message)
+        record: dict[str, Any] = {
+            "type": type(exc).__name__,
+            "message": message,
+            "path": self.paths[ip],
+            "compensated": list(compensated),
+            "cause": cause,
+        }
+        self.trace_node("failure", ip, type=record["type"], error=message)
+        frame: Frame | None = where
+        while frame is not None:
+            kind = type(frame)
+            if kind is UndoFrame:
+                self.undo_failed(frame, record)  # type: ignore[arg-type]
+                return
+            if kind is HandlerFrame:
+                if record["cause"] is None and frame.record is not None:  # type: ignore[attr-defined]
+                    record["cause"] = frame.record  # type: ignore[attr-defined]
+            elif kind is ScopeFrame and frame.attached and frame.alive:
+                spec: bc.ScopeSpec = frame.spec  # type: ignore[attr-defined]
+                if spec.on_error >= 0:
+                    self.trace_node("error_caught", frame.ip, error=message, at=record["path"])
+                    self.withdraw(frame, True, ("catch", spec.on_error, spec.after, spec.error_into, record))
+                    return
+            frame = frame.parent
+        self.failing = (ip, exc, message, record)
+        self.withdraw_inside(self.root, True, ("case_failed",))
+
+    def end(self, status: RunStatus, ip: int, exc: BaseException | None, message: str) -> None:
+        """End the case at once: no handler runs, nothing is compensated (a deadlock, an internal limit)."""
+        if self.ended:
+            return
         self.kill_subtree(self.root)
+        if status == FAILED:
+            self.set_error(ip, exc, message, None)
         self.finish(status, message)
+
+    def set_error(self, ip: int, exc: BaseException | None, message: str, record: dict[str, Any] | None) -> None:
+        self.error, self.error_path, self.error_message = exc, self.paths[ip], message
+        self.failure_record = record
+        self.trace_node("case_failed", ip, error=message)
 
     def finish_root(self) -> None:
         """The root frame is empty: the case is done if the root thread ended, else it was withdrawn."""
@@ -708,7 +987,7 @@ class Interp:
             except _PASS_THROUGH:
                 raise
             except BaseException as exc:  # see _PASS_THROUGH
-                self.step_failed(mi.ip, exc, f"mi until() raised {type(exc).__name__}: {exc}")
+                self.step_failed(mi, mi.ip, exc, f"mi until() raised {type(exc).__name__}: {exc}")
                 return
         if until:
             fire = True
@@ -777,10 +1056,10 @@ class Interp:
             gc.disable()
             self.gc_paused = True
 
-    def withdraw_instances(self, mi: MIFrame, reason: str) -> int:
+    def withdraw_instances(self, mi: MIFrame, reason: str, compensate: bool = True) -> int:
         """Withdraw every instance of `mi` (and stop its spawner); returns how many instances were withdrawn."""
         spawning = mi.spawner is not None
-        withdrawn = self.withdraw_children(mi, reason)
+        withdrawn = self.withdraw_children(mi, reason, compensate)
         if spawning:
             mi.spawner = None
             mi.items = None
@@ -809,14 +1088,14 @@ class Interp:
     def wake(self, tok: Token, name: str, payload: Any) -> None:
         op, spec = self.code[tok.ip]
         tok.wk = WK_NONE
+        if tok.aux:  # a wait's timeout or a deferred choice's timer: the signal came first
+            self.cancel_timer(tok.aux, tok.ip)
+            tok.aux = 0
         if op == Op.WAIT:
             self.store(tok.env, spec.into, payload)
             tok.ip += 1
             self.trace_node("signal_consumed", tok.ip - 1, signal=name)
         else:
-            if tok.aux:
-                self.cancel_timer(tok.aux, tok.ip)
-                tok.aux = 0
             self.store(tok.env, name, payload)
             self.trace_node("deferred_choice", tok.ip, chosen=name)
             tok.ip = spec.targets[spec.signals.index(name)]
@@ -833,7 +1112,7 @@ class Interp:
         label = self.program.labels[ip]
         if error is not None:
             self.trace_node("effect_failed", ip, effect_id=effect_id, error=repr(error))
-            self.step_failed(ip, error, f"effect {label} raised {type(error).__name__}: {error}")
+            self.step_failed(tok.frame, ip, error, f"effect {label} raised {type(error).__name__}: {error}")
             return True
         if output is not None and not self.merge(tok, output, ip):
             return True
@@ -851,10 +1130,16 @@ class Interp:
                 self.emit("timer_stale", "", {"timer_id": timer_id})
             return False
         self.trace_node("timer_fired", tok.ip, timer_id=timer_id)
+        op, spec = self.code[tok.ip]
         if tok.wk == WK_TIMER:
             tok.ip += 1
+        elif op == Op.WAIT:  # nothing arrived in time: a failure at the wait
+            tok.wk = WK_NONE
+            tok.aux = 0
+            message = f"wait({spec.signal!r}) saw no signal within its timeout of {spec.timeout:g}s"
+            self.refuse(tok.frame, tok.ip, message, WaitTimeout)
+            return True
         else:  # a deferred choice timed out: the signal branches are withdrawn
-            spec: bc.DeferSpec = self.code[tok.ip][1]
             self.trace_node("deferred_choice", tok.ip, chosen="timeout")
             tok.aux = 0
             tok.ip = spec.timeout_target
@@ -862,10 +1147,17 @@ class Interp:
         self.ready.append(tok)
         return True
 
-    def cancel_case(self, reason: str) -> None:
-        """Cancel the whole case: every token, effect and timer is withdrawn."""
-        self.kill_subtree(self.root)
-        self.finish(CANCELLED, reason)
+    def cancel_case(self, reason: str, compensate: bool) -> None:
+        """Cancel the whole case: every token, effect and timer is withdrawn. With `compensate`, the active
+        sagas compensate and the active scopes run their on_cancel first (innermost first); a second cancel, or
+        compensate=False, ends the case at once."""
+        if compensate and not self.cancelling:
+            self.cancelling = True
+            self.trace_node("case_cancelling", 0, reason=reason)
+            self.withdraw_inside(self.root, True, ("case_cancelled", reason))
+        else:
+            self.kill_subtree(self.root)
+            self.finish(CANCELLED, reason)
 
     def live_activations(self, name: str) -> list[Frame]:
         return [f for f in self.regions.get(name, {}) if f.alive]
@@ -902,7 +1194,7 @@ class Interp:
         return f"mi {name!r} allows at most {bound} instances; it has {held}, so {count} more would exceed it"
 
     def cancel_region(self, name: str, acts: Sequence[Frame]) -> None:
-        """Withdraw all work of the given live activations of region `name`.
+        """Withdraw all work of the given live activations of region `name`, compensating what is inside.
 
         An activation whose thread already went on (a scope the thread left while a discriminator's loser
         still runs inside, an mi whose join fired) only loses that leftover work: what follows it does
@@ -911,15 +1203,14 @@ class Interp:
         for frame in acts:
             if not frame.alive:
                 continue  # inside an activation cancelled a moment ago
-            tokens = self.kill_subtree(frame)
-            self.trace_node("region_cancelled", frame.ip, region=name, tokens=tokens)
-            if _went_on(frame):
-                self.detach(frame, withdrawn=False)
+            if not frame.attached:
+                action: tuple[Any, ...] = ("quiet",)
             elif isinstance(frame, ScopeFrame) and frame.spec.on_cancel >= 0:
-                self.spawn(frame.parent, frame.spec.on_cancel, frame.env)
-                self.detach(frame, withdrawn=False)
+                action = ("resume", frame.spec.on_cancel, frame.spec.after)
             else:
-                self.detach(frame, withdrawn=True)
+                action = ("withdrawn",)
+            tokens = self.withdraw(frame, True, action)
+            self.trace_node("region_cancelled", frame.ip, region=name, tokens=tokens)
 
     def complete_region(self, name: str, acts: Sequence[Frame]) -> None:
         """Close the given activations of region `name` now (they were checked: none refuses)."""
@@ -927,7 +1218,7 @@ class Interp:
             if not frame.alive:
                 continue  # inside an activation completed a moment ago
             if isinstance(frame, MIFrame):
-                frame.cancelled += self.withdraw_instances(frame, "region completed")
+                frame.cancelled += self.withdraw_instances(frame, "region completed", compensate=False)
                 self.trace_node("region_completed", frame.ip, region=name)
                 self.mi_fire(frame)
                 self.close(frame, withdrawn=False)
@@ -959,6 +1250,45 @@ class Interp:
             seconds = spec.seconds if isinstance(spec, bc.SleepSpec) else spec.timeout
             timers.append(TimerRequest(timer_id, seconds, self.paths[tok.ip]))
         return effects, timers
+
+
+_NESTED = ("nested",)  # the action of a compensation whose own region was withdrawn around it
+
+
+def _adopt(keeper: Frame | None, top_kept: list[Frame], frame: Frame) -> None:
+    """Hang a kept frame under the nearest kept frame above it, or list it as a top-level one."""
+    if keeper is None:
+        top_kept.append(frame)
+    else:
+        frame.parent = keeper
+        link(keeper, frame)
+
+
+def _undo_for(frame: Frame) -> UndoFrame | None:
+    """The UndoFrame a withdrawn frame leaves behind, if it has something to undo (see Interp.kill_tree)."""
+    if not frame.attached or not frame.alive:
+        return None  # its thread left it (or it ended): an ended saga is never compensated
+    if type(frame) is SagaFrame:
+        done = [(start, name) for start, name in frame.done if start >= 0]
+        if done:
+            return UndoFrame(frame.env, frame.ip, done[::-1])
+    elif type(frame) is ScopeFrame:
+        spec: bc.ScopeSpec = frame.spec
+        if spec.on_cancel >= 0:
+            return UndoFrame(frame.env, frame.ip, [(spec.on_cancel, f"on_cancel of scope {spec.name!r}")])
+    return None
+
+
+def _compensation_frame(frame: Frame | None) -> CompensationFrame | None:
+    while frame is not None and type(frame) is not CompensationFrame:
+        frame = frame.parent
+    return frame
+
+
+def _record(
+    exc: BaseException, message: str, path: str, compensated: list[str], cause: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": message, "path": path, "compensated": compensated, "cause": cause}
 
 
 def _went_on(frame: Frame) -> bool:
@@ -1003,10 +1333,21 @@ def _split(m: Interp, tok: Token, ip: int, spec: bc.SplitSpec, starts: Sequence[
     for start in starts[1:]:
         m.spawn(frame, start, tok.env)
     m.trace_node("split", ip, branches=len(starts))
+    if spec.blocking:
+        m.blocking[(_context(parent), ip)] = frame
     return starts[0]  # the splitting thread carries on into the first branch
 
 
 def _op_par(m: Interp, tok: Token, ip: int, spec: bc.SplitSpec) -> int:
+    if spec.blocking:  # WCP28/31: no new activation until every branch of the current one has ended
+        current = m.blocking.get((_context(tok.frame), ip))
+        if current is not None and current.alive and current.live > 0:
+            tok.ip = ip
+            tok.wk = WK_BLOCKED
+            tok.wid = 0
+            current.blocked.append(tok)
+            m.trace_node("par_blocked", ip, token=tok.tid)
+            return -1
     return _split(m, tok, ip, spec, spec.starts)
 
 
@@ -1014,20 +1355,20 @@ def _op_arrive(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     return tok.frame.arrive(m, tok)
 
 
-def _call_pred(m: Interp, ip: int, pred: Callable[..., Any], env: Any, what: str) -> bool | None:
+def _call_pred(m: Interp, tok: Token, ip: int, pred: Callable[..., Any], what: str) -> bool | None:
     try:
-        return bool(pred(env))
+        return bool(pred(tok.env))
     except _PASS_THROUGH:
         raise
     except BaseException as exc:  # see _PASS_THROUGH
         name = getattr(pred, "__qualname__", "predicate")
-        m.step_failed(ip, exc, f"{what} {name} raised {type(exc).__name__}: {exc}")
+        m.step_failed(tok.frame, ip, exc, f"{what} {name} raised {type(exc).__name__}: {exc}")
         return None
 
 
 def _op_xor(m: Interp, tok: Token, ip: int, spec: bc.XorSpec) -> int:
     for i, pred in enumerate(spec.preds):
-        hit = _call_pred(m, ip, pred, tok.env, "xor predicate")
+        hit = _call_pred(m, tok, ip, pred, "xor predicate")
         if hit is None:
             return -1
         if hit:
@@ -1036,21 +1377,21 @@ def _op_xor(m: Interp, tok: Token, ip: int, spec: bc.XorSpec) -> int:
     if spec.default >= 0:
         m.trace_node("choice", ip, branches=["default"])
         return spec.default
-    m.limit_hit(ip, "no xor branch matched and there is no default: add default=... or cover every case")
+    m.refuse(tok.frame, ip, "no xor branch matched and there is no default: add default=... or cover every case")
     return -1
 
 
 def _op_multi_choice(m: Interp, tok: Token, ip: int, spec: bc.SplitSpec) -> int:
     chosen = []
     for i, pred in enumerate(spec.preds):
-        hit = _call_pred(m, ip, pred, tok.env, "multi_choice predicate")
+        hit = _call_pred(m, tok, ip, pred, "multi_choice predicate")
         if hit is None:
             return -1
         if hit:
             chosen.append(spec.starts[i])
     if not chosen:
         if spec.default < 0:
-            m.limit_hit(ip, "no multi_choice branch matched and there is no default: add default=...")
+            m.refuse(tok.frame, ip, "no multi_choice branch matched and there is no default: add default=...")
             return -1
         chosen.append(spec.default)
     m.trace_node("choice", ip, branches=len(chosen))
@@ -1061,7 +1402,8 @@ def _iterate(m: Interp, frame: LoopFrame, ip: int) -> bool:
     frame.iteration += 1
     limit = frame.spec.max_iterations
     if limit is not None and frame.iteration > limit:
-        m.limit_hit(ip, f"loop ran past max_iterations={limit}: raise the limit or fix the exit condition")
+        message = f"loop ran past max_iterations={limit}: raise the limit or fix the exit condition"
+        m.refuse(frame, ip, message, LimitExceeded)
         return False
     m.trace_node("loop", ip, iteration=frame.iteration)
     return True
@@ -1080,7 +1422,7 @@ def _op_loop(m: Interp, tok: Token, ip: int, spec: bc.LoopSpec) -> int:
 
 def _op_loop_test(m: Interp, tok: Token, ip: int, spec: bc.LoopSpec) -> int:
     frame: Any = tok.frame
-    hit = _call_pred(m, ip, spec.pred, tok.env, "loop while_")  # type: ignore[arg-type]
+    hit = _call_pred(m, tok, ip, spec.pred, "loop while_")  # type: ignore[arg-type]
     if hit is None:
         return -1
     if not hit:
@@ -1093,7 +1435,7 @@ def _op_loop_back(m: Interp, tok: Token, ip: int, spec: bc.LoopSpec) -> int:
     if spec.mode == "while":
         return spec.test
     if spec.mode == "until":
-        hit = _call_pred(m, ip, spec.pred, tok.env, "loop until")  # type: ignore[arg-type]
+        hit = _call_pred(m, tok, ip, spec.pred, "loop until")  # type: ignore[arg-type]
         if hit is None:
             return -1
         if hit:
@@ -1123,6 +1465,8 @@ def _op_wait(m: Interp, tok: Token, ip: int, spec: bc.WaitSpec) -> int:
         m.trace_node("signal_consumed", ip, signal=spec.signal, buffered=True)
         return ip + 1
     _park_signal(m, tok, ip, (spec.signal,))
+    if spec.timeout is not None:
+        tok.aux = _arm(m, ip, spec.timeout, tok)
     return -1
 
 
@@ -1180,7 +1524,8 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         if spec.items_fn is not None:
             given = spec.items_fn(env)
             if isinstance(given, str | bytes | Mapping):
-                m.limit_hit(
+                m.refuse(
+                    tok.frame,
                     ip,
                     f"mi items function returned a {type(given).__name__}: return a list with one item per "
                     "instance (a str would start one instance per character)",
@@ -1195,26 +1540,29 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     except _PASS_THROUGH:
         raise
     except BaseException as exc:  # see _PASS_THROUGH
-        m.step_failed(ip, exc, f"mi count/items function raised {type(exc).__name__}: {exc}")
+        m.step_failed(tok.frame, ip, exc, f"mi count/items function raised {type(exc).__name__}: {exc}")
         return -1
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        m.limit_hit(ip, f"mi count function returned {n!r}: it must return an int >= 0")
+        m.refuse(tok.frame, ip, f"mi count function returned {n!r}: it must return an int >= 0")
         return -1
     if (spec.min is not None and n < spec.min) or (spec.max is not None and n > spec.max):
-        m.limit_hit(ip, f"mi got {n} instances, outside min={spec.min} max={spec.max}")
+        m.refuse(tok.frame, ip, f"mi got {n} instances, outside min={spec.min} max={spec.max}", LimitExceeded)
         return -1
     if spec.need > 0 and n < spec.need and spec.until is None and not spec.dynamic:
-        m.limit_hit(
+        m.refuse(
+            tok.frame,
             ip,
             f"mi join={spec.need} needs at least {spec.need} instance{'s' if spec.need > 1 else ''}, but the count "
             f"is {n}: its join could never fire; give fewer for join=, an until= condition, or dynamic=True",
         )
         return -1
     if spec.max is None and n > m.max_instances:
-        m.limit_hit(
+        m.refuse(
+            tok.frame,
             ip,
             f"mi would start {n:,} instances, more than the limit of {m.max_instances:,}: give the mi max=... "
             "(or the Substrate max_instances=...) if that many is meant",
+            LimitExceeded,
         )
         return -1
     m.trace_node("mi_started", ip, instances=n)
@@ -1283,7 +1631,8 @@ def _op_critical(m: Interp, tok: Token, ip: int, spec: bc.NameSpec) -> int:
         frame: Frame | None = tok.frame
         while frame is not None:
             if frame is holder:
-                m.limit_hit(ip, f"critical({spec.name!r}) entered again inside itself: sections are not reentrant")
+                message = f"critical({spec.name!r}) entered again inside itself: sections are not reentrant"
+                m.refuse(tok.frame, ip, message)
                 return -1
             frame = frame.parent
     if holder is None:
@@ -1344,7 +1693,8 @@ def _op_call(m: Interp, tok: Token, ip: int, spec: bc.CallSpec) -> int:
             break
         frame = frame.parent
     if depth > m.program.max_call_depth:
-        m.limit_hit(ip, f"call({spec.name!r}) exceeds the call depth limit {m.program.max_call_depth}")
+        message = f"call({spec.name!r}) exceeds the call depth limit {m.program.max_call_depth}"
+        m.refuse(tok.frame, ip, message, LimitExceeded)
         return -1
     call = CallFrame(tok.frame, tok.env, ip, ip + 1, depth)
     link(tok.frame, call)
@@ -1398,7 +1748,7 @@ def _op_complete_region(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec)
         return ip + 1
     refused = m.complete_refusal(spec.name, acts)
     if refused is not None:
-        m.limit_hit(ip, f"complete_region({spec.name!r}) refused: {refused[1]}")
+        m.refuse(tok.frame, ip, f"complete_region({spec.name!r}) refused: {refused[1]}")
         return -1
     tok.ip = ip + 1
     m.complete_region(spec.name, acts)
@@ -1409,7 +1759,7 @@ def _dynamic_mi_at_step(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec,
     acts = _region_activations(m, tok, spec)
     reason = f"region {spec.name!r} is not active now" if not acts else m.dynamic_mi_refusal(spec.name, acts)
     if reason is not None:
-        m.limit_hit(ip, f"{what}({spec.name!r}) refused: {reason}")
+        m.refuse(tok.frame, ip, f"{what}({spec.name!r}) refused: {reason}")
         return None
     frame = acts[0]
     assert isinstance(frame, MIFrame)
@@ -1423,17 +1773,17 @@ def _op_add_instances(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec) -
     except _PASS_THROUGH:
         raise
     except BaseException as exc:  # see _PASS_THROUGH
-        m.step_failed(ip, exc, f"add_instances items function raised {type(exc).__name__}: {exc}")
+        m.step_failed(tok.frame, ip, exc, f"add_instances items function raised {type(exc).__name__}: {exc}")
         return -1
     if isinstance(given, str | bytes | Mapping) or not isinstance(given, Sequence):
-        m.limit_hit(ip, f"add_instances items function returned {type(given).__name__}: return a list of items")
+        m.refuse(tok.frame, ip, f"add_instances items function returned {type(given).__name__}: return a list of items")
         return -1
     frame = _dynamic_mi_at_step(m, tok, ip, spec, "add_instances")
     if frame is None:
         return -1
     reason = m.add_refusal(spec.name, frame, len(given))
     if reason is not None:
-        m.limit_hit(ip, f"add_instances({spec.name!r}) refused: {reason}")
+        m.refuse(tok.frame, ip, f"add_instances({spec.name!r}) refused: {reason}")
         return -1
     m.add_instances(frame, list(given))
     return ip + 1
@@ -1448,6 +1798,33 @@ def _op_close_instances(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec)
     return ip + 1 if tok.alive else -1
 
 
+def _op_saga(m: Interp, tok: Token, ip: int, spec: bc.SagaSpec) -> int:
+    frame = SagaFrame(tok.frame, tok.env, ip, spec)
+    link(tok.frame, frame)
+    m.move(tok, frame)
+    return ip + 1
+
+
+def _op_saga_step(m: Interp, tok: Token, ip: int, spec: bc.SagaStepSpec) -> int:
+    frame = tok.frame
+    assert type(frame) is SagaFrame
+    frame.done.append((spec.compensation, spec.name))
+    return ip + 1
+
+
+def _op_handler_done(m: Interp, tok: Token, ip: int, arg: Any) -> int:
+    """The end of an on_cancel, on_error or compensation branch."""
+    frame = tok.frame
+    if type(frame) is UndoFrame:  # undoing withdrawn work: the next compensation, once this one's threads ended
+        unlink(frame, tok)
+        tok.alive = False
+        if frame.live == 0:
+            m.handler_finished(frame)
+        return -1
+    assert type(frame) is HandlerFrame
+    return m.leave(tok, frame, frame.then)
+
+
 def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
     """Inlined in both loops; here for completeness (and for a driver stepping one instruction)."""
     try:
@@ -1455,7 +1832,7 @@ def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
     except _PASS_THROUGH:
         raise
     except BaseException as exc:  # see _PASS_THROUGH
-        m.step_failed(ip, exc, f"task {m.program.labels[ip]} raised {type(exc).__name__}: {exc}")
+        m.step_failed(tok.frame, ip, exc, f"task {m.program.labels[ip]} raised {type(exc).__name__}: {exc}")
         return -1
     if res is not None and not m.merge(tok, res, ip):
         return -1

@@ -200,10 +200,15 @@ class Machine:
             raise MachineStateError(f"unknown timer id {timer_id}: this machine never armed it")
         return vm.timer_fired(timer_id)
 
-    def cancel(self, reason: str = "cancelled") -> None:
-        """Cancel the whole case: every token, effect and timer is withdrawn."""
+    def cancel(self, reason: str = "cancelled", *, compensate: bool = True) -> None:
+        """Cancel the whole case: every token, effect and timer is withdrawn.
+
+        With `compensate` (the default) the active sagas compensate and the active scopes run their on_cancel
+        first, innermost first; the case ends cancelled once they are done. `compensate=False`, or a second
+        cancel while compensating, ends it at once.
+        """
         self._check_open("cancel")
-        self._vm.cancel_case(reason)
+        self._vm.cancel_case(reason, compensate)
 
     def check_region(self, action: str, name: str) -> None:
         """Raise what a region operation on `name` would raise for an unknown region or an ended case."""

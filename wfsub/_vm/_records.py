@@ -41,6 +41,7 @@ WK_TIMER = 2
 WK_SIGNAL = 3  # wait or defer (defer may also hold a timer in `aux`)
 WK_LOCK = 4
 WK_MILESTONE = 5
+WK_BLOCKED = 6  # at a blocking par, for the current activation to reset
 
 NO_ITEM: Any = None  # instances made by count= have no item; marked by `has_item`
 
@@ -226,13 +227,14 @@ class SplitFrame(Frame):
     running as detached work. A multi-merge ("each") stays a thread while any branch runs: each arrival goes on.
     """
 
-    __slots__ = ("spec", "arrived", "fired")
+    __slots__ = ("spec", "arrived", "fired", "blocked")
 
     def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: SplitSpec) -> None:
         super().__init__(parent, env, ip)
         self.spec = spec
         self.arrived = 0
         self.fired = False
+        self.blocked: list[Token] = []  # blocking par: threads waiting to start the next activation
 
     def arrive(self, m: Interp, tok: Token) -> int:
         unlink(self, tok)
@@ -259,6 +261,8 @@ class SplitFrame(Frame):
         return -1
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
+        if self.blocked and self.live == 0:
+            m.unblock(self)
         if self.attached and not self.fired and self.live == 0:
             if not self.arrived:  # every branch was withdrawn: so is the split
                 m.end_thread(self, withdrawn=True)
@@ -276,6 +280,8 @@ class SplitFrame(Frame):
         `replaced`: a token just went on into the parent in the split's place (it keeps the parent's count of
         threads up, so the parent need not be told).
         """
+        if self.blocked and self.live == 0:
+            m.unblock(self)
         if self.count == 0:
             m.close(self, withdrawn=False)
         elif self.attached and self.fired and (not self.spec.each or self.live == 0):
@@ -283,6 +289,11 @@ class SplitFrame(Frame):
                 m.detach_thread(self)
             else:
                 m.end_thread(self, withdrawn=False)
+
+
+    def on_close(self, m: Interp) -> None:
+        if self.spec.blocking:
+            m.forget_blocking(self)
 
 
 class PassFrame(Frame):
@@ -313,6 +324,75 @@ class ScopeFrame(PassFrame):
 
     def on_close(self, m: Interp) -> None:
         m.unregister_region(self.spec.name, self)
+
+
+class SagaFrame(PassFrame):
+    """A saga in progress: `done` lists the compensations of its completed steps, in completion order."""
+
+    __slots__ = ("done",)
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: Any) -> None:
+        super().__init__(parent, env, ip, spec)
+        self.done: list[tuple[int, str]] = []  # (compensation start ip, name)
+
+
+class HandlerFrame(PassFrame):
+    """A thread running an on_cancel or on_error branch in the normal flow; at its end it goes on at `then`.
+
+    `record`: the error record an on_error branch handles, so that a failure inside it names it as its cause.
+    """
+
+    __slots__ = ("then", "record")
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, then: int, record: Any) -> None:
+        super().__init__(parent, env, ip, None)
+        self.then = then
+        self.record = record
+
+
+class UndoFrame(Frame):
+    """Undoing withdrawn work: a saga's compensations (its completed steps, newest first) or a scope's
+    on_cancel branch, run one after another once every UndoFrame nested in it has finished (innermost first).
+
+    A cancel never stops it (only a hard cancel does); a failure inside it is recorded in the enclosing
+    CompensationFrame and the next handler runs.
+    """
+
+    __slots__ = ("queue", "started", "current")
+
+    def __init__(self, env: Mapping[str, Any], ip: int, queue: list[tuple[int, str]]) -> None:
+        super().__init__(None, env, ip)
+        self.queue = queue  # (handler start ip, name) still to run
+        self.started = False
+        self.current: tuple[int, str] | None = None  # the handler running now
+
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
+        if self.count == 0:
+            if not self.started:
+                m.start_undo(self)
+            else:
+                m.close(self, withdrawn=False)
+
+
+class CompensationFrame(Frame):
+    """Stands where withdrawn work was while its sagas and scopes are undone; then performs `action`.
+
+    `action` (plain data): ("catch", on_error ip, after ip, error_into, record), ("resume", on_cancel ip, after ip),
+    ("withdrawn",), ("quiet",), ("case_cancelled", reason) or ("case_failed",). It collects what was compensated
+    and the compensations that failed.
+    """
+
+    __slots__ = ("action", "compensated", "failures")
+
+    def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, action: tuple[Any, ...]) -> None:
+        super().__init__(parent, env, ip)
+        self.action = action
+        self.compensated: list[str] = []
+        self.failures: list[dict[str, Any]] = []
+
+    def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
+        if self.count == 0:
+            m.compensation_done(self)
 
 
 class CriticalFrame(PassFrame):

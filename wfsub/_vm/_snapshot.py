@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .._errors import CaseFailed, MachineStateError, SnapshotMismatch
+from .._errors import MachineStateError, RestoredError, SnapshotMismatch
 from .._program import Program
 from ._events import VmEvent
 from ._interp import Interp
@@ -37,6 +37,10 @@ _STATE = (
     "next_wid",
     "signal_seq",
     "started",
+    "cancelling",
+    "failing",
+    "failure_record",
+    "blocking",
     "max_instances",
     "awaiting",
     "event_seq",
@@ -82,6 +86,9 @@ class _Encoder:
         cls = type(v)
         if cls is VmEvent:
             return {"$event": [v[0], v[1], v[2], self.enc(v[3])]}
+        if isinstance(v, BaseException):
+            name = v.type_name if isinstance(v, RestoredError) else type(v).__name__
+            return {"$error": [name, v.message if isinstance(v, RestoredError) else str(v)]}
         if isinstance(v, Record):
             ref = self.ids.get(id(v))
             if ref is None:
@@ -115,9 +122,7 @@ def take(machine: Interp) -> dict[str, Any]:
     e = _Encoder(machine)
     state = {name: e.enc(getattr(machine, name)) for name in _STATE}
     e.drain()
-    error = None
-    if machine.error is not None:
-        error = {"type": type(machine.error).__name__, "message": str(machine.error)}
+    error = None if machine.error is None else e.enc(machine.error)
     return {
         "format": FORMAT,
         "fingerprint": machine.program.fingerprint,
@@ -162,6 +167,8 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
             return consts[v["$const"]]
         if "$root" in v:
             return root_env
+        if "$error" in v:
+            return RestoredError(*v["$error"])
         if "$event" in v:
             seq, kind, path, detail = v["$event"]
             return VmEvent((seq, kind, path, dec(detail)))
@@ -190,9 +197,7 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     machine.scheduler = scheduler_from_state(snap["scheduler"])
     machine.error_path = snap["error_path"]
     machine.error_message = snap["error_message"]
-    machine.error = None
-    if snap["error"] is not None:
-        machine.error = CaseFailed(None, snap["error_path"] or "?", snap["error_message"] or snap["error"]["message"])
+    machine.error = None if snap["error"] is None else dec(snap["error"])
     machine.out_effects = []
     machine.out_timers = []
     machine.closing = deque()
