@@ -264,9 +264,9 @@ class Case:
         self.m.close_instances(name)
         return self.run()
 
-    def cancel(self) -> RunResult:
+    def cancel(self, *, compensate: bool = True) -> RunResult:
         """Cancel the whole case and run; raises SignalRejected if it has ended."""
-        self.m.cancel()
+        self.m.cancel(compensate=compensate)
         return self.run()
 
 

@@ -78,7 +78,8 @@ class CaseFailed(WfsubError):
     """A step of the case raised (the exception is `__cause__`) or a limit was hit.
 
     `traceback` is the cause's traceback as text: a failed case keeps it instead of the frames themselves, so
-    `__cause__.__traceback__` is None.
+    `__cause__.__traceback__` is None. `record` is the error record of a failure at a node (`type`, `message`,
+    `path`, `compensated`: what its sagas compensated, `cause`), or None.
     """
 
     def __init__(self, case_id: str | None, path: str, message: str) -> None:
@@ -86,6 +87,7 @@ class CaseFailed(WfsubError):
         self.path = path
         self.reason = message
         self.traceback: str | None = None
+        self.record: dict[str, object] | None = None
         where = f"case {case_id!r} failed" if case_id is not None else "case failed"
         super().__init__(f"{where} at {path}: {message}")
 

@@ -90,6 +90,7 @@ class CaseActor:
     result: dict[str, Any] | None = None
     cause: BaseException | None = None
     traceback: str | None = None  # failed: the cause's traceback, formatted (the frames themselves are dropped)
+    record: dict[str, Any] | None = None  # failed at a node: the error record (type, message, path, compensated, cause)
     error_path: str = ""
     error_message: str = ""
     ended_at: float | None = None
@@ -257,7 +258,7 @@ class CaseActor:
             assert isinstance(msg, Cancel)
             if not m.ended:
                 self.cancel_reason = msg.reason
-                m.cancel(msg.reason)
+                m.cancel(msg.reason, compensate=msg.compensate)
         else:
             assert isinstance(msg, RegionOp)
             self._region(m, msg)
@@ -304,6 +305,17 @@ class CaseActor:
             self._starting(1)
             tg.start_soon(self._timer, timer.timer_id, timer.seconds, scope)
 
+    def _retrying(self, req: EffectRequest, attempt: int, delay: float, exc: BaseException) -> None:
+        """An effect attempt failed and will be retried: a trace event (level min) in the case's own sequence."""
+        m = self.machine
+        if m is None or self.level == "none":
+            return
+        detail = {"effect_id": req.effect_id, "name": req.name, "attempt": attempt, "delay": delay, "error": repr(exc)}
+        m.note("effect_retry", req.path, detail)
+        events = m.take_events()
+        if events:
+            self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+
     def _starting(self, n: int) -> None:
         """Count tasks started but not yet running as busy: VirtualClock must not settle before a new effect
         or timer has run far enough to arm its clock timer (an event loop may run the settle check first)."""
@@ -325,6 +337,7 @@ class CaseActor:
                     retry=req.retry,
                     clock=self.shared.clock,
                     case_id=self.case_id,
+                    on_retry=lambda attempt, delay, exc: self._retrying(req, attempt, delay, exc),
                 )
             except PASS_THROUGH:
                 raise
@@ -358,6 +371,7 @@ class CaseActor:
             self.state = CaseState.DONE
             self._finish()
         elif r.status == "failed":
+            self.record = m.failure_record
             self._end_failed(r.error, r.error_path or "?", r.error_message or "the case failed")
         else:
             self._end_cancelled(self.cancel_reason or "the root thread was withdrawn")
@@ -418,6 +432,7 @@ class CaseActor:
         if state is CaseState.FAILED:
             failed = CaseFailed(self.case_id, self.error_path, self.error_message)
             failed.traceback = self.traceback
+            failed.record = self.record
             raise failed from self.cause
         raise CaseCancelled(self.case_id, self.cancel_reason or "cancelled")
 

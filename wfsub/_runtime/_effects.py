@@ -53,8 +53,12 @@ async def call_effect(
     retry: Retry | None,
     clock: Clock,
     case_id: str,
+    on_retry: Callable[[int, float, BaseException], None] | None = None,
 ) -> Mapping[str, Any] | None:
-    """Run the effect to completion (with its retries) and return its output; raise its last exception."""
+    """Run the effect to completion (with its retries) and return its output; raise its last exception.
+
+    `on_retry(attempt, delay, error)` is called before each backoff (the case traces it).
+    """
     attempts = retry.max_attempts if retry is not None else 1
     attempt = 0
     while True:
@@ -71,6 +75,8 @@ async def call_effect(
             if retry is None or attempt >= attempts or isinstance(exc, retry.non_retryable):
                 raise
             delay = retry.delay(attempt)
+            if on_retry is not None:
+                on_retry(attempt, delay, exc)
             _log.info(
                 "effect attempt failed; retrying",
                 case_id=case_id,

@@ -40,6 +40,7 @@ class TimerFired:
 @dataclass(slots=True)
 class Cancel:
     reason: str
+    compensate: bool = True
 
 
 class RegionAction(StrEnum):

@@ -301,15 +301,22 @@ class Substrate:
         machine.check_signal(name)  # unknown names are refused here, before anything is queued
         await actor.send(msg)
 
-    async def cancel(self, case_id: str) -> None:
-        """Ask a case to cancel: its work is withdrawn and its awaiters get CaseCancelled. No-op once ended."""
-        self._check_open("cancel a case")
-        self._cancel(self._get(case_id))
+    async def cancel(self, case_id: str, compensate: bool = True) -> None:
+        """Cancel a case: its work is withdrawn and its awaiters get CaseCancelled. No-op once ended.
 
-    def _cancel(self, actor: CaseActor) -> None:
+        With `compensate` (the default) the active sagas compensate and the active scopes run their on_cancel
+        first (innermost first), then the case ends cancelled; `compensate=False`, or a second cancel while it
+        compensates, ends it at once.
+        """
         self._check_open("cancel a case")
+        self._cancel(self._get(case_id), compensate)
+
+    def _cancel(self, actor: CaseActor, compensate: bool) -> None:
+        self._check_open("cancel a case")
+        if not isinstance(compensate, bool):
+            raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if not actor.state.ended:
-            actor.post(Cancel("cancelled"))
+            actor.post(Cancel("cancelled", compensate))
 
     async def cancel_region(self, case_id: str, region: str) -> None:
         """Withdraw all work of the named region (a scope or a named mi) of a case."""
@@ -447,8 +454,8 @@ class CaseHandle:
     async def signal(self, name: str, payload: Any = None) -> None:
         await self._sub._signal(self._actor, name, payload)
 
-    async def cancel(self) -> None:
-        self._sub._cancel(self._actor)
+    async def cancel(self, compensate: bool = True) -> None:
+        self._sub._cancel(self._actor, compensate)
 
     def __repr__(self) -> str:
         return f"<CaseHandle {self.case_id!r} {self._actor.state.value}>"

@@ -93,6 +93,9 @@ class Machine:
     error = _FromVm[BaseException | None]("error", "Failed: the step's exception (a CaseFailed for a limit).")
     error_path = _FromVm[str | None]("error_path", "Failed: the node path.")
     error_message = _FromVm[str | None]("error_message", "Failed: what happened.")
+    failure_record = _FromVm[dict[str, Any] | None](
+        "failure_record", "Failed at a node: the error record {type, message, path, compensated, cause}."
+    )
 
     @property
     def trace_level(self) -> str:
@@ -125,6 +128,12 @@ class Machine:
 
     def awaited_signals(self) -> tuple[str, ...]:
         return self._vm.awaited_signals()
+
+    def note(self, kind: str, path: str, detail: dict[str, Any]) -> None:
+        """Record an event the driver observed (an effect retried) in the case's own event sequence, if traced."""
+        vm = self._vm
+        if vm.tl:
+            vm.emit(kind, path, detail)
 
     def take_events(self) -> list[VmEvent]:
         """The trace events recorded since the last call (the machine forgets them)."""
