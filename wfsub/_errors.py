@@ -15,6 +15,8 @@
     ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
     ├── SnapshotMismatch     a snapshot was taken from a different program
     ├── SubstrateClosed      the Substrate was used outside its `async with` block
+    ├── WorkflowNotRegistered  a durable case named a workflow the Substrate has not registered
+    ├── ReplayDivergence     a journal does not apply to the program it is replayed on
     └── StoreError           the store refused or failed (its driver's exception is __cause__)
 """
 
@@ -225,3 +227,37 @@ class RestoredError(WfsubError):
         self.type_name = type_name
         self.message = message
         super().__init__(f"{type_name}: {message}")
+
+
+class WorkflowNotRegistered(WfsubError):
+    """A case was started from (or recorded with) a workflow name that is not registered."""
+
+    def __init__(self, name: object, registered: Iterable[str]) -> None:
+        self.name = name
+        listed = ", ".join(sorted(registered)) or "none"
+        super().__init__(
+            f"no workflow {name!r} is registered (registered: {listed}); with a store, cases start only from "
+            "workflows given as Substrate(workflows={name: term}) so that they can be recovered and replayed"
+        )
+
+
+class ReplayDivergence(WfsubError):
+    """A journal does not apply to the program it is replayed on: the first record that does not apply, what the
+    journal expected, what happened instead, and the tasks run since the previous record."""
+
+    def __init__(
+        self, case_id: str | None, seq: int, kind: str, expected: str, happened: str, tasks: Sequence[str] = ()
+    ) -> None:
+        self.case_id = case_id
+        self.seq = seq
+        self.kind = kind
+        self.expected = expected
+        self.happened = happened
+        self.tasks = list(tasks)
+        ran = ", ".join(self.tasks) if self.tasks else "none"
+        super().__init__(
+            f"case {case_id!r} diverges at journal record {seq} ({kind}): expected {expected}, but {happened}; "
+            f"tasks run since the previous record: {ran}. A task that reads a clock, randomness or global state, "
+            "or a changed workflow, makes a journal diverge: keep tasks pure, or register the version the case "
+            "started on"
+        )

@@ -88,6 +88,7 @@ class Interp:
         "cancelling",
         "closing",
         "code",
+        "digest",
         "data",
         "effects",
         "ended",
@@ -109,6 +110,7 @@ class Interp:
         "next_timer",
         "next_wid",
         "out_cancel_effects",
+        "outputs",
         "out_cancel_timers",
         "out_effects",
         "out_timers",
@@ -176,6 +178,8 @@ class Interp:
         self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
         self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
+        self.outputs: list[tuple[int, Any]] | None = None  # digesting: (ip, output) of the tasks since the last take
+        self.digest = ""  # the running digest of task outputs (see Machine.take_digest)
         self.clear_outputs()
         self.spawn(self.root, 0, self.root_env)
 
@@ -209,7 +213,7 @@ class Interp:
             self.started = True
             self.case_event("case_started")
         try:
-            if self.tl == 0 and not self.scheduler.preemptive:
+            if self.tl == 0 and not self.scheduler.preemptive and self.outputs is None:
                 steps = self.run_fast(quanta)
             else:
                 steps = self.run_general(quanta)
@@ -359,6 +363,7 @@ class Interp:
         labels = self.program.labels
         root_env = self.root_env
         events = self.events
+        outputs = self.outputs
         steps = 0
         tok: Token | None = None
         ip = 0
@@ -401,6 +406,8 @@ class Interp:
                     elif not self.merge(tok, res, ip):
                         tok = None
                         continue
+                if outputs is not None:
+                    outputs.append((ip, res))
                 if traced:
                     self.event_seq += 1
                     events.append(VmEvent((self.event_seq, "task", paths[ip], {"name": labels[ip], "token": tok.tid})))
@@ -1836,6 +1843,8 @@ def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
         return -1
     if res is not None and not m.merge(tok, res, ip):
         return -1
+    if m.outputs is not None:
+        m.outputs.append((ip, res))
     return ip + 1
 
 

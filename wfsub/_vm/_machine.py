@@ -13,6 +13,8 @@ it (`_interp.py`) trusts what it is given.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Generic, TypeVar, overload
@@ -134,6 +136,37 @@ class Machine:
         vm = self._vm
         if vm.tl:
             vm.emit(kind, path, detail)
+
+    @property
+    def digesting(self) -> bool:
+        return self._vm.outputs is not None
+
+    @digesting.setter
+    def digesting(self, on: bool) -> None:
+        """Keep a running digest of task outputs (a durable case: see take_digest). Off by default: it costs
+        one append per task and the untraced fast loop."""
+        vm = self._vm
+        if on and vm.outputs is None:
+            vm.outputs = []
+        elif not on:
+            vm.outputs = None
+
+    def take_digest(self) -> tuple[str, list[str]]:
+        """The running digest after the tasks run since the last call, and those tasks' node paths.
+
+        The digest chains: it hashes the previous digest with what each task returned (and where), so two runs
+        agree on it only if their tasks returned the same outputs in the same order. It costs in proportion to
+        what the tasks returned, not to the size of the case's data. A task output that is not JSON is hashed by
+        its repr.
+        """
+        vm = self._vm
+        outputs = vm.outputs or []
+        if outputs:
+            h = hashlib.blake2b(vm.digest.encode(), digest_size=8)
+            h.update(json.dumps(outputs, sort_keys=True, separators=(",", ":"), default=repr).encode())
+            vm.digest = h.hexdigest()
+            vm.outputs = []
+        return vm.digest, [vm.paths[ip] for ip, _ in outputs]
 
     def take_events(self) -> list[VmEvent]:
         """The trace events recorded since the last call (the machine forgets them)."""

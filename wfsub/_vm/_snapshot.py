@@ -41,6 +41,8 @@ _STATE = (
     "failing",
     "failure_record",
     "blocking",
+    "outputs",
+    "digest",
     "max_instances",
     "awaiting",
     "event_seq",

@@ -1,0 +1,114 @@
+"""The journal of a durable case: its record kinds, building them, and the JSON rule for what goes in.
+
+A case is a deterministic function of its program, its start data and its inputs at their positions in the run
+(the vm step count at which each was applied), so its journal holds exactly those:
+
+    start            {seq: 0, kind, case_id, workflow, fingerprint, data, scheduler, deadline, time}
+    signal           {seq, kind, step, time, digest, name, payload, request_id?}
+    effect           {seq, kind, step, time, digest, effect_id, path, name, result | error}
+    timer            {seq, kind, step, time, digest, timer_id, path}
+    cancel           {seq, kind, step, time, digest, reason, compensate, request_id?}
+    cancel_region, complete_region, close_instances
+                     {seq, kind, step, time, digest, region, request_id?}
+    add_instances    {seq, kind, step, time, digest, region, items, request_id?}
+    version          {seq, kind, step, time, digest, from, to}
+    end              {seq, kind, time, outcome, result? | error? | reason?}
+
+`digest` is the running digest of the task outputs since the previous record (`Machine.take_digest`), so a task
+that is not deterministic is caught at the first record after it. Tasks and the region steps inside a workflow
+are not journaled: they are part of the program and re-run on replay. Retried attempts are not inputs: only an
+effect's final outcome is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+INPUT_KINDS = frozenset(
+    {"signal", "effect", "timer", "cancel", "cancel_region", "complete_region", "add_instances", "close_instances",
+     "version"}
+)
+ERROR_TEXT_LIMIT = 8_000  # stored error messages and tracebacks are cut to this many characters
+
+
+class JournalRecord(BaseModel):
+    """One record of a case's journal, as `Substrate.journal(case_id)` returns it (the kind's fields as extras)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    seq: int
+    kind: str
+    time: float
+    step: int | None = None
+    digest: str | None = None
+
+
+def plain(value: Any) -> Any:
+    """Pydantic models dumped in JSON mode, anywhere in the value; everything else as given."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def json_problem(value: Any, where: str) -> str | None:
+    """Where `value` stops being JSON and why (`data["items"][2]["when"]: datetime is not JSON; ...`), or None."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        v, at = stack.pop()
+        if v is None or isinstance(v, bool | str):
+            continue
+        if isinstance(v, int):
+            continue
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return f"{at}: {v!r} is not JSON (no NaN or infinity); store None or a bound instead"
+            continue
+        if isinstance(v, list | tuple):
+            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
+            continue
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    return f"{at}: key {k!r} is {type(k).__name__}, but JSON keys are str; use str keys"
+                stack.append((x, f"{at}[{k!r}]"))
+            continue
+        hint = "; pass .isoformat()" if hasattr(v, "isoformat") else "; convert it to str, a number, a list or a dict"
+        return f"{at}: {type(v).__name__} is not JSON{hint}"
+    return None
+
+
+def to_json(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]:
+    """The value as the journal will give it back (pydantic models dumped, tuples as lists), and its JSON size.
+
+    Raises TypeError naming the path of a value that is not JSON, and ValueError naming `max_payload_bytes` when
+    the encoded value is larger than `limit`. Nothing is written before this has passed.
+    """
+    value = plain(value)
+    problem = json_problem(value, where)
+    if problem is not None:
+        raise TypeError(problem)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    size = len(text.encode())
+    if limit is not None and size > limit:
+        raise ValueError(
+            f"{where} is {size:,} bytes of JSON, more than max_payload_bytes={limit:,}: keep large payloads "
+            "elsewhere (a file, an object store) and pass a reference, or raise Substrate(max_payload_bytes=...)"
+        )
+    return json.loads(text), size
+
+
+def error_body(exc: BaseException, traceback: str | None = None) -> dict[str, Any]:
+    """How an effect's failure is journaled: type name, message and traceback, bounded in size."""
+    body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)[:ERROR_TEXT_LIMIT]}
+    if traceback:
+        body["traceback"] = traceback[-ERROR_TEXT_LIMIT:]
+    return body

@@ -1,0 +1,255 @@
+"""Replaying a journal: rebuild a case from its start record (or a snapshot) and the records after it.
+
+The vm runs to each record's step count before the record is applied (no effect runs: recorded outcomes are
+fed back; tasks re-run), so the replayed case passes through exactly the states the live one did. A record that
+does not apply is a divergence, named precisely (`ReplayDivergence`): an effect or timer id the program never
+requested or requested at another node path, a case that blocked or ended before the record's step, a signal
+the case cannot take, a different outcome at the end, a digest of task outputs that differs (a task that is not
+deterministic, or a changed workflow). A journal replayed on its own program never diverges.
+
+`Replayer` is the engine: recovery uses it to rebuild a live case, migration to try a journal on a newer
+version, and `replay()` (the public function) to re-run a case offline with a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._compiler import compile_workflow
+from .._errors import ReplayDivergence, RestoredError, SignalRejected
+from .._program import Program
+from .._terms import Term
+from .._trace import TraceEvent
+from .._vm import EffectRequest, Machine, RunResult, Scheduler, Seeded, TimerRequest
+from ._journal import INPUT_KINDS, JournalRecord
+
+Record = dict[str, Any]
+
+
+def scheduler_of(start: Mapping[str, Any]) -> Scheduler | None:
+    """The scheduler a start record names (None: the deterministic default)."""
+    spec = start.get("scheduler") or {"kind": "deterministic"}
+    if spec.get("kind") == "seeded":
+        return Seeded(int(spec["seed"]))
+    return None
+
+
+def as_record(record: Mapping[str, Any] | JournalRecord) -> Record:
+    return record.model_dump() if isinstance(record, JournalRecord) else dict(record)
+
+
+class Replayer:
+    """A machine rebuilt from a journal, and the requests it has open (effects in flight, timers with due times).
+
+    `time` is the acceptance time of the last record applied: a timer armed after it is due `time + seconds`.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        start: Mapping[str, Any],
+        *,
+        trace_level: str = "none",
+        snapshot: Mapping[str, Any] | None = None,
+        max_instances: int | None = None,
+    ) -> None:
+        self.case_id: str | None = start.get("case_id")
+        self.effects: dict[int, EffectRequest] = {}
+        self.timers: dict[int, tuple[TimerRequest, float]] = {}
+        self.requested: set[int] = set()  # every effect id the program asked for (pending or since withdrawn)
+        self.armed: set[int] = set()
+        self.events: list[TraceEvent] = []
+        extra = {} if max_instances is None else {"max_instances": max_instances}
+        if snapshot is None:
+            self.machine = Machine(
+                program, start["data"], scheduler=scheduler_of(start), trace_level=trace_level, case_id=self.case_id,
+                **extra,
+            )
+            self.time = float(start["time"])
+            self.seq = 0
+        else:
+            self.machine = Machine.restore(program, snapshot["machine"], case_id=self.case_id)
+            self.machine.trace_level = trace_level
+            self.time = float(snapshot["time"])
+            self.seq = int(snapshot["seq"])
+            effects, timers = self.machine.pending_requests()
+            due = {int(k): float(v) for k, v in snapshot.get("timers", {}).items()}
+            for req in effects:
+                self.effects[req.effect_id] = req
+                self.requested.add(req.effect_id)
+            for timer in timers:
+                self.timers[timer.timer_id] = (timer, due.get(timer.timer_id, self.time + timer.seconds))
+                self.armed.add(timer.timer_id)
+        self.machine.digesting = True
+        self.last: RunResult | None = None
+
+    # -- running -------------------------------------------------------------------------------------------
+
+    def absorb(self, r: RunResult) -> None:
+        """Keep the books a driver keeps: the effects and timers the run opened or withdrew."""
+        for req in r.effects:
+            self.effects[req.effect_id] = req
+            self.requested.add(req.effect_id)
+        for timer in r.timers:
+            self.timers[timer.timer_id] = (timer, self.time + timer.seconds)
+            self.armed.add(timer.timer_id)
+        for eid in r.cancelled_effects:
+            self.effects.pop(eid, None)
+        for tid in r.cancelled_timers:
+            self.timers.pop(tid, None)
+        if self.machine.trace_level != "none":
+            self.events.extend(
+                TraceEvent(case_id=self.case_id or "", seq=e[0], kind=e[1], path=e[2], detail=e[3], time=self.time)
+                for e in self.machine.take_events()
+            )
+        self.last = r
+
+    def run(self, until_step: int | None = None, quanta: int = 10_000) -> None:
+        """Run until the machine reaches `until_step`, or (None) until it blocks or ends."""
+        m = self.machine
+        while not m.ended:
+            if until_step is not None:
+                left = until_step - m.steps
+                if left <= 0:
+                    return
+                r = m.run(min(left, quanta))
+            else:
+                r = m.run(quanta)
+            self.absorb(r)
+            if r.status == "blocked":
+                return
+        if self.last is None or self.last.status not in ("done", "failed", "cancelled"):
+            self.absorb(m.run(0))
+
+    # -- applying records ----------------------------------------------------------------------------------
+
+    def diverged(
+        self, rec: Mapping[str, Any], expected: str, happened: str, tasks: Sequence[str] = ()
+    ) -> ReplayDivergence:
+        return ReplayDivergence(self.case_id, int(rec.get("seq", -1)), str(rec.get("kind")), expected, happened, tasks)
+
+    def apply(self, rec: Mapping[str, Any]) -> None:
+        """Run to the record's step and apply it; raise ReplayDivergence where it does not apply."""
+        kind = rec["kind"]
+        if kind == "end":
+            self.check_end(rec)
+            return
+        if kind not in INPUT_KINDS:
+            raise self.diverged(rec, "an input record", f"the journal holds an unknown record kind {kind!r}")
+        m = self.machine
+        step = int(rec["step"])
+        self.run(step)
+        if m.ended:
+            raise self.diverged(rec, f"a {kind} at step {step}", f"the case had already ended ({m.status})")
+        if m.steps != step:
+            waits = ", ".join(m.awaited_signals()) or "no signal"
+            raise self.diverged(
+                rec, f"a {kind} at step {step}", f"the case blocked at step {m.steps} (waiting for {waits})"
+            )
+        digest, tasks = m.take_digest()
+        if rec.get("digest") is not None and digest != rec["digest"]:
+            raise self.diverged(
+                rec, f"task outputs with digest {rec['digest']}", f"the tasks gave digest {digest}", tasks
+            )
+        self.time = float(rec["time"])
+        self.seq = int(rec["seq"])
+        self._input(rec, kind)
+
+    def _input(self, rec: Mapping[str, Any], kind: str) -> None:
+        m = self.machine
+        if kind == "effect":
+            eid = int(rec["effect_id"])
+            req = self.effects.get(eid)
+            if eid not in self.requested:
+                raise self.diverged(
+                    rec, f"a result for effect {eid} ({rec.get('name')}) at {rec.get('path')}",
+                    "the program never requested that effect",
+                )
+            if req is not None and req.path != rec.get("path"):
+                raise self.diverged(
+                    rec, f"effect {eid} at {rec.get('path')}", f"the program requested effect {eid} at {req.path}"
+                )
+            error = rec.get("error")
+            failure = None if error is None else RestoredError(error.get("type", "Exception"), error.get("message", ""))
+            self.effects.pop(eid, None)
+            m.complete_effect(eid, rec.get("result"), error=failure)
+        elif kind == "timer":
+            tid = int(rec["timer_id"])
+            armed = self.timers.get(tid)
+            if tid not in self.armed:
+                raise self.diverged(rec, f"timer {tid} at {rec.get('path')}", "the program never armed that timer")
+            if armed is not None and armed[0].path != rec.get("path"):
+                raise self.diverged(
+                    rec, f"timer {tid} at {rec.get('path')}", f"the program armed timer {tid} at {armed[0].path}"
+                )
+            self.timers.pop(tid, None)
+            m.fire_timer(tid)
+        elif kind == "signal":
+            try:
+                m.deliver_signal(rec["name"], rec.get("payload"))
+            except SignalRejected as exc:
+                raise self.diverged(rec, f"signal {rec['name']!r} taken at step {rec['step']}", str(exc)) from None
+        elif kind == "cancel":
+            m.cancel(rec.get("reason", "cancelled"), compensate=bool(rec.get("compensate", True)))
+        elif kind in ("cancel_region", "complete_region", "add_instances", "close_instances"):
+            try:
+                if kind == "cancel_region":
+                    m.cancel_region(rec["region"])
+                elif kind == "complete_region":
+                    m.complete_region(rec["region"])
+                elif kind == "add_instances":
+                    m.add_instances(rec["region"], rec["items"])
+                else:
+                    m.close_instances(rec["region"])
+            except SignalRejected:
+                pass  # refused in the live run too: an input refused at its step changes nothing
+        # "version": a migration; the records after it were made by the version being replayed
+
+    def check_end(self, rec: Mapping[str, Any]) -> None:
+        self.run()
+        m = self.machine
+        outcome = rec.get("outcome")
+        if m.ended and m.status == outcome:
+            return
+        happened = f"the case ended {m.status}" if m.ended else f"the case is {m.status}, waiting"
+        raise self.diverged(rec, f"the case to end {outcome}", happened)
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What an offline replay found: the state reached, the data, the trace, and the first divergence (or None)."""
+
+    state: str
+    data: dict[str, Any]
+    events: list[TraceEvent] = field(default_factory=list)
+    divergence: ReplayDivergence | None = None
+
+
+def replay(
+    workflow: Term | Program,
+    journal: Sequence[Mapping[str, Any] | JournalRecord],
+    *,
+    trace_level: str = "full",
+    library: Mapping[str, Term] | None = None,
+) -> ReplayReport:
+    """Re-run a case offline from its journal on `workflow` (no effect runs; recorded outcomes are fed back).
+
+    The report's `divergence` is None when the whole journal applies, else the first record that does not.
+    """
+    records = [as_record(r) for r in journal]
+    if not records or records[0].get("kind") != "start":
+        raise ValueError("a journal starts with its start record: pass sub.journal(case_id) (or `wfsub journal`)")
+    program = workflow if isinstance(workflow, Program) else compile_workflow(workflow, library=library)
+    replayer = Replayer(program, records[0], trace_level=trace_level)
+    divergence = None
+    try:
+        for rec in records[1:]:
+            replayer.apply(rec)
+        if records[-1].get("kind") != "end":
+            replayer.run()
+    except ReplayDivergence as exc:
+        divergence = exc
+    m = replayer.machine
+    return ReplayReport(str(m.status), dict(m.data), replayer.events, divergence)
