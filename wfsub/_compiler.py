@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from types import CodeType
 from typing import Any
 
 from ._errors import InvalidWorkflow
@@ -72,13 +73,42 @@ DEFAULT_MAX_CALL_DEPTH = 100
 
 
 def _fn_id(fn: object) -> str:
+    """A callable's identity for the fingerprint: module, qualified name and a digest of its code."""
     module = getattr(fn, "__module__", None) or "?"
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}.{qualname}"
+    code = _code_of(fn)
+    return f"{module}.{qualname}#{_code_digest(code)}" if code is not None else f"{module}.{qualname}"
+
+
+def _code_of(fn: object) -> CodeType | None:
+    call = type(fn).__dict__.get("__call__")  # a callable object: the code of its class's __call__
+    for candidate in (fn, getattr(fn, "__func__", None), getattr(fn, "func", None), call):
+        code = getattr(candidate, "__code__", None)
+        if isinstance(code, CodeType):
+            return code
+    return None
+
+
+def _code_digest(code: CodeType) -> str:
+    """The bytecode, constants and names of a code object and the code nested in it (not line numbers, so moving
+    a function leaves it alone; not the values a closure captured)."""
+    h = hashlib.sha256()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        h.update(c.co_code)
+        h.update(repr((c.co_names, c.co_varnames, c.co_argcount, c.co_kwonlyargcount)).encode())
+        for const in c.co_consts:
+            if isinstance(const, CodeType):
+                stack.append(const)
+            else:
+                h.update(repr(const).encode())
+    return h.hexdigest()[:16]
 
 
 def canonical(term: object) -> str:
-    """Structure of a term with functions named by module and qualified name: input of the fingerprint."""
+    """Structure of a term with each function named by module and qualified name and its code's digest: the input
+    of the fingerprint, so an edited task body or lambda makes a new version."""
     out: list[str] = []
 
     def emit(value: object) -> None:

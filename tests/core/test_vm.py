@@ -456,6 +456,24 @@ def test_fingerprint_is_stable_across_processes() -> None:
     assert wfsub.compile(seq(task(work_sync))).fingerprint != fingerprint_example()
 
 
+def test_an_edited_task_body_or_lambda_is_a_new_fingerprint() -> None:
+    """The fingerprint covers each callable's code: same name, other body, other fingerprint; same code, same."""
+
+    def make(k: int) -> Term:
+        def step(ctx: Mapping[str, Any]) -> dict[str, Any]:
+            return {"v": ctx.get("v", 0) + k}
+
+        return seq(task(step), xor((lambda c: c["v"] > 1, task(step)), default=task(step)))
+
+    def edited(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"v": ctx.get("v", 0) * 2}
+
+    edited.__qualname__ = make(1).steps[0].fn.__qualname__  # type: ignore[attr-defined]
+    assert wfsub.compile(make(1)).fingerprint == wfsub.compile(make(2)).fingerprint  # captured values do not count
+    assert wfsub.compile(seq(task(edited))).fingerprint != wfsub.compile(seq(make(1).steps[0])).fingerprint  # type: ignore[attr-defined]
+    assert wfsub.compile(wait("x", timeout=1)).fingerprint != wfsub.compile(wait("x", timeout=2)).fingerprint
+
+
 def fingerprint_example() -> str:
     return wfsub.compile(seq(task(work_sync), par(task(work_sync), wait("x")))).fingerprint
 
