@@ -31,11 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-import structlog
 from anyio.abc import TaskGroup
 
 from .._errors import CaseCancelled, CaseFailed, MachineStateError, SignalRejected, WfsubError
-from .._trace import TraceSink
+from .._trace import TraceSink, get_logger
 from ._clock import Clock
 from ._effects import PASS_THROUGH, call_effect
 from ._hub import TraceHub
@@ -45,7 +44,7 @@ from ._status import CaseState, CaseStatus
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult
 
-_log = structlog.get_logger("wfsub.runtime")
+_log = get_logger("wfsub.runtime")
 
 _ENDED = frozenset({"done", "failed", "cancelled"})
 

@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-import structlog
 
 from .._terms import Retry
+from .._trace import get_logger
 from ._clock import Clock
 
-_log = structlog.get_logger("wfsub.runtime")
+_log = get_logger("wfsub.runtime")
 
 PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 """What a step may raise and have it propagate out of wfsub: the program is stopping."""

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
-import structlog
 from anyio.abc import TaskGroup
 
-from .._trace import EventBatch, TraceSink, check_sink
+from .._trace import EventBatch, TraceSink, check_sink, get_logger
 from .._vm import VmEvent
 
-_log = structlog.get_logger("wfsub.trace")
+_log = get_logger("wfsub.trace")
 
 Batch = tuple[str, float, Sequence[VmEvent], tuple[TraceSink, ...]]
 """(case_id, time, vm events, the case's own sinks): what a case actor hands over."""

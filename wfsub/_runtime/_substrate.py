@@ -35,14 +35,13 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-import structlog
 from anyio.abc import TaskGroup
 
 from .._compiler import compile_workflow
 from .._errors import CaseExists, CaseNotFound, SubstrateClosed
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from .._terms import MAX_SECONDS, Term
-from .._trace import LEVELS, TraceLevel, TraceSink, check_sink
+from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine
 from ._case import CaseActor, Shared
 from ._clock import Clock, RealClock, VirtualClock
@@ -50,7 +49,7 @@ from ._hub import TraceHub
 from ._mailbox import Cancel, RegionAction, RegionOp, Reply, Signal
 from ._status import CaseStatus, SubstrateStatistics
 
-_log = structlog.get_logger("wfsub.runtime")
+_log = get_logger("wfsub.runtime")
 
 PROGRAM_CACHE_SIZE = 1024
 

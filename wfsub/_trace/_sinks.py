@@ -18,8 +18,8 @@ from typing import IO, Any, Protocol, runtime_checkable
 
 import anyio
 import anyio.to_thread
-import structlog
 
+from ._log import get_logger
 from ._model import TraceEvent
 
 
@@ -112,7 +112,7 @@ class StructlogSink:
     """Logs each event through structlog (`event="trace"`, with kind, case_id, seq, path, detail)."""
 
     def __init__(self, logger: Any = None, *, level: str = "info") -> None:
-        self._log = logger if logger is not None else structlog.get_logger("wfsub.trace")
+        self._log = logger if logger is not None else get_logger("wfsub.trace")
         self._level = level
 
     async def write(self, events: Sequence[TraceEvent]) -> None:
