@@ -152,6 +152,7 @@ class _Emitter:
         self.pending_calls: list[tuple[int, str]] = []  # (CALL ip, name): patched once entries are known
         self.signals: set[str] = set()
         self.persistent: set[str] = set()
+        self.signal_models: dict[str, type] = {}
         self.regions: dict[str, str] = {}
         self.region_paths: dict[str, tuple[str, ...]] = {}
         # Region steps address their own mi instance and call when every part of the region is written in the
@@ -305,6 +306,8 @@ def _emit_wait(e: _Emitter, t: Wait, path: str) -> None:
     if not t.transient:
         e.persistent.add(t.signal)
     timeout = None if t.timeout is None else float(t.timeout)
+    if t.model is not None:
+        e.signal_models[t.signal] = t.model
     e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal, t.transient, timeout)), path)
 
 
@@ -516,6 +519,7 @@ def compile_workflow(
         fingerprint=digest.hexdigest(),
         signals=frozenset(e.signals),
         persistent_signals=frozenset(e.persistent),
+        signal_models=dict(e.signal_models),
         regions=dict(e.regions),
         region_paths=dict(e.region_paths),
         entries=dict(e.entries),

@@ -40,6 +40,12 @@ class WfsubError(Exception):
     """Base class of every error wfsub raises on purpose."""
 
 
+def _where(loc: object) -> str:
+    """A pydantic error location as a dotted path (`(payload)` for the payload itself)."""
+    parts = [str(p) for p in loc] if isinstance(loc, tuple | list) else []
+    return ".".join(parts) or "(payload)"
+
+
 class InvalidWorkflow(WfsubError):
     """The workflow term has problems; `issues` lists all of them, each with its node path."""
 
@@ -116,6 +122,7 @@ class SignalRejected(WfsubError):
         self.action = action
         self.reason = reason
         self.path = path
+        self.errors: list[dict[str, object]] = []  # a payload that does not fit its model: pydantic's errors
         who = f"case {case_id!r}" if case_id is not None else "the case"
         where = f" (at {path})" if path else ""
         super().__init__(f"{who} cannot {action}{where}: {reason}")
@@ -134,6 +141,20 @@ class SignalRejected(WfsubError):
             f"the workflow never waits for signal {name!r} (it waits for: {listed}); check the signal name",
             path=path,
         )
+
+    @classmethod
+    def invalid_payload(
+        cls, case_id: str | None, name: str, model: type, errors: Sequence[Mapping[str, object]], path: str
+    ) -> SignalRejected:
+        shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in errors)
+        rejected = cls(
+            case_id,
+            f"take signal {name!r}",
+            f"its payload does not fit {model.__name__} ({shown}); send a payload that validates against it",
+            path=path,
+        )
+        rejected.errors = [dict(e) for e in errors]
+        return rejected
 
     @classmethod
     def unknown_region(

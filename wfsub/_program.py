@@ -278,6 +278,7 @@ class Program:
     fingerprint: str
     signals: frozenset[str]  # every signal name some wait/defer listens for
     persistent_signals: frozenset[str]  # names with at least one non-transient wait (buffered)
+    signal_models: Mapping[str, type]  # signal name -> the pydantic model its payload must fit (wait(model=))
     regions: Mapping[str, str]  # region name -> "scope" | "mi"
     region_paths: Mapping[str, tuple[str, ...]]  # region name -> node paths of the scopes / mi that make it
     entries: Mapping[str, int]  # library name -> entry ip

@@ -279,6 +279,7 @@ class Wait(Term):
     into: Any = None
     transient: bool = False
     timeout: Any = None
+    model: Any = None
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -599,12 +600,21 @@ def loop(
     return Loop(body, while_, until, times, max_iterations)
 
 
-def wait(signal: str, *, into: str | None = None, transient: bool = False, timeout: float | None = None) -> Term:
+def wait(
+    signal: str,
+    *,
+    into: str | None = None,
+    transient: bool = False,
+    timeout: float | None = None,
+    model: type | None = None,
+) -> Term:
     """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24).
 
-    `timeout=` seconds: when nothing arrived in time, `WaitTimeout` is a failure at this node.
+    `timeout=` seconds: when nothing arrived in time, `WaitTimeout` is a failure at this node. `model=` (a pydantic
+    model class): a payload is validated when it is sent (an invalid one is refused with SignalRejected carrying
+    pydantic's errors, and nothing changes) and stored as the model's JSON-mode dump.
     """
-    return Wait(signal, into, transient, timeout)
+    return Wait(signal, into, transient, timeout, model)
 
 
 def defer(

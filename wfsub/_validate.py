@@ -93,6 +93,7 @@ class _CaseWide:
     milestones: set[str] = field(default_factory=set)
     whens: list[tuple[str, str]] = field(default_factory=list)  # (milestone name, path of when_milestone)
     regions: dict[str, list[tuple[str, str, object]]] = field(default_factory=dict)  # name -> (path, kind, dynamic)
+    models: dict[str, tuple[type, str]] = field(default_factory=dict)  # signal name -> (payload model, first path)
     steps: list[tuple[str, str, str, str]] = field(default_factory=list)  # (kind, region, path, context suffix)
 
 
@@ -342,6 +343,17 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
         c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds, or None to wait without limit")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
+    if t.model is not None:
+        if not (isinstance(t.model, type) and issubclass(t.model, BaseModel)):
+            c.add(path, f"model must be a pydantic model class (a BaseModel subclass), got {t.model!r}")
+        elif isinstance(t.signal, str):
+            first = c.case.models.setdefault(t.signal, (t.model, path))
+            if first[0] is not t.model:
+                c.add(
+                    path,
+                    f"signal {t.signal!r} is given model {t.model.__name__} here and {first[0].__name__} at "
+                    f"{first[1]}: a signal's payload is validated once, when sent; use one model per signal name",
+                )
 
 
 def _check_defer(c: _Checker, t: Defer, path: str) -> None:

@@ -500,16 +500,16 @@ async def test_leaving_right_after_starting_still_settles_every_case() -> None:
 
 async def test_each_workflow_term_is_compiled_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """new_case compiles a term the first time it is used and reuses the program for every later case."""
-    import wfsub._runtime._substrate as substrate_module
+    import wfsub._runtime._registry as registry_module
 
     compiled: list[object] = []
-    real = substrate_module.compile_workflow  # type: ignore[attr-defined]
+    real = registry_module.compile_workflow
 
     def counting(term: Any, **kwargs: Any) -> Any:
         compiled.append(term)
         return real(term, **kwargs)
 
-    monkeypatch.setattr(substrate_module, "compile_workflow", counting)
+    monkeypatch.setattr(registry_module, "compile_workflow", counting)
     other = seq(wait("go"), task(lambda c: None))
     async with running() as (sub, _, _):
         for _ in range(5):

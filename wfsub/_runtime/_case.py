@@ -1,31 +1,38 @@
 """The case actor: one long-lived coroutine per case that drives its Machine.
 
 The actor runs vm bursts of `quanta` steps and yields to the event loop between bursts. Before every burst it
-drains its mailbox: after one wake-up it takes every message that is waiting, so a burst of 100 signals costs
+takes its mailbox: after one wake-up it takes every message that is waiting, so a burst of 100 signals costs
 one wake-up and one burst, not 100. When the vm is blocked, the actor parks on the mailbox.
 
 The mailbox is a list (swapped out whole on each drain) plus an `anyio.Event` created only while the actor is
 parked, not an anyio memory object stream: a case that finishes in its first burst (the common short case)
 allocates no mailbox machinery at all, an idle case holds one Event (`bench/runtime_bench.py` measures what an
-idle case costs), and the two kinds of message get different treatment without two streams. Inputs from
-outside the case (signals, region operations) are bounded by `mailbox_size`: a sender waits while that many
-are queued (backpressure). Messages the case generates itself (effect results, timer
-firings, cancels) are never refused: they are bounded by the work the case itself started.
+idle case costs), and the kinds of message get different treatment without several streams. Inputs from
+outside the case (signals, cancels, region operations) are bounded by `mailbox_size`: a sender waits while that
+many are queued (backpressure). Messages the case generates itself (effect results, timer firings) are never
+refused: they are bounded by the work the case itself started.
+
+A durable case (one with a `CaseJournal`) journals every input before applying it: it takes the waiting
+inputs, gives each its sequence number and the step count at which it applies, commits them in one write
+(grouped by the store with other cases' writes), then applies them in order at that count. Its senders are
+answered once their input is committed and applied. It tells the store when it parks on a signal or a timer
+(its case row, without waiting for the commit) and when it ends (an `end` record, waited for).
 
 The actor enters its own task group only when the vm first asks for an effect or a timer (or the case has a
-`timeout=`). Effects and timers run there, each under its own cancel scope, so withdrawing one cancels it at
+deadline). Effects and timers run there, each under its own cancel scope, so withdrawing one cancels it at
 once; when the case ends the whole group is cancelled, and the actor returns only after every effect and
 timer has finished, so an ended case leaves nothing running.
 
 Supervision: an exception escaping a step fails the case in the vm; any other exception in the actor (a bug,
 or a broken vm invariant) ends this case as failed and is logged. Cancellation is never caught: at shutdown it
-unwinds the actor, which marks the case cancelled ("substrate closed") on its way out.
+unwinds the actor. A memory-only case then ends cancelled ("substrate closed"); a durable one stays live in
+the store, and its in-memory awaiters get SubstrateClosed.
 """
 
 from __future__ import annotations
 
 import traceback as tb
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,20 +40,33 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from .._errors import CaseCancelled, CaseFailed, MachineStateError, SignalRejected, WfsubError
+from .._errors import (
+    CaseCancelled,
+    CaseFailed,
+    MachineStateError,
+    RestoredError,
+    SignalRejected,
+    StoreError,
+    SubstrateClosed,
+    WfsubError,
+)
 from .._trace import TraceSink, get_logger
 from ._clock import Clock
-from ._effects import PASS_THROUGH, call_effect
+from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
+from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
 from ._hub import TraceHub
-from ._mailbox import Cancel, EffectDone, Message, RegionAction, RegionOp, Signal, TimerFired
-from ._status import CaseState, CaseStatus
+from ._journal import error_body, to_json
+from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
-    from .._vm import EffectRequest, Machine, RunResult
+    from .._store import CaseRow
+    from .._vm import EffectRequest, Machine, RunResult, TimerRequest
 
 _log = get_logger("wfsub.runtime")
 
 _ENDED = frozenset({"done", "failed", "cancelled"})
+_STORE_RETRY = 1.0  # seconds between attempts to journal an input the store refused with an error
 
 
 @dataclass(slots=True)
@@ -59,6 +79,9 @@ class Shared:
     mailbox_size: int
     on_end: Callable[[CaseActor], None]
     busy: int = 0  # actors running or with messages waiting (VirtualClock settles on 0)
+    max_payload_bytes: int | None = None  # durable: the largest JSON payload an input may carry
+    on_park: Callable[[CaseActor], None] | None = None  # durable: the case parked (eviction may drop it later)
+    start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
 
 
 @dataclass(slots=True, eq=False)
@@ -81,7 +104,15 @@ class CaseActor:
     tg: TaskGroup | None = None
     scopes: dict[tuple[bool, int], anyio.CancelScope] | None = None  # (is_timer, id) -> its cancel scope
     running_effects: dict[int, EffectRequest] = field(default_factory=dict)  # effect id -> request, while it runs
+    attempts: dict[int, tuple[int, float]] = field(default_factory=dict)  # effect id -> (attempt, started at)
+    armed: dict[int, tuple[str, float]] = field(default_factory=dict)  # timer id -> (path, due)
+    requested: dict[int, tuple[str, str]] = field(default_factory=dict)  # effect id -> (path, name), until answered
+    workflow: str | None = None  # the registered name the case started from
+    final_data: dict[str, Any] | None = None  # the data when the case ended (any outcome)
     unstarted: int = 0  # effect and timer tasks started that have not run yet (see _starting)
+    journal: CaseJournal | None = None  # durable cases only
+    resume: tuple[list[EffectRequest], list[tuple[TimerRequest, float]]] | None = None  # recovered: restart these
+    deadline: float | None = None  # the case's timeout as an absolute time of the clock
     wakeups: int = 0
     steps: int = 0
     signals: tuple[str, ...] = ()
@@ -93,6 +124,7 @@ class CaseActor:
     error_path: str = ""
     error_message: str = ""
     ended_at: float | None = None
+    closed: bool = False  # durable: the Substrate closed before the case ended (it stays live in the store)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
 
@@ -103,8 +135,9 @@ class CaseActor:
             self.state = CaseState.RUNNING
             # The case starts before it takes any input, but a cancel already requested comes first: once
             # cancel() has returned, none of the case's work starts.
-            r = self._burst(drain=any(type(msg) is Cancel for msg in self.inbox))
-            if self.timeout is None:
+            first = any(type(msg) is Cancel for msg in self.inbox)
+            r = self._burst(drain=first) if self.journal is None else await self._durable_burst(drain=first)
+            if self.deadline is None and self.resume is None:
                 pending = await self._drive(r, None)
                 if pending is None:
                     return
@@ -112,9 +145,11 @@ class CaseActor:
             async with anyio.create_task_group() as tg:
                 self.tg = tg
                 self.scopes = {}
-                if self.timeout is not None:
+                if self.deadline is not None:
                     self._starting(1)
-                    tg.start_soon(self._case_timer, self.timeout)
+                    tg.start_soon(self._case_timer, self.deadline)
+                if self.resume is not None:
+                    self._restart(tg)
                 await self._drive(r, tg)
                 tg.cancel_scope.cancel()  # whatever is left (timers, late effects) stops now
         except Exception as exc:  # a runtime or vm bug: it ends this case only
@@ -122,9 +157,13 @@ class CaseActor:
             if not self.state.ended:
                 message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
                 self._end_failed(exc, "case actor", message)
+                await self._write_end()
         finally:
             if not self.state.ended:  # unwinding on cancellation: the Substrate is closing
-                self._end_cancelled("substrate closed")
+                if self.journal is not None:
+                    self._close_live()
+                else:
+                    self._end_cancelled("substrate closed")
             if not self.parked:
                 self.shared.busy -= 1
             self._starting(-self.unstarted)  # tasks cancelled before they ever ran
@@ -141,12 +180,15 @@ class CaseActor:
         """Run bursts until the case ends (None) or, without a task group, until one is needed (the result)."""
         checkpoint = anyio.lowlevel.checkpoint
         hub = self.shared.hub
+        durable = self.journal is not None
         while True:
             if hub.backlogged:  # tracing backpressure: let the hub catch up rather than drop events
                 await hub.caught_up()
             status = r.status
             if status in _ENDED:
                 self._end(r)
+                if durable:
+                    await self._write_end()
                 return None
             if tg is None:
                 if r.effects or r.timers:
@@ -158,6 +200,8 @@ class CaseActor:
             elif not self.inbox:  # park on the mailbox (inlined: one coroutine frame less per idle case)
                 self.signals = r.signals
                 self._set_waiting_state()
+                if durable:
+                    self._parked_in_store()
                 self.wake = wake = anyio.Event()
                 self.parked = True
                 self.shared.busy -= 1
@@ -165,11 +209,14 @@ class CaseActor:
                 self.wake = None
                 self.wakeups += 1
                 self.state = CaseState.RUNNING
-            r = self._burst()
+            r = self._burst() if not durable else await self._durable_burst()
 
     def _burst(self, drain: bool = True) -> RunResult:
         if drain and self.inbox:
             self._drain()
+        return self._run()
+
+    def _run(self) -> RunResult:
         m = self.machine
         assert m is not None
         r = m.run(self.shared.quanta)
@@ -200,7 +247,7 @@ class CaseActor:
             assert self.wake is not None
             self.wake.set()
 
-    async def send(self, msg: Signal | RegionOp) -> None:
+    async def send(self, msg: External) -> None:
         """Queue an external message, waiting while the mailbox holds `mailbox_size` of them."""
         limit = self.shared.mailbox_size
         while self.external >= limit and not self.state.ended:
@@ -211,8 +258,17 @@ class CaseActor:
             await event.wait()
         if self.state.ended:
             raise self.ended_error(msg.what)
+        if self.closed:
+            raise SubstrateClosed(msg.what)
         self.external += 1
         self.post(msg)
+
+    def _took_mailbox(self) -> None:
+        self.external = 0
+        if self.space:
+            waiting, self.space = self.space, None
+            for event in waiting:
+                event.set()
 
     def _drain(self) -> None:
         apply = self._apply
@@ -224,11 +280,7 @@ class CaseActor:
                 except Exception:
                     self.inbox[:0] = batch[i + 1 :]  # not applied: _finish answers their senders
                     raise
-        self.external = 0
-        if self.space:
-            waiting, self.space = self.space, None
-            for event in waiting:
-                event.set()
+        self._took_mailbox()
 
     def _apply(self, msg: Message) -> None:
         m = self.machine
@@ -240,10 +292,16 @@ class CaseActor:
                 m.deliver_signal(msg.name, msg.payload)
             except SignalRejected as exc:  # the case ended while the signal was queued
                 _log.info("signal discarded", case_id=self.case_id, signal=msg.name, reason=str(exc))
+                if msg.reply is not None:
+                    msg.reply.answer(exc)
+                return
+            if msg.reply is not None:
+                msg.reply.answer()
         elif kind is EffectDone:
             assert isinstance(msg, EffectDone)
             if self.scopes is not None:
                 self.scopes.pop((False, msg.effect_id), None)
+            self.requested.pop(msg.effect_id, None)
             try:
                 m.complete_effect(msg.effect_id, msg.output, error=msg.error)
             except MachineStateError as exc:
@@ -252,17 +310,21 @@ class CaseActor:
             assert isinstance(msg, TimerFired)
             if self.scopes is not None:
                 self.scopes.pop((True, msg.timer_id), None)
+            self.armed.pop(msg.timer_id, None)
             m.fire_timer(msg.timer_id)
         elif kind is Cancel:
             assert isinstance(msg, Cancel)
             if not m.ended:
                 self.cancel_reason = msg.reason
                 m.cancel(msg.reason, compensate=msg.compensate)
+            if msg.reply is not None:
+                msg.reply.answer()
         else:
             assert isinstance(msg, RegionOp)
             self._region(m, msg)
 
     def _region(self, m: Machine, op: RegionOp) -> None:
+        error: BaseException | None = None
         try:
             action = op.action
             if action is RegionAction.CANCEL:
@@ -275,37 +337,306 @@ class CaseActor:
             else:
                 m.close_instances(op.name)
         except (WfsubError, TypeError) as exc:
-            op.reply.error = exc
+            error = exc
         except Exception as exc:  # a bug: the sender hears of it, and the actor fails the case
-            op.reply.error = exc
+            error = exc
             raise
         finally:
-            op.reply.event.set()
+            if op.reply is not None:
+                op.reply.answer(error)
+
+    # -- journaling (durable cases) ---------------------------------------------------------------------
+
+    async def _durable_burst(self, drain: bool = True) -> RunResult:
+        if drain:
+            while self.inbox:
+                await self._journal_inbox()
+        return self._run()
+
+    async def _journal_inbox(self) -> None:
+        """Journal the waiting inputs in one commit, then apply them in order at this step (see the module)."""
+        j = self.journal
+        m = self.machine
+        assert j is not None
+        assert m is not None
+        batch, self.inbox = self.inbox, []
+        self._took_mailbox()
+        digest, _ = m.take_digest()
+        now = self.shared.clock.now()
+        entries: list[tuple[Message, dict[str, Any]]] = []
+        refused: list[tuple[int, str]] = []
+        seq = j.seq
+        for msg in batch:
+            try:
+                record = self._record_for(msg, digest, now)
+            except (WfsubError, TypeError, ValueError) as exc:  # refused before anything is written
+                self._answer(msg, exc)
+                if getattr(msg, "inbox_id", 0):
+                    refused.append((msg.inbox_id, str(exc)))  # type: ignore[union-attr]
+                continue
+            entries.append((msg, record))
+        if not entries and not refused:
+            return
+        records = [record for _, record in entries]
+        inbox_done = [msg.inbox_id for msg, _ in entries if getattr(msg, "inbox_id", 0)]  # type: ignore[union-attr]
+        row = self._row(CaseState.RUNNING) if j.row_parked else None
+        try:
+            appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
+        except StoreError as exc:
+            j.seq = seq  # nothing was written: the numbers are free again
+            self._store_failed(entries, exc)
+            return
+        if records:
+            j.time = records[-1]["time"]
+        for (msg, record), fresh in zip(entries, appended, strict=True):
+            if fresh:
+                self._apply_record(msg, record)
+            else:  # a retried call (same request_id): applied once already
+                self._answer(msg, None)
+
+    def _store_failed(self, entries: list[tuple[Message, dict[str, Any]]], exc: StoreError) -> None:
+        """The commit failed (rolled back): external callers hear of it; the case's own inputs are retried."""
+        _log.error("could not journal inputs; retrying the case's own", case_id=self.case_id, error=str(exc))
+        retry: list[Message] = []
+        for msg, _ in entries:
+            if isinstance(msg, EffectDone | TimerFired) or (isinstance(msg, Cancel) and msg.reply is None):
+                retry.append(msg)
+            else:
+                self._answer(msg, exc)
+        if retry:
+            self.shared.busy += 1
+
+            async def again() -> None:
+                try:
+                    await anyio.sleep(_STORE_RETRY)
+                finally:
+                    self.shared.busy -= 1
+                for msg in retry:
+                    self.post(msg)
+
+            assert self.shared.start_soon is not None
+            self.shared.start_soon(again)
+
+    def _answer(self, msg: Message, error: BaseException | None) -> None:
+        reply = getattr(msg, "reply", None)
+        if reply is not None:
+            reply.answer(error)
+
+    def _record_for(self, msg: Message, digest: str, now: float) -> dict[str, Any]:
+        """The journal record of an input, checked against the case as it stands (raises when it is refused)."""
+        j = self.journal
+        m = self.machine
+        assert j is not None
+        assert m is not None
+        step = m.steps
+        limit = self.shared.max_payload_bytes
+        kind = type(msg)
+        if kind is Signal:
+            assert isinstance(msg, Signal)
+            payload = m.check_signal(msg.name, msg.payload)
+            payload, _ = to_json(payload, f"signal {msg.name!r} payload", limit)
+            return j.record("signal", step, digest, now, name=msg.name, payload=payload, **_request(msg))
+        if kind is EffectDone:
+            assert isinstance(msg, EffectDone)
+            path, name = self.requested.get(msg.effect_id, ("?", "?"))
+            if msg.error is None:
+                try:
+                    output, _ = to_json(msg.output, f"effect {name!r} result", limit)
+                    return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name,
+                                    result=output)
+                except (TypeError, ValueError) as exc:  # a result that cannot be journaled fails the effect
+                    msg.error, msg.traceback = exc, None
+            error = error_body(msg.error, msg.traceback)
+            return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name, error=error)
+        if kind is TimerFired:
+            assert isinstance(msg, TimerFired)
+            path = self.armed.get(msg.timer_id, ("?", 0.0))[0]
+            return j.record("timer", step, digest, now, timer_id=msg.timer_id, path=path)
+        if kind is Cancel:
+            assert isinstance(msg, Cancel)
+            if m.ended:
+                raise self.ended_error("cancel")
+            return j.record("cancel", step, digest, now, reason=msg.reason, compensate=msg.compensate, **_request(msg))
+        assert isinstance(msg, RegionOp)
+        m.check_region(msg.action.value, msg.name)
+        fields: dict[str, Any] = {"region": msg.name, **_request(msg)}
+        if msg.action is RegionAction.ADD_INSTANCES:
+            fields["items"], _ = to_json(msg.items, f"add_instances({msg.name!r}) items", limit)
+        return j.record(msg.action.kind, step, digest, now, **fields)
+
+    def _apply_record(self, msg: Message, record: dict[str, Any]) -> None:
+        """Apply an input as decoded from its record: the live run sees exactly what a replay will."""
+        kind = type(msg)
+        if kind is Signal:
+            assert isinstance(msg, Signal)
+            msg.payload = record["payload"]
+        elif kind is EffectDone:
+            assert isinstance(msg, EffectDone)
+            if "result" in record:
+                msg.output = record["result"]
+            else:  # the live run keeps the exception itself (CaseFailed.__cause__); the vm reads its type and text
+                msg.output = None
+                if msg.error is None:
+                    msg.error = RestoredError(record["error"]["type"], record["error"]["message"])
+        elif kind is RegionOp:
+            assert isinstance(msg, RegionOp)
+            msg.items = record.get("items")
+        self._apply(msg)
+
+    def _row(self, state: CaseState) -> CaseRow:
+        """The case row as this actor sees the case now."""
+        from .._store import CaseRow
+
+        j = self.journal
+        m = self.machine
+        assert j is not None
+        timers = [{"timer_id": tid, "path": path, "due": due} for tid, (path, due) in sorted(self.armed.items())]
+        dues = [due for _, due in self.armed.values()]
+        if self.deadline is not None:
+            dues.append(self.deadline)
+        return CaseRow(
+            case_id=self.case_id,
+            workflow=j.workflow,
+            fingerprint=j.fingerprint,
+            state=state.value,
+            started_at=j.started_at,
+            updated_at=self.shared.clock.now(),
+            last_seq=j.seq,
+            at=m.threads_at() if m is not None else [],
+            signals=list(self.signals),
+            effects=[{"effect_id": eid, "path": p, "name": n} for eid, (p, n) in sorted(self.requested.items())],
+            timers=timers,
+            next_due=min(dues) if dues else None,
+            data=dict(m.data) if m is not None else self.final_data,
+            order=j.order,
+        )
+
+    def _parked_in_store(self) -> None:
+        """Parked on a signal or a timer with nothing in flight: tell the store (no need to wait for it)."""
+        j = self.journal
+        m = self.machine
+        assert j is not None
+        assert m is not None
+        if self.state not in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER) or self.requested:
+            return
+        from .._store import CaseWrite
+
+        snapshot = None
+        if j.since_snapshot >= SNAPSHOT_EVERY:
+            snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in self.armed.items()})
+            j.since_snapshot = 0
+        row = self._row(self.state)
+        j.row_parked = True
+        self.shared.busy += 1
+        self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot))
+        if self.shared.on_park is not None:
+            self.shared.on_park(self)
+
+    def _spawn_store_write(self, change: Any) -> None:
+        """A write whose loss a crash makes harmless (the row says 'live' until it lands): not waited for."""
+        j = self.journal
+        assert j is not None
+
+        async def write() -> None:
+            try:
+                await j.store.write(change, wait=False)
+            except StoreError as exc:
+                _log.warning("could not record a parked case's row", case_id=self.case_id, error=str(exc))
+            finally:
+                self.shared.busy -= 1
+
+        assert self.shared.start_soon is not None
+        self.shared.start_soon(write)
+
+    async def _write_end(self) -> None:
+        """The case ended: its `end` record (and final row), waited for before its awaiters are released."""
+        j = self.journal
+        if j is None:
+            return
+        now = self.shared.clock.now()
+        end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value}
+        if self.state is CaseState.DONE:
+            end["result"] = self.final_data
+        elif self.state is CaseState.FAILED:
+            end["error"] = {
+                "type": type(self.cause).__name__ if self.cause is not None else "StepFailed",
+                "message": self.error_message,
+                "path": self.error_path,
+                "traceback": (self.traceback or "")[-8_000:] or None,
+                "record": self.record,
+            }
+        else:
+            end["reason"] = self.cancel_reason
+        row = self._row(self.state)
+        row.ended_at = self.ended_at
+        row.error = end.get("error")
+        row.cancel_reason = self.cancel_reason if self.state is CaseState.CANCELLED else None
+        row.at, row.signals, row.effects, row.timers, row.next_due = [], [], [], [], None
+        try:
+            with anyio.CancelScope(shield=True):
+                await j.commit([end], row=row)
+            j.seq += 1
+        except StoreError as exc:  # recovery will replay the case to its end and write it then
+            _log.error("could not record a case's end", case_id=self.case_id, error=str(exc))
+
+    def _close_live(self) -> None:
+        """The Substrate closes with a durable case still live: nothing is written; awaiters get SubstrateClosed."""
+        self.closed = True
+        self.machine = None
+        for msg in self.inbox:
+            self._answer(msg, SubstrateClosed("apply an input: the case stays live in the store"))
+        self.inbox.clear()
 
     # -- effects and timers ---------------------------------------------------------------------------
 
     def _io(self, r: RunResult, tg: TaskGroup) -> None:
         scopes = self.scopes
         assert scopes is not None
-        for eid in r.cancelled_effects:
-            scope = scopes.pop((False, eid), None)
-            if scope is not None:
-                scope.cancel()
+        j = self.journal
+        base = j.time if j is not None else self.shared.clock.now()  # timers are due from the last record applied
         for tid in r.cancelled_timers:
+            self.armed.pop(tid, None)
             scope = scopes.pop((True, tid), None)
             if scope is not None:
                 scope.cancel()
+        for eid in r.cancelled_effects:
+            self.requested.pop(eid, None)
+            scope = scopes.pop((False, eid), None)
+            if scope is not None:
+                scope.cancel()
         for req in r.effects:
-            scope = scopes[(False, req.effect_id)] = anyio.CancelScope()
-            self._starting(1)
-            tg.start_soon(self._effect, req, scope)
+            self._start_effect(req, tg)
         for timer in r.timers:
-            scope = scopes[(True, timer.timer_id)] = anyio.CancelScope()
-            self._starting(1)
-            tg.start_soon(self._timer, timer.timer_id, timer.seconds, scope)
+            self._arm(timer.timer_id, timer.path, base + timer.seconds, tg)
 
-    def _retrying(self, req: EffectRequest, attempt: int, delay: float, exc: BaseException) -> None:
+    def _start_effect(self, req: EffectRequest, tg: TaskGroup) -> None:
+        assert self.scopes is not None
+        self.requested[req.effect_id] = (req.path, req.name)
+        scope = self.scopes[(False, req.effect_id)] = anyio.CancelScope()
+        self._starting(1)
+        tg.start_soon(self._effect, req, scope)
+
+    def _arm(self, timer_id: int, path: str, due: float, tg: TaskGroup) -> None:
+        assert self.scopes is not None
+        self.armed[timer_id] = (path, due)
+        scope = self.scopes[(True, timer_id)] = anyio.CancelScope()
+        self._starting(1)
+        tg.start_soon(self._timer, timer_id, due, scope)
+
+    def _restart(self, tg: TaskGroup) -> None:
+        """A recovered case: start again the effects that were in flight and re-arm its timers at their due time."""
+        assert self.resume is not None
+        effects, timers = self.resume
+        self.resume = None
+        for req in effects:
+            self._start_effect(req, tg)
+        for timer, due in timers:
+            self._arm(timer.timer_id, timer.path, due, tg)
+
+    def _retrying(self, req: EffectRequest, info: EffectInfo, attempt: int, delay: float, exc: BaseException) -> None:
         """An effect attempt failed and will be retried: a trace event (level min) in the case's own sequence."""
+        self.attempts[req.effect_id] = (attempt + 1, self.shared.clock.now() + delay)
+        info.attempt = attempt + 1
         m = self.machine
         if m is None or self.level == "none":
             return
@@ -325,6 +656,9 @@ class CaseActor:
         self._starting(-1)
         running = self.running_effects
         running[req.effect_id] = req
+        self.attempts[req.effect_id] = (1, self.shared.clock.now())
+        info = EffectInfo(self.case_id, req.effect_id, req.name, req.path, 1)
+        token = current_effect.set(info)
         with scope:
             try:
                 output = await call_effect(
@@ -336,28 +670,31 @@ class CaseActor:
                     retry=req.retry,
                     clock=self.shared.clock,
                     case_id=self.case_id,
-                    on_retry=lambda attempt, delay, exc: self._retrying(req, attempt, delay, exc),
+                    on_retry=lambda attempt, delay, exc: self._retrying(req, info, attempt, delay, exc),
                 )
             except PASS_THROUGH:
                 raise
             except anyio.get_cancelled_exc_class():
                 raise  # the runtime cancelled it (call_effect turned any other CancelledError into a failure)
             except BaseException as exc:  # the effect failed (after its retries): the case decides what follows
-                self.post(EffectDone(req.effect_id, None, exc))
+                text = "".join(tb.format_exception(exc)) if self.journal is not None else None
+                self.post(EffectDone(req.effect_id, None, exc, text))
             else:
                 self.post(EffectDone(req.effect_id, output, None))
             finally:
                 running.pop(req.effect_id, None)
+                self.attempts.pop(req.effect_id, None)
+                current_effect.reset(token)
 
-    async def _timer(self, timer_id: int, seconds: float, scope: anyio.CancelScope) -> None:
+    async def _timer(self, timer_id: int, due: float, scope: anyio.CancelScope) -> None:
         self._starting(-1)
         with scope:
-            await self.shared.clock.sleep(seconds)
+            await self.shared.clock.sleep(max(0.0, due - self.shared.clock.now()))
             self.post(TimerFired(timer_id))
 
-    async def _case_timer(self, seconds: float) -> None:
+    async def _case_timer(self, deadline: float) -> None:
         self._starting(-1)
-        await self.shared.clock.sleep(seconds)
+        await self.shared.clock.sleep(max(0.0, deadline - self.shared.clock.now()))
         self.post(Cancel("timeout"))
 
     # -- ending -----------------------------------------------------------------------------------------
@@ -398,19 +735,20 @@ class CaseActor:
         m = self.machine
         if m is not None:
             self.steps = m.steps
+            self.final_data = m.data
             if self.level != "none":
                 events = m.take_events()
                 if events:
                     self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
         self.machine = None
         self.signals = ()
+        self.armed.clear()
+        self.requested.clear()
         self.ended_at = self.shared.clock.now()
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
-        for msg in self.inbox:  # region operations that will never run: answer them
-            if type(msg) is RegionOp:
-                msg.reply.error = self.ended_error(msg.what)
-                msg.reply.event.set()
+        for msg in self.inbox:  # inputs that will never be applied: answer their senders
+            self._answer(msg, self.ended_error(getattr(msg, "what", "apply an input")))
         self.inbox.clear()
         if self.space:
             for event in self.space:
@@ -433,17 +771,39 @@ class CaseActor:
             failed.traceback = self.traceback
             failed.record = self.record
             raise failed from self.cause
+        if self.closed:
+            raise SubstrateClosed(f"await case {self.case_id!r}: it stays live in the store; await it after re-opening")
         raise CaseCancelled(self.case_id, self.cancel_reason or "cancelled")
+
+    def data(self) -> dict[str, Any]:
+        """A copy of the case's data now (its final data once it has ended)."""
+        m = self.machine
+        return dict(m.data if m is not None else self.final_data or {})
 
     def status(self) -> CaseStatus:
         m = self.machine
+        at: tuple[str, ...] = ()
         if m is not None:
             steps, effects, timers, regions = m.steps, m.pending_effects, m.armed_timers, tuple(m.live_regions())
+            at = tuple(m.threads_at())
         else:
             steps, effects, timers, regions = self.steps, 0, 0, ()
-        error = None
+        error = failure = None
         if self.state is CaseState.FAILED:
             error = str(CaseFailed(self.case_id, self.error_path, self.error_message))
+            failure = Failure(
+                type=type(self.cause).__name__ if self.cause is not None else "StepFailed",
+                message=self.error_message,
+                path=self.error_path,
+                traceback=self.traceback,
+                compensated=tuple((self.record or {}).get("compensated") or ()),
+            )
+        in_flight = tuple(
+            EffectStatus(effect_id=eid, name=name, path=path, attempt=self.attempts.get(eid, (1, 0.0))[0],
+                         started_at=self.attempts.get(eid, (1, None))[1])
+            for eid, (path, name) in sorted(self.requested.items())
+        )
+        armed = tuple(TimerStatus(timer_id=tid, path=path, due=due) for tid, (path, due) in sorted(self.armed.items()))
         return CaseStatus(
             case_id=self.case_id,
             state=self.state,
@@ -457,7 +817,17 @@ class CaseActor:
             ended_at=self.ended_at,
             error=error,
             cancel_reason=self.cancel_reason if self.state is CaseState.CANCELLED else None,
+            workflow=self.workflow,
+            at=at,
+            effects=in_flight,
+            timers=armed,
+            failure=failure,
         )
+
+
+def _request(msg: Any) -> dict[str, Any]:
+    request_id = getattr(msg, "request_id", None)
+    return {} if request_id is None else {"request_id": request_id}
 
 
 def _drop_frames(exc: BaseException | None) -> None:
@@ -473,3 +843,4 @@ def _drop_frames(exc: BaseException | None) -> None:
         todo.extend((e.__cause__, e.__context__))
         if isinstance(e, BaseExceptionGroup):
             todo.extend(e.exceptions)
+

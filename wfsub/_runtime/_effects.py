@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -28,6 +30,39 @@ _log = get_logger("wfsub.runtime")
 
 PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 """What a step may raise and have it propagate out of wfsub: the program is stopping."""
+
+
+@dataclass(slots=True)
+class EffectInfo:
+    """What an effect can learn about itself through `wfsub.effect_info()` while it runs.
+
+    `idempotency_key` is the same for every attempt, after a recovery and in a replay (the case id, the effect
+    id and the node path), so an effect can make its side effect idempotent: pass it to the payment provider,
+    or record it with what the effect did and skip work already done.
+    """
+
+    case_id: str
+    effect_id: int
+    name: str
+    path: str
+    attempt: int
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.case_id}:{self.effect_id}:{self.path}"
+
+
+current_effect: ContextVar[EffectInfo | None] = ContextVar("wfsub_effect", default=None)
+
+
+def effect_info() -> EffectInfo:
+    """The effect running in this task: case id, effect id, name, node path, attempt, idempotency key."""
+    info = current_effect.get()
+    if info is None:
+        raise RuntimeError(
+            "effect_info() is called outside an effect: call it from the async function given to effect()"
+        )
+    return info
 
 
 class EffectResultError(TypeError):

@@ -15,8 +15,9 @@ logged: the first of each, then every 1,000th, so a broken sink cannot flood the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -91,10 +92,18 @@ class _SinkWorker:
 class TraceHub:
     """Receives event batches from the cases and fans them out to the sinks (see the module docstring)."""
 
-    def __init__(self, sinks: Sequence[TraceSink], *, buffer: int = 10_000, sink_buffer: int = 10_000) -> None:
+    def __init__(
+        self,
+        sinks: Sequence[TraceSink],
+        *,
+        buffer: int = 10_000,
+        sink_buffer: int = 10_000,
+        redact: Callable[[Any], Any] | None = None,
+    ) -> None:
         for sink in sinks:
             check_sink(sink)
         self.stats = TraceStats()
+        self._redact = redact
         self._sinks = tuple(sinks)
         self._sink_buffer = sink_buffer
         self._buffer = buffer
@@ -224,10 +233,10 @@ class TraceHub:
         for batch in batches:
             sinks = batch[3]
             if sinks:
-                own = EventBatch([batch])
+                own = EventBatch([batch], self._redact)
                 for sink in sinks:
                     self._worker(sink).offer(own)
         if self._global:
-            everything = EventBatch(batches)
+            everything = EventBatch(batches, self._redact)
             for worker in self._global:
                 worker.offer(everything)

@@ -15,6 +15,7 @@ class CaseState(StrEnum):
     WAITING_EFFECT = "waiting_effect"  # parked; at least one effect is in flight
     WAITING_SIGNAL = "waiting_signal"  # parked; no effect in flight, tokens wait on signals (or region inputs)
     WAITING_TIMER = "waiting_timer"  # parked; only timers can wake it
+    SUSPENDED = "suspended"  # durable: no registered version can run it (see suspended_reason); still cancellable
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -23,14 +24,55 @@ class CaseState(StrEnum):
     def ended(self) -> bool:
         return self in _FINAL
 
+    @property
+    def parked(self) -> bool:
+        """Waiting for a signal or a timer, nothing in flight: a case that may be evicted or left in the store."""
+        return self in _PARKED
+
 
 _FINAL = frozenset({CaseState.DONE, CaseState.FAILED, CaseState.CANCELLED})
+_PARKED = frozenset({CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER})
+
+
+class EffectStatus(BaseModel):
+    """An effect in flight: which, where, and its attempt (1 for the first)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    effect_id: int
+    name: str
+    path: str
+    attempt: int = 1
+    started_at: float | None = None
+
+
+class TimerStatus(BaseModel):
+    """An armed timer: where, and when it falls due (seconds of the Substrate's clock)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    timer_id: int
+    path: str
+    due: float
+
+
+class Failure(BaseModel):
+    """Why a case failed: the error's type and message, the node path, its traceback, what was compensated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    message: str
+    path: str
+    traceback: str | None = None
+    compensated: tuple[str, ...] = ()
 
 
 class CaseStatus(BaseModel):
     """A snapshot of one case, as `Substrate.status(case_id)` returns it.
 
-    Times are in seconds of the Substrate's clock (`time.time()` for the real clock).
+    Times are in seconds of the Substrate's clock (`time.time()` for the real clock). For a durable case of an
+    earlier run that is not loaded, the fields are as the store last recorded them.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -47,6 +89,12 @@ class CaseStatus(BaseModel):
     ended_at: float | None = None
     error: str | None = None  # failed: the CaseFailed message
     cancel_reason: str | None = None  # cancelled: why ("cancelled", "timeout", "substrate closed", ...)
+    workflow: str | None = None  # the registered name it started from (None: started from a term)
+    at: tuple[str, ...] = ()  # node paths where its threads are now
+    effects: tuple[EffectStatus, ...] = ()  # in flight
+    timers: tuple[TimerStatus, ...] = ()  # armed
+    failure: Failure | None = None  # failed: type, message, node path, traceback
+    suspended_reason: str | None = None  # suspended: the ReplayDivergence text
 
     @property
     def ended(self) -> bool:
@@ -63,8 +111,9 @@ class SubstrateStatistics(BaseModel):
     cases_done: int
     cases_failed: int
     cases_cancelled: int
-    cases_retained: int  # ended cases whose result is still kept
-    cases_evicted: int  # ended cases dropped by the `retain_ended` bound
-    trace_events: int  # events handed to the trace-sink actor
+    cases_retained: int  # ended cases whose result is still kept in memory
+    cases_evicted: int  # ended cases dropped from memory by the `retain_ended` bound
+    trace_events: int  # events handed to the trace hub
     trace_dropped: int  # events dropped because a trace buffer was full
     sink_errors: int  # times a sink raised
+    cases_parked_out: int = 0  # durable cases waiting in the store, not in memory (evict_after, or earlier runs)

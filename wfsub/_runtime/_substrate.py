@@ -1,57 +1,83 @@
 """`Substrate`: the root supervisor that an application enters with `async with`, and `CaseHandle`.
 
-The Substrate owns a root task group holding the trace-sink actor and, nested in it, the task group of the case
-actors; a registry of cases; and a cache of compiled programs (one per distinct workflow term). It is the
-only way in: every method checks its arguments and says what was wrong and how to fix it.
+The Substrate owns a root task group holding the trace hub and, nested in it, the task group of the case actors
+(and, with a store, the loops that run beside them); a registry of cases in memory; the registered workflows; and
+a cache of compiled programs. It is the only way in: every method checks its arguments and says what was wrong
+and how to fix it.
 
 Decisions written down here:
-- `new_case` returns once the case is registered and its actor scheduled; it does not wait for the actor's
-  first burst. Everything that can fail at start (validation, compilation, bad data) fails inside `new_case`,
-  before anything is scheduled, so start-up errors still reach the caller.
-- `signal` returns once the signal is queued in the case's mailbox, not when the case has consumed it; it waits
-  only while the mailbox is full. A signal queued just before the case ends is discarded (and logged).
-- `cancel_region`, `complete_region` and `add_instances` wait until the case has applied them, so that an
-  operation the case cannot take raises `SignalRejected` in the caller.
+- `new_case` returns once the case is registered and its actor scheduled (with a store: once its `start` record
+  is durable); it does not wait for the actor's first burst. Everything that can fail at start (validation,
+  compilation, bad or non-JSON data) fails inside `new_case`, before anything is scheduled or written.
+- Without a store, `signal` returns once the signal is queued in the case's mailbox (it waits only while the
+  mailbox is full); with a store, once its record is committed and applied. `cancel_region`, `complete_region`,
+  `add_instances` and `close_instances` wait until the case has applied them, so an operation the case cannot
+  take raises `SignalRejected` in the caller; with a store, `cancel` waits for its record too.
 - `cancel` of a case that has already ended does nothing.
-- Ended cases keep their result for `await_case` and `status`, up to `retain_ended` of them (oldest dropped
-  first; a dropped id raises `CaseNotFound`). A `CaseHandle` keeps its own case's outcome regardless.
-- `await_case` returns (or raises) once the case has ended and its effects and timers have stopped; each
-  caller gets its own shallow copy of the final data.
+- Ended cases keep their result in memory for `await_case`, `status` and `data`, up to `retain_ended` of them
+  (oldest dropped first; without a store a dropped id raises `CaseNotFound`; with one, it is read from the store).
+  A `CaseHandle` keeps its own case's outcome regardless.
+- `await_case` returns (or raises) once the case has ended and its effects and timers have stopped; each caller
+  gets its own shallow copy of the final data. `timeout=0` checks without waiting.
 - Timeouts of `await_case` and `new_case(timeout=...)` run on the Substrate's clock, like every other timer.
 - A case is traced only when some sink will see its events: with `trace_level="min"` and no sinks, cases run
   the vm's untraced loop until `trace(case_id, level, sink)` gives one of them a sink.
-- Leaving the `async with` cancels every live case (their awaiters get `CaseCancelled` with reason
-  "substrate closed"), waits for their effects and timers to stop, then lets the trace-sink actor deliver what
-  it holds (at most `shutdown_timeout` seconds) and close the sinks.
+- Leaving the `async with` without a store cancels every live case without compensation (their awaiters get
+  `CaseCancelled` with reason "substrate closed"); with a store it writes nothing: live cases stay live in the
+  store and in-memory awaiters get `SubstrateClosed`. Either way it waits for effects and timers to stop (naming,
+  after `shutdown_timeout`, the effects that ignore cancellation), then lets the trace hub deliver what it holds
+  (at most `shutdown_timeout` seconds) and close the sinks.
+- `status`, `data` and `cases` are synchronous: for a case in memory they copy what the actor holds; for a durable
+  case that is not in memory they read its row from the store on the calling thread (a small indexed read).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import secrets
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from pydantic import BaseModel, ValidationError
 
-from .._compiler import compile_workflow
-from .._errors import CaseExists, CaseNotFound, SubstrateClosed
+from .._errors import (
+    CaseCancelled,
+    CaseExists,
+    CaseFailed,
+    CaseNotFound,
+    ReplayDivergence,
+    RestoredError,
+    SignalRejected,
+    StoreError,
+    SubstrateClosed,
+    WorkflowNotRegistered,
+)
 from .._program import DEFAULT_MAX_INSTANCES, Program
+from .._store import CaseRow, CaseWrite, InboxRow, Store
+from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
-from .._vm import Machine
+from .._vm import Machine, Scheduler, Seeded
 from ._case import CaseActor, Shared
 from ._clock import Clock, RealClock, VirtualClock
+from ._durable import CaseJournal
 from ._hub import TraceHub
-from ._mailbox import Cancel, RegionAction, RegionOp, Reply, Signal
-from ._status import CaseStatus, SubstrateStatistics
+from ._journal import JournalRecord, plain, to_json
+from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
+from ._persist import Background, Loaded, end_suspended, rebuild, status_of
+from ._registry import Workflows
+from ._status import CaseState, CaseStatus, SubstrateStatistics
 
 _log = get_logger("wfsub.runtime")
 
 PROGRAM_CACHE_SIZE = 1024
+DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
 
 
 def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
@@ -64,12 +90,14 @@ def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
         raise ValueError(f"{name}={value!r} is more than {MAX_SECONDS:g} seconds (about 31 years): {fix}")
 
 
-def _check_data(data: object) -> None:
+def _check_data(data: object) -> dict[str, Any] | None:
     if data is None:
-        return
+        return None
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
     if not isinstance(data, Mapping):
         raise TypeError(
-            f"case data must be a mapping (a dict with str keys), got {type(data).__name__}; "
+            f"case data must be a mapping (a dict with str keys) or a pydantic model, got {type(data).__name__}; "
             f"pass e.g. new_case(workflow, {{'order_id': 42}})"
         )
     for key in data:
@@ -77,6 +105,16 @@ def _check_data(data: object) -> None:
             raise TypeError(
                 f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
             )
+    return dict(data)
+
+
+def _check_request_id(request_id: object) -> None:
+    if request_id is not None and (not isinstance(request_id, str) or not request_id):
+        raise TypeError(f"request_id must be a non-empty str (or None), got {request_id!r}")
+
+
+def _no_redaction(value: Any) -> Any:
+    return value
 
 
 class Substrate:
@@ -86,13 +124,21 @@ class Substrate:
     - `sinks`: trace sinks that get the events of every case.
     - `quanta`: vm steps per burst before the case actor yields to the event loop.
     - `clock`: a `Clock`; the real clock by default, `wfsub.testing.VirtualClock()` in tests.
-    - `library`: `{name: workflow}` that `call(name)` looks workflows up in.
+    - `workflows`: `{name: term}` or `{name: [older, ..., newest]}`: the workflows cases start from by name (with a
+      store, the only ones), and that `call(name)` finds (the newest version).
+    - `library`: `{name: workflow}` that `call(name)` looks workflows up in (the older spelling of `workflows`).
+    - `store`: None (memory only), a path or `sqlite:///path` (SQLite, the embedded default), `postgresql://...`,
+      or a store object (`wfsub.stores.SqliteStore`, `MemoryStore`): durable cases (see the README).
     - `mailbox_size`: external inputs (signals, region operations) queued per case before senders wait.
-    - `retain_ended`: how many ended cases keep their result for `await_case` / `status` (oldest dropped first).
-    - `trace_buffer`: event batches buffered for the trace-sink actor, and per sink, before events are dropped.
+    - `retain_ended`: how many ended cases keep their result in memory (oldest dropped first).
+    - `trace_buffer`: event batches buffered by the trace hub, and per sink, before events are dropped.
     - `shutdown_timeout`: seconds the sinks get on exit to take the events still buffered; effects still
       running that long after the cases were cancelled are logged (a WARNING naming them) and waited for.
     - `max_instances`: the most instances one mi without `max=` may start; beyond it the case fails at the mi.
+    - `max_payload_bytes`: with a store, the largest JSON size of start data, a signal payload, `add_instances`
+      items or an effect result (a bigger one is refused with a ValueError naming the limit; nothing is written).
+    - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
+      messages and tracebacks in `status`), never to the journal.
     """
 
     def __init__(
@@ -102,51 +148,65 @@ class Substrate:
         sinks: Sequence[TraceSink] = (),
         quanta: int = 100,
         clock: Clock | None = None,
+        workflows: Mapping[str, Any] | None = None,
         library: Mapping[str, Term] | None = None,
+        store: Any = None,
         mailbox_size: int = 1024,
         retain_ended: int = 10_000,
         trace_buffer: int = 10_000,
         shutdown_timeout: float = 5.0,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
+        redact: Callable[[Any], Any] | None = None,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
-        for value, name in ((quanta, "quanta"), (mailbox_size, "mailbox_size"), (trace_buffer, "trace_buffer")):
+        for value, name in (
+            (quanta, "quanta"),
+            (mailbox_size, "mailbox_size"),
+            (trace_buffer, "trace_buffer"),
+            (max_instances, "max_instances"),
+            (max_payload_bytes, "max_payload_bytes"),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if isinstance(retain_ended, bool) or not isinstance(retain_ended, int) or retain_ended < 0:
             raise ValueError(f"retain_ended must be an int >= 0, got {retain_ended!r}")
         _positive(shutdown_timeout, "shutdown_timeout")
-        if isinstance(max_instances, bool) or not isinstance(max_instances, int) or max_instances < 1:
-            raise ValueError(f"max_instances must be an int >= 1, got {max_instances!r}")
-        if library is not None and not isinstance(library, Mapping):
-            raise TypeError(f"library must be a mapping of name -> workflow, got {type(library).__name__}")
         if isinstance(sinks, TraceSink) or not isinstance(sinks, Sequence):
             raise TypeError("sinks must be a sequence of sinks, e.g. sinks=[MemorySink()]")
         for sink in sinks:
             check_sink(sink)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must provide now(), sleep() and deadline_scope(); got {type(clock).__name__}")
+        if redact is not None and not callable(redact):
+            raise TypeError(f"redact must be a function over data (or None), got {type(redact).__name__}")
+        self._workflows = Workflows(workflows, library)  # raises InvalidWorkflow for a broken version
+        self._store: Store | None = _open_store(store)
         self._level = trace_level
         self._sinks = tuple(sinks)
         self._quanta = quanta
         self._clock: Clock = clock if clock is not None else RealClock()
-        self._library = dict(library) if library is not None else None
         self._mailbox_size = mailbox_size
         self._retain = retain_ended
         self._trace_buffer = trace_buffer
         self._shutdown_timeout = shutdown_timeout
         self._max_instances = max_instances
+        self._max_payload = max_payload_bytes
+        self._redact = redact or _no_redaction
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
+        self._loading: dict[str, anyio.Event] = {}
         self._ended: deque[str] = deque()
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
+        self._owner = f"substrate-{secrets.token_hex(6)}"
         self._phase = "new"  # new -> open -> closed
         self._root: TaskGroup | None = None
         self._case_tg: TaskGroup | None = None
         self._hub: TraceHub | None = None
         self._shared: Shared | None = None
+        self._background: Background | None = None
         self._detach_clock: Any = None
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0}
 
@@ -155,22 +215,63 @@ class Substrate:
     async def __aenter__(self) -> Substrate:
         if self._phase != "new":
             raise RuntimeError("a Substrate can be entered only once; make a new Substrate instead")
-        hub = self._hub = TraceHub(self._sinks, buffer=self._trace_buffer, sink_buffer=self._trace_buffer)
-        self._shared = Shared(self._clock, hub, self._quanta, self._mailbox_size, self._on_end)
+        if self._store is not None:
+            await self._store.open(owner=True, owner_id=self._owner)  # raises StoreError for a second owner
+        hub = self._hub = TraceHub(
+            self._sinks, buffer=self._trace_buffer, sink_buffer=self._trace_buffer, redact=self._redact
+        )
+        shared = self._shared = Shared(self._clock, hub, self._quanta, self._mailbox_size, self._on_end)
         root = self._root = anyio.create_task_group()
         await root.__aenter__()
         root.start_soon(hub.run)
         case_tg = self._case_tg = anyio.create_task_group()
         await case_tg.__aenter__()
+        shared.start_soon = lambda fn: case_tg.start_soon(fn)
         if isinstance(self._clock, VirtualClock):
-            shared = self._shared
             self._detach_clock = self._clock.attach(lambda: shared.busy == 0)
         self._phase = "open"
+        if self._store is not None:
+            try:
+                await self._open_durable(self._store, case_tg)
+            except BaseException:
+                await self.__aexit__(None, None, None)
+                raise
         return self
+
+    async def _open_durable(self, store: Store, case_tg: TaskGroup) -> None:
+        assert self._shared is not None
+        self._shared.max_payload_bytes = self._max_payload
+        background = self._background = Background(
+            store, self._clock.now, self._clock.sleep, self._cases, self._load_quietly, self._route_inbox, self._busy
+        )
+        for row in await store.live():  # running, or with effects in flight: resumed now
+            await self._load_quietly(row.case_id)
+        for state in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER, CaseState.SUSPENDED):
+            case_tg.start_soon(self._check_versions, state.value)
+        case_tg.start_soon(background.due_loop)
+        case_tg.start_soon(background.inbox_loop)
+
+    async def _check_versions(self, state: str) -> None:
+        """Parked cases recorded on a version that is not registered (or suspended ones whose version came back):
+        checked now, in the background, so what a deploy does to cases in flight is known when it starts."""
+        assert self._store is not None
+        before: int | None = None
+        while True:
+            rows = await self._store.cases(state=state, limit=500, before=before)
+            if not rows:
+                return
+            for row in rows:
+                if row.case_id in self._cases:
+                    continue
+                if state == CaseState.SUSPENDED.value or self._workflows.find(row.fingerprint) is None:
+                    await self._load_quietly(row.case_id)
+            before = rows[-1].order
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
+        if self._phase == "closed":
+            return None
         self._phase = "closed"
         assert self._root is not None
         assert self._case_tg is not None
@@ -192,6 +293,9 @@ class Substrate:
             await self._root.__aexit__(None, None, None)
             if self._detach_clock is not None:
                 self._detach_clock()
+            if self._store is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._store.close()
         if self._counts["cancelled"] > cancelled_before:
             cancelled = self._counts["cancelled"] - cancelled_before
             _log.info("substrate closed; live cases were cancelled", cancelled=cancelled)
@@ -218,62 +322,135 @@ class Substrate:
         if self._phase != "open":
             raise SubstrateClosed(what)
 
+    def _busy(self, n: int) -> None:
+        if self._shared is not None:
+            self._shared.busy += n
+
     # -- starting cases ------------------------------------------------------------------------------------
 
     async def new_case(
         self,
-        workflow: Term,
-        data: Mapping[str, Any] | None = None,
+        workflow: str | Term,
+        data: Mapping[str, Any] | BaseModel | None = None,
         *,
         case_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
+        scheduler: str | Scheduler = "deterministic",
     ) -> CaseHandle:
-        """Validate and compile `workflow` (once per term), register a case and start its actor."""
+        """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
+
+        With a store the workflow must be registered, the data must be JSON, and the call returns once the case's
+        `start` record is durable. `scheduler`: "deterministic" (the default) or `Seeded(seed)` (recorded, so a
+        replay makes the same choices).
+        """
         self._check_open("start a case")
-        _check_data(data)
+        start_data = _check_data(data)
         _positive(timeout, "timeout", allow_none=True)
+        seed = self._seed_of(scheduler)
+        case_id = self._new_id(case_id)
+        program, name = self._program(workflow)
+        durable = self._store is not None
+        if durable:
+            start_data, _ = to_json(start_data or {}, "data", self._max_payload)
+            if await self._store_has(case_id):
+                raise CaseExists(case_id)
+        now = self._clock.now()
+        deadline = None if timeout is None else now + timeout
+        machine = Machine(
+            program, start_data, scheduler=None if seed is None else Seeded(seed), trace_level=self._case_level(),
+            case_id=case_id, max_instances=self._max_instances,
+        )
+        actor = self._actor(case_id, machine, now, deadline, name)
+        if durable:
+            machine.digesting = True
+            assert self._store is not None
+            assert name is not None
+            journal = actor.journal = CaseJournal(self._store, case_id, name, program.fingerprint, now, time=now)
+            journal.deadline = deadline
+            start = {
+                "seq": 0, "kind": "start", "case_id": case_id, "workflow": name, "fingerprint": program.fingerprint,
+                "data": start_data, "scheduler": {"kind": "deterministic"} if seed is None else
+                {"kind": "seeded", "seed": seed}, "deadline": deadline, "time": now,
+            }
+            self._cases[case_id] = actor  # reserve the id while the start record is written
+            try:
+                await self._store.write(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
+            except BaseException:
+                self._cases.pop(case_id, None)
+                raise
+        self._spawn(actor)
+        return CaseHandle(self, actor)
+
+    def _seed_of(self, scheduler: object) -> int | None:
+        if scheduler == "deterministic":
+            return None
+        if isinstance(scheduler, Seeded):
+            return scheduler.seed
+        raise TypeError(
+            f"scheduler must be 'deterministic' or Seeded(seed) (from wfsub.lowlevel), got {scheduler!r}"
+        )
+
+    def _new_id(self, case_id: object) -> str:
         if case_id is None:
-            case_id = f"case-{self._prefix}-{next(self._ids)}"
-            while case_id in self._cases:
-                case_id = f"case-{self._prefix}-{next(self._ids)}"
-        elif not isinstance(case_id, str):
+            new = f"case-{self._prefix}-{next(self._ids)}"
+            while new in self._cases:
+                new = f"case-{self._prefix}-{next(self._ids)}"
+            return new
+        if not isinstance(case_id, str):
             raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
-        elif not case_id or case_id != case_id.strip():
+        if not case_id or case_id != case_id.strip():
             raise ValueError(
                 f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
                 "to get a fresh one"
             )
-        elif case_id in self._cases:
+        if case_id in self._cases:
             raise CaseExists(case_id)
-        program = self._program(workflow)
-        level = self._level if self._sinks else "none"
-        machine = Machine(program, data, trace_level=level, case_id=case_id, max_instances=self._max_instances)
+        return case_id
+
+    async def _store_has(self, case_id: str) -> bool:
+        assert self._store is not None
+        return await self._store.row(case_id) is not None
+
+    def _case_level(self) -> str:
+        return self._level if self._sinks else "none"
+
+    def _actor(self, case_id: str, machine: Machine, now: float, deadline: float | None, name: str | None) -> CaseActor:
+        shared = self._shared
+        assert shared is not None
+        actor = CaseActor(case_id, machine, shared, now, level=self._case_level(), deadline=deadline, workflow=name)
+        return actor
+
+    def _spawn(self, actor: CaseActor) -> None:
         shared = self._shared
         assert shared is not None
         assert self._case_tg is not None
-        actor = CaseActor(case_id, machine, shared, self._clock.now(), timeout, level)
-        self._cases[case_id] = actor
+        self._cases[actor.case_id] = actor
         self._counts["started"] += 1
         shared.busy += 1
         self._case_tg.start_soon(actor.run)
-        return CaseHandle(self, actor)
 
-    def _program(self, workflow: Term) -> Program:
+    def _program(self, workflow: str | Term) -> tuple[Program, str | None]:
+        """The program a case starts on, and the registered name it starts from (None: a term not registered)."""
+        if isinstance(workflow, str):
+            return self._workflows.newest(workflow), workflow
         if not isinstance(workflow, Term):
             raise TypeError(
-                f"new_case takes a workflow term built with wfsub's constructors (seq, par, task, ...), "
-                f"got {type(workflow).__name__}"
+                f"new_case takes a registered workflow name or a workflow term built with wfsub's constructors "
+                f"(seq, par, task, ...), got {type(workflow).__name__}"
             )
         programs = self._programs
         program = programs.get(workflow)
         if program is None:
-            program = compile_workflow(workflow, library=self._library)  # raises InvalidWorkflow
+            program = self._workflows.compile(workflow)  # raises InvalidWorkflow
             if len(programs) >= PROGRAM_CACHE_SIZE:
                 del programs[next(iter(programs))]
             programs[workflow] = program
-        return program
+        name = self._workflows.name_of(program)
+        if self._store is not None and name is None:
+            raise WorkflowNotRegistered(repr(workflow)[:80], self._workflows.names)
+        return program, name
 
-    # -- inputs ------------------------------------------------------------------------------------------------
+    # -- finding cases (in memory, else in the store) ---------------------------------------------------------
 
     def _get(self, case_id: str) -> CaseActor:
         if not isinstance(case_id, str):
@@ -283,100 +460,310 @@ class Substrate:
             raise CaseNotFound(case_id)
         return actor
 
-    async def signal(self, case_id: str, name: str, payload: Any = None) -> None:
-        """Send signal `name` (with `payload`) to a case; waits only while the case's mailbox is full."""
-        self._check_open("send a signal")
-        await self._signal(self._get(case_id), name, payload)
+    async def _live(self, case_id: str, what: str) -> CaseActor:
+        """The case's actor, loaded from the store if it is parked there (raises for an unknown or ended case)."""
+        self._check_open(what)
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        actor = self._cases.get(case_id)
+        if actor is not None or self._store is None:
+            return self._get(case_id)
+        row = await self._store.row(case_id)
+        if row is None:
+            raise CaseNotFound(case_id)
+        if CaseState(row.state).ended:
+            raise SignalRejected.ended(case_id, what, row.state)
+        loaded = await self._load(case_id)
+        if loaded is None:
+            raise SignalRejected(case_id, what, f"the case is {row.state}: {row.suspended_reason or ''}".strip())
+        return loaded
 
-    async def _signal(self, actor: CaseActor, name: str, payload: Any) -> None:
+    async def _load(self, case_id: str) -> CaseActor | None:
+        """Bring a durable case that has not ended into memory (once, however many callers ask at the same time)."""
+        actor = self._cases.get(case_id)
+        if actor is not None:
+            return actor
+        waiting = self._loading.get(case_id)
+        if waiting is not None:
+            await waiting.wait()
+            return self._cases.get(case_id)
+        event = self._loading[case_id] = anyio.Event()
+        self._busy(1)
+        try:
+            assert self._store is not None
+            loaded = await rebuild(self._store, self._workflows, case_id, self._case_level(), self._max_instances)
+            return self._resume(loaded)
+        except ReplayDivergence:
+            return None  # suspended: its row says why
+        finally:
+            self._busy(-1)
+            del self._loading[case_id]
+            event.set()
+
+    async def _load_quietly(self, case_id: str) -> None:
+        try:
+            await self._load(case_id)
+        except (StoreError, CaseNotFound) as exc:
+            _log.error("could not bring a case back from the store", case_id=case_id, error=str(exc))
+
+    def _resume(self, loaded: Loaded) -> CaseActor:
+        row = loaded.row
+        replayer = loaded.replayer
+        machine = replayer.machine
+        actor = self._actor(row.case_id, machine, row.started_at, loaded.journal.deadline, row.workflow)
+        actor.journal = loaded.journal
+        actor.resume = (list(replayer.effects.values()), list(replayer.timers.values()))
+        self._spawn(actor)
+        self._counts["started"] -= 1  # it was started in an earlier run
+        return actor
+
+    def _row_now(self, case_id: str) -> CaseRow | None:
+        """A durable case's row, read on this thread (status, data and cases are synchronous)."""
+        assert self._store is not None
+        return self._store.read_row(case_id)
+
+    # -- inputs ------------------------------------------------------------------------------------------------
+
+    async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
+        """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
+        `request_id` makes a retried call apply once."""
+        _check_request_id(request_id)
+        await self._signal(await self._live(case_id, f"take signal {name!r}"), name, payload, request_id)
+
+    async def _signal(self, actor: CaseActor, name: str, payload: Any, request_id: str | None = None) -> None:
         if self._phase != "open":
             raise SubstrateClosed("send a signal")
-        msg = Signal(name, payload)
         machine = actor.machine
         if machine is None or actor.state.ended:
             if not isinstance(name, str):
                 raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
-            raise actor.ended_error(msg.what)
-        machine.check_signal(name)  # unknown names are refused here, before anything is queued
-        await actor.send(msg)
+            raise actor.ended_error(f"take signal {name!r}")
+        payload = machine.check_signal(name, payload)  # unknown names, bad payloads: refused here
+        if actor.journal is None:
+            await actor.send(Signal(name, payload))
+            return
+        payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)  # before anything is written
+        await self._ask(actor, Signal(name, payload, Reply(), request_id=request_id))
 
-    async def cancel(self, case_id: str, compensate: bool = True) -> None:
+    async def _ask(self, actor: CaseActor, msg: External) -> None:
+        """Send an input and wait for its answer (committed and applied, or refused)."""
+        reply = msg.reply
+        assert reply is not None
+        await actor.send(msg)
+        await reply.event.wait()
+        if reply.error is not None:
+            raise reply.error
+
+    async def cancel(self, case_id: str, compensate: bool = True, *, request_id: str | None = None) -> None:
         """Cancel a case: its work is withdrawn and its awaiters get CaseCancelled. No-op once ended.
 
         With `compensate` (the default) the active sagas compensate and the active scopes run their on_cancel
         first (innermost first), then the case ends cancelled; `compensate=False`, or a second cancel while it
-        compensates, ends it at once.
+        compensates, ends it at once. A suspended case (durable, no version can run it) ends at once.
         """
         self._check_open("cancel a case")
-        self._cancel(self._get(case_id), compensate)
+        _check_request_id(request_id)
+        if not isinstance(compensate, bool):
+            raise TypeError(f"compensate must be True or False, got {compensate!r}")
+        if case_id not in self._cases and self._store is not None:
+            row = await self._store.row(case_id) if isinstance(case_id, str) else None
+            if row is not None and row.state == CaseState.SUSPENDED.value:
+                await end_suspended(self._store, row, "cancelled", self._clock.now(), request_id)
+                return
+            if row is not None and CaseState(row.state).ended:
+                return
+        try:
+            actor = await self._live(case_id, "cancel")
+        except SignalRejected:
+            return  # ended already: nothing to do
+        await self._cancel(actor, compensate, request_id)
 
-    def _cancel(self, actor: CaseActor, compensate: bool) -> None:
+    async def _cancel(self, actor: CaseActor, compensate: bool, request_id: str | None = None) -> None:
         self._check_open("cancel a case")
         if not isinstance(compensate, bool):
             raise TypeError(f"compensate must be True or False, got {compensate!r}")
-        if not actor.state.ended:
+        if actor.state.ended:
+            return
+        if actor.journal is None:
             actor.post(Cancel("cancelled", compensate))
+            return
+        with contextlib.suppress(SignalRejected):  # it ended meanwhile: nothing to cancel
+            await self._ask(actor, Cancel("cancelled", compensate, Reply(), request_id=request_id))
 
-    async def cancel_region(self, case_id: str, region: str) -> None:
-        """Withdraw all work of the named region (a scope or a named mi) of a case."""
-        await self._region(case_id, RegionAction.CANCEL, region, None)
+    async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
+        """Withdraw all work of the named region (a scope or a named mi) of a case, compensating what is inside."""
+        await self._region(case_id, RegionAction.CANCEL, region, None, request_id)
 
-    async def complete_region(self, case_id: str, region: str) -> None:
+    async def complete_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Close the named region now: an mi joins with the outputs so far; a scope continues after itself."""
-        await self._region(case_id, RegionAction.COMPLETE, region, None)
+        await self._region(case_id, RegionAction.COMPLETE, region, None, request_id)
 
-    async def add_instances(self, case_id: str, region: str, items: Sequence[Any]) -> None:
+    async def add_instances(
+        self, case_id: str, region: str, items: Sequence[Any], *, request_id: str | None = None
+    ) -> None:
         """Add one instance per item to the live dynamic mi `region` of a case."""
         if isinstance(items, str | bytes) or not isinstance(items, Sequence):
             raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
-        await self._region(case_id, RegionAction.ADD_INSTANCES, region, list(items))
+        items = plain(list(items))
+        if self._store is not None:
+            items, _ = to_json(items, f"add_instances({region!r}) items", self._max_payload)
+        await self._region(case_id, RegionAction.ADD_INSTANCES, region, list(items), request_id)
 
-    async def close_instances(self, case_id: str, region: str) -> None:
+    async def close_instances(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Close the dynamic mi `region` of a case: it takes no more instances (its join fires once they end)."""
-        await self._region(case_id, RegionAction.CLOSE_INSTANCES, region, None)
+        await self._region(case_id, RegionAction.CLOSE_INSTANCES, region, None, request_id)
 
-    async def _region(self, case_id: str, action: RegionAction, region: str, items: list[Any] | None) -> None:
+    async def _region(
+        self, case_id: str, action: RegionAction, region: str, items: list[Any] | None, request_id: str | None
+    ) -> None:
         what = f"{action.value} {region!r}"
-        self._check_open(what)
-        actor = self._get(case_id)
+        _check_request_id(request_id)
+        actor = await self._live(case_id, what)
         machine = actor.machine
         if machine is None or actor.state.ended:
             if not isinstance(region, str):
                 raise TypeError(f"region names are str, got {type(region).__name__} {region!r}")
             raise actor.ended_error(what)
         machine.check_region(action.value, region)  # unknown regions are refused before anything is queued
-        op = RegionOp(action, region, items, Reply())
-        await actor.send(op)
-        await op.reply.event.wait()
-        if op.reply.error is not None:
-            raise op.reply.error
+        await self._ask(actor, RegionOp(action, region, items, Reply(), request_id=request_id))
+
+    async def _route_inbox(self, row: InboxRow) -> None:
+        """An input someone else wrote to the store's inbox: hand it to its case (refused ones are marked)."""
+        assert self._store is not None
+        try:
+            actor = await self._live(row.case_id, f"take an input ({row.kind})")
+            body = row.body
+            msg: External
+            if row.kind == "signal":
+                machine = actor.machine
+                assert machine is not None
+                payload = machine.check_signal(body["name"], body.get("payload"))
+                msg = Signal(body["name"], payload, inbox_id=row.id, request_id=row.request_id)
+            elif row.kind == "cancel":
+                msg = Cancel(body.get("reason", "cancelled"), bool(body.get("compensate", True)), inbox_id=row.id,
+                             request_id=row.request_id)
+            elif row.kind in ACTION_OF_KIND:
+                msg = RegionOp(ACTION_OF_KIND[row.kind], body["region"], body.get("items"), inbox_id=row.id,
+                               request_id=row.request_id)
+            else:
+                raise ValueError(f"unknown input kind {row.kind!r}")
+            actor.post(msg)
+        except (SignalRejected, CaseNotFound, TypeError, ValueError, KeyError) as exc:
+            reason = str(exc)
+            if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
+                stored = await self._store.row(row.case_id)
+                if stored is not None:
+                    await end_suspended(self._store, stored, "cancelled", self._clock.now(), row.request_id)
+                    await self._store.write(CaseWrite(row.case_id, inbox_done=[row.id]))
+                    return
+            await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
 
     # -- outcomes -----------------------------------------------------------------------------------------------
 
-    async def await_case(self, case_id: str, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
-        """The case's final data; raises CaseFailed, CaseCancelled, or TimeoutError (the case goes on)."""
-        return await self._await(self._get(case_id), timeout)
+    async def await_case(
+        self, case_id: str, timeout: float | None = None, *, model: type[BaseModel] | None = None  # noqa: ASYNC109
+    ) -> Any:
+        """The case's final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or
+        TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting."""
+        _check_await_timeout(timeout)
+        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        if actor is None and self._store is not None and isinstance(case_id, str):
+            row = await self._store.row(case_id)
+            if row is None:
+                raise CaseNotFound(case_id)
+            if CaseState(row.state).ended:
+                return _validated(case_id, _row_outcome(row), model)
+            actor = await self._live(case_id, "await the case")
+        if actor is None:
+            actor = self._get(case_id)
+        return _validated(case_id, await self._await(actor, timeout), model)
 
     async def _await(self, actor: CaseActor, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
         if not actor.exited:
-            _positive(timeout, "timeout", allow_none=True)
             if actor.done is None:
                 actor.done = anyio.Event()
             if timeout is None:
                 await actor.done.wait()
-            else:
+            elif timeout > 0:
                 with self._clock.deadline_scope(timeout):
                     await actor.done.wait()
-                if not actor.exited:
-                    raise TimeoutError(
-                        f"case {actor.case_id!r} did not end within {timeout:g}s; it goes on running "
-                        f"(await it again, or cancel it)"
-                    )
+            if not actor.exited:
+                raise TimeoutError(
+                    f"case {actor.case_id!r} did not end within {timeout:g}s; it goes on running "
+                    f"(await it again, or cancel it)"
+                )
         return actor.outcome()
 
     def status(self, case_id: str) -> CaseStatus:
-        """A snapshot of the case: state, steps, awaited signals, effects, timers, regions, times, error."""
+        """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure."""
+        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        if actor is not None:
+            return actor.status()
+        if self._store is not None and isinstance(case_id, str):
+            row = self._row_now(case_id)
+            if row is not None:
+                return status_of(row, self._redact)
         return self._get(case_id).status()
+
+    def data(self, case_id: str) -> dict[str, Any]:
+        """A copy of the case's data now (the final data once it has ended)."""
+        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        if actor is not None:
+            return actor.data()
+        if self._store is not None and isinstance(case_id, str):
+            row = self._row_now(case_id)
+            if row is not None:
+                return dict(row.data or {})
+        return self._get(case_id).data()
+
+    def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseStatus]:
+        """Cases newest first, filtered by state and workflow name, at most `limit`; with a store, `before` pages
+        (pass the `order` of the last case of the previous page, from `case_order(case_id)`)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if state is not None and state not in CaseState.__members__.values():
+            known = ", ".join(s.value for s in CaseState)
+            raise ValueError(f"state must be one of {known} (or None), got {state!r}")
+        if self._store is not None:
+            rows = self._store.read_cases(state=state, workflow=workflow, limit=limit, before=before)
+            out = []
+            for row in rows:
+                actor = self._cases.get(row.case_id)
+                out.append(actor.status() if actor is not None and not actor.exited else status_of(row, self._redact))
+            return out
+        found = []
+        for actor in reversed(self._cases.values()):
+            if (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow):
+                found.append(actor.status())
+                if len(found) == limit:
+                    break
+        return found
+
+    async def journal(self, case_id: str) -> list[JournalRecord]:
+        """Every record of a durable case's journal, in order (a Substrate without a store has none)."""
+        if self._store is None:
+            raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
+        records = await self._store.journal(case_id)
+        if not records:
+            raise CaseNotFound(case_id)
+        return [JournalRecord.model_validate(r) for r in records]
+
+    async def prune(self, older_than: float) -> int:
+        """Remove the cases that ended at least `older_than` seconds ago (never one without an `end`)."""
+        if isinstance(older_than, bool) or not isinstance(older_than, int | float) or not math.isfinite(older_than):
+            raise ValueError(f"older_than must be a number of seconds, got {older_than!r}")
+        if older_than < 0:
+            raise ValueError(f"older_than must be >= 0 seconds, got {older_than!r}")
+        cutoff = self._clock.now() - older_than
+        for case_id in list(self._ended):
+            actor = self._cases.get(case_id)
+            if actor is not None and actor.ended_at is not None and actor.ended_at <= cutoff:
+                del self._cases[case_id]
+        if self._store is None:
+            return 0
+        return await self._store.prune(cutoff)
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:
         """Set one case's trace level and, with `sink`, send that case's events to `sink` as well."""
@@ -415,7 +802,10 @@ class Substrate:
         )
 
     def _on_end(self, actor: CaseActor) -> None:
-        self._counts[actor.state.value] += 1
+        if actor.closed:
+            return  # the Substrate closed with it live: it stays live in the store
+        if actor.state.ended:
+            self._counts[actor.state.value] += 1
         ended = self._ended
         ended.append(actor.case_id)
         cases = self._cases
@@ -426,11 +816,47 @@ class Substrate:
                 self._counts["evicted"] += 1
 
     def __repr__(self) -> str:
-        return f"<Substrate {self._phase} cases={len(self._cases)} trace_level={self._level!r}>"
+        store = f" store={self._store.url}" if self._store is not None else ""
+        return f"<Substrate {self._phase} cases={len(self._cases)} trace_level={self._level!r}{store}>"
+
+
+def _check_await_timeout(timeout: object) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0 (0: check without waiting), got {timeout!r}")
+
+
+def _validated(case_id: str, data: dict[str, Any], model: type[BaseModel] | None) -> Any:
+    if model is None:
+        return data
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"model must be a pydantic model class, got {model!r}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(
+            f"case {case_id!r} ended with data that does not fit {model.__name__}: {exc.error_count()} error(s):\n"
+            f"{exc}\nawait it without model= to see the data as it is"
+        ) from exc
+
+
+def _row_outcome(row: CaseRow) -> dict[str, Any]:
+    """The outcome of a case that ended in an earlier run, from its row."""
+    if row.state == CaseState.DONE.value:
+        return dict(row.data or {})
+    if row.state == CaseState.FAILED.value:
+        error = row.error or {}
+        failed = CaseFailed(row.case_id, str(error.get("path", "?")), str(error.get("message", "")))
+        failed.traceback = error.get("traceback")
+        failed.record = error.get("record")
+        raise failed from RestoredError(str(error.get("type", "Exception")), str(error.get("message", "")))
+    raise CaseCancelled(row.case_id, row.cancel_reason or "cancelled")
 
 
 class CaseHandle:
-    """A started case: `case_id`, `await result()`, `status()`, `await signal(...)`, `await cancel()`.
+    """A started case: `case_id`, `await result()`, `status()`, `data()`, `done()`, `await signal(...)`,
+    `await cancel()`.
 
     The handle keeps its case's outcome, so `result()` works even after the Substrate's retention bound has
     dropped the case from its registry.
@@ -443,18 +869,33 @@ class CaseHandle:
         self._actor = actor
         self.case_id = actor.case_id
 
-    async def result(self, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
-        """The final data; raises CaseFailed, CaseCancelled, or TimeoutError (the case goes on)."""
-        return await self._sub._await(self._actor, timeout)
+    async def result(self, timeout: float | None = None, *, model: type[BaseModel] | None = None) -> Any:  # noqa: ASYNC109
+        """The final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or TimeoutError
+        (the case goes on). `timeout=0` checks without waiting."""
+        _check_await_timeout(timeout)
+        return _validated(self.case_id, await self._sub._await(self._actor, timeout), model)
 
     def status(self) -> CaseStatus:
         return self._actor.status()
 
-    async def signal(self, name: str, payload: Any = None) -> None:
-        await self._sub._signal(self._actor, name, payload)
+    def data(self) -> dict[str, Any]:
+        """A copy of the case's data now (the final data once it has ended)."""
+        return self._actor.data()
+
+    def done(self) -> bool:
+        """Whether the case has ended (its result is ready), without waiting."""
+        return self._actor.exited
+
+    async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
+        _check_request_id(request_id)
+        await self._sub._signal(self._actor, name, payload, request_id)
 
     async def cancel(self, compensate: bool = True) -> None:
-        self._sub._cancel(self._actor, compensate)
+        await self._sub._cancel(self._actor, compensate)
+
+    async def close_instances(self, region: str) -> None:
+        """Close the dynamic mi `region` of this case (see Substrate.close_instances)."""
+        await self._sub.close_instances(self.case_id, region)
 
     def __repr__(self) -> str:
         return f"<CaseHandle {self.case_id!r} {self._actor.state.value}>"

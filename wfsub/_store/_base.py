@@ -138,6 +138,16 @@ class Store(Protocol):
     async def row(self, case_id: str) -> CaseRow | None:
         ...
 
+    def read_row(self, case_id: str) -> CaseRow | None:
+        """The case row, read synchronously on the calling thread (a small indexed read: `Substrate.status`)."""
+        ...
+
+    def read_cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
+        ...
+
     async def journal(self, case_id: str) -> list[Record]:
         """Every record of the case, in order (empty: no such case)."""
         ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, overload
 
@@ -59,19 +59,24 @@ class EventBatch(Sequence[TraceEvent]):
     once, and a sink that only stores batches (MemorySink) costs the cases nothing per event.
     """
 
-    __slots__ = ("_raw", "_len", "_models")
+    __slots__ = ("_raw", "_len", "_models", "_redact")
 
-    def __init__(self, raw: Sequence[RawBatch]) -> None:
+    def __init__(self, raw: Sequence[RawBatch], redact: Callable[[Any], Any] | None = None) -> None:
         self._raw = raw
         self._len = sum(len(batch[2]) for batch in raw)
         self._models: list[TraceEvent] | None = None
+        self._redact = redact  # applied to each event's detail (what people read), when the models are built
 
     def _build(self) -> list[TraceEvent]:
         models = self._models
         if models is None:
             # Validated construction: with these plain fields it is faster than model_construct (2 vs 3 us).
+            redact = self._redact
             models = self._models = [
-                TraceEvent(case_id=case_id, seq=seq, kind=kind, path=path, detail=detail, time=time)
+                TraceEvent(
+                    case_id=case_id, seq=seq, kind=kind, path=path, detail=detail if redact is None else redact(detail),
+                    time=time,
+                )
                 for case_id, time, events, _ in self._raw
                 for seq, kind, path, detail in events
             ]

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .. import _program as bc
-from .._errors import CompensationFailed, LimitExceeded, StepFailed, WaitTimeout
+from .._errors import CompensationFailed, LimitExceeded, RestoredError, StepFailed, WaitTimeout
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
 from ._records import (
@@ -256,6 +256,20 @@ class Interp:
         key = (_context(split.parent), split.ip)
         if self.blocking.get(key) is split:
             del self.blocking[key]
+
+    def threads_at(self) -> list[str]:
+        """The node paths where the case's threads are now (each once, in the order found), walking the frames."""
+        seen: dict[str, None] = {}
+        stack: list[Frame] = [self.root]
+        while stack:
+            frame = stack.pop()
+            for child in members(frame):
+                if type(child) is Token:
+                    if child.alive:
+                        seen.setdefault(self.paths[child.ip], None)
+                else:
+                    stack.append(child)
+        return list(seen)
 
     def open_instances(self) -> bool:
         """Whether an mi(dynamic="open") is waiting for instances (the case waits for an input, not deadlocked)."""
@@ -850,7 +864,7 @@ class Interp:
         if self.ended:
             return
         record: dict[str, Any] = {
-            "type": type(exc).__name__,
+            "type": error_name(exc),
             "message": message,
             "path": self.paths[ip],
             "compensated": list(compensated),
@@ -1119,7 +1133,8 @@ class Interp:
         label = self.program.labels[ip]
         if error is not None:
             self.trace_node("effect_failed", ip, effect_id=effect_id, error=repr(error))
-            self.step_failed(tok.frame, ip, error, f"effect {label} raised {type(error).__name__}: {error}")
+            message = f"effect {label} raised {error_name(error)}: {error_text(error)}"
+            self.step_failed(tok.frame, ip, error, message)
             return True
         if output is not None and not self.merge(tok, output, ip):
             return True
@@ -1295,7 +1310,17 @@ def _compensation_frame(frame: Frame | None) -> CompensationFrame | None:
 def _record(
     exc: BaseException, message: str, path: str, compensated: list[str], cause: dict[str, Any] | None
 ) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": message, "path": path, "compensated": compensated, "cause": cause}
+    return {"type": error_name(exc), "message": message, "path": path, "compensated": compensated, "cause": cause}
+
+
+def error_name(exc: BaseException) -> str:
+    """An exception's type name; for one rebuilt from a journal, the original type's name."""
+    return exc.type_name if isinstance(exc, RestoredError) else type(exc).__name__
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message; for one rebuilt from a journal, the original message (as the live run saw it)."""
+    return exc.message if isinstance(exc, RestoredError) else str(exc)
 
 
 def _went_on(frame: Frame) -> bool:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Generic, TypeVar, overload
 
+from pydantic import ValidationError
+
 from .._errors import MachineStateError, SignalRejected
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from ._events import LEVELS, VmEvent
@@ -128,6 +130,10 @@ class Machine:
     def live_regions(self) -> list[str]:
         return [name for name, acts in self._vm.regions.items() if acts]
 
+    def threads_at(self) -> list[str]:
+        """Node paths where the case's threads are now (walks the frame tree: a status read, not a hot path)."""
+        return self._vm.threads_at()
+
     def awaited_signals(self) -> tuple[str, ...]:
         return self._vm.awaited_signals()
 
@@ -210,19 +216,28 @@ class Machine:
 
     # -- inputs ------------------------------------------------------------------------------------------
 
-    def check_signal(self, name: str) -> None:
-        """Raise what `deliver_signal(name, ...)` would raise, without delivering anything."""
+    def check_signal(self, name: str, payload: Any = None) -> Any:
+        """Raise what `deliver_signal(name, payload)` would raise, without delivering anything; return the payload
+        as it would be stored (a payload checked against its wait's model is its model's JSON-mode dump)."""
         if not isinstance(name, str):
             raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
         self._check_open(f"take signal {name!r}")
         program = self._vm.program
         if name not in program.signals:
             raise SignalRejected.unknown_signal(self.case_id, name, program.signals, program.root_path)
+        model = program.signal_models.get(name)
+        if model is None:
+            return payload
+        try:
+            return model.model_validate(payload).model_dump(mode="json")  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            raise SignalRejected.invalid_payload(
+                self.case_id, name, model, exc.errors(include_url=False), program.root_path
+            ) from None
 
     def deliver_signal(self, name: str, payload: Any = None) -> None:
         """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient)."""
-        self.check_signal(name)
-        self._vm.signal(name, payload)
+        self._vm.signal(name, self.check_signal(name, payload))
 
     def complete_effect(
         self, effect_id: int, output: Mapping[str, Any] | None = None, *, error: BaseException | None = None

@@ -1,0 +1,79 @@
+"""What a durable case keeps besides its machine: where its journal stands, and how it tells the store.
+
+The case actor is the only writer of its journal. It takes the inputs waiting in its mailbox, gives each the
+next sequence number and the step count at which it will be applied, commits them, then applies them in that
+order at that count (the vm does not run in between): an input reaches the vm only after its record is
+committed, and a call that returned is never lost. `CaseJournal` holds the numbers that takes: the last
+sequence number, the acceptance time of the last record applied (timers armed after it are due that time plus
+their seconds), how many records came since the last snapshot, and whether the store's case row says the case
+is parked (so the next input's commit also marks it live again, in the same transaction).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._program import BYTECODE_VERSION
+from .._store import CaseRow, CaseWrite, Record, Snapshot, Store
+from .._vm import Machine
+from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
+
+SNAPSHOT_EVERY = 32  # a case that parks writes a snapshot once this many records came since the last one
+
+
+@dataclass(slots=True)
+class CaseJournal:
+    """The journal side of one durable case (see the module docstring)."""
+
+    store: Store
+    case_id: str
+    workflow: str
+    fingerprint: str
+    started_at: float
+    seq: int = 0  # the last sequence number written
+    time: float = 0.0  # the acceptance time of the last record applied
+    since_snapshot: int = 0
+    row_parked: bool = False  # the store's row says the case waits for a signal or a timer
+    deadline: float | None = None  # the case's timeout as an absolute time (from the start record)
+    order: int = 0
+    request_ids: set[str] = field(default_factory=set)  # seen in this run (the store dedupes across runs)
+
+    def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
+        """The next input record (its seq, step, acceptance time and digest), not yet written."""
+        self.seq += 1
+        return {"seq": self.seq, "kind": kind, "step": step, "time": now, "digest": digest, **fields}
+
+    async def commit(
+        self,
+        records: list[Record],
+        *,
+        row: CaseRow | None = None,
+        inbox_done: list[int] | None = None,
+        inbox_refused: list[tuple[int, str]] | None = None,
+    ) -> list[bool]:
+        """Write records (and the row, inbox moves) in one transaction of the store's next group commit."""
+        change = CaseWrite(self.case_id, records, row, None, list(inbox_done or ()), list(inbox_refused or ()))
+        appended = await self.store.write(change)
+        self.since_snapshot += len(records)
+        if row is not None:
+            self.row_parked = row.state in ("waiting_signal", "waiting_timer")
+        return appended
+
+
+def snapshot_of(machine: Machine, journal: CaseJournal, timers: Mapping[int, float]) -> Snapshot | None:
+    """A snapshot of a case after its last record applied, or None when its data is not JSON (then the whole
+    journal is replayed on recovery: slower, never wrong)."""
+    state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers)}
+    try:
+        json.dumps(state, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return Snapshot(journal.case_id, journal.seq, SNAPSHOT_FORMAT, BYTECODE_VERSION, state)
+
+
+def usable(snapshot: Snapshot | None) -> bool:
+    """A snapshot of another format or bytecode version is ignored: the whole journal is replayed instead."""
+    return snapshot is not None and snapshot.format == SNAPSHOT_FORMAT and snapshot.bytecode == BYTECODE_VERSION

@@ -1,0 +1,269 @@
+"""Durable cases on a store: starting them, bringing them back into memory, and what the Substrate runs beside
+its cases (recovery, due timers of parked cases, the inbox of outside writers, version checks).
+
+Recovery. Entering a Substrate on a store resumes the cases that were running or had effects in flight: each
+is rebuilt (newest usable snapshot + the records after it, or the whole journal), its timers re-armed at their
+due times, and the effects that were in flight started again (at least once: the idempotency key is stable).
+Parked cases (waiting for a signal or a timer) stay in the store until an input or a due timer needs them, so
+recovery does not replay a million parked cases at start.
+
+Versions. A case runs on the registered version whose fingerprint it recorded. If none matches, it is replayed
+against the newest version of its workflow; it migrates (a `version` record and a fresh snapshot) only if the
+whole journal applies without divergence and the new version's in-flight effects and armed timers match what the
+case row recorded (ids, node paths, names). Otherwise it is `suspended`, with the divergence in its status, and
+kept intact until a matching version is registered. A suspended case can still be cancelled: it ends at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._errors import CaseNotFound, ReplayDivergence, StoreError
+from .._program import Program
+from .._store import CaseRow, CaseWrite, Record, Store
+from .._trace import get_logger
+from ._durable import CaseJournal, snapshot_of, usable
+from ._registry import Workflows
+from ._replay import Replayer
+from ._status import CaseState, CaseStatus, Failure, TimerStatus
+
+if TYPE_CHECKING:
+    from ._case import CaseActor
+
+_log = get_logger("wfsub.runtime")
+
+INBOX_POLL = 0.2  # seconds between checks for inputs written by someone else (a cheap data_version check)
+DUE_POLL = 1.0  # seconds the due-timer loop sleeps at most before looking at the store again
+
+
+class Loaded:
+    """A case rebuilt from the store, ready to become a live actor."""
+
+    __slots__ = ("row", "start", "program", "replayer", "journal")
+
+    def __init__(self, row: CaseRow, start: Record, program: Program, replayer: Replayer, journal: CaseJournal):
+        self.row = row
+        self.start = start
+        self.program = program
+        self.replayer = replayer
+        self.journal = journal
+
+
+async def rebuild(store: Store, workflows: Workflows, case_id: str, trace_level: str, max_instances: int) -> Loaded:
+    """Rebuild a case that has not ended from the store (raising CaseNotFound, or ReplayDivergence with the case
+    then marked suspended in the store)."""
+    stored = await store.load(case_id)
+    if stored is None:
+        raise CaseNotFound(case_id)
+    row, start = stored.row, stored.start
+    found = workflows.find(row.fingerprint)
+    if found is not None:
+        program = found[1]
+        snapshot = stored.snapshot if usable(stored.snapshot) else None
+        records = stored.records if snapshot is not None else await _after_start(store, case_id)
+        replayer = Replayer(
+            program, start, trace_level=trace_level, snapshot=snapshot.state if snapshot else None,
+            max_instances=max_instances,
+        )
+        try:
+            for record in records:
+                replayer.apply(record)
+        except ReplayDivergence as exc:
+            await suspend(store, row, str(exc))
+            raise
+        journal = _journal(store, row, start, replayer)
+        return Loaded(row, start, program, replayer, journal)
+    return await migrate(store, workflows, row, start, trace_level, max_instances)
+
+
+async def migrate(
+    store: Store, workflows: Workflows, row: CaseRow, start: Record, trace_level: str, max_instances: int
+) -> Loaded:
+    """Replay a case recorded on an unregistered version against the newest version of its workflow."""
+    versions = workflows.versions.get(row.workflow)
+    if not versions:
+        reason = (
+            f"case {row.case_id!r} recorded workflow {row.workflow!r}, which is not registered "
+            f"(registered: {', '.join(workflows.names) or 'none'}); register it to resume the case"
+        )
+        await suspend(store, row, reason)
+        raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
+    program = versions[-1]
+    replayer = Replayer(program, start, trace_level=trace_level, max_instances=max_instances)
+    try:
+        for record in await _after_start(store, row.case_id):
+            replayer.apply(record)
+        replayer.run()
+        _same_requests(row, replayer)
+    except ReplayDivergence as exc:
+        await suspend(store, row, str(exc))
+        raise
+    journal = _journal(store, row, start, replayer)
+    m = replayer.machine
+    digest, _ = m.take_digest()
+    now = replayer.time
+    record = journal.record("version", m.steps, digest, now, **{"from": row.fingerprint, "to": program.fingerprint})
+    journal.fingerprint = program.fingerprint
+    row.fingerprint = program.fingerprint
+    row.last_seq = journal.seq
+    snapshot = snapshot_of(m, journal, {tid: due for tid, (_, due) in replayer.timers.items()})
+    await store.write(CaseWrite(row.case_id, [record], row, snapshot))
+    _log.info("case migrated to a new version", case_id=row.case_id, to=program.fingerprint[:16])
+    return Loaded(row, start, program, replayer, journal)
+
+
+def _same_requests(row: CaseRow, replayer: Replayer) -> None:
+    """After a migration replay, the effects in flight and the timers armed must be the ones the row recorded."""
+    want_effects = sorted((e["effect_id"], e["path"], e["name"]) for e in row.effects)
+    have_effects = sorted((eid, req.path, req.name) for eid, req in replayer.effects.items())
+    want_timers = sorted((t["timer_id"], t["path"]) for t in row.timers)
+    have_timers = sorted((tid, timer.path) for tid, (timer, _) in replayer.timers.items())
+    if want_effects != have_effects or want_timers != have_timers:
+        raise ReplayDivergence(
+            row.case_id,
+            row.last_seq,
+            "version",
+            f"effects {want_effects} and timers {want_timers} in flight, as recorded",
+            f"the new version has effects {have_effects} and timers {have_timers}",
+        )
+
+
+async def _after_start(store: Store, case_id: str) -> list[Record]:
+    return [r for r in await store.journal(case_id) if r["seq"] > 0]
+
+
+def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> CaseJournal:
+    journal = CaseJournal(
+        store, row.case_id, row.workflow, row.fingerprint, row.started_at, seq=row.last_seq, time=replayer.time
+    )
+    journal.deadline = start.get("deadline")
+    journal.order = row.order
+    journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
+    return journal
+
+
+async def suspend(store: Store, row: CaseRow, reason: str) -> None:
+    """Keep a case that no registered version can run intact, marked suspended with the reason."""
+    row.state = CaseState.SUSPENDED.value
+    row.suspended_reason = reason
+    try:
+        await store.write(CaseWrite(row.case_id, [], row))
+    except StoreError as exc:
+        _log.error("could not mark a case suspended", case_id=row.case_id, error=str(exc))
+    _log.warning("case suspended: no registered version can run it", case_id=row.case_id, reason=reason)
+
+
+async def end_suspended(store: Store, row: CaseRow, reason: str, now: float, request_id: str | None) -> None:
+    """Cancel a suspended case: it ends at once, with no compensation (no program can run it)."""
+    cancel: Record = {"seq": row.last_seq + 1, "kind": "cancel", "step": None, "time": now, "digest": None,
+                      "reason": reason, "compensate": False}
+    if request_id is not None:
+        cancel["request_id"] = request_id
+    end: Record = {"seq": row.last_seq + 2, "kind": "end", "time": now, "outcome": "cancelled", "reason": reason}
+    row.state = CaseState.CANCELLED.value
+    row.ended_at = now
+    row.cancel_reason = reason
+    row.last_seq += 2
+    await store.write(CaseWrite(row.case_id, [cancel, end], row))
+
+
+def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
+    """A case's status as its row in the store records it (a case that is not in memory)."""
+    error = row.error or {}
+    failure = None
+    if row.state == CaseState.FAILED.value:
+        record = error.get("record") or {}
+        failure = Failure(
+            type=str(error.get("type", "StepFailed")),
+            message=str(redact(error.get("message", ""))),
+            path=str(error.get("path", "?")),
+            traceback=redact(error.get("traceback")),
+            compensated=tuple(record.get("compensated") or ()),
+        )
+    return CaseStatus(
+        case_id=row.case_id,
+        state=CaseState(row.state),
+        steps=0,
+        signals=tuple(row.signals),
+        effects_pending=len(row.effects),
+        timers_armed=len(row.timers),
+        regions=(),
+        wakeups=0,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        error=None if failure is None else f"case {row.case_id!r} failed at {failure.path}: {failure.message}",
+        cancel_reason=row.cancel_reason,
+        workflow=row.workflow,
+        at=tuple(row.at),
+        effects=(),
+        timers=tuple(TimerStatus(timer_id=t["timer_id"], path=t["path"], due=t["due"]) for t in row.timers),
+        failure=failure,
+        suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),
+    )
+
+
+class Background:
+    """The loops a durable Substrate runs beside its cases (each counted busy while it works, for VirtualClock)."""
+
+    def __init__(
+        self,
+        store: Store,
+        now: Callable[[], float],
+        sleep: Callable[[float], Any],
+        in_memory: Mapping[str, CaseActor],
+        load: Callable[[str], Any],
+        route_inbox: Callable[[Any], Any],
+        busy: Callable[[int], None],
+    ) -> None:
+        self.store = store
+        self.now = now
+        self.sleep = sleep
+        self.in_memory = in_memory
+        self.load = load
+        self.route_inbox = route_inbox
+        self.busy = busy
+        self.inbox_after = 0
+        self.nudge = anyio.Event()
+
+    async def due_loop(self) -> None:
+        """Bring back parked cases (not in memory) whose timer or deadline is due; they fire it at once."""
+        while True:
+            self.busy(1)
+            try:
+                now = self.now()
+                for row in await self.store.due(now):
+                    if row.case_id not in self.in_memory:
+                        await self.load(row.case_id)
+                upcoming = await self.store.next_due()
+            except StoreError as exc:
+                _log.error("could not read due cases", error=str(exc))
+                upcoming = None
+            finally:
+                self.busy(-1)
+            wait = DUE_POLL if upcoming is None else min(DUE_POLL, max(0.0, upcoming - self.now()))
+            if wait <= 0:
+                wait = DUE_POLL  # due but in memory: its own timer fires it
+            with anyio.move_on_after(wait):
+                await self.nudge.wait()
+            self.nudge = anyio.Event()
+
+    async def inbox_loop(self) -> None:
+        """Move inputs written by someone else (the `wfsub` command, other nodes) to their cases."""
+        while True:
+            if self.store.changed() or self.inbox_after == 0:
+                self.busy(1)
+                try:
+                    rows = await self.store.inbox_take(after=self.inbox_after)
+                    for row in rows:
+                        self.inbox_after = max(self.inbox_after, row.id)
+                        await self.route_inbox(row)
+                except StoreError as exc:
+                    _log.error("could not read the inbox", error=str(exc))
+                finally:
+                    self.busy(-1)
+                if self.inbox_after == 0:
+                    self.inbox_after = -1  # read once at start even when nothing changed
+            await anyio.sleep(INBOX_POLL)
