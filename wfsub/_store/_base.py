@@ -15,7 +15,7 @@ Times are floats in seconds since the epoch (or the Substrate clock's seconds), 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
