@@ -77,9 +77,10 @@ def run_and_kill(path: Path, run: int, synchronous: str, how: str, backend: str,
 
 
 def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_written(tmp_path: Path) -> None:
-    """Eight writers on one file (synchronous FULL and NORMAL, asyncio and trio), each SIGKILLed at a random moment:
-    every acknowledged record is in the file, every journal is gapless, every row matches its journal's last
-    record and `end`, the snapshots are within the journal, and SQLite's integrity check passes."""
+    """Writers SIGKILLed at random moments lose no acknowledged record and leave gapless journals, rows in step."""
+    # Eight runs on one file: synchronous FULL and NORMAL, children on asyncio and on trio. Checked: every
+    # acknowledged record is there, journals are gapless, each row matches its journal's last record and `end`,
+    # snapshots lie within the journal, and SQLite's integrity check passes.
     path = tmp_path / "crash.db"
     rng = random.Random(SEED)
     acked: list[tuple[str, int]] = []
@@ -134,8 +135,7 @@ async def refused_while_owned(path: Path, holder: subprocess.Popen[str], owner_i
 
 
 def test_another_process_owns_the_store_until_it_closes_or_dies(tmp_path: Path) -> None:
-    """While another process owns the file, owning it is refused with its owner id, pid, host and how to stop it
-    (a non-owner opens beside it); once that process closes the store, or is SIGKILLed, ownership is free."""
+    """Another process's ownership is refused by name (pid, host, how to stop it) until it closes or is killed."""
     path = tmp_path / "owned.db"
     holder = start_holder(path, "holder-one")
     anyio.run(refused_while_owned, path, holder, "holder-one")

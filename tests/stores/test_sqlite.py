@@ -20,6 +20,7 @@ import wfsub
 from wfsub._errors import StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite
 from wfsub._store import _sqlite as sqlite_module
+from wfsub._store import _writer as writer_module
 from wfsub._store._files import mode_of
 from wfsub._store._rows import encode_row
 from wfsub._store._sql import LAYOUT, QUERIES, load_layout, parse_queries, split_statements
@@ -211,8 +212,7 @@ def test_every_query_compiles_against_the_schema() -> None:
 
 
 def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
-    """Every named query is used by the package; no query holds a literal value and no code formats SQL but the
-    two header PRAGMAs."""
+    """Every named query is used; no query holds a literal value; only the header PRAGMAs are formatted in code."""
     source = "\n".join(p.read_text() for p in (SQL.parent).glob("*.py"))
     composed = ("pragma_synchronous_", "cases_page")
     unused = [name for name in QUERIES if f'"{name}"' not in source and not name.startswith(composed)]
@@ -397,6 +397,23 @@ async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
     assert readers and loop_thread not in readers | writers
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_waiters_are_woken_through_from_thread_run_sync_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """On the pre-4.16 anyio path (from_thread.run_sync with a token) 200 concurrent writers are all woken."""
+    monkeypatch.setattr(writer_module, "WAKE_WITHOUT_WAITING", False)
+
+    async def main() -> None:
+        async with opened(SqliteStore(tmp_path / "s.db")) as store:
+            async with anyio.create_task_group() as tg:
+                for i in range(200):
+                    tg.start_soon(store.write, first_write(f"c{i}"))
+            assert len(await store.cases(limit=1000)) == 200
+
+    anyio.run(main, backend=backend)
+
+
 async def test_close_commits_the_writes_still_queued(tmp_path: Path) -> None:
     """Writes queued with wait=False just before close() are in the file when it is opened again."""
     path = tmp_path / "s.db"
@@ -467,8 +484,7 @@ def vm_steps(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> int:
 
 
 async def test_a_page_of_cases_is_an_index_read_among_100000(tmp_path: Path) -> None:
-    """With 100,000 cases, each listing query plans as an index search (no scan, no sort) and a page of 100 does
-    under 2% of the work of one pass over the table."""
+    """Among 100,000 cases, listings plan as index searches and a page of 100 costs under 2% of a table scan."""
     path = tmp_path / "s.db"
     async with opened(SqliteStore(path)):
         pass

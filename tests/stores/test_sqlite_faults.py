@@ -141,8 +141,7 @@ async def test_a_file_written_by_a_newer_wfsub_is_refused(tmp_path: Path) -> Non
 
 
 async def test_a_read_only_file_is_refused(tmp_path: Path) -> None:
-    """A store file the process may not write (0400, root's override dropped): StoreError saying to make it
-    writable (cause: sqlite3 'readonly database')."""
+    """A 0400 store file (root's override dropped) gives a StoreError saying to make it writable."""
     path = tmp_path / "s.db"
     await make_store_file(path)
     path.chmod(0o400)
@@ -157,8 +156,7 @@ async def test_a_read_only_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("owner", ["owner", "cli"])
 async def test_a_read_only_directory_is_refused(tmp_path: Path, owner: str) -> None:
-    """A store in a directory the process may not write (no room for -wal, -shm, -lock): StoreError that names the
-    directory's permissions as the fix, for an owner and for the `wfsub` command alike."""
+    """A read-only directory (no -wal, -shm, -lock) gives a StoreError naming the directory's permissions."""
     folder = tmp_path / "ro"
     folder.mkdir()
     path = folder / "s.db"
@@ -173,9 +171,8 @@ async def test_a_read_only_directory_is_refused(tmp_path: Path, owner: str) -> N
 
 
 def test_a_full_disk_fails_the_writes_in_flight_keeps_none_of_them_and_the_store_goes_on(tmp_path: Path) -> None:
-    """In a process at its file size limit (RLIMIT_FSIZE, SIGXFSZ ignored): the write that meets the limit and a
-    group of 20 after it each get a StoreError (disk full or file size limit, rolled back), none of them is in the
-    file, and once the limit is lifted the same store writes again."""
+    """At the file size limit, a write and a group of 20 fail with StoreError, keep nothing, and the store goes on."""
+    # In a child process: RLIMIT_FSIZE set, SIGXFSZ ignored, so writes past the limit fail with EFBIG.
     path = tmp_path / "s.db"
     found = child("full", str(path))
     assert found["error_type"] == "StoreError" and str(path) in found["error"]

@@ -11,21 +11,34 @@
 Every write that arrives while a commit runs waits in the queue and goes into the next transaction, so under
 load a commit carries as many writes as arrived during the previous one, and the loop never touches the disk.
 
-How the thread wakes the loop was chosen by measuring (2 cores, WAL, synchronous=FULL, where a bare sqlite3
-INSERT+COMMIT takes 180 us p50; one writer at a time, then 1,000 concurrent writers x 10 writes, then the same
-with four tasks keeping the loop busy in 0.5 ms slices):
+How the thread wakes the loop was chosen by measuring, on 2 cores (WAL, synchronous=FULL; a bare sqlite3
+INSERT+COMMIT takes 150-180 us p50 on the same disk). First a prototype of each hand-off with the same minimal
+writes: one writer at a time (latency), 1,000 concurrent writers x 10 writes, and the same with four tasks
+keeping the loop busy in 0.5 ms slices (the two tables ran at different times on a shared machine: compare
+within a table):
 
-    hand-off                                     p50 / p99 latency    writes/s    writes/s, busy loop
-    this thread, anyio run_sync_soon (chosen)    241-264 / 336-361 us  90-105 k   22-24 k
-    this thread, anyio.from_thread.run_sync      264-288 / 367-424 us  87-107 k   16-22 k
-    to_thread.run_sync per group (leader task)   281-311 / 360-438 us  93-115 k    7-10 k
+    hand-off (prototype)                          p50 / p99 latency     writes/s    writes/s, busy loop
+    this thread, AsyncBackend.run_sync_soon        241-264 / 336-361 us  90-105 k    22-24 k
+    this thread, anyio.from_thread.run_sync        264-288 / 367-424 us  87-107 k    16-22 k
+    to_thread.run_sync per group (a leader task)   281-311 / 360-438 us  93-115 k     7-10 k
 
-`from_thread.run_sync` blocks the writer until the loop has run the callback, so a busy loop stalls the next
-commit; a leader task that runs each group through `to_thread.run_sync` needs the busy loop to schedule it
-again before every commit (3x fewer writes/s), moves the connection between pool threads, and needs a task to
-lead when the writer that started it is cancelled. The dedicated thread schedules the wake-up without waiting
-(`AsyncBackend.run_sync_soon`: `call_soon_threadsafe` on asyncio, `TrioToken.run_sync_soon` on trio), reached
-through the `anyio.lowlevel.current_token()` each waiter captured, and goes straight on to the next group.
+then the two thread hand-offs again in this module (`bench/store_bench.py` workloads; 200 writers x 20 writes
+for the busy loop; best two of four runs):
+
+    this module                       asyncio p50 / p99    writes/s  busy loop   trio p50 / p99    writes/s
+    run_sync_soon (used)              189-195 / 371-374 us   40 k     16 k        206-211 / 396-404   37 k
+    from_thread.run_sync (fallback)   236-238 / 419-428 us   36-41 k  14-17 k     219-238 / 372-404   34 k
+
+`from_thread.run_sync` blocks the writer until the loop has run the callback: 20-45 us more per commit at p50
+and a writer that waits on a busy loop instead of starting the next group. A leader task that runs each group
+through `to_thread.run_sync` needs the busy loop to schedule it again before every commit (3x fewer writes/s
+there), moves the connection between pool threads, and needs a new leader when the writer that led is
+cancelled. So the dedicated thread schedules the wake-up without waiting, through the
+`anyio.lowlevel.current_token()` each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+:
+`call_soon_threadsafe` on asyncio, `TrioToken.run_sync_soon` on trio), and on older anyio (4.11+) the public
+`anyio.from_thread.run_sync(..., token=token)`; tests cover both paths on both backends. What bounds the
+throughput now is Python work per write (encoding on the loop, the savepoint and insert in the writer, the
+wake-up) under one GIL, not the disk: 10,000 writes take about 20 commits.
 
 A write whose waiter is cancelled is still committed (or refused) with its group: cancelling the wait does not
 withdraw the write. Errors: a job that breaks a rule (a second `end`, a seq written twice) is undone alone by
@@ -46,6 +59,8 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import structlog
 from anyio.lowlevel import EventLoopToken
 
@@ -90,6 +105,10 @@ class Job:
 
 
 _STOP = object()
+
+WAKE_WITHOUT_WAITING = True
+"""Wake the loop with `AsyncBackend.run_sync_soon` where anyio has it (4.16+); tests turn it off to cover the
+`anyio.from_thread.run_sync` path that older anyio versions take."""
 
 
 def _wake(jobs: list[Job]) -> None:
@@ -227,8 +246,12 @@ class Writer:
             entry = waiting.setdefault(id(job.token.native_token), (job.token, []))
             entry[1].append(job)
         for token, jobs in waiting.values():
+            soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
             try:
-                token.backend_class.run_sync_soon(_wake, (jobs,), token.native_token)
+                if soon is not None:
+                    soon(_wake, (jobs,), token.native_token)
+                else:  # anyio < 4.16: waits until the loop has run it
+                    anyio.from_thread.run_sync(_wake, jobs, token=token)
             except Exception:  # the loop has ended: nobody is waiting any more
                 _log.warning("store_waiters_gone", store=self.path, jobs=len(jobs))
 
