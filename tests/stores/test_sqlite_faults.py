@@ -182,3 +182,21 @@ def test_a_full_disk_fails_the_writes_in_flight_keeps_none_of_them_and_the_store
     assert len(found["group"]) == 20 and all("ulimit -f" in outcome for outcome in found["group"])
     expected = ["after", "before", *(f"lone{i}" for i in range(found["written"]))]
     assert found["kept"] == sorted(expected)
+
+
+async def test_a_file_with_wfsubs_id_but_no_version_is_refused_as_damaged(tmp_path: Path) -> None:
+    """A file that carries wfsub's application_id but no layout version is refused as damaged, untouched."""
+    path = tmp_path / "s.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA application_id = 2003202914")  # wfsub's, with user_version left at 0
+        conn.commit()
+    error = await open_fails(path)
+    assert "no layout version" in str(error) and "backup" in str(error)
+
+
+async def test_opening_an_open_store_object_again_is_refused(tmp_path: Path) -> None:
+    """open() on a SqliteStore object that is already open raises StoreError saying to close it first."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        with pytest.raises(StoreError, match="already open: close"):
+            await store.open(owner=False, owner_id="again")

@@ -196,12 +196,12 @@ class Writer:
                     assert isinstance(job, Job)
                     group.append(job)
             if group:
-                self._commit(conn, group)
+                self._commit(conn, group, beat=not stop)  # closing writes nothing but what was queued
             if stop:
                 return
 
-    def _commit(self, conn: sqlite3.Connection, group: list[Job]) -> None:
-        beat = self._heartbeat is not None and time.monotonic() - self._last_beat >= self._heartbeat_every
+    def _commit(self, conn: sqlite3.Connection, group: list[Job], *, beat: bool = True) -> None:
+        beat = beat and self._heartbeat is not None and time.monotonic() - self._last_beat >= self._heartbeat_every
         if not group and not beat:
             return
         self.groups += 1
