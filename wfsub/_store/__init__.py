@@ -9,4 +9,7 @@ from ._base import Snapshot as Snapshot
 from ._base import Store as Store
 from ._base import StoredCase as StoredCase
 from ._base import require_store as require_store
+from ._memory import MemoryStore as MemoryStore
 from ._open import open_store as open_store
+from ._sqlite import SqliteStore as SqliteStore
+

@@ -1,11 +1,95 @@
-"""Opening a store from what `Substrate(store=...)` was given (interim: store objects only)."""
+"""`open_store(spec)`: a store from what a user passes as `Substrate(store=...)` or `wfsub --store ...`.
+
+    None                          no store (cases live in memory only, as before stores existed)
+    "cases.db", Path("cases.db")  SqliteStore on that file
+    "sqlite:///cases.db"          SqliteStore, relative path (three slashes, as SQLAlchemy spells it)
+    "sqlite:////var/lib/x.db"     SqliteStore, absolute path (three slashes, then the absolute path)
+    "sqlite:///x.db?synchronous=normal"   with the durability setting
+    "memory:"                     MemoryStore
+    "postgresql://..."            the Postgres backend (not in this version: a StoreError says so)
+    a store object                itself
+"""
 
 from __future__ import annotations
 
-from ._base import Store, require_store
+import os
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
+
+from .._errors import StoreError
+from ._base import Store
+from ._memory import MemoryStore
+from ._sqlite import SqliteStore
+
+
+def _sqlite(spec: str) -> Store:
+    parts = urlsplit(spec)
+    if parts.netloc:
+        raise StoreError(
+            spec,
+            f"a sqlite URL names a file, not a host ({parts.netloc!r}): write sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db",
+        )
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if path in ("", ":memory:"):
+        raise StoreError(
+            spec,
+            "a durable store needs a file: sqlite:///:memory: would lose every case when the process ends; give a "
+            "file (sqlite:///cases.db), or use MemoryStore() (the spec 'memory:') for a store in memory",
+        )
+    options = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"synchronous"})
+    if unknown:
+        raise StoreError(spec, f"unknown option(s) {', '.join(unknown)} in the URL: the only one is ?synchronous=")
+    synchronous = options.get("synchronous", ["full"])[-1].lower()
+    return SqliteStore(path, synchronous=synchronous)
+
+
+def _postgres(spec: str) -> Store:
+    raise StoreError(
+        spec,
+        "the Postgres backend is not available in this version of wfsub: use a SQLite file (a path or "
+        "sqlite:///path) for now, or a wfsub version with Postgres support",
+    )
+
+
+def _memory(spec: str) -> Store:
+    if spec != "memory:":
+        raise StoreError(spec, "a memory store takes no path or options: write 'memory:'")
+    return MemoryStore()
+
+
+BACKENDS: dict[str, Callable[[str], Store]] = {
+    "sqlite": _sqlite,
+    "memory": _memory,
+    "postgresql": _postgres,  # the hook a Postgres backend fills in
+    "postgres": _postgres,
+}
 
 
 def open_store(spec: object) -> Store | None:
+    """The store `spec` names (not opened yet: the Substrate opens it); None for None."""
     if spec is None:
         return None
-    return require_store(spec)
+    if isinstance(spec, str | os.PathLike):
+        text = os.fspath(spec)
+        if not isinstance(text, str):
+            raise TypeError(f"a store path must be str, got bytes {text!r}: decode it (os.fsdecode) first")
+        if not isinstance(spec, str):
+            return SqliteStore(text)  # a Path is always a file path
+        scheme = text.split(":", 1)[0].lower() if ":" in text else ""
+        if scheme in BACKENDS and (text.lower().startswith(f"{scheme}://") or text.lower() == f"{scheme}:"):
+            return BACKENDS[scheme](text)
+        if "://" in text:
+            known = ", ".join(f"{name}://" for name in BACKENDS if name != "memory")
+            raise StoreError(text, f"no store backend for {scheme!r}: use a file path, {known}, or memory:")
+        if not text:
+            raise StoreError("''", "an empty store path: give a file path such as 'cases.db', or None for no store")
+        return SqliteStore(text)
+    if isinstance(spec, Store):
+        return spec
+    raise TypeError(
+        f"store={spec!r} ({type(spec).__name__}) is not a store: pass None, a path (str or pathlib.Path), "
+        "'sqlite:///path', 'memory:', 'postgresql://...', or a store object (wfsub.stores.SqliteStore(path), "
+        "wfsub.stores.MemoryStore())"
+    )

@@ -1,0 +1,509 @@
+"""What is particular to the SQLite store: the file's header and modes, the layout and its migrations, group
+commit in one writer thread, reads off the event loop, `changed()`, ownership rows, and index reads."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import wfsub
+from wfsub._errors import StoreError
+from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite
+from wfsub._store import _sqlite as sqlite_module
+from wfsub._store import _writer as writer_module
+from wfsub._store._files import mode_of
+from wfsub._store._rows import encode_row
+from wfsub._store._sql import LAYOUT, QUERIES, load_layout, parse_queries, split_statements
+from wfsub._store._writer import Job
+from wfsub.stores import SqliteStore
+
+from ._helpers import end, first_write, opened, row, signal, start
+
+SQL = Path(wfsub.__file__).parent / "_store" / "sql"
+
+
+def raw(path: str | Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def layout_of(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """The layout as SQLite stores it, comments and spacing aside."""
+    found = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name").fetchall()
+    return [(kind, name, " ".join(re.sub(r"--[^\n]*", "", sql).split())) for kind, name, sql in found]
+
+
+# -- the file --------------------------------------------------------------------------------------------------
+
+
+async def test_the_file_is_wal_with_wfsubs_application_id_and_layout_version(tmp_path: Path) -> None:
+    """A new store file is in WAL mode, carries wfsub's application_id and user_version = SCHEMA_VERSION."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        pass
+    with closing(raw(store.path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == sqlite_module.APPLICATION_ID
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("full", 2), ("normal", 1)])
+async def test_synchronous_is_set_on_the_writer_connection(tmp_path: Path, synchronous: str, level: int) -> None:
+    """The writer thread's connection runs with the `synchronous` the store was given."""
+    store = SqliteStore(tmp_path / "s.db", synchronous=synchronous)
+    async with opened(store):
+        assert store._writer is not None
+        probe = Job(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0], "a probe", wait=True)
+        store._writer.submit(probe)
+        assert await probe.outcome() == level
+
+
+async def test_database_wal_shm_and_lock_files_are_0600_whatever_the_umask(tmp_path: Path) -> None:
+    """With umask 000, the store file, its -wal, -shm and -lock are created 0600, and again after a reopen."""
+    path = str(tmp_path / "s.db")
+    previous = os.umask(0)
+    try:
+        for _ in range(2):  # the second time, SQLite recreates -wal and -shm (deleted at the last close)
+            store = SqliteStore(path)
+            async with opened(store):
+                await store.write(first_write(f"c{_}"))
+                modes = {suffix: mode_of(path + suffix) for suffix in ("", "-wal", "-shm", "-lock")}
+            assert modes == {"": 0o600, "-wal": 0o600, "-shm": 0o600, "-lock": 0o600}
+    finally:
+        os.umask(previous)
+
+
+async def test_an_existing_file_keeps_its_mode(tmp_path: Path) -> None:
+    """A file the store did not create (an empty 0640 file) is used as it is: the store never chmods it."""
+    path = tmp_path / "s.db"
+    path.touch()
+    path.chmod(0o640)
+    async with opened(SqliteStore(path)):
+        pass
+    assert mode_of(str(path)) == 0o640
+
+
+def test_url_and_path_are_absolute() -> None:
+    """`path` is absolute and `url` is sqlite:/// followed by it (the form open_store takes back)."""
+    store = SqliteStore("rel/cases.db")
+    assert store.path == os.path.abspath("rel/cases.db")
+    assert store.url == "sqlite:///" + store.path
+    assert "rel/cases.db" in repr(store)
+
+
+def test_a_memory_database_or_a_bad_synchronous_is_refused() -> None:
+    """SqliteStore(':memory:') says to use MemoryStore; synchronous must be 'full' or 'normal'."""
+    with pytest.raises(StoreError, match="MemoryStore"):
+        SqliteStore(":memory:")
+    with pytest.raises(ValueError, match="'full'.*'normal'"):
+        SqliteStore("x.db", synchronous="off")
+
+
+# -- the layout and its migrations -------------------------------------------------------------------------------
+
+
+def test_schema_and_the_migration_chain_build_the_same_layout() -> None:
+    """A new file built from schema.sql has the layout that migrations 1..N build from an empty file."""
+    with closing(raw(":memory:")) as fresh, closing(raw(":memory:")) as migrated:
+        for statement in LAYOUT.schema:
+            fresh.execute(statement)
+        for version in range(1, SCHEMA_VERSION + 1):
+            for statement in LAYOUT.migrations[version].statements:
+                migrated.execute(statement)
+        assert layout_of(fresh) == layout_of(migrated)
+        assert {name for kind, name, _ in layout_of(fresh) if kind == "table"} >= {
+            "cases", "journal", "snapshots", "inbox", "owner"
+        }
+
+
+def future_layout(tmp_path: Path, migration: str) -> type[SqliteStore]:
+    """A SqliteStore of a library one layout version ahead: migration 0002 (text given), schema.sql to match."""
+    folder = tmp_path / "sql_v2"
+    shutil.copytree(SQL, folder)
+    (folder / "migrations" / "0002_case_tags.sql").write_text(migration)
+    with (folder / "schema.sql").open("a") as schema:
+        schema.write("\n" + migration)
+
+    class FutureStore(SqliteStore):
+        _layout = load_layout(folder, SCHEMA_VERSION + 1)
+
+    return FutureStore
+
+
+TAGS = "ALTER TABLE cases ADD COLUMN tags TEXT;\nCREATE INDEX cases_by_tags ON cases (tags);\n"
+
+
+async def test_an_owner_migrates_an_older_file_and_keeps_its_cases(tmp_path: Path) -> None:
+    """A file of layout 1 opened by a library at layout 2: migration 0002 runs, user_version 2, cases intact."""
+    path = tmp_path / "s.db"
+    async with opened(SqliteStore(path)) as store:
+        await store.write(first_write("a"))
+    future = future_layout(tmp_path, TAGS)
+    async with opened(future(path)) as store:
+        assert [r["seq"] for r in await store.journal("a")] == [0]
+    with closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert "tags" in [col[1] for col in conn.execute("PRAGMA table_info(cases)")]
+        migrated = layout_of(conn)
+    fresh = tmp_path / "fresh.db"
+    async with opened(future(fresh)):
+        pass
+    with closing(raw(fresh)) as conn:
+        assert layout_of(conn) == migrated  # schema.sql v2 and the chain 1 -> 2 agree
+
+
+async def test_a_non_owner_does_not_migrate(tmp_path: Path) -> None:
+    """open(owner=False) on an older file raises StoreError: only an owner migrates; the file stays as it was."""
+    path = tmp_path / "s.db"
+    async with opened(SqliteStore(path)):
+        pass
+    with pytest.raises(StoreError, match="only an owner migrates"):
+        await future_layout(tmp_path, TAGS)(path).open(owner=False, owner_id="cli")
+    with closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+async def test_a_failing_migration_leaves_the_file_at_its_version(tmp_path: Path) -> None:
+    """A migration that fails raises StoreError naming its file; the file keeps its version and opens as before."""
+    path = tmp_path / "s.db"
+    async with opened(SqliteStore(path)) as store:
+        await store.write(first_write("a"))
+    broken = future_layout(tmp_path, "ALTER TABLE cases ADD COLUMN tags TEXT;\nALTER TABLE nowhere ADD COLUMN x;\n")
+    with pytest.raises(StoreError, match=r"0002_case_tags\.sql.*no such table: nowhere") as caught:
+        await broken(path).open(owner=True, owner_id="future")
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    with closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert "tags" not in [col[1] for col in conn.execute("PRAGMA table_info(cases)")]
+    async with opened(SqliteStore(path)) as store:
+        assert await store.journal("a") == [start("a")]
+
+
+def test_migrations_must_be_numbered_without_gaps(tmp_path: Path) -> None:
+    """A migrations folder with a gap (0001, 0003) is refused when the layout is loaded."""
+    folder = tmp_path / "sql"
+    shutil.copytree(SQL, folder)
+    (folder / "migrations" / "0003_later.sql").write_text("SELECT 1;\n")
+    with pytest.raises(ValueError, match=r"numbered \[1, 3\]: expected 1\.\.3"):
+        load_layout(folder, 3)
+
+
+# -- the queries file --------------------------------------------------------------------------------------------
+
+
+def test_every_query_compiles_against_the_schema() -> None:
+    """Each named query in queries.sql is one statement that SQLite compiles against schema.sql."""
+    with closing(raw(":memory:")) as conn:
+        for statement in LAYOUT.schema:
+            conn.execute(statement)
+        for name, sql in QUERIES.items():
+            params = dict.fromkeys(re.findall(r":([a-z_]+)", sql))
+            conn.execute("EXPLAIN " + sql, params).fetchall()  # compiles, does not run
+            assert split_statements(sql) == [sql], name
+
+
+def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
+    """Every named query is used; no query holds a literal value; only the header PRAGMAs are formatted in code."""
+    source = "\n".join(p.read_text() for p in (SQL.parent).glob("*.py"))
+    composed = ("pragma_synchronous_", "cases_page")
+    unused = [name for name in QUERIES if f'"{name}"' not in source and not name.startswith(composed)]
+    assert unused == []
+    literals = {lit for sql in QUERIES.values() for lit in re.findall(r"'[^']*'", sql)}
+    assert literals == {"'end'"}  # the kind a case ends with: part of a rule, not a value
+    formatted = re.findall(r'execute\(f"([^"]*)"', source)
+    assert formatted == [
+        "PRAGMA application_id = {int(APPLICATION_ID)}",
+        "PRAGMA user_version = {int(self._layout.version)}",
+        "PRAGMA user_version = {int(target)}",
+    ]
+
+
+def test_a_bad_queries_file_is_refused() -> None:
+    """queries.sql parsing refuses a query with two statements and a name defined twice."""
+    with pytest.raises(ValueError, match="exactly one SQL statement"):
+        parse_queries("-- name: two\nSELECT 1; SELECT 2;\n")
+    with pytest.raises(ValueError, match="defined twice"):
+        parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+
+
+# -- group commit and threads ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def write_lock_held(path: str) -> Iterator[sqlite3.Connection]:
+    """Another connection holds the file's write lock: the writer thread waits in BEGIN IMMEDIATE meanwhile."""
+    with closing(raw(path)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition another thread makes true (polled: there is nothing to await on)."""
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+
+
+async def plug(store: SqliteStore) -> None:
+    """Queue one write and wait until the writer thread has taken it (and is blocked in BEGIN on it)."""
+    assert store._writer is not None
+    taken = store._writer.jobs
+    await store.write(first_write("plug"), wait=False)
+    await until(lambda: store._writer is not None and store._writer.jobs == taken + 1)
+
+
+async def test_writes_queued_during_a_commit_go_into_one_transaction(tmp_path: Path) -> None:
+    """100 writes that arrive while a commit is under way are committed together, in one transaction."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        await store.write(first_write("warm"))
+        groups = writer.groups
+        with write_lock_held(store.path) as lock:
+            await plug(store)
+            async with anyio.create_task_group() as tg:
+                for i in range(100):
+                    tg.start_soon(store.write, first_write(f"c{i}"))
+                await until(lambda: writer._queue.qsize() == 100)
+                lock.execute("ROLLBACK")
+        assert writer.groups - groups == 2  # the plug's group, then all 100 together
+        assert len(await store.cases(limit=1000)) == 102
+
+
+async def test_a_refused_write_in_a_group_fails_alone(tmp_path: Path) -> None:
+    """In one transaction, a second `end` is undone by its savepoint and fails; the writes beside it commit."""
+    store = SqliteStore(tmp_path / "s.db")
+    outcomes: dict[str, Any] = {}
+
+    async def attempt(name: str, change: CaseWrite) -> None:
+        try:
+            outcomes[name] = await store.write(change)
+        except StoreError as exc:
+            outcomes[name] = exc
+
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        await store.write(CaseWrite("ended", records=[start("ended"), end(1)], row=row("ended", "done")))
+        groups = writer.groups
+        with write_lock_held(store.path) as lock:
+            await plug(store)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(attempt, "before", first_write("before"))
+                tg.start_soon(attempt, "bad", CaseWrite("ended", records=[signal(2), end(3)],
+                                                        row=row("ended", "failed", last_seq=3)))
+                tg.start_soon(attempt, "after", first_write("after"))
+                await until(lambda: writer._queue.qsize() == 3)
+                lock.execute("ROLLBACK")
+        assert writer.groups - groups == 2
+        assert outcomes["before"] == [True] and outcomes["after"] == [True]
+        assert isinstance(outcomes["bad"], StoreError) and "already has its `end`" in str(outcomes["bad"])
+        assert isinstance(outcomes["bad"].__cause__, sqlite3.IntegrityError)
+        assert [r["seq"] for r in await store.journal("ended")] == [0, 1]
+        ended = await store.row("ended")
+        assert ended is not None and ended.state == "done"
+
+
+async def test_a_failed_transaction_fails_every_write_of_its_group_and_keeps_none(tmp_path: Path) -> None:
+    """An error of the transaction itself (an I/O error mid-group) rolls all back; each waiter gets StoreError."""
+    store = SqliteStore(tmp_path / "s.db")
+    outcomes: dict[str, Any] = {}
+
+    def failing_disk(conn: sqlite3.Connection) -> None:
+        conn.execute(QUERIES["inbox_put"], {"case_id": "x", "kind": "signal", "body": "{}", "request_id": None,
+                                            "created_at": 1.0})
+        raise sqlite3.OperationalError("disk I/O error")
+
+    async def attempt(name: str, change: CaseWrite | None) -> None:
+        try:
+            if change is None:
+                assert store._writer is not None
+                job = Job(failing_disk, "a failing job", wait=True)
+                store._writer.submit(job)
+                outcomes[name] = await job.outcome()
+            else:
+                outcomes[name] = await store.write(change)
+        except StoreError as exc:
+            outcomes[name] = exc
+
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        with write_lock_held(store.path) as lock:
+            await plug(store)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(attempt, "a", CaseWrite("a", records=[start("a"), signal(1)], row=row("a")))
+                await until(lambda: writer._queue.qsize() == 1)
+                tg.start_soon(attempt, "boom", None)
+                await until(lambda: writer._queue.qsize() == 2)
+                tg.start_soon(attempt, "b", first_write("b"))
+                await until(lambda: writer._queue.qsize() == 3)
+                lock.execute("ROLLBACK")
+        assert set(outcomes) == {"a", "boom", "b"}
+        for name, outcome in outcomes.items():
+            assert isinstance(outcome, StoreError), name
+            assert isinstance(outcome.__cause__, sqlite3.OperationalError)
+            assert "(one transaction with 2 other writes) failed" in str(outcome) and store.path in str(outcome)
+        assert await store.journal("a") == [] and await store.row("b") is None
+        assert await store.inbox_take() == []
+        assert await store.write(first_write("c")) == [True]  # the writer goes on
+        assert [r.case_id for r in await store.cases()] == ["c", "plug"]
+
+
+async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every write is applied in the one writer thread, every read in a worker thread; none on the loop's thread."""
+    writers: set[threading.Thread] = set()
+    readers: set[threading.Thread] = set()
+    apply_write = sqlite_module._apply_write
+
+    def spy_write(*args: Any) -> Any:
+        writers.add(threading.current_thread())
+        return apply_write(*args)
+
+    monkeypatch.setattr(sqlite_module, "_apply_write", spy_write)
+    store = SqliteStore(tmp_path / "s.db")
+    read_sync = store._read_sync
+
+    def spy_read(*args: Any) -> Any:
+        readers.add(threading.current_thread())
+        return read_sync(*args)
+
+    monkeypatch.setattr(store, "_read_sync", spy_read)
+    async with opened(store):
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(store.write, first_write(f"c{i}"))
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(store.load, f"c{i}")
+    loop_thread = threading.current_thread()
+    assert len(writers) == 1 and next(iter(writers)).name.startswith("wfsub-store-writer")
+    assert readers and loop_thread not in readers | writers
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_waiters_are_woken_through_from_thread_run_sync_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """On the pre-4.16 anyio path (from_thread.run_sync with a token) 200 concurrent writers are all woken."""
+    monkeypatch.setattr(writer_module, "WAKE_WITHOUT_WAITING", False)
+
+    async def main() -> None:
+        async with opened(SqliteStore(tmp_path / "s.db")) as store:
+            async with anyio.create_task_group() as tg:
+                for i in range(200):
+                    tg.start_soon(store.write, first_write(f"c{i}"))
+            assert len(await store.cases(limit=1000)) == 200
+
+    anyio.run(main, backend=backend)
+
+
+async def test_close_commits_the_writes_still_queued(tmp_path: Path) -> None:
+    """Writes queued with wait=False just before close() are in the file when it is opened again."""
+    path = tmp_path / "s.db"
+    async with opened(SqliteStore(path)) as store:
+        for i in range(200):
+            await store.write(first_write(f"c{i}"), wait=False)
+    async with opened(SqliteStore(path)) as store:
+        assert len(await store.cases(limit=1000)) == 200
+
+
+# -- changed(), ownership rows -----------------------------------------------------------------------------------
+
+
+async def test_changed_sees_a_commit_by_another_connection_and_holds_no_transaction(tmp_path: Path) -> None:
+    """changed() turns true when another connection commits (here a bare sqlite3 one) and leaves no read open."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        store.changed()
+        assert store.changed() is False
+        with closing(raw(store.path)) as other:
+            other.execute("INSERT INTO inbox (case_id, kind, body, created_at) VALUES ('a', 'signal', '{}', 1)")
+        assert store.changed() is True
+        assert store._watch is not None and not store._watch.in_transaction
+
+
+async def test_each_owner_records_itself_with_a_new_epoch(tmp_path: Path) -> None:
+    """The owner row names the owner id, pid and host; each new owner gets the next epoch."""
+    path = tmp_path / "s.db"
+    for epoch, owner_id in ((1, "first"), (2, "second")):
+        async with opened(SqliteStore(path), owner_id=owner_id) as store:
+            assert isinstance(store, SqliteStore) and store.owner_epoch == epoch
+        with closing(raw(path)) as conn:
+            found = conn.execute("SELECT owner_id, pid, epoch FROM owner").fetchone()
+        assert found == (owner_id, os.getpid(), epoch)
+    async with opened(SqliteStore(path), owner=False) as store:
+        assert isinstance(store, SqliteStore) and store.owner_epoch is None
+
+
+async def test_the_owner_heartbeat_is_refreshed_while_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle owner's writer thread refreshes the owner row's heartbeat every HEARTBEAT_EVERY seconds."""
+    monkeypatch.setattr(sqlite_module, "HEARTBEAT_EVERY", 0.02)
+    store = SqliteStore(tmp_path / "s.db")
+
+    def beats() -> tuple[float, float]:
+        with closing(raw(store.path)) as conn:
+            since, heartbeat = conn.execute("SELECT since, heartbeat FROM owner").fetchone()
+        return since, heartbeat
+
+    async with opened(store):
+        await until(lambda: beats()[1] > beats()[0])
+
+
+# -- index reads -------------------------------------------------------------------------------------------------
+
+
+def vm_steps(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> int:
+    """SQLite virtual-machine steps (in hundreds) a query takes: a measure of the work, not of the time."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    conn.set_progress_handler(count, 100)
+    conn.execute(sql, params).fetchall()
+    conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+async def test_a_page_of_cases_is_an_index_read_among_100000(tmp_path: Path) -> None:
+    """Among 100,000 cases, listings plan as index searches and a page of 100 costs under 2% of a table scan."""
+    path = tmp_path / "s.db"
+    async with opened(SqliteStore(path)):
+        pass
+    states = ["running", "done", "waiting_timer", "waiting_signal", "failed"]
+    with closing(raw(path)) as conn:
+        conn.execute("BEGIN")
+        conn.executemany(QUERIES["case_put"], (
+            encode_row("t", CaseRow(f"case-{i:06d}", f"wf{i % 7}", "fp", states[i % 5], 1.0, 1.0,
+                                    next_due=float(i) if i % 5 == 2 else None)).params
+            for i in range(100_000)
+        ))
+        conn.execute("COMMIT")
+        params = {"before": 2**63 - 1, "limit": 100, "state": "done", "workflow": "wf3", "until": 1e9}
+        for name in ("cases_page", "cases_page_state", "cases_page_workflow", "cases_page_state_workflow",
+                     "cases_due", "cases_next_due"):
+            plan = " | ".join(step[3] for step in conn.execute("EXPLAIN QUERY PLAN " + QUERIES[name], params))
+            assert plan.startswith("SEARCH cases USING"), (name, plan)
+            assert "TEMP B-TREE" not in plan, (name, plan)
+        scan = vm_steps(conn, "SELECT count(*) FROM cases WHERE detail LIKE '%never%'", {})
+        page = vm_steps(conn, QUERIES["cases_page"], params)
+        deep_page = vm_steps(conn, QUERIES["cases_page_state"], {**params, "before": 500})
+        assert page * 50 < scan and deep_page * 50 < scan, (page, deep_page, scan)

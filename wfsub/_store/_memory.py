@@ -1,0 +1,299 @@
+"""`MemoryStore`: the store interface in memory, with the semantics of the SQLite store (for runtime tests).
+
+Everything is kept as the same JSON text the SQLite store writes, so a value that SQLite would refuse (a NaN,
+a set, an int key) is refused here too, and what a read returns is never the caller's own object. The rules
+are the same: a record whose request_id the case's journal holds is skipped, one `end` per case, each seq once,
+`order` assigned when a case's row is first written, increasing inbox ids, the newest two snapshots kept.
+A write that breaks a rule is refused whole, as a rolled-back SAVEPOINT is in SQLite; `wait=False` writes
+report such a refusal in the log, not to the caller.
+
+One `MemoryStore` object is the store: it lives as long as the object (close and open it again to model a
+restart). Only one owner may have it open at a time (a second `open(owner=True)` raises StoreError until the
+first owner closes it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.lowlevel
+
+from .._errors import StoreError
+from .._trace import get_logger
+from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot, StoredCase
+from ._rows import (
+    SNAPSHOTS_KEPT,
+    EncodedWrite,
+    decode_row,
+    encode_write,
+    loads,
+    no_start,
+    second_end,
+    seq_taken,
+    to_json,
+)
+
+_log = get_logger("wfsub.store")
+
+
+@dataclass(slots=True)
+class _Case:
+    journal: dict[int, str] = field(default_factory=dict)  # seq -> record JSON
+    request_ids: set[str] = field(default_factory=set)
+    ended: bool = False
+    row: dict[str, Any] | None = None  # encoded row params
+    order: int = 0
+    snapshots: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # seq -> (format, bytecode, JSON)
+
+
+@dataclass(slots=True)
+class _Inbox:
+    case_id: str
+    kind: str
+    body: str
+    request_id: str | None
+    created_at: float
+    refused: str | None = None
+
+
+class MemoryStore:
+    """A store in memory: the full interface, the same rules as `SqliteStore`, nothing durable."""
+
+    url = "memory:"
+    _name = "memory"  # how messages name it: "store memory: ..."
+
+    def __init__(self) -> None:
+        self._cases: dict[str, _Case] = {}
+        self._inbox: dict[int, _Inbox] = {}
+        self._next_order = 1
+        self._next_inbox = 1
+        self._open = False
+        self._owner: str | None = None
+        self._changed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(cases={len(self._cases)}, open={self._open})"
+
+    # -- life ------------------------------------------------------------------------------------------------
+
+    async def open(self, *, owner: bool, owner_id: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        if owner:
+            if self._owner is not None:
+                raise StoreError(
+                    self._name,
+                    f"already owned by Substrate {self._owner!r} (pid {os.getpid()}, this process): one Substrate "
+                    "owns a store at a time; close the first one, or open this one with owner=False",
+                )
+            self._owner = owner_id
+        self._open = True
+
+    async def close(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self._open = False
+        self._owner = None
+
+    def _check_open(self, action: str) -> None:
+        if not self._open:
+            raise StoreError(self._name, f"cannot {action}: the store is not open; call `await store.open(...)` first")
+
+    # -- writes ----------------------------------------------------------------------------------------------
+
+    async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
+        self._check_open("write")
+        encoded = encode_write(self._name, change)
+        try:
+            appended = self._apply(encoded)
+        except StoreError as exc:
+            if wait:
+                raise
+            _log.error("store_write_failed", store=self._name, job=f"case {change.case_id!r}", error=str(exc))
+            return []
+        # after applying, as SqliteStore: a waiter cancelled here still has its write applied
+        await anyio.lowlevel.checkpoint()
+        return appended if wait else []
+
+    def _apply(self, change: EncodedWrite) -> list[bool]:
+        """Check every rule first, then apply: a refused write changes nothing."""
+        case = self._cases.get(change.case_id) or _Case()
+        appended: list[bool] = []
+        seen_ids = set(case.request_ids)
+        seqs: set[int] = set()
+        ended = case.ended
+        for record in change.records:
+            if record.request_id is not None and record.request_id in seen_ids:
+                appended.append(False)
+                continue
+            if record.seq in case.journal or record.seq in seqs:
+                raise StoreError(self._name, seq_taken(change.case_id, record.seq))
+            if record.kind == "end":
+                if ended:
+                    raise StoreError(self._name, second_end(change.case_id, record.seq))
+                ended = True
+            if record.request_id is not None:
+                seen_ids.add(record.request_id)
+            seqs.add(record.seq)
+            appended.append(True)
+        # every rule held: apply
+        self._cases[change.case_id] = case
+        for record, ok in zip(change.records, appended):
+            if ok:
+                case.journal[record.seq] = record.text
+        case.request_ids = seen_ids
+        case.ended = ended
+        if change.row is not None:
+            if case.row is None:
+                case.order, self._next_order = self._next_order, self._next_order + 1
+            case.row = change.row.params
+        if change.snapshot is not None:
+            snap = change.snapshot.params
+            case.snapshots[snap["seq"]] = (snap["format"], snap["bytecode"], snap["state"])
+            for seq in sorted(case.snapshots)[:-SNAPSHOTS_KEPT]:
+                del case.snapshots[seq]
+        for inbox_id in change.inbox_done:
+            self._inbox.pop(inbox_id, None)
+        for inbox_id, reason in change.inbox_refused:
+            if inbox_id in self._inbox:
+                self._inbox[inbox_id].refused = reason
+        if not case.journal and case.row is None and not case.snapshots:
+            del self._cases[change.case_id]  # a write of inbox moves only: no case to keep
+        return appended
+
+    async def inbox_put(
+        self, case_id: str, kind: str, body: Mapping[str, Any], *, request_id: str | None, created_at: float
+    ) -> int:
+        self._check_open("put an input in the inbox")
+        text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
+        inbox_id, self._next_inbox = self._next_inbox, self._next_inbox + 1
+        self._inbox[inbox_id] = _Inbox(case_id, kind, text, request_id, created_at)
+        self._changed = True
+        await anyio.lowlevel.checkpoint()
+        return inbox_id
+
+    async def prune(self, ended_before: float) -> int:
+        self._check_open("prune")
+        await anyio.lowlevel.checkpoint()
+        gone = [
+            case_id
+            for case_id, case in self._cases.items()
+            if case.ended
+            and case.row is not None
+            and case.row["ended_at"] is not None
+            and case.row["ended_at"] < ended_before
+        ]
+        for case_id in gone:
+            del self._cases[case_id]
+        for inbox_id in [i for i, row in self._inbox.items() if row.case_id in gone]:
+            del self._inbox[inbox_id]
+        return len(gone)
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    def _row(self, case: _Case) -> CaseRow:
+        assert case.row is not None
+        return decode_row(case.order, case.row)
+
+    def _rows(self) -> list[tuple[_Case, dict[str, Any]]]:
+        return [(case, case.row) for case in self._cases.values() if case.row is not None]
+
+    async def load(self, case_id: str) -> StoredCase | None:
+        self._check_open("load a case")
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        if case is None or case.row is None:
+            return None
+        if 0 not in case.journal:
+            raise StoreError(self._name, no_start(case_id))
+        snapshot = None
+        after = 0
+        if case.snapshots:
+            after = max(case.snapshots)
+            fmt, bytecode, state = case.snapshots[after]
+            snapshot = Snapshot(case_id, after, fmt, bytecode, loads(state))
+        records = [loads(case.journal[seq]) for seq in sorted(case.journal) if seq > after]
+        return StoredCase(self._row(case), loads(case.journal[0]), snapshot, records)
+
+    async def row(self, case_id: str) -> CaseRow | None:
+        await anyio.lowlevel.checkpoint()
+        return self.read_row(case_id)
+
+    def read_row(self, case_id: str) -> CaseRow | None:
+        self._check_open("read a case row")
+        case = self._cases.get(case_id)
+        return self._row(case) if case is not None and case.row is not None else None
+
+    async def journal(self, case_id: str) -> list[Record]:
+        self._check_open("read a journal")
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        return [] if case is None else [loads(case.journal[seq]) for seq in sorted(case.journal)]
+
+    async def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        await anyio.lowlevel.checkpoint()
+        return self.read_cases(state=state, workflow=workflow, limit=limit, before=before)
+
+    def read_cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        self._check_open("list cases")
+        found = [
+            case
+            for case, row in self._rows()
+            if (state is None or row["state"] == state)
+            and (workflow is None or row["workflow"] == workflow)
+            and (before is None or case.order < before)
+        ]
+        found.sort(key=lambda case: case.order, reverse=True)
+        return [self._row(case) for case in found[: max(limit, 0)]]
+
+    async def live(self) -> list[CaseRow]:
+        self._check_open("list live cases")
+        await anyio.lowlevel.checkpoint()
+        found = [case for case, row in self._rows() if row["live"]]
+        return [self._row(case) for case in sorted(found, key=lambda case: case.order)]
+
+    def _parked(self) -> list[tuple[float, int, _Case]]:
+        return [
+            (row["next_due"], case.order, case)
+            for case, row in self._rows()
+            if row["parked"] and row["next_due"] is not None
+        ]
+
+    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+        self._check_open("list due cases")
+        await anyio.lowlevel.checkpoint()
+        found = sorted((due, order, case) for due, order, case in self._parked() if due <= until)
+        return [self._row(case) for _, _, case in found[: max(limit, 0)]]
+
+    async def next_due(self) -> float | None:
+        self._check_open("read the next due time")
+        await anyio.lowlevel.checkpoint()
+        return min((due for due, _, _ in self._parked()), default=None)
+
+    def _inbox_row(self, inbox_id: int, row: _Inbox) -> InboxRow:
+        return InboxRow(inbox_id, row.case_id, row.kind, loads(row.body), row.request_id, row.created_at, row.refused)
+
+    async def inbox_take(self, after: int = 0, limit: int = 1000) -> list[InboxRow]:
+        self._check_open("read the inbox")
+        await anyio.lowlevel.checkpoint()
+        ids = sorted(i for i, row in self._inbox.items() if i > after and row.refused is None)
+        return [self._inbox_row(i, self._inbox[i]) for i in ids[: max(limit, 0)]]
+
+    async def inbox_row(self, inbox_id: int) -> InboxRow | None:
+        self._check_open("read an inbox row")
+        await anyio.lowlevel.checkpoint()
+        row = self._inbox.get(inbox_id)
+        return None if row is None else self._inbox_row(inbox_id, row)
+
+    def changed(self) -> bool:
+        self._check_open("poll for changes")
+        changed, self._changed = self._changed, False
+        return changed
+
+
+__all__ = ["MemoryStore"]

@@ -1,0 +1,202 @@
+"""What every backend shares: JSON encoding of records and rows, and the rules that classify a case row.
+
+A store keeps records and row fields as JSON text, so every backend (memory included) accepts exactly the same
+values: JSON types and finite floats (as in JSON, int dict keys come back as str: the runtime checks that
+case data has str keys before it gets here). `encode_write` checks and encodes a `CaseWrite` before it is
+queued, so a value that cannot be stored fails in the caller with a StoreError, before any transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import StoreError
+from ._base import CaseRow, CaseWrite, Record, Snapshot
+
+LIVE_STATES = frozenset({"initializing", "running", "waiting_effect"})
+"""A case in one of these states (or with an effect in flight) is resumed at once by recovery: `live()`."""
+
+PARKED_STATES = frozenset({"waiting_signal", "waiting_timer"})
+"""A case in one of these states with no effect in flight waits for an input or a timer: `due()`, `next_due()`."""
+
+SNAPSHOTS_KEPT = 2
+"""Snapshots kept per case: the newest, and one before it in case the newest cannot be used."""
+
+_DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
+
+
+# One encoder, made once: json.dumps with non-default options builds a new JSONEncoder at every call.
+dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
+loads = json.loads
+
+
+@dataclass(slots=True)
+class EncodedRecord:
+    seq: int
+    kind: str
+    request_id: str | None
+    text: str
+
+
+@dataclass(slots=True)
+class EncodedRow:
+    params: dict[str, Any]  # the columns of the row, by name (see `case_put` in queries.sql)
+
+
+@dataclass(slots=True)
+class EncodedSnapshot:
+    params: dict[str, Any]
+
+
+@dataclass(slots=True)
+class EncodedWrite:
+    case_id: str
+    records: list[EncodedRecord]
+    row: EncodedRow | None
+    snapshot: EncodedSnapshot | None
+    inbox_done: list[int]
+    inbox_refused: list[tuple[int, str]]
+
+
+def to_json(store: str, what: str, value: object) -> str:
+    try:
+        return dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            store,
+            f"cannot store {what}: {exc}; a store keeps JSON (dict with str keys, list, str, int, finite float, "
+            "bool, None): convert the value before it reaches the case data or the record",
+        ) from exc
+
+
+def encode_record(store: str, case_id: str, index: int, record: Record) -> EncodedRecord:
+    if not isinstance(record, dict):
+        raise StoreError(store, f"record {index} of case {case_id!r} is a {type(record).__name__}, not a dict")
+    seq, kind, request_id = record.get("seq"), record.get("kind"), record.get("request_id")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise StoreError(
+            store, f"record {index} of case {case_id!r} has seq={seq!r}: every record needs an int seq >= 0"
+        )
+    if not isinstance(kind, str) or not kind:
+        raise StoreError(store, f"record seq {seq} of case {case_id!r} has kind={kind!r}: it needs a str kind")
+    if request_id is not None and not isinstance(request_id, str):
+        raise StoreError(
+            store, f"record seq {seq} of case {case_id!r} has request_id={request_id!r}: a str or no request_id"
+        )
+    return EncodedRecord(seq, kind, request_id, to_json(store, f"record seq {seq} of case {case_id!r}", record))
+
+
+def row_flags(row: CaseRow) -> tuple[bool, bool]:
+    """(live, parked) of a row: what recovery resumes at once, and what waits for `due()`."""
+    live = row.state in LIVE_STATES or bool(row.effects)
+    parked = not live and row.state in PARKED_STATES
+    return live, parked
+
+
+def encode_row(store: str, row: CaseRow) -> EncodedRow:
+    live, parked = row_flags(row)
+    detail = {name: getattr(row, name) for name in _DETAIL}
+    return EncodedRow(
+        {
+            "case_id": row.case_id,
+            "workflow": row.workflow,
+            "fingerprint": row.fingerprint,
+            "state": row.state,
+            "started_at": row.started_at,
+            "updated_at": row.updated_at,
+            "ended_at": row.ended_at,
+            "last_seq": row.last_seq,
+            "next_due": row.next_due,
+            "live": int(live),
+            "parked": int(parked),
+            "detail": to_json(store, f"the row of case {row.case_id!r}", detail),
+        }
+    )
+
+
+def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
+    """A CaseRow from the columns of `case_row` (a tuple in query order: order first) or from encoded params."""
+    if isinstance(params, tuple):
+        _, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail = (
+            params
+        )
+    else:
+        case_id, workflow, fingerprint = params["case_id"], params["workflow"], params["fingerprint"]
+        state, started_at, updated_at = params["state"], params["started_at"], params["updated_at"]
+        ended_at, last_seq, next_due, detail = (
+            params["ended_at"], params["last_seq"], params["next_due"], params["detail"]
+        )
+    extra = loads(detail)
+    return CaseRow(
+        case_id=case_id,
+        workflow=workflow,
+        fingerprint=fingerprint,
+        state=state,
+        started_at=started_at,
+        updated_at=updated_at,
+        ended_at=ended_at,
+        last_seq=last_seq,
+        next_due=next_due,
+        order=order,
+        **{name: extra[name] for name in _DETAIL},
+    )
+
+
+def encode_snapshot(store: str, snapshot: Snapshot) -> EncodedSnapshot:
+    return EncodedSnapshot(
+        {
+            "case_id": snapshot.case_id,
+            "seq": snapshot.seq,
+            "format": snapshot.format,
+            "bytecode": snapshot.bytecode,
+            "state": to_json(store, f"the snapshot of case {snapshot.case_id!r} at seq {snapshot.seq}", snapshot.state),
+        }
+    )
+
+
+def encode_write(store: str, change: CaseWrite) -> EncodedWrite:
+    """Check and encode a CaseWrite (a StoreError names what cannot be stored and why)."""
+    if not isinstance(change, CaseWrite):
+        raise TypeError(f"write() takes a CaseWrite, got {type(change).__name__}")
+    case_id = change.case_id
+    if not isinstance(case_id, str) or not case_id:
+        raise StoreError(store, f"a CaseWrite has case_id={case_id!r}: it needs a non-empty str case id")
+    for what, obj in (("row", change.row), ("snapshot", change.snapshot)):
+        if obj is not None and obj.case_id != case_id:
+            raise StoreError(
+                store,
+                f"a CaseWrite for case {case_id!r} carries the {what} of case {obj.case_id!r}: one case per write",
+            )
+    records = [encode_record(store, case_id, i, record) for i, record in enumerate(change.records)]
+    return EncodedWrite(
+        case_id=case_id,
+        records=records,
+        row=encode_row(store, change.row) if change.row is not None else None,
+        snapshot=encode_snapshot(store, change.snapshot) if change.snapshot is not None else None,
+        inbox_done=[int(i) for i in change.inbox_done],
+        inbox_refused=[(int(i), str(reason)) for i, reason in change.inbox_refused],
+    )
+
+
+def second_end(case_id: str, seq: int) -> str:
+    return (
+        f"case {case_id!r} already has its `end` record: the `end` at seq {seq} was refused (a case ends once, "
+        "and only its owner writes `end`). This write was not applied; the other writes committed with it were"
+    )
+
+
+def seq_taken(case_id: str, seq: int) -> str:
+    return (
+        f"case {case_id!r} already has a record at seq {seq}: a journal is append-only, each seq written once. "
+        "This write was not applied (the other writes committed with it were); reload the case with load() and "
+        "continue from its last seq"
+    )
+
+
+def no_start(case_id: str) -> str:
+    return (
+        f"case {case_id!r} has a row but no `start` record (seq 0): a case's first write carries its `start` "
+        "record with its row; the store holds a row written without it"
+    )

@@ -1,0 +1,602 @@
+"""`SqliteStore`: a store in one SQLite file, for one Substrate (and the `wfsub` command beside it).
+
+Durability. The file is in WAL mode and every write transaction is `BEGIN IMMEDIATE`. `synchronous` is set
+explicitly on every connection:
+- "full" (the default): the WAL is synced at every commit, so a write that `write()` acknowledged survives a
+  process crash and a power loss or kernel crash.
+- "normal": the WAL is synced only at checkpoints. An acknowledged write still survives a crash of the process
+  (it is in the operating system's cache, and the kill tests run with both settings), but a power loss or
+  kernel crash can lose the last acknowledged writes (never corrupt the file). Commits are several times
+  cheaper; choose it when losing the last second of a power cut is acceptable.
+
+Group commit. One writer thread owns the only write connection: see `_writer.py` for the hand-off between the
+thread and the event loop, the measurements that chose it, and how a failing write is kept from failing the
+others of its group. Reads run in anyio worker threads, each on a reader connection from a small pool (at
+most `READERS` at once); WAL lets them run beside the writer, and each read runs in one read transaction, so
+`load()` sees one committed state. The event loop itself never waits for the disk: the only call it makes is
+`changed()`.
+
+`changed()` runs `PRAGMA data_version` on a connection of its own: SQLite answers from the WAL index in shared
+memory (the `-shm` file, mapped) without reading the database file and without a table scan; 3-4 us a call
+(`python -m bench store`). It is true when any other connection committed since the last call (this store's own
+writer included: SQLite cannot tell whose commit it was), so a Substrate that polls it also reads the inbox
+after its own commits: an index read of an empty range.
+
+The file. It is created 0600 by the store before SQLite opens it, and SQLite gives `-wal` and `-shm` the same
+mode (see `_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
+by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built from `sql/schema.sql`; a
+file of an older layout is moved forward by the numbered files in `sql/migrations/`, all in one transaction,
+by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older version);
+a file of a newer layout is refused, as is a file of another application. Every statement is in
+`sql/queries.sql`, every value a bound parameter (`_sql.py`).
+
+Ownership: an OS lock on `FILE-lock` plus an owner row (see `_files.py`); a second owner, in this process or
+another, gets a StoreError naming the owner. The owner's writer thread refreshes the row's heartbeat at most
+every `HEARTBEAT_EVERY` seconds (with a group it commits anyway, or alone when idle).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from .._errors import StoreError
+from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot, StoredCase
+from ._files import OwnerLock, check_path, create_private, fault
+from ._rows import (
+    SNAPSHOTS_KEPT,
+    EncodedWrite,
+    decode_row,
+    encode_write,
+    loads,
+    no_start,
+    second_end,
+    seq_taken,
+    to_json,
+)
+from ._sql import LAYOUT, QUERIES, Layout
+from ._writer import Job, Refused, Writer
+
+APPLICATION_ID = 0x77667362  # "wfsb": `PRAGMA application_id` of every wfsub store file
+READERS = 4  # reader connections (and worker threads) at most at once
+BUSY_TIMEOUT = 10.0  # seconds a connection waits for another process's lock
+HEARTBEAT_EVERY = 30.0  # seconds between two refreshes of the owner row's heartbeat
+SYNCHRONOUS = ("full", "normal")
+
+Q = QUERIES
+_NO_ORDER = 2**63 - 1  # `before` when paging starts: above every case_order
+T = TypeVar("T")
+
+
+class SqliteStore:
+    """A durable store in one SQLite file (WAL, group commit, one owning Substrate at a time).
+
+    `path` is the database file (created 0600 if missing; its directory must exist). `synchronous` is "full"
+    (survives power loss) or "normal" (survives a process crash; see the module docstring).
+    """
+
+    _layout: Layout = LAYOUT  # what this library writes (tests substitute a future layout)
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "full") -> None:
+        raw = os.fspath(path)
+        if not isinstance(raw, str):
+            raise TypeError(f"SqliteStore takes a str path, got {type(raw).__name__} {raw!r}: decode it first")
+        if raw in ("", ":memory:") or raw.startswith("file::memory:"):
+            raise StoreError(
+                raw or "''",
+                "a SqliteStore needs a file: a durable store in memory would lose everything when the process ends; "
+                "give a file path, or use wfsub.stores.MemoryStore() for a store in memory (tests)",
+            )
+        if synchronous not in SYNCHRONOUS:
+            raise ValueError(
+                f"synchronous={synchronous!r}: use 'full' (survives power loss) or 'normal' (survives a process "
+                "crash, may lose the last writes on power loss)"
+            )
+        self.path = os.path.abspath(raw)
+        self.synchronous = synchronous
+        self.url = "sqlite:///" + self.path  # sqlite:////abs/path: three slashes, then the absolute path
+        self._writer: Writer | None = None
+        self._watch: sqlite3.Connection | None = None  # `changed()`'s connection
+        self._data_version = 0
+        self._lock: OwnerLock | None = None
+        self._epoch: int | None = None
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._read_limiter: anyio.CapacityLimiter | None = None
+        self._opening = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._writer is None else ("owner" if self._lock is not None else "open")
+        return f"SqliteStore({self.path!r}, synchronous={self.synchronous!r}, {state})"
+
+    @property
+    def owner_epoch(self) -> int | None:
+        """The owner epoch this store took at `open(owner=True)` (1, 2, ... one per owner); None otherwise."""
+        return self._epoch
+
+    # -- open and close --------------------------------------------------------------------------------------
+
+    async def open(self, *, owner: bool, owner_id: str) -> None:
+        if self._writer is not None or self._opening:
+            raise StoreError(self.path, "open() called on a store that is already open: close() it first")
+        if not isinstance(owner_id, str) or not owner_id:
+            raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str naming the opener (a Substrate id)")
+        self._read_limiter = anyio.CapacityLimiter(READERS)
+        self._opening = True
+        try:
+            with anyio.CancelScope(shield=True):  # half an open would leave a lock and a thread behind
+                await anyio.to_thread.run_sync(self._open_sync, owner, owner_id)
+        finally:
+            self._opening = False
+
+    async def close(self) -> None:
+        writer, self._writer = self._writer, None  # on the loop's thread: no write can be queued after this
+        if writer is None:
+            return
+        with anyio.CancelScope(shield=True):  # the writes in flight are committed, whatever cancels us
+            await anyio.to_thread.run_sync(self._close_sync, writer)
+
+    def _connect(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=check_same_thread
+        )
+        try:
+            conn.execute(Q[f"pragma_synchronous_{self.synchronous}"])
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_sync(self, owner: bool, owner_id: str) -> None:
+        check_path(self.path)
+        create_private(self.path)
+        lock = OwnerLock(self.path) if owner else None
+        if lock is not None and not lock.acquire():
+            raise self._owned_error()
+        watch: sqlite3.Connection | None = None
+        try:
+            try:
+                watch = self._connect(check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise fault(self.path, "opening the store", exc) from exc
+            self._prepare(watch, owner)
+            epoch = self._take_ownership(watch, owner_id) if owner else None
+            heartbeat = None
+            if epoch is not None:
+                heartbeat = partial(_heartbeat, epoch)
+            writer = Writer(self.path, self._writer_connection, heartbeat=heartbeat, heartbeat_every=HEARTBEAT_EVERY)
+            writer.start()
+            try:
+                self._data_version = watch.execute(Q["pragma_data_version"]).fetchone()[0]
+            except sqlite3.Error as exc:
+                writer.stop()
+                raise fault(self.path, "opening the store", exc) from exc
+        except BaseException:
+            if watch is not None:
+                watch.close()
+            if lock is not None:
+                lock.release()
+            raise
+        self._watch, self._lock, self._epoch, self._writer = watch, lock, epoch, writer
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            raise fault(self.path, "opening the writer connection", exc) from exc
+
+    def _close_sync(self, writer: Writer) -> None:
+        try:
+            writer.stop()  # commits what is queued, then closes the write connection
+            with self._readers_lock:
+                readers, self._readers = self._readers, []
+            for conn in readers:
+                conn.close()
+            if self._watch is not None:
+                self._watch.close()
+        finally:
+            self._watch = None
+            if self._lock is not None:
+                self._lock.release()  # last: the next owner may start as soon as this is released
+                self._lock = None
+            self._epoch = None
+
+    # -- the layout ------------------------------------------------------------------------------------------
+
+    def _header(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+        app = conn.execute(Q["pragma_application_id"]).fetchone()[0]
+        version = conn.execute(Q["pragma_user_version"]).fetchone()[0]
+        tables = conn.execute(Q["count_tables"]).fetchone()[0]
+        return app, version, tables
+
+    def _check_header(self, app: int, version: int, tables: int) -> None:
+        if app == 0 and version == 0 and tables == 0:
+            return  # a new file
+        if app != APPLICATION_ID:
+            whose = f"application_id {app:#x}" if app else "no application id, and tables of its own"
+            raise StoreError(
+                self.path,
+                f"this SQLite file is not a wfsub store ({whose}; a wfsub store has application_id "
+                f"{APPLICATION_ID:#x}): give the store a file of its own; wfsub never writes into another "
+                "application's database",
+            )
+        if version > self._layout.version:
+            raise StoreError(
+                self.path,
+                f"the file has store layout version {version}, newer than this wfsub reads (up to "
+                f"{self._layout.version}): a newer wfsub wrote it. Upgrade wfsub (pip install -U wfsub) to open "
+                "it; this version leaves the file untouched",
+            )
+        if version == 0:
+            raise StoreError(
+                self.path, "the file carries wfsub's application id but no layout version: it was damaged or "
+                "written by hand; restore it from a backup or start a new file",
+            )
+
+    def _prepare(self, conn: sqlite3.Connection, owner: bool) -> None:
+        """Check the file is ours and not newer, switch to WAL, build or migrate the layout."""
+        try:
+            self._check_header(*self._header(conn))
+            mode = conn.execute(Q["pragma_wal"]).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise fault(self.path, "opening the store", exc) from exc
+        if str(mode).lower() != "wal":
+            raise StoreError(
+                self.path,
+                f"SQLite kept journal_mode {mode!r} instead of WAL: WAL needs shared memory beside the file "
+                "(not available on network file systems); put the store on a local disk",
+            )
+        action = "checking the store's layout"
+        try:
+            conn.execute(Q["begin_write"])
+            app, version, tables = self._header(conn)  # again, under the write lock: another opener may have won
+            self._check_header(app, version, tables)
+            if version == 0:
+                action = "building the store's layout (sql/schema.sql)"
+                for statement in self._layout.schema:
+                    conn.execute(statement)
+                # header values: ints from this module, formatted (PRAGMAs take no bound parameters)
+                conn.execute(f"PRAGMA application_id = {int(APPLICATION_ID)}")
+                conn.execute(f"PRAGMA user_version = {int(self._layout.version)}")
+            elif version < self._layout.version:
+                if not owner:
+                    raise StoreError(
+                        self.path,
+                        f"the file has store layout version {version}, older than this wfsub's "
+                        f"{self._layout.version}: only an owner migrates a file (a running Substrate of the older "
+                        "version may be using it); start the Substrate with this wfsub first, then use `wfsub`",
+                    )
+                for target in range(version + 1, self._layout.version + 1):
+                    migration = self._layout.migrations[target]
+                    action = f"applying migration {migration.name} (layout {target - 1} to {target})"
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {int(target)}")
+            conn.execute(Q["commit"])
+        except BaseException as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(Q["rollback"])
+            if isinstance(exc, sqlite3.Error):
+                raise fault(self.path, action, exc) from exc
+            raise
+
+    def _take_ownership(self, conn: sqlite3.Connection, owner_id: str) -> int:
+        params = {"owner_id": owner_id, "pid": os.getpid(), "host": socket.gethostname(), "now": time.time()}
+        try:
+            conn.execute(Q["begin_write"])
+            conn.execute(Q["owner_take"], params)
+            epoch = int(conn.execute(Q["owner_get"]).fetchone()[3])
+            conn.execute(Q["commit"])
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(Q["rollback"])
+            raise fault(self.path, "recording the owner", exc) from exc
+        return epoch
+
+    def _owned_error(self) -> StoreError:
+        row = None
+        try:
+            conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+            try:
+                row = conn.execute(Q["owner_get"]).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            pass  # no owner row yet (the owner is still opening), or an unreadable file: say less
+        if row is None:
+            who, stop = "an owner that has not recorded itself yet (it is opening now)", "stop it"
+        else:
+            owner_id, pid, host, epoch, since, heartbeat = row
+            who = (
+                f"Substrate {owner_id!r} (pid {pid} on host {host!r}, owner since {_when(since)}, epoch {epoch}, "
+                f"last heartbeat {_when(heartbeat)})"
+            )
+            here = " (this process)" if pid == os.getpid() and host == socket.gethostname() else ""
+            stop = (
+                "stop it (it releases the store when it closes, or when its process ends: "
+                f"kill {pid} on {host}{here})"
+            )
+        return StoreError(
+            self.path,
+            f"cannot take ownership: the store is owned by {who}. One Substrate owns a store file at a time: {stop} "
+            "and open again; or open with owner=False to read the store and post inputs without owning it (as the "
+            "`wfsub` command does); or give this Substrate another file",
+        )
+
+    # -- writes ----------------------------------------------------------------------------------------------
+
+    def _running(self, action: str) -> Writer:
+        writer = self._writer
+        if writer is None:
+            raise StoreError(
+                self.path, f"cannot {action}: the store is not open; call `await store.open(owner=..., "
+                "owner_id=...)` first (a Substrate opens its store when it starts)"
+            )
+        return writer
+
+    async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
+        writer = self._running("write")
+        encoded = encode_write(self.path, change)
+        job = Job(partial(_apply_write, encoded), f"case {encoded.case_id!r}", wait=wait)
+        writer.submit(job)
+        if not wait:
+            return []
+        result: list[bool] = await job.outcome()
+        return result
+
+    async def inbox_put(
+        self, case_id: str, kind: str, body: Mapping[str, Any], *, request_id: str | None, created_at: float
+    ) -> int:
+        writer = self._running("put an input in the inbox")
+        params = {
+            "case_id": case_id,
+            "kind": kind,
+            "body": to_json(self.path, f"the {kind} input for case {case_id!r}", dict(body)),
+            "request_id": request_id,
+            "created_at": created_at,
+        }
+        job = Job(partial(_apply_inbox_put, params), f"an inbox input for case {case_id!r}", wait=True)
+        writer.submit(job)
+        inbox_id: int = await job.outcome()
+        return inbox_id
+
+    async def prune(self, ended_before: float) -> int:
+        writer = self._running("prune")
+        job = Job(partial(_apply_prune, ended_before), f"pruning cases ended before {ended_before}", wait=True)
+        writer.submit(job)
+        count: int = await job.outcome()
+        return count
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._running(action)
+        return await anyio.to_thread.run_sync(self._read_sync, action, fn, limiter=self._read_limiter)
+
+    def _read_sync(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._take_reader(action)
+        try:
+            conn.execute(Q["begin_read"])
+            try:
+                return fn(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute(Q["rollback"])
+        except sqlite3.Error as exc:
+            raise fault(self.path, action, exc) from exc
+        finally:
+            self._give_back(conn)
+
+    def _take_reader(self, action: str) -> sqlite3.Connection:
+        with self._readers_lock:
+            if self._readers:
+                return self._readers.pop()
+        try:
+            conn = self._connect(check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise fault(self.path, action, exc) from exc
+        conn.execute(Q["pragma_query_only"])  # sets a flag on the connection: no I/O, cannot fail
+        return conn
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._readers_lock:
+            if self._writer is not None:
+                self._readers.append(conn)
+                return
+        conn.close()  # the store closed meanwhile
+
+    async def load(self, case_id: str) -> StoredCase | None:
+        def read(conn: sqlite3.Connection) -> StoredCase | None:
+            found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
+            if found is None:
+                return None
+            start = conn.execute(Q["journal_start"], {"case_id": case_id}).fetchone()
+            if start is None:
+                raise StoreError(self.path, no_start(case_id))
+            snap = conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone()
+            snapshot = None if snap is None else Snapshot(case_id, snap[0], snap[1], snap[2], loads(snap[3]))
+            after = 0 if snapshot is None else snapshot.seq
+            rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
+            records = [loads(text) for (text,) in rows]
+            return StoredCase(decode_row(found[0], found), loads(start[0]), snapshot, records)
+
+        return await self._read(f"loading case {case_id!r}", read)
+
+    async def row(self, case_id: str) -> CaseRow | None:
+        return await self._read(f"reading the row of case {case_id!r}", self._row_reader(case_id))
+
+    def read_row(self, case_id: str) -> CaseRow | None:
+        """`row()` on the calling thread (one primary-key read: `Substrate.status` and `data` are synchronous)."""
+        action = f"reading the row of case {case_id!r}"
+        self._running(action)
+        return self._read_sync(action, self._row_reader(case_id))
+
+    @staticmethod
+    def _row_reader(case_id: str) -> Callable[[sqlite3.Connection], CaseRow | None]:
+        def read(conn: sqlite3.Connection) -> CaseRow | None:
+            found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
+            return None if found is None else decode_row(found[0], found)
+
+        return read
+
+    async def journal(self, case_id: str) -> list[Record]:
+        def read(conn: sqlite3.Connection) -> list[Record]:
+            rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": -1})
+            return [loads(text) for (text,) in rows]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
+    def _rows(self, query: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], list[CaseRow]]:
+        def read(conn: sqlite3.Connection) -> list[CaseRow]:
+            return [decode_row(found[0], found) for found in conn.execute(Q[query], params)]
+
+        return read
+
+    async def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        if limit <= 0:
+            self._running("list cases")
+            return []
+        return await self._read("listing cases", self._rows(*_page(state, workflow, limit, before)))
+
+    def read_cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
+        self._running("list cases")
+        if limit <= 0:
+            return []
+        return self._read_sync("listing cases", self._rows(*_page(state, workflow, limit, before)))
+
+    async def live(self) -> list[CaseRow]:
+        return await self._read("listing live cases", self._rows("cases_live", {}))
+
+    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+        if limit <= 0:
+            self._running("list due cases")
+            return []
+        return await self._read("listing due cases", self._rows("cases_due", {"until": until, "limit": limit}))
+
+    async def next_due(self) -> float | None:
+        def read(conn: sqlite3.Connection) -> float | None:
+            value: float | None = conn.execute(Q["cases_next_due"]).fetchone()[0]
+            return value
+
+        return await self._read("reading the next due time", read)
+
+    async def inbox_take(self, after: int = 0, limit: int = 1000) -> list[InboxRow]:
+        if limit <= 0:
+            self._running("read the inbox")
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[InboxRow]:
+            return [_inbox_row(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
+
+        return await self._read("reading the inbox", read)
+
+    async def inbox_row(self, inbox_id: int) -> InboxRow | None:
+        def read(conn: sqlite3.Connection) -> InboxRow | None:
+            found = conn.execute(Q["inbox_row"], {"id": inbox_id}).fetchone()
+            return None if found is None else _inbox_row(found)
+
+        return await self._read(f"reading inbox row {inbox_id}", read)
+
+    def changed(self) -> bool:
+        self._running("poll for changes")
+        assert self._watch is not None
+        try:
+            version: int = self._watch.execute(Q["pragma_data_version"]).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise fault(self.path, "polling for changes", exc) from exc
+        changed = version != self._data_version
+        self._data_version = version
+        return bool(changed)
+
+
+# -- what the writer thread runs, inside the group's transaction ---------------------------------------------
+
+
+def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
+    appended: list[bool] = []
+    for record in change.records:
+        params = {
+            "case_id": change.case_id,
+            "seq": record.seq,
+            "kind": record.kind,
+            "request_id": record.request_id,
+            "record": record.text,
+        }
+        try:
+            cursor = conn.execute(Q["record_append"], params)
+        except sqlite3.IntegrityError as exc:
+            text = str(exc)
+            if "journal.seq" in text:
+                raise Refused(seq_taken(change.case_id, record.seq)) from exc
+            if record.kind == "end" and "journal.case_id" in text:
+                raise Refused(second_end(change.case_id, record.seq)) from exc
+            raise
+        appended.append(cursor.rowcount == 1)
+    if change.row is not None:
+        conn.execute(Q["case_put"], change.row.params)
+    if change.snapshot is not None:
+        conn.execute(Q["snapshot_put"], change.snapshot.params)
+        conn.execute(Q["snapshot_trim"], {"case_id": change.case_id, "keep": SNAPSHOTS_KEPT})
+    for inbox_id in change.inbox_done:
+        conn.execute(Q["inbox_done"], {"id": inbox_id})
+    for inbox_id, reason in change.inbox_refused:
+        conn.execute(Q["inbox_refuse"], {"id": inbox_id, "reason": reason})
+    return appended
+
+
+def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:
+    cursor = conn.execute(Q["inbox_put"], params)
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def _apply_prune(ended_before: float, conn: sqlite3.Connection) -> int:
+    gone = [case_id for (case_id,) in conn.execute(Q["prune_select"], {"before": ended_before}).fetchall()]
+    for case_id in gone:
+        for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
+            conn.execute(Q[query], {"case_id": case_id})
+    return len(gone)
+
+
+def _heartbeat(epoch: int, conn: sqlite3.Connection) -> None:
+    conn.execute(Q["owner_heartbeat"], {"now": time.time(), "epoch": epoch})
+
+
+def _inbox_row(found: tuple[Any, ...]) -> InboxRow:
+    inbox_id, case_id, kind, body, request_id, created_at, refused = found
+    return InboxRow(inbox_id, case_id, kind, loads(body), request_id, created_at, refused)
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _page(state: str | None, workflow: str | None, limit: int, before: int | None) -> tuple[str, dict[str, Any]]:
+    """The named query and parameters of one page of `cases()`, newest first."""
+    params: dict[str, Any] = {"limit": limit, "before": _NO_ORDER if before is None else before}
+    query = "cases_page"
+    if state is not None:
+        params["state"] = state
+        query += "_state"
+    if workflow is not None:
+        params["workflow"] = workflow
+        query += "_workflow"
+    return query, params

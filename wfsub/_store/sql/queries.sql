@@ -1,0 +1,202 @@
+-- Every statement the SQLite store runs, by name. `-- name: NAME` starts a query; the comment lines right
+-- after it say what it does. Values are always bound parameters (`:name`). PRAGMAs take no parameters: their
+-- values are fixed here, except the two header values a new or migrated file gets (`application_id`,
+-- `user_version`), which `_sqlite.py` formats from int constants.
+-- Parsed once, when `wfsub._store._sql` is imported.
+
+-- name: begin_write
+-- A write transaction: takes the file's write lock at once (a busy file fails here, before any work).
+BEGIN IMMEDIATE;
+
+-- name: begin_read
+-- A read transaction: the reads inside it see one committed state (WAL: beside the writer, never blocking it).
+BEGIN DEFERRED;
+
+-- name: commit
+COMMIT;
+
+-- name: rollback
+ROLLBACK;
+
+-- name: savepoint
+-- One write of a group: its own savepoint, so a write that breaks a rule is undone alone.
+SAVEPOINT one_write;
+
+-- name: savepoint_undo
+-- Undo the one write (the transaction and the other writes of the group go on).
+ROLLBACK TO one_write;
+
+-- name: savepoint_release
+RELEASE one_write;
+
+-- name: pragma_wal
+-- Journal mode WAL: readers never block the writer, one fsync per commit. Persistent in the file.
+PRAGMA journal_mode = WAL;
+
+-- name: pragma_synchronous_full
+-- Sync the WAL at every commit: a committed write survives a process crash and a power loss.
+PRAGMA synchronous = FULL;
+
+-- name: pragma_synchronous_normal
+-- Sync the WAL only at checkpoints: a committed write survives a process crash, not a power loss.
+PRAGMA synchronous = NORMAL;
+
+-- name: pragma_query_only
+-- Reader connections refuse to write.
+PRAGMA query_only = 1;
+
+-- name: pragma_application_id
+-- Whose file this is (0 for a new file).
+PRAGMA application_id;
+
+-- name: pragma_user_version
+-- The layout version of the file (0 for a new file).
+PRAGMA user_version;
+
+-- name: pragma_data_version
+-- Changes when another connection commits: `changed()`.
+PRAGMA data_version;
+
+-- name: count_tables
+-- Whether the file holds anything yet (a new file holds nothing).
+SELECT count(*) FROM sqlite_master;
+
+-- name: owner_get
+-- Who owns the file now (or last did).
+SELECT owner_id, pid, host, epoch, since, heartbeat FROM owner WHERE id = 1;
+
+-- name: owner_take
+-- Become the owner: a new epoch.
+INSERT INTO owner (id, owner_id, pid, host, epoch, since, heartbeat)
+VALUES (1, :owner_id, :pid, :host, 1, :now, :now)
+ON CONFLICT (id) DO UPDATE SET
+    owner_id = excluded.owner_id, pid = excluded.pid, host = excluded.host, epoch = owner.epoch + 1,
+    since = excluded.since, heartbeat = excluded.heartbeat;
+
+-- name: owner_heartbeat
+-- The owner is alive.
+UPDATE owner SET heartbeat = :now WHERE id = 1 AND epoch = :epoch;
+
+-- name: record_append
+-- Append one record; a record whose request_id this case's journal already holds is skipped (no row).
+INSERT INTO journal (case_id, seq, kind, request_id, record)
+VALUES (:case_id, :seq, :kind, :request_id, :record)
+ON CONFLICT (case_id, request_id) WHERE request_id IS NOT NULL DO NOTHING;
+
+-- name: case_put
+-- Insert or replace a case row; `case_order` is assigned at the insert and kept by every replace.
+INSERT INTO cases (case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+                   live, parked, detail)
+VALUES (:case_id, :workflow, :fingerprint, :state, :started_at, :updated_at, :ended_at, :last_seq, :next_due,
+        :live, :parked, :detail)
+ON CONFLICT (case_id) DO UPDATE SET
+    workflow = excluded.workflow, fingerprint = excluded.fingerprint, state = excluded.state,
+    started_at = excluded.started_at, updated_at = excluded.updated_at, ended_at = excluded.ended_at,
+    last_seq = excluded.last_seq, next_due = excluded.next_due, live = excluded.live, parked = excluded.parked,
+    detail = excluded.detail;
+
+-- name: snapshot_put
+-- Store a snapshot (a second one at the same seq replaces the first).
+INSERT OR REPLACE INTO snapshots (case_id, seq, format, bytecode, state)
+VALUES (:case_id, :seq, :format, :bytecode, :state);
+
+-- name: snapshot_trim
+-- Keep the newest `:keep` snapshots of a case.
+DELETE FROM snapshots
+WHERE case_id = :case_id
+  AND seq < (SELECT min(seq) FROM (SELECT seq FROM snapshots WHERE case_id = :case_id ORDER BY seq DESC LIMIT :keep));
+
+-- name: inbox_put
+-- Insert an input into the inbox.
+INSERT INTO inbox (case_id, kind, body, request_id, created_at) VALUES (:case_id, :kind, :body, :request_id, :created_at);
+
+-- name: inbox_done
+-- An input moved into its journal leaves the inbox.
+DELETE FROM inbox WHERE id = :id;
+
+-- name: inbox_refuse
+-- An input the owner refused stays, marked with why.
+UPDATE inbox SET refused = :reason WHERE id = :id;
+
+-- name: inbox_take
+-- Inputs not yet refused, in order, after a given id.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: inbox_row
+-- One inbox row.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = :id;
+
+-- name: case_row
+-- One case row.
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases WHERE case_id = :case_id;
+
+-- name: journal_start
+-- The `start` record of a case (seq 0).
+SELECT record FROM journal WHERE case_id = :case_id AND seq = 0;
+
+-- name: journal_after
+-- The records of a case after a seq, in order.
+SELECT record FROM journal WHERE case_id = :case_id AND seq > :after ORDER BY seq;
+
+-- name: snapshot_newest
+-- The newest snapshot of a case.
+SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = :case_id ORDER BY seq DESC LIMIT 1;
+
+-- name: cases_page
+-- A page of case rows, newest first: a walk down the primary key from `:before`.
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases WHERE case_order < :before ORDER BY case_order DESC LIMIT :limit;
+
+-- name: cases_page_state
+-- A page of the case rows in one state, newest first (index cases_by_state).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases WHERE state = :state AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
+
+-- name: cases_page_workflow
+-- A page of the case rows of one workflow, newest first (index cases_by_workflow).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases WHERE workflow = :workflow AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
+
+-- name: cases_page_state_workflow
+-- A page of the case rows in one state of one workflow, newest first.
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases INDEXED BY cases_by_state
+WHERE state = :state AND workflow = :workflow AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
+
+-- name: cases_live
+-- The rows recovery resumes at once, oldest first (partial index cases_live).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases WHERE live = 1 ORDER BY case_order;
+
+-- name: cases_due
+-- Parked cases whose next_due has come, earliest first (partial index cases_due).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases WHERE parked = 1 AND next_due IS NOT NULL AND next_due <= :until ORDER BY next_due, case_order LIMIT :limit;
+
+-- name: cases_next_due
+-- The earliest next_due among parked cases (one step down the partial index cases_due).
+SELECT min(next_due) FROM cases WHERE parked = 1 AND next_due IS NOT NULL;
+
+-- name: prune_select
+-- The cases that ended before a time and whose journal holds their `end` record.
+SELECT case_id FROM cases
+WHERE ended_at IS NOT NULL AND ended_at < :before
+  AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end');
+
+-- name: prune_journal
+-- A pruned case's records.
+DELETE FROM journal WHERE case_id = :case_id;
+
+-- name: prune_snapshots
+-- A pruned case's snapshots.
+DELETE FROM snapshots WHERE case_id = :case_id;
+
+-- name: prune_inbox
+-- Inputs still in the inbox for a pruned case (refused ones: the case had ended).
+DELETE FROM inbox WHERE case_id = :case_id;
+
+-- name: prune_case
+-- A pruned case's row.
+DELETE FROM cases WHERE case_id = :case_id;
