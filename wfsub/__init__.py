@@ -26,6 +26,7 @@ from ._errors import CompensationFailed as CompensationFailed
 from ._errors import InvalidWorkflow as InvalidWorkflow
 from ._errors import LimitExceeded as LimitExceeded
 from ._errors import MachineStateError as MachineStateError
+from ._errors import ReplayDivergence as ReplayDivergence
 from ._errors import RestoredError as RestoredError
 from ._errors import SignalRejected as SignalRejected
 from ._errors import SnapshotMismatch as SnapshotMismatch
@@ -34,13 +35,22 @@ from ._errors import StoreError as StoreError
 from ._errors import SubstrateClosed as SubstrateClosed
 from ._errors import WaitTimeout as WaitTimeout
 from ._errors import WfsubError as WfsubError
+from ._errors import WorkflowNotRegistered as WorkflowNotRegistered
 from ._runtime import CaseHandle as CaseHandle
 from ._runtime import CaseState as CaseState
 from ._runtime import CaseStatus as CaseStatus
 from ._runtime import Clock as Clock
+from ._runtime import EffectInfo as EffectInfo
+from ._runtime import EffectStatus as EffectStatus
+from ._runtime import Failure as Failure
+from ._runtime import JournalRecord as JournalRecord
 from ._runtime import RealClock as RealClock
+from ._runtime import ReplayReport as ReplayReport
 from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
+from ._runtime import TimerStatus as TimerStatus
+from ._runtime import effect_info as effect_info
+from ._runtime import replay as replay
 from ._terms import Retry as Retry
 from ._terms import Term as Term
 from ._terms import add_instances as add_instances
@@ -87,12 +97,18 @@ __all__ = [
     "CaseStatus",
     "Clock",
     "CompensationFailed",
+    "EffectInfo",
+    "EffectStatus",
+    "Failure",
     "InvalidWorkflow",
+    "JournalRecord",
     "JsonlSink",
     "LimitExceeded",
     "MachineStateError",
     "MemorySink",
     "RealClock",
+    "ReplayDivergence",
+    "ReplayReport",
     "RestoredError",
     "Retry",
     "SignalRejected",
@@ -104,12 +120,14 @@ __all__ = [
     "SubstrateClosed",
     "SubstrateStatistics",
     "Term",
+    "TimerStatus",
     "TraceEvent",
     "TraceLevel",
     "TraceSink",
     "ValidationIssue",
     "WaitTimeout",
     "WfsubError",
+    "WorkflowNotRegistered",
     "add_instances",
     "call",
     "cancel_region",
@@ -119,12 +137,14 @@ __all__ = [
     "critical",
     "defer",
     "effect",
+    "effect_info",
     "interleave",
     "loop",
     "mi",
     "milestone",
     "multi_choice",
     "par",
+    "replay",
     "saga",
     "scope",
     "seq",

@@ -4,16 +4,32 @@ from ._runtime import CaseHandle as CaseHandle
 from ._runtime import CaseState as CaseState
 from ._runtime import CaseStatus as CaseStatus
 from ._runtime import Clock as Clock
+from ._runtime import EffectInfo as EffectInfo
+from ._runtime import EffectStatus as EffectStatus
+from ._runtime import Failure as Failure
+from ._runtime import JournalRecord as JournalRecord
 from ._runtime import RealClock as RealClock
+from ._runtime import ReplayReport as ReplayReport
 from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
+from ._runtime import TimerStatus as TimerStatus
+from ._runtime import effect_info as effect_info
+from ._runtime import replay as replay
 
 __all__ = [
     "CaseHandle",
     "CaseState",
     "CaseStatus",
     "Clock",
+    "EffectInfo",
+    "EffectStatus",
+    "Failure",
+    "JournalRecord",
     "RealClock",
+    "ReplayReport",
     "Substrate",
     "SubstrateStatistics",
+    "TimerStatus",
+    "effect_info",
+    "replay",
 ]

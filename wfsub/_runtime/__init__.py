@@ -5,9 +5,17 @@ from __future__ import annotations
 from ._clock import Clock as Clock
 from ._clock import RealClock as RealClock
 from ._clock import VirtualClock as VirtualClock
+from ._effects import EffectInfo as EffectInfo
+from ._effects import effect_info as effect_info
+from ._journal import JournalRecord as JournalRecord
+from ._replay import ReplayReport as ReplayReport
+from ._replay import replay as replay
 from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
+from ._status import EffectStatus as EffectStatus
+from ._status import Failure as Failure
 from ._status import SubstrateStatistics as SubstrateStatistics
+from ._status import TimerStatus as TimerStatus
 from ._substrate import CaseHandle as CaseHandle
 from ._substrate import Substrate as Substrate
 
@@ -16,8 +24,16 @@ __all__ = [
     "CaseState",
     "CaseStatus",
     "Clock",
+    "EffectInfo",
+    "EffectStatus",
+    "Failure",
+    "JournalRecord",
     "RealClock",
+    "ReplayReport",
     "Substrate",
     "SubstrateStatistics",
+    "TimerStatus",
     "VirtualClock",
+    "effect_info",
+    "replay",
 ]

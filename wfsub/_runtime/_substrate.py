@@ -246,26 +246,26 @@ class Substrate:
         )
         for row in await store.live():  # running, or with effects in flight: resumed now
             await self._load_quietly(row.case_id)
-        for state in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER, CaseState.SUSPENDED):
-            case_tg.start_soon(self._check_versions, state.value)
+        case_tg.start_soon(self._check_versions)
         case_tg.start_soon(background.due_loop)
         case_tg.start_soon(background.inbox_loop)
 
-    async def _check_versions(self, state: str) -> None:
-        """Parked cases recorded on a version that is not registered (or suspended ones whose version came back):
-        checked now, in the background, so what a deploy does to cases in flight is known when it starts."""
+    async def _check_versions(self) -> None:
+        """Parked cases recorded on a version that is not registered, and suspended ones whose version is
+        registered again: checked now, in the background, so what a deploy does to cases in flight is known when
+        it starts (`status` shows the stored state until a case's check is done)."""
         assert self._store is not None
-        before: int | None = None
-        while True:
-            rows = await self._store.cases(state=state, limit=500, before=before)
-            if not rows:
-                return
-            for row in rows:
-                if row.case_id in self._cases:
-                    continue
-                if state == CaseState.SUSPENDED.value or self._workflows.find(row.fingerprint) is None:
-                    await self._load_quietly(row.case_id)
-            before = rows[-1].order
+        for state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.SUSPENDED.value):
+            before: int | None = None
+            while True:
+                rows = await self._store.cases(state=state, limit=500, before=before)
+                if not rows:
+                    break
+                for row in rows:
+                    registered = self._workflows.find(row.fingerprint) is not None
+                    if row.case_id not in self._cases and registered == (state == CaseState.SUSPENDED.value):
+                        await self._load_quietly(row.case_id)
+                before = rows[-1].order
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -473,6 +473,9 @@ class Substrate:
             raise CaseNotFound(case_id)
         if CaseState(row.state).ended:
             raise SignalRejected.ended(case_id, what, row.state)
+        if row.state == CaseState.SUSPENDED.value and self._workflows.find(row.fingerprint) is None:
+            reason = f"it is suspended (no registered version can run it): {row.suspended_reason}"
+            raise SignalRejected(case_id, what, reason)
         loaded = await self._load(case_id)
         if loaded is None:
             raise SignalRejected(case_id, what, f"the case is {row.state}: {row.suspended_reason or ''}".strip())
