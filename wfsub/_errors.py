@@ -18,6 +18,7 @@
     ├── WorkflowNotRegistered  a durable case named a workflow the Substrate has not registered
     ├── ReplayDivergence     a journal does not apply to the program it is replayed on
     └── StoreError           the store refused or failed (its driver's exception is __cause__)
+        └── StoreConflict    a write broke a rule of the journal (a seq written twice, a second `end`)
 """
 
 from __future__ import annotations
@@ -282,3 +283,8 @@ class ReplayDivergence(WfsubError):
             "or a changed workflow, makes a journal diverge: keep tasks pure, or register the version the case "
             "started on"
         )
+
+
+class StoreConflict(StoreError):
+    """A write was refused because it conflicts with what the store holds (a journal seq written twice, a case's
+    second `end`): that write alone was undone. A `start` record that conflicts means the case id is taken."""

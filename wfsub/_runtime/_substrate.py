@@ -54,6 +54,7 @@ from .._errors import (
     ReplayDivergence,
     RestoredError,
     SignalRejected,
+    StoreConflict,
     StoreError,
     SubstrateClosed,
     WorkflowNotRegistered,
@@ -199,7 +200,7 @@ class Substrate:
         self._loading: dict[str, anyio.Event] = {}
         self._ended: deque[str] = deque()
         self._ids = itertools.count(1)
-        self._prefix = secrets.token_hex(3)
+        self._prefix = secrets.token_hex(6)  # generated ids must not meet an earlier run's in a store
         self._owner = f"substrate-{secrets.token_hex(6)}"
         self._phase = "new"  # new -> open -> closed
         self._root: TaskGroup | None = None
@@ -352,8 +353,6 @@ class Substrate:
         durable = self._store is not None
         if durable:
             start_data, _ = to_json(start_data or {}, "data", self._max_payload)
-            if await self._store_has(case_id):
-                raise CaseExists(case_id)
         now = self._clock.now()
         deadline = None if timeout is None else now + timeout
         machine = Machine(
@@ -375,6 +374,9 @@ class Substrate:
             self._cases[case_id] = actor  # reserve the id while the start record is written
             try:
                 await self._store.write(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
+            except StoreConflict:  # an earlier run's case has this id: its start record is there
+                self._cases.pop(case_id, None)
+                raise CaseExists(case_id) from None
             except BaseException:
                 self._cases.pop(case_id, None)
                 raise
@@ -406,10 +408,6 @@ class Substrate:
         if case_id in self._cases:
             raise CaseExists(case_id)
         return case_id
-
-    async def _store_has(self, case_id: str) -> bool:
-        assert self._store is not None
-        return await self._store.row(case_id) is not None
 
     def _case_level(self) -> str:
         return self._level if self._sinks else "none"

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio.lowlevel
 
-from .._errors import StoreError
+from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot, StoredCase
 from ._rows import (
@@ -128,10 +128,10 @@ class MemoryStore:
                 appended.append(False)
                 continue
             if record.seq in case.journal or record.seq in seqs:
-                raise StoreError(self._name, seq_taken(change.case_id, record.seq))
+                raise StoreConflict(self._name, seq_taken(change.case_id, record.seq))
             if record.kind == "end":
                 if ended:
-                    raise StoreError(self._name, second_end(change.case_id, record.seq))
+                    raise StoreConflict(self._name, second_end(change.case_id, record.seq))
                 ended = True
             if record.request_id is not None:
                 seen_ids.add(record.request_id)

@@ -63,7 +63,7 @@ import anyio.from_thread
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import StoreError
+from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
 from ._files import fault
 from ._sql import QUERIES
@@ -258,7 +258,7 @@ class Writer:
 
 def _refusal(path: str, job: Job, exc: BaseException) -> StoreError:
     if isinstance(exc, Refused):
-        error = StoreError(path, str(exc))
+        error = StoreConflict(path, str(exc))
         error.__cause__ = exc.__cause__
         return error
     return fault(path, f"writing {job.label}", exc)
