@@ -8,7 +8,18 @@ import types
 import pytest
 
 
-@pytest.mark.parametrize("name", ["wfsub", "wfsub.lowlevel", "wfsub.runtime", "wfsub.terms", "wfsub.testing"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "wfsub",
+        "wfsub.contrib.diagram",
+        "wfsub.contrib.otel",
+        "wfsub.lowlevel",
+        "wfsub.runtime",
+        "wfsub.terms",
+        "wfsub.testing",
+    ],
+)
 def test_public_names_match_all(name: str) -> None:
     """Every public attribute is in __all__, every __all__ entry exists, and __all__ is sorted."""
     module = importlib.import_module(name)
