@@ -9,7 +9,17 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "name", ["wfsub", "wfsub.lowlevel", "wfsub.runtime", "wfsub.stores", "wfsub.terms", "wfsub.testing"]
+    "name",
+    [
+        "wfsub",
+        "wfsub.contrib.diagram",
+        "wfsub.contrib.otel",
+        "wfsub.lowlevel",
+        "wfsub.runtime",
+        "wfsub.stores",
+        "wfsub.terms",
+        "wfsub.testing",
+    ],
 )
 def test_public_names_match_all(name: str) -> None:
     """Every public attribute is in __all__, every __all__ entry exists, and __all__ is sorted."""

@@ -12,6 +12,9 @@ to flat bytecode and run by one actor coroutine per case. Layers, each importing
     _trace      the TraceEvent model, levels, sinks
     _runtime    Substrate (root supervisor), case actors, effects, timers, trace hub (the only anyio user)
 
+`contrib` holds optional tools on top of the public API: diagrams (`to_mermaid`, `to_dot`, re-exported here)
+and `wfsub.contrib.otel.OTelSink` (the `otel` extra; never imported by `import wfsub`).
+
 This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are the other public tiers, and
 `wfsub.terms` and `wfsub.runtime` re-export the algebra and the runtime.
 """
@@ -85,6 +88,8 @@ from ._trace import TraceLevel as TraceLevel
 from ._trace import TraceSink as TraceSink
 from ._validate import ValidationIssue as ValidationIssue
 from ._validate import validate as validate
+from .contrib.diagram import to_dot as to_dot
+from .contrib.diagram import to_mermaid as to_mermaid
 
 __all__ = [
     "CallbackSink",
@@ -151,6 +156,8 @@ __all__ = [
     "sleep",
     "task",
     "terminate",
+    "to_dot",
+    "to_mermaid",
     "validate",
     "wait",
     "when_milestone",
