@@ -8,6 +8,8 @@ construct is drawn in `_program.py`, next to the opcodes.
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from collections.abc import Callable, Mapping
 from types import CodeType
 from typing import Any
@@ -75,9 +77,22 @@ DEFAULT_MAX_CALL_DEPTH = 100
 def _fn_id(fn: object) -> str:
     """A callable's identity for the fingerprint: module, qualified name and a digest of its code."""
     module = getattr(fn, "__module__", None) or "?"
+    if module == "__main__":
+        module = _main_name()
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     code = _code_of(fn)
     return f"{module}.{qualname}#{_code_digest(code)}" if code is not None else f"{module}.{qualname}"
+
+
+def _main_name() -> str:
+    """The importable name of `__main__` (`python app.py` runs module `app`; `python -m pkg.app`, `pkg.app`), so a
+    workflow compiled in a script and the same workflow imported (by `wfsub replay`, a test) agree."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return str(spec.name)
+    path = getattr(main, "__file__", None)
+    return os.path.splitext(os.path.basename(path))[0] if isinstance(path, str) else "__main__"
 
 
 def _code_of(fn: object) -> CodeType | None:

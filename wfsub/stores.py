@@ -13,6 +13,7 @@ from ._errors import StoreError as StoreError
 from ._store import CaseRow as CaseRow
 from ._store import InboxRow as InboxRow
 from ._store import MemoryStore as MemoryStore
+from ._store import Owner as Owner
 from ._store import SqliteStore as SqliteStore
 from ._store import Store as Store
 from ._store import StoredCase as StoredCase
@@ -22,6 +23,7 @@ __all__ = [
     "CaseRow",
     "InboxRow",
     "MemoryStore",
+    "Owner",
     "SqliteStore",
     "Store",
     "StoreError",

@@ -41,8 +41,23 @@ from wfsub.lowlevel import Machine
 PACKAGE = Path(wfsub.__file__).parent
 
 # Layers from the bottom up; a module may import only from layers listed before its own (and itself).
-LAYERS = ["_errors", "_terms", "_validate", "_program", "_compiler", "_vm", "_trace", "_runtime"]
-FRONTS = {"__init__", "lowlevel", "testing", "terms", "runtime"}  # the public modules sit on top of everything
+LAYERS = ["_errors", "_terms", "_validate", "_program", "_compiler", "_vm", "_trace", "_store", "_runtime"]
+# The public modules sit on top of everything: the API tiers, the command and the optional extras.
+FRONTS = {"__init__", "__main__", "lowlevel", "testing", "terms", "runtime", "stores", "cli", "contrib", "_deprecated"}
+
+
+def test_every_module_has_a_place_in_the_layers() -> None:
+    """A new module is either in a layer or a public front, so the layering test below covers it."""
+    placed = set(LAYERS) | FRONTS
+    assert sorted({p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in PACKAGE.rglob("*.py")} - placed) == []
+
+
+def test_importing_wfsub_loads_neither_the_command_nor_the_extras() -> None:
+    """`import wfsub` leaves click and OpenTelemetry unloaded: an app pays only for what it uses (rich is not
+    checked: structlog's console renderer imports it whenever it is installed)."""
+    code = "import sys, wfsub; print(sorted(m for m in ('click', 'opentelemetry') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_core_imports_no_async_or_logging_library() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -454,6 +455,26 @@ def test_fingerprint_is_stable_across_processes() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == fingerprint_example()
     assert wfsub.compile(seq(task(work_sync))).fingerprint != fingerprint_example()
+
+
+def test_a_workflow_run_as_a_script_has_the_fingerprint_it_has_when_imported(tmp_path: Path) -> None:
+    """`python app.py` compiles module `__main__`; it fingerprints as `app`, as `import app` (wfsub replay) does."""
+    import subprocess
+    import sys
+
+    (tmp_path / "app.py").write_text(
+        "import wfsub\n"
+        "def step(ctx):\n    return {'x': 1}\n"
+        "flow = wfsub.seq(wfsub.task(step), wfsub.wait('go'))\n"
+        "if __name__ == '__main__':\n    print(wfsub.compile(flow).fingerprint)\n"
+    )
+    as_script = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import app, wfsub; print(wfsub.compile(app.flow).fingerprint)"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )
+    as_module = subprocess.run([sys.executable, "-m", "app"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert as_script.stdout == imported.stdout == as_module.stdout != ""
 
 
 def test_an_edited_task_body_or_lambda_is_a_new_fingerprint() -> None:

@@ -452,6 +452,34 @@ async def test_each_owner_records_itself_with_a_new_epoch(tmp_path: Path) -> Non
         assert isinstance(store, SqliteStore) and store.owner_epoch is None
 
 
+async def test_a_non_owner_sees_the_owner_through_its_lock(tmp_path: Path) -> None:
+    """owner() from another store object is the live owner while its lock is held, and None once it is released."""
+    path = tmp_path / "s.db"
+    async with opened(SqliteStore(path), owner_id="main") as owning, opened(SqliteStore(path), owner=False) as other:
+        found = await other.owner()
+        assert found is not None and (found.owner_id, found.pid) == ("main", os.getpid())
+        assert await owning.owner() == found
+    async with opened(SqliteStore(path), owner=False) as other:
+        assert await other.owner() is None
+
+
+async def test_create_false_refuses_a_missing_or_empty_file_and_creates_nothing(tmp_path: Path) -> None:
+    """SqliteStore(create=False) (the wfsub command) opens only an existing wfsub store; it never makes one."""
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match="no store file here"):
+        await SqliteStore(missing, create=False).open(owner=False, owner_id="cli")
+    assert not missing.exists()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(StoreError, match="empty, not a wfsub store"):
+        await SqliteStore(empty, create=False).open(owner=False, owner_id="cli")
+    assert empty.read_bytes() == b""
+    async with opened(SqliteStore(tmp_path / "s.db")):
+        pass
+    async with opened(SqliteStore(tmp_path / "s.db", create=False), owner=False) as store:
+        assert await store.cases() == []
+
+
 async def test_the_owner_heartbeat_is_refreshed_while_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle owner's writer thread refreshes the owner row's heartbeat every HEARTBEAT_EVERY seconds."""
     monkeypatch.setattr(sqlite_module, "HEARTBEAT_EVERY", 0.02)

@@ -4,6 +4,7 @@ so `test_store_trio.py` runs the same functions on trio."""
 from __future__ import annotations
 
 import math
+import os
 
 import anyio
 import pytest
@@ -252,6 +253,26 @@ async def test_prune_removes_only_cases_that_ended_before_the_time(store: Store)
         assert await store.load("old") is None and snapshot_count(store, "old") == 0
         assert {r.case_id for r in await store.cases()} == {"new", "no_end", "running"}
         assert await store.prune(200.0) == 0
+
+
+async def test_prune_with_a_limit_removes_at_most_that_many(store: Store) -> None:
+    """prune(t, limit=n) removes n of the prunable cases per call, so a long prune can go in batches."""
+    async with opened(store):
+        for i in range(5):
+            case_id = f"c{i}"
+            await store.write(first_write(case_id))
+            await store.write(CaseWrite(case_id, records=[end(1)], row=row(case_id, "done", ended_at=10.0, last_seq=1)))
+        assert [await store.prune(100.0, limit=2) for _ in range(4)] == [2, 2, 1, 0]
+        assert await store.cases() == []
+
+
+async def test_owner_names_the_running_owner_and_none_after_it_closes(store: Store) -> None:
+    """owner() is the open owning Substrate (seen by a non-owner too for files), None once it has closed."""
+    async with opened(store, owner_id="the-owner"):
+        found = await store.owner()
+        assert found is not None and found.owner_id == "the-owner" and found.pid == os.getpid()
+    async with opened(store, owner=False):
+        assert await store.owner() is None
 
 
 async def test_wait_false_returns_at_once_and_still_commits_in_order(store: Store) -> None:

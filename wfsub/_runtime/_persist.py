@@ -28,7 +28,7 @@ from .._trace import get_logger
 from ._durable import CaseJournal, snapshot_of, usable
 from ._registry import Workflows
 from ._replay import Replayer
-from ._status import CaseState, CaseStatus, Failure, TimerStatus
+from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
     from ._case import CaseActor
@@ -198,7 +198,11 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         cancel_reason=row.cancel_reason,
         workflow=row.workflow,
         at=tuple(row.at),
-        effects=(),
+        effects=tuple(
+            EffectStatus(effect_id=e["effect_id"], name=e["name"], path=e["path"], attempt=e.get("attempt", 1),
+                         started_at=e.get("started_at"))
+            for e in row.effects
+        ),
         timers=tuple(TimerStatus(timer_id=t["timer_id"], path=t["path"], due=t["due"]) for t in row.timers),
         failure=failure,
         suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),

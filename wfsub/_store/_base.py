@@ -78,6 +78,16 @@ class InboxRow:
     refused: str | None = None  # why the owner refused it (the row stays, marked, for `wfsub signal --wait`)
 
 
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The Substrate that owns a store: who, where, since when (seconds since the epoch)."""
+
+    owner_id: str
+    pid: int | None
+    host: str | None
+    since: float | None
+
+
 @dataclass(slots=True)
 class CaseWrite:
     """What one case commits at once, in one transaction with every other write of the same group.
@@ -188,8 +198,13 @@ class Store(Protocol):
         """Cheap and synchronous: whether another connection committed since the last call (inbox polling)."""
         ...
 
-    async def prune(self, ended_before: float) -> int:
-        """Remove the cases that ended before `ended_before` (never one without `end`); returns how many."""
+    async def prune(self, ended_before: float, limit: int | None = None) -> int:
+        """Remove the cases that ended before `ended_before` (never one without `end`), at most `limit` of them
+        (None: all) in one transaction; returns how many."""
+        ...
+
+    async def owner(self) -> Owner | None:
+        """The Substrate that owns the store now (None: none is running), as far as the store can tell."""
         ...
 
 

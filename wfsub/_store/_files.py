@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from .._errors import StoreError
 
 LOCK_SUFFIX = "-lock"
+SETTLE = 0.1  # seconds `acquire` retries a held lock: long enough for a `held()` check to let go
 
 
 def check_path(path: str) -> None:
@@ -70,6 +72,25 @@ class OwnerLock:
         self.path = path + LOCK_SUFFIX
         self._fd: int | None = None
 
+    def held(self) -> bool:
+        """Whether someone holds the lock now: a shared lock taken and dropped at once, so an owner opening in
+        that instant waits (`acquire` retries for `SETTLE` seconds) instead of being refused."""
+        import fcntl
+
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False  # never owned
+        except OSError as exc:
+            raise StoreError(self.path, f"cannot read the owner lock file: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops the shared lock if it was taken
+        return False
+
     def acquire(self) -> bool:
         """Take the lock; False if another open file description holds it (another process or store object)."""
         try:
@@ -87,16 +108,21 @@ class OwnerLock:
                 f"cannot create the owner lock file: {exc.strerror}; the store's directory must be writable by "
                 "the owning Substrate",
             ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        except OSError as exc:
-            os.close(fd)
-            raise StoreError(
-                self.path, f"cannot lock the owner lock file: {exc.strerror}; the file system must support flock"
-            ) from exc
+        deadline = time.monotonic() + SETTLE
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.005)  # a `held()` check holds the lock shared for microseconds
+            except OSError as exc:
+                os.close(fd)
+                raise StoreError(
+                    self.path, f"cannot lock the owner lock file: {exc.strerror}; the file system must support flock"
+                ) from exc
         self._fd = fd
         return True
 

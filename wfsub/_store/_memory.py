@@ -23,7 +23,7 @@ import anyio.lowlevel
 
 from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -173,7 +173,11 @@ class MemoryStore:
         await anyio.lowlevel.checkpoint()
         return inbox_id
 
-    async def prune(self, ended_before: float) -> int:
+    async def owner(self) -> Owner | None:
+        await anyio.lowlevel.checkpoint()
+        return None if self._owner is None else Owner(self._owner, os.getpid(), None, None)
+
+    async def prune(self, ended_before: float, limit: int | None = None) -> int:
         self._check_open("prune")
         await anyio.lowlevel.checkpoint()
         gone = [
@@ -184,6 +188,8 @@ class MemoryStore:
             and case.row["ended_at"] is not None
             and case.row["ended_at"] < ended_before
         ]
+        if limit is not None:
+            gone = gone[:limit]
         for case_id in gone:
             del self._cases[case_id]
         for inbox_id in [i for i, row in self._inbox.items() if row.case_id in gone]:

@@ -52,7 +52,7 @@ import anyio
 import anyio.to_thread
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -83,12 +83,14 @@ class SqliteStore:
     """A durable store in one SQLite file (WAL, group commit, one owning Substrate at a time).
 
     `path` is the database file (created 0600 if missing; its directory must exist). `synchronous` is "full"
-    (survives power loss) or "normal" (survives a process crash; see the module docstring).
+    (survives power loss) or "normal" (survives a process crash; see the module docstring). `create=False`
+    opens only a file that is already a wfsub store (the `wfsub` command: a mistyped path is an error, not a new
+    empty store).
     """
 
     _layout: Layout = LAYOUT  # what this library writes (tests substitute a future layout)
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "full") -> None:
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "full", create: bool = True) -> None:
         raw = os.fspath(path)
         if not isinstance(raw, str):
             raise TypeError(f"SqliteStore takes a str path, got {type(raw).__name__} {raw!r}: decode it first")
@@ -105,6 +107,7 @@ class SqliteStore:
             )
         self.path = os.path.abspath(raw)
         self.synchronous = synchronous
+        self.create = create
         self.url = "sqlite:///" + self.path  # sqlite:////abs/path: three slashes, then the absolute path
         self._writer: Writer | None = None
         self._watch: sqlite3.Connection | None = None  # `changed()`'s connection
@@ -160,6 +163,11 @@ class SqliteStore:
 
     def _open_sync(self, owner: bool, owner_id: str) -> None:
         check_path(self.path)
+        if not self.create and not os.path.exists(self.path):
+            raise StoreError(
+                self.path, "no store file here: check the path (a Substrate creates its store file when it first "
+                "opens it with store=PATH)"
+            )
         create_private(self.path)
         lock = OwnerLock(self.path) if owner else None
         if lock is not None and not lock.acquire():
@@ -222,6 +230,11 @@ class SqliteStore:
 
     def _check_header(self, app: int, version: int, tables: int) -> None:
         if app == 0 and version == 0 and tables == 0:
+            if not self.create:
+                raise StoreError(
+                    self.path, "this file is empty, not a wfsub store: check the path (give the file a Substrate "
+                    "opened with store=PATH)"
+                )
             return  # a new file
         if app != APPLICATION_ID:
             whose = f"application_id {app:#x}" if app else "no application id, and tables of its own"
@@ -336,6 +349,23 @@ class SqliteStore:
             "`wfsub` command does); or give this Substrate another file",
         )
 
+    async def owner(self) -> Owner | None:
+        """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
+        return await anyio.to_thread.run_sync(self._owner_sync)
+
+    def _owner_sync(self) -> Owner | None:
+        if self._lock is not None:
+            held = True
+        else:
+            held = OwnerLock(self.path).held()
+        if not held:
+            return None
+        row = self._read_sync("reading the owner", lambda conn: conn.execute(Q["owner_get"]).fetchone())
+        if row is None:
+            return Owner("(opening)", None, None, None)
+        owner_id, pid, host, _epoch, since, _heartbeat = row
+        return Owner(str(owner_id), int(pid), str(host), float(since))
+
     # -- writes ----------------------------------------------------------------------------------------------
 
     def _running(self, action: str) -> Writer:
@@ -373,9 +403,9 @@ class SqliteStore:
         inbox_id: int = await job.outcome()
         return inbox_id
 
-    async def prune(self, ended_before: float) -> int:
+    async def prune(self, ended_before: float, limit: int | None = None) -> int:
         writer = self._running("prune")
-        job = Job(partial(_apply_prune, ended_before), f"pruning cases ended before {ended_before}", wait=True)
+        job = Job(partial(_apply_prune, ended_before, limit), f"pruning cases ended before {ended_before}", wait=True)
         writer.submit(job)
         count: int = await job.outcome()
         return count
@@ -568,8 +598,9 @@ def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:
     return cursor.lastrowid
 
 
-def _apply_prune(ended_before: float, conn: sqlite3.Connection) -> int:
-    gone = [case_id for (case_id,) in conn.execute(Q["prune_select"], {"before": ended_before}).fetchall()]
+def _apply_prune(ended_before: float, limit: int | None, conn: sqlite3.Connection) -> int:
+    params = {"before": ended_before, "limit": -1 if limit is None else limit}  # LIMIT -1: no limit
+    gone = [case_id for (case_id,) in conn.execute(Q["prune_select"], params).fetchall()]
     for case_id in gone:
         for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
             conn.execute(Q[query], {"case_id": case_id})

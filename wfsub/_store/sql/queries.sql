@@ -183,7 +183,8 @@ SELECT min(next_due) FROM cases WHERE parked = 1 AND next_due IS NOT NULL;
 -- The cases that ended before a time and whose journal holds their `end` record.
 SELECT case_id FROM cases
 WHERE ended_at IS NOT NULL AND ended_at < :before
-  AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end');
+  AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end')
+LIMIT :limit;
 
 -- name: prune_journal
 -- A pruned case's records.

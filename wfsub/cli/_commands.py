@@ -1,0 +1,443 @@
+"""The `wfsub` commands. Each opens what it needs, does one thing, and exits 0 (done), 1 (an error, or a
+replay that diverged) or 2 (a usage error); errors go to stderr with the fix in the message."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+import anyio
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from .._compiler import compile_workflow
+from .._errors import InvalidWorkflow, WfsubError
+from .._runtime import CaseState
+from .._runtime._persist import status_of
+from .._runtime._replay import replay
+from .._store import CaseRow, Store
+from .._validate import validate
+from . import _render as r
+from ._targets import CliError, case_row, load_target, opened
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+STORE = click.option(
+    "--store", "-s", "store", required=True, envvar="WFSUB_STORE", show_envvar=True, metavar="PATH|URL",
+    help="The store the Substrate uses (a SQLite file path, sqlite:///path).",
+)
+WORKFLOW = click.option(
+    "--workflow", "-w", "workflow", required=True, envvar="WFSUB_WORKFLOW", show_envvar=True,
+    metavar="MODULE:ATTR", help="The workflow term, or the dict of name -> term given to Substrate(workflows=).",
+)
+AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+STATES = [s.value for s in CaseState]
+WAIT_POLL = 0.05  # seconds between looks at the inbox row of an input while waiting for the owner
+
+
+def _run(fn: Callable[P, Awaitable[T]]) -> Callable[P, T]:
+    """Run an async command body; wfsub's own errors become `Error: ...` on stderr with exit status 1."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        async def body() -> T:
+            return await fn(*args, **kwargs)
+
+        try:
+            return anyio.run(body)
+        except WfsubError as exc:
+            raise CliError(str(exc)) from exc
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="wfsub", prog_name="wfsub")
+def main() -> None:
+    """See and steer wfsub cases in a store, and look at workflows.
+
+    Store commands take --store (or WFSUB_STORE) and work beside the running Substrate that owns the store:
+    they read what it recorded and post inputs to its inbox. Workflow commands take MODULE:ATTR, imported
+    with the current directory first on the path (as uvicorn does).
+    """
+
+
+# -- reading a store ------------------------------------------------------------------------------------------
+
+
+@main.command()
+@STORE
+@click.option("--state", type=click.Choice(STATES), help="Only cases in this state.")
+@click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only cases of this registered workflow.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="Cases per page.")
+@click.option("--before", type=click.IntRange(min=1), metavar="ORDER", help="The page after a case's order.")
+@AS_JSON
+@_run
+async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
+                as_json: bool) -> None:
+    """List cases, newest first."""
+    async with opened(store) as s:
+        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before)
+    if as_json:
+        for row in rows:
+            r.print_json(_row_json(row))
+    elif rows:
+        r.out.print(r.cases_table(rows))
+    else:
+        r.err.print("no cases" + (" match" if state or workflow or before else " in the store"))
+    if len(rows) == limit:
+        r.err.print(f"more: --before {rows[-1].order}", style="dim")
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
+@AS_JSON
+@_run
+async def show(store: str, case_id: str, as_json: bool) -> None:
+    """Where a case is: state, threads, what it waits for, its error."""
+    async with opened(store) as s:
+        row = await case_row(s, case_id)
+    status = status_of(row, lambda v: v)
+    if as_json:
+        r.print_json(status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq},
+                     indent=2)
+        return
+    r.out.print(r.status_table(status, row))
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
+@_run
+async def data(store: str, case_id: str) -> None:
+    """A case's data as JSON (as last recorded; the final data once it ended)."""
+    async with opened(store) as s:
+        row = await case_row(s, case_id)
+    r.print_json(row.data or {}, indent=2)
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
+@_run
+async def journal(store: str, case_id: str) -> None:
+    """A case's journal, one JSON record per line."""
+    async with opened(store) as s:
+        await case_row(s, case_id)
+        records = await s.journal(case_id)
+    for record in records:
+        r.print_json(record)
+
+
+@main.command()
+@STORE
+@WORKFLOW
+@click.argument("case_id")
+@click.option("--level", type=click.Choice(["min", "full"]), default="full", show_default=True)
+@AS_JSON
+@_run
+async def trace(store: str, workflow: str, case_id: str, level: str, as_json: bool) -> None:
+    """A case's trace, replayed from its journal on its workflow (no effect runs)."""
+    target = load_target(workflow)
+    async with opened(store) as s:
+        row = await case_row(s, case_id)
+        records = await s.journal(case_id)
+    program, warning = target.program_for(row)
+    if warning:
+        r.err.print(f"note: {warning}", style="yellow")
+    report = replay(program, records, trace_level=level)
+    for event in report.events:
+        if as_json:
+            r.out.out(event.model_dump_json(), highlight=False)
+        else:
+            r.out.out(event.format(), highlight=False)
+    if report.divergence is not None:
+        raise CliError(f"the replay diverged, so the trace stops there: {report.divergence}")
+
+
+# -- steering a case ------------------------------------------------------------------------------------------
+
+
+def _payload(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"{value!r} is not JSON ({exc.msg} at column {exc.colno}): quote text as a JSON string, e.g. "
+            "'\"approved\"', or give an object such as '{\"ok\": true}'",
+            param_hint="PAYLOAD",
+        ) from exc
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
+@click.argument("name")
+@click.argument("payload", required=False)
+@click.option("--request-id", help="Sending again with the same id applies the signal once.")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the owning Substrate has recorded the signal (or refused it).")
+@click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Seconds to wait for the owner.")
+@_run
+async def signal(store: str, case_id: str, name: str, payload: str | None, request_id: str | None, wait: bool,
+                 patience: float) -> None:
+    """Send signal NAME with a JSON PAYLOAD to a case."""
+    value = _payload(payload)
+    async with opened(store) as s:
+        row = await _steerable(s, case_id, f"signal {name!r}")
+        await _post(s, row, "signal", {"name": name, "payload": value}, request_id, wait, patience,
+                    f"signal {name!r}")
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
+@click.option("--reason", default="cancelled", show_default=True, help="Recorded as the case's cancel reason.")
+@click.option("--region", metavar="NAME", help="Cancel only this region of the case (its scope or MI name).")
+@click.option("--compensate/--no-compensate", default=True, show_default=True,
+              help="Run the compensations of completed saga steps and undo handlers.")
+@click.option("--request-id", help="Cancelling again with the same id applies once.")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the owning Substrate has recorded the cancel (or refused it).")
+@click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Seconds to wait for the owner.")
+@_run
+async def cancel(store: str, case_id: str, reason: str, region: str | None, compensate: bool,
+                 request_id: str | None, wait: bool, patience: float) -> None:
+    """Cancel a case (or one region of it)."""
+    async with opened(store) as s:
+        if region is None:
+            row = await _steerable(s, case_id, "cancel")
+            await _post(s, row, "cancel", {"reason": reason, "compensate": compensate}, request_id, wait, patience,
+                        "cancel")
+        else:
+            row = await _steerable(s, case_id, f"cancel region {region!r}")
+            await _post(s, row, "cancel_region", {"region": region}, request_id, wait, patience,
+                        f"cancel of region {region!r}")
+
+
+async def _steerable(store: Store, case_id: str, what: str) -> CaseRow:
+    row = await case_row(store, case_id)
+    state = CaseState(row.state)
+    if state.ended:
+        raise CliError(
+            f"case {case_id!r} has ended ({state.value} at {r.when(row.ended_at)}): it takes no {what}; nothing "
+            "was sent"
+        )
+    return row
+
+
+async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], request_id: str | None, wait: bool,
+                patience: float, what: str) -> None:
+    """Put an input in the inbox; with `wait`, follow it until the owner records or refuses it."""
+    inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=request_id, created_at=time.time())
+    owner = await store.owner()
+    if owner is None:
+        r.err.print(
+            f"queued: no Substrate owns {store.url} now; the {what} is applied to case {row.case_id!r} when one "
+            "opens the store"
+        )
+        return
+    if not wait:
+        r.err.print(f"sent: the {what} is in the inbox of {owner.owner_id!r}, which applies it shortly")
+        return
+    with anyio.move_on_after(patience):
+        while True:
+            found = await store.inbox_row(inbox_id)
+            if found is None:
+                r.err.print(f"done: case {row.case_id!r} recorded the {what}")
+                return
+            if found.refused is not None:
+                raise CliError(f"case {row.case_id!r} refused the {what}: {found.refused}")
+            await anyio.sleep(WAIT_POLL)
+    raise CliError(
+        f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and is "
+        "applied when the owner takes it (check that the Substrate is running and not stuck)"
+    )
+
+
+# -- replaying and pruning ------------------------------------------------------------------------------------
+
+
+@main.command(name="replay")
+@STORE
+@WORKFLOW
+@click.argument("case_ids", nargs=-1, metavar="[CASE_ID]...")
+@click.option("--all", "every", is_flag=True, help="Replay every case in the store (newest first).")
+@click.option("--state", type=click.Choice(STATES), help="With --all: only cases in this state.")
+@_run
+async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], every: bool,
+                       state: str | None) -> None:
+    """Re-run cases from their journals on the workflow; exit status 1 if any diverges."""
+    if bool(case_ids) == every:
+        raise click.UsageError("give CASE_IDs or --all (not both)")
+    if state is not None and not every:
+        raise click.UsageError("--state filters --all; drop it, or use --all")
+    target = load_target(workflow)
+    diverged = 0
+    async with opened(store) as s:
+        ids = list(case_ids) or await _all_ids(s, state)
+        with _progress() as progress:
+            task = progress.add_task("replaying", total=len(ids))
+            for case_id in ids:
+                row = await case_row(s, case_id)
+                program, warning = target.program_for(row)
+                report = replay(program, await s.journal(case_id), trace_level="none")
+                if report.divergence is None:
+                    r.out.print(f"ok        {case_id}  {report.state}", markup=False)
+                else:
+                    diverged += 1
+                    r.out.print(f"DIVERGED  {case_id}  {report.divergence}", style="red", markup=False)
+                    if warning:
+                        r.out.print(f"  note: {warning}", style="yellow", markup=False)
+                progress.advance(task)
+    r.err.print(f"{len(ids) - diverged} of {len(ids)} cases replayed without divergence")
+    if diverged:
+        raise SystemExit(1)
+
+
+async def _all_ids(store: Store, state: str | None) -> list[str]:
+    ids: list[str] = []
+    before = None
+    while True:
+        page = await store.cases(state=state, limit=1000, before=before)
+        ids += [row.case_id for row in page]
+        if len(page) < 1000:
+            return ids
+        before = page[-1].order
+
+
+def _progress() -> Progress:
+    return Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=r.err, transient=True, disable=not r.err.is_terminal,
+    )
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _seconds(text: str) -> float:
+    found = _DURATION.match(text)
+    if found is None:
+        raise click.BadParameter(
+            f"{text!r} is not a duration: a number with an optional unit s, m, h, d or w (30d, 12h, 90s)",
+            param_hint="--older-than",
+        )
+    seconds = float(found.group(1)) * _UNIT[found.group(2)]
+    if not math.isfinite(seconds):
+        raise click.BadParameter(f"{text!r} is too large", param_hint="--older-than")
+    return seconds
+
+
+@main.command()
+@STORE
+@click.option("--older-than", required=True, metavar="DURATION",
+              help="Remove cases that ended at least this long ago (30d, 12h, 90s).")
+@_run
+async def prune(store: str, older_than: str) -> None:
+    """Remove ended cases (journal, row, snapshots) from the store."""
+    cutoff = time.time() - _seconds(older_than)
+    total = 0
+    async with opened(store) as s:
+        with _progress() as progress:
+            task = progress.add_task("pruning", total=None)
+            while True:
+                gone = await s.prune(cutoff, limit=PRUNE_BATCH)
+                total += gone
+                progress.update(task, completed=total)
+                if gone < PRUNE_BATCH:
+                    break
+    r.err.print(f"pruned {total} case{'s' if total != 1 else ''} that ended before {r.when(cutoff)}")
+
+
+PRUNE_BATCH = 500  # cases removed per transaction: the owner's writes interleave between batches
+
+
+# -- workflows ------------------------------------------------------------------------------------------------
+
+NAME = click.option("--name", metavar="NAME", help="With a dict of workflows: which one.")
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:ATTR")
+@NAME
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
+@click.option("--case", "case_id", help="Mark where this case's threads are (needs --store).")
+@click.option("--store", "-s", "store", envvar="WFSUB_STORE", metavar="PATH|URL", help="The store of --case.")
+@_run
+async def graph(target: str, name: str | None, fmt: str, case_id: str | None, store: str | None) -> None:
+    """Draw a workflow as Mermaid or Graphviz DOT (BPMN-like shapes)."""
+    from ..contrib.diagram import to_dot, to_mermaid
+
+    loaded = load_target(target)
+    highlight: list[str] | None = None
+    if case_id is not None:
+        if store is None:
+            raise click.UsageError("--case needs --store (or WFSUB_STORE): the store that holds the case")
+        async with opened(store) as s:
+            row = await case_row(s, case_id)
+        if name is None and loaded.registry is not None:
+            name = row.workflow
+        highlight = list(row.at)
+    _, term = loaded.pick(name)
+    draw = to_mermaid if fmt == "mermaid" else to_dot
+    r.out.out(draw(term, highlight=highlight), highlight=False)
+
+
+@main.command(name="validate")
+@click.argument("target", metavar="MODULE:ATTR")
+@NAME
+@_run
+async def validate_workflow(target: str, name: str | None) -> None:
+    """Check a workflow; exit status 1 with every issue if it has any."""
+    loaded = load_target(target)
+    names = [name] if loaded.term is not None or name is not None else sorted(loaded.registry or {})
+    problems = 0
+    for each in names:
+        picked, term = loaded.pick(each)
+        label = f"{target} [{picked}]" if picked else target
+        issues = validate(term)
+        problems += len(issues)
+        for issue in issues:
+            r.err.print(f"{label}: {issue.path}: {issue.message}", markup=False)
+        if not issues:
+            r.out.print(f"{label}: valid", markup=False)
+    if problems:
+        raise CliError(f"{problems} issue{'s' if problems != 1 else ''} found")
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:ATTR")
+@NAME
+@_run
+async def dis(target: str, name: str | None) -> None:
+    """Print a workflow's bytecode."""
+    _, term = load_target(target).pick(name)
+    try:
+        program = compile_workflow(term)
+    except InvalidWorkflow as exc:
+        raise CliError(f"{target}: {exc}") from exc
+    r.out.out(program.dis(), highlight=False)
+
+
+def _row_json(row: CaseRow) -> dict[str, Any]:
+    return {
+        "case_id": row.case_id, "workflow": row.workflow, "state": row.state, "started_at": row.started_at,
+        "ended_at": row.ended_at, "order": row.order, "at": row.at, "signals": row.signals,
+        "effects": row.effects, "timers": row.timers,
+    }
+
+
+

@@ -1,0 +1,195 @@
+"""What the `wfsub` command works on: a store opened without owning it, and workflows named `module:attribute`.
+
+A store is opened with `owner=False`: the command reads rows and journals and writes inputs to the inbox,
+never the journal of a case, so it runs beside the Substrate that owns the store. It opens only a file that
+is already a wfsub store (a mistyped path is an error, not a new empty store).
+
+`module:attribute` names a workflow the way `uvicorn` names an app: the module is imported with the current
+directory first on `sys.path`, and the attribute (dots walk into it) is a workflow term, or a mapping of name
+-> term (or -> [older, ..., newest] versions), as a Substrate takes in `workflows=`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from .._compiler import compile_workflow
+from .._errors import InvalidWorkflow, StoreError
+from .._program import Program
+from .._runtime._registry import Workflows
+from .._store import CaseRow, MemoryStore, SqliteStore, Store, open_store
+from .._terms import Term
+
+
+class CliError(click.ClickException):
+    """An error the command reports on stderr (as `Error: ...`) with exit status 1."""
+
+
+# -- stores ---------------------------------------------------------------------------------------------------
+
+
+def _store_for_cli(spec: str) -> Store:
+    try:
+        store = open_store(spec)
+    except (StoreError, TypeError) as exc:
+        raise CliError(str(exc)) from exc
+    if store is None or isinstance(store, MemoryStore):
+        raise CliError(
+            f"--store {spec!r}: a memory store lives inside one process, out of reach of this command; give the "
+            "SQLite file (or database URL) your Substrate uses as store="
+        )
+    if isinstance(store, SqliteStore):
+        return SqliteStore(store.path, synchronous=store.synchronous, create=False)
+    return store
+
+
+@asynccontextmanager
+async def opened(spec: str) -> AsyncIterator[Store]:
+    """The store `spec` names, open for reading and for inputs (not owned), closed on the way out."""
+    store = _store_for_cli(spec)
+    try:
+        await store.open(owner=False, owner_id=f"wfsub-command-{os.getpid()}")
+    except StoreError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def case_row(store: Store, case_id: str) -> CaseRow:
+    """The case's row, or an error that says how to find the right id."""
+    row = await store.row(case_id)
+    if row is None:
+        raise CliError(
+            f"no case {case_id!r} in {store.url}: `wfsub cases --store {store.url}` lists its cases (newest first)"
+        )
+    return row
+
+
+# -- workflows ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A loaded `module:attribute`: one term, or a registry of named workflows with their versions."""
+
+    spec: str
+    term: Term | None
+    registry: Mapping[str, Any] | None
+
+    def pick(self, name: str | None) -> tuple[str | None, Term]:
+        """The term to draw, check or list: the target itself, or the registry entry `name` (newest version)."""
+        if self.term is not None:
+            return name, self.term
+        assert self.registry is not None
+        names = sorted(self.registry)
+        if name is None:
+            if len(names) != 1:
+                raise CliError(
+                    f"{self.spec} holds {len(names)} workflows ({', '.join(names) or 'none'}): choose one with "
+                    "--name NAME"
+                )
+            name = names[0]
+        if name not in self.registry:
+            raise CliError(f"{self.spec} has no workflow {name!r}: it has {', '.join(names) or 'none'}")
+        versions = self.registry[name]
+        return name, versions[-1] if isinstance(versions, list | tuple) else versions
+
+    def program_for(self, row: CaseRow) -> tuple[Program, str | None]:
+        """The program a case ran on (and a warning when only another version of it is at hand)."""
+        if self.term is not None:
+            program = _compile(self.spec, self.term)
+            if program.fingerprint == row.fingerprint:
+                return program, None
+            return program, (
+                f"case {row.case_id!r} ran on version {row.fingerprint[:12]} of {row.workflow!r}; {self.spec} "
+                f"compiles to {program.fingerprint[:12]}: a divergence may come from the change of version"
+            )
+        assert self.registry is not None
+        try:
+            workflows = Workflows(self.registry, None)
+        except InvalidWorkflow as exc:
+            raise CliError(f"{self.spec}: {exc}") from exc
+        found = workflows.find(row.fingerprint)
+        if found is not None:
+            return found[1], None
+        if row.workflow not in workflows.versions:
+            raise CliError(
+                f"{self.spec} has no workflow {row.workflow!r}, which case {row.case_id!r} ran on: it has "
+                f"{', '.join(workflows.names) or 'none'}"
+            )
+        program = workflows.newest(row.workflow)
+        return program, (
+            f"case {row.case_id!r} ran on version {row.fingerprint[:12]} of {row.workflow!r}, which {self.spec} does "
+            f"not hold; replaying on its newest version {program.fingerprint[:12]}"
+        )
+
+
+def _compile(spec: str, term: Term) -> Program:
+    try:
+        return compile_workflow(term)
+    except InvalidWorkflow as exc:
+        raise CliError(f"{spec}: {exc}") from exc
+
+
+def load_target(spec: str) -> Target:
+    """Import `module:attribute` (the current directory importable) and check it names workflows."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(
+            f"{spec!r} is not MODULE:ATTRIBUTE: name the module and the workflow in it, e.g. app.flows:order_flow"
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise CliError(
+                f"cannot import module {module_name!r} ({exc}): run wfsub from the directory that holds it, or "
+                "install its package in this environment"
+            ) from exc
+        raise CliError(f"importing {module_name!r} failed: {exc}") from exc
+    except Exception as exc:
+        raise CliError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}") from exc
+    value: Any = module
+    walked = module_name
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise CliError(f"{walked} has no attribute {part!r}{_workflows_in(value)}")
+        value = getattr(value, part)
+        walked = f"{walked}:{part}" if walked == module_name else f"{walked}.{part}"
+    if isinstance(value, Term):
+        return Target(spec, value, None)
+    if isinstance(value, Mapping) and value and all(_is_versions(v) for v in value.values()):
+        return Target(spec, None, value)
+    raise CliError(
+        f"{spec} is a {type(value).__name__}, not a workflow: point at a term built with wfsub's constructors "
+        "(seq, par, task, ...) or at a dict of name -> term as given to Substrate(workflows=...)"
+        f"{_workflows_in(module)}"
+    )
+
+
+def _is_versions(value: object) -> bool:
+    if isinstance(value, Term):
+        return True
+    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Term) for v in value)
+
+
+def _workflows_in(namespace: object) -> str:
+    names = sorted(
+        name for name, v in vars(namespace).items()
+        if not name.startswith("_") and (isinstance(v, Term) or (isinstance(v, Mapping) and v and
+                                                                 all(_is_versions(x) for x in v.values())))
+    ) if hasattr(namespace, "__dict__") else []
+    return f" (workflows there: {', '.join(names)})" if names else ""
