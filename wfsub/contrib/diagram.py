@@ -26,7 +26,8 @@ What is drawn how (the same in both formats):
 
 Every shape that stands for a term carries that term's node path (`seq[1].par[0].task`, as `validate` and
 a case's status report it): a Mermaid comment line `%% <id>: <path>` before it, the `tooltip` in DOT.
-`highlight=` takes node paths and marks their shapes (Mermaid class `highlight`, a yellow fill in DOT).
+`highlight=` takes node paths and marks their shapes (Mermaid class `highlight`, a yellow fill in DOT); a seq
+has no shape of its own, so its path marks its first step's.
 
 The walk is iterative (any depth draws), and a workflow that `validate` rejects still draws: what is not a
 term, or not what its slot expects, is drawn as a red "invalid" shape that says what was found there.
