@@ -251,6 +251,8 @@ class _Diagram:
         assert item is not None
         if nid is None:
             nid = f"n{item.index}_{role}" if role else f"n{item.index}"
+            if nid in self.nodes:  # a second part of the same role: number it (ids are never reused)
+                nid = f"n{item.index}_{role or 'part'}{sum(1 for n in self._created if n.startswith(nid))}"
         self._count += 1
         where = item.path if path == "" else path
         self.nodes[nid] = _Node(nid, shape, label, where, role, item.cluster, (item.index, self._count))
@@ -638,11 +640,11 @@ class _Diagram:
                     pred = _name(e[2])
                 edges.append((_str(e[0]), _str(e[1]), pred))
             else:
-                self.node("invalid", f"not an edge:\n{_repr(e)}", role=f"bad{len(edges)}")
+                self.node("invalid", f"not an edge:\n{_repr(e)}", role="bad_edge")
         for src, dst, _ in edges:
             for name in (src, dst):
                 if name not in frags:
-                    bad = self.node("invalid", f"no node {name!r}", role=f"missing{len(frags)}")
+                    bad = self.node("invalid", f"no node {name!r}", role="missing")
                     frags[name] = _Frag(bad, [(bad, None)])
         out: dict[str, list[tuple[str, str | None]]] = {}
         incoming: dict[str, int] = {}
@@ -756,7 +758,7 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
         except TypeError:
             raise TypeError(
                 f"{fn}(highlight=...) takes node paths (an iterable of str), got {type(highlight).__name__}: "
-                "pass e.g. highlight=['seq[1].wait'] or a case status's `at`"
+                "pass e.g. highlight=['seq[1].wait'] (node paths, as validate() reports them)"
             ) from None
     wrong = [p for p in paths if not isinstance(p, str)]
     if wrong:
@@ -773,7 +775,7 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
         raise ValueError(
             f"{fn}(highlight=...) names node path(s) that are not in this workflow: "
             f"{', '.join(repr(p) for p in unknown)}; its paths include {', '.join(repr(p) for p in examples)}: "
-            "pass paths as validate() or a case's status reports them for this same term"
+            "pass node paths of this same term, as validate() reports them"
         )
     return {diagram.primary[p] for p in paths}
 

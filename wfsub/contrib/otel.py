@@ -155,7 +155,6 @@ class OTelSink:
                 f"{type(tracer_provider).__name__}: pass opentelemetry.sdk.trace.TracerProvider(), or None for "
                 "the global provider"
             )
-        self._provider = tracer_provider
         self._tracer: Tracer = (
             tracer_provider.get_tracer(tracer_name)
             if tracer_provider is not None
