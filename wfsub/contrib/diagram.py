@@ -758,7 +758,7 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
         except TypeError:
             raise TypeError(
                 f"{fn}(highlight=...) takes node paths (an iterable of str), got {type(highlight).__name__}: "
-                "pass e.g. highlight=['seq[1].wait'] (node paths, as validate() reports them)"
+                "pass e.g. highlight=['seq[1].wait'] or a case's status().at"
             ) from None
     wrong = [p for p in paths if not isinstance(p, str)]
     if wrong:
@@ -775,7 +775,7 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
         raise ValueError(
             f"{fn}(highlight=...) names node path(s) that are not in this workflow: "
             f"{', '.join(repr(p) for p in unknown)}; its paths include {', '.join(repr(p) for p in examples)}: "
-            "pass node paths of this same term, as validate() reports them"
+            "pass node paths of this same term, as validate() and a case's status().at report them"
         )
     return {diagram.primary[p] for p in paths}
 
@@ -903,7 +903,8 @@ def _tooltip(node: _Node) -> str:
 
 
 def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
-    """A Mermaid flowchart (`flowchart LR ...`) of `term`; `highlight` marks the shapes of these node paths.
+    """A Mermaid flowchart (`flowchart LR ...`) of `term`; `highlight` marks the shapes at these node paths (such
+    as a case's `status().at`).
 
     Each shape is preceded by a comment line `%% <id>: <node path>` (`<node path> (<part>)` for a shape that is
     a part of its term, such as a par's join; `start` / `end` for the events). Mermaid's default
@@ -992,7 +993,8 @@ def _dot_attrs(attrs: _Mapping[str, str]) -> str:
 
 
 def to_dot(term: _Term, highlight: Iterable[str] | None = None) -> str:
-    """A Graphviz digraph (`digraph workflow {...}`) of `term`; `highlight` marks the shapes of these node paths.
+    """A Graphviz digraph (`digraph workflow {...}`) of `term`; `highlight` marks the shapes at these node paths
+    (such as a case's `status().at`).
 
     Each shape's `tooltip` is its node path. Render with `dot -Tsvg`. Raises TypeError for a non-term, and
     ValueError for a highlighted path the workflow does not have.
