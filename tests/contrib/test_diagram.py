@@ -27,6 +27,7 @@ import pytest
 
 import wfsub
 import wfsub._terms as terms_module
+from tests.harness import running
 from wfsub import (
     Retry,
     add_instances,
@@ -875,3 +876,18 @@ def test_classes_cover_the_kinds() -> None:
                  "regionStep", "callActivity", "terminateEvent", "startEvent", "endEvent"):
         assert re.search(rf"^    class \S+ {name}$", text, re.M), name
 
+
+
+
+async def test_a_running_case_status_at_highlights_where_its_threads_are() -> None:
+    """A case's `status().at` is a valid highlight: the diagram marks the shapes its threads are parked at."""
+    term = seq(t("a"), par(wait("left"), seq(wait("right"), t("b")), wait("late")), t("c"))
+    async with running() as (sub, _, sink):
+        case = await sub.new_case(term)
+        await case.signal("right")
+        await sink.wait_for("signal_consumed", case_id=case.case_id)
+        status = sub.status(case.case_id)
+        await case.cancel()
+    assert set(status.at) == {"seq[1].par[0].wait", "seq[1].par[2].wait"}
+    mm, dot = draw(term, highlight=status.at)
+    assert mm.marked == {mm.at(p) for p in status.at} == dot.marked

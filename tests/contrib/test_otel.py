@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from tests.harness import running
-from wfsub import Retry, TraceEvent, defer, effect, par, seq, task, wait
+from wfsub import Retry, TraceEvent, defer, effect, par, scope, seq, task, wait
 from wfsub.contrib.otel import OTelSink
 from wfsub.testing import CapturingSink, ScriptedEffect
 
@@ -248,6 +248,33 @@ async def test_a_withdrawn_branch_ends_its_wait_span_as_withdrawn(
     slow = only(found, "wait slow")
     assert attrs(slow)["wfsub.outcome"] == "withdrawn" and (slow.start_time, slow.end_time) == (0, 2 * S)
     assert attrs(only(found, "wait after"))["wfsub.outcome"] == "consumed"
+
+
+async def test_a_cancelled_region_ends_the_wait_spans_inside_it(sink: OTelSink, exporter: InMemorySpanExporter) -> None:
+    """cancel_region withdraws a scope: the waits inside it end there as withdrawn, those outside go on."""
+    async with running(sinks=[sink]) as (sub, clock, _):
+        case = await sub.new_case(par(scope("r", seq(wait("inner"), task(lambda c: None))), wait("outer")))
+        await clock.advance(2)
+        await sub.cancel_region(case.case_id, "r")
+        await clock.advance(1)
+        await case.signal("outer")
+        await case.result()
+    found = spans(exporter, case.case_id)
+    inner, outer = only(found, "wait inner"), only(found, "wait outer")
+    assert attrs(inner)["wfsub.outcome"] == "withdrawn" and inner.end_time == 2 * S
+    assert attrs(outer)["wfsub.outcome"] == "consumed" and outer.end_time == 3 * S
+
+
+async def test_waits_parked_at_one_node_are_matched_to_signals_oldest_first(
+    sink: OTelSink, exporter: InMemorySpanExporter
+) -> None:
+    """Many waits at one node (mi instances) end in the order they parked, as the vm wakes them, at any count."""
+    n = 3000
+    parked = [ev(i + 2, "signal_waiting", "mi.wait", i / n, signal="x", token=i + 10) for i in range(n)]
+    consumed = [ev(n + i + 2, "signal_consumed", "mi.wait", 1.0 + i, signal="x") for i in range(n)]
+    await sink.write([ev(1, "case_started", "mi"), *parked, *consumed, ev(2 * n + 2, "case_done", "mi", float(n))])
+    waits = sorted((s for s in spans(exporter) if s.name == "wait x"), key=lambda s: s.start_time or 0)
+    assert len(waits) == n and [s.end_time for s in waits] == [(1 + i) * S for i in range(n)]
 
 
 async def test_a_case_left_running_is_ended_by_aclose_as_unfinished(

@@ -26,7 +26,8 @@ What is drawn how (the same in both formats):
 
 Every shape that stands for a term carries that term's node path (`seq[1].par[0].task`, as `validate` and
 a case's status report it): a Mermaid comment line `%% <id>: <path>` before it, the `tooltip` in DOT.
-`highlight=` takes node paths and marks their shapes (Mermaid class `highlight`, a yellow fill in DOT).
+`highlight=` takes node paths and marks their shapes (Mermaid class `highlight`, a yellow fill in DOT); a seq
+has no shape of its own, so its path marks its first step's.
 
 The walk is iterative (any depth draws), and a workflow that `validate` rejects still draws: what is not a
 term, or not what its slot expects, is drawn as a red "invalid" shape that says what was found there.
@@ -250,6 +251,8 @@ class _Diagram:
         assert item is not None
         if nid is None:
             nid = f"n{item.index}_{role}" if role else f"n{item.index}"
+            if nid in self.nodes:  # a second part of the same role: number it (ids are never reused)
+                nid = f"n{item.index}_{role or 'part'}{sum(1 for n in self._created if n.startswith(nid))}"
         self._count += 1
         where = item.path if path == "" else path
         self.nodes[nid] = _Node(nid, shape, label, where, role, item.cluster, (item.index, self._count))
@@ -637,11 +640,11 @@ class _Diagram:
                     pred = _name(e[2])
                 edges.append((_str(e[0]), _str(e[1]), pred))
             else:
-                self.node("invalid", f"not an edge:\n{_repr(e)}", role=f"bad{len(edges)}")
+                self.node("invalid", f"not an edge:\n{_repr(e)}", role="bad_edge")
         for src, dst, _ in edges:
             for name in (src, dst):
                 if name not in frags:
-                    bad = self.node("invalid", f"no node {name!r}", role=f"missing{len(frags)}")
+                    bad = self.node("invalid", f"no node {name!r}", role="missing")
                     frags[name] = _Frag(bad, [(bad, None)])
         out: dict[str, list[tuple[str, str | None]]] = {}
         incoming: dict[str, int] = {}
@@ -755,7 +758,7 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
         except TypeError:
             raise TypeError(
                 f"{fn}(highlight=...) takes node paths (an iterable of str), got {type(highlight).__name__}: "
-                "pass e.g. highlight=['seq[1].wait'] or a case status's `at`"
+                "pass e.g. highlight=['seq[1].wait'] or a case's status().at"
             ) from None
     wrong = [p for p in paths if not isinstance(p, str)]
     if wrong:
@@ -772,7 +775,7 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
         raise ValueError(
             f"{fn}(highlight=...) names node path(s) that are not in this workflow: "
             f"{', '.join(repr(p) for p in unknown)}; its paths include {', '.join(repr(p) for p in examples)}: "
-            "pass paths as validate() or a case's status reports them for this same term"
+            "pass node paths of this same term, as validate() and a case's status().at report them"
         )
     return {diagram.primary[p] for p in paths}
 
@@ -900,7 +903,8 @@ def _tooltip(node: _Node) -> str:
 
 
 def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
-    """A Mermaid flowchart (`flowchart LR ...`) of `term`; `highlight` marks the shapes of these node paths.
+    """A Mermaid flowchart (`flowchart LR ...`) of `term`; `highlight` marks the shapes at these node paths (such
+    as a case's `status().at`).
 
     Each shape is preceded by a comment line `%% <id>: <node path>` (`<node path> (<part>)` for a shape that is
     a part of its term, such as a par's join; `start` / `end` for the events). Mermaid's default
@@ -989,7 +993,8 @@ def _dot_attrs(attrs: _Mapping[str, str]) -> str:
 
 
 def to_dot(term: _Term, highlight: Iterable[str] | None = None) -> str:
-    """A Graphviz digraph (`digraph workflow {...}`) of `term`; `highlight` marks the shapes of these node paths.
+    """A Graphviz digraph (`digraph workflow {...}`) of `term`; `highlight` marks the shapes at these node paths
+    (such as a case's `status().at`).
 
     Each shape's `tooltip` is its node path. Render with `dot -Tsvg`. Raises TypeError for a non-term, and
     ValueError for a highlighted path the workflow does not have.

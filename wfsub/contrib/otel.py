@@ -7,7 +7,8 @@
     async with wfsub.Substrate(sinks=[OTelSink(provider)], trace_level="min") as sub:
         ...
 
-Spans, all timed by the events' `time` (the Substrate's clock, in seconds, as nanoseconds since the epoch):
+Spans, all timed by the events' `time` (the Substrate's clock, in seconds, as nanoseconds since the epoch; the
+runtime stamps each batch of events with one time, so what happens within one vm burst takes no time here):
 
 - one span per case, `case` (or `case <workflow>` when the `case_started` event names it), from
   `case_started` to `case_done` / `case_failed` (status ERROR, an `exception` event) / `case_cancelled`;
@@ -17,7 +18,8 @@ Spans, all timed by the events' `time` (the Substrate's clock, in seconds, as na
 - a child span per wait, `wait <signal>` (a deferred choice: `defer <a|b>`), from `signal_waiting` to
   `signal_consumed` / `deferred_choice`, or to its end by timeout (a `wait` that times out is an ERROR, a
   `defer` that takes its timeout branch is not), withdrawal (a `withdrawn` or `region_cancelled` event at or
-  above its node) or the end of the case. A signal taken from the buffer at once gives a zero-length span.
+  above its node: the event names a node, not tokens, so it ends the waits of every mi instance at that node)
+  or the end of the case. A signal taken from the buffer at once gives a zero-length span.
 
 Attributes: `wfsub.case_id`, `wfsub.node_path`, `wfsub.outcome` on every span; `wfsub.workflow` on the case
 span (when known), `wfsub.error_path` / `wfsub.cancel_reason` when it failed / was cancelled;
@@ -102,6 +104,7 @@ def _kind_of(path: str) -> str:
 class _Effect:
     span: Span
     start: int
+    effect_id: object
     name: str
     path: str
     attempt: int
@@ -119,13 +122,21 @@ class _Wait:
 
 @dataclasses.dataclass(slots=True, eq=False)
 class _Case:
+    """One open case span and its open child spans, indexed so that a case with thousands of them stays fast."""
+
     case_id: str
     span: Span
     start: int
     last: float  # time of the latest event seen (seconds)
-    effects: dict[object, _Effect] = dataclasses.field(default_factory=dict)
-    waits: list[_Wait] = dataclasses.field(default_factory=list)
+    effects: dict[object, _Effect] = dataclasses.field(default_factory=dict)  # effect id -> its open attempt
+    waits: dict[str, list[_Wait]] = dataclasses.field(default_factory=dict)  # node path -> open waits, oldest first
+    by_token: dict[tuple[str, object], _Wait] = dataclasses.field(default_factory=dict)  # (path, token) -> wait
+    by_timer: dict[object, _Wait] = dataclasses.field(default_factory=dict)  # timer id -> wait it times out
+    newest: _Wait | None = None  # the wait parked last (a timer armed right after it is its timeout)
     failure_type: str | None = None
+
+    def open_waits(self) -> list[_Wait]:
+        return [wait for waits in self.waits.values() for wait in waits]
 
 
 class OTelSink:
@@ -144,7 +155,6 @@ class OTelSink:
                 f"{type(tracer_provider).__name__}: pass opentelemetry.sdk.trace.TracerProvider(), or None for "
                 "the global provider"
             )
-        self._provider = tracer_provider
         self._tracer: Tracer = (
             tracer_provider.get_tracer(tracer_name)
             if tracer_provider is not None
@@ -189,7 +199,7 @@ class OTelSink:
             note = "the trace sink was closed before the case ended"
             for effect in list(case.effects.values()):
                 self._end_effect(case, effect, end, "unfinished", note=note)
-            for wait in list(case.waits):
+            for wait in case.open_waits():
                 self._end_wait(case, wait, end, "unfinished")
             case.span.set_attribute("wfsub.unfinished", True)
             case.span.add_event("wfsub.unfinished", {"message": note}, timestamp=end)
@@ -222,7 +232,7 @@ class OTelSink:
     def _end_case(self, case: _Case, end: int, outcome: str) -> None:
         for effect in list(case.effects.values()):
             self._end_effect(case, effect, end, "case ended")
-        for wait in list(case.waits):
+        for wait in case.open_waits():
             self._end_wait(case, wait, end, "case ended")
         case.span.set_attribute("wfsub.outcome", outcome)
         case.span.end(end_time=max(end, case.start))
@@ -271,7 +281,7 @@ class OTelSink:
             f"effect {name}", context=_otel_trace.set_span_in_context(case.span), start_time=start,
             attributes=attributes,
         )
-        case.effects[effect_id] = _Effect(span, start, name, path, attempt)
+        case.effects[effect_id] = _Effect(span, start, effect_id, name, path, attempt)
 
     def _end_effect(
         self, case: _Case, effect: _Effect, end: int, outcome: str, *, error: str | None = None, note: str = ""
@@ -283,9 +293,8 @@ class OTelSink:
         if note:
             effect.span.add_event("wfsub.unfinished", {"message": note}, timestamp=max(end, effect.start))
         effect.span.end(end_time=max(end, effect.start))
-        for key, open_effect in list(case.effects.items()):
-            if open_effect is effect:
-                del case.effects[key]
+        if case.effects.get(effect.effect_id) is effect:
+            del case.effects[effect.effect_id]
 
     def _effect_requested(self, case: _Case, event: TraceEvent) -> None:
         effect_id = event.detail.get("effect_id")
@@ -345,82 +354,108 @@ class OTelSink:
             attributes=attributes,
         )
         wait = _Wait(span, start, event.path, token, [signal])
-        case.waits.append(wait)
+        case.waits.setdefault(event.path, []).append(wait)
+        if token is not None:
+            case.by_token[(event.path, token)] = wait
+        case.newest = wait
         return wait
 
     def _end_wait(self, case: _Case, wait: _Wait, end: int, outcome: str) -> None:
         wait.span.set_attribute("wfsub.outcome", outcome)
         wait.span.end(end_time=max(end, wait.start))
-        if wait in case.waits:
-            case.waits.remove(wait)
+        here = case.waits.get(wait.path)
+        if here is not None:
+            here.remove(wait)
+            if not here:
+                del case.waits[wait.path]
+        if wait.token is not None and case.by_token.get((wait.path, wait.token)) is wait:
+            del case.by_token[(wait.path, wait.token)]
+        if wait.timer_id is not None and case.by_timer.get(wait.timer_id) is wait:
+            del case.by_timer[wait.timer_id]
+        if case.newest is wait:
+            case.newest = None
 
     def _find_wait(self, case: _Case, path: str, signal: object) -> _Wait | None:
-        for wait in case.waits:  # the oldest first: signals wake waiters in the order they parked
-            if wait.path == path and signal in wait.signals:
+        for wait in case.waits.get(path, ()):  # the oldest first: signals wake waiters in the order they parked
+            if signal in wait.signals:
                 return wait
         return None
 
     def _signal_waiting(self, case: _Case, event: TraceEvent) -> None:
         signal = str(event.detail.get("signal"))
         token = event.detail.get("token")
-        for wait in case.waits:  # a deferred choice parks one token on several signals: one span for them
-            if wait.path == event.path and wait.token == token and token is not None:
-                wait.signals.append(signal)
-                wait.span.update_name(f"defer {'|'.join(wait.signals)}")
-                wait.span.set_attribute("wfsub.signals", list(wait.signals))
-                return
+        wait = case.by_token.get((event.path, token)) if token is not None else None
+        if wait is not None:  # a deferred choice parks one token on several signals: one span for them all
+            wait.signals.append(signal)
+            wait.span.update_name(f"defer {'|'.join(wait.signals)}")
+            wait.span.set_attribute("wfsub.signals", list(wait.signals))
+            return
         self._start_wait(case, event, signal, token, _ns(event.time))
 
     def _timer_armed(self, case: _Case, event: TraceEvent) -> None:
-        if case.waits and case.waits[-1].path == event.path and case.waits[-1].timer_id is None:
-            wait = case.waits[-1]  # the timeout of the wait (or deferred choice) that just parked here
-            wait.timer_id = event.detail.get("timer_id")
+        wait = case.newest
+        if wait is not None and wait.path == event.path and wait.timer_id is None:
+            wait.timer_id = event.detail.get("timer_id")  # the timeout of the wait that just parked here
+            if wait.timer_id is not None:
+                case.by_timer[wait.timer_id] = wait
             seconds = event.detail.get("seconds")
             if isinstance(seconds, int | float):
                 wait.span.set_attribute("wfsub.timeout_s", float(seconds))
 
     def _timer_fired(self, case: _Case, event: TraceEvent) -> None:
-        timer_id = event.detail.get("timer_id")
-        for wait in case.waits:
-            if wait.timer_id is not None and wait.timer_id == timer_id:
-                end = _ns(event.time)
-                if _kind_of(wait.path) == "defer":
-                    wait.span.set_attribute("wfsub.signal.chosen", "timeout")
-                else:
-                    names = ", ".join(repr(s) for s in wait.signals)
-                    _record_error(wait.span, "WaitTimeout", f"no signal {names} arrived within the timeout", end)
-                self._end_wait(case, wait, end, "timeout")
-                return
+        wait = case.by_timer.get(event.detail.get("timer_id"))
+        if wait is None:
+            return  # a sleep's timer, or an effect's: not a wait
+        end = _ns(event.time)
+        if _kind_of(wait.path) == "defer":
+            wait.span.set_attribute("wfsub.signal.chosen", "timeout")
+        else:
+            names = ", ".join(repr(s) for s in wait.signals)
+            _record_error(wait.span, "WaitTimeout", f"no signal {names} arrived within the timeout", end)
+        self._end_wait(case, wait, end, "timeout")
 
     def _signal_consumed(self, case: _Case, event: TraceEvent) -> None:
         signal = event.detail.get("signal")
         end = _ns(event.time)
         wait = None if event.detail.get("buffered") else self._find_wait(case, event.path, signal)
         if wait is None:  # taken from the buffer at once (or its parking was not seen): a zero-length wait
-            wait = self._start_wait(case, event, str(signal), None, end)
-            wait.span.set_attribute("wfsub.signal.buffered", True)
+            wait = self._zero_length_wait(case, event, str(signal), end)
         self._end_wait(case, wait, end, "consumed")
+
+    def _zero_length_wait(self, case: _Case, event: TraceEvent, signal: str, at: int) -> _Wait:
+        """The span of a wait whose parking this sink has no open span for: taken from the signal buffer at once
+        (`buffered`), or one whose span was ended early by a withdrawal above it (see `_withdrawn`)."""
+        wait = self._start_wait(case, event, signal, None, at)
+        buffered = event.detail.get("buffered") is True
+        wait.span.set_attribute("wfsub.signal.buffered" if buffered else "wfsub.trace_partial", True)
+        return wait
 
     def _deferred_choice(self, case: _Case, event: TraceEvent) -> None:
         chosen = event.detail.get("chosen")
         end = _ns(event.time)
         if chosen == "timeout":  # timer_fired ended the span already, unless that event was not seen
-            timed_out = [w for w in case.waits if w.path == event.path and w.timer_id is not None][:1]
+            timed_out = [w for w in case.waits.get(event.path, ()) if w.timer_id is not None][:1]
             for wait in timed_out:
                 wait.span.set_attribute("wfsub.signal.chosen", "timeout")
                 self._end_wait(case, wait, end, "timeout")
             return
         found = None if event.detail.get("buffered") else self._find_wait(case, event.path, chosen)
         if found is None:
-            found = self._start_wait(case, event, str(chosen), None, end)
-            found.span.set_attribute("wfsub.signal.buffered", True)
+            found = self._zero_length_wait(case, event, str(chosen), end)
         found.span.set_attribute("wfsub.signal.chosen", str(chosen))
         self._end_wait(case, found, end, "consumed")
 
     def _withdrawn(self, case: _Case, event: TraceEvent) -> None:
+        """Work at or under the event's node was withdrawn: end the wait spans there.
+
+        The event names a node, not tokens, so where several activations share a node path (the instances of an
+        mi), the waits of all of them end here, even those that go on; a signal that one of those later
+        consumes gets a zero-length span marked `wfsub.trace_partial`.
+        """
         end = _ns(event.time)
-        for wait in [w for w in case.waits if _under(w.path, event.path)]:
-            self._end_wait(case, wait, end, "withdrawn")
+        for path in [p for p in case.waits if _under(p, event.path)]:
+            for wait in list(case.waits.get(path, ())):
+                self._end_wait(case, wait, end, "withdrawn")
 
 
 def _record_error(span: Span, kind: str, message: str, when: int) -> None:
