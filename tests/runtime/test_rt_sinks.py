@@ -140,3 +140,16 @@ async def test_per_case_sink_is_closed_when_its_last_case_ends() -> None:
             while not shared.closed:
                 await anyio.lowlevel.checkpoint()
         assert shared.kinds().count("case_done") == 2
+
+
+async def test_case_started_names_the_registered_workflow() -> None:
+    """A case started by name says which workflow in its `case_started` event; one started from a term does not."""
+    from wfsub import Substrate, seq, task
+
+    flow = seq(task(lambda c: {"x": 1}))
+    sink = MemorySink()
+    async with Substrate(workflows={"orders": flow}, sinks=[sink], trace_level="min") as sub:
+        await (await sub.new_case("orders", case_id="named")).result()
+        await (await sub.new_case(seq(task(lambda c: {"y": 2})), case_id="bare")).result()
+    started = {e.case_id: e.detail for e in sink.events if e.kind == "case_started"}
+    assert started == {"named": {"workflow": "orders"}, "bare": {}}

@@ -65,7 +65,7 @@ class Replayer:
         if snapshot is None:
             self.machine = Machine(
                 program, start["data"], scheduler=scheduler_of(start), trace_level=trace_level, case_id=self.case_id,
-                **extra,
+                workflow=start.get("workflow"), **extra,
             )
             self.time = float(start["time"])
             self.seq = 0

@@ -357,7 +357,7 @@ class Substrate:
         deadline = None if timeout is None else now + timeout
         machine = Machine(
             program, start_data, scheduler=None if seed is None else Seeded(seed), trace_level=self._case_level(),
-            case_id=case_id, max_instances=self._max_instances,
+            case_id=case_id, max_instances=self._max_instances, workflow=name,
         )
         actor = self._actor(case_id, machine, now, deadline, name)
         if durable:

@@ -82,6 +82,7 @@ class Interp:
 
     __slots__ = (
         "_level_name",
+        "workflow",
         "awaiting",
         "blocking",
         "buffered",
@@ -141,6 +142,7 @@ class Interp:
     ) -> None:
         self.attach(program)
         self.max_instances = max_instances
+        self.workflow: str | None = None  # the registered name, named by `case_started` (the runtime sets it)
         self.gc_paused = False
         self.data: dict[str, Any] = dict(data)
         self.root_env: Mapping[str, Any] = MappingProxyType(self.data)
@@ -211,7 +213,10 @@ class Interp:
             return 0
         if not self.started:
             self.started = True
-            self.case_event("case_started")
+            if self.workflow is None:
+                self.case_event("case_started")
+            else:
+                self.case_event("case_started", workflow=self.workflow)
         try:
             if self.tl == 0 and not self.scheduler.preemptive and self.outputs is None:
                 steps = self.run_fast(quanta)

@@ -61,7 +61,8 @@ class Machine:
     """The execution state of one case of a Program, driven one explicit input at a time.
 
     `case_id` only labels the machine's errors (the runtime passes its case id). `max_instances` bounds an mi
-    without `max=`: one that would start more fails at the mi before anything is allocated.
+    without `max=`: one that would start more fails at the mi before anything is allocated. `workflow` (a
+    registered name) is named by the `case_started` event.
     """
 
     __slots__ = ("_vm", "case_id")
@@ -75,6 +76,7 @@ class Machine:
         trace_level: str = "none",
         case_id: str | None = None,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        workflow: str | None = None,
     ) -> None:
         if not isinstance(program, Program):
             raise TypeError(f"Machine takes a compiled Program (wfsub.compile(term)), got {type(program).__name__}")
@@ -85,6 +87,7 @@ class Machine:
             raise ValueError(f"max_instances must be an int >= 1, got {max_instances!r}")
         self.case_id = case_id
         self._vm = Interp(program, data or {}, scheduler, trace_level, max_instances)
+        self._vm.workflow = workflow
 
     # -- what the driver reads ---------------------------------------------------------------------------
 

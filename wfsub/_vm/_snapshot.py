@@ -204,4 +204,5 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     machine.out_timers = []
     machine.closing = deque()
     machine.gc_paused = False
+    machine.workflow = None  # named only by `case_started`, long since emitted
     return machine
