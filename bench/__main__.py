@@ -15,7 +15,7 @@ import sys
 
 from ._figures import FIGURES
 
-SUITES = ("core", "runtime")
+SUITES = ("core", "runtime", "net")
 
 
 def main(argv: list[str] | None = None) -> int:
