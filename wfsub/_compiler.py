@@ -559,10 +559,13 @@ def compile_workflow(
     consts = tuple(e.consts)
     in_table = {int(op) for op, kind in OPERANDS.items() if kind in (SPEC, FUNCTION)}  # operands that are slots
     code = tuple((op, consts[arg] if op in in_table else arg) for op, arg in zip(e.ops, e.args, strict=True))
-    traced = list(code)
-    for ip, name, path in e.node_starts:  # a net node's first instruction, wrapped: it records the node's start
-        op, arg = code[ip]
-        traced[ip] = (int(Op.NET_NODE), NetNodeSpec(name, path, op, arg))
+    traced = code
+    if e.node_starts:  # each net node's first instruction, wrapped: the traced loop records the node's start
+        wrapped = list(code)
+        for ip, name, path in e.node_starts:
+            op, arg = code[ip]
+            wrapped[ip] = (int(Op.NET_NODE), NetNodeSpec(name, path, op, arg))
+        traced = tuple(wrapped)
     digest = hashlib.sha256(f"wfsub-bytecode-{BYTECODE_VERSION}|".encode() + canonical(term).encode())
     for name in sorted(compiled):
         digest.update(f"|{name}=".encode() + canonical(lib[name]).encode())
@@ -582,5 +585,5 @@ def compile_workflow(
         max_call_depth=max_call_depth,
         term=term,
         code=code,
-        traced_code=tuple(traced) if e.node_starts else code,
+        traced_code=traced,
     )

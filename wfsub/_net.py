@@ -362,7 +362,8 @@ def _layout(graph: Graph, index: dict[str, int], plain: list[int]) -> list[int]:
         if name != START and name != END:
             order.append(index[name])
         stack.extend(e.dst for e in reversed(graph.out[name]))
-    order += [i for i in range(len(graph.names)) if i not in set(order)]
+    visited = set(order)
+    order += [i for i in range(len(graph.names)) if i not in visited]
     for first in order:
         i = first
         while i >= 0 and not done[i]:

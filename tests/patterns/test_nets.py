@@ -240,6 +240,23 @@ def test_wcp38_or_join_counts_a_token_inside_a_compound_node_as_upstream() -> No
     assert (case.complete("p2").status, rec.steps) == ("done", ["x", "p1", "j"])
 
 
+def test_wcp38_a_withdrawn_upstream_branch_never_blocks_the_or_join() -> None:
+    """WCP38: the or-join waits for a node that can still deliver; once that node's thread is withdrawn (its scope
+    cancelled), the join fires with what arrived and the net is done."""
+    rec = Recorder()
+    term = seq(
+        net(
+            {"p": scope("s", rec.effect("p")), "x": count(rec, "x"), "j": count(rec, "j")},
+            [("start", "p"), ("start", "x"), ("p", "j"), ("x", "j"), ("j", "end")],
+            join={"j": "or"},
+        ),
+        rec.step("after"),
+    )
+    case = Case(term)
+    assert (case.run().status, rec.steps) == ("blocked", ["x"])
+    assert (case.cancel_region("s").status, rec.steps) == ("done", ["x", "j", "after"])
+
+
 def test_wcp38_or_joins_waiting_on_each_other_fire_oldest_token_first() -> None:
     """WCP38 edge: two or-joins in a cycle each wait for a token the other could send; when nothing else can move,
     the one whose token arrived first fires, and the net goes on."""

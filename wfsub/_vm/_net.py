@@ -15,10 +15,16 @@ failure at the node), then puts the tokens in their new places, and only then fr
 never sees a moment when a moving token is nowhere). The thread carries on into the first target that starts at
 once (an xor-join node); the other such targets get new threads; tokens onto and/or-join edges wait there.
 
-Joins are re-checked, never polled: an and-join when a token arrives on one of its edges; an OR-join when a
-token arrives or one of the places it watches empties (`NetSpec.watch`). The checks queued by one event run
-one firing at a time, lowest node (in `nodes` order) first. A firing starts the join's node first, then takes
-one token from each incoming edge that holds one (surplus tokens stay for later firings).
+Joins are re-checked, never polled: an and-join when a token arrives on one of its edges; an OR-join that holds
+a token when a token arrives or one of the places it watches empties (`NetSpec.watch`). The checks queued by one
+event run one firing at a time, lowest node (in `nodes` order) first. A firing starts the join's node first,
+then takes one token from each incoming edge that holds one (surplus tokens stay for later firings).
+
+Cost. A step through a plain node costs what a `seq` step costs; a routed exit costs O(out-degree) plus the
+re-checks it triggers. An and-join check is O(in-degree). An OR-join check scans the precomputed reachable
+set of each empty incoming edge until it finds an occupied place: O(net size) at worst, paid only when a place
+it watches empties while it holds a token (reachability ignores edge predicates: see `wfsub/_net.py`). Only
+when the activation has no thread left does it look at all its joins (O(joins)), once per standstill.
 
 When no thread of the activation is left (every token waits at a join, reached end, or was withdrawn), the
 OR-join whose oldest token arrived first fires, whatever its reachable sets say (a vicious circle of OR-joins).
@@ -64,9 +70,8 @@ class NetFrame(Frame):
     def __init__(self, parent: Frame, env: Mapping[str, Any], ip: int, spec: bc.NetSpec) -> None:
         super().__init__(parent, env, ip)
         self.spec = spec
-        self.occ = [0] * spec.places if spec.places else []
-        edges = spec.places - spec.node_places
-        self.waiting: list[list[int]] = [[] for _ in range(edges)] if edges else []
+        self.occ = [0] * spec.places
+        self.waiting: list[list[int]] = [[] for _ in range(spec.places - spec.node_places)]
         self.held: dict[int, int] = {}  # and/or join -> tokens waiting on its edges (joins holding none absent)
         self.arrivals = 0  # numbers the tokens that wait at joins, in arrival order
         self.reached = 0  # tokens that reached end
