@@ -121,8 +121,7 @@ def test_replay_reproduces_a_seeded_net_run() -> None:
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 10_000))
 def test_any_interleaving_ends_the_net_with_the_same_counts(seed: int) -> None:
-    """Whatever order Seeded(seed) runs the threads in, the net ends done with the same task counts (only the order
-    differs): the or-join waits for every token that can still arrive, the and-join fires once per complete set."""
+    """Whatever order Seeded(seed) runs the threads in, the net ends done with the same task counts and discards."""
     data, events = traced(Seeded(seed), quanta=3)
     assert counts(data) == EXPECTED
     discarded = [e for e in events if e[1] == "net_discarded"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from wfsub import mi, net, par, saga, scope, seq, wait
 
 from ..harness import Case, Recorder, trace_of
@@ -83,8 +85,7 @@ def test_wcp10_a_cycle_around_an_effect_waits_for_each_round() -> None:
 
 
 def test_wcp33_and_join_keeps_surplus_tokens_for_a_later_firing() -> None:
-    """WCP33: two tokens arrive on one edge before the other edge gets any: the join fires once per complete set,
-    and the surplus token waits for the next token on the other edge."""
+    """WCP33: two tokens on one edge before the other gets any: one firing per set; the surplus waits for later."""
     rec = Recorder()
     term = net(
         {
@@ -117,8 +118,7 @@ def test_wcp33_and_join_keeps_surplus_tokens_for_a_later_firing() -> None:
 
 
 def test_wcp33_and_join_tokens_left_when_the_net_cannot_move_are_discarded() -> None:
-    """WCP33 edge: an and-join whose other edge gets no token holds one when nothing else can move: it is
-    discarded (traced), and the net is done because another token reached end."""
+    """WCP33 edge: and-join tokens left when nothing can move are discarded (traced); a token at end: done."""
     rec = Recorder()
     term = seq(
         net(
@@ -189,8 +189,7 @@ def test_wcp38_or_join_waits_for_a_token_that_can_still_arrive() -> None:
 
 
 def test_wcp38_or_join_fires_when_nothing_upstream_can_reach_its_empty_edge() -> None:
-    """WCP38: the or-join fires while other work of the net still runs, because that work cannot reach its empty
-    edge; the net ends only when that work has ended too (WCP11)."""
+    """WCP38: the or-join fires while work that cannot reach its empty edge still runs; the net waits for it."""
     rec = Recorder()
     term = seq(
         net(
@@ -227,8 +226,7 @@ def test_wcp38_or_join_fires_when_nothing_upstream_can_reach_its_empty_edge() ->
 
 
 def test_wcp38_or_join_counts_a_token_inside_a_compound_node_as_upstream() -> None:
-    """WCP38: a node holds its token until its thread leaves it: the or-join waits while a par inside an upstream
-    node still runs a branch, though the node's first branch is done."""
+    """WCP38: an upstream par node holds its token until its thread leaves; the or-join waits for its last branch."""
     rec = Recorder()
     term = net(
         {"x": count(rec, "x"), "p": par(rec.step("p1"), rec.effect("p2")), "j": count(rec, "j")},
@@ -241,8 +239,7 @@ def test_wcp38_or_join_counts_a_token_inside_a_compound_node_as_upstream() -> No
 
 
 def test_wcp38_a_withdrawn_upstream_branch_never_blocks_the_or_join() -> None:
-    """WCP38: the or-join waits for a node that can still deliver; once that node's thread is withdrawn (its scope
-    cancelled), the join fires with what arrived and the net is done."""
+    """WCP38: once the upstream node it waits for is withdrawn, the or-join fires with what arrived."""
     rec = Recorder()
     term = seq(
         net(
@@ -258,8 +255,7 @@ def test_wcp38_a_withdrawn_upstream_branch_never_blocks_the_or_join() -> None:
 
 
 def test_wcp38_or_joins_waiting_on_each_other_fire_oldest_token_first() -> None:
-    """WCP38 edge: two or-joins in a cycle each wait for a token the other could send; when nothing else can move,
-    the one whose token arrived first fires, and the net goes on."""
+    """WCP38 edge: two or-joins waiting on each other: when nothing else can move, the older token's join fires."""
     rec = Recorder()
     term = net(
         {"a": count(rec, "a"), "b": count(rec, "b"), "j": count(rec, "j"), "k": count(rec, "k")},
@@ -287,8 +283,7 @@ def test_wcp38_or_joins_waiting_on_each_other_fire_oldest_token_first() -> None:
 
 
 def test_wcp11_a_net_ends_when_nothing_in_it_is_left_to_do() -> None:
-    """WCP11: a token reaching end does not end the net while another branch still runs; the net ends, and its
-    thread goes on once, when nothing is left."""
+    """WCP11: a token at end does not end the net while a branch still runs; its thread goes on once, at the end."""
     rec = Recorder()
     term = seq(
         net(
@@ -307,8 +302,7 @@ def test_wcp11_a_net_ends_when_nothing_in_it_is_left_to_do() -> None:
 
 
 def test_a_net_that_cannot_reach_end_fails_naming_the_waiting_joins() -> None:
-    """A net whose only tokens wait at an and-join when nothing can move fails at the net, naming the join, what
-    it holds and what it waits for."""
+    """A net stuck with tokens only at an and-join fails at the net, naming the join, what it holds and lacks."""
     rec = Recorder()
     term = seq(
         rec.step("before"),
@@ -335,8 +329,7 @@ def test_a_net_that_cannot_reach_end_fails_naming_the_waiting_joins() -> None:
 
 
 def test_a_net_whose_tokens_were_all_withdrawn_is_withdrawn() -> None:
-    """A net whose threads were withdrawn (a cancelled scope inside a node) is itself withdrawn: the par around it
-    joins with its other branch."""
+    """A net whose threads were all withdrawn is itself withdrawn: the par around it joins with its other branch."""
     rec = Recorder()
     term = seq(
         par(
@@ -381,8 +374,7 @@ def test_a_net_inside_an_mi_has_one_activation_per_instance() -> None:
 
 
 def test_a_net_in_a_cancelled_scope_withdraws_its_tokens_and_compensates_its_sagas() -> None:
-    """Cancelling a scope around a running net withdraws every token (effects cancelled), compensates a saga a
-    node completed a step of, runs on_cancel, and goes on after the scope."""
+    """A scope cancelled around a net withdraws its tokens, compensates a node's saga, runs on_cancel, goes on."""
     rec = Recorder()
     term = seq(
         scope(
@@ -409,8 +401,7 @@ def test_a_net_in_a_cancelled_scope_withdraws_its_tokens_and_compensates_its_sag
 
 
 def test_blocking_joins_inside_a_net_hold_per_net_activation() -> None:
-    """A blocking par inside a net is keyed by the net's activation: two activations of one inner net (started
-    by two arrivals at it) each split at once, neither blocked by the other."""
+    """A blocking par inside a net holds per net activation: two activations of one inner net both split at once."""
     rec = Recorder()
     inner = net({"p": par(wait("a"), wait("b"), join="first", blocking=True)}, [("start", "p"), ("p", "end")])
     term = net(
@@ -424,8 +415,7 @@ def test_blocking_joins_inside_a_net_hold_per_net_activation() -> None:
 
 
 def test_net_joins_wait_for_threads_not_for_work_a_node_left_running() -> None:
-    """A node whose mi(join=None) leaves instances running is left by its thread at once: the or-join after it
-    fires and the net's thread goes on; the instances still belong to the case, which ends when they do."""
+    """Net joins wait for threads, not for a node's mi(join=None) instances, which the case still waits for."""
     rec = Recorder()
     term = seq(
         net(
@@ -444,8 +434,7 @@ def test_net_joins_wait_for_threads_not_for_work_a_node_left_running() -> None:
 
 
 def test_a_scope_cancelled_inside_a_node_runs_on_cancel_and_the_node_goes_on() -> None:
-    """A region cancelled inside a node with on_cancel is not a withdrawal of the node: its thread goes through
-    on_cancel and on along the node's edges."""
+    """A scope cancelled inside a node runs its on_cancel and the node's thread goes on along its edges."""
     rec = Recorder()
     term = net(
         {"a": scope("inner", rec.effect("a"), on_cancel=rec.step("undo")), "b": rec.step("b")},
@@ -459,9 +448,9 @@ def test_a_scope_cancelled_inside_a_node_runs_on_cancel_and_the_node_goes_on() -
 # -- splits that find no edge ------------------------------------------------------------------------------------
 
 
-def test_an_xor_split_with_no_true_predicate_is_a_failure_at_the_node_caught_by_on_error() -> None:
-    """An xor split where no edge predicate holds fails at that node; scope(on_error=) around the net catches it,
-    withdrawing the net's other work."""
+@pytest.mark.parametrize("kind", ["xor", "or"])
+def test_an_xor_split_with_no_true_predicate_is_a_failure_at_the_node_caught_by_on_error(kind: str) -> None:
+    """An xor/or split where no edge predicate holds fails at the node; scope(on_error=) around the net catches it."""
     rec = Recorder()
     term = seq(
         scope(
@@ -476,7 +465,7 @@ def test_an_xor_split_with_no_true_predicate_is_a_failure_at_the_node_caught_by_
                     ("b", "end"),
                     ("slow", "end"),
                 ],
-                split={"a": "xor"},
+                split={"a": kind},
             ),
             on_error=rec.step("handled"),
         ),
@@ -487,7 +476,7 @@ def test_an_xor_split_with_no_true_predicate_is_a_failure_at_the_node_caught_by_
     assert (r.status, rec.steps, case.pending_names()) == ("done", ["a", "handled", "after"], [])  # slow withdrawn
     error = case.data["error"]
     assert (error["type"], error["path"]) == ("StepFailed", "seq[0].scope.net[a].task")
-    assert "no edge out of 'a' can be taken: it is an xor split" in error["message"]
+    assert f"no edge out of 'a' can be taken: it is an {kind} split" in error["message"]
 
 
 def test_an_or_split_with_no_true_predicate_fails_the_case_at_the_node() -> None:

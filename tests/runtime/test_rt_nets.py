@@ -8,8 +8,7 @@ from ..harness import Recorder, running, trace_of
 
 
 async def test_a_net_with_effects_a_signal_and_a_cycle_runs_through_the_substrate() -> None:
-    """An or-join waits for an effect and a signal, a rework cycle goes round once through two effects, and the
-    case ends with the net's data; the trace shows each join firing at the node's path."""
+    """A net with effects, a signal, an or-join and a rework cycle runs on a Substrate; the trace shows its joins."""
     async with running(trace_level="min") as (sub, clock, sink):
         rec = Recorder(clock)
         review = net(
