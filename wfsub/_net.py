@@ -79,7 +79,8 @@ def _show(edge: tuple[Any, ...]) -> str:
 
 
 def normalise(t: Net) -> tuple[Graph | None, list[Problem]]:
-    """The net's graph, or None with the problems that keep it from being one (names, edges, kinds)."""
+    """The net's graph and its local problems (kinds, predicates on and-split edges); None for the graph when a
+    node or an edge is malformed (the reachability checks would only add noise then)."""
     problems: list[Problem] = []
     nodes = _pairs(t.nodes)
     if nodes is None:
@@ -132,6 +133,7 @@ def normalise(t: Net) -> tuple[Graph | None, list[Problem]]:
             continue
         seen[(src, dst)] = len(edges)
         edges.append(Edge(len(edges), src, dst, pred))
+    structural = bool(problems)  # a node or an edge is malformed: the graph is not the one the user meant
     graph = Graph(names, terms, edges)
     graph.out = {n: [] for n in [*names, *RESERVED]}
     graph.inn = {n: [] for n in [*names, *RESERVED]}
@@ -160,7 +162,7 @@ def normalise(t: Net) -> tuple[Graph | None, list[Problem]]:
             _check_kind(graph, label, name, kind, problems)
             if name in resolved:
                 resolved[name] = kind
-    if problems:
+    if structural:
         return None, problems
     for name in [*names, START]:
         if graph.split[name] == "and":
@@ -221,7 +223,7 @@ def _backward(graph: Graph) -> Callable[[str], list[str]]:
 def check(t: Net) -> list[Problem]:
     """Every problem `validate` reports for a net (besides those of its node terms)."""
     graph, problems = normalise(t)
-    if graph is None or problems:
+    if graph is None:
         return problems
     from_start = _reach([START], _forward(graph))
     to_end = _reach([END], _backward(graph))

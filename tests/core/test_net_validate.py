@@ -230,3 +230,9 @@ def test_a_net_term_is_hashable_equal_by_value_and_reads_like_code() -> None:
     )
     assert build() != net({"a": A, "b": A}, [("start", "a"), ("a", "b", yes), ("a", "end"), ("b", "end")],
                           split={"a": "xor"})
+
+
+def test_every_problem_of_a_net_is_reported_at_once() -> None:
+    """A bad kind does not hide the reachability problems: one validate call reports them all."""
+    term = net({"a": A, "b": A}, [("start", "a"), ("a", "b", yes), ("a", "end")], join={"a": "any"})
+    assert [p for p, _ in issues(term)] == ["net", "net[a].task", "net[b].task"]

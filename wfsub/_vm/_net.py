@@ -232,8 +232,6 @@ class NetFrame(Frame):
             if self.held.pop(j, None) is None:
                 continue
             held = {s: self.occ[p] for s, p in zip(spec.in_sources[j], spec.in_places[j], strict=True) if self.occ[p]}
-            if not held:
-                continue
             empty = [s for s in spec.in_sources[j] if s not in held]
             waiting.append(
                 f"the and-join {spec.names[j]!r} (holding {_listing(held)}; nothing from {', '.join(map(repr, empty))})"
