@@ -268,7 +268,7 @@ class Simulator:
         return None if best is None else best[1]
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(net_cases())
 def test_vm_agrees_with_the_token_game_simulator(case: NetCase) -> None:
     """On random nets of tasks the vm's final status, data and multiset of task runs match the simulator's."""
