@@ -69,6 +69,7 @@ from ._terms import loop as loop
 from ._terms import mi as mi
 from ._terms import milestone as milestone
 from ._terms import multi_choice as multi_choice
+from ._terms import net as net
 from ._terms import par as par
 from ._terms import saga as saga
 from ._terms import scope as scope
@@ -148,6 +149,7 @@ __all__ = [
     "mi",
     "milestone",
     "multi_choice",
+    "net",
     "par",
     "replay",
     "saga",

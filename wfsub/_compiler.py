@@ -14,11 +14,16 @@ from collections.abc import Callable, Mapping
 from types import CodeType
 from typing import Any
 
+from . import _net
 from ._errors import InvalidWorkflow
 from ._program import (
     ALL,
     BYTECODE_VERSION,
     FUNCTION,
+    NET_AND,
+    NET_END,
+    NET_OR,
+    NET_XOR,
     OPERANDS,
     SPEC,
     CallSpec,
@@ -28,6 +33,9 @@ from ._program import (
     LoopSpec,
     MISpec,
     NameSpec,
+    NetNodeSpec,
+    NetRoute,
+    NetSpec,
     Op,
     Program,
     RegionStepSpec,
@@ -53,6 +61,7 @@ from ._terms import (
     Loop,
     Milestone,
     MultiChoice,
+    Net,
     Par,
     Retry,
     Saga,
@@ -175,6 +184,7 @@ class _Emitter:
         self.context = "root"
         self.region_contexts: dict[str, set[str]] = {}
         self.region_steps: list[tuple[int, Any, str]] = []  # (spec slot, step term, context): resolved at the end
+        self.node_starts: list[tuple[int, str, str]] = []  # (entry ip, name, path) of each net node: traced code
 
     def emit(self, op: Op, arg: int, path: str, label: str = "") -> int:
         self.ops.append(int(op))
@@ -484,6 +494,82 @@ def _emit_close_instances(e: _Emitter, t: CloseInstances, path: str) -> None:
     _emit_region_step(e, Op.CLOSE_INSTANCES, t, path)
 
 
+_NET_KINDS = {"and": NET_AND, "xor": NET_XOR, "or": NET_OR}
+
+
+def _emit_net(e: _Emitter, t: Net, path: str) -> None:
+    """The nodes one after another in the plan's layout; a node's thread leaves through NET_EXIT (routing), or
+    falls or jumps into its one plain successor. The nodes are a context for region steps and blocking joins,
+    like an mi body: the vm keeps them per net activation."""
+    plan = _net.plan(t)
+    graph = plan.graph
+    slot = e.const(None)
+    e.emit(Op.NET, slot, path)
+    n = len(graph.names)
+    entries, exits, paths = [-1] * n, [-1] * n, [""] * n
+    jumps: list[tuple[int, int]] = []  # (JUMP ip, node it enters)
+    exit_slots: list[tuple[int, int]] = []  # (NET_EXIT spec slot, node)
+    for pos, i in enumerate(plan.layout):
+        name = graph.names[i]
+        term = graph.terms[name]
+        paths[i] = child_path(path, name, term)
+        entries[i] = e.here()
+        e.node_starts.append((e.here(), name, paths[i]))
+        e.in_context(path, term, path, name)
+        successor = plan.plain[i]
+        if successor < 0:
+            exit_slots.append((e.const(None), i))
+            exits[i] = e.emit(Op.NET_EXIT, exit_slots[-1][0], paths[i])
+        elif pos + 1 == len(plan.layout) or plan.layout[pos + 1] != successor:
+            jumps.append((e.emit(Op.JUMP, -1, paths[i]), successor))
+    for ip, successor in jumps:
+        e.args[ip] = entries[successor]
+
+    def route(name: str, node: int) -> NetRoute:
+        out = graph.out[name]
+        return NetRoute(
+            node,
+            name,
+            _NET_KINDS[graph.split[name]],
+            tuple(edge.pred for edge in out),
+            tuple(NET_END if edge.dst == _net.END else plan.index[edge.dst] for edge in out),
+            tuple(plan.edge_place.get(edge.index, -1) for edge in out),
+        )
+
+    for exit_slot, i in exit_slots:
+        e.set_const(exit_slot, route(graph.names[i], i))
+    joins = tuple(_NET_KINDS[graph.join[name]] for name in graph.names)
+    merging = [i for i, kind in enumerate(joins) if kind != NET_XOR]
+    in_places: list[tuple[int, ...]] = [()] * n
+    in_sources: list[tuple[str, ...]] = [()] * n
+    for i in merging:
+        incoming = graph.inn[graph.names[i]]
+        in_places[i] = tuple(plan.edge_place[edge.index] for edge in incoming)
+        in_sources[i] = tuple(edge.src for edge in incoming)
+    reach: list[tuple[tuple[int, ...], ...]] = [()] * n
+    for j, sets in plan.reach.items():
+        reach[j] = tuple(sets)
+    spec = NetSpec(
+        names=tuple(graph.names),
+        paths=tuple(paths),
+        entries=tuple(entries),
+        exits=tuple(exits),
+        joins=joins,
+        place_of=tuple(plan.place_of),
+        in_places=tuple(in_places),
+        in_sources=tuple(in_sources),
+        reach=tuple(reach),
+        watch=tuple(plan.watch),
+        places=plan.places,
+        node_places=sum(p >= 0 for p in plan.place_of),
+        or_joins=tuple(i for i in merging if joins[i] == NET_OR),
+        and_joins=tuple(i for i in merging if joins[i] == NET_AND),
+        start=route(_net.START, -1),
+        after=e.here(),
+    )
+    e.set_const(slot, spec)
+
+
 _EMIT: dict[type[Term], Callable[[_Emitter, Any, str], None]] = by_kind(globals(), "_emit_", "the compiler")
 
 
@@ -521,6 +607,13 @@ def compile_workflow(
     consts = tuple(e.consts)
     in_table = {int(op) for op, kind in OPERANDS.items() if kind in (SPEC, FUNCTION)}  # operands that are slots
     code = tuple((op, consts[arg] if op in in_table else arg) for op, arg in zip(e.ops, e.args, strict=True))
+    traced = code
+    if e.node_starts:  # each net node's first instruction, wrapped: the traced loop records the node's start
+        wrapped = list(code)
+        for ip, name, path in e.node_starts:
+            op, arg = code[ip]
+            wrapped[ip] = (int(Op.NET_NODE), NetNodeSpec(name, path, op, arg))
+        traced = tuple(wrapped)
     digest = hashlib.sha256(f"wfsub-bytecode-{BYTECODE_VERSION}|".encode() + canonical(term).encode())
     for name in sorted(compiled):
         digest.update(f"|{name}=".encode() + canonical(lib[name]).encode())
@@ -541,4 +634,5 @@ def compile_workflow(
         max_call_depth=max_call_depth,
         term=term,
         code=code,
+        traced_code=traced,
     )

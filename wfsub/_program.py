@@ -26,7 +26,14 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     call            CALL s                      (the callee: body ; RET)
     terminate       TERMINATE
     region steps    CANCEL_REGION s / COMPLETE_REGION s / ADD_INSTANCES s / CLOSE_INSTANCES s
+    net             NET s ; node ; [NET_EXIT r | JUMP entry] ; node ; ... ; after:
+                    (one node after another in `_net.Plan.layout` order; a node that hands its thread to one
+                    plain successor has no exit instruction when that successor comes next, else a JUMP)
 The root ends with END. Library workflows reachable through `call` are compiled once each, after the root.
+
+`Program.traced_code` is `code` with each net node's first instruction wrapped in NET_NODE (which records the
+node's start, then does the wrapped instruction): the traced loop runs it, the untraced loop runs `code`, so
+a chain of net nodes costs nothing per node when nobody traces. Both have the same instruction pointers.
 """
 
 from __future__ import annotations
@@ -77,6 +84,9 @@ class Op(IntEnum):
     SAGA = 29
     SAGA_STEP = 30  # glue: a saga step completed; remember its compensation
     HANDLER_DONE = 31  # glue: the end of an on_cancel, on_error or compensation branch
+    NET = 32
+    NET_EXIT = 33  # a net node's thread leaves it (or starts the net): route it along the chosen edges
+    NET_NODE = 34  # traced code only: a net node starts (wraps the node's first instruction)
 
 
 TARGET = "target"  # the operand is an instruction index
@@ -117,6 +127,9 @@ OPERANDS: Mapping[Op, str] = {
     Op.SAGA: SPEC,
     Op.SAGA_STEP: SPEC,
     Op.HANDLER_DONE: NONE,
+    Op.NET: SPEC,
+    Op.NET_EXIT: SPEC,
+    Op.NET_NODE: SPEC,
 }
 """What each opcode's operand is; `tests/core` checks every opcode is listed."""
 
@@ -263,6 +276,58 @@ class RegionStepSpec:
     items: Callable[..., Any] | None = None  # add_instances only
 
 
+NET_AND = 0  # split: every edge; join: fires when every incoming edge holds a token
+NET_XOR = 1  # split: the first edge whose predicate holds; join: every arrival starts the node
+NET_OR = 2  # split: every edge whose predicate holds; join: the synchronizing merge (see `_net`)
+NET_END = -1  # the target of an edge into "end"
+
+
+@dataclass(frozen=True, slots=True)
+class NetRoute:
+    """How a thread leaves a net node (or "start"): the split and, per outgoing edge in order, its predicate
+    (None: always taken), the node it enters (NET_END for end) and the edge's place (-1 unless it enters an
+    and/or join)."""
+
+    node: int  # -1: start
+    name: str
+    split: int
+    preds: tuple[Callable[..., Any] | None, ...]
+    targets: tuple[int, ...]
+    places: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NetSpec:
+    """One net, by node index (the order of the `nodes` mapping); see `_net` for places and reachable sets."""
+
+    names: tuple[str, ...]
+    paths: tuple[str, ...]  # node paths (net[name].kind)
+    entries: tuple[int, ...]  # first instruction of each node
+    exits: tuple[int, ...]  # NET_EXIT of each node, or -1 (a node frame's ip: its path is the node's)
+    joins: tuple[int, ...]  # NET_XOR / NET_AND / NET_OR
+    place_of: tuple[int, ...]  # the node's place if it is tracked (it can reach an OR-join), else -1
+    in_places: tuple[tuple[int, ...], ...]  # and/or joins: the places of their incoming edges, in edge order
+    in_sources: tuple[tuple[str, ...], ...]  # and/or joins: the source node of each incoming edge
+    reach: tuple[tuple[tuple[int, ...], ...], ...]  # OR-joins: per incoming edge, the places that can reach it
+    watch: tuple[tuple[int, ...], ...]  # per place: the OR-joins to re-check when it empties
+    places: int
+    node_places: int  # places below this are nodes, the others edges
+    or_joins: tuple[int, ...]
+    and_joins: tuple[int, ...]
+    start: NetRoute
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class NetNodeSpec:
+    """NET_NODE (traced code only): node `name` starts; then the wrapped instruction runs."""
+
+    name: str
+    path: str
+    op: int
+    arg: Any
+
+
 # -- the program ---------------------------------------------------------------------------------------------
 
 
@@ -285,6 +350,7 @@ class Program:
     max_call_depth: int
     term: Term
     code: tuple[tuple[int, Any], ...]  # (opcode, operand) with operands resolved: what the vm runs
+    traced_code: tuple[tuple[int, Any], ...] = ()  # what the traced loop runs (see the module docstring); () = code
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -317,6 +383,11 @@ class Program:
 def _describe(spec: Any) -> str:
     if isinstance(spec, EffectSpec):
         return spec.name
+    if isinstance(spec, NetSpec):
+        return f"{len(spec.names)} nodes, {spec.places} places, after={spec.after}"
+    if isinstance(spec, NetRoute):
+        kind = ("and", "xor", "or")[spec.split]
+        return f"{spec.name} {kind} -> " + ", ".join("end" if t == NET_END else str(t) for t in spec.targets)
     parts = []
     for f in fields(spec):
         v = getattr(spec, f.name)

@@ -19,7 +19,7 @@ Adding a construct `foo` touches one place per layer, each found by name:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -465,6 +465,55 @@ class CloseInstances(Term):
     name: Any
 
 
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Net(Term):
+    """An unstructured graph of nodes (see `net`); mappings are kept as tuples of pairs (hashable, ordered)."""
+
+    kind = "net"
+    _positional = ("nodes", "edges")
+    nodes: Any  # tuple of (name, term) pairs when given a mapping
+    edges: Any  # tuple of (src, dst) / (src, dst, pred) tuples when given a sequence
+    split: Any = ()  # tuple of (node, kind) pairs when given a mapping
+    join: Any = ()
+
+    def _repr_parts(self) -> Iterator[str | _Sub]:
+        yield "net("
+        yield from _pairs_parts(self.nodes)
+        yield ", "
+        if isinstance(self.edges, tuple):
+            yield "["
+            for i, edge in enumerate(self.edges):
+                yield ", " if i else ""
+                yield _Sub(edge)
+            yield "]"
+        else:
+            yield _Sub(self.edges)
+        for label, value in (("split", self.split), ("join", self.join)):
+            if value != ():
+                yield f", {label}="
+                yield from _pairs_parts(value)
+        yield ")"
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        if isinstance(self.nodes, tuple):
+            for pair in self.nodes:
+                if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str):
+                    yield pair[0], pair[1]
+
+
+def _pairs_parts(value: object) -> Iterator[str | _Sub]:
+    """A tuple of (key, value) pairs rendered as the dict it was built from."""
+    if not (isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value)):
+        yield _Sub(value)
+        return
+    yield "{"
+    for i, (key, item) in enumerate(value):
+        yield ", " if i else ""
+        yield f"{key!r}: "
+        yield _Sub(item)
+    yield "}"
+
+
 # -- tree helpers: shared by validation, the compiler and every tool that walks a term ------------------
 
 
@@ -704,6 +753,34 @@ def call(name: str) -> Term:
 def terminate() -> Term:
     """Cancel all remaining work of the case and end it as done (WCP43)."""
     return Terminate()
+
+
+def _as_pairs(value: object) -> Any:
+    if value is None:
+        return ()
+    return tuple(value.items()) if isinstance(value, Mapping) else value
+
+
+def net(
+    nodes: Mapping[str, Term],
+    edges: Sequence[tuple[str, str] | tuple[str, str, Callable[[Mapping[str, Any]], bool]]],
+    *,
+    split: Mapping[str, str] | None = None,
+    join: Mapping[str, str] | None = None,
+) -> Term:
+    """An unstructured graph (WCP10, 11, 33, 38): `nodes={name: term}`, `edges=[(src, dst) or (src, dst, pred)]`
+    between the nodes and the reserved `"start"` and `"end"`; cycles are allowed.
+
+    `split={node: "and" | "xor" | "or"}` (default "and"; xor takes the first edge whose predicate holds, or
+    every such edge; an edge without a predicate always holds). `join={node: "xor" | "and" | "or"}` (default
+    "xor": every arrival starts the node); an "and" join fires once every incoming edge holds a token (surplus
+    tokens wait for later firings); an "or" join fires once no token of the net can still reach one of its
+    empty incoming edges. The net ends when nothing in it can move: done if a token reached "end".
+    """
+    shaped_edges: Any = edges
+    if isinstance(edges, list | tuple):
+        shaped_edges = tuple(tuple(e) if isinstance(e, list | tuple) else e for e in edges)
+    return Net(_as_pairs(nodes), shaped_edges, _as_pairs(split), _as_pairs(join))
 
 
 def cancel_region(name: str) -> Term:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from . import _net
 from ._terms import (
     MAX_SECONDS,
     MI,
@@ -32,6 +33,7 @@ from ._terms import (
     Loop,
     Milestone,
     MultiChoice,
+    Net,
     Par,
     Retry,
     Saga,
@@ -574,6 +576,15 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
         c.add(path, f"call({t.name!r}): no workflow of that name in the library ({known})")
     else:
         c.calls.append((t.name, path))
+
+
+def _check_net(c: _Checker, t: Net, path: str) -> None:
+    """The graph's own problems (see `_net.check`), each at the node it is about or at the net."""
+    terms = dict(pair for pair in t.nodes if isinstance(pair, tuple) and len(pair) == 2) if isinstance(
+        t.nodes, tuple
+    ) else {}
+    for name, message in _net.check(t):
+        c.add(path if name is None else child_path(path, name, terms.get(name)), message)
 
 
 _CHECKS: dict[type[Term], Callable[[_Checker, Any, str], None]] = by_kind(globals(), "_check_", "validation")

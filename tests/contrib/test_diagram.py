@@ -8,14 +8,11 @@ they agree node for node and edge for edge; the tests then read the shapes by th
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +23,6 @@ import pydot
 import pytest
 
 import wfsub
-import wfsub._terms as terms_module
 from tests.harness import running
 from wfsub import (
     Retry,
@@ -43,6 +39,7 @@ from wfsub import (
     mi,
     milestone,
     multi_choice,
+    net,
     par,
     saga,
     scope,
@@ -559,72 +556,41 @@ def test_every_term_kind_has_its_own_drawer() -> None:
     assert {cls.kind for cls in term_classes()} <= set(diagram._DRAWERS)
 
 
-NET_SCRIPT = textwrap.dedent(
-    """
-    import json
-    from dataclasses import dataclass
-    from typing import Any
-    import wfsub._terms as terms
-    from wfsub import task, to_mermaid, to_dot
+def _approved(ctx: Any) -> bool:
+    return True
 
-    if not hasattr(terms, "Net"):  # the stand-in for the Net term: the announced fields, in a child process
-        @dataclass(frozen=True, slots=True, repr=False, eq=False)
-        class Net(terms.Term):
-            kind = "net"
-            nodes: Any = ()
-            edges: Any = ()
-            split: Any = None
-            join: Any = None
 
-            def _children(self):
-                for name, term in self.nodes:
-                    yield str(name), term
-        make = lambda nodes, edges, **kw: Net(tuple(nodes.items()), tuple(edges), **kw)
-    else:
-        make = terms.net
-
-    def f(ctx): return None
-    def approved(ctx): return True
-    def rejected(ctx): return False
-    term = make(
-        {"check": task(f, name="check"), "fix": task(f, name="fix"), "ship": task(f, name="ship"),
-         "log": task(f, name="audit")},
-        [("check", "fix", rejected), ("check", "ship", approved), ("fix", "check"), ("check", "log")],
-        split="or", join={"check": "xor"},
-    )
-    print(json.dumps({"mermaid": to_mermaid(term), "dot": to_dot(term), "real": hasattr(terms, "Net")}))
-    """
-)
+def _rejected(ctx: Any) -> bool:
+    return False
 
 
 def test_a_net_is_drawn_as_its_graph_with_predicates_and_gateways() -> None:
     """A net draws its nodes' terms, predicate-labelled edges, and split/join gateways at fan-out/fan-in nodes."""
-    # In a child process, with a stand-in Net until wfsub has one: no test class may join the term registry.
-    out = subprocess.run([sys.executable, "-c", NET_SCRIPT], capture_output=True, text=True, check=True).stdout
-    result = json.loads(out)
-    mm, dot = parse_mermaid(result["mermaid"]), parse_dot(result["dot"])
+    def f(ctx: Any) -> None:
+        return None
+
+    term = net(
+        {"check": task(f, name="check"), "fix": task(f, name="fix"), "ship": task(f, name="ship"),
+         "log": task(f, name="audit")},
+        [("start", "check"), ("check", "fix", _rejected), ("check", "ship", _approved), ("fix", "check"),
+         ("check", "log"), ("ship", "end"), ("log", "end")],
+        split={"check": "or"}, join={"check": "xor"},
+    )
+    assert validate(term) == []
+    mm, dot = parse_mermaid(to_mermaid(term)), parse_dot(to_dot(term))
     assert set(mm.nodes) == set(dot.nodes) and Counter(mm.edges) == Counter(dot.edges)
     check, fix, ship = mm.at("net[check].task"), mm.at("net[fix].task"), mm.at("net[ship].task")
     assert mm.label("net[log].task") == "log: audit"  # the node's name, when its term is named otherwise
     (split,) = [d for d, _ in mm.out(check)]
     assert mm.nodes[split]["label"] == "OR"
     assert sorted(mm.out(split), key=str) == sorted(
-        [(fix, "rejected"), (ship, "approved"), (mm.at("net[log].task"), None)], key=str
+        [(fix, "_rejected"), (ship, "_approved"), (mm.at("net[log].task"), None)], key=str
     )
     (join,) = [s for s, _ in mm.into(check)]
     assert mm.nodes[join]["label"] == "XOR"
     assert sorted(s for s, _ in mm.into(join)) == sorted([mm.at("net"), fix])
     assert {s for s, _ in mm.into("wf_end")} == {ship, mm.at("net[log].task")}
     assert mm.clusters[mm.cluster_of(check) or ""][0] == "net"
-
-
-@pytest.mark.skipif(not hasattr(terms_module, "Net"), reason="wfsub._terms has no Net term yet (the test above "
-                    "draws a stand-in with the announced fields)")
-def test_the_real_net_term_has_the_fields_the_drawer_reads() -> None:
-    """Once wfsub has its Net term, it has the fields the net drawer reads (and the test above draws the real one)."""
-    net_cls = terms_module.Net
-    assert net_cls.kind == "net"
-    assert {"nodes", "edges", "split", "join"} <= {f.name for f in dataclasses.fields(net_cls)}
 
 
 # -- paths and highlight ----------------------------------------------------------------------------------------

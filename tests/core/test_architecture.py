@@ -20,6 +20,7 @@ from wfsub import (
     mi,
     milestone,
     multi_choice,
+    net,
     par,
     saga,
     scope,
@@ -41,7 +42,7 @@ from wfsub.lowlevel import Machine
 PACKAGE = Path(wfsub.__file__).parent
 
 # Layers from the bottom up; a module may import only from layers listed before its own (and itself).
-LAYERS = ["_errors", "_terms", "_validate", "_program", "_compiler", "_vm", "_trace", "_store", "_runtime"]
+LAYERS = ["_errors", "_terms", "_net", "_validate", "_program", "_compiler", "_vm", "_trace", "_store", "_runtime"]
 # The public modules sit on top of everything: the API tiers, the command and the optional extras.
 FRONTS = {"__init__", "__main__", "lowlevel", "testing", "terms", "runtime", "stores", "cli", "contrib", "_deprecated"}
 
@@ -144,6 +145,11 @@ EVERYTHING = seq(
             xor((lambda c: True, call("sub")), default=_bump("x")),
             defer({"d": _bump("d")}, timeout=5, on_timeout=_bump("t")),
             scope("err", saga((_bump("s1"), _bump("c1")), task(lambda c: 1 / 0)), on_error=_bump("handled")),
+            net(
+                {"na": _bump("na"), "nb": wait("nw"), "nj": _bump("nj")},
+                [("start", "na"), ("start", "nb"), ("na", "nj"), ("nb", "nj"), ("nj", "end")],
+                join={"nj": "or"},
+            ),
         ),
     ),
     _bump("end"),

@@ -6,7 +6,7 @@ edge.
 
 Levels:
 - `none`: nothing is recorded; the vm runs its untraced loop and pays nothing per step.
-- `min`: lifecycle, tasks, joins, MI, signals, effects, timers, cancels (the kinds in `MIN_KINDS`).
+- `min`: lifecycle, tasks, joins, MI, nets, signals, effects, timers, cancels (the kinds in `MIN_KINDS`).
 - `full`: `min` plus one `step` event per instruction and one `schedule` event per scheduler choice.
 """
 
@@ -57,6 +57,10 @@ MIN_KINDS: frozenset[str] = frozenset(
         "milestone",  # detail: name, event ("entered" / "left")
         "call",  # detail: name, depth
         "terminated",
+        "net_node",  # a net node started; path: the node's (net[name].kind); detail: node
+        "net_join",  # an and/or join of a net fired; detail: node, join, edges (the sources it took tokens from)
+        "net_discarded",  # tokens left at an and-join when the net could not move; detail: node, tokens per source
+        "net_end",  # a token of a net reached end; detail: from
     }
 )
 FULL_KINDS: frozenset[str] = MIN_KINDS | {"step", "schedule"}

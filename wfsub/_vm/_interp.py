@@ -25,6 +25,7 @@ from .. import _program as bc
 from .._errors import CompensationFailed, LimitExceeded, RestoredError, StepFailed, WaitTimeout
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
+from ._net import NetFrame, _op_net, _op_net_exit, _op_net_node  # noqa: F401 - handlers, found by name
 from ._records import (
     WK_BLOCKED,
     WK_EFFECT,
@@ -371,7 +372,7 @@ class Interp:
         return steps
 
     def run_general(self, quanta: int) -> int:
-        code = self.code
+        code = (self.program.traced_code or self.code) if self.tl else self.code  # traced: net node starts recorded
         handlers = _HANDLERS
         ready = self.ready
         sched = self.scheduler
@@ -1754,8 +1755,8 @@ def _op_terminate(m: Interp, tok: Token, ip: int, arg: Any) -> int:
 
 
 def _context(frame: Frame | None) -> Frame | None:
-    """The innermost mi instance or call around `frame` (None: the case's root workflow)."""
-    while frame is not None and not isinstance(frame, InstanceFrame | CallFrame):
+    """The innermost mi instance, call or net activation around `frame` (None: the case's root workflow)."""
+    while frame is not None and not isinstance(frame, InstanceFrame | CallFrame | NetFrame):
         frame = frame.parent
     return frame
 

@@ -641,9 +641,10 @@ class _Diagram:
                 edges.append((_str(e[0]), _str(e[1]), pred))
             else:
                 self.node("invalid", f"not an edge:\n{_repr(e)}", role="bad_edge")
+        # "start" and "end" are the net's own entry and exit: the net's head shape and its way out.
         for src, dst, _ in edges:
-            for name in (src, dst):
-                if name not in frags:
+            for name, reserved in ((src, "start"), (dst, "end")):
+                if name not in frags and name != reserved:
                     bad = self.node("invalid", f"no node {name!r}", role="missing")
                     frags[name] = _Frag(bad, [(bad, None)])
         out: dict[str, list[tuple[str, str | None]]] = {}
@@ -651,34 +652,42 @@ class _Diagram:
         for src, dst, pred in edges:
             out.setdefault(src, []).append((dst, pred))
             incoming[dst] = incoming.get(dst, 0) + 1
-        # The net starts at its nodes without a predecessor (at its first node, if every node has one).
-        starts = [name for name in frags if not incoming.get(name)] or list(frags)[:1]
-        for name in starts:
-            incoming[name] = incoming.get(name, 0) + 1
-        split, join = _attr(t, "split"), _attr(t, "join")
+        split, join = _pairs_map(_attr(t, "split")), _pairs_map(_attr(t, "join"))
         entries: dict[str, str] = {}
         for pos, name in enumerate(frags):
             entries[name] = frags[name].entry
             if incoming.get(name, 0) > 1:
-                gate = self.node("gateway", _net_kind(join, name, incoming[name], "join"), role=f"join{pos}")
+                gate = self.node("gateway", _net_kind(join, name, incoming[name], "XOR"), role=f"join{pos}")
                 self.edge(gate, frags[name].entry)
                 entries[name] = gate
         exits: list[_Exit] = []
-        for pos, name in enumerate(frags):
+        sources: list[tuple[str, list[_Exit]]] = [("start", [(head, None)])]
+        sources += [(name, frags[name].exits) for name in frags]
+        for pos, (name, leaving) in enumerate(sources):
             targets = out.get(name, [])
             if len(targets) > 1:
-                gate = self.node("gateway", _net_kind(split, name, len(targets), "split"), role=f"split{pos}")
-                self.connect(frags[name].exits, gate)
+                gate = self.node("gateway", _net_kind(split, name, len(targets), "AND"), role=f"split{pos}")
+                self.connect(leaving, gate)
+                leaving = [(gate, None)]
                 for dst, pred in targets:
-                    self.edge(gate, entries[dst], pred)
+                    if dst == "end":
+                        exits.append((gate, pred))
+                    else:
+                        self.edge(gate, entries[dst], pred)
             elif targets:
                 dst, pred = targets[0]
-                self.connect(frags[name].exits, entries[dst], pred)
-            else:
-                exits.extend(frags[name].exits)
-        for name in starts:
-            self.edge(head, entries[name])
+                if dst == "end":
+                    exits.extend((src, pred if pred is not None else label) for src, label in leaving)
+                else:
+                    self.connect(leaving, entries[dst], pred)
         return _Frag(head, exits if frags else [(head, None)])
+
+
+def _pairs_map(value: object) -> object:
+    """A net's split= / join= as a mapping (the term keeps them as a tuple of (node, kind) pairs)."""
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        return dict(value)
+    return value
 
 
 def _net_kind(value: object, name: str, degree: int, default: str) -> str:
