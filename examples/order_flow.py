@@ -1,28 +1,39 @@
-"""An order flow: reserve stock and charge the card in parallel (with retries), then let the customer confirm.
+"""An order flow that survives a crash: `make demo` (or `python examples/order_flow.py`).
 
-    payment and stock run concurrently; the payment gateway fails once and is retried with backoff
-    the customer has a short window to confirm or cancel; when it passes, the order is confirmed by default
-    every step the cases take is printed as it happens, then each order's final data
+Each order is a durable case on a SQLite store:
 
-Run it with `make demo` or `python examples/order_flow.py`.
+    check the order, then a saga: reserve stock (undo: release it), charge the card (retried; undo: refund),
+    wait for the customer to confirm (or confirm by default when the window closes); then book the courier.
+
+The demo runs the shop in a child process and kills it (SIGKILL) while a courier booking is in flight. A new
+shop process opens the same store: the in-flight booking runs again with the same idempotency key, the
+customer's confirmation window goes on where it was, and a cancel sent with the `wfsub` command compensates
+a paid order (refund, then release the stock). The store stays in `.demo/orders.db` for `wfsub` to look at.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 import wfsub
-from wfsub import Retry, defer, effect, par, seq, task
+from wfsub import Retry, Substrate, defer, effect, effect_info, saga, seq, task
 
-_gateway_calls: dict[str, int] = {}
+STORE = Path(".demo") / "orders.db"
+CONFIRM_WINDOW = 4.0  # seconds the customer has to confirm before the order is confirmed by default
 
 
 def check_order(ctx: Mapping[str, Any]) -> dict[str, Any]:
     total = sum(line["qty"] * line["price"] for line in ctx["lines"])
-    return {"total": round(total, 2), "status": "checked"}
+    return {"total": round(total, 2)}
 
 
 async def reserve_stock(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,79 +41,149 @@ async def reserve_stock(ctx: Mapping[str, Any]) -> dict[str, Any]:
     return {"reservation": f"R-{ctx['order_id']}"}
 
 
+async def release_stock(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    await anyio.sleep(0.02)
+    return {"released": ctx["reservation"]}
+
+
 async def charge_card(ctx: Mapping[str, Any]) -> dict[str, Any]:
-    calls = _gateway_calls[ctx["order_id"]] = _gateway_calls.get(ctx["order_id"], 0) + 1
-    await anyio.sleep(0.01)
-    if calls == 1:
+    await anyio.sleep(0.02)
+    if effect_info().attempt == 1:
         raise ConnectionError("payment gateway timed out")  # the first attempt fails; the retry succeeds
     return {"payment": f"P-{ctx['order_id']}", "charged": ctx["total"]}
 
 
 async def refund(ctx: Mapping[str, Any]) -> dict[str, Any]:
-    await anyio.sleep(0.01)
+    await anyio.sleep(0.02)
     return {"refunded": ctx["charged"]}
 
 
-async def ship(ctx: Mapping[str, Any]) -> dict[str, Any]:
-    await anyio.sleep(0.01)
+async def book_courier(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    key = effect_info().idempotency_key  # the courier dedupes on it: a booking re-run after a crash is one booking
+    print(f"    courier: booking a shipment for {ctx['order_id']} (idempotency key {key})", flush=True)
+    await anyio.sleep(1.0)
     return {"tracking": f"TRK-{ctx['order_id']}"}
 
 
 ORDER = seq(
     task(check_order),
-    par(
-        effect(reserve_stock, timeout=2.0),
-        effect(charge_card, timeout=2.0, retry=Retry(max_attempts=3, initial=0.05, multiplier=2.0)),
+    saga(
+        (effect(reserve_stock), effect(release_stock)),
+        (effect(charge_card, retry=Retry(max_attempts=3, initial=0.05)), effect(refund)),
+        defer(
+            {"confirmed": task(lambda ctx: {"status": "confirmed"}, name="confirm")},
+            timeout=CONFIRM_WINDOW,
+            on_timeout=task(lambda ctx: {"status": "confirmed by default"}, name="confirm_by_default"),
+        ),
     ),
-    defer(
-        {
-            "confirmed": seq(task(lambda ctx: {"status": "confirmed"}, name="mark_confirmed"), effect(ship)),
-            "cancelled": seq(effect(refund), task(lambda ctx: {"status": "cancelled"}, name="mark_cancelled")),
-        },
-        timeout=0.3,
-        on_timeout=seq(task(lambda ctx: {"status": "confirmed by default"}, name="auto_confirm"), effect(ship)),
-    ),
+    effect(book_courier, timeout=10.0),
 )
+
+ORDERS = {
+    "A-100": [{"sku": "lamp", "qty": 1, "price": 49.0}],
+    "A-101": [{"sku": "mug", "qty": 4, "price": 7.5}],
+    "A-102": [{"sku": "desk", "qty": 1, "price": 320.0}],
+}
+SHOWN = {"case_started", "task", "effect_requested", "effect_completed", "effect_retry", "signal_consumed",
+         "deferred_choice", "timer_fired", "case_done", "case_cancelled", "case_failed"}
 
 
 def show(event: wfsub.TraceEvent) -> None:
-    print(event.format())
+    if event.kind in SHOWN:
+        print(f"    {event.case_id}  {event.kind:<17} {event.path:<26} {_detail(event.detail)}", flush=True)
 
 
-async def main() -> None:
-    orders = {
-        "A-100": [{"sku": "lamp", "qty": 1, "price": 49.0}],
-        "A-101": [{"sku": "mug", "qty": 4, "price": 7.5}],
-        "A-102": [{"sku": "desk", "qty": 1, "price": 320.0}],
-    }
-    async with wfsub.Substrate(trace_level="min", sinks=[wfsub.CallbackSink(show)]) as sub:
-        handles = {
-            order_id: await sub.new_case(ORDER, {"order_id": order_id, "lines": lines}, case_id=order_id)
-            for order_id, lines in orders.items()
-        }
-
-        async def customer(order_id: str, answer: str, after: float) -> None:
-            await anyio.sleep(after)
-            await sub.signal(order_id, answer, {"via": "email"})
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(customer, "A-100", "confirmed", 0.1)
-            tg.start_soon(customer, "A-101", "cancelled", 0.15)
-            # A-102: the customer never answers; the window closes and the order is confirmed by default
-
-        results = {order_id: await handle.result(timeout=5) for order_id, handle in handles.items()}
-        stats = sub.statistics()
-
-    print()
-    for order_id, data in results.items():
-        print(f"{order_id}: {data['status']:<22} total={data['total']:<7} {', '.join(_extra(data))}")
-    print(f"\n{stats.cases_done} orders done, {stats.trace_events} trace events, {stats.trace_dropped} dropped")
+def _detail(detail: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in detail.items() if k in ("name", "signal", "chosen", "attempt", "reason"))
 
 
-def _extra(data: Mapping[str, Any]) -> list[str]:
-    keys = ("reservation", "payment", "charged", "refunded", "tracking")
-    return [f"{k}={data[k]}" for k in keys if k in data]
+def shop(*sinks: wfsub.TraceSink) -> Substrate:
+    return Substrate(
+        store=STORE, workflows={"order": ORDER}, trace_level="min", sinks=[wfsub.CallbackSink(show), *sinks]
+    )
+
+
+# -- the first shop process: takes the orders, then dies ---------------------------------------------------------
+
+
+async def first_shop() -> None:
+    waiting: set[str] = set()
+    all_waiting = anyio.Event()
+
+    def watch(event: wfsub.TraceEvent) -> None:
+        if event.kind == "signal_waiting":
+            waiting.add(event.case_id)
+            if waiting == set(ORDERS):
+                all_waiting.set()
+
+    async with shop(wfsub.CallbackSink(watch)) as sub:
+        for order_id, lines in ORDERS.items():
+            await sub.new_case("order", {"order_id": order_id, "lines": lines}, case_id=order_id)
+        await all_waiting.wait()
+        print("ready", flush=True)
+        await anyio.sleep_forever()
+
+
+# -- the second shop process (this one): recovers the orders and sees them through -------------------------------
+
+
+async def second_shop() -> dict[str, str]:
+    async with shop() as sub:
+        print("   The customer of A-101 cancels; the paid order is compensated (refund, then release the stock).")
+        await anyio.to_thread.run_sync(lambda: wfsub_command("cancel", "A-101", "--reason", "customer cancelled"))
+        print("   Nobody answers for A-102: its window, opened before the crash, closes on time.")
+        results: dict[str, str] = {}
+        for order_id in ORDERS:
+            try:
+                data = await sub.await_case(order_id, timeout=15)
+                results[order_id] = f"{data['status']}, charged {data['charged']}, tracking {data['tracking']}"
+            except wfsub.CaseCancelled as exc:
+                data = sub.data(order_id)
+                refunded, released = data["refunded"], data["released"]
+                results[order_id] = f"cancelled ({exc.reason}): refunded {refunded}, released {released}"
+    return results
+
+
+def wfsub_command(*args: str) -> None:
+    """Run the `wfsub` command on the demo store and show it as a user would type it."""
+    print(f"\n$ wfsub {shlex.join(args)} --store {STORE}", flush=True)
+    subprocess.run([sys.executable, "-m", "wfsub", *args, "--store", str(STORE)], check=True,
+                   env={**os.environ, "COLUMNS": "110"})
+
+
+def demo() -> None:
+    STORE.parent.mkdir(exist_ok=True)
+    for leftover in STORE.parent.glob(STORE.name + "*"):
+        leftover.unlink()
+
+    print(f"1. The shop (a child process) takes three orders; they wait for the customer ({CONFIRM_WINDOW:g}s window).")
+    child = subprocess.Popen([sys.executable, __file__, "--first-shop"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.strip() == "ready":
+            break
+        print(line, end="")
+    wfsub_command("signal", "A-100", "confirmed", '{"via": "app"}')
+    for line in child.stdout:
+        print(line, end="")
+        if "courier: booking" in line:
+            break
+    print(f"\n2. kill -9 {child.pid}: the shop dies while the courier booking of A-100 is in flight.")
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    wfsub_command("cases")
+
+    print("\n3. A new shop process opens the store: A-100's booking runs again, with the same key.")
+    results = anyio.run(second_shop)
+    print("\n4. Outcomes:")
+    for order_id, outcome in results.items():
+        print(f"   {order_id}: {outcome}")
+    wfsub_command("cases")
+    print(f"\nThe store stays in {STORE}: try `wfsub show A-101 --store {STORE}` or `wfsub journal A-100 ...`.")
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    if sys.argv[1:] == ["--first-shop"]:
+        anyio.run(first_shop)
+    else:
+        demo()

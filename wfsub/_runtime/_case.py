@@ -379,7 +379,7 @@ class CaseActor:
             return
         records = [record for _, record in entries]
         inbox_done = [msg.inbox_id for msg, _ in entries if getattr(msg, "inbox_id", 0)]  # type: ignore[union-attr]
-        row = self._row(CaseState.RUNNING) if j.row_parked else None
+        row = self._running_row() if j.row_parked else None
         try:
             appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
         except StoreError as exc:
@@ -510,6 +510,15 @@ class CaseActor:
             data=dict(m.data) if m is not None else self.final_data,
             order=j.order,
         )
+
+    def _running_row(self) -> CaseRow:
+        """The row written with the inputs that wake a parked case: running from this record on. Where its threads
+        will wait next is not known until the inputs are applied, so it names no waits (a status reads it as
+        'running'); recovery brings running cases back at start whatever their row says."""
+        row = self._row(CaseState.RUNNING)
+        row.at, row.signals, row.timers = [], [], []
+        row.next_due = self.deadline
+        return row
 
     def _parked_in_store(self) -> None:
         """Parked on a signal or a timer with nothing in flight: tell the store (no need to wait for it)."""

@@ -71,6 +71,9 @@ async def rebuild(store: Store, workflows: Workflows, case_id: str, trace_level:
         try:
             for record in records:
                 replayer.apply(record)
+            # On to where the live case was after its last record: blocked again, with the same effects in flight
+            # and timers armed (tasks re-run; nothing external happens). Inputs waiting for it then apply there.
+            replayer.run()
         except ReplayDivergence as exc:
             await suspend(store, row, str(exc))
             raise
@@ -97,7 +100,8 @@ async def migrate(
         for record in await _after_start(store, row.case_id):
             replayer.apply(record)
         replayer.run()
-        _same_requests(row, replayer)
+        if row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value):
+            _same_requests(row, replayer)  # a parked row lists what was in flight; a running row is not so exact
     except ReplayDivergence as exc:
         await suspend(store, row, str(exc))
         raise

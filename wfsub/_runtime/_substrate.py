@@ -109,6 +109,11 @@ def _check_data(data: object) -> dict[str, Any] | None:
     return dict(data)
 
 
+def _check_reason(reason: object) -> None:
+    if not isinstance(reason, str) or not reason:
+        raise TypeError(f"reason must be a non-empty str (kept in the case's status and journal), got {reason!r}")
+
+
 def _check_request_id(request_id: object) -> None:
     if request_id is not None and (not isinstance(request_id, str) or not request_id):
         raise TypeError(f"request_id must be a non-empty str (or None), got {request_id!r}")
@@ -555,8 +560,11 @@ class Substrate:
         if reply.error is not None:
             raise reply.error
 
-    async def cancel(self, case_id: str, compensate: bool = True, *, request_id: str | None = None) -> None:
-        """Cancel a case: its work is withdrawn and its awaiters get CaseCancelled. No-op once ended.
+    async def cancel(
+        self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None
+    ) -> None:
+        """Cancel a case: its work is withdrawn and its awaiters get CaseCancelled (carrying `reason`, also kept
+        in its status and journal). No-op once ended.
 
         With `compensate` (the default) the active sagas compensate and the active scopes run their on_cancel
         first (innermost first), then the case ends cancelled; `compensate=False`, or a second cancel while it
@@ -564,12 +572,13 @@ class Substrate:
         """
         self._check_open("cancel a case")
         _check_request_id(request_id)
+        _check_reason(reason)
         if not isinstance(compensate, bool):
             raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             if row is not None and row.state == CaseState.SUSPENDED.value:
-                await end_suspended(self._store, row, "cancelled", self._clock.now(), request_id)
+                await end_suspended(self._store, row, reason, self._clock.now(), request_id)
                 return
             if row is not None and CaseState(row.state).ended:
                 return
@@ -577,19 +586,22 @@ class Substrate:
             actor = await self._live(case_id, "cancel")
         except SignalRejected:
             return  # ended already: nothing to do
-        await self._cancel(actor, compensate, request_id)
+        await self._cancel(actor, compensate, reason, request_id)
 
-    async def _cancel(self, actor: CaseActor, compensate: bool, request_id: str | None = None) -> None:
+    async def _cancel(
+        self, actor: CaseActor, compensate: bool, reason: str = "cancelled", request_id: str | None = None
+    ) -> None:
         self._check_open("cancel a case")
+        _check_reason(reason)
         if not isinstance(compensate, bool):
             raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if actor.state.ended:
             return
         if actor.journal is None:
-            actor.post(Cancel("cancelled", compensate))
+            actor.post(Cancel(reason, compensate))
             return
         with contextlib.suppress(SignalRejected):  # it ended meanwhile: nothing to cancel
-            await self._ask(actor, Cancel("cancelled", compensate, Reply(), request_id=request_id))
+            await self._ask(actor, Cancel(reason, compensate, Reply(), request_id=request_id))
 
     async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Withdraw all work of the named region (a scope or a named mi) of a case, compensating what is inside."""
@@ -891,8 +903,8 @@ class CaseHandle:
         _check_request_id(request_id)
         await self._sub._signal(self._actor, name, payload, request_id)
 
-    async def cancel(self, compensate: bool = True) -> None:
-        await self._sub._cancel(self._actor, compensate)
+    async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
+        await self._sub._cancel(self._actor, compensate, reason)
 
     async def close_instances(self, region: str) -> None:
         """Close the dynamic mi `region` of this case (see Substrate.close_instances)."""

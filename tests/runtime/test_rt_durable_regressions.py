@@ -1,0 +1,53 @@
+"""Durable cases brought back from a store behave as the live case did (faults found by running the demo)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from wfsub import CaseCancelled, MemorySink, Substrate, effect, saga, wait
+
+done: list[str] = []
+
+
+async def reserve(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    done.append("reserve")
+    return {"reserved": True}
+
+
+async def release(ctx: Mapping[str, Any]) -> None:
+    done.append("release")
+
+
+async def charge(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    done.append("charge")
+    return {"charged": 10}
+
+
+async def refund(ctx: Mapping[str, Any]) -> None:
+    done.append("refund")
+
+
+ORDER = saga((effect(reserve), effect(release)), (effect(charge), effect(refund)), wait("confirm"))
+
+
+async def test_a_parked_case_loaded_for_a_cancel_compensates_every_completed_step(tmp_path: Path) -> None:
+    """A case parked after its last effect and cancelled in a later run compensates both steps, in reverse."""
+    done.clear()
+    async with Substrate(store=tmp_path / "s.db", workflows={"order": ORDER}) as sub:
+        await sub.new_case("order", case_id="o")
+        while sub.status("o").state != "waiting_signal":
+            await anyio.sleep(0.01)
+    assert done == ["reserve", "charge"]
+    sink = MemorySink()
+    async with Substrate(store=tmp_path / "s.db", workflows={"order": ORDER}, sinks=[sink], trace_level="min") as sub:
+        await sub.cancel("o", reason="customer cancelled")
+        with pytest.raises(CaseCancelled, match="customer cancelled"):
+            await sub.await_case("o")
+    assert done == ["reserve", "charge", "refund", "release"]
+    completed = [e.detail.get("name") for e in sink.events if e.kind == "effect_completed"]
+    assert completed == ["refund", "release"]  # the replay of the earlier run is not traced again
