@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from wfsub import CaseCancelled, MemorySink, Substrate, effect, saga, wait
+from wfsub.testing import CapturingSink
 
 done: list[str] = []
 
@@ -38,10 +38,10 @@ ORDER = saga((effect(reserve), effect(release)), (effect(charge), effect(refund)
 async def test_a_parked_case_loaded_for_a_cancel_compensates_every_completed_step(tmp_path: Path) -> None:
     """A case parked after its last effect and cancelled in a later run compensates both steps, in reverse."""
     done.clear()
-    async with Substrate(store=tmp_path / "s.db", workflows={"order": ORDER}) as sub:
+    first = CapturingSink()
+    async with Substrate(store=tmp_path / "s.db", workflows={"order": ORDER}, sinks=[first], trace_level="min") as sub:
         await sub.new_case("order", case_id="o")
-        while sub.status("o").state != "waiting_signal":
-            await anyio.sleep(0.01)
+        await first.wait_for("signal_waiting")
     assert done == ["reserve", "charge"]
     sink = MemorySink()
     async with Substrate(store=tmp_path / "s.db", workflows={"order": ORDER}, sinks=[sink], trace_level="min") as sub:
