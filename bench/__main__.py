@@ -15,7 +15,7 @@ import sys
 
 from ._figures import FIGURES
 
-SUITES = ("core", "runtime", "net", "store")
+SUITES = ("core", "runtime", "net", "store", "durable")
 
 
 def main(argv: list[str] | None = None) -> int:
