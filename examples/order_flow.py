@@ -146,8 +146,8 @@ async def second_shop() -> dict[str, str]:
 
 def wfsub_command(*args: str) -> None:
     """Run the `wfsub` command on the demo store and show it as a user would type it."""
-    print(f"\n$ wfsub {shlex.join(args)} --store {STORE}", flush=True)
-    subprocess.run([sys.executable, "-m", "wfsub", *args, "--store", str(STORE)], check=True,
+    print(f"\n$ wfsub {args[0]} {STORE} {shlex.join(args[1:])}".rstrip(), flush=True)
+    subprocess.run([sys.executable, "-m", "wfsub", args[0], str(STORE), *args[1:]], check=True,
                    env={**os.environ, "COLUMNS": "110"})
 
 
@@ -179,7 +179,7 @@ def demo() -> None:
     for order_id, outcome in results.items():
         print(f"   {order_id}: {outcome}")
     wfsub_command("cases")
-    print(f"\nThe store stays in {STORE}: try `wfsub show A-101 --store {STORE}` or `wfsub journal A-100 ...`.")
+    print(f"\nThe store stays in {STORE}: try `wfsub show {STORE} A-101` or `wfsub journal {STORE} A-100`.")
 
 
 if __name__ == "__main__":

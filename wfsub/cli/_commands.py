@@ -28,10 +28,7 @@ from ._targets import CliError, case_row, load_target, opened
 P = ParamSpec("P")
 T = TypeVar("T")
 
-STORE = click.option(
-    "--store", "-s", "store", required=True, envvar="WFSUB_STORE", show_envvar=True, metavar="PATH|URL",
-    help="The store the Substrate uses (a SQLite file path, sqlite:///path).",
-)
+STORE = click.argument("store", metavar="STORE")  # a path or URL, as for Substrate(store=...)
 WORKFLOW = click.option(
     "--workflow", "-w", "workflow", required=True, envvar="WFSUB_WORKFLOW", show_envvar=True,
     metavar="MODULE:ATTR", help="The workflow term, or the dict of name -> term given to Substrate(workflows=).",
@@ -62,9 +59,10 @@ def _run(fn: Callable[P, Awaitable[T]]) -> Callable[P, T]:
 def main() -> None:
     """See and steer wfsub cases in a store, and look at workflows.
 
-    Store commands take --store (or WFSUB_STORE) and work beside the running Substrate that owns the store:
-    they read what it recorded and post inputs to its inbox. Workflow commands take MODULE:ATTR, imported
-    with the current directory first on the path (as uvicorn does).
+    Store commands take STORE (a SQLite file path, sqlite:///path or postgresql://..., as for
+    Substrate(store=...)) and work beside the running Substrate that owns it: they read what it recorded and
+    post inputs to its inbox. Workflow commands take MODULE:ATTR, imported with the current directory first on
+    the path (as uvicorn does).
     """
 
 
@@ -375,7 +373,7 @@ NAME = click.option("--name", metavar="NAME", help="With a dict of workflows: wh
 @NAME
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 @click.option("--case", "case_id", help="Mark where this case's threads are (needs --store).")
-@click.option("--store", "-s", "store", envvar="WFSUB_STORE", metavar="PATH|URL", help="The store of --case.")
+@click.option("--store", "-s", "store", metavar="STORE", help="The store of --case (a path or URL).")
 @_run
 async def graph(target: str, name: str | None, fmt: str, case_id: str | None, store: str | None) -> None:
     """Draw a workflow as Mermaid or Graphviz DOT (BPMN-like shapes)."""
@@ -385,7 +383,7 @@ async def graph(target: str, name: str | None, fmt: str, case_id: str | None, st
     highlight: list[str] | None = None
     if case_id is not None:
         if store is None:
-            raise click.UsageError("--case needs --store (or WFSUB_STORE): the store that holds the case")
+            raise click.UsageError("--case needs --store STORE: the store that holds the case")
         async with opened(store) as s:
             row = await case_row(s, case_id)
         if name is None and loaded.registry is not None:

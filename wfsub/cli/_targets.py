@@ -43,7 +43,7 @@ def _store_for_cli(spec: str) -> Store:
         raise CliError(str(exc)) from exc
     if store is None or isinstance(store, MemoryStore):
         raise CliError(
-            f"--store {spec!r}: a memory store lives inside one process, out of reach of this command; give the "
+            f"store {spec!r}: a memory store lives inside one process, out of reach of this command; give the "
             "SQLite file (or database URL) your Substrate uses as store="
         )
     if isinstance(store, SqliteStore):
@@ -70,7 +70,7 @@ async def case_row(store: Store, case_id: str) -> CaseRow:
     row = await store.row(case_id)
     if row is None:
         raise CliError(
-            f"no case {case_id!r} in {store.url}: `wfsub cases --store {store.url}` lists its cases (newest first)"
+            f"no case {case_id!r} in {store.url}: `wfsub cases {store.url}` lists its cases (newest first)"
         )
     return row
 
