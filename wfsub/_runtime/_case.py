@@ -81,7 +81,12 @@ class Shared:
     busy: int = 0  # actors running or with messages waiting (VirtualClock settles on 0)
     max_payload_bytes: int | None = None  # durable: the largest JSON payload an input may carry
     on_park: Callable[[CaseActor], None] | None = None  # durable: the case parked (eviction may drop it later)
+    on_evict: Callable[[CaseActor], None] | None = None  # durable: the case left memory (it stays in the store)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
+
+
+class CaseEvicted(Exception):
+    """Internal: an input reached an actor that has just left memory; the sender reloads the case and resends."""
 
 
 @dataclass(slots=True, eq=False)
@@ -125,6 +130,8 @@ class CaseActor:
     error_message: str = ""
     ended_at: float | None = None
     closed: bool = False  # durable: the Substrate closed before the case ended (it stays live in the store)
+    evicting: bool = False  # durable: asked to leave memory while it waits (see `evict`)
+    evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
 
@@ -159,7 +166,9 @@ class CaseActor:
                 self._end_failed(exc, "case actor", message)
                 await self._write_end()
         finally:
-            if not self.state.ended:  # unwinding on cancellation: the Substrate is closing
+            if self.evicted:
+                self.machine = None
+            elif not self.state.ended:  # unwinding on cancellation: the Substrate is closing
                 if self.journal is not None:
                     self._close_live()
                 else:
@@ -207,6 +216,8 @@ class CaseActor:
                 self.shared.busy -= 1
                 await wake.wait()  # post() clears `parked` and counts us busy again
                 self.wake = None
+                if self.evicting and not self.inbox and await self._evict():
+                    return None
                 self.wakeups += 1
                 self.state = CaseState.RUNNING
             r = self._burst() if not durable else await self._durable_burst()
@@ -247,8 +258,45 @@ class CaseActor:
             assert self.wake is not None
             self.wake.set()
 
+    def evict(self) -> None:
+        """Ask a parked durable case to leave memory (it checks again, then writes what a reload needs)."""
+        if self.parked and self.wake is not None:
+            self.evicting = True
+            self.parked = False
+            self.shared.busy += 1
+            self.wake.set()
+
+    async def _evict(self) -> bool:
+        """Leave memory if still idle: the row and (after inputs since the last one) a snapshot are committed
+        first, so a reload starts from them; an input that arrives meanwhile keeps the case in memory."""
+        self.evicting = False
+        j = self.journal
+        m = self.machine
+        assert j is not None
+        assert m is not None
+        if self.state not in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER) or self.requested:
+            return False
+        from .._store import CaseWrite
+
+        snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in self.armed.items()}) if j.since_snapshot else None
+        try:
+            await j.store.write(CaseWrite(self.case_id, [], self._row(self.state), snapshot))
+        except StoreError as exc:
+            _log.warning("could not evict an idle case; it stays in memory", case_id=self.case_id, error=str(exc))
+            return False
+        if snapshot is not None:
+            j.since_snapshot = 0
+        if self.inbox:
+            return False
+        self.evicted = True
+        if self.shared.on_evict is not None:
+            self.shared.on_evict(self)  # from now on, inputs go to a reloaded actor
+        return True
+
     async def send(self, msg: External) -> None:
         """Queue an external message, waiting while the mailbox holds `mailbox_size` of them."""
+        if self.evicted:
+            raise CaseEvicted(self.case_id)
         limit = self.shared.mailbox_size
         while self.external >= limit and not self.state.ended:
             event = anyio.Event()

@@ -221,6 +221,7 @@ class Background:
         store: Store,
         now: Callable[[], float],
         sleep: Callable[[float], Any],
+        deadline: Callable[[float], Any],
         in_memory: Mapping[str, CaseActor],
         load: Callable[[str], Any],
         route_inbox: Callable[[Any], Any],
@@ -229,6 +230,7 @@ class Background:
         self.store = store
         self.now = now
         self.sleep = sleep
+        self.deadline = deadline  # the clock's own timeout scope: a VirtualClock moves it
         self.in_memory = in_memory
         self.load = load
         self.route_inbox = route_inbox
@@ -254,7 +256,7 @@ class Background:
             wait = DUE_POLL if upcoming is None else min(DUE_POLL, max(0.0, upcoming - self.now()))
             if wait <= 0:
                 wait = DUE_POLL  # due but in memory: its own timer fires it
-            with anyio.move_on_after(wait):
+            with self.deadline(wait):
                 await self.nudge.wait()
             self.nudge = anyio.Event()
 

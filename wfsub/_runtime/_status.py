@@ -116,4 +116,5 @@ class SubstrateStatistics(BaseModel):
     trace_events: int  # events handed to the trace hub
     trace_dropped: int  # events dropped because a trace buffer was full
     sink_errors: int  # times a sink raised
-    cases_parked_out: int = 0  # durable cases waiting in the store, not in memory (evict_after, or earlier runs)
+    cases_idle_evicted: int = 0  # durable cases dropped from memory while they waited (`evict_after`)
+    cases_in_memory: int = 0  # case actors in memory now (live ones, and ended ones still retained)

@@ -65,7 +65,7 @@ from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
-from ._case import CaseActor, Shared
+from ._case import CaseActor, CaseEvicted, Shared
 from ._clock import Clock, RealClock, VirtualClock
 from ._durable import CaseJournal
 from ._hub import TraceHub
@@ -164,6 +164,7 @@ class Substrate:
         max_instances: int = DEFAULT_MAX_INSTANCES,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         redact: Callable[[Any], Any] | None = None,
+        evict_after: float | None = None,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -179,6 +180,7 @@ class Substrate:
         if isinstance(retain_ended, bool) or not isinstance(retain_ended, int) or retain_ended < 0:
             raise ValueError(f"retain_ended must be an int >= 0, got {retain_ended!r}")
         _positive(shutdown_timeout, "shutdown_timeout")
+        _positive(evict_after, "evict_after", allow_none=True)
         if isinstance(sinks, TraceSink) or not isinstance(sinks, Sequence):
             raise TypeError("sinks must be a sequence of sinks, e.g. sinks=[MemorySink()]")
         for sink in sinks:
@@ -189,6 +191,14 @@ class Substrate:
             raise TypeError(f"redact must be a function over data (or None), got {type(redact).__name__}")
         self._workflows = Workflows(workflows, library)  # raises InvalidWorkflow for a broken version
         self._store: Store | None = _open_store(store)
+        if evict_after is not None and self._store is None:
+            raise ValueError(
+                "evict_after needs a store: an evicted case lives on in the store until its next input or timer; "
+                "pass store=... (a SQLite path, or wfsub.stores.MemoryStore() in tests)"
+            )
+        self._evict_after = evict_after
+        self._parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
+        self._end_events: dict[str, anyio.Event] = {}  # awaiters of cases not in memory, by case id
         self._level = trace_level
         self._sinks = tuple(sinks)
         self._quanta = quanta
@@ -214,7 +224,7 @@ class Substrate:
         self._shared: Shared | None = None
         self._background: Background | None = None
         self._detach_clock: Any = None
-        self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0}
+        self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -248,13 +258,45 @@ class Substrate:
         assert self._shared is not None
         self._shared.max_payload_bytes = self._max_payload
         background = self._background = Background(
-            store, self._clock.now, self._clock.sleep, self._cases, self._load_quietly, self._route_inbox, self._busy
+            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, self._load_quietly,
+            self._route_inbox, self._busy,
         )
         for row in await store.live():  # running, or with effects in flight: resumed now
             await self._load_quietly(row.case_id)
         case_tg.start_soon(self._check_versions)
         case_tg.start_soon(background.due_loop)
         case_tg.start_soon(background.inbox_loop)
+        if self._evict_after is not None:
+            self._shared.on_park = self._parked_now
+            self._shared.on_evict = self._left_memory
+            case_tg.start_soon(self._evict_loop, self._evict_after)
+
+    # -- idle eviction ---------------------------------------------------------------------------------------
+
+    def _parked_now(self, actor: CaseActor) -> None:
+        parked = self._parked
+        parked.pop(actor.case_id, None)  # to the end: the dict stays in order of parking
+        parked[actor.case_id] = self._clock.now()
+
+    def _left_memory(self, actor: CaseActor) -> None:
+        if self._cases.get(actor.case_id) is actor:
+            del self._cases[actor.case_id]
+        self._counts["idle_evicted"] += 1
+
+    async def _evict_loop(self, after: float) -> None:
+        """Every so often, ask the cases parked for `after` seconds to leave memory (oldest first)."""
+        parked = self._parked
+        while True:
+            await self._clock.sleep(min(max(after / 2, 0.05), 1.0))
+            cutoff = self._clock.now() - after
+            while parked:
+                case_id, since = next(iter(parked.items()))
+                if since > cutoff:
+                    break
+                del parked[case_id]
+                actor = self._cases.get(case_id)
+                if actor is not None and actor.parked and not actor.requested:
+                    actor.evict()
 
     async def _check_versions(self) -> None:
         """Parked cases recorded on a version that is not registered, and suspended ones whose version is
@@ -279,6 +321,8 @@ class Substrate:
         if self._phase == "closed":
             return None
         self._phase = "closed"
+        for event in self._end_events.values():  # awaiters of cases not in memory: SubstrateClosed
+            event.set()
         assert self._root is not None
         assert self._case_tg is not None
         assert self._hub is not None
@@ -539,6 +583,8 @@ class Substrate:
     async def _signal(self, actor: CaseActor, name: str, payload: Any, request_id: str | None = None) -> None:
         if self._phase != "open":
             raise SubstrateClosed("send a signal")
+        if actor.evicted:  # a handle's actor that has left memory since
+            actor = await self._live(actor.case_id, f"take signal {name!r}")
         machine = actor.machine
         if machine is None or actor.state.ended:
             if not isinstance(name, str):
@@ -555,7 +601,12 @@ class Substrate:
         """Send an input and wait for its answer (committed and applied, or refused)."""
         reply = msg.reply
         assert reply is not None
-        await actor.send(msg)
+        while True:
+            try:
+                await actor.send(msg)
+                break
+            except CaseEvicted:  # it left memory after we found it: bring it back and send again
+                actor = await self._live(actor.case_id, msg.what)
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error
@@ -595,6 +646,9 @@ class Substrate:
         _check_reason(reason)
         if not isinstance(compensate, bool):
             raise TypeError(f"compensate must be True or False, got {compensate!r}")
+        if actor.evicted:
+            await self.cancel(actor.case_id, compensate, reason=reason, request_id=request_id)
+            return
         if actor.state.ended:
             return
         if actor.journal is None:
@@ -677,35 +731,56 @@ class Substrate:
         self, case_id: str, timeout: float | None = None, *, model: type[BaseModel] | None = None  # noqa: ASYNC109
     ) -> Any:
         """The case's final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or
-        TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting."""
+        TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting.
+
+        A durable case that is not in memory (parked in the store, evicted) is not loaded to be awaited: the
+        awaiter is woken when the case ends, wherever its next input brings it back."""
         _check_await_timeout(timeout)
-        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
-        if actor is None and self._store is not None and isinstance(case_id, str):
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        return _validated(case_id, await self._outcome(case_id, None, timeout), model)
+
+    async def _outcome(self, case_id: str, actor: CaseActor | None, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
+        if timeout is None or timeout == 0:
+            return await self._wait_end(case_id, actor, check_only=timeout == 0)
+        with self._clock.deadline_scope(timeout):
+            return await self._wait_end(case_id, actor, check_only=False)
+        raise TimeoutError(
+            f"case {case_id!r} did not end within {timeout:g}s; it goes on running (await it again, or cancel it)"
+        )
+
+    async def _wait_end(self, case_id: str, actor: CaseActor | None, *, check_only: bool) -> dict[str, Any]:
+        """The outcome once the case has ended: from its actor, or from the store when it is not in memory."""
+        waiting = f"case {case_id!r} has not ended; it goes on running (await it again, or cancel it)"
+        while True:
+            if actor is None or actor.evicted:
+                actor = self._cases.get(case_id)
+            if actor is not None and not actor.evicted:
+                if actor.exited:
+                    return actor.outcome()  # raises CaseFailed / CaseCancelled / SubstrateClosed
+                if check_only and not actor.state.ended:  # ended: only its `end` record is still being written
+                    raise TimeoutError(waiting)
+                if actor.done is None:
+                    actor.done = anyio.Event()
+                await actor.done.wait()
+                continue  # ended, closed, or evicted: look again
+            if self._store is None:
+                raise CaseNotFound(case_id)
             row = await self._store.row(case_id)
             if row is None:
                 raise CaseNotFound(case_id)
             if CaseState(row.state).ended:
-                return _validated(case_id, _row_outcome(row), model)
-            actor = await self._live(case_id, "await the case")
-        if actor is None:
-            actor = self._get(case_id)
-        return _validated(case_id, await self._await(actor, timeout), model)
-
-    async def _await(self, actor: CaseActor, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
-        if not actor.exited:
-            if actor.done is None:
-                actor.done = anyio.Event()
-            if timeout is None:
-                await actor.done.wait()
-            elif timeout > 0:
-                with self._clock.deadline_scope(timeout):
-                    await actor.done.wait()
-            if not actor.exited:
-                raise TimeoutError(
-                    f"case {actor.case_id!r} did not end within {timeout:g}s; it goes on running "
-                    f"(await it again, or cancel it)"
-                )
-        return actor.outcome()
+                return _row_outcome(row)
+            if check_only:
+                raise TimeoutError(waiting)
+            if self._phase != "open":
+                raise SubstrateClosed(f"await case {case_id!r}: it stays live in the store; await it after re-opening")
+            event = self._end_events.get(case_id)
+            if event is None:
+                event = self._end_events[case_id] = anyio.Event()
+            if case_id in self._cases:
+                continue  # brought back while the row was read
+            await event.wait()
 
     def status(self, case_id: str) -> CaseStatus:
         """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure."""
@@ -809,14 +884,20 @@ class Substrate:
             cases_cancelled=c["cancelled"],
             cases_retained=len(self._ended),
             cases_evicted=c["evicted"],
+            cases_idle_evicted=c["idle_evicted"],
+            cases_in_memory=len(self._cases),
             trace_events=stats.events if stats else 0,
             trace_dropped=stats.dropped if stats else 0,
             sink_errors=stats.sink_errors if stats else 0,
         )
 
     def _on_end(self, actor: CaseActor) -> None:
-        if actor.closed:
-            return  # the Substrate closed with it live: it stays live in the store
+        if actor.closed or actor.evicted:
+            return  # it stays live in the store (closed with the Substrate, or evicted while idle)
+        self._parked.pop(actor.case_id, None)
+        event = self._end_events.pop(actor.case_id, None)
+        if event is not None:
+            event.set()
         if actor.state.ended:
             self._counts[actor.state.value] += 1
         ended = self._ended
@@ -886,18 +967,31 @@ class CaseHandle:
         """The final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or TimeoutError
         (the case goes on). `timeout=0` checks without waiting."""
         _check_await_timeout(timeout)
-        return _validated(self.case_id, await self._sub._await(self._actor, timeout), model)
+        return _validated(self.case_id, await self._sub._outcome(self.case_id, self._actor, timeout), model)
+
+    def _current(self) -> CaseActor | None:
+        """The case's actor in memory (None while an evicted case waits in the store)."""
+        actor = self._actor
+        if actor.evicted:
+            found = self._sub._cases.get(self.case_id)
+            if found is None:
+                return None
+            self._actor = actor = found
+        return actor
 
     def status(self) -> CaseStatus:
-        return self._actor.status()
+        actor = self._current()
+        return actor.status() if actor is not None else self._sub.status(self.case_id)
 
     def data(self) -> dict[str, Any]:
         """A copy of the case's data now (the final data once it has ended)."""
-        return self._actor.data()
+        actor = self._current()
+        return actor.data() if actor is not None else self._sub.data(self.case_id)
 
     def done(self) -> bool:
         """Whether the case has ended (its result is ready), without waiting."""
-        return self._actor.exited
+        actor = self._current()
+        return actor.exited if actor is not None else self._sub.status(self.case_id).ended
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         _check_request_id(request_id)
@@ -911,4 +1005,4 @@ class CaseHandle:
         await self._sub.close_instances(self.case_id, region)
 
     def __repr__(self) -> str:
-        return f"<CaseHandle {self.case_id!r} {self._actor.state.value}>"
+        return f"<CaseHandle {self.case_id!r} {self.status().state.value}>"
