@@ -15,7 +15,7 @@ import sys
 
 from ._figures import FIGURES
 
-SUITES = ("core", "runtime", "net", "store", "durable")
+SUITES = ("core", "runtime", "net", "store", "durable", "eviction")
 
 
 def main(argv: list[str] | None = None) -> int:

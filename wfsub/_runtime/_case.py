@@ -279,11 +279,12 @@ class CaseActor:
         from .._store import CaseWrite
 
         snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in self.armed.items()}) if j.since_snapshot else None
-        try:
-            await j.store.write(CaseWrite(self.case_id, [], self._row(self.state), snapshot))
-        except StoreError as exc:
-            _log.warning("could not evict an idle case; it stays in memory", case_id=self.case_id, error=str(exc))
-            return False
+        if snapshot is not None or j.parked_row_at != j.seq:  # else the row written when it parked says it all
+            try:
+                await j.store.write(CaseWrite(self.case_id, [], self._row(self.state), snapshot))
+            except StoreError as exc:
+                _log.warning("could not evict an idle case; it stays in memory", case_id=self.case_id, error=str(exc))
+                return False
         if snapshot is not None:
             j.since_snapshot = 0
         if self.inbox:
@@ -585,18 +586,21 @@ class CaseActor:
         row = self._row(self.state)
         j.row_parked = True
         self.shared.busy += 1
-        self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot))
+        self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot), j.seq)
         if self.shared.on_park is not None:
             self.shared.on_park(self)
 
-    def _spawn_store_write(self, change: Any) -> None:
-        """A write whose loss a crash makes harmless (the row says 'live' until it lands): not waited for."""
+    def _spawn_store_write(self, change: Any, seq: int) -> None:
+        """A parked row, whose loss a crash makes harmless (the row says 'live' until it lands): the case does not
+        wait for it, a task beside it does (so eviction knows whether it landed)."""
         j = self.journal
         assert j is not None
 
         async def write() -> None:
             try:
-                await j.store.write(change, wait=False)
+                await j.store.write(change)
+                if j.seq == seq:
+                    j.parked_row_at = seq
             except StoreError as exc:
                 _log.warning("could not record a parked case's row", case_id=self.case_id, error=str(exc))
             finally:

@@ -37,6 +37,7 @@ class CaseJournal:
     time: float = 0.0  # the acceptance time of the last record applied
     since_snapshot: int = 0
     row_parked: bool = False  # the store's row says the case waits for a signal or a timer
+    parked_row_at: int = -1  # the seq after which the parked row was last committed (eviction then writes nothing)
     deadline: float | None = None  # the case's timeout as an absolute time (from the start record)
     order: int = 0
     request_ids: set[str] = field(default_factory=set)  # seen in this run (the store dedupes across runs)
