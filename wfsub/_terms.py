@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 MAX_SECONDS = 1e9
 """The longest timer, timeout or backoff wfsub accepts (about 31 years): past it, a number is a mistake."""
@@ -371,7 +371,7 @@ class MI(Term):
     cancel_remaining: bool = True
     min: Any = None
     max: Any = None
-    dynamic: bool = False
+    dynamic: bool | Literal["open"] = False
     until: Any = None
     collect: Any = None
     name: Any = None
@@ -713,12 +713,16 @@ def mi(
     cancel_remaining: bool = True,
     min: int | None = None,  # noqa: A002 - the documented parameter name
     max: int | None = None,  # noqa: A002
-    dynamic: bool = False,
+    dynamic: bool | Literal["open"] = False,
     until: Callable[[Any], bool] | None = None,
     collect: str | None = None,
     name: str | None = None,
 ) -> Term:
-    """Multiple instances of `body` (WCP12-15, 26, 27, 34-36, 41, 42)."""
+    """Multiple instances of `body` (WCP12-15, 26, 27, 34-36, 41, 42).
+
+    `dynamic=True`: `add_instances(name, ...)` adds instances until the join fires. `dynamic="open"`: the mi
+    starts with no instances (count/items optional) and takes them until `close_instances(name)` (strict WCP15).
+    """
     return MI(body, count, items, join, cancel_remaining, min, max, dynamic, until, collect, name)
 
 
