@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
+PEERS_STAMP := $(VENV)/.installed-peers
 
-.PHONY: test lint typecheck pytest bench bench-compare demo clean
+.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,6 +22,13 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(RUNTIME_STAMP)
 
+# Peer engines for `make bench-peers` only: `make test` and `make bench` never need them. A failed install does
+# not stop the bench, which reports a missing peer as "not run"; the stamp is written only on success, so the
+# next run tries again.
+$(PEERS_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,peers]' && touch $(PEERS_STAMP) \
+		|| echo "bench-peers: the peers extra did not install; the missing peers are reported as not run"
+
 test: $(STAMP)
 	$(BIN)/ruff check wfsub tests examples bench
 	$(BIN)/mypy wfsub
@@ -33,6 +41,10 @@ bench: $(STAMP)
 REF ?= HEAD~1
 bench-compare: $(STAMP)
 	$(BIN)/python -m bench.compare $(REF)
+
+# wfsub beside DBOS (durable, SQLite) and SpiffWorkflow (sequence, multi-instance), same machine, same run.
+bench-peers: $(PEERS_STAMP)
+	$(BIN)/python -m bench peers
 
 demo: $(RUNTIME_STAMP)
 	$(BIN)/python examples/order_flow.py

@@ -1,8 +1,9 @@
 """Print every benchmark figure with its target and its same-run baseline.
 
-    python -m bench                      every suite
+    python -m bench                      every suite but the optional ones
     python -m bench core runtime         only these suites
     python -m bench --json figures.json  also write the recorded figures (for `python -m bench.compare`)
+    python -m bench peers                wfsub beside peer engines (needs the `peers` extra: `make bench-peers`)
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ import sys
 
 from ._figures import FIGURES
 
+<<<<<<< HEAD
 SUITES = ("core", "runtime", "net", "store", "durable", "eviction")
+=======
+SUITES = ("core", "runtime", "net", "store", "durable")
+OPTIONAL = ("peers",)  # run only when named: they need packages that `make bench` does not install
+>>>>>>> peers
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("suites", nargs="*", choices=[*SUITES, []], help="suites to run (default: all)")
+    parser.add_argument("suites", nargs="*", choices=[*SUITES, *OPTIONAL, []],
+                        help=f"suites to run (default: all but {', '.join(OPTIONAL)})")
     parser.add_argument("--json", metavar="PATH", help="write the recorded figures to PATH")
     args = parser.parse_args(argv)
     print(f"wfsub benchmarks on Python {platform.python_version()} ({platform.machine()})")
