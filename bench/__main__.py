@@ -16,12 +16,8 @@ import sys
 
 from ._figures import FIGURES
 
-<<<<<<< HEAD
 SUITES = ("core", "runtime", "net", "store", "durable", "eviction")
-=======
-SUITES = ("core", "runtime", "net", "store", "durable")
 OPTIONAL = ("peers",)  # run only when named: they need packages that `make bench` does not install
->>>>>>> peers
 
 
 def main(argv: list[str] | None = None) -> int:
