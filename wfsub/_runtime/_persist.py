@@ -140,8 +140,10 @@ async def _after_start(store: Store, case_id: str) -> list[Record]:
 
 
 def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> CaseJournal:
+    # The journal's own last seq, not the row's: a case that never parked since its start (effects in flight)
+    # has records past what its row last said.
     journal = CaseJournal(
-        store, row.case_id, row.workflow, row.fingerprint, row.started_at, seq=row.last_seq, time=replayer.time
+        store, row.case_id, row.workflow, row.fingerprint, row.started_at, seq=replayer.seq, time=replayer.time
     )
     journal.deadline = start.get("deadline")
     journal.order = row.order

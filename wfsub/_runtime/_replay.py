@@ -61,6 +61,7 @@ class Replayer:
         self.requested: set[int] = set()  # every effect id the program asked for (pending or since withdrawn)
         self.armed: set[int] = set()
         self.events: list[TraceEvent] = []
+        self.cancel_reason: str | None = None  # of the last `cancel` record applied (a case being cancelled)
         extra = {} if max_instances is None else {"max_instances": max_instances}
         if snapshot is None:
             self.machine = Machine(
@@ -192,7 +193,8 @@ class Replayer:
             except SignalRejected as exc:
                 raise self.diverged(rec, f"signal {rec['name']!r} taken at step {rec['step']}", str(exc)) from None
         elif kind == "cancel":
-            m.cancel(rec.get("reason", "cancelled"), compensate=bool(rec.get("compensate", True)))
+            self.cancel_reason = rec.get("reason", "cancelled")
+            m.cancel(self.cancel_reason, compensate=bool(rec.get("compensate", True)))
         elif kind in ("cancel_region", "complete_region", "add_instances", "close_instances"):
             try:
                 if kind == "cancel_region":

@@ -562,6 +562,7 @@ class Substrate:
         machine = replayer.machine
         actor = self._actor(row.case_id, machine, row.started_at, loaded.journal.deadline, row.workflow)
         actor.journal = loaded.journal
+        actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
         actor.resume = (list(replayer.effects.values()), list(replayer.timers.values()))
         self._spawn(actor)
         self._counts["started"] -= 1  # it was started in an earlier run
