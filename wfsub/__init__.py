@@ -34,6 +34,7 @@ from ._errors import RestoredError as RestoredError
 from ._errors import SignalRejected as SignalRejected
 from ._errors import SnapshotMismatch as SnapshotMismatch
 from ._errors import StepFailed as StepFailed
+from ._errors import StoreConflict as StoreConflict
 from ._errors import StoreError as StoreError
 from ._errors import SubstrateClosed as SubstrateClosed
 from ._errors import WaitTimeout as WaitTimeout
@@ -120,6 +121,7 @@ __all__ = [
     "SignalRejected",
     "SnapshotMismatch",
     "StepFailed",
+    "StoreConflict",
     "StoreError",
     "StructlogSink",
     "Substrate",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from wfsub import CaseCancelled, MemorySink, Substrate, effect, saga, wait
+from wfsub import CaseCancelled, MemorySink, Substrate, effect, saga, seq, wait
 from wfsub.testing import CapturingSink
 
 done: list[str] = []
@@ -51,3 +51,24 @@ async def test_a_parked_case_loaded_for_a_cancel_compensates_every_completed_ste
     assert done == ["reserve", "charge", "refund", "release"]
     completed = [e.detail.get("name") for e in sink.events if e.kind == "effect_completed"]
     assert completed == ["refund", "release"]  # the replay of the earlier run is not traced again
+
+
+async def test_a_case_whose_journal_moved_on_leaves_memory_instead_of_retrying_forever() -> None:
+    """When the store refuses a case's append for good (another writer took its next seq), the caller gets
+    StoreConflict, the case leaves memory without writing anything more, and nothing retries in a loop."""
+    from wfsub import StoreConflict
+    from wfsub._store import CaseWrite
+    from wfsub.stores import MemoryStore
+
+    store = MemoryStore()
+    flow = seq(wait("a"), wait("b"))
+    async with Substrate(store=store, workflows={"f": flow}) as sub:
+        await sub.new_case("f", case_id="c")
+        row = await store.row("c")
+        assert row is not None
+        intruder = {"seq": row.last_seq + 1, "kind": "signal", "step": 1, "time": 0.0, "digest": None, "name": "a"}
+        await store.write(CaseWrite("c", [intruder]))  # another owner appended first
+        with pytest.raises(StoreConflict):
+            await sub.signal("c", "a")
+        assert sub.statistics().cases_in_memory == 0
+        assert [r.seq for r in await sub.journal("c")] == [0, 1]

@@ -46,6 +46,7 @@ from .._errors import (
     MachineStateError,
     RestoredError,
     SignalRejected,
+    StoreConflict,
     StoreError,
     SubstrateClosed,
     WfsubError,
@@ -83,6 +84,10 @@ class Shared:
     on_park: Callable[[CaseActor], None] | None = None  # durable: the case parked (eviction may drop it later)
     on_evict: Callable[[CaseActor], None] | None = None  # durable: the case left memory (it stays in the store)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
+
+
+class _Fenced(Exception):
+    """Internal: the store refused the case's own append for good (StoreConflict): another owner has the case."""
 
 
 class CaseEvicted(Exception):
@@ -132,6 +137,7 @@ class CaseActor:
     closed: bool = False  # durable: the Substrate closed before the case ended (it stays live in the store)
     evicting: bool = False  # durable: asked to leave memory while it waits (see `evict`)
     evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
+    fenced: bool = False  # durable: it left memory because the store refused its journal (another owner has it)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
 
@@ -159,6 +165,12 @@ class CaseActor:
                     self._restart(tg)
                 await self._drive(r, tg)
                 tg.cancel_scope.cancel()  # whatever is left (timers, late effects) stops now
+        except _Fenced as fenced:  # leave memory without writing anything more: the store's owner carries on
+            _log.warning("case left memory: the store refused its journal", case_id=self.case_id,
+                         error=str(fenced.__cause__))
+            self.evicted = self.fenced = True
+            if self.shared.on_evict is not None:
+                self.shared.on_evict(self)
         except Exception as exc:  # a runtime or vm bug: it ends this case only
             _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
             if not self.state.ended:
@@ -431,6 +443,10 @@ class CaseActor:
         row = self._running_row() if j.row_parked else None
         try:
             appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
+        except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
+            for msg, _ in entries:
+                self._answer(msg, exc)
+            raise _Fenced(exc) from exc
         except StoreError as exc:
             j.seq = seq  # nothing was written: the numbers are free again
             self._store_failed(entries, exc)
@@ -637,6 +653,8 @@ class CaseActor:
             with anyio.CancelScope(shield=True):
                 await j.commit([end], row=row)
             j.seq += 1
+        except StoreConflict as exc:  # another owner has the case: it writes the end
+            _log.warning("case end not recorded: the store refused its journal", case_id=self.case_id, error=str(exc))
         except StoreError as exc:  # recovery will replay the case to its end and write it then
             _log.error("could not record a case's end", case_id=self.case_id, error=str(exc))
 

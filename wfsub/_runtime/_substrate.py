@@ -266,9 +266,9 @@ class Substrate:
         case_tg.start_soon(self._check_versions)
         case_tg.start_soon(background.due_loop)
         case_tg.start_soon(background.inbox_loop)
+        self._shared.on_evict = self._left_memory
         if self._evict_after is not None:
             self._shared.on_park = self._parked_now
-            self._shared.on_evict = self._left_memory
             case_tg.start_soon(self._evict_loop, self._evict_after)
 
     # -- idle eviction ---------------------------------------------------------------------------------------
@@ -281,7 +281,8 @@ class Substrate:
     def _left_memory(self, actor: CaseActor) -> None:
         if self._cases.get(actor.case_id) is actor:
             del self._cases[actor.case_id]
-        self._counts["idle_evicted"] += 1
+        if not actor.fenced:
+            self._counts["idle_evicted"] += 1
 
     async def _evict_loop(self, after: float) -> None:
         """Every so often, ask the cases parked for `after` seconds to leave memory (oldest first)."""
