@@ -23,6 +23,7 @@ from wfsub import (
     effect,
     loop,
     mi,
+    milestone,
     multi_choice,
     net,
     par,
@@ -32,6 +33,7 @@ from wfsub import (
     task,
     validate,
     wait,
+    when_milestone,
 )
 from wfsub.lowlevel import Machine, Seeded
 from wfsub.testing import CapturingSink, VirtualClock
@@ -340,6 +342,58 @@ def test_parallel_on_error_scopes_under_multi_choice_and_net_need_distinct_error
                 [("start", "a"), ("start", "b"), ("a", "end"), ("b", "end")])
     assert [i.path for i in validate(chosen)] == ["multi_choice[1].scope"]
     assert [i.path for i in validate(graph)] == ["net[b].scope"]
+
+
+# == sagas withdrawn from inside ==============================================================================
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a saga whose only thread is withdrawn by cancelling a region inside it (no on_cancel) is traced "
+    "'withdrawn' but its completed steps are never compensated",
+)
+def test_a_saga_withdrawn_by_cancelling_a_region_inside_it_compensates_its_completed_steps() -> None:
+    """DESIGN: a saga is compensated whenever its work is withdrawn before it ended, here by an inner region."""
+    rec = Recorder()
+    case = Case(par(saga((rec.step("charge"), rec.step("refund")), scope("r", wait("x"))),
+                    seq(wait("y"), rec.step("other"))), trace_level="min")
+    case.run()
+    case.cancel_region("r")
+    assert ("withdrawn", "par[0].saga", {}) in trace_of(case.events, "withdrawn")  # the saga itself is withdrawn
+    assert rec.steps == ["charge", "refund"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a saga withdrawn because a when_milestone inside it found its milestone passed is not compensated; "
+    "the case even ends done with the charge kept",
+)
+def test_a_saga_withdrawn_by_a_passed_milestone_compensates_its_completed_steps() -> None:
+    """WCP18 inside a saga: the late when_milestone withdraws the saga's thread, so the saga undoes what it did."""
+    rec = Recorder()
+    late = seq(wait("late"), when_milestone("m", rec.step("amend")))
+    case = Case(par(saga((rec.step("charge"), rec.step("refund")), late), milestone("m", wait("leave"))))
+    case.run()
+    case.signal("leave")
+    case.signal("late")
+    assert rec.steps == ["charge", "refund"]
+
+
+# == terminate reached from a cleanup branch ===================================================================
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="terminate() reached through call() from a compensation or on_error passes validate, and at run time "
+    "turns an uncaught failure into a case that ends done",
+)
+def test_terminate_reached_through_a_call_inside_a_compensation_is_a_validation_issue() -> None:
+    """DESIGN: terminate() inside a compensation, on_cancel or on_error branch is a validation issue, via call too."""
+    library = {"stop": seq(NOTHING, wfsub.terminate())}
+    rec = Recorder()
+    flow = saga((rec.step("charge"), call("stop")), boom(rec, "ship"))
+    assert validate(flow, library=library) != [] or Case(flow, library=library).run().status == "failed"
+    assert validate(scope("s", NOTHING, on_error=call("stop")), library=library) != []
 
 
 # == cancellation and compensation, pinned ====================================================================
