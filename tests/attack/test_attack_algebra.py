@@ -89,11 +89,6 @@ class Gate:
         return effect(fn, name=name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recovery takes the last seq from the stale case row, so a case whose records passed its row re-uses a "
-    "seq number and retries the append forever (wedged)",
-)
 async def test_a_compensation_chain_survives_a_restart_while_its_second_undo_runs(tmp_path: Path) -> None:
     """A cancelled saga whose first undo completed and whose second is in flight at shutdown finishes after restart."""
     gate = Gate()
@@ -117,11 +112,6 @@ async def test_a_compensation_chain_survives_a_restart_while_its_second_undo_run
     assert kinds == ["start", "effect", "effect", "cancel", "effect", "effect", "end"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recovery takes the last seq from the stale case row: a sequence of effects restarted during its "
-    "second effect re-uses seq 1 and never ends",
-)
 async def test_wcp1_a_sequence_of_effects_survives_a_restart_during_its_second_effect(tmp_path: Path) -> None:
     """WCP1 durable: seq(effect, effect) closed while the second runs ends done after a restart, journal intact."""
     gate = Gate()
@@ -136,11 +126,6 @@ async def test_wcp1_a_sequence_of_effects_survives_a_restart_during_its_second_e
         assert [r.seq for r in await sub.journal("f")] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cancel reason lives only in the case actor: a case recovered while compensating ends with "
-    "'the root thread was withdrawn' in CaseCancelled, status and the end record",
-)
 async def test_a_cancelled_case_recovered_while_compensating_keeps_its_cancel_reason(tmp_path: Path) -> None:
     """cancel(reason=) survives a restart during the compensation: awaiters, status and journal keep the reason."""
     undo = seq(wait("ack"), task(lambda c: {"undone": True}, name="undone"))
