@@ -111,6 +111,8 @@ class _Checker:
     held: list[str] = field(default_factory=list)  # names of the critical sections around the current node
     calls: list[tuple[str, str]] = field(default_factory=list)  # (library name, path of the call)
     handlers: int = 0  # how many on_cancel / on_error / compensation branches enclose the current node
+    handler_calls: list[tuple[str, str]] = field(default_factory=list)  # calls made inside such a branch
+    terminates: str | None = None  # the path of a terminate() in this workflow, if it has one
 
     def add(self, path: str, message: str) -> None:
         self.issues.append(ValidationIssue(path=path, message=message + self.context))
@@ -514,6 +516,8 @@ def _check_when_milestone(c: _Checker, t: WhenMilestone, path: str) -> None:
 
 
 def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
+    if c.terminates is None:
+        c.terminates = path
     if c.handlers:
         c.add(
             path,
@@ -576,6 +580,8 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
         c.add(path, f"call({t.name!r}): no workflow of that name in the library ({known})")
     else:
         c.calls.append((t.name, path))
+        if c.handlers:
+            c.handler_calls.append((t.name, path))
 
 
 def _check_net(c: _Checker, t: Net, path: str) -> None:
@@ -611,17 +617,28 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
     root = _Checker(library, issues, case)
     _check_workflow(root, term, term.kind if isinstance(term, Term) else "workflow")
     todo = deque(root.calls)
-    checked: set[str] = set()
+    checked: dict[str, _Checker] = {}
     while todo:
         name, at = todo.popleft()
         if name in checked:
             continue
-        checked.add(name)
         assert library is not None  # a recorded call names a library entry
         sub = library[name]
-        checker = _Checker(library, issues, case, context=f" (in library workflow {name!r}, called at {at})")
+        checker = checked[name] = _Checker(
+            library, issues, case, context=f" (in library workflow {name!r}, called at {at})"
+        )
         _check_workflow(checker, sub, f"library[{name!r}].{sub.kind if isinstance(sub, Term) else '?'}")
         todo.extend(checker.calls)
+    for checker in (root, *checked.values()):
+        for name, at in checker.handler_calls:
+            found = _terminate_reached(name, checked)
+            if found is not None:
+                checker.add(
+                    at,
+                    f"call({name!r}) inside an on_cancel, on_error or compensation branch reaches terminate() (in "
+                    f"library workflow {found[0]!r} at {found[1]}): those branches clean up after withdrawn work "
+                    "and must run to their end; end the case after the scope instead",
+                )
     _check_region_steps(case, issues)
     for name, path in case.whens:
         if name not in case.milestones:
@@ -634,6 +651,23 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
                 )
             )
     return issues
+
+
+def _terminate_reached(name: str, checked: Mapping[str, _Checker]) -> tuple[str, str] | None:
+    """The first library workflow (and path) with a terminate() that a call of `name` can reach, or None."""
+    todo, seen = deque([name]), {name}
+    while todo:
+        current = todo.popleft()
+        checker = checked.get(current)
+        if checker is None:
+            continue
+        if checker.terminates is not None:
+            return current, checker.terminates
+        for callee, _ in checker.calls:
+            if callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return None
 
 
 __all__ = ["ValidationIssue", "validate"]

@@ -332,11 +332,6 @@ def test_parallel_on_error_scopes_under_multi_choice_and_net_need_distinct_error
 # == sagas withdrawn from inside ==============================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a saga whose only thread is withdrawn by cancelling a region inside it (no on_cancel) is traced "
-    "'withdrawn' but its completed steps are never compensated",
-)
 def test_a_saga_withdrawn_by_cancelling_a_region_inside_it_compensates_its_completed_steps() -> None:
     """DESIGN: a saga is compensated whenever its work is withdrawn before it ended, here by an inner region."""
     rec = Recorder()
@@ -348,11 +343,6 @@ def test_a_saga_withdrawn_by_cancelling_a_region_inside_it_compensates_its_compl
     assert rec.steps == ["charge", "refund"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a saga withdrawn because a when_milestone inside it found its milestone passed is not compensated; "
-    "the case even ends done with the charge kept",
-)
 def test_a_saga_withdrawn_by_a_passed_milestone_compensates_its_completed_steps() -> None:
     """WCP18 inside a saga: the late when_milestone withdraws the saga's thread, so the saga undoes what it did."""
     rec = Recorder()
@@ -367,11 +357,6 @@ def test_a_saga_withdrawn_by_a_passed_milestone_compensates_its_completed_steps(
 # == terminate reached from a cleanup branch ===================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="terminate() reached through call() from a compensation or on_error passes validate, and at run time "
-    "turns an uncaught failure into a case that ends done",
-)
 def test_terminate_reached_through_a_call_inside_a_compensation_is_a_validation_issue() -> None:
     """DESIGN: terminate() inside a compensation, on_cancel or on_error branch is a validation issue, via call too."""
     library = {"stop": seq(NOTHING, wfsub.terminate())}

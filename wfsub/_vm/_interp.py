@@ -528,6 +528,9 @@ class Interp:
         try:
             while pending:
                 frame, withdrawn = pending[0]
+                if withdrawn and type(frame) is SagaFrame and frame.alive and self.compensate_withdrawn(frame):
+                    pending.popleft()
+                    continue
                 if frame.alive:  # killed since it was queued (a region cancelled around it): nothing to do
                     frame.alive = False
                     frame.on_close(self)
@@ -541,6 +544,24 @@ class Interp:
         except BaseException:
             pending.clear()
             raise
+
+    def compensate_withdrawn(self, saga: SagaFrame) -> bool:
+        """A saga whose own thread was withdrawn from inside (a region cancelled in it, a passed milestone) was
+        withdrawn before it ended: its completed steps are compensated in its place before its parent hears of
+        it. False when it has nothing to undo (it then closes as any frame does)."""
+        undo = _undo_for(saga)
+        if undo is None:
+            return False
+        saga.alive = False
+        saga.on_close(self)
+        parent = saga.parent
+        assert parent is not None
+        unlink(parent, saga)
+        comp = CompensationFrame(parent, saga.env, saga.ip, ("withdrawn",))
+        comp.attached = saga.attached
+        link(parent, comp)
+        self.start_undos(comp, [undo])
+        return True
 
     def detach(self, frame: Frame, *, withdrawn: bool) -> None:
         """Unlink a frame already killed by `kill_subtree` and tell its parent."""
