@@ -212,11 +212,6 @@ async def test_durable_blocking_join_and_open_mi_resume_after_a_restart_and_repl
 # == complete_region and compensations already running ========================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="complete_region kills the subtree without sparing compensations already running: an in-flight "
-    "refund is cancelled half way",
-)
 def test_complete_region_on_a_scope_never_stops_a_compensation_already_running() -> None:
     """A refund running inside a region (its saga was cancelled) finishes even when the region is completed."""
     rec = Recorder()
@@ -230,11 +225,6 @@ def test_complete_region_on_a_scope_never_stops_a_compensation_already_running()
     assert case.complete("refund").status == "done"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="complete_region on an mi withdraws its instances with compensate=False and so also cancels the "
-    "compensations already running in them",
-)
 def test_wcp27_complete_mi_activity_never_stops_a_compensation_already_running() -> None:
     """WCP27 while an instance compensates: its refund is not cancelled by completing the mi."""
     rec = Recorder()

@@ -602,14 +602,18 @@ class Interp:
             f.on_close(self)
         return tokens
 
-    def kill_tree(self, top: Frame, compensate: bool, dead: list[Frame]) -> tuple[int, list[Frame]]:
+    def kill_tree(
+        self, top: Frame, compensate: bool, dead: list[Frame], keep_running: bool = False
+    ) -> tuple[int, list[Frame]]:
         """Drop every token under `top` and list its frames (top included) in `dead`, children first.
 
         With `compensate`, what must be undone survives: each active saga with completed compensable steps, and
         each scope with on_cancel whose thread is inside (below `top`), becomes an UndoFrame, keeping how they
-        nest; compensations already running are kept as they are (a cancel never stops one). Returns the tokens
-        withdrawn and the kept frames that have no kept frame above them. An iterative walk: any depth.
+        nest; compensations already running are kept as they are (a cancel never stops one). `keep_running`
+        alone keeps only the compensations already running (complete_region starts none, stops none). Returns
+        the tokens withdrawn and the kept frames that have no kept frame above them. An iterative walk: any depth.
         """
+        keep = compensate or keep_running
         tokens = 0
         top_kept: list[Frame] = []
         stack: list[tuple[Frame, Iterator[Any], UndoFrame | None]] = [(top, members(top), None)]
@@ -621,14 +625,14 @@ class Interp:
                     tokens += 1
                     continue
                 undo: UndoFrame | None = None
-                if compensate:
+                if keep:
                     kind = type(child)
                     if kind is UndoFrame or kind is CompensationFrame:
                         if kind is CompensationFrame:
                             child.action = _NESTED  # its region is withdrawn too: its own action is void
                         _adopt(keeper, top_kept, child)
                         continue
-                    undo = _undo_for(child)
+                    undo = _undo_for(child) if compensate else None
                     if undo is not None:
                         _adopt(keeper, top_kept, undo)
                 stack.append((child, members(child), undo if undo is not None else keeper))
@@ -666,7 +670,9 @@ class Interp:
             self.act(parent, frame, attached, action, [])
         return tokens
 
-    def withdraw_inside(self, frame: Frame, compensate: bool, action: tuple[Any, ...]) -> int:
+    def withdraw_inside(
+        self, frame: Frame, compensate: bool, action: tuple[Any, ...], keep_running: bool = False
+    ) -> int:
         """Withdraw every child of `frame` (which stays); then `action`, once what must be undone is.
 
         Returns how many of the children were threads of the frame (running branches or instances). Without
@@ -681,13 +687,13 @@ class Interp:
                 self.drop(child)
                 continue
             kind = type(child)
-            if compensate and (kind is UndoFrame or kind is CompensationFrame):
+            if (compensate or keep_running) and (kind is UndoFrame or kind is CompensationFrame):
                 if kind is CompensationFrame:
                     child.action = _NESTED
                 kept.append(child)
                 continue
             undo = _undo_for(child) if compensate else None
-            _, below = self.kill_tree(child, compensate, dead)
+            _, below = self.kill_tree(child, compensate, dead, keep_running)
             if undo is not None:
                 for k in below:
                     _adopt(undo, kept, k)
@@ -707,10 +713,10 @@ class Interp:
             self.act(frame, frame, False, action, [])
         return threads
 
-    def withdraw_children(self, frame: Frame, reason: str, compensate: bool = True) -> int:
+    def withdraw_children(self, frame: Frame, reason: str, compensate: bool = True, keep_running: bool = False) -> int:
         """Withdraw every child of `frame` (a join fired with cancel_remaining, an mi was completed); what must
         be undone is, as detached work of the frame. Returns how many children were threads of the frame."""
-        threads = self.withdraw_inside(frame, compensate, ("quiet",))
+        threads = self.withdraw_inside(frame, compensate, ("quiet",), keep_running)
         self.trace_node("withdrawn", frame.ip, branches=threads, reason=reason)
         return threads
 
@@ -1104,10 +1110,12 @@ class Interp:
             gc.disable()
             self.gc_paused = True
 
-    def withdraw_instances(self, mi: MIFrame, reason: str, compensate: bool = True) -> int:
+    def withdraw_instances(
+        self, mi: MIFrame, reason: str, compensate: bool = True, keep_running: bool = False
+    ) -> int:
         """Withdraw every instance of `mi` (and stop its spawner); returns how many instances were withdrawn."""
         spawning = mi.spawner is not None
-        withdrawn = self.withdraw_children(mi, reason, compensate)
+        withdrawn = self.withdraw_children(mi, reason, compensate, keep_running)
         if spawning:
             mi.spawner = None
             mi.items = None
@@ -1266,17 +1274,29 @@ class Interp:
         for frame in acts:
             if not frame.alive:
                 continue  # inside an activation completed a moment ago
+            # Completing starts no compensation, and stops none already running: those go on as detached work.
             if isinstance(frame, MIFrame):
-                frame.cancelled += self.withdraw_instances(frame, "region completed", compensate=False)
+                frame.cancelled += self.withdraw_instances(
+                    frame, "region completed", compensate=False, keep_running=True
+                )
                 self.trace_node("region_completed", frame.ip, region=name)
-                self.mi_fire(frame)
-                self.close(frame, withdrawn=False)
+                self.mi_fire(frame)  # closes the mi, or detaches it while kept compensations run
             else:
                 assert isinstance(frame, ScopeFrame)
-                self.kill_subtree(frame)
+                dead: list[Frame] = []
+                _, kept = self.kill_tree(frame, False, dead, keep_running=True)
+                for f in dead:
+                    f.on_close(self)
                 self.trace_node("region_completed", frame.ip, region=name)
+                parent = frame.parent
+                assert parent is not None
                 if not frame.exited:  # else the thread already went on: only its leftover work is withdrawn
-                    self.spawn(frame.parent, frame.spec.after, frame.env)
+                    self.spawn(parent, frame.spec.after, frame.env)
+                if kept:
+                    comp = CompensationFrame(parent, frame.env, frame.ip, ("quiet",))
+                    comp.attached = False  # withdrawn work of the scope's parent, not a thread of it
+                    link(parent, comp)
+                    self.start_undos(comp, kept)
                 self.detach(frame, withdrawn=False)
 
     def add_instances(self, frame: MIFrame, items: list[Any]) -> None:
