@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,7 +262,7 @@ def _check_seq(c: _Checker, t: Seq, path: str) -> None:
 def _check_par(c: _Checker, t: Par, path: str) -> None:
     if _nonempty(c, t.branches, path, "par"):
         c.join(path, t.join, len(t.branches), ("all", "first", "each"))
-        _distinct_error_keys(c, t.branches, path)
+        _distinct_error_keys(c, [(str(i), b) for i, b in enumerate(t.branches)], path)
     if not isinstance(t.cancel_remaining, bool):
         c.add(path, f"cancel_remaining must be True or False, got {t.cancel_remaining!r}")
     if not isinstance(t.blocking, bool):
@@ -288,12 +288,13 @@ def _error_keys(term: object, path: str) -> list[tuple[str, str]]:
     return found
 
 
-def _distinct_error_keys(c: _Checker, branches: tuple[Any, ...], path: str) -> None:
-    """Parallel branches share the case data: two on_error scopes in two of them must store under two keys."""
+def _distinct_error_keys(c: _Checker, branches: Sequence[tuple[str, Any]], path: str) -> None:
+    """Parallel branches share the case data: two on_error scopes in two of them must store under two keys.
+    `branches` are (selector, term) pairs of the branches that may run at the same time."""
     seen: dict[str, str] = {}
-    for i, branch in enumerate(branches):
+    for sel, branch in branches:
         mine: dict[str, str] = {}
-        for key, where in _error_keys(branch, child_path(path, str(i), branch)):
+        for key, where in _error_keys(branch, child_path(path, sel, branch)):
             if key in seen:
                 c.add(
                     where,
@@ -311,6 +312,8 @@ def _check_xor(c: _Checker, t: Xor, path: str) -> None:
 
 def _check_multi_choice(c: _Checker, t: MultiChoice, path: str) -> None:
     _check_cases(c, t, path)
+    if isinstance(t.cases, tuple):  # every branch whose predicate holds runs at once (the default runs alone)
+        _distinct_error_keys(c, [(sel, b) for sel, b in children(t) if sel != "default"], path)
 
 
 def _check_cases(c: _Checker, t: Xor | MultiChoice, path: str) -> None:
@@ -584,6 +587,18 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
             c.handler_calls.append((t.name, path))
 
 
+def _net_runs_nodes_at_once(t: Net) -> bool:
+    """Whether some node of the net splits into parallel threads (an and or or split with two edges or more)."""
+    if not isinstance(t.edges, tuple):
+        return False
+    kinds = dict(t.split) if isinstance(t.split, tuple) else {}
+    out: dict[object, int] = {}
+    for edge in t.edges:
+        if isinstance(edge, tuple) and len(edge) >= 2:
+            out[edge[0]] = out.get(edge[0], 0) + 1
+    return any(n > 1 and kinds.get(src, "and") in ("and", "or") for src, n in out.items())
+
+
 def _check_net(c: _Checker, t: Net, path: str) -> None:
     """The graph's own problems (see `_net.check`), each at the node it is about or at the net."""
     terms = dict(pair for pair in t.nodes if isinstance(pair, tuple) and len(pair) == 2) if isinstance(
@@ -591,6 +606,8 @@ def _check_net(c: _Checker, t: Net, path: str) -> None:
     ) else {}
     for name, message in _net.check(t):
         c.add(path if name is None else child_path(path, name, terms.get(name)), message)
+    if _net_runs_nodes_at_once(t):
+        _distinct_error_keys(c, list(terms.items()), path)
 
 
 _CHECKS: dict[type[Term], Callable[[_Checker, Any, str], None]] = by_kind(globals(), "_check_", "validation")

@@ -240,11 +240,6 @@ def test_wcp27_complete_mi_activity_never_stops_a_compensation_already_running()
 # == multiple instances ========================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run-time count of 0 with an n join and until= fires the join at once (collect []) instead of "
-    "withdrawing the mi, unlike every other 'nothing completed and nothing can' case",
-)
 def test_an_n_join_mi_with_until_and_zero_instances_is_withdrawn_like_any_mi_where_none_completed() -> None:
     """DESIGN: when n can no longer be reached and none completed, the mi is withdrawn, zero instances included."""
     until_zero = Case(seq(mi(NOTHING, count=lambda c: 0, join=2, until=lambda s: False, collect="o"),
@@ -255,11 +250,6 @@ def test_an_n_join_mi_with_until_and_zero_instances_is_withdrawn_like_any_mi_whe
     assert until_zero.run().status == "cancelled"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mi(dynamic='open', join=None) closes as soon as no instance runs: add_instances is refused although "
-    "close_instances was never called, and validate does not flag the combination",
-)
 def test_an_open_mi_without_synchronization_takes_instances_until_it_is_closed() -> None:
     """dynamic='open' takes instances until close_instances (or validate refuses the combination with join=None)."""
     rec = Recorder()
@@ -302,11 +292,6 @@ def test_an_error_record_inside_an_mi_instance_stays_in_that_instances_output() 
 # == validation ================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the check for distinct error_into keys in parallel branches only looks at par: multi_choice and net "
-    "branches that run in parallel may share one key",
-)
 def test_parallel_on_error_scopes_under_multi_choice_and_net_need_distinct_error_into() -> None:
     """DESIGN: parallel scopes need distinct error_into keys; multi_choice and and-split net nodes run in parallel."""
     always = lambda c: True  # noqa: E731

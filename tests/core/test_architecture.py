@@ -178,3 +178,22 @@ def test_every_record_class_round_trips_through_a_snapshot() -> None:
                 m.deliver_signal(sorted(r.signals)[0], 1)
     assert m.status == "done", m.error_message
     assert seen == set(record_classes())
+
+
+def test_every_event_kind_the_vm_emits_is_listed() -> None:
+    """Each kind passed to trace_node/case_event/emit in the vm is in MIN_KINDS or FULL_KINDS, with its comment."""
+    from wfsub._vm._events import FULL_KINDS
+
+    emitted: set[str] = set()
+    for path in (PACKAGE / "_vm").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("trace_node", "case_event", "emit")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                emitted.add(node.args[0].value)
+    assert emitted and sorted(emitted - FULL_KINDS) == []

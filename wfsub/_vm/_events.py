@@ -61,6 +61,12 @@ MIN_KINDS: frozenset[str] = frozenset(
         "net_join",  # an and/or join of a net fired; detail: node, join, edges (the sources it took tokens from)
         "net_discarded",  # tokens left at an and-join when the net could not move; detail: node, tokens per source
         "net_end",  # a token of a net reached end; detail: from
+        "failure",  # a failure at a node; detail: type, error
+        "error_caught",  # a scope's on_error took a failure; path: the scope's; detail: error, at (where it failed)
+        "compensation",  # a compensation or on_cancel branch; detail: name, event ("started" / "done" / "failed")
+        "case_cancelling",  # a cancel with compensation began: the case ends once its compensations have run
+        "par_blocked",  # a thread re-entering a blocking par waits for the current activation; detail: token
+        "mi_closed",  # close_instances: an open or dynamic mi takes no more instances
     }
 )
 FULL_KINDS: frozenset[str] = MIN_KINDS | {"step", "schedule"}

@@ -1026,8 +1026,8 @@ class Interp:
         runs and none can be added) it fires once the running instances have ended, with what completed.
         """
         spec: bc.MISpec = mi.spec
-        if mi.fired:
-            if mi.count == 0 and mi.alive:
+        if mi.fired:  # (an open mi without synchronization fired at once: it stays until close_instances)
+            if mi.count == 0 and mi.alive and (mi.closed or spec.dynamic != _OPEN):
                 self.close(mi, withdrawn=False)
             return
         spawning = mi.spawner is not None
@@ -1307,6 +1307,7 @@ class Interp:
 
     def close_instances(self, frame: MIFrame) -> None:
         frame.closed = True
+        self.trace_node("mi_closed", frame.ip)
         self.mi_check(frame)
 
     def pending_requests(self) -> tuple[list[EffectRequest], list[TimerRequest]]:
@@ -1645,8 +1646,15 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         )
         return -1
     m.trace_node("mi_started", ip, instances=n)
-    if n == 0 and not spec.dynamic:  # zero instances: the join fires at once
-        if spec.collect is not None:
+    if n == 0 and not spec.dynamic:
+        if spec.need not in (ALL, 0):  # an n join that nothing can reach (until= allowed the count): withdrawn
+            frame = tok.frame
+            unlink(frame, tok)
+            tok.alive = False
+            m.trace_node("withdrawn", ip, reason="mi with no instances: its join can never be reached")
+            frame.child_gone(m, tok, True)
+            return -1
+        if spec.collect is not None:  # join "all" (or None) over no instances: done at once
             m.store(env, spec.collect, [])
         return spec.after
     parent = tok.frame
@@ -1669,8 +1677,8 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     if spec.need == 0:  # join=None: no synchronization, the thread goes on at once; the mi is detached work
         frame.fired = True
         m.detach_thread(frame)
-        if n == 0:  # nothing runs in it: it must not keep the case open
-            m.close(frame, withdrawn=False)
+        if n == 0 and spec.dynamic != _OPEN:  # nothing runs in it: it must not keep the case open
+            m.close(frame, withdrawn=False)  # (an open mi stays, taking instances, until close_instances)
         return spec.after
     unlink(parent, tok)
     tok.alive = False
@@ -1862,7 +1870,7 @@ def _op_add_instances(m: Interp, tok: Token, ip: int, spec: bc.RegionStepSpec) -
         return -1
     reason = m.add_refusal(spec.name, frame, len(given))
     if reason is not None:
-        m.refuse(tok.frame, ip, f"add_instances({spec.name!r}) refused: {reason}")
+        m.refuse(tok.frame, ip, f"add_instances({spec.name!r}) refused: {reason}", LimitExceeded)
         return -1
     m.add_instances(frame, list(given))
     return ip + 1
