@@ -34,6 +34,7 @@ from pydantic import BaseModel
 from wfsub import (
     CaseFailed,
     CaseHandle,
+    Retry,
     SignalRejected,
     Substrate,
     call,
@@ -52,6 +53,7 @@ from wfsub import (
 )
 from wfsub.contrib.otel import OTelSink
 from wfsub.stores import MemoryStore
+from wfsub.testing import VirtualClock
 
 # -- workflows and helpers ----------------------------------------------------------------------------------------
 
@@ -76,6 +78,10 @@ def _boom(ctx: Mapping[str, Any]) -> None:
 
 def _noop(ctx: Mapping[str, Any]) -> None:
     return None
+
+
+async def _down(ctx: Mapping[str, Any]) -> None:
+    raise ConnectionError("down")
 
 
 def _redact(value: Any) -> Any:
@@ -236,6 +242,20 @@ async def test_await_case_timeout_zero_never_waits() -> None:
             assert not waited.cancelled_caught, "await_case(timeout=0) was still waiting after 1 s"
         finally:
             release.set()  # else leaving the Substrate waits for the stubborn effect for ever
+
+
+@pytest.mark.xfail(strict=True, reason="while an effect waits out its retry backoff, status().effects reports the "
+                   "next attempt as already started, with started_at in the future (when the backoff ends)")
+async def test_an_effect_waiting_out_its_retry_backoff_claims_no_start_in_the_future() -> None:
+    """EffectStatus.started_at is when the attempt started: never later than now."""
+    clock = VirtualClock()
+    flaky = seq(effect(_down, name="flaky", retry=Retry(max_attempts=3, initial=10, max_interval=10)))
+    async with Substrate(clock=clock) as sub:
+        handle = await sub.new_case(flaky)
+        await clock.advance(1)
+        [running] = handle.status().effects
+        assert running.started_at is None or running.started_at <= clock.now(), (running, clock.now())
+        await handle.cancel(compensate=False)
 
 
 async def test_status_data_and_cases_report_the_same_case_in_memory_and_after_a_restart(tmp_path: Path) -> None:
