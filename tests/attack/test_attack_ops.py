@@ -321,9 +321,6 @@ async def test_typed_edges_validate_start_data_payloads_and_final_data(tmp_path:
 # -- logging ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="with structlog left unconfigured, wfsub's stdlib log records carry "
-                   "structlog's console rendering as their message: a second timestamp, '[info     ]' and, under "
-                   "FORCE_COLOR or a terminal, ANSI colour codes, all written into the app's log files")
 def test_an_app_that_uses_only_logging_gets_plain_messages(tmp_path: Path) -> None:
     """An app with logging.basicConfig gets wfsub's records as plain text its own format decorates."""
     script = textwrap.dedent(
@@ -422,9 +419,6 @@ async def test_redact_keeps_secrets_out_of_the_status_of_a_failed_case() -> None
     assert CARD not in (status.error or "")
 
 
-@pytest.mark.xfail(strict=True, reason="an app that configures structlog the usual way (its processors, "
-                   "PrintLoggerFactory) never sees wfsub's events: they are rendered by its processors and then handed "
-                   "to an unconfigured stdlib logger, which drops everything below WARNING")
 def test_an_app_that_configures_structlog_sees_wfsubs_events_beside_its_own(tmp_path: Path) -> None:
     """With structlog configured at INFO and printing JSON, wfsub's 'case failed' appears where the app's own do."""
     script = textwrap.dedent(
