@@ -130,8 +130,6 @@ async def settled(handle: CaseHandle, state: str, timeout: float = 5) -> None:  
 # -- sub.data, sub.cases, CaseHandle.done, await_case(timeout=0), CaseStatus ----------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="sub.data()/handle.data() return a shallow copy: mutating a nested value "
-                   "changes the live case's data (and a durable case's outcome, which replay then disagrees with)")
 async def test_data_is_a_copy_that_cannot_change_the_live_case(tmp_path: Path) -> None:
     """What data() returned is the caller's to modify: the running case goes on with its own data."""
     async with Substrate(store=tmp_path / "d.db", workflows={"count": COUNT}) as sub:

@@ -56,7 +56,7 @@ from ._clock import Clock
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
 from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
 from ._hub import TraceHub
-from ._journal import error_body, to_json
+from ._journal import copy_data, error_body, to_json
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
@@ -844,7 +844,7 @@ class CaseActor:
         state = self.state
         if state is CaseState.DONE:
             assert self.result is not None
-            return dict(self.result)  # each caller gets its own copy of the final data
+            return copy_data(self.result)  # each caller gets its own copy: nothing shared with the case
         if state is CaseState.FAILED:
             failed = CaseFailed(self.case_id, self.error_path, self.error_message)
             failed.traceback = self.traceback
@@ -857,7 +857,7 @@ class CaseActor:
     def data(self) -> dict[str, Any]:
         """A copy of the case's data now (its final data once it has ended)."""
         m = self.machine
-        return dict(m.data if m is not None else self.final_data or {})
+        return copy_data(m.data if m is not None else self.final_data or {})
 
     def status(self) -> CaseStatus:
         m = self.machine

@@ -22,6 +22,7 @@ effect's final outcome is.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Mapping
@@ -57,6 +58,29 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+_ATOMS = (str, int, float, bool, type(None), bytes)
+
+
+def copy_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of case data that shares nothing mutable with it (what `data()` and `result()` hand out).
+
+    Dicts and lists, which is what case data is made of, are copied here; str, numbers, bool, None and bytes are
+    shared (they cannot change); anything else goes through `copy.deepcopy`.
+    """
+    return {key: _copied(value) for key, value in data.items()}
+
+
+def _copied(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return {key: _copied(v) for key, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def json_problem(value: Any, where: str) -> str | None:
