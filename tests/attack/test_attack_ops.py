@@ -388,8 +388,6 @@ def test_a_durable_substrate_with_failing_cases_prints_nothing_by_default(tmp_pa
     assert (done.stdout, done.stderr) == ("", "")
 
 
-@pytest.mark.xfail(strict=True, reason="redact= is not applied to the 'case failed' log event: its error field "
-                   "carries the secret the failing step put in its message")
 async def test_redact_keeps_secrets_out_of_the_logs(caplog: pytest.LogCaptureFixture) -> None:
     """A Substrate given redact= logs a failed case without the secret."""
     caplog.set_level(logging.INFO, logger="wfsub")
@@ -402,8 +400,6 @@ async def test_redact_keeps_secrets_out_of_the_logs(caplog: pytest.LogCaptureFix
     assert not any(CARD in m for m in messages), messages
 
 
-@pytest.mark.xfail(strict=True, reason="redact= is applied to the status of cases read from the store only: a "
-                   "failed case in memory shows the secret in status().failure.message, .traceback and .error")
 async def test_redact_keeps_secrets_out_of_the_status_of_a_failed_case() -> None:
     """status() of a failed case, as people read it, has been through redact=."""
     async with Substrate(redact=_redact) as sub:
@@ -760,8 +756,6 @@ async def test_cancel_with_an_empty_reason_is_refused_and_sends_nothing(here: Pa
         assert handle.status().state == "waiting_signal"
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub show` prints a failed case's message and traceback as stored, "
-                   "unredacted: redact= is never applied to what the store keeps for people to read")
 async def test_show_keeps_what_redact_hides_out_of_its_output(here: Path) -> None:
     """A Substrate given redact= leaves nothing in the store that `wfsub show` prints the secret from."""
     async with Substrate(store=here / "r.db", workflows={"pay": DECLINE}, redact=_redact) as sub:

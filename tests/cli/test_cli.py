@@ -39,6 +39,12 @@ guarded = seq(task(reserve), par(scope("review", wait("approve")), task(ship)))
 WORKFLOWS = {"order": order, "guarded": guarded}
 broken = seq(task(reserve), cancel_region("nowhere"))
 not_a_workflow = 42
+
+
+def hide(value):
+    if isinstance(value, dict):
+        return {k: hide(v) for k, v in value.items()}
+    return "[hidden]" if value == "approve" else value
 """
 
 # The same workflows, except that reserve records another value: replaying on it diverges.
@@ -243,6 +249,9 @@ async def test_trace_and_replay_rebuild_cases_from_their_journals(here: Path) ->
         assert "signal_consumed" in kinds and "effect_completed" in kinds
         ran = await wfsub(here, "trace", "cases.db", "-w", "cliflows:order", "t", "--level", "min")
         assert ran.code == 0 and "case_done" in ran.out and " step " not in ran.out
+        assert 'signal="approve"' in ran.out
+        ran = await wfsub(here, "trace", "cases.db", "-w", "cliflows:order", "t", "--redact", "cliflows:hide")
+        assert ran.code == 0 and 'signal="[hidden]"' in ran.out and 'signal="approve"' not in ran.out
 
         ran = await wfsub(here, "replay", "cases.db", "-w", "cliflows:WORKFLOWS", "--all")
         assert ran.code == 0, ran.err

@@ -83,6 +83,7 @@ class Shared:
     max_payload_bytes: int | None = None  # durable: the largest JSON payload an input may carry
     on_park: Callable[[CaseActor], None] | None = None  # durable: the case parked (eviction may drop it later)
     on_evict: Callable[[CaseActor], None] | None = None  # durable: the case left memory (it stays in the store)
+    redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
 
 
@@ -646,7 +647,7 @@ class CaseActor:
             end["reason"] = self.cancel_reason
         row = self._row(self.state)
         row.ended_at = self.ended_at
-        row.error = end.get("error")
+        row.error = self.shared.redact(end.get("error"))  # the row is read by people (wfsub show); the journal not
         row.cancel_reason = self.cancel_reason if self.state is CaseState.CANCELLED else None
         row.at, row.signals, row.effects, row.timers, row.next_due = [], [], [], [], None
         try:
@@ -802,7 +803,7 @@ class CaseActor:
         self.error_path = path
         self.error_message = message
         self.state = CaseState.FAILED
-        _log.info("case failed", case_id=self.case_id, path=path, error=message)
+        _log.info("case failed", case_id=self.case_id, path=path, error=self.shared.redact(message))
         self._finish()
 
     def _end_cancelled(self, reason: str) -> None:
@@ -869,12 +870,13 @@ class CaseActor:
             steps, effects, timers, regions = self.steps, 0, 0, ()
         error = failure = None
         if self.state is CaseState.FAILED:
-            error = str(CaseFailed(self.case_id, self.error_path, self.error_message))
+            redact = self.shared.redact
+            error = str(redact(str(CaseFailed(self.case_id, self.error_path, self.error_message))))
             failure = Failure(
                 type=type(self.cause).__name__ if self.cause is not None else "StepFailed",
-                message=self.error_message,
+                message=str(redact(self.error_message)),
                 path=self.error_path,
-                traceback=self.traceback,
+                traceback=redact(self.traceback),
                 compensated=tuple((self.record or {}).get("compensated") or ()),
             )
         in_flight = tuple(

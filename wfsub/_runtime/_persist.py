@@ -52,7 +52,14 @@ class Loaded:
         self.journal = journal
 
 
-async def rebuild(store: Store, workflows: Workflows, case_id: str, trace_level: str, max_instances: int) -> Loaded:
+def _same(value: Any) -> Any:
+    return value
+
+
+async def rebuild(
+    store: Store, workflows: Workflows, case_id: str, trace_level: str, max_instances: int,
+    redact: Callable[[Any], Any] = _same,
+) -> Loaded:
     """Rebuild a case that has not ended from the store (raising CaseNotFound, or ReplayDivergence with the case
     then marked suspended in the store)."""
     stored = await store.load(case_id)
@@ -75,15 +82,16 @@ async def rebuild(store: Store, workflows: Workflows, case_id: str, trace_level:
             # and timers armed (tasks re-run; nothing external happens). Inputs waiting for it then apply there.
             replayer.run()
         except ReplayDivergence as exc:
-            await suspend(store, row, str(exc))
+            await suspend(store, row, str(exc), redact)
             raise
         journal = _journal(store, row, start, replayer)
         return Loaded(row, start, program, replayer, journal)
-    return await migrate(store, workflows, row, start, trace_level, max_instances)
+    return await migrate(store, workflows, row, start, trace_level, max_instances, redact)
 
 
 async def migrate(
-    store: Store, workflows: Workflows, row: CaseRow, start: Record, trace_level: str, max_instances: int
+    store: Store, workflows: Workflows, row: CaseRow, start: Record, trace_level: str, max_instances: int,
+    redact: Callable[[Any], Any] = _same,
 ) -> Loaded:
     """Replay a case recorded on an unregistered version against the newest version of its workflow."""
     versions = workflows.versions.get(row.workflow)
@@ -92,7 +100,7 @@ async def migrate(
             f"case {row.case_id!r} recorded workflow {row.workflow!r}, which is not registered "
             f"(registered: {', '.join(workflows.names) or 'none'}); register it to resume the case"
         )
-        await suspend(store, row, reason)
+        await suspend(store, row, reason, redact)
         raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
     program = versions[-1]
     replayer = Replayer(program, start, trace_level=trace_level, max_instances=max_instances)
@@ -103,7 +111,7 @@ async def migrate(
         if row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value):
             _same_requests(row, replayer)  # a parked row lists what was in flight; a running row is not so exact
     except ReplayDivergence as exc:
-        await suspend(store, row, str(exc))
+        await suspend(store, row, str(exc), redact)
         raise
     journal = _journal(store, row, start, replayer)
     m = replayer.machine
@@ -151,15 +159,16 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     return journal
 
 
-async def suspend(store: Store, row: CaseRow, reason: str) -> None:
-    """Keep a case that no registered version can run intact, marked suspended with the reason."""
+async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any], Any] = _same) -> None:
+    """Keep a case that no registered version can run intact, marked suspended with the reason (redacted: the
+    row is what people read)."""
     row.state = CaseState.SUSPENDED.value
-    row.suspended_reason = reason
+    row.suspended_reason = str(redact(reason))
     try:
         await store.write(CaseWrite(row.case_id, [], row))
     except StoreError as exc:
         _log.error("could not mark a case suspended", case_id=row.case_id, error=str(exc))
-    _log.warning("case suspended: no registered version can run it", case_id=row.case_id, reason=reason)
+    _log.warning("case suspended: no registered version can run it", case_id=row.case_id, reason=row.suspended_reason)
 
 
 async def end_suspended(store: Store, row: CaseRow, reason: str, now: float, request_id: str | None) -> None:

@@ -237,6 +237,7 @@ class Substrate:
             self._sinks, buffer=self._trace_buffer, sink_buffer=self._trace_buffer, redact=self._redact
         )
         shared = self._shared = Shared(self._clock, hub, self._quanta, self._mailbox_size, self._on_end)
+        shared.redact = self._redact
         root = self._root = anyio.create_task_group()
         await root.__aenter__()
         root.start_soon(hub.run)
@@ -542,7 +543,9 @@ class Substrate:
         self._busy(1)
         try:
             assert self._store is not None
-            loaded = await rebuild(self._store, self._workflows, case_id, self._case_level(), self._max_instances)
+            loaded = await rebuild(
+                self._store, self._workflows, case_id, self._case_level(), self._max_instances, self._redact
+            )
             return self._resume(loaded)
         except ReplayDivergence:
             return None  # suspended: its row says why

@@ -23,7 +23,7 @@ from .._runtime._replay import replay
 from .._store import CaseRow, Store
 from .._validate import validate
 from . import _render as r
-from ._targets import CliError, case_row, load_target, opened
+from ._targets import CliError, case_row, load_redact, load_target, opened
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -139,11 +139,14 @@ async def journal(store: str, case_id: str) -> None:
 @WORKFLOW
 @click.argument("case_id")
 @click.option("--level", type=click.Choice(["min", "full"]), default="full", show_default=True)
+@click.option("--redact", "redact_spec", metavar="MODULE:ATTR",
+              help="The app's redact= function: applied to each event's detail, as the Substrate does.")
 @AS_JSON
 @_run
-async def trace(store: str, workflow: str, case_id: str, level: str, as_json: bool) -> None:
+async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec: str | None, as_json: bool) -> None:
     """A case's trace, replayed from its journal on its workflow (no effect runs)."""
     target = load_target(workflow)
+    redact = load_redact(redact_spec)
     async with opened(store) as s:
         row = await case_row(s, case_id)
         records = await s.journal(case_id)
@@ -152,6 +155,7 @@ async def trace(store: str, workflow: str, case_id: str, level: str, as_json: bo
         r.err.print(f"note: {warning}", style="yellow")
     report = replay(program, records, trace_level=level)
     for event in report.events:
+        event = event.model_copy(update={"detail": redact(event.detail)})
         if as_json:
             r.out.out(event.model_dump_json(), highlight=False)
         else:

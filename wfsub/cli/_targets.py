@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -141,12 +141,12 @@ def _compile(spec: str, term: Term) -> Program:
         raise CliError(f"{spec}: {exc}") from exc
 
 
-def load_target(spec: str) -> Target:
-    """Import `module:attribute` (the current directory importable) and check it names workflows."""
+def load_attr(spec: str) -> tuple[Any, Any]:
+    """Import `module:attribute` (the current directory importable): (the attribute, its module)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise CliError(
-            f"{spec!r} is not MODULE:ATTRIBUTE: name the module and the workflow in it, e.g. app.flows:order_flow"
+            f"{spec!r} is not MODULE:ATTRIBUTE: name the module and the object in it, e.g. app.flows:order_flow"
         )
     cwd = os.getcwd()
     if cwd not in sys.path:
@@ -169,6 +169,12 @@ def load_target(spec: str) -> Target:
             raise CliError(f"{walked} has no attribute {part!r}{_workflows_in(value)}")
         value = getattr(value, part)
         walked = f"{walked}:{part}" if walked == module_name else f"{walked}.{part}"
+    return value, module
+
+
+def load_target(spec: str) -> Target:
+    """Import `module:attribute` and check it names workflows."""
+    value, module = load_attr(spec)
     if isinstance(value, Term):
         return Target(spec, value, None)
     if isinstance(value, Mapping) and value and all(_is_versions(v) for v in value.values()):
@@ -178,6 +184,17 @@ def load_target(spec: str) -> Target:
         "(seq, par, task, ...) or at a dict of name -> term as given to Substrate(workflows=...)"
         f"{_workflows_in(module)}"
     )
+
+
+def load_redact(spec: str | None) -> Callable[[Any], Any]:
+    """The app's `redact=` function named `module:attribute` (None: nothing is hidden)."""
+    if spec is None:
+        return lambda value: value
+    value, _ = load_attr(spec)
+    if not callable(value):
+        raise CliError(f"--redact {spec} is a {type(value).__name__}, not a function over data (the app's redact=)")
+    redact: Callable[[Any], Any] = value
+    return redact
 
 
 def _is_versions(value: object) -> bool:
