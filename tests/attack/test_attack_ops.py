@@ -708,8 +708,6 @@ async def test_refused_store_commands_create_or_change_no_file(here: Path) -> No
     assert listing() == before
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub replay` passes (exit 0, 'ok') a case that a Substrate on the same "
-                   "version then suspends: unlike the Substrate it never compares the timers and effects in flight")
 async def test_replay_flags_a_case_the_new_version_would_suspend(here: Path) -> None:
     """The pre-deploy check agrees with the deploy: a case parked on a timer the new version does not arm fails it."""
     async with Substrate(store=here / "timed.db", workflows=module("atktimed_v1").W) as sub:
@@ -720,8 +718,6 @@ async def test_replay_flags_a_case_the_new_version_would_suspend(here: Path) -> 
     assert "c1" in ran.out
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub replay --all` stops at the first case whose workflow the target does "
-                   "not hold: the older cases are never checked or listed")
 async def test_replay_all_reports_every_case_even_past_one_whose_workflow_is_missing(here: Path) -> None:
     """A pre-deploy check over a store lists every case, marking the ones it cannot replay, and exits 1."""
     async with owner(here) as sub:

@@ -103,13 +103,9 @@ async def migrate(
         await suspend(store, row, reason, redact)
         raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
     program = versions[-1]
-    replayer = Replayer(program, start, trace_level=trace_level, max_instances=max_instances)
     try:
-        for record in await _after_start(store, row.case_id):
-            replayer.apply(record)
-        replayer.run()
-        if row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value):
-            _same_requests(row, replayer)  # a parked row lists what was in flight; a running row is not so exact
+        replayer = check_version(program, row, [start, *await _after_start(store, row.case_id)], max_instances,
+                                 trace_level)
     except ReplayDivergence as exc:
         await suspend(store, row, str(exc), redact)
         raise
@@ -125,6 +121,26 @@ async def migrate(
     await store.write(CaseWrite(row.case_id, [record], row, snapshot))
     _log.info("case migrated to a new version", case_id=row.case_id, to=program.fingerprint[:16])
     return Loaded(row, start, program, replayer, journal)
+
+
+def check_version(
+    program: Program, row: CaseRow, records: list[Record], max_instances: int | None = None,
+    trace_level: str = "none",
+) -> Replayer:
+    """The case replayed on `program`, or the ReplayDivergence that suspends it there, as a migration decides:
+    the whole journal applies, and (for a case parked on another version: its row lists what was in flight; a
+    running row is not so exact) the effects and timers then in flight are the ones its row recorded. A
+    Substrate migrates by it; `wfsub replay` checks it before a deploy."""
+    replayer = Replayer(program, records[0], trace_level=trace_level, max_instances=max_instances)
+    for record in records[1:]:
+        replayer.apply(record)
+    if records[-1].get("kind") == "end":
+        return replayer
+    replayer.run()
+    parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
+    if program.fingerprint != row.fingerprint and parked:
+        _same_requests(row, replayer)
+    return replayer
 
 
 def _same_requests(row: CaseRow, replayer: Replayer) -> None:

@@ -16,14 +16,14 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .._compiler import compile_workflow
-from .._errors import InvalidWorkflow, WfsubError
+from .._errors import InvalidWorkflow, ReplayDivergence, WfsubError
 from .._runtime import CaseState
-from .._runtime._persist import status_of
+from .._runtime._persist import check_version, status_of
 from .._runtime._replay import replay
 from .._store import CaseRow, Store
 from .._validate import validate
 from . import _render as r
-from ._targets import CliError, case_row, load_redact, load_target, opened
+from ._targets import CliError, Target, case_row, load_redact, load_target, opened
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -286,26 +286,43 @@ async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], eve
     if state is not None and not every:
         raise click.UsageError("--state filters --all; drop it, or use --all")
     target = load_target(workflow)
-    diverged = 0
+    failed = 0
     async with opened(store) as s:
         ids = list(case_ids) or await _all_ids(s, state)
         with _progress() as progress:
             task = progress.add_task("replaying", total=len(ids))
             for case_id in ids:
-                row = await case_row(s, case_id)
-                program, warning = target.program_for(row)
-                report = replay(program, await s.journal(case_id), trace_level="none")
-                if report.divergence is None:
-                    r.out.print(f"ok        {case_id}  {report.state}", markup=False)
-                else:
-                    diverged += 1
-                    r.out.print(f"DIVERGED  {case_id}  {report.divergence}", style="red", markup=False)
-                    if warning:
-                        r.out.print(f"  note: {warning}", style="yellow", markup=False)
+                problem = await _replay_one(s, target, case_id)
+                failed += problem is not None
                 progress.advance(task)
-    r.err.print(f"{len(ids) - diverged} of {len(ids)} cases replayed without divergence")
-    if diverged:
+    r.err.print(f"{len(ids) - failed} of {len(ids)} cases replayed without divergence")
+    if failed:
         raise SystemExit(1)
+
+
+async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
+    """Replay one case and print its line; the problem (divergence, no workflow), or None when it replays."""
+    try:
+        row = await case_row(store, case_id)
+        program, warning = target.program_for(row)
+    except CliError as exc:  # one case the target cannot replay: say so and go on with the others
+        r.out.print(f"SKIPPED   {case_id}  {exc.message}", style="yellow", markup=False)
+        return exc.message
+    records = await store.journal(case_id)
+    report = replay(program, records, trace_level="none")
+    divergence: ReplayDivergence | None = report.divergence
+    if divergence is None:
+        try:
+            check_version(program, row, records)  # what a Substrate on this version would decide
+        except ReplayDivergence as exc:
+            divergence = exc
+    if divergence is None:
+        r.out.print(f"ok        {case_id}  {report.state}", markup=False)
+        return None
+    r.out.print(f"DIVERGED  {case_id}  {divergence}", style="red", markup=False)
+    if warning:
+        r.out.print(f"  note: {warning}", style="yellow", markup=False)
+    return str(divergence)
 
 
 async def _all_ids(store: Store, state: str | None) -> list[str]:
