@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import anyio
 import pytest
@@ -448,3 +449,40 @@ async def test_using_a_store_that_is_not_open_raises_store_error(store: Store) -
             await call
     with pytest.raises(StoreError, match="not open"):
         store.changed()
+
+
+async def test_wait_changed_returns_soon_after_another_connection_puts_an_input(store: Store) -> None:
+    """wait_changed() returns after an inbox_put from another connection (NOTIFY or polling), not after its
+    timeout, and does not consume what changed() reports."""
+    async with opened(store, owner_id="owner"):
+        await store.write(first_write("a"))
+        await store.wait_changed(0)  # what opening reported
+        store.changed()
+        viewer = twin(store)
+
+        async def put() -> None:
+            await anyio.sleep(0.05)
+            if viewer is store:
+                await store.inbox_put("a", "signal", {"name": "go"}, request_id=None, created_at=1.0)
+                return
+            async with opened(viewer, owner=False, owner_id="wfsub-cli"):
+                await viewer.inbox_put("a", "signal", {"name": "go"}, request_id=None, created_at=1.0)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(put)
+                await store.wait_changed(30.0)
+            assert store.changed() is True
+
+
+async def test_single_node_stores_have_no_leases_takeovers_or_queue(store: Store) -> None:
+    """On a single-node store: shared is False, take_over and claim_queued find nothing, renew_lease and
+    database_time give the local clock, and queue_case says placement='any' needs a shared store."""
+    if store.shared:
+        pytest.skip("a shared store: see test_postgres.py")
+    async with opened(store):
+        assert await store.take_over() == [] and await store.claim_queued(["fp-1"], 10) == []
+        assert abs(await store.renew_lease() - time.time()) < 5 and abs(await store.database_time() - time.time()) < 5
+        with pytest.raises(StoreError, match="placement='any' needs a shared store"):
+            await store.queue_case(first_write("a"))
+        assert await store.row("a") is None

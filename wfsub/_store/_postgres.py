@@ -89,6 +89,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import socket
 import threading
 import time
@@ -129,6 +130,7 @@ _NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 _OPTIONS = ("schema", "lease_seconds", "connect_timeout", "retry_for")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
+COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
 
 _FOLDER = files("wfsub._store").joinpath("sql").joinpath("postgres")
@@ -212,13 +214,15 @@ def _classify(exc: BaseException) -> str:
     """'retry': nothing was committed and the connection is the problem (safe to try again);
     'unknown': the connection was lost after the statement was sent; 'fatal': anything else."""
     asyncpg = _driver()
+    if isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError):
+        return "unknown"  # lost with no answer (its SQLSTATE 08003 is the client's, not the server's)
+    if isinstance(exc, asyncpg.exceptions.InternalClientError) and "cannot switch to state" in str(exc):
+        return "retry"  # the connection was already broken: refused before anything was sent
     state = _sqlstate(exc)
     if state is not None:
         if state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300"):
             return "retry"  # the server answered with an error: the transaction did not commit
         return "fatal"
-    if isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError):
-        return "unknown"
     if isinstance(exc, asyncpg.InterfaceError):
         text = str(exc)
         if "connection is closed" in text or "pool is closing" in text or "released" in text:
@@ -431,6 +435,7 @@ class PostgresStore:
         self._fingerprints: frozenset[str] | None = None  # the last claim_queued's: which queued cases wake us
         self._opening = False
         self._closing = False
+        self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
 
     def __repr__(self) -> str:
         state = "closed" if self._loop is None else (f"node {self._node!r}" if self._node else "open")
@@ -676,6 +681,7 @@ class PostgresStore:
                 kind = _classify(exc)
                 if kind == "fatal":
                     raise _fault(self._name, action, exc) from exc
+                conn.terminate()  # broken: the pool opens a new one at the next acquire
                 if kind == "unknown" and not idempotent:
                     raise CommitUnknown(
                         self._name,
@@ -745,8 +751,17 @@ class PostgresStore:
             c.writer = await self._connect_retrying("reconnecting the writer", deadline)
         return c.writer
 
+    def _drop_writer(self) -> None:
+        c = self._c
+        if c.writer is not None:
+            c.writer.terminate()
+            c.writer = None
+
     async def _commit(self, query: str, group: list[_Job]) -> None:
-        """One transaction for the group (fetchmany: one round trip); see the module docstring for failures."""
+        """One transaction for the group (fetchmany: one round trip); see the module docstring for failures.
+
+        The first write carries a fresh token that the transaction records in `commits`: when the connection is
+        lost with no answer, the token says whether the group committed (after the old backend is gone)."""
         deadline = time.monotonic() + self.retry_for
         delay = BACKOFF_FIRST
         others = f" (one transaction with {len(group) - 1} other writes)" if len(group) > 1 else ""
@@ -758,25 +773,39 @@ class PostgresStore:
                     job.error = StoreError(self._name, f"committing {job.label}: {exc.args[0]}")
                     job.error.__cause__ = exc.__cause__
                 return
+            token = secrets.token_hex(16)
+            args = [(*job.args, token if i == 0 else None) for i, job in enumerate(group)]
+            backend = conn.get_server_pid()
             try:
-                rows = await conn.fetchmany(query, [job.args for job in group])
+                rows = await conn.fetchmany(query, args)
             except Exception as exc:
                 kind = _classify(exc)
+                if kind != "fatal":
+                    self._drop_writer()
+                if kind == "unknown":
+                    committed = await self._committed(token, backend, deadline)
+                    if committed is False:
+                        kind = "retry"  # provably not committed: the same group again
+                    else:
+                        what = (
+                            "it committed, but its answer was lost with the connection"
+                            if committed
+                            else "the connection was lost after the write was sent and before its commit was "
+                            "confirmed, and the database could not be asked since"
+                        )
+                        for job in group:
+                            job.error = CommitUnknown(
+                                self._name,
+                                f"committing {job.label}{others}: {what} ({type(exc).__name__}: {exc}); the write "
+                                "may or may not have been applied (one that broke a rule was not). Retry it with "
+                                "the same request_id (applied once), or read the case back (load(), journal())",
+                            )
+                            job.error.__cause__ = exc
+                        return
                 if kind == "retry" and time.monotonic() + delay <= deadline:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, BACKOFF_MAX)
                     continue
-                if kind == "unknown":
-                    for job in group:
-                        job.error = CommitUnknown(
-                            self._name,
-                            f"committing {job.label}{others}: the connection was lost after the write was sent "
-                            f"and before its commit was confirmed ({type(exc).__name__}: {exc}); it may or may "
-                            "not have been applied. Retry with the same request_id (applied once), or read the "
-                            "case back (load(), journal()) to see",
-                        )
-                        job.error.__cause__ = exc
-                    return
                 if kind == "fatal" and len(group) > 1:
                     for job in group:  # the group's transaction was aborted: each write again, alone
                         await self._commit(query, [job])
@@ -793,7 +822,42 @@ class PostgresStore:
                     job.result = job.decode(row)
                 except StoreError as exc:
                     job.error = exc
+            await self._trim_commits(conn)
             return
+
+    async def _committed(self, token: str, backend: int, deadline: float) -> bool | None:
+        """Whether the group that carried `token` committed: True, False, or None (cannot tell by the deadline).
+
+        The backend that ran it is ended first (pg_terminate_backend: a transaction it still runs is aborted)
+        and awaited, so a False is final: the group cannot commit later."""
+        delay = BACKOFF_FIRST
+        while time.monotonic() < deadline:
+            try:
+                conn = await self._writer_conn(deadline)
+                await conn.fetchval(Q["backend_end"], backend)
+                while await conn.fetchval(Q["backend_alive"], backend):
+                    if time.monotonic() > deadline:
+                        return None
+                    await asyncio.sleep(0.01)
+                found: bool = await conn.fetchval(Q["commit_known"], token)
+                return found
+            except StoreError:
+                return None
+            except Exception:
+                self._drop_writer()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        return None
+
+    async def _trim_commits(self, conn: Any) -> None:
+        """Forget commit tokens older than COMMITS_KEPT seconds (at most once a minute)."""
+        if time.monotonic() < self._next_trim:
+            return
+        self._next_trim = time.monotonic() + 60.0
+        try:
+            await conn.execute(Q["commits_trim"], COMMITS_KEPT)
+        except Exception as exc:  # the next trim tries again
+            _log.warning("store_commits_trim_failed", store=self._name, error=str(exc))
 
     def _deliver(self, group: list[_Job]) -> None:
         waiting: dict[int, tuple[EventLoopToken, list[_Job]]] = {}

@@ -57,14 +57,30 @@ SELECT node_id, pid, host, since FROM nodes WHERE lease_until > db_now()
 ORDER BY (node_id = $1) DESC, since DESC;
 
 -- name: write_group
--- One write of a case (see write_case); the group commit runs it once per write, all in one transaction.
+-- One write of a case (see write_case); the group commit runs it once per write, all in one transaction. The
+-- last parameter is the group's commit token on its first write, NULL on the others.
 SELECT status, appended, info, at_seq, cur_owner, cur_epoch
 FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-                $22, $23, $24, $25, $26, $27, $28);
+                $22, $23, $24, $25, $26, $27, $28, $29);
 
 -- name: inbox_put
--- Insert an input into the inbox (and NOTIFY its case's owner); returns its id.
-SELECT inbox_put($1, $2, $3, $4, $5, $6);
+-- Insert an input into the inbox (and NOTIFY its case's owner); returns its id. The last parameter: as above.
+SELECT inbox_put($1, $2, $3, $4, $5, $6, $7);
+
+-- name: commit_known
+-- Whether the group that carried this token committed (asked after its connection was lost).
+SELECT EXISTS (SELECT 1 FROM commits WHERE token = $1);
+
+-- name: commits_trim
+-- Forget the tokens of groups committed more than $1 seconds ago.
+DELETE FROM commits WHERE at < db_now() - $1;
+
+-- name: backend_end
+-- End the server process that ran a group whose answer was lost (a transaction it still runs is aborted).
+SELECT pg_terminate_backend($1);
+
+-- name: backend_alive
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1);
 
 -- name: take_over
 -- Take over cases of nodes whose lease expired (see take_over in migrations/).

@@ -88,6 +88,13 @@ CREATE TABLE inbox (
 CREATE INDEX inbox_pending ON inbox (id) WHERE refused IS NULL;
 CREATE INDEX inbox_by_case ON inbox (case_id);
 
+-- One row per group commit (its first write records a random token): when a connection is lost before the
+-- answer to a group came back, the store asks here whether that group committed. Old tokens are deleted.
+CREATE TABLE commits (
+    token text PRIMARY KEY,
+    at    double precision NOT NULL
+);
+
 -- Database time, in seconds since the epoch: leases, takeovers and `database_time()` all read this clock.
 CREATE FUNCTION db_now() RETURNS double precision LANGUAGE sql VOLATILE AS $$
     SELECT extract(epoch FROM clock_timestamp())::double precision
@@ -113,7 +120,7 @@ CREATE FUNCTION write_case(
     p_updated_at double precision, p_ended_at double precision, p_last_seq bigint, p_next_due double precision,
     p_live boolean, p_parked boolean, p_detail text,
     p_snap_seq bigint, p_snap_format integer, p_snap_bytecode integer, p_snap_state text, p_snap_keep integer,
-    p_inbox_done bigint[], p_refused_ids bigint[], p_refused_reasons text[],
+    p_inbox_done bigint[], p_refused_ids bigint[], p_refused_reasons text[], p_token text,
     OUT status text, OUT appended boolean[], OUT info text, OUT at_seq bigint, OUT cur_owner text,
     OUT cur_epoch bigint
 ) LANGUAGE plpgsql VOLATILE AS $$
@@ -122,6 +129,9 @@ DECLARE
     v_epoch bigint;
     i integer;
 BEGIN
+    IF p_token IS NOT NULL THEN
+        INSERT INTO commits (token, at) VALUES (p_token, db_now());
+    END IF;
     appended := '{}';
     SELECT c.owner, c.epoch INTO cur_owner, cur_epoch FROM cases c WHERE c.case_id = p_case_id FOR UPDATE;
     found_case := FOUND;
@@ -198,12 +208,16 @@ $$;
 
 -- An input from an outside writer, with a NOTIFY that names the case's owner (so only it wakes).
 CREATE FUNCTION inbox_put(
-    p_node text, p_case_id text, p_kind text, p_body text, p_request_id text, p_created_at double precision
+    p_node text, p_case_id text, p_kind text, p_body text, p_request_id text, p_created_at double precision,
+    p_token text
 ) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_id bigint;
     v_owner text;
 BEGIN
+    IF p_token IS NOT NULL THEN
+        INSERT INTO commits (token, at) VALUES (p_token, db_now());
+    END IF;
     INSERT INTO inbox (case_id, kind, body, request_id, created_at)
     VALUES (p_case_id, p_kind, p_body, p_request_id, p_created_at) RETURNING id INTO v_id;
     SELECT c.owner INTO v_owner FROM cases c WHERE c.case_id = p_case_id;
@@ -212,12 +226,15 @@ BEGIN
 END
 $$;
 
--- Cases of nodes whose lease has expired (or that hold none) move to p_node, their epochs bumped; at most
--- p_limit, never a case another taker holds locked (SKIP LOCKED). p_node's own lease must be live. Each node
--- that lost cases is told (NOTIFY 't').
+-- Cases of nodes whose lease has expired move to p_node, their epochs bumped; at most p_limit, never a case
+-- another taker holds locked (SKIP LOCKED). p_node's own lease must be live. Each node that lost cases is told
+-- (NOTIFY 't'). The expired nodes are listed first and the cases picked by `owner = ANY (...)`, with no join:
+-- a row another taker updated meanwhile is re-checked on its new version (owner is no longer an expired node),
+-- which a join to `nodes` would re-check against the old joined row.
 CREATE FUNCTION take_over(p_node text, p_limit integer) RETURNS SETOF cases LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_now double precision := db_now();
+    v_expired text[];
     r record;
     v_taken text[] := '{}';
     v_losers text[] := '{}';
@@ -226,13 +243,16 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM nodes WHERE node_id = p_node AND lease_until > v_now) THEN
         RAISE EXCEPTION 'the lease of node % has expired', p_node USING ERRCODE = 'WF001';
     END IF;
+    v_expired := ARRAY(SELECT node_id FROM nodes WHERE lease_until <= v_now AND node_id <> p_node);
+    IF cardinality(v_expired) = 0 THEN
+        RETURN;
+    END IF;
     FOR r IN
         WITH picked AS (
-            SELECT c.case_id, c.owner FROM cases c LEFT JOIN nodes n ON n.node_id = c.owner
-            WHERE c.ended_at IS NULL AND c.owner IS NOT NULL AND c.owner <> p_node
-              AND (n.node_id IS NULL OR n.lease_until <= v_now)
+            SELECT c.case_id, c.owner FROM cases c
+            WHERE c.ended_at IS NULL AND c.owner = ANY (v_expired)
             ORDER BY c.case_order LIMIT p_limit
-            FOR UPDATE OF c SKIP LOCKED
+            FOR UPDATE SKIP LOCKED
         )
         UPDATE cases c SET owner = p_node, epoch = c.epoch + 1 FROM picked WHERE c.case_id = picked.case_id
         RETURNING c.case_id AS taken, picked.owner AS lost_by
