@@ -15,7 +15,7 @@ import sys
 
 from ._figures import FIGURES
 
-SUITES = ("core", "runtime", "net", "store", "durable")
+SUITES = ("core", "runtime", "net", "store", "durable", "postgres")  # postgres prints why it skips without a server
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,6 +84,7 @@ Names and secrets: `url` and messages show the DSN without its password.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -94,7 +95,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -366,7 +367,9 @@ class _Conns:
     pool: Any = None  # asyncpg.Pool for reads and single statements
     writer: Any = None  # asyncpg.Connection of the group commit
     listener: Any = None  # asyncpg.Connection that LISTENs
-    jobs: asyncio.Queue[Any] | None = None
+    pending: collections.deque[Any] = field(default_factory=collections.deque)  # jobs queued for the writer
+    kick: asyncio.Event = field(default_factory=asyncio.Event)  # wakes the writer (set on the driver loop only)
+    idle: bool = True  # the writer waits for a kick
     writer_task: asyncio.Task[None] | None = None
     listen_task: asyncio.Task[None] | None = None
 
@@ -436,6 +439,8 @@ class PostgresStore:
         self._opening = False
         self._closing = False
         self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
+        self.groups = 0  # transactions the writer committed or attempted (for tests and benchmarks)
+        self.jobs = 0
 
     def __repr__(self) -> str:
         state = "closed" if self._loop is None else (f"node {self._node!r}" if self._node else "open")
@@ -454,6 +459,7 @@ class PostgresStore:
         if not isinstance(owner_id, str) or not owner_id:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str naming the opener (a node id)")
         self._opening = True
+        self._c = _Conns()
         loop = _DriverLoop(self.url)
         loop.start()
         try:
@@ -534,7 +540,6 @@ class PostgresStore:
             c.writer = await self._connect()
         except Exception as exc:
             raise _fault(self._name, "opening the store's connections", exc) from exc
-        c.jobs = asyncio.Queue()
         c.writer_task = asyncio.get_running_loop().create_task(self._writer_loop())
         self._fingerprints = None
         await self._listen(first=True)
@@ -618,8 +623,9 @@ class PostgresStore:
 
     async def _close_async(self) -> None:
         c = self._c
-        if c.jobs is not None and c.writer_task is not None:
-            c.jobs.put_nowait(_STOP)
+        if c.writer_task is not None:
+            c.pending.append(_STOP)
+            c.kick.set()
             await asyncio.shield(c.writer_task)  # commits what was queued
         if c.listen_task is not None:
             c.listen_task.cancel()
@@ -713,24 +719,32 @@ class PostgresStore:
     # -- the group commit ------------------------------------------------------------------------------------
 
     def _submit(self, job: _Job) -> None:
+        """Queue a job for the writer (from the caller's thread). The writer is woken only when it sleeps: a
+        burst of writes costs one cross-thread wake-up, not one per write."""
         loop = self._running("write")
         c = self._c
-        assert c.jobs is not None
-        try:
-            loop.loop.call_soon_threadsafe(c.jobs.put_nowait, job)
-        except RuntimeError as exc:  # the driver loop has stopped
-            raise StoreError(self._name, "cannot write: the store is closing") from exc
+        c.pending.append(job)
+        if c.idle:
+            try:
+                loop.loop.call_soon_threadsafe(c.kick.set)
+            except RuntimeError as exc:  # the driver loop has stopped
+                raise StoreError(self._name, "cannot write: the store is closing") from exc
 
     async def _writer_loop(self) -> None:
         c = self._c
-        assert c.jobs is not None
-        jobs = c.jobs
+        pending, kick = c.pending, c.kick
         while True:
-            first = await jobs.get()
-            stop = first is _STOP
-            group: list[_Job] = [] if stop else [first]
-            while not jobs.empty():
-                item = jobs.get_nowait()
+            # Declare the writer asleep, then look once more: a job queued before the flag was seen is taken now,
+            # one queued after it comes with a kick.
+            c.idle = True
+            if not pending:
+                await kick.wait()
+            kick.clear()
+            c.idle = False
+            group: list[_Job] = []
+            stop = False
+            while pending:
+                item = pending.popleft()
                 if item is _STOP:
                     stop = True
                 else:
@@ -739,6 +753,8 @@ class PostgresStore:
             for job in group:
                 by_query.setdefault(job.query, []).append(job)
             for query, batch in by_query.items():
+                self.groups += 1
+                self.jobs += len(batch)
                 await self._commit(query, batch)
             self._deliver(group)
             if stop:
