@@ -209,8 +209,8 @@ async def test_queued_cases_are_claimed_once_each_by_nodes_that_know_their_finge
 
 
 async def test_wait_changed_is_woken_by_another_nodes_inbox_put_and_end(tmp_path: Path) -> None:
-    """B's wait_changed returns soon after A puts an input for B's case, and after A ends a case; an input for
-    A's own case does not wake B."""
+    """B's wait_changed returns soon after A puts an input for B's case, and after A ends a case (drain_ended
+    names it); an input for A's own case does not wake B."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await b.write(first_write("b-case"))
         await a.write(first_write("a-case"))
@@ -232,11 +232,12 @@ async def test_wait_changed_is_woken_by_another_nodes_inbox_put_and_end(tmp_path
                 tg.start_soon(b.wait_changed, 30.0)
                 await anyio.sleep(0.05)
                 await a.write(CaseWrite("a-case", records=[end(1)]))
+        assert b.drain_ended() == {"a-case"} and b.drain_ended() == set()
 
 
 async def test_wait_changed_returns_after_the_listener_reconnects_and_is_woken_again(tmp_path: Path) -> None:
     """When its listening connection is killed, the store subscribes again and wait_changed returns (what was
-    sent meanwhile is lost: re-read); notifications wake it again afterwards."""
+    sent meanwhile is lost: re-read, as drain_ended's None says); notifications wake it again afterwards."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await b.write(first_write("b-case"))
         await b.wait_changed(0)
@@ -246,6 +247,7 @@ async def test_wait_changed_returns_after_the_listener_reconnects_and_is_woken_a
             assert terminate([listener.get_server_pid()]) == 1
             await b.wait_changed(30.0)  # returns once it has subscribed again
         assert b._c.listener is not None and b._c.listener is not listener
+        assert b.drain_ended() is None and b.drain_ended() == set()
         with anyio.fail_after(5):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(b.wait_changed, 30.0)

@@ -94,12 +94,12 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.lowlevel
@@ -108,6 +108,19 @@ from anyio.lowlevel import EventLoopToken
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._pgdriver import (
+    FIXES,
+    UNREACHABLE,
+    DriverLoop,
+    classify,
+    driver,
+    fault,
+    fenced,
+    redact_dsn,
+    split_options,
+    sqlstate,
+    wake,
+)
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -129,8 +142,9 @@ _log = get_logger("wfsub.store")
 T = TypeVar("T")
 _NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
-_OPTIONS = ("schema", "lease_seconds", "connect_timeout", "retry_for")
+OPTIONS = ("schema", "lease_seconds", "connect_timeout", "retry_for")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
+ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before it says "re-read everything"
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
 
@@ -155,176 +169,6 @@ SCHEMA_VERSION = max(MIGRATIONS)
 """The Postgres layout version this library writes (its own numbering, beside SQLite's)."""
 
 Q = QUERIES
-
-
-def _driver(store: str = "postgresql") -> Any:
-    try:
-        import asyncpg
-    except ImportError as exc:
-        raise StoreError(
-            store,
-            "the Postgres store needs the asyncpg driver, which is not installed: pip install 'wfsub[postgres]'",
-        ) from exc
-    return asyncpg
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password (for `url` and messages)."""
-    parts = urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = quote(parts.username or "", safe="") + "@" + host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def split_options(dsn: str) -> tuple[str, dict[str, str]]:
-    """(the DSN for the driver, wfsub's own options taken out of its query string)."""
-    parts = urlsplit(dsn)
-    mine: dict[str, str] = {}
-    theirs: list[tuple[str, str]] = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in _OPTIONS:
-            mine[key] = value
-        else:
-            theirs.append((key, value))
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(theirs), parts.fragment)), mine
-
-
-# -- errors ----------------------------------------------------------------------------------------------------
-
-_FIXES = {
-    "28P01": "check the user and password in the DSN (or PGPASSWORD, ~/.pgpass)",
-    "28000": "check the user in the DSN and the server's pg_hba.conf",
-    "3D000": "create the database first (createdb NAME), or name an existing one in the DSN",
-    "42501": "grant the user CREATE on the database (for the schema) and use of the schema, or choose a schema "
-    "it owns with ?schema=",
-    "53300": "the server has no free connection slot: raise max_connections, or lower readers= on the stores",
-}
-_UNREACHABLE = "check that the server is up and reachable at this address (pg_isready), then try again"
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    state = getattr(exc, "sqlstate", None)
-    return state if isinstance(state, str) else None
-
-
-def _classify(exc: BaseException) -> str:
-    """'retry': nothing was committed and the connection is the problem (safe to try again);
-    'unknown': the connection was lost after the statement was sent; 'fatal': anything else."""
-    asyncpg = _driver()
-    if isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError):
-        return "unknown"  # lost with no answer (its SQLSTATE 08003 is the client's, not the server's)
-    if isinstance(exc, asyncpg.exceptions.InternalClientError) and "cannot switch to state" in str(exc):
-        return "retry"  # the connection was already broken: refused before anything was sent
-    state = _sqlstate(exc)
-    if state is not None:
-        if state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300"):
-            return "retry"  # the server answered with an error: the transaction did not commit
-        return "fatal"
-    if isinstance(exc, asyncpg.InterfaceError):
-        text = str(exc)
-        if "connection is closed" in text or "pool is closing" in text or "released" in text:
-            return "retry"  # refused before anything was sent
-        return "fatal"
-    if isinstance(exc, (OSError, asyncio.TimeoutError, ConnectionError, EOFError)):
-        return "unknown"
-    return "fatal"
-
-
-def _fault(store: str, action: str, exc: BaseException) -> StoreError:
-    state = _sqlstate(exc)
-    fix = _FIXES.get(state or "")
-    if fix is None:
-        fix = _UNREACHABLE if _classify(exc) != "fatal" else "the driver's error is the cause below"
-    detail = f"{type(exc).__name__}: {exc}" + (f" (SQLSTATE {state})" if state else "")
-    error = StoreError(store, f"{action} failed: {detail}; {fix}")
-    error.__cause__ = exc
-    return error
-
-
-def _fenced(case_id: str, node: str | None, epoch: int | None, owner: str | None, now_epoch: int | None) -> str:
-    mine = f"node {node!r}" if node else "a store opened without a lease (owner=False)"
-    held = f" at epoch {epoch}" if epoch is not None else ""
-    if owner is None:
-        whose = "no node: it is queued for any node (placement='any') until one claims it"
-    else:
-        whose = f"node {owner!r} at epoch {now_epoch}"
-    return (
-        f"case {case_id!r} is owned by {whose}, not by {mine}{held}: this write was not applied (fencing). The "
-        "case was taken over after this node's lease expired (or was never this node's): drop it from memory; "
-        "its owner runs it now"
-    )
-
-
-# -- the driver loop -------------------------------------------------------------------------------------------
-
-
-def _wake(token: EventLoopToken, fn: Callable[[], None]) -> None:
-    """Run fn on the caller's event loop, from the driver thread, without waiting for it."""
-    soon = getattr(token.backend_class, "run_sync_soon", None)
-    native: Any = token.native_token
-    try:
-        if soon is not None:
-            soon(fn, (), native)
-        elif hasattr(native, "call_soon_threadsafe"):  # asyncio, anyio < 4.16
-            native.call_soon_threadsafe(fn)
-        else:  # trio, anyio < 4.16
-            native.run_sync_soon(fn)
-    except Exception:  # the caller's loop has ended: nobody is waiting any more
-        _log.warning("store_waiter_gone")
-
-
-class _DriverLoop:
-    """An asyncio event loop in a thread of its own: where asyncpg runs, whatever the caller runs on."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name=f"wfsub-postgres {name}", daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.close()
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run coro on the driver loop; wait for it on the caller's loop (asyncio or trio)."""
-        token = anyio.lowlevel.current_token()
-        done = anyio.Event()
-        future = self.submit(coro)
-        future.add_done_callback(lambda _: _wake(token, done.set))
-        try:
-            await done.wait()
-        finally:
-            if not future.done():
-                future.cancel()  # the caller was cancelled: stop the work (reads only; writes are queued jobs)
-        return future.result()
-
-    def call_sync(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        if threading.current_thread() is self.thread:
-            coro.close()
-            raise RuntimeError("a synchronous store read from the driver thread itself would never finish")
-        future = self.submit(coro)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
 
 
 # -- jobs of the group commit ----------------------------------------------------------------------------------
@@ -406,7 +250,7 @@ class PostgresStore:
             )
         driver_dsn, options = split_options(dsn)
         name = redact_dsn(driver_dsn)
-        self._asyncpg = _driver(name)
+        self._asyncpg = driver(name)
         self.schema = schema if schema is not None else options.get("schema", "wfsub")
         if not _SCHEMA.match(self.schema):
             raise StoreError(
@@ -426,7 +270,7 @@ class PostgresStore:
         sep = "&" if urlsplit(name).query else "?"
         self.url = name if self.schema == "wfsub" else f"{name}{sep}schema={self.schema}"
         self._name = self.url
-        self._loop: _DriverLoop | None = None
+        self._loop: DriverLoop | None = None
         self._c = _Conns()
         self._node: str | None = None  # this node's id when opened as an owner
         self._sender = ""  # who this store object's NOTIFYs come from
@@ -435,6 +279,7 @@ class PostgresStore:
         self._changed_flag = False
         self._wait_flag = False
         self._waiters: dict[object, tuple[EventLoopToken, anyio.Event]] = {}
+        self._ended: set[str] | None = set()  # `end`s notified since drain_ended() (None: some were lost)
         self._fingerprints: frozenset[str] | None = None  # the last claim_queued's: which queued cases wake us
         self._opening = False
         self._closing = False
@@ -460,7 +305,8 @@ class PostgresStore:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str naming the opener (a node id)")
         self._opening = True
         self._c = _Conns()
-        loop = _DriverLoop(self.url)
+        self._ended = set()
+        loop = DriverLoop(self.url)
         loop.start()
         try:
             with anyio.CancelScope(shield=True):  # half an open would leave a thread and connections behind
@@ -506,8 +352,8 @@ class PostgresStore:
             try:
                 return await self._connect()
             except Exception as exc:
-                if _classify(exc) == "fatal" and not isinstance(exc, OSError):
-                    raise _fault(self._name, action, exc) from exc
+                if classify(exc) == "fatal" and not isinstance(exc, OSError):
+                    raise fault(self._name, action, exc) from exc
                 if time.monotonic() + delay > deadline:
                     raise self._unreachable(action, exc) from exc
                 await asyncio.sleep(delay)
@@ -517,7 +363,7 @@ class PostgresStore:
         error = StoreError(
             self._name,
             f"{action} failed: the database could not be reached for {self.retry_for:g} s (last error: "
-            f"{type(exc).__name__}: {exc}); {_UNREACHABLE} (retry_for= sets how long calls wait)",
+            f"{type(exc).__name__}: {exc}); {UNREACHABLE} (retry_for= sets how long calls wait)",
         )
         error.__cause__ = exc
         return error
@@ -539,7 +385,7 @@ class PostgresStore:
             )
             c.writer = await self._connect()
         except Exception as exc:
-            raise _fault(self._name, "opening the store's connections", exc) from exc
+            raise fault(self._name, "opening the store's connections", exc) from exc
         c.writer_task = asyncio.get_running_loop().create_task(self._writer_loop())
         self._fingerprints = None
         await self._listen(first=True)
@@ -583,7 +429,7 @@ class PostgresStore:
         except StoreError:
             raise
         except Exception as exc:
-            raise _fault(self._name, action, exc) from exc
+            raise fault(self._name, action, exc) from exc
 
     async def _version(self, conn: Any) -> int:
         tables = await conn.fetchval(Q["count_tables"], self.schema)
@@ -612,7 +458,7 @@ class PostgresStore:
                 return
             row = await conn.fetchrow(Q["node_get"], owner_id)
         except Exception as exc:
-            raise _fault(self._name, f"registering node {owner_id!r}", exc) from exc
+            raise fault(self._name, f"registering node {owner_id!r}", exc) from exc
         _, pid, host, _since, left = row
         raise StoreError(
             self._name,
@@ -650,7 +496,7 @@ class PostgresStore:
 
     # -- running statements on the driver loop ---------------------------------------------------------------
 
-    def _running(self, action: str) -> _DriverLoop:
+    def _running(self, action: str) -> DriverLoop:
         loop = self._loop
         if loop is None:
             raise StoreError(
@@ -672,8 +518,8 @@ class PostgresStore:
             try:
                 conn = await pool.acquire(timeout=self.connect_timeout)
             except Exception as exc:  # connecting: nothing was sent
-                if _sqlstate(exc) in _FIXES and _classify(exc) == "fatal":
-                    raise _fault(self._name, action, exc) from exc
+                if sqlstate(exc) in FIXES and classify(exc) == "fatal":
+                    raise fault(self._name, action, exc) from exc
                 if time.monotonic() + delay > deadline:
                     raise self._unreachable(action, exc) from exc
                 await asyncio.sleep(delay)
@@ -684,9 +530,9 @@ class PostgresStore:
             except StoreError:
                 raise
             except Exception as exc:
-                kind = _classify(exc)
+                kind = classify(exc)
                 if kind == "fatal":
-                    raise _fault(self._name, action, exc) from exc
+                    raise fault(self._name, action, exc) from exc
                 conn.terminate()  # broken: the pool opens a new one at the next acquire
                 if kind == "unknown" and not idempotent:
                     raise CommitUnknown(
@@ -713,7 +559,7 @@ class PostgresStore:
         except concurrent.futures.TimeoutError as exc:
             raise StoreError(
                 self._name, f"{action} took longer than sync_timeout={self.sync_timeout:g} s (a synchronous read "
-                f"does not wait out a reconnect); {_UNREACHABLE}"
+                f"does not wait out a reconnect); {UNREACHABLE}"
             ) from exc
 
     # -- the group commit ------------------------------------------------------------------------------------
@@ -795,7 +641,7 @@ class PostgresStore:
             try:
                 rows = await conn.fetchmany(query, args)
             except Exception as exc:
-                kind = _classify(exc)
+                kind = classify(exc)
                 if kind != "fatal":
                     self._drop_writer()
                 if kind == "unknown":
@@ -828,7 +674,7 @@ class PostgresStore:
                     return
                 for job in group:
                     job.error = (
-                        _fault(self._name, f"committing {job.label}", exc)
+                        fault(self._name, f"committing {job.label}", exc)
                         if kind == "fatal"
                         else self._unreachable(f"committing {job.label}", exc)
                     )
@@ -884,7 +730,7 @@ class PostgresStore:
                 continue
             waiting.setdefault(id(job.token.native_token), (job.token, []))[1].append(job)
         for token, jobs in waiting.values():
-            _wake(token, partial(_set_all, jobs))
+            wake(token, partial(_set_all, jobs))
 
     # -- writes ----------------------------------------------------------------------------------------------
 
@@ -915,7 +761,7 @@ class PostgresStore:
         if status == "ok":
             return list(appended)
         if status == "fenced":
-            raise StoreConflict(self._name, _fenced(case_id, self._node, epoch, owner, now_epoch))
+            raise StoreConflict(self._name, fenced(case_id, self._node, epoch, owner, now_epoch))
         if info == "journal_one_end":
             raise StoreConflict(self._name, second_end(case_id, at_seq))
         if info in ("journal_pkey", "cases_case_id_key"):
@@ -970,7 +816,7 @@ class PostgresStore:
 
         action = f"pruning cases ended before {ended_before}"
         loop = self._running("prune")
-        return await loop.call(self._pooled(action, run, idempotent=False))
+        return await loop.call(self._pooled(action, run, idempotent=False), cancel=False)
 
     # -- nodes -----------------------------------------------------------------------------------------------
 
@@ -996,7 +842,7 @@ class PostgresStore:
             return float(now)
 
         within = min(self.retry_for, self.lease_seconds / 3)
-        return await loop.call(self._pooled(f"renewing the lease of node {node!r}", run, within=within))
+        return await loop.call(self._pooled(f"renewing the lease of node {node!r}", run, within=within), cancel=False)
 
     async def take_over(self, limit: int = 1000) -> list[CaseRow]:
         loop = self._running("take cases over")
@@ -1005,7 +851,9 @@ class PostgresStore:
         async def run(conn: Any) -> list[CaseRow]:
             return [_row(found) for found in await conn.fetch(Q["take_over"], node, limit)]
 
-        return await loop.call(self._pooled("taking over the cases of expired nodes", run, idempotent=False))
+        return await loop.call(
+            self._pooled("taking over the cases of expired nodes", run, idempotent=False), cancel=False
+        )
 
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         loop = self._running("claim queued cases")
@@ -1018,7 +866,7 @@ class PostgresStore:
         async def run(conn: Any) -> list[str]:
             return [found[0] for found in await conn.fetch(Q["claim_queued"], node, wanted, limit)]
 
-        return await loop.call(self._pooled("claiming queued cases", run, idempotent=False))
+        return await loop.call(self._pooled("claiming queued cases", run, idempotent=False), cancel=False)
 
     async def database_time(self) -> float:
         async def run(conn: Any) -> float:
@@ -1059,10 +907,13 @@ class PostgresStore:
         except Exception as exc:
             conn.terminate()
             if first:
-                raise _fault(self._name, "subscribing to notifications", exc) from exc
+                raise fault(self._name, "subscribing to notifications", exc) from exc
             raise
         conn.add_termination_listener(self._on_listener_lost)
         c.listener = conn
+        if not first:
+            with self._flag_lock:
+                self._ended = None  # what was sent while disconnected is lost
         self._signal(own=False)
 
     def _on_listener_lost(self, conn: Any) -> None:
@@ -1090,6 +941,12 @@ class PostgresStore:
         if note.get("s") == self._sender:
             return  # this store object's own write: it knows
         kind = note.get("k")
+        if kind == "e":
+            with self._flag_lock:
+                if self._ended is not None:
+                    self._ended.add(str(note.get("c")))
+                    if len(self._ended) > ENDED_KEPT:
+                        self._ended = None
         if self._node is not None:
             if kind == "i" and note.get("o") not in (None, self._node):
                 return  # an input for a case another node owns
@@ -1104,7 +961,16 @@ class PostgresStore:
             self._wait_flag = True
             waiters = list(self._waiters.values())
         for token, event in waiters:
-            _wake(token, event.set)
+            wake(token, event.set)
+
+    def drain_ended(self) -> set[str] | None:
+        """The ids of the cases whose `end` another node committed since the last call, as NOTIFY told; None
+        when some may have been missed (the listener reconnected, or more than ENDED_KEPT piled up): then re-read
+        the rows of every case you wait for. For waiters on cases other nodes own (`await_case`)."""
+        self._running("drain ended cases")
+        with self._flag_lock:
+            ended, self._ended = self._ended, set()
+        return ended
 
     def changed(self) -> bool:
         self._running("poll for changes")
@@ -1320,4 +1186,4 @@ async def _page(state: str | None, workflow: str | None, limit: int, before: int
     return [_row(found) for found in rows]
 
 
-__all__ = ["PostgresStore", "redact_dsn"]
+__all__ = ["PostgresStore"]
