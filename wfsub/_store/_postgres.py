@@ -313,8 +313,9 @@ class PostgresStore:
     async def open(self, *, owner: bool, owner_id: str) -> None:
         if self._loop is not None or self._opening:
             raise StoreError(self._name, "open() called on a store that is already open: close() it first")
-        if not isinstance(owner_id, str) or not owner_id:
-            raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str naming the opener (a node id)")
+        if not isinstance(owner_id, str) or not owner_id or len(owner_id) > 200:
+            raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str of at most 200 characters naming the "
+                             "opener (a node id)")
         self._opening = True
         self._c = _Conns()
         self._ended = set()
@@ -327,6 +328,7 @@ class PostgresStore:
             with anyio.CancelScope(shield=True):
                 await loop.call(self._close_async())
             loop.stop()
+            self._node = None
             raise
         finally:
             self._opening = False
@@ -387,6 +389,7 @@ class PostgresStore:
             await self._prepare(conn, owner)
             if owner:
                 await self._register(conn, owner_id)
+                self._node = owner_id  # from here on, a failed open gives the lease back
         finally:
             await conn.close()
         c = self._c
@@ -613,7 +616,12 @@ class PostgresStore:
             for query, batch in by_query.items():
                 self.groups += 1
                 self.jobs += len(batch)
-                await self._commit(query, batch)
+                try:
+                    await self._commit(query, batch)
+                except Exception as exc:  # never leave a caller waiting, nor the writer dead
+                    for job in batch:
+                        if job.error is None and job.result is None:
+                            job.error = fault(self._name, f"committing {job.label}", exc)
             self._deliver(group)
             if stop:
                 return
@@ -954,11 +962,12 @@ class PostgresStore:
             return  # this store object's own write: it knows
         kind = note.get("k")
         if kind == "e":
+            case_id = note.get("c")
             with self._flag_lock:
                 if self._ended is not None:
-                    self._ended.add(str(note.get("c")))
-                    if len(self._ended) > ENDED_KEPT:
-                        self._ended = None
+                    self._ended.add(str(case_id))
+                    if case_id is None or len(self._ended) > ENDED_KEPT:
+                        self._ended = None  # an id too long for a NOTIFY, or too many: re-read them all
         if self._node is not None:
             if kind == "i" and note.get("o") not in (None, self._node):
                 return  # an input for a case another node owns

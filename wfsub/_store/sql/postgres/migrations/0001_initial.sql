@@ -102,7 +102,8 @@ $$;
 
 -- One NOTIFY on this schema's channel (`<schema>_changed`), delivered when the transaction commits.
 -- The payload is JSON: {"k": kind, "s": sender node, ...}; kinds: i (inbox row, "o": the case's owner), e (an
--- `end`, "c": case id), q (a queued case, "f": fingerprint), t (a takeover, "o": the node that lost cases).
+-- `end`, "c": case id, null past 1,000 characters: a NOTIFY payload is at most 8,000 bytes), q (a queued case,
+-- "f": fingerprint), t (a takeover, "o": the node that lost cases). Node ids are at most 200 characters.
 CREATE FUNCTION notify_change(payload json) RETURNS void LANGUAGE sql VOLATILE AS $$
     SELECT pg_notify(current_schema() || '_changed', payload::text)
 $$;
@@ -154,7 +155,9 @@ BEGIN
             ON CONFLICT (case_id, request_id) WHERE request_id IS NOT NULL DO NOTHING;
             appended := appended || FOUND;
             IF FOUND AND p_kinds[i] = 'end' THEN
-                PERFORM notify_change(json_build_object('k', 'e', 's', p_node, 'c', p_case_id));
+                PERFORM notify_change(json_build_object(
+                    'k', 'e', 's', p_node, 'c', CASE WHEN length(p_case_id) <= 1000 THEN p_case_id END
+                ));
             END IF;
         END LOOP;
         at_seq := NULL;
@@ -221,7 +224,7 @@ BEGIN
     INSERT INTO inbox (case_id, kind, body, request_id, created_at)
     VALUES (p_case_id, p_kind, p_body, p_request_id, p_created_at) RETURNING id INTO v_id;
     SELECT c.owner INTO v_owner FROM cases c WHERE c.case_id = p_case_id;
-    PERFORM notify_change(json_build_object('k', 'i', 's', p_node, 'o', v_owner, 'c', p_case_id));
+    PERFORM notify_change(json_build_object('k', 'i', 's', p_node, 'o', v_owner));
     RETURN v_id;
 END
 $$;
