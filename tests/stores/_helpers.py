@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from wfsub._store import CaseRow, CaseWrite, Record, Snapshot, Store
 from wfsub.stores import MemoryStore, PostgresStore, SqliteStore
 
@@ -16,6 +18,12 @@ from . import _pg
 STORE_KINDS = ["memory", "sqlite", *(["postgres"] if _pg.ENABLED else [])]
 """Every backend the store-generic tests run on; a new backend joins by adding its name here and in make_store.
 Postgres joins when WFSUB_TEST_POSTGRES names a server (see _pg.py)."""
+
+STORE_PARAMS = [
+    *STORE_KINDS,
+    *([] if _pg.ENABLED else [pytest.param("postgres", marks=pytest.mark.skip(reason=_pg.SKIP_REASON))]),
+]
+"""STORE_KINDS as pytest parameters: without a server, Postgres is there too, skipped with how to run it."""
 
 
 def make_store(kind: str, tmp_path: Path, **options: Any) -> Store:

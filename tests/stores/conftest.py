@@ -8,7 +8,7 @@ import pytest
 from wfsub._store import Store
 
 from . import _pg
-from ._helpers import STORE_KINDS, make_store
+from ._helpers import STORE_PARAMS, make_store
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -18,7 +18,7 @@ def _postgres_database() -> Iterator[None]:
     _pg.drop_database()
 
 
-@pytest.fixture(params=STORE_KINDS)
+@pytest.fixture(params=STORE_PARAMS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """A new, unopened store of each kind (tests open it with `opened(store)` in their body)."""
     return make_store(request.param, tmp_path)
