@@ -22,6 +22,7 @@ from wfsub.stores import PostgresStore
 
 from . import _pg
 from ._helpers import end, first_write, make_store, opened, row, signal, start, twin
+from ._proxy import Proxy
 
 pytestmark = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 
@@ -389,3 +390,39 @@ async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp
     finally:
         for each in both:
             await each.close()
+
+
+async def test_calls_made_during_an_outage_wait_for_the_server_or_fail_after_retry_for(tmp_path: Path) -> None:
+    """While the server cannot be reached, a write and a read wait and complete once it is back (a write sent into
+    a dying connection is resolved by its commit token); an outage longer than retry_for fails a write with a
+    StoreError saying the database could not be reached."""
+    proxy = Proxy(_pg.database_dsn())
+    store = PostgresStore(proxy.dsn, schema=_pg.new_schema(), retry_for=1.5, connect_timeout=0.5)
+    try:
+        async with nodes(store, "A") as (a,):
+            await a.write(first_write("c"))
+            results: list[object] = []
+
+            async def call() -> None:
+                results.append(await a.write(CaseWrite("c", records=[signal(1)], epoch=1)))
+                results.append(await a.row("c"))
+
+            proxy.down()
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await anyio.sleep(0.4)
+                    assert results == []  # waiting for the server
+                    proxy.up()
+            assert results[0] == [True] and getattr(results[1], "last_seq", None) == 0
+
+            proxy.down()
+            await anyio.sleep(0.2)  # the store sees its connections close (a write sent into one is CommitUnknown)
+            began = time.monotonic()
+            with pytest.raises(StoreError, match=r"could not be reached for 1.5 s.*pg_isready"):
+                await a.write(CaseWrite("c", records=[signal(2)], epoch=1))
+            assert 1.0 < time.monotonic() - began < 6
+            proxy.up()
+            assert [r["seq"] for r in await a.journal("c")] == [0, 1]
+    finally:
+        proxy.down()

@@ -368,9 +368,8 @@ class PostgresStore:
             except Exception as exc:
                 if classify(exc) == "fatal" and not isinstance(exc, OSError):
                     raise fault(self._name, action, exc) from exc
-                if time.monotonic() + delay > deadline:
+                if not await _backoff(delay, deadline):
                     raise self._unreachable(action, exc) from exc
-                await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
 
     def _unreachable(self, action: str, exc: BaseException) -> StoreError:
@@ -535,9 +534,8 @@ class PostgresStore:
             except Exception as exc:  # connecting: nothing was sent
                 if sqlstate(exc) in FIXES and classify(exc) == "fatal":
                     raise fault(self._name, action, exc) from exc
-                if time.monotonic() + delay > deadline:
+                if not await _backoff(delay, deadline):
                     raise self._unreachable(action, exc) from exc
-                await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
             try:
@@ -555,12 +553,12 @@ class PostgresStore:
                         f"{action}: the connection was lost before the outcome was known ({type(exc).__name__}: "
                         f"{exc}); it may or may not have been applied: read back to see",
                     ) from exc
-                if time.monotonic() + delay > deadline:
+                if time.monotonic() >= deadline:
                     raise self._unreachable(action, exc) from exc
             finally:
                 with contextlib.suppress(Exception):  # a broken connection: the pool replaces it at next acquire
                     await pool.release(conn)
-            await asyncio.sleep(delay)
+            await _backoff(delay, deadline)
             delay = min(delay * 2, BACKOFF_MAX)
 
     async def _read(self, action: str, fn: Callable[[Any], Awaitable[T]]) -> T:
@@ -684,8 +682,7 @@ class PostgresStore:
                             )
                             job.error.__cause__ = exc
                         return
-                if kind == "retry" and time.monotonic() + delay <= deadline:
-                    await asyncio.sleep(delay)
+                if kind == "retry" and await _backoff(delay, deadline):
                     delay = min(delay * 2, BACKOFF_MAX)
                     continue
                 if kind == "fatal" and len(group) > 1:
@@ -1143,6 +1140,15 @@ class PostgresStore:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
+
+
+async def _backoff(delay: float, deadline: float) -> bool:
+    """Sleep `delay`, cut short at the deadline (the last try is made at it); False once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
+    await asyncio.sleep(min(delay, left))
+    return True
 
 
 def _set_all(jobs: list[_Job]) -> None:
