@@ -27,13 +27,13 @@ STORE_PARAMS = [
 
 
 def make_store(kind: str, tmp_path: Path, **options: Any) -> Store:
-    """A new, unopened store of this kind (a fresh place each time: a new file, a new Postgres schema)."""
+    """A new, unopened store of this kind (an empty place each time: a new file, an emptied Postgres schema)."""
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
         return SqliteStore(tmp_path / "cases.db")
     if kind == "postgres":
-        return PostgresStore(_pg.database_dsn(), schema=_pg.new_schema(), **options)
+        return PostgresStore(_pg.database_dsn(), schema=_pg.emptied_schema(), **options)
     raise AssertionError(f"unknown store kind {kind!r}")
 
 

@@ -27,7 +27,10 @@ from ._proxy import Proxy
 pytestmark = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 
 
-def new_store(tmp_path: Path, **options: Any) -> PostgresStore:
+def new_store(tmp_path: Path, *, fresh: bool = False, **options: Any) -> PostgresStore:
+    """A store on the emptied shared schema, or (fresh=True: tests of the layout) on a schema of its own."""
+    if fresh:
+        return PostgresStore(_pg.database_dsn(), schema=_pg.new_schema(), **options)
     store = make_store("postgres", tmp_path, **options)
     assert isinstance(store, PostgresStore)
     return store
@@ -354,7 +357,7 @@ async def test_a_write_postgres_refuses_fails_alone_in_its_group(tmp_path: Path)
 async def test_a_newer_schema_version_is_refused_and_left_untouched(tmp_path: Path) -> None:
     """A schema whose recorded layout version is newer than this wfsub's is refused with a StoreError saying to
     upgrade; it is not changed."""
-    store = new_store(tmp_path)
+    store = new_store(tmp_path, fresh=True)
     async with opened(store):
         pass
     sql(store, "UPDATE S.meta SET value = '99' WHERE key = 'version'")
@@ -365,7 +368,7 @@ async def test_a_newer_schema_version_is_refused_and_left_untouched(tmp_path: Pa
 
 async def test_a_schema_that_is_not_a_wfsub_store_is_refused(tmp_path: Path) -> None:
     """A schema holding tables of another application is refused, and create=False refuses a missing schema."""
-    store = new_store(tmp_path)
+    store = new_store(tmp_path, fresh=True)
     _pg.fetchval(f'CREATE SCHEMA "{store.schema}"')
     sql(store, "CREATE TABLE S.orders (id int)")
     with pytest.raises(StoreError, match="not a wfsub store"):
@@ -378,7 +381,7 @@ async def test_a_schema_that_is_not_a_wfsub_store_is_refused(tmp_path: Path) -> 
 async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp_path: Path) -> None:
     """Two nodes opening a new schema at once build it once (advisory lock): meta says application wfsub,
     version 1."""
-    store = new_store(tmp_path)
+    store = new_store(tmp_path, fresh=True)
     both = [store, twin(store)]
     try:
         async with anyio.create_task_group() as tg:
@@ -397,7 +400,7 @@ async def test_calls_made_during_an_outage_wait_for_the_server_or_fail_after_ret
     a dying connection is resolved by its commit token); an outage longer than retry_for fails a write with a
     StoreError saying the database could not be reached."""
     proxy = Proxy(_pg.database_dsn())
-    store = PostgresStore(proxy.dsn, schema=_pg.new_schema(), retry_for=1.5, connect_timeout=0.5)
+    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=1.5, connect_timeout=0.5)
     try:
         async with nodes(store, "A") as (a,):
             await a.write(first_write("c"))
