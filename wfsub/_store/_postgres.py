@@ -110,7 +110,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -146,15 +146,11 @@ from ._rows import (
 )
 from ._sql import parse_queries
 
-if TYPE_CHECKING:
-    pass
-
 _log = get_logger("wfsub.store")
 
 T = TypeVar("T")
 _NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
-OPTIONS = ("schema", "lease_seconds", "connect_timeout", "retry_for")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
 ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before it says "re-read everything"
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
@@ -189,17 +185,15 @@ Q = QUERIES
 class _Job:
     """One write for the writer task: its statement's arguments, and how its result comes back."""
 
-    __slots__ = ("args", "case_id", "decode", "error", "event", "label", "query", "result", "token")
+    __slots__ = ("args", "decode", "error", "event", "label", "query", "result", "token")
 
     def __init__(
-        self, query: str, args: tuple[Any, ...], label: str, decode: Callable[[Any], Any], *, wait: bool,
-        case_id: str | None = None,
+        self, query: str, args: tuple[Any, ...], label: str, decode: Callable[[Any], Any], *, wait: bool
     ) -> None:
         self.query = query
         self.args = args
         self.label = label
         self.decode = decode
-        self.case_id = case_id
         self.result: Any = None
         self.error: StoreError | None = None
         self.event = anyio.Event() if wait else None
@@ -222,6 +216,7 @@ class _Conns:
 
     pool: Any = None  # asyncpg.Pool for reads and single statements
     writer: Any = None  # asyncpg.Connection of the group commit
+    writer_backend: Any = None  # its server process: (pid, backend_start)
     listener: Any = None  # asyncpg.Connection that LISTENs
     pending: collections.deque[Any] = field(default_factory=collections.deque)  # jobs queued for the writer
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # wakes the writer (set on the driver loop only)
@@ -317,6 +312,7 @@ class PostgresStore:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str of at most 200 characters naming the "
                              "opener (a node id)")
         self._opening = True
+        self._closing = False
         self._c = _Conns()
         self._ended = set()
         loop = DriverLoop(self.url)
@@ -334,7 +330,6 @@ class PostgresStore:
             self._opening = False
         self._node = owner_id if owner else None
         self._sender = owner_id
-        self._closing = False
         self._loop = loop
 
     async def close(self) -> None:
@@ -398,6 +393,7 @@ class PostgresStore:
                 server_settings={"search_path": self.schema, "application_name": "wfsub"},
             )
             c.writer = await self._connect()
+            c.writer_backend = await c.writer.fetchrow(Q["backend_me"])
         except Exception as exc:
             raise fault(self._name, "opening the store's connections", exc) from exc
         c.writer_task = asyncio.get_running_loop().create_task(self._writer_loop())
@@ -628,7 +624,13 @@ class PostgresStore:
         c = self._c
         if c.writer is None or c.writer.is_closed():
             c.writer = None
-            c.writer = await self._connect_retrying("reconnecting the writer", deadline)
+            conn = await self._connect_retrying("reconnecting the writer", deadline)
+            try:
+                c.writer_backend = await conn.fetchrow(Q["backend_me"])
+            except Exception:
+                conn.terminate()
+                raise
+            c.writer = conn
         return c.writer
 
     def _drop_writer(self) -> None:
@@ -655,7 +657,7 @@ class PostgresStore:
                 return
             token = secrets.token_hex(16)
             args = [(*job.args, token if i == 0 else None) for i, job in enumerate(group)]
-            backend = conn.get_server_pid()
+            backend = tuple(self._c.writer_backend)  # (pid, started): names this server process for good
             try:
                 rows = await conn.fetchmany(query, args)
             except Exception as exc:
@@ -704,7 +706,7 @@ class PostgresStore:
             await self._trim_commits(conn)
             return
 
-    async def _committed(self, token: str, backend: int, deadline: float) -> bool | None:
+    async def _committed(self, token: str, backend: tuple[Any, ...], deadline: float) -> bool | None:
         """Whether the group that carried `token` committed: True, False, or None (cannot tell by the deadline).
 
         The backend that ran it is ended first (pg_terminate_backend: a transaction it still runs is aborted)
@@ -713,8 +715,8 @@ class PostgresStore:
         while time.monotonic() < deadline:
             try:
                 conn = await self._writer_conn(deadline)
-                await conn.fetchval(Q["backend_end"], backend)
-                while await conn.fetchval(Q["backend_alive"], backend):
+                await conn.fetchval(Q["backend_end"], *backend)
+                while await conn.fetchval(Q["backend_alive"], *backend):
                     if time.monotonic() > deadline:
                         return None
                     await asyncio.sleep(0.01)
@@ -791,7 +793,7 @@ class PostgresStore:
         epoch = change.epoch
         job = _Job(
             Q["write_group"], self._write_args(encoded, epoch, False), f"case {encoded.case_id!r}",
-            partial(self._write_result, encoded.case_id, epoch), wait=wait, case_id=encoded.case_id,
+            partial(self._write_result, encoded.case_id, epoch), wait=wait,
         )
         self._submit(job)
         if not wait:
@@ -809,7 +811,7 @@ class PostgresStore:
             )
         job = _Job(
             Q["write_group"], self._write_args(encoded, None, True), f"queued case {encoded.case_id!r}",
-            partial(self._write_result, encoded.case_id, None), wait=True, case_id=encoded.case_id,
+            partial(self._write_result, encoded.case_id, None), wait=True,
         )
         self._submit(job)
         await job.outcome()

@@ -75,12 +75,17 @@ SELECT EXISTS (SELECT 1 FROM commits WHERE token = $1);
 -- Forget the tokens of groups committed more than $1 seconds ago.
 DELETE FROM commits WHERE at < db_now() - $1;
 
+-- name: backend_me
+-- This connection's server process: its pid and start time (a pid alone may be reused after a restart).
+SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid();
+
 -- name: backend_end
--- End the server process that ran a group whose answer was lost (a transaction it still runs is aborted).
-SELECT pg_terminate_backend($1);
+-- End the server process that ran a group whose answer was lost (a transaction it still runs is aborted);
+-- only that process: same pid and same start time.
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2;
 
 -- name: backend_alive
-SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1);
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2);
 
 -- name: take_over
 -- Take over cases of nodes whose lease expired (see take_over in migrations/).
