@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 STORE = click.option(
     "--store", "-s", "store", required=True, envvar="WFSUB_STORE", show_envvar=True, metavar="PATH|URL",
-    help="The store the Substrate uses (a SQLite file path, sqlite:///path).",
+    help="The store the Substrate uses (a SQLite file path, sqlite:///path, postgresql://...).",
 )
 WORKFLOW = click.option(
     "--workflow", "-w", "workflow", required=True, envvar="WFSUB_WORKFLOW", show_envvar=True,
