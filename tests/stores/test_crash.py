@@ -119,8 +119,7 @@ def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_writt
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 def test_killed_postgres_writers_lose_no_acknowledged_record(tmp_path: Path) -> None:
-    """Postgres: nodes SIGKILLed at random moments lose no acknowledged record and leave gapless journals with
-    rows in step (each run a new node on the same schema)."""
+    """Postgres nodes SIGKILLed at random moments lose no acknowledged record; journals stay gapless."""
     dsn = f"{_pg.database_dsn()}?schema={_pg.new_schema()}"
     rng = random.Random(SEED)
     acked: list[tuple[str, int]] = []

@@ -66,8 +66,7 @@ def test_memory_opens_a_memory_store() -> None:
     "spec", ["postgresql://u:secret@db/wfsub?schema=orders&lease_seconds=4", "postgres://db/wfsub"]
 )
 def test_postgres_urls_give_a_postgres_store_with_its_options(spec: str) -> None:
-    """postgresql:// and postgres:// give an unopened PostgresStore; options come from the query; no password
-    in `url`."""
+    """postgresql:// and postgres:// give a PostgresStore, options from the query, no password in url."""
     store = open_store(spec)
     assert isinstance(store, PostgresStore) and store.shared
     assert "secret" not in store.url and "secret" not in repr(store)

@@ -76,8 +76,7 @@ def queued(case_id: str, fingerprint: str = "fp-1") -> CaseWrite:
 
 
 async def test_a_node_whose_case_was_taken_over_writes_nothing_more_for_it(tmp_path: Path) -> None:
-    """A's lease expires, B takes A's case (epoch 2); A's next write fails with StoreConflict naming B and
-    epoch 2 and changes nothing; B writes at epoch 2; journal epochs never go back."""
+    """After B takes A's case over (epoch 2), A's writes fail with StoreConflict naming B and change nothing."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await a.write(first_write("c"))
         assert await a.write(CaseWrite("c", records=[signal(1)], epoch=1)) == [True]
@@ -123,8 +122,7 @@ async def test_concurrent_takers_never_take_one_case_twice(tmp_path: Path) -> No
 
 
 async def test_take_over_needs_a_live_lease_and_close_gives_the_lease_up(tmp_path: Path) -> None:
-    """A node whose own lease expired cannot take cases over; a node that closes releases its lease, so its
-    cases can be taken at once."""
+    """Taking over needs a live lease of one's own; a node that closes lets its cases be taken at once."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await a.write(first_write("c"))
         expire(b, "B")
@@ -138,8 +136,7 @@ async def test_take_over_needs_a_live_lease_and_close_gives_the_lease_up(tmp_pat
 
 
 async def test_renew_lease_extends_it_and_fails_once_the_node_id_is_someone_elses(tmp_path: Path) -> None:
-    """renew_lease() moves lease_until to database now + lease_seconds; once another process holds the node
-    id, it raises StoreError; a second live process cannot open with the same node id."""
+    """renew_lease() extends the lease by lease_seconds; once another process holds the node id it fails."""
     store = new_store(tmp_path, lease_seconds=5.0)
     async with nodes(store, "A") as (a,):
         now = await a.renew_lease()
@@ -153,8 +150,7 @@ async def test_renew_lease_extends_it_and_fails_once_the_node_id_is_someone_else
 
 
 async def test_each_node_sees_only_its_own_live_due_and_inbox_work(tmp_path: Path) -> None:
-    """live(), due(), next_due() and inbox_take() answer for this node's cases (and inbox rows of no case); a
-    store opened without a lease sees every case, and cannot renew or take over."""
+    """live, due, next_due and inbox_take answer for this node's cases; a store without a lease sees all."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await a.write(first_write("a-run"))
         await a.write(first_write("a-park", "waiting_timer", next_due=10.0))
@@ -181,8 +177,7 @@ async def test_each_node_sees_only_its_own_live_due_and_inbox_work(tmp_path: Pat
 
 
 async def test_queued_cases_are_claimed_once_each_by_nodes_that_know_their_fingerprint(tmp_path: Path) -> None:
-    """40 cases queued for fp-1 and 5 for fp-2: two nodes claiming fp-1 at once, 3 at a time, get each fp-1 case
-    once (epoch 1, owner set); the fp-2 cases wait for a node that registered fp-2."""
+    """Two nodes claiming queued cases at once get each once, and only the fingerprints they name."""
     async with nodes(new_store(tmp_path), "A", "B", "C") as (a, b, c):
         for i in range(40):
             await a.queue_case(queued(f"q{i}"))
@@ -213,8 +208,7 @@ async def test_queued_cases_are_claimed_once_each_by_nodes_that_know_their_finge
 
 
 async def test_wait_changed_is_woken_by_another_nodes_inbox_put_and_end(tmp_path: Path) -> None:
-    """B's wait_changed returns soon after A puts an input for B's case, and after A ends a case (drain_ended
-    names it); an input for A's own case does not wake B."""
+    """wait_changed wakes for an input to one's own case and for any end, not for others' inputs."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await b.write(first_write("b-case"))
         await a.write(first_write("a-case"))
@@ -240,8 +234,7 @@ async def test_wait_changed_is_woken_by_another_nodes_inbox_put_and_end(tmp_path
 
 
 async def test_wait_changed_returns_after_the_listener_reconnects_and_is_woken_again(tmp_path: Path) -> None:
-    """When its listening connection is killed, the store subscribes again and wait_changed returns (what was
-    sent meanwhile is lost: re-read, as drain_ended's None says); notifications wake it again afterwards."""
+    """A killed listener is replaced; wait_changed returns then (re-read) and wakes on NOTIFY again."""
     async with nodes(new_store(tmp_path), "A", "B") as (a, b):
         await b.write(first_write("b-case"))
         await b.wait_changed(0)
@@ -263,8 +256,7 @@ async def test_wait_changed_returns_after_the_listener_reconnects_and_is_woken_a
 
 
 async def test_killed_connections_are_replaced_and_calls_go_on(tmp_path: Path) -> None:
-    """After pg_terminate_backend on every connection of the store, writes, reads, synchronous reads and
-    inbox puts work again, and nothing committed before is lost."""
+    """After pg_terminate_backend on all its connections, every kind of call works and nothing is lost."""
     async with nodes(new_store(tmp_path), "A") as (a,):
         await a.write(first_write("c"))
         for round_ in range(2):
@@ -278,8 +270,7 @@ async def test_killed_connections_are_replaced_and_calls_go_on(tmp_path: Path) -
 
 
 async def test_an_unreachable_server_fails_after_retry_for(tmp_path: Path) -> None:
-    """A server that does not answer makes open() fail with a StoreError after about retry_for seconds, naming
-    the address (without the password) and what to check."""
+    """An unreachable server fails open() after retry_for with a StoreError that hides the password."""
     store = PostgresStore("postgresql://u:hunter2@127.0.0.1:1/none", retry_for=0.3, connect_timeout=0.2)
     began = time.monotonic()
     with pytest.raises(StoreError, match=r"could not be reached for 0.3 s.*pg_isready") as caught:
@@ -307,8 +298,7 @@ class LosesAnswer:
 
 
 async def test_a_commit_whose_answer_was_lost_is_reported_and_its_retry_applies_once(tmp_path: Path) -> None:
-    """When the connection drops after a group committed and before its answer, each write of it raises
-    CommitUnknown (the store asked: it did commit); retried with its request_id, the write applies once."""
+    """A group that committed but lost its answer raises CommitUnknown; the retry with its request_id is skipped."""
     async with nodes(new_store(tmp_path), "A") as (a,):
         await a.write(first_write("c"))
         a._c.writer = LosesAnswer(a, commit=True)
@@ -320,8 +310,7 @@ async def test_a_commit_whose_answer_was_lost_is_reported_and_its_retry_applies_
 
 
 async def test_a_group_lost_before_it_committed_is_sent_again(tmp_path: Path) -> None:
-    """When the connection drops before a group committed (its token is not in the database), the store sends
-    the group again on a new connection: the caller sees one success and one record."""
+    """A group lost before it committed (its token is absent) is sent again: one success, one record."""
     async with nodes(new_store(tmp_path), "A") as (a,):
         await a.write(first_write("c"))
         a._c.writer = LosesAnswer(a, commit=False)
@@ -330,8 +319,7 @@ async def test_a_group_lost_before_it_committed_is_sent_again(tmp_path: Path) ->
 
 
 async def test_a_write_postgres_refuses_fails_alone_in_its_group(tmp_path: Path) -> None:
-    """A write Postgres itself refuses (a NUL character in a case id) fails with StoreError; the writes
-    committed in the same group succeed."""
+    """A write Postgres refuses (a NUL in a case id) fails alone; the rest of its group commits."""
     results: dict[str, object] = {}
 
     async with nodes(new_store(tmp_path), "A") as (a,):
@@ -355,8 +343,7 @@ async def test_a_write_postgres_refuses_fails_alone_in_its_group(tmp_path: Path)
 
 
 async def test_a_newer_schema_version_is_refused_and_left_untouched(tmp_path: Path) -> None:
-    """A schema whose recorded layout version is newer than this wfsub's is refused with a StoreError saying to
-    upgrade; it is not changed."""
+    """A schema of a newer layout version is refused with a StoreError saying to upgrade, and left as it is."""
     store = new_store(tmp_path, fresh=True)
     async with opened(store):
         pass
@@ -379,8 +366,7 @@ async def test_a_schema_that_is_not_a_wfsub_store_is_refused(tmp_path: Path) -> 
 
 
 async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp_path: Path) -> None:
-    """Two nodes opening a new schema at once build it once (advisory lock): meta says application wfsub,
-    version 1."""
+    """Two nodes opening a new schema at once build it once; meta names wfsub and version 1."""
     store = new_store(tmp_path, fresh=True)
     both = [store, twin(store)]
     try:
@@ -396,9 +382,7 @@ async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp
 
 
 async def test_calls_made_during_an_outage_wait_for_the_server_or_fail_after_retry_for(tmp_path: Path) -> None:
-    """While the server cannot be reached, a write and a read wait and complete once it is back (a write sent into
-    a dying connection is resolved by its commit token); an outage longer than retry_for fails a write with a
-    StoreError saying the database could not be reached."""
+    """Calls wait through an outage shorter than retry_for and fail with a StoreError after a longer one."""
     proxy = Proxy(_pg.database_dsn())
     store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=1.5, connect_timeout=0.5)
     try:

@@ -403,8 +403,7 @@ async def test_everything_is_there_after_close_and_reopen(store: Store) -> None:
 
 
 async def test_a_second_owner_is_refused_until_the_first_closes(store: Store) -> None:
-    """A second open(owner=True) raises StoreError naming the owner; after the owner closes, it succeeds (a
-    shared store admits the second node at once)."""
+    """A second owner is refused by name until the first closes (a shared store admits it at once)."""
     async with opened(store, owner_id="first-substrate"):
         other = twin(store)
         if store.shared:
@@ -452,8 +451,7 @@ async def test_using_a_store_that_is_not_open_raises_store_error(store: Store) -
 
 
 async def test_wait_changed_returns_soon_after_another_connection_puts_an_input(store: Store) -> None:
-    """wait_changed() returns after an inbox_put from another connection (NOTIFY or polling), not after its
-    timeout, and does not consume what changed() reports."""
+    """wait_changed() returns soon after another connection's inbox_put, leaving changed() unconsumed."""
     async with opened(store, owner_id="owner"):
         await store.write(first_write("a"))
         await store.wait_changed(0)  # what opening reported
@@ -476,8 +474,7 @@ async def test_wait_changed_returns_soon_after_another_connection_puts_an_input(
 
 
 async def test_single_node_stores_have_no_leases_takeovers_or_queue(store: Store) -> None:
-    """On a single-node store: shared is False, take_over and claim_queued find nothing, renew_lease and
-    database_time give the local clock, and queue_case says placement='any' needs a shared store."""
+    """Single-node stores: nothing to take or claim, the local clock, and no placement='any'."""
     if store.shared:
         pytest.skip("a shared store: see test_postgres.py")
     async with opened(store):
