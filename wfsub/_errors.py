@@ -18,7 +18,9 @@
     ├── WorkflowNotRegistered  a durable case named a workflow the Substrate has not registered
     ├── ReplayDivergence     a journal does not apply to the program it is replayed on
     └── StoreError           the store refused or failed (its driver's exception is __cause__)
-        └── StoreConflict    a write broke a rule of the journal (a seq written twice, a second `end`)
+        ├── StoreConflict    a write broke a rule of the journal (a seq written twice, a second `end`), or
+        │                    was fenced (another node owns the case now, at another epoch)
+        └── CommitUnknown    the connection was lost while a write committed: it may or may not have been applied
 """
 
 from __future__ import annotations
@@ -288,3 +290,9 @@ class ReplayDivergence(WfsubError):
 class StoreConflict(StoreError):
     """A write was refused because it conflicts with what the store holds (a journal seq written twice, a case's
     second `end`): that write alone was undone. A `start` record that conflicts means the case id is taken."""
+
+
+class CommitUnknown(StoreError):
+    """The connection to the database was lost after a write was sent and before its COMMIT was confirmed: the
+    write may or may not have been applied. Retry it with the same `request_id` (a repeated id applies once), or
+    read the case back (`load()`, `journal()`) to see which it was."""

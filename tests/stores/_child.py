@@ -25,7 +25,7 @@ import anyio
 
 from wfsub._errors import StoreError
 from wfsub._store import CaseRow, CaseWrite, Snapshot
-from wfsub.stores import SqliteStore
+from wfsub.stores import PostgresStore, SqliteStore, Store
 
 TASKS = 50
 
@@ -38,7 +38,9 @@ def row(case_id: str, state: str, last_seq: int, **fields: Any) -> CaseRow:
 async def crash(path: str, prefix: str, seed: int, synchronous: str, writes: int) -> None:
     """Cases written as the runtime writes them: `start` + row, inputs (1-3 records) + row, sometimes a snapshot,
     then `end` + row; each acknowledged write printed at once. The test kills this process at random moments."""
-    store = SqliteStore(path, synchronous=synchronous)
+    store: Store = (
+        PostgresStore(path) if path.startswith("postgresql://") else SqliteStore(path, synchronous=synchronous)
+    )
     await store.open(owner=True, owner_id=f"crash-{prefix}")
     print("ready", flush=True)
     rng = random.Random(seed)

@@ -8,26 +8,44 @@ from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from wfsub._store import CaseRow, CaseWrite, Record, Snapshot, Store
-from wfsub.stores import MemoryStore, SqliteStore
+from wfsub.stores import MemoryStore, PostgresStore, SqliteStore
 
-STORE_KINDS = ["memory", "sqlite"]
-"""Every backend the store-generic tests run on; a new backend joins by adding its name here and in make_store."""
+from . import _pg
+
+STORE_KINDS = ["memory", "sqlite", *(["postgres"] if _pg.ENABLED else [])]
+"""Every backend the store-generic tests run on; a new backend joins by adding its name here and in make_store.
+Postgres joins when WFSUB_TEST_POSTGRES names a server (see _pg.py)."""
+
+STORE_PARAMS = [
+    *STORE_KINDS,
+    *([] if _pg.ENABLED else [pytest.param("postgres", marks=pytest.mark.skip(reason=_pg.SKIP_REASON))]),
+]
+"""STORE_KINDS as pytest parameters: without a server, Postgres is there too, skipped with how to run it."""
 
 
-def make_store(kind: str, tmp_path: Path) -> Store:
-    """A new, unopened store of this kind (a fresh place each time)."""
+def make_store(kind: str, tmp_path: Path, **options: Any) -> Store:
+    """A new, unopened store of this kind (an empty place each time: a new file, an emptied Postgres schema)."""
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
         return SqliteStore(tmp_path / "cases.db")
+    if kind == "postgres":
+        return PostgresStore(_pg.database_dsn(), schema=_pg.emptied_schema(), **options)
     raise AssertionError(f"unknown store kind {kind!r}")
 
 
-def twin(store: Store) -> Store:
-    """Another handle on the same place: a new object on the same file; a MemoryStore is its own place."""
+def twin(store: Store, **options: Any) -> Store:
+    """Another handle on the same place: a new object on the same file or schema; a MemoryStore is its own
+    place."""
     if isinstance(store, SqliteStore):
         return SqliteStore(store.path, synchronous=store.synchronous)
+    if isinstance(store, PostgresStore):
+        options.setdefault("lease_seconds", store.lease_seconds)
+        options.setdefault("retry_for", store.retry_for)
+        return PostgresStore(store.dsn, schema=store.schema, **options)
     return store
 
 
@@ -77,6 +95,9 @@ def first_write(case_id: str, state: str = "running", **fields: Any) -> CaseWrit
 
 def snapshot_count(store: Store, case_id: str) -> int:
     """How many snapshots the store keeps for a case (backend-specific peek)."""
+    if isinstance(store, PostgresStore):
+        count: int = _pg.fetchval(f'SELECT count(*) FROM "{store.schema}".snapshots WHERE case_id = $1', case_id)
+        return count
     if isinstance(store, SqliteStore):
         with closing(sqlite3.connect(store.path)) as conn:
             count: int = conn.execute("SELECT count(*) FROM snapshots WHERE case_id = ?", (case_id,)).fetchone()[0]

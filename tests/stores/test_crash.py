@@ -20,8 +20,9 @@ import anyio
 import pytest
 
 from wfsub._errors import StoreError
-from wfsub.stores import SqliteStore
+from wfsub.stores import PostgresStore, SqliteStore
 
+from . import _pg
 from ._helpers import opened, snapshot_count
 
 CHILD = str(Path(__file__).with_name("_child.py"))
@@ -40,11 +41,11 @@ SEED = int(os.environ.get("WFSUB_CRASH_SEED", "20250601"))
 
 
 def run_and_kill(path: Path, run: int, synchronous: str, how: str, backend: str, rng: random.Random,
-                 log: Path) -> tuple[list[tuple[str, int]], bool]:
+                 log: Path, dsn: str | None = None) -> tuple[list[tuple[str, int]], bool]:
     """Start a writer, SIGKILL it at a random moment; the (case, seq) pairs it acknowledged, whether it finished."""
     with log.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, CHILD, "crash", str(path), f"r{run}", str(rng.randrange(2**32)), synchronous,
+            [sys.executable, CHILD, "crash", dsn or str(path), f"r{run}", str(rng.randrange(2**32)), synchronous,
              str(WRITES), backend],
             stdout=subprocess.PIPE, stderr=stderr, text=True,
         )
@@ -112,6 +113,35 @@ def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_writt
                 assert snapshot_count(store, case_id) <= 2
         with closing(sqlite3.connect(path)) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    anyio.run(check)
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+def test_killed_postgres_writers_lose_no_acknowledged_record(tmp_path: Path) -> None:
+    """Postgres nodes SIGKILLed at random moments lose no acknowledged record; journals stay gapless."""
+    dsn = f"{_pg.database_dsn()}?schema={_pg.new_schema()}"
+    rng = random.Random(SEED)
+    acked: list[tuple[str, int]] = []
+    finished = []
+    kills = [("acks", "asyncio"), ("time", "trio"), ("acks", "trio"), ("time", "asyncio")]
+    for run, (how, backend) in enumerate(kills):
+        got, done = run_and_kill(Path(dsn), run, "full", how, backend, rng, tmp_path / f"run{run}.log", dsn=dsn)
+        acked += got
+        finished.append(done)
+    assert acked and not all(finished), "the kills must land while writes are in flight"
+
+    async def check() -> None:
+        store = PostgresStore(dsn)
+        async with opened(store, owner=False):
+            rows = {row.case_id: row for row in await store.cases(limit=10**6)}
+            for case_id in {case_id for case_id, _ in acked} | set(rows):
+                seqs = [r["seq"] for r in await store.journal(case_id)]
+                assert seqs == list(range(len(seqs))), f"{case_id}: gaps in {seqs} ({SEED=})"
+                assert rows[case_id].last_seq == seqs[-1], f"{case_id}: row at {rows[case_id].last_seq}"
+                assert rows[case_id].owner is not None and rows[case_id].owner.startswith("crash-r")
+            for case_id, seq in acked:
+                assert seq <= rows[case_id].last_seq, f"acknowledged {case_id} seq {seq} lost ({SEED=})"
 
     anyio.run(check)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from wfsub._errors import StoreError
-from wfsub.stores import MemoryStore, SqliteStore, open_store
+from wfsub.stores import MemoryStore, PostgresStore, SqliteStore, open_store
 
 
 def test_none_is_no_store() -> None:
@@ -60,11 +62,30 @@ def test_memory_opens_a_memory_store() -> None:
     assert first.url == "memory:"
 
 
-@pytest.mark.parametrize("spec", ["postgresql://u@db/wfsub", "postgres://db/wfsub"])
-def test_postgres_is_refused_as_not_available_in_this_version(spec: str) -> None:
-    """postgresql:// URLs raise StoreError: the Postgres backend is not in this version; use SQLite for now."""
-    with pytest.raises(StoreError, match="Postgres backend is not available in this version"):
-        open_store(spec)
+@pytest.mark.parametrize(
+    "spec", ["postgresql://u:secret@db/wfsub?schema=orders&lease_seconds=4", "postgres://db/wfsub"]
+)
+def test_postgres_urls_give_a_postgres_store_with_its_options(spec: str) -> None:
+    """postgresql:// and postgres:// give a PostgresStore, options from the query, no password in url."""
+    store = open_store(spec)
+    assert isinstance(store, PostgresStore) and store.shared
+    assert "secret" not in store.url and "secret" not in repr(store)
+    if "orders" in spec:
+        assert (store.schema, store.lease_seconds) == ("orders", 4.0)
+        assert store.url == "postgresql://u@db/wfsub?schema=orders"
+
+
+def test_postgres_without_its_driver_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without asyncpg installed, open_store('postgresql://...') raises StoreError naming the extra to install."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # `import asyncpg` now raises ImportError
+    with pytest.raises(StoreError, match=r"pip install 'wfsub\[postgres\]'"):
+        open_store("postgresql://u@db/wfsub")
+
+
+def test_importing_wfsub_does_not_import_the_postgres_driver() -> None:
+    """`import wfsub` (and wfsub.stores) leaves asyncpg unimported: it is an optional extra."""
+    code = "import sys, wfsub, wfsub.stores; assert 'asyncpg' not in sys.modules, 'asyncpg imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_an_unknown_scheme_is_refused_listing_the_known_ones() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import anyio
 import pytest
@@ -44,6 +45,9 @@ async def test_row_round_trips_every_field(store: Store) -> None:
         got = await store.row("c")
     assert got is not None
     full.order = got.order
+    if store.shared:  # the store records who owns the case, at which epoch
+        assert (got.owner, got.epoch) == ("test-substrate", 1)
+        full.owner, full.epoch = got.owner, got.epoch
     assert got == full
     assert got.order != 12345  # assigned by the store, not taken from the caller
 
@@ -399,11 +403,15 @@ async def test_everything_is_there_after_close_and_reopen(store: Store) -> None:
 
 
 async def test_a_second_owner_is_refused_until_the_first_closes(store: Store) -> None:
-    """A second open(owner=True) raises StoreError naming the owner; after the owner closes, it succeeds."""
+    """A second owner is refused by name until the first closes (a shared store admits it at once)."""
     async with opened(store, owner_id="first-substrate"):
         other = twin(store)
-        with pytest.raises(StoreError, match="first-substrate"):
-            await other.open(owner=True, owner_id="second-substrate")
+        if store.shared:
+            async with opened(other, owner_id="second-substrate"):
+                assert {n.owner_id for n in await other.nodes()} == {"first-substrate", "second-substrate"}
+        else:
+            with pytest.raises(StoreError, match="first-substrate"):
+                await other.open(owner=True, owner_id="second-substrate")
     async with opened(twin(store), owner_id="second-substrate") as second:
         assert await second.cases() == []
 
@@ -420,7 +428,12 @@ async def test_a_non_owner_opens_beside_the_owner_and_posts_inputs(store: Store)
             async with opened(viewer, owner=False, owner_id="wfsub-cli"):
                 assert [r.case_id for r in await viewer.cases()] == ["a"]
                 inbox_id = await viewer.inbox_put("a", "signal", {"name": "go"}, request_id="x", created_at=1.0)
-        assert store.changed() is True
+        if store.shared:  # told by NOTIFY, a moment after the commit
+            with anyio.fail_after(5):
+                while not store.changed():
+                    await store.wait_changed(1.0)
+        else:
+            assert store.changed() is True
         assert [r.id for r in await store.inbox_take()] == [inbox_id]
 
 
@@ -435,3 +448,38 @@ async def test_using_a_store_that_is_not_open_raises_store_error(store: Store) -
             await call
     with pytest.raises(StoreError, match="not open"):
         store.changed()
+
+
+async def test_wait_changed_returns_soon_after_another_connection_puts_an_input(store: Store) -> None:
+    """wait_changed() returns soon after another connection's inbox_put, leaving changed() unconsumed."""
+    async with opened(store, owner_id="owner"):
+        await store.write(first_write("a"))
+        await store.wait_changed(0)  # what opening reported
+        store.changed()
+        viewer = twin(store)
+
+        async def put() -> None:
+            await anyio.sleep(0.05)
+            if viewer is store:
+                await store.inbox_put("a", "signal", {"name": "go"}, request_id=None, created_at=1.0)
+                return
+            async with opened(viewer, owner=False, owner_id="wfsub-cli"):
+                await viewer.inbox_put("a", "signal", {"name": "go"}, request_id=None, created_at=1.0)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(put)
+                await store.wait_changed(30.0)
+            assert store.changed() is True
+
+
+async def test_single_node_stores_have_no_leases_takeovers_or_queue(store: Store) -> None:
+    """Single-node stores: nothing to take or claim, the local clock, and no placement='any'."""
+    if store.shared:
+        pytest.skip("a shared store: see test_postgres.py")
+    async with opened(store):
+        assert await store.take_over() == [] and await store.claim_queued(["fp-1"], 10) == []
+        assert abs(await store.renew_lease() - time.time()) < 5 and abs(await store.database_time() - time.time()) < 5
+        with pytest.raises(StoreError, match="placement='any' needs a shared store"):
+            await store.queue_case(first_write("a"))
+        assert await store.row("a") is None

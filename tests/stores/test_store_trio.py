@@ -13,14 +13,14 @@ import pytest
 from wfsub._store import Store
 
 from . import test_store_generic as generic
-from ._helpers import STORE_KINDS, make_store
+from ._helpers import STORE_PARAMS, make_store
 
 GENERIC: dict[str, Callable[[Store], Awaitable[None]]] = {
     name: fn for name, fn in vars(generic).items() if name.startswith("test_") and inspect.iscoroutinefunction(fn)
 }
 
 
-@pytest.mark.parametrize("kind", STORE_KINDS)
+@pytest.mark.parametrize("kind", STORE_PARAMS)
 @pytest.mark.parametrize("name", sorted(GENERIC))
 def test_generic_on_trio(name: str, kind: str, tmp_path: Path) -> None:
     """Each store-generic test passes unchanged when run by trio."""

@@ -12,5 +12,6 @@ from ._base import StoredCase as StoredCase
 from ._base import require_store as require_store
 from ._memory import MemoryStore as MemoryStore
 from ._open import open_store as open_store
+from ._postgres import PostgresStore as PostgresStore
 from ._sqlite import SqliteStore as SqliteStore
 

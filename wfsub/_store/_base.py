@@ -15,7 +15,7 @@ Times are floats in seconds since the epoch (or the Substrate clock's seconds), 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,6 +52,8 @@ class CaseRow:
     cancel_reason: str | None = None
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
+    owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
+    epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
 
 
 @dataclass(slots=True)
@@ -98,6 +100,10 @@ class CaseWrite:
     - `snapshot`: stored beside older ones (the store may drop all but the newest few).
     - `inbox_done`: inbox rows moved into this journal: deleted in the same transaction.
     - `inbox_refused`: inbox rows refused: (id, reason), kept and marked.
+    - `epoch`: on a shared store, the epoch the writer holds the case at (`CaseRow.epoch` from `load()`,
+      `take_over()`, or 1 after the start write). Every write for an existing case checks, under a lock on the
+      case row, that this node owns the case at this epoch; otherwise that write alone fails with StoreConflict
+      (fencing: the case was taken over). None checks the owner only. Single-node stores ignore it.
     An `end` record is accepted once per case; a second one is a StoreError (only the owner writes it).
     """
 
@@ -107,6 +113,7 @@ class CaseWrite:
     snapshot: Snapshot | None = None
     inbox_done: list[int] = field(default_factory=list)
     inbox_refused: list[tuple[int, str]] = field(default_factory=list)
+    epoch: int | None = None
 
 
 @dataclass(slots=True)
@@ -123,13 +130,16 @@ class StoredCase:
 class Store(Protocol):
     """What the runtime needs from a store. Every method may raise StoreError (the driver's error as cause)."""
 
-    url: str  # how to open it again (shown in messages; `wfsub` takes it)
+    url: str  # how to open it again (shown in messages; `wfsub` takes it); never holds a password
+    shared: bool  # True: several Substrates (nodes) own cases in this store at once (Postgres)
 
     async def open(self, *, owner: bool, owner_id: str) -> None:
-        """Create or migrate the schema, then (owner=True) become the one Substrate that owns the store.
+        """Create or migrate the schema, then (owner=True) become an owner of the store.
 
-        A second owner is refused with a StoreError naming the current owner and how to stop it. The `wfsub`
-        command opens with owner=False: it reads and writes the inbox only.
+        Single-node stores: the one Substrate that owns it; a second owner is refused with a StoreError naming
+        the current owner and how to stop it. Shared stores: `owner_id` is this node's id; opening takes (or
+        renews) its lease and does not exclude other nodes. The `wfsub` command opens with owner=False: it reads
+        and writes the inbox only, and takes no lease.
         """
         ...
 
@@ -198,6 +208,41 @@ class Store(Protocol):
         """Cheap and synchronous: whether another connection committed since the last call (inbox polling)."""
         ...
 
+    async def wait_changed(self, timeout: float) -> None:  # noqa: ASYNC109 (a polling bound, not a deadline)
+        """Return when something this node should look at was committed since the last return (an inbox row
+        for one of its cases or for no case, an `end` of any case, a queued case it may claim, a takeover), or
+        after `timeout` seconds. Shared stores are woken by NOTIFY and also return right after (re)subscribing,
+        since notifications are lost across reconnects: re-read then. Single-node stores poll. One task should
+        wait per store (a return consumes what it reports); it does not consume `changed()`."""
+        ...
+
+    async def renew_lease(self) -> float:
+        """Extend this node's lease to database now + `lease_seconds`; return database time (seconds since the
+        epoch). StoreError if it cannot. Single-node stores: the local time (there is no lease to renew)."""
+        ...
+
+    async def take_over(self, limit: int = 1000) -> list[CaseRow]:
+        """Take up to `limit` cases of nodes whose lease expired: each becomes this node's with its epoch bumped,
+        and is returned (the caller recovers the live ones; parked ones come back through `due()` and the
+        inbox). Never gives one case to two nodes. Single-node stores: []."""
+        ...
+
+    async def queue_case(self, change: CaseWrite) -> None:
+        """Commit a new case's start write (its `start` record and row) with no owner, for the first node that
+        claims it (`new_case(placement="any")`). StoreConflict if the case id is taken. Single-node stores raise
+        StoreError: placement="any" needs a shared store."""
+        ...
+
+    async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
+        """Claim up to `limit` queued cases whose fingerprint is one of `fingerprints` (oldest first; never one
+        another node claims); they become this node's at epoch 1. Returns their ids. Single-node stores: []."""
+        ...
+
+    async def database_time(self) -> float:
+        """The store's clock, seconds since the epoch: on a shared store, what acceptance times, due times and
+        leases are measured in (database time); on a single-node store, the local clock."""
+        ...
+
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         """Remove the cases that ended before `ended_before` (never one without `end`), at most `limit` of them
         (None: all) in one transaction; returns how many."""
@@ -212,7 +257,7 @@ def require_store(store: object) -> Store:
     if not isinstance(store, Store):
         raise TypeError(
             f"{store!r} is not a store: pass None, a path or sqlite:///path, postgresql://..., or a store object "
-            "(wfsub.stores.SqliteStore, MemoryStore)"
+            "(wfsub.stores.SqliteStore, PostgresStore, MemoryStore)"
         )
     return store
 

@@ -35,6 +35,7 @@ from ._rows import (
     seq_taken,
     to_json,
 )
+from ._single import SingleNode
 
 _log = get_logger("wfsub.store")
 
@@ -59,7 +60,7 @@ class _Inbox:
     refused: str | None = None
 
 
-class MemoryStore:
+class MemoryStore(SingleNode):
     """A store in memory: the full interface, the same rules as `SqliteStore`, nothing durable."""
 
     url = "memory:"
@@ -73,6 +74,7 @@ class MemoryStore:
         self._open = False
         self._owner: str | None = None
         self._changed = False
+        self._wait_mark = False  # wait_changed's own flag (it never consumes changed())
 
     def __repr__(self) -> str:
         return f"MemoryStore(cases={len(self._cases)}, open={self._open})"
@@ -169,7 +171,7 @@ class MemoryStore:
         text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
         inbox_id, self._next_inbox = self._next_inbox, self._next_inbox + 1
         self._inbox[inbox_id] = _Inbox(case_id, kind, text, request_id, created_at)
-        self._changed = True
+        self._changed = self._wait_mark = True
         await anyio.lowlevel.checkpoint()
         return inbox_id
 
@@ -299,6 +301,14 @@ class MemoryStore:
     def changed(self) -> bool:
         self._check_open("poll for changes")
         changed, self._changed = self._changed, False
+        return changed
+
+    def _store_name(self) -> str:
+        return self._name
+
+    def _poll_changed(self) -> bool:
+        self._check_open("wait for changes")
+        changed, self._wait_mark = self._wait_mark, False
         return changed
 
 

@@ -6,7 +6,7 @@
     "sqlite:////var/lib/x.db"     SqliteStore, absolute path (three slashes, then the absolute path)
     "sqlite:///x.db?synchronous=normal"   with the durability setting
     "memory:"                     MemoryStore
-    "postgresql://..."            the Postgres backend (not in this version: a StoreError says so)
+    "postgresql://...", "postgres://..."   PostgresStore (options in the query: ?schema=&lease_seconds=...)
     a store object                itself
 """
 
@@ -46,11 +46,9 @@ def _sqlite(spec: str) -> Store:
 
 
 def _postgres(spec: str) -> Store:
-    raise StoreError(
-        spec,
-        "the Postgres backend is not available in this version of wfsub: use a SQLite file (a path or "
-        "sqlite:///path) for now, or a wfsub version with Postgres support",
-    )
+    from ._postgres import PostgresStore  # its driver is imported only now (a StoreError if it is missing)
+
+    return PostgresStore(spec)
 
 
 def _memory(spec: str) -> Store:
@@ -62,7 +60,7 @@ def _memory(spec: str) -> Store:
 BACKENDS: dict[str, Callable[[str], Store]] = {
     "sqlite": _sqlite,
     "memory": _memory,
-    "postgresql": _postgres,  # the hook a Postgres backend fills in
+    "postgresql": _postgres,
     "postgres": _postgres,
 }
 

@@ -65,6 +65,7 @@ from ._rows import (
     seq_taken,
     to_json,
 )
+from ._single import SingleNode
 from ._sql import LAYOUT, QUERIES, Layout
 from ._writer import Job, Refused, Writer
 
@@ -79,7 +80,7 @@ _NO_ORDER = 2**63 - 1  # `before` when paging starts: above every case_order
 T = TypeVar("T")
 
 
-class SqliteStore:
+class SqliteStore(SingleNode):
     """A durable store in one SQLite file (WAL, group commit, one owning Substrate at a time).
 
     `path` is the database file (created 0600 if missing; its directory must exist). `synchronous` is "full"
@@ -112,6 +113,7 @@ class SqliteStore:
         self._writer: Writer | None = None
         self._watch: sqlite3.Connection | None = None  # `changed()`'s connection
         self._data_version = 0
+        self._wait_version = 0  # wait_changed's own mark (it never consumes changed())
         self._lock: OwnerLock | None = None
         self._epoch: int | None = None
         self._readers: list[sqlite3.Connection] = []
@@ -186,7 +188,7 @@ class SqliteStore:
             writer = Writer(self.path, self._writer_connection, heartbeat=heartbeat, heartbeat_every=HEARTBEAT_EVERY)
             writer.start()
             try:
-                self._data_version = watch.execute(Q["pragma_data_version"]).fetchone()[0]
+                self._data_version = self._wait_version = watch.execute(Q["pragma_data_version"]).fetchone()[0]
             except sqlite3.Error as exc:
                 writer.stop()
                 raise fault(self.path, "opening the store", exc) from exc
@@ -554,6 +556,20 @@ class SqliteStore:
             raise fault(self.path, "polling for changes", exc) from exc
         changed = version != self._data_version
         self._data_version = version
+        return bool(changed)
+
+    def _store_name(self) -> str:
+        return self.path
+
+    def _poll_changed(self) -> bool:
+        self._running("wait for changes")
+        assert self._watch is not None
+        try:
+            version: int = self._watch.execute(Q["pragma_data_version"]).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise fault(self.path, "polling for changes", exc) from exc
+        changed = version != self._wait_version
+        self._wait_version = version
         return bool(changed)
 
 

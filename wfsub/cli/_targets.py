@@ -25,7 +25,7 @@ from .._compiler import compile_workflow
 from .._errors import InvalidWorkflow, StoreError
 from .._program import Program
 from .._runtime._registry import Workflows
-from .._store import CaseRow, MemoryStore, SqliteStore, Store, open_store
+from .._store import CaseRow, MemoryStore, PostgresStore, SqliteStore, Store, open_store
 from .._terms import Term
 
 
@@ -48,6 +48,9 @@ def _store_for_cli(spec: str) -> Store:
         )
     if isinstance(store, SqliteStore):
         return SqliteStore(store.path, synchronous=store.synchronous, create=False)
+    if isinstance(store, PostgresStore):
+        return PostgresStore(store.dsn, schema=store.schema, lease_seconds=store.lease_seconds,
+                             connect_timeout=store.connect_timeout, retry_for=store.retry_for, create=False)
     return store
 
 

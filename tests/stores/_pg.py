@@ -1,0 +1,140 @@
+"""The Postgres server the store tests use, when `WFSUB_TEST_POSTGRES` names one.
+
+    WFSUB_TEST_POSTGRES=postgresql://postgres@127.0.0.1:5432/test python -m pytest tests/stores
+
+The URL names a database the tests may connect to; the test session creates a database of its own beside it
+(`wfsub_test_<pid>_<random>`), gives each test an emptied schema in it (or a new one, for tests of the layout
+itself), and drops it when the session ends (`.ci/run` sets the variable). Without the variable, the Postgres
+tests are skipped with SKIP_REASON. Database work here runs on a thread of its own with asyncio.run, so it can
+be called from sync code, async tests and trio alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+T = TypeVar("T")
+
+URL = os.environ.get("WFSUB_TEST_POSTGRES", "")
+ENABLED = bool(URL)
+SKIP_REASON = (
+    "Postgres tests need a server: set WFSUB_TEST_POSTGRES=postgresql://postgres@127.0.0.1:5432/test (a database "
+    "the tests may connect to and create databases beside; .ci/run sets it)"
+)
+
+_lock = threading.Lock()
+_database: str | None = None
+_schemas = itertools.count(1)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    result: list[Any] = []
+
+    def target() -> None:
+        try:
+            result.append((True, asyncio.run(coro)))
+        except BaseException as exc:  # handed to the caller's thread
+            result.append((False, exc))
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+async def _execute(url: str, sql: str, *args: Any) -> Any:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+def database_dsn() -> str:
+    """The DSN of this session's own database (created on first use)."""
+    global _database
+    with _lock:
+        if _database is None:
+            name = f"wfsub_test_{os.getpid()}_{secrets.token_hex(4)}"
+            _run(_execute(URL, f'CREATE DATABASE "{name}"'))
+            _database = name
+        return _with_database(URL, _database)
+
+
+def new_schema() -> str:
+    """A schema name no test used yet (the store builds the schema when it opens: about 0.1 s more)."""
+    return f"t{next(_schemas)}_{secrets.token_hex(3)}"
+
+
+SHARED = "t0_shared"
+
+
+def emptied_schema() -> str:
+    """The schema most tests share, emptied of every row (built by the first store that opens it). Emptying is
+    a few milliseconds where building a schema takes a tenth of a second, and fewer schemas make the database
+    quicker to drop; tests that change the layout itself take a new_schema()."""
+    _run(_execute(database_dsn(), _EMPTY))
+    return SHARED
+
+
+_EMPTY = f"""
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = '{SHARED}' AND c.relname = 'commits') THEN
+        DELETE FROM {SHARED}.journal;
+        DELETE FROM {SHARED}.snapshots;
+        DELETE FROM {SHARED}.inbox;
+        DELETE FROM {SHARED}.cases;
+        DELETE FROM {SHARED}.nodes;
+        DELETE FROM {SHARED}.commits;
+    END IF;
+END
+$$
+"""
+
+
+def fetchval(sql: str, *args: Any) -> Any:
+    """One value from this session's database (tests peek at tables with it)."""
+    return _run(_execute(database_dsn(), sql, *args))
+
+
+def drop_database() -> None:
+    """Drop this session's database, if one was made (at the end of the session)."""
+    global _database
+    with _lock:
+        if _database is not None:
+            # The tests' schemas first, in one transaction: dropped tables' buffers are discarded, not written, so
+            # the checkpoint DROP DATABASE forces has little left to flush (seconds less on a slow disk).
+            _run(_execute(_with_database(URL, _database), _DROP_SCHEMAS))
+            _run(_execute(URL, f'DROP DATABASE IF EXISTS "{_database}" WITH (FORCE)'))
+            _database = None
+
+
+_DROP_SCHEMAS = """
+DO $$
+DECLARE name text;
+BEGIN
+    FOR name IN SELECT nspname FROM pg_namespace WHERE nspname ~ '^t[0-9]+_' LOOP
+        EXECUTE format('DROP SCHEMA %I CASCADE', name);
+    END LOOP;
+END
+$$
+"""

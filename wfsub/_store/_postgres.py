@@ -1,0 +1,1218 @@
+"""`PostgresStore`: a store in one Postgres schema, shared by several Substrates (nodes) at once.
+
+The driver: asyncpg, chosen by measurement. On this machine (2 cores, PostgreSQL 15 on loopback, fsync on,
+`synchronous_commit = on`), each figure the best and worst of two runs that alternated the drivers:
+
+    per call                                   asyncpg 0.32            psycopg 3.3 (binary), async
+    INSERT + COMMIT (3 round trips), p50/p99   0.3-1.3 / 7.6-8.0 ms     0.7-1.0 / 6.1-6.2 ms   (the fsync rules)
+    point read by primary key, p50/p99         28-42 / 68-1014 us       55-57 / 1231-2886 us
+    1,000 small rows in one transaction        99-105 k rows/s (executemany), 127-152 k (unnest)
+                                                                        63-68 k (executemany), 70-84 k (unnest)
+    LISTEN/NOTIFY delivery, p50/p99            59-80 us / 2.7-3.7 ms    91-94 us / 1.2-3.8 ms
+
+Commits cost the same on both (the disk's fsync is most of it, and it varies run to run by 3x); asyncpg reads
+twice as fast and moves half again as many rows per second, and `fetchmany` pipelines one statement per write
+of a group with a single Sync, so a whole group commit is one round trip and one transaction (below). So
+asyncpg, with `asyncpg-stubs` for mypy. It is an optional dependency (`pip install 'wfsub[postgres]'`):
+`import wfsub` never imports it; constructing a PostgresStore without it raises a StoreError saying so.
+
+Where the driver runs: an asyncio event loop in a thread of its own, one per store object, on asyncio and trio
+alike. Neither driver runs on trio (both need an asyncio loop: "RuntimeError: no running event loop"), so a
+trio program needs that thread anyway; using it on asyncio too gives one code path, tested on both, and makes the
+synchronous reads (`read_row`, `read_cases`: `Substrate.status`, `data`, `cases` are synchronous) sound: they
+hand the query to the driver thread and block for its answer, bounded by `sync_timeout`, as SqliteStore reads on
+the calling thread. The price, measured with asyncpg in the same run: a point read goes from 29-42 us (driver on
+the caller's asyncio loop) to 80-101 us (driver thread, caller on asyncio or trio), a synchronous read from the
+caller's thread takes 67-70 us; a commit pays the same hand-offs, less than its fsync. Results come back to the
+caller's loop through `anyio.lowlevel.current_token()` (as in `_writer.py`), never blocking the driver thread.
+
+What it costs (`python -m bench postgres`, two runs, each figure beside bare asyncpg in the same run):
+
+    one write at a time (a record + the case row), p50   397-401 us    bare autocommit INSERT 144-159 us (2.5-2.8x)
+      the same on trio                                   413-429 us
+    group commit, 1,000 writers x 10 writes            17.5-17.8 k/s   bare executemany, one transaction 239-253 k/s
+    inbox_put until the other node's wait_changed, p50   472-480 us    bare pg_notify to a callback 49-52 us
+
+A write pays two thread hand-offs (about 100 us), and `write_case` locks the case row, checks owner and epoch
+and replaces the row besides appending (about 40 us in the server). A group commit runs about 20 us of PL/pgSQL
+per write and some 35 us of Python across the two threads, which share one GIL. A NOTIFY travels inside the
+inbox row's commit (an fsync; a bare `pg_notify` transaction writes no WAL) and crosses both threads.
+
+Group commit. Every write (`write`, `queue_case`) and every `inbox_put` goes to one writer task on the driver
+loop. It takes everything queued while its previous commit ran and sends one `SELECT ... FROM write_case(...)`
+per write with `fetchmany`: one round trip, one implicit transaction, one fsync. `write_case` (a PL/pgSQL
+function, in the migrations) locks the case row (`FOR UPDATE`), checks its owner and epoch (fencing), and runs
+the write in an exception block: a write that breaks a rule (a seq written twice, a second `end`) or that is
+fenced is undone alone and reported as StoreConflict, while the rest of the group commits. An error the function
+does not catch (a value Postgres refuses) aborts the group's transaction; the writer then runs each write of that
+group alone, so it fails alone.
+
+Connection loss. A connection that dropped (a restarted server, `pg_terminate_backend`) is replaced, with
+backoff (50 ms doubling to 1 s), for up to `retry_for` seconds; calls made meanwhile wait, then fail with a
+StoreError that says the database could not be reached. Reads are retried whatever failed. A write is retried
+only when it provably did not commit: the connection was closed before it was sent, or the server answered
+with an error (an aborted transaction). When the connection is lost after a group was sent and before its
+answer, nobody can tell whether it committed: each of its writes fails with `CommitUnknown` (a StoreError), so
+the caller retries with its `request_id` (applied once) or reads the case back. Nothing acknowledged is lost:
+a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and `prune` are not
+retried after an unknown outcome either (it is reported the same way); cases taken or claimed by such a call
+are this node's and show up in `live()`, `due()` and `row()`.
+
+Notifications. One connection LISTENs on `<schema>_changed`. The writes that others must see send a NOTIFY in
+their own transaction (delivered at commit): an inbox row (naming the case's owner, so only it wakes), an `end`,
+a queued case (naming its fingerprint), a takeover. `wait_changed()` returns on a relevant one (not on this
+store object's own: it knows what it wrote) and right after the listener (re)subscribes, since notifications
+are lost while it is disconnected: the caller re-reads then. A lost connection that the operating system does
+not report (no RST) is noticed only by polling: the runtime should wait at most about a second at a time.
+
+Nodes, leases, fencing. `open(owner=True, owner_id=NODE)` registers NODE with a lease until database now +
+`lease_seconds` (refused only when another live process holds the same node id); `renew_lease()` extends it;
+`close()` gives it up at once so that other nodes may take its cases over without waiting. Lease expiry is
+database time, so node clocks may drift. A case row names its owner node and an epoch (1 when started, 0 while
+queued, +1 at each takeover); every write for an existing case checks both under the row lock and fails alone
+with StoreConflict (naming the owner and epoch now) when this node lost the case. Journal rows keep the epoch
+they were appended at. `take_over()` and `claim_queued()` use `FOR UPDATE SKIP LOCKED`, so two nodes never take
+the same case. On a shared store `live()`, `due()`, `next_due()` and `inbox_take()` answer for this node's cases
+(and the inbox rows of no case), since those are what it must run; a store opened with owner=False sees all.
+
+Time on a shared store. Due times, acceptance times and leases should all be database time:
+`database_time()` reads it, and `renew_lease()` returns it, so the runtime can keep `now = time.time() + offset`
+with the offset refreshed at every renewal.
+
+Inbox order. Inbox ids increase, but with several writers a smaller id may commit after a larger one was read;
+on a shared store read the inbox with `after=0` (pending rows only stay until moved or refused) and skip the ids
+already being moved, rather than keeping a cursor.
+
+The schema. Everything lives in one schema (`schema=`, default "wfsub"), created by the store; `meta` records
+('application', 'wfsub') and the layout version. A new schema is built by running the numbered files in
+`sql/postgres/migrations/` in order (one path to build a layout, the one that is tested); an older schema is
+moved forward by an owner only; a newer one is refused. Openers serialize on an advisory lock. Every statement
+is in `sql/postgres/queries.sql` with bound parameters; the schema name (a checked identifier) is the only text
+formatted into SQL, in CREATE SCHEMA, and each connection's `search_path` points at it.
+
+Names and secrets: `url` and messages show the DSN without its password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from importlib.resources import files
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
+
+from .._errors import CommitUnknown, StoreConflict, StoreError
+from .._trace import get_logger
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._pgdriver import (
+    FIXES,
+    UNREACHABLE,
+    DriverLoop,
+    classify,
+    driver,
+    fault,
+    fenced,
+    redact_dsn,
+    split_options,
+    sqlstate,
+    wake,
+)
+from ._rows import (
+    SNAPSHOTS_KEPT,
+    EncodedWrite,
+    decode_row,
+    encode_write,
+    loads,
+    no_start,
+    second_end,
+    seq_taken,
+    to_json,
+)
+from ._sql import parse_queries
+
+_log = get_logger("wfsub.store")
+
+T = TypeVar("T")
+_NO_ORDER = 2**63 - 1
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
+ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before it says "re-read everything"
+COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
+APPLICATION = "wfsub"
+
+_FOLDER = files("wfsub._store").joinpath("sql").joinpath("postgres")
+QUERIES: Mapping[str, str] = parse_queries(_FOLDER.joinpath("queries.sql").read_text(encoding="utf-8"))
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+def _migrations() -> dict[int, tuple[str, str]]:
+    found: dict[int, tuple[str, str]] = {}
+    for entry in _FOLDER.joinpath("migrations").iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found[int(match.group(1))] = (entry.name, entry.read_text(encoding="utf-8"))
+    if sorted(found) != list(range(1, len(found) + 1)):
+        raise ValueError(f"Postgres migrations are numbered {sorted(found)}: expected 1..{len(found)}, no gaps")
+    return found
+
+
+MIGRATIONS = _migrations()
+SCHEMA_VERSION = max(MIGRATIONS)
+"""The Postgres layout version this library writes (its own numbering, beside SQLite's)."""
+
+Q = QUERIES
+
+
+# -- jobs of the group commit ----------------------------------------------------------------------------------
+
+
+class _Job:
+    """One write for the writer task: its statement's arguments, and how its result comes back."""
+
+    __slots__ = ("args", "decode", "error", "event", "label", "query", "result", "token")
+
+    def __init__(
+        self, query: str, args: tuple[Any, ...], label: str, decode: Callable[[Any], Any], *, wait: bool
+    ) -> None:
+        self.query = query
+        self.args = args
+        self.label = label
+        self.decode = decode
+        self.result: Any = None
+        self.error: StoreError | None = None
+        self.event = anyio.Event() if wait else None
+        self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
+
+    async def outcome(self) -> Any:
+        assert self.event is not None
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+_STOP = object()
+
+
+@dataclass(slots=True)
+class _Conns:
+    """What lives on the driver loop (touched only there)."""
+
+    pool: Any = None  # asyncpg.Pool for reads and single statements
+    writer: Any = None  # asyncpg.Connection of the group commit
+    writer_backend: Any = None  # its server process: (pid, backend_start)
+    listener: Any = None  # asyncpg.Connection that LISTENs
+    pending: collections.deque[Any] = field(default_factory=collections.deque)  # jobs queued for the writer
+    kick: asyncio.Event = field(default_factory=asyncio.Event)  # wakes the writer (set on the driver loop only)
+    idle: bool = True  # the writer waits for a kick
+    writer_task: asyncio.Task[None] | None = None
+    listen_task: asyncio.Task[None] | None = None
+
+
+class PostgresStore:
+    """A durable store in one Postgres schema, shared by several nodes (see the module docstring).
+
+    `dsn`: a libpq-style URL (postgresql://user:password@host:port/database?sslmode=...). wfsub's own options
+    may be given as keyword arguments or in the DSN's query string: `schema` (default "wfsub": the schema that
+    holds the store's tables), `lease_seconds` (10.0: how long a node's lease lasts unless renewed),
+    `connect_timeout` (5.0: seconds to open one connection), `retry_for` (30.0: how long calls wait for a lost
+    connection to come back before they fail). `readers`: pooled connections for reads; `sync_timeout`: the
+    bound on a synchronous read (`read_row`, `read_cases`), which never waits out a long reconnect; `create=False`
+    refuses a schema that does not exist yet (the `wfsub` command: a mistyped schema is an error, not a new store).
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        lease_seconds: float | None = None,
+        connect_timeout: float | None = None,
+        retry_for: float | None = None,
+        readers: int = 4,
+        sync_timeout: float = 2.0,
+        create: bool = True,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn.lower().startswith(("postgresql://", "postgres://")):
+            raise StoreError(
+                redact_dsn(str(dsn)), "a PostgresStore takes a postgresql://user@host:port/database URL"
+            )
+        driver_dsn, options = split_options(dsn)
+        name = redact_dsn(driver_dsn)
+        self._asyncpg = driver(name)
+        self.schema = schema if schema is not None else options.get("schema", "wfsub")
+        if not _SCHEMA.match(self.schema):
+            raise StoreError(
+                name, f"schema={self.schema!r}: a schema name is 1-40 characters of a-z, 0-9 and _, not starting "
+                "with a digit (it names the store's schema and its NOTIFY channel)"
+            )
+        self.lease_seconds = _number(name, "lease_seconds", lease_seconds, options, 10.0)
+        self.connect_timeout = _number(name, "connect_timeout", connect_timeout, options, 5.0)
+        self.retry_for = _number(name, "retry_for", retry_for, options, 30.0)
+        if readers < 1:
+            raise ValueError(f"readers={readers!r}: at least 1 pooled connection for reads")
+        self.readers = readers
+        self.sync_timeout = sync_timeout
+        self.create = create
+        self.dsn = dsn  # as given (it may hold a password: never shown)
+        self._driver_dsn = driver_dsn
+        sep = "&" if urlsplit(name).query else "?"
+        self.url = name if self.schema == "wfsub" else f"{name}{sep}schema={self.schema}"
+        self._name = self.url
+        self._loop: DriverLoop | None = None
+        self._c = _Conns()
+        self._node: str | None = None  # this node's id when opened as an owner
+        self._sender = ""  # who this store object's NOTIFYs come from
+        self._pid, self._host = os.getpid(), socket.gethostname()
+        self._flag_lock = threading.Lock()
+        self._changed_flag = False
+        self._wait_flag = False
+        self._waiters: dict[object, tuple[EventLoopToken, anyio.Event]] = {}
+        self._ended: set[str] | None = set()  # `end`s notified since drain_ended() (None: some were lost)
+        self._fingerprints: frozenset[str] | None = None  # the last claim_queued's: which queued cases wake us
+        self._opening = False
+        self._closing = False
+        self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
+        self.groups = 0  # transactions the writer committed or attempted (for tests and benchmarks)
+        self.jobs = 0
+
+    def __repr__(self) -> str:
+        state = "closed" if self._loop is None else (f"node {self._node!r}" if self._node else "open")
+        return f"PostgresStore({self.url!r}, {state})"
+
+    @property
+    def node_id(self) -> str | None:
+        """This node's id while open as an owner (None otherwise)."""
+        return self._node
+
+    # -- open and close --------------------------------------------------------------------------------------
+
+    async def open(self, *, owner: bool, owner_id: str) -> None:
+        if self._loop is not None or self._opening:
+            raise StoreError(self._name, "open() called on a store that is already open: close() it first")
+        if not isinstance(owner_id, str) or not owner_id or len(owner_id) > 200:
+            raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str of at most 200 characters naming the "
+                             "opener (a node id)")
+        self._opening = True
+        self._closing = False
+        self._c = _Conns()
+        self._ended = set()
+        loop = DriverLoop(self.url)
+        loop.start()
+        try:
+            with anyio.CancelScope(shield=True):  # half an open would leave a thread and connections behind
+                await loop.call(self._open_async(owner, owner_id))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await loop.call(self._close_async())
+            loop.stop()
+            self._node = None
+            raise
+        finally:
+            self._opening = False
+        self._node = owner_id if owner else None
+        self._sender = owner_id
+        self._loop = loop
+
+    async def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        self._closing = True
+        with anyio.CancelScope(shield=True):  # the writes in flight are committed, whatever cancels us
+            try:
+                await loop.call(self._close_async())
+            finally:
+                loop.stop()
+                self._node = None
+                with self._flag_lock:
+                    waiters = list(self._waiters.values())
+                for _token, event in waiters:
+                    event.set()  # on this loop (the only one a store is used from at a time)
+
+    async def _connect(self) -> Any:
+        return await self._asyncpg.connect(
+            self._driver_dsn,
+            timeout=self.connect_timeout,
+            server_settings={"search_path": self.schema, "application_name": "wfsub"},
+        )
+
+    async def _connect_retrying(self, action: str, deadline: float) -> Any:
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                return await self._connect()
+            except Exception as exc:
+                if classify(exc) == "fatal" and not isinstance(exc, OSError):
+                    raise fault(self._name, action, exc) from exc
+                if not await _backoff(delay, deadline):
+                    raise self._unreachable(action, exc) from exc
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    def _unreachable(self, action: str, exc: BaseException) -> StoreError:
+        error = StoreError(
+            self._name,
+            f"{action} failed: the database could not be reached for {self.retry_for:g} s (last error: "
+            f"{type(exc).__name__}: {exc}); {UNREACHABLE} (retry_for= sets how long calls wait)",
+        )
+        error.__cause__ = exc
+        return error
+
+    async def _open_async(self, owner: bool, owner_id: str) -> None:
+        deadline = time.monotonic() + self.retry_for
+        conn = await self._connect_retrying("opening the store", deadline)
+        try:
+            await self._prepare(conn, owner)
+            if owner:
+                await self._register(conn, owner_id)
+                self._node = owner_id  # from here on, a failed open gives the lease back
+        finally:
+            await conn.close()
+        c = self._c
+        try:
+            c.pool = await self._asyncpg.create_pool(
+                self._driver_dsn, min_size=1, max_size=self.readers, timeout=self.connect_timeout,
+                server_settings={"search_path": self.schema, "application_name": "wfsub"},
+            )
+            c.writer = await self._connect()
+            c.writer_backend = await c.writer.fetchrow(Q["backend_me"])
+        except Exception as exc:
+            raise fault(self._name, "opening the store's connections", exc) from exc
+        c.writer_task = asyncio.get_running_loop().create_task(self._writer_loop())
+        self._fingerprints = None
+        await self._listen(first=True)
+        c.listen_task = None
+
+    async def _prepare(self, conn: Any, owner: bool) -> None:
+        """Check the schema is ours and not newer; create it or migrate it (one opener at a time)."""
+        action = f"checking the store's schema {self.schema!r}"
+        try:
+            async with conn.transaction():
+                await conn.execute(Q["lock_layout"], f"wfsub layout {self.schema}")
+                if not await conn.fetchval(Q["schema_exists"], self.schema):
+                    if not self.create:
+                        raise StoreError(
+                            self._name, f"there is no schema {self.schema!r} in this database, so no wfsub store: "
+                            "check the DSN and ?schema= (a Substrate creates its schema when it first opens it)"
+                        )
+                    action = f"creating the schema {self.schema!r}"
+                    await conn.execute(f'CREATE SCHEMA "{self.schema}"')  # a checked identifier (_SCHEMA)
+                version = await self._version(conn)
+                if version > SCHEMA_VERSION:
+                    raise StoreError(
+                        self._name,
+                        f"the schema {self.schema!r} has store layout version {version}, newer than this wfsub "
+                        f"reads (up to {SCHEMA_VERSION}): a newer wfsub wrote it. Upgrade wfsub (pip install -U "
+                        "'wfsub[postgres]') on this node; this version leaves the schema untouched",
+                    )
+                if 0 < version < SCHEMA_VERSION and not owner:
+                    raise StoreError(
+                        self._name,
+                        f"the schema has store layout version {version}, older than this wfsub's {SCHEMA_VERSION}: "
+                        "only an owner migrates a schema; start a Substrate with this wfsub first, then use `wfsub`",
+                    )
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    file_name, script = MIGRATIONS[target]
+                    action = f"applying migration {file_name} (layout {target - 1} to {target})"
+                    await conn.execute(script)  # a whole script of the package: no parameters
+                    if target == 1:
+                        await conn.execute(Q["meta_put"], "application", APPLICATION)
+                    await conn.execute(Q["meta_put"], "version", str(target))
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise fault(self._name, action, exc) from exc
+
+    async def _version(self, conn: Any) -> int:
+        tables = await conn.fetchval(Q["count_tables"], self.schema)
+        if tables == 0:
+            return 0
+        if not await conn.fetchval(Q["meta_table_exists"], self.schema):
+            raise StoreError(
+                self._name,
+                f"the schema {self.schema!r} holds tables but is not a wfsub store (no meta table): give the store "
+                "a schema of its own (?schema=NAME); wfsub never writes into another application's tables",
+            )
+        app = await conn.fetchval(Q["meta_get"], "application")
+        raw = await conn.fetchval(Q["meta_get"], "version")
+        if app != APPLICATION or raw is None or not str(raw).isdigit():
+            raise StoreError(
+                self._name,
+                f"the schema {self.schema!r} has a meta table that is not wfsub's (application {app!r}, version "
+                f"{raw!r}): give the store a schema of its own (?schema=NAME)",
+            )
+        return int(raw)
+
+    async def _register(self, conn: Any, owner_id: str) -> None:
+        try:
+            got = await conn.fetchval(Q["node_register"], owner_id, self._pid, self._host, self.lease_seconds)
+            if got is not None:
+                return
+            row = await conn.fetchrow(Q["node_get"], owner_id)
+        except Exception as exc:
+            raise fault(self._name, f"registering node {owner_id!r}", exc) from exc
+        _, pid, host, _since, left = row
+        raise StoreError(
+            self._name,
+            f"cannot open as node {owner_id!r}: another live process holds that node id (pid {pid} on host "
+            f"{host!r}, lease for {left:.1f} s more). Each node needs its own id: give this Substrate another "
+            "one, or stop that process (its lease then expires)",
+        )
+
+    async def _close_async(self) -> None:
+        c = self._c
+        if c.writer_task is not None:
+            c.pending.append(_STOP)
+            c.kick.set()
+            await asyncio.shield(c.writer_task)  # commits what was queued
+        if c.listen_task is not None:
+            c.listen_task.cancel()
+        if self._node is not None and c.pool is not None:
+            try:
+                async with c.pool.acquire(timeout=self.connect_timeout) as conn:
+                    await conn.execute(Q["node_release"], self._node, self._pid, self._host)
+            except Exception as exc:  # it expires by itself within a lease
+                _log.warning("store_lease_release_failed", store=self._name, error=str(exc))
+        for conn in (c.listener, c.writer):
+            if conn is not None:
+                try:
+                    await asyncio.wait_for(conn.close(), self.connect_timeout)
+                except Exception:
+                    conn.terminate()
+        if c.pool is not None:
+            try:
+                await asyncio.wait_for(c.pool.close(), self.connect_timeout)
+            except Exception:
+                c.pool.terminate()
+        self._c = _Conns()
+
+    # -- running statements on the driver loop ---------------------------------------------------------------
+
+    def _running(self, action: str) -> DriverLoop:
+        loop = self._loop
+        if loop is None:
+            raise StoreError(
+                self._name, f"cannot {action}: the store is not open; call `await store.open(owner=..., "
+                "owner_id=...)` first (a Substrate opens its store when it starts)"
+            )
+        return loop
+
+    async def _pooled(
+        self, action: str, fn: Callable[[Any], Awaitable[T]], *, idempotent: bool = True, within: float | None = None
+    ) -> T:
+        """Run fn(conn) on a pooled connection, on the driver loop, retrying a lost connection (see module doc)."""
+        deadline = time.monotonic() + (self.retry_for if within is None else within)
+        delay = BACKOFF_FIRST
+        while True:
+            pool = self._c.pool
+            if pool is None:
+                raise StoreError(self._name, f"cannot {action}: the store is closing")
+            try:
+                conn = await pool.acquire(timeout=self.connect_timeout)
+            except Exception as exc:  # connecting: nothing was sent
+                if sqlstate(exc) in FIXES and classify(exc) == "fatal":
+                    raise fault(self._name, action, exc) from exc
+                if not await _backoff(delay, deadline):
+                    raise self._unreachable(action, exc) from exc
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            try:
+                return await fn(conn)
+            except StoreError:
+                raise
+            except Exception as exc:
+                kind = classify(exc)
+                if kind == "fatal":
+                    raise fault(self._name, action, exc) from exc
+                conn.terminate()  # broken: the pool opens a new one at the next acquire
+                if kind == "unknown" and not idempotent:
+                    raise CommitUnknown(
+                        self._name,
+                        f"{action}: the connection was lost before the outcome was known ({type(exc).__name__}: "
+                        f"{exc}); it may or may not have been applied: read back to see",
+                    ) from exc
+                if time.monotonic() >= deadline:
+                    raise self._unreachable(action, exc) from exc
+            finally:
+                with contextlib.suppress(Exception):  # a broken connection: the pool replaces it at next acquire
+                    await pool.release(conn)
+            await _backoff(delay, deadline)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _read(self, action: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        loop = self._running(action)
+        return await loop.call(self._pooled(action, fn))
+
+    def _read_sync(self, action: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        loop = self._running(action)
+        try:
+            return loop.call_sync(self._pooled(action, fn, within=self.sync_timeout), self.sync_timeout + 1.0)
+        except concurrent.futures.TimeoutError as exc:
+            raise StoreError(
+                self._name, f"{action} took longer than sync_timeout={self.sync_timeout:g} s (a synchronous read "
+                f"does not wait out a reconnect); {UNREACHABLE}"
+            ) from exc
+
+    # -- the group commit ------------------------------------------------------------------------------------
+
+    def _submit(self, job: _Job) -> None:
+        """Queue a job for the writer (from the caller's thread). The writer is woken only when it sleeps: a
+        burst of writes costs one cross-thread wake-up, not one per write."""
+        loop = self._running("write")
+        c = self._c
+        c.pending.append(job)
+        if c.idle:
+            try:
+                loop.loop.call_soon_threadsafe(c.kick.set)
+            except RuntimeError as exc:  # the driver loop has stopped
+                raise StoreError(self._name, "cannot write: the store is closing") from exc
+
+    async def _writer_loop(self) -> None:
+        c = self._c
+        pending, kick = c.pending, c.kick
+        while True:
+            # Declare the writer asleep, then look once more: a job queued before the flag was seen is taken now,
+            # one queued after it comes with a kick.
+            c.idle = True
+            if not pending:
+                await kick.wait()
+            kick.clear()
+            c.idle = False
+            group: list[_Job] = []
+            stop = False
+            while pending:
+                item = pending.popleft()
+                if item is _STOP:
+                    stop = True
+                else:
+                    group.append(item)
+            by_query: dict[str, list[_Job]] = {}
+            for job in group:
+                by_query.setdefault(job.query, []).append(job)
+            for query, batch in by_query.items():
+                self.groups += 1
+                self.jobs += len(batch)
+                try:
+                    await self._commit(query, batch)
+                except Exception as exc:  # never leave a caller waiting, nor the writer dead
+                    for job in batch:
+                        if job.error is None and job.result is None:
+                            job.error = fault(self._name, f"committing {job.label}", exc)
+            self._deliver(group)
+            if stop:
+                return
+
+    async def _writer_conn(self, deadline: float) -> Any:
+        c = self._c
+        if c.writer is None or c.writer.is_closed():
+            c.writer = None
+            conn = await self._connect_retrying("reconnecting the writer", deadline)
+            try:
+                c.writer_backend = await conn.fetchrow(Q["backend_me"])
+            except Exception:
+                conn.terminate()
+                raise
+            c.writer = conn
+        return c.writer
+
+    def _drop_writer(self) -> None:
+        c = self._c
+        if c.writer is not None:
+            c.writer.terminate()
+            c.writer = None
+
+    async def _commit(self, query: str, group: list[_Job]) -> None:
+        """One transaction for the group (fetchmany: one round trip); see the module docstring for failures.
+
+        The first write carries a fresh token that the transaction records in `commits`: when the connection is
+        lost with no answer, the token says whether the group committed (after the old backend is gone)."""
+        deadline = time.monotonic() + self.retry_for
+        delay = BACKOFF_FIRST
+        others = f" (one transaction with {len(group) - 1} other writes)" if len(group) > 1 else ""
+        while True:
+            try:
+                conn = await self._writer_conn(deadline)
+            except StoreError as exc:
+                for job in group:
+                    job.error = StoreError(self._name, f"committing {job.label}: {exc.args[0]}")
+                    job.error.__cause__ = exc.__cause__
+                return
+            token = secrets.token_hex(16)
+            args = [(*job.args, token if i == 0 else None) for i, job in enumerate(group)]
+            backend = tuple(self._c.writer_backend)  # (pid, started): names this server process for good
+            try:
+                rows = await conn.fetchmany(query, args)
+            except Exception as exc:
+                kind = classify(exc)
+                if kind != "fatal":
+                    self._drop_writer()
+                if kind == "unknown":
+                    committed = await self._committed(token, backend, deadline)
+                    if committed is False:
+                        kind = "retry"  # provably not committed: the same group again
+                    else:
+                        what = (
+                            "it committed, but its answer was lost with the connection"
+                            if committed
+                            else "the connection was lost after the write was sent and before its commit was "
+                            "confirmed, and the database could not be asked since"
+                        )
+                        for job in group:
+                            job.error = CommitUnknown(
+                                self._name,
+                                f"committing {job.label}{others}: {what} ({type(exc).__name__}: {exc}); the write "
+                                "may or may not have been applied (one that broke a rule was not). Retry it with "
+                                "the same request_id (applied once), or read the case back (load(), journal())",
+                            )
+                            job.error.__cause__ = exc
+                        return
+                if kind == "retry" and await _backoff(delay, deadline):
+                    delay = min(delay * 2, BACKOFF_MAX)
+                    continue
+                if kind == "fatal" and len(group) > 1:
+                    for job in group:  # the group's transaction was aborted: each write again, alone
+                        await self._commit(query, [job])
+                    return
+                for job in group:
+                    job.error = (
+                        fault(self._name, f"committing {job.label}", exc)
+                        if kind == "fatal"
+                        else self._unreachable(f"committing {job.label}", exc)
+                    )
+                return
+            for job, row in zip(group, rows):
+                try:
+                    job.result = job.decode(row)
+                except StoreError as exc:
+                    job.error = exc
+            await self._trim_commits(conn)
+            return
+
+    async def _committed(self, token: str, backend: tuple[Any, ...], deadline: float) -> bool | None:
+        """Whether the group that carried `token` committed: True, False, or None (cannot tell by the deadline).
+
+        The backend that ran it is ended first (pg_terminate_backend: a transaction it still runs is aborted)
+        and awaited, so a False is final: the group cannot commit later."""
+        delay = BACKOFF_FIRST
+        while time.monotonic() < deadline:
+            try:
+                conn = await self._writer_conn(deadline)
+                await conn.fetchval(Q["backend_end"], *backend)
+                while await conn.fetchval(Q["backend_alive"], *backend):
+                    if time.monotonic() > deadline:
+                        return None
+                    await asyncio.sleep(0.01)
+                found: bool = await conn.fetchval(Q["commit_known"], token)
+                return found
+            except StoreError:
+                return None
+            except Exception:
+                self._drop_writer()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        return None
+
+    async def _trim_commits(self, conn: Any) -> None:
+        """Forget commit tokens older than COMMITS_KEPT seconds (at most once a minute)."""
+        if time.monotonic() < self._next_trim:
+            return
+        self._next_trim = time.monotonic() + 60.0
+        try:
+            await conn.execute(Q["commits_trim"], COMMITS_KEPT)
+        except Exception as exc:  # the next trim tries again
+            _log.warning("store_commits_trim_failed", store=self._name, error=str(exc))
+
+    def _deliver(self, group: list[_Job]) -> None:
+        waiting: dict[int, tuple[EventLoopToken, list[_Job]]] = {}
+        for job in group:
+            if job.token is None:
+                if job.error is not None:
+                    _log.error("store_write_failed", store=self._name, job=job.label, error=str(job.error))
+                continue
+            waiting.setdefault(id(job.token.native_token), (job.token, []))[1].append(job)
+        for token, jobs in waiting.values():
+            wake(token, partial(_set_all, jobs))
+
+    # -- writes ----------------------------------------------------------------------------------------------
+
+    def _write_args(self, change: EncodedWrite, epoch: int | None, queue: bool) -> tuple[Any, ...]:
+        records = change.records
+        row = change.row.params if change.row is not None else None
+        snap = change.snapshot.params if change.snapshot is not None else None
+        return (
+            self._node, change.case_id, epoch, queue,
+            [r.seq for r in records], [r.kind for r in records], [r.request_id for r in records],
+            [r.text for r in records],
+            row is not None,
+            *(
+                (row["workflow"], row["fingerprint"], row["state"], float(row["started_at"]),
+                 float(row["updated_at"]), _float(row["ended_at"]), row["last_seq"], _float(row["next_due"]),
+                 bool(row["live"]), bool(row["parked"]), row["detail"])
+                if row is not None else (None,) * 11
+            ),
+            *(
+                (snap["seq"], snap["format"], snap["bytecode"], snap["state"], SNAPSHOTS_KEPT)
+                if snap is not None else (None, None, None, None, SNAPSHOTS_KEPT)
+            ),
+            change.inbox_done, [i for i, _ in change.inbox_refused], [r for _, r in change.inbox_refused],
+        )
+
+    def _write_result(self, case_id: str, epoch: int | None, found: Any) -> list[bool]:
+        status, appended, info, at_seq, owner, now_epoch = found
+        if status == "ok":
+            return list(appended)
+        if status == "fenced":
+            raise StoreConflict(self._name, fenced(case_id, self._node, epoch, owner, now_epoch))
+        if info == "journal_one_end":
+            raise StoreConflict(self._name, second_end(case_id, at_seq))
+        if info in ("journal_pkey", "cases_case_id_key"):
+            raise StoreConflict(self._name, seq_taken(case_id, 0 if at_seq is None else at_seq))
+        raise StoreConflict(self._name, f"the write for case {case_id!r} broke the constraint {info!r}")
+
+    async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
+        self._running("write")
+        encoded = encode_write(self._name, change)
+        epoch = change.epoch
+        job = _Job(
+            Q["write_group"], self._write_args(encoded, epoch, False), f"case {encoded.case_id!r}",
+            partial(self._write_result, encoded.case_id, epoch), wait=wait,
+        )
+        self._submit(job)
+        if not wait:
+            return []
+        result: list[bool] = await job.outcome()
+        return result
+
+    async def queue_case(self, change: CaseWrite) -> None:
+        self._running("queue a case")
+        encoded = encode_write(self._name, change)
+        if not encoded.records or encoded.records[0].seq != 0 or encoded.row is None:
+            raise StoreError(
+                self._name, f"queue_case for case {change.case_id!r} needs the case's start write: its `start` "
+                "record (seq 0) and its row"
+            )
+        job = _Job(
+            Q["write_group"], self._write_args(encoded, None, True), f"queued case {encoded.case_id!r}",
+            partial(self._write_result, encoded.case_id, None), wait=True,
+        )
+        self._submit(job)
+        await job.outcome()
+
+    async def inbox_put(
+        self, case_id: str, kind: str, body: Mapping[str, Any], *, request_id: str | None, created_at: float
+    ) -> int:
+        self._running("put an input in the inbox")
+        text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
+        args = (self._sender, case_id, kind, text, request_id, float(created_at))
+        job = _Job(Q["inbox_put"], args, f"an inbox input for case {case_id!r}", _first, wait=True)
+        self._submit(job)
+        inbox_id: int = await job.outcome()
+        self._signal(own=True)
+        return inbox_id
+
+    async def prune(self, ended_before: float, limit: int | None = None) -> int:
+        async def run(conn: Any) -> int:
+            count: int = await conn.fetchval(Q["prune"], float(ended_before), limit)
+            return count
+
+        action = f"pruning cases ended before {ended_before}"
+        loop = self._running("prune")
+        return await loop.call(self._pooled(action, run, idempotent=False), cancel=False)
+
+    # -- nodes -----------------------------------------------------------------------------------------------
+
+    def _owner_node(self, action: str) -> str:
+        if self._node is None:
+            raise StoreError(
+                self._name, f"cannot {action}: this store was opened without a lease (owner=False); a node opens "
+                "it with owner=True and its node id"
+            )
+        return self._node
+
+    async def renew_lease(self) -> float:
+        loop = self._running("renew the lease")
+        node = self._owner_node("renew the lease")
+
+        async def run(conn: Any) -> float:
+            now = await conn.fetchval(Q["node_renew"], node, self._pid, self._host, self.lease_seconds)
+            if now is None:
+                raise StoreError(
+                    self._name, f"cannot renew the lease of node {node!r}: another process took that node id "
+                    "after this node's lease expired; this node owns nothing now: close it and start again"
+                )
+            return float(now)
+
+        within = min(self.retry_for, self.lease_seconds / 3)
+        return await loop.call(self._pooled(f"renewing the lease of node {node!r}", run, within=within), cancel=False)
+
+    async def take_over(self, limit: int = 1000) -> list[CaseRow]:
+        loop = self._running("take cases over")
+        node = self._owner_node("take cases over")
+
+        async def run(conn: Any) -> list[CaseRow]:
+            return [_row(found) for found in await conn.fetch(Q["take_over"], node, limit)]
+
+        return await loop.call(
+            self._pooled("taking over the cases of expired nodes", run, idempotent=False), cancel=False
+        )
+
+    async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
+        loop = self._running("claim queued cases")
+        node = self._owner_node("claim queued cases")
+        wanted = [str(f) for f in fingerprints]
+        self._fingerprints = frozenset(wanted)
+        if not wanted or limit <= 0:
+            return []
+
+        async def run(conn: Any) -> list[str]:
+            return [found[0] for found in await conn.fetch(Q["claim_queued"], node, wanted, limit)]
+
+        return await loop.call(self._pooled("claiming queued cases", run, idempotent=False), cancel=False)
+
+    async def database_time(self) -> float:
+        async def run(conn: Any) -> float:
+            return float(await conn.fetchval(Q["db_now"]))
+
+        return await self._read("reading the database time", run)
+
+    async def owner(self) -> Owner | None:
+        """This node while open as an owner; else the most recent node whose lease holds (None: none)."""
+
+        async def run(conn: Any) -> Owner | None:
+            found = await conn.fetchrow(Q["node_live"], self._node or "")
+            if found is None:
+                return None
+            node_id, pid, host, since = found
+            return Owner(str(node_id), int(pid), str(host), float(since))
+
+        return await self._read("reading the owner", run)
+
+    async def nodes(self) -> list[Owner]:
+        """Every node whose lease holds now (this one first)."""
+
+        async def run(conn: Any) -> list[Owner]:
+            rows = await conn.fetch(Q["node_live"], self._node or "")
+            return [Owner(str(n), int(p), str(h), float(s)) for n, p, h, s in rows]
+
+        return await self._read("listing the nodes", run)
+
+    # -- notifications ---------------------------------------------------------------------------------------
+
+    async def _listen(self, *, first: bool = False) -> None:
+        """(Re)connect the listener and LISTEN; then report a change (what was sent meanwhile was lost)."""
+        c = self._c
+        deadline = time.monotonic() + (self.retry_for if first else 365 * 86400.0)
+        conn = await self._connect_retrying("subscribing to notifications", deadline)
+        try:
+            await conn.add_listener(f"{self.schema}_changed", self._on_notify)
+        except Exception as exc:
+            conn.terminate()
+            if first:
+                raise fault(self._name, "subscribing to notifications", exc) from exc
+            raise
+        conn.add_termination_listener(self._on_listener_lost)
+        c.listener = conn
+        if not first:
+            with self._flag_lock:
+                self._ended = None  # what was sent while disconnected is lost
+        self._signal(own=False)
+
+    def _on_listener_lost(self, conn: Any) -> None:
+        if self._closing or self._c.listener is not conn:
+            return
+        self._c.listener = None
+        self._c.listen_task = asyncio.get_running_loop().create_task(self._relisten())
+
+    async def _relisten(self) -> None:
+        delay = BACKOFF_FIRST
+        while not self._closing:
+            try:
+                await self._listen()
+                return
+            except Exception as exc:
+                _log.warning("store_listen_failed", store=self._name, error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        try:
+            note = json.loads(payload)
+        except ValueError:
+            note = {}
+        if note.get("s") == self._sender:
+            return  # this store object's own write: it knows
+        kind = note.get("k")
+        if kind == "e":
+            case_id = note.get("c")
+            with self._flag_lock:
+                if self._ended is not None:
+                    self._ended.add(str(case_id))
+                    if case_id is None or len(self._ended) > ENDED_KEPT:
+                        self._ended = None  # an id too long for a NOTIFY, or too many: re-read them all
+        if self._node is not None:
+            if kind == "i" and note.get("o") not in (None, self._node):
+                return  # an input for a case another node owns
+            if kind == "q" and self._fingerprints is not None and note.get("f") not in self._fingerprints:
+                return  # a queued case this node cannot run
+        self._signal(own=False)
+
+    def _signal(self, *, own: bool) -> None:
+        """Something changed: set both flags and wake wait_changed (from any thread)."""
+        with self._flag_lock:
+            self._changed_flag = True
+            self._wait_flag = True
+            waiters = list(self._waiters.values())
+        for token, event in waiters:
+            wake(token, event.set)
+
+    def drain_ended(self) -> set[str] | None:
+        """The ids of the cases whose `end` another node committed since the last call, as NOTIFY told; None
+        when some may have been missed (the listener reconnected, or more than ENDED_KEPT piled up): then re-read
+        the rows of every case you wait for. For waiters on cases other nodes own (`await_case`)."""
+        self._running("drain ended cases")
+        with self._flag_lock:
+            ended, self._ended = self._ended, set()
+        return ended
+
+    def changed(self) -> bool:
+        self._running("poll for changes")
+        with self._flag_lock:
+            changed, self._changed_flag = self._changed_flag, False
+        return changed
+
+    async def wait_changed(self, timeout: float) -> None:  # noqa: ASYNC109 (the interface's polling bound)
+        self._running("wait for changes")
+        key = object()
+        event = anyio.Event()
+        with self._flag_lock:
+            if self._wait_flag:
+                self._wait_flag = False
+                event.set()
+            else:
+                self._waiters[key] = (anyio.lowlevel.current_token(), event)
+        try:
+            with anyio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            with self._flag_lock:
+                self._waiters.pop(key, None)
+                if event.is_set():
+                    self._wait_flag = False
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    async def load(self, case_id: str) -> StoredCase | None:
+        async def read(conn: Any) -> StoredCase | None:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                found = await conn.fetchrow(Q["case_row"], case_id)
+                if found is None:
+                    return None
+                start = await conn.fetchval(Q["journal_start"], case_id)
+                if start is None:
+                    raise StoreError(self._name, no_start(case_id))
+                snap = await conn.fetchrow(Q["snapshot_newest"], case_id)
+                snapshot = None if snap is None else Snapshot(case_id, snap[0], snap[1], snap[2], loads(snap[3]))
+                after = 0 if snapshot is None else snapshot.seq
+                records = [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
+                return StoredCase(_row(found), loads(start), snapshot, records)
+
+        return await self._read(f"loading case {case_id!r}", read)
+
+    async def row(self, case_id: str) -> CaseRow | None:
+        return await self._read(f"reading the row of case {case_id!r}", partial(_case_row, case_id))
+
+    def read_row(self, case_id: str) -> CaseRow | None:
+        """`row()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
+        return self._read_sync(f"reading the row of case {case_id!r}", partial(_case_row, case_id))
+
+    async def journal(self, case_id: str) -> list[Record]:
+        async def read(conn: Any) -> list[Record]:
+            return [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, -1)]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
+    async def journal_epochs(self, case_id: str) -> list[tuple[int, int]]:
+        """(seq, epoch of the node that appended it) of each record of the case, in order."""
+
+        async def read(conn: Any) -> list[tuple[int, int]]:
+            return [(int(s), int(e)) for s, e in await conn.fetch(Q["journal_epochs"], case_id)]
+
+        return await self._read(f"reading the journal epochs of case {case_id!r}", read)
+
+    async def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        if limit <= 0:
+            self._running("list cases")
+            return []
+        return await self._read("listing cases", partial(_page, state, workflow, limit, before))
+
+    def read_cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseRow]:
+        """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
+        self._running("list cases")
+        if limit <= 0:
+            return []
+        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before))
+
+    async def live(self) -> list[CaseRow]:
+        if self._node is None:
+            return await self._read("listing live cases", _rows(Q["cases_live_all"]))
+        return await self._read("listing live cases", _rows(Q["cases_live_owned"], self._node))
+
+    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+        if limit <= 0:
+            self._running("list due cases")
+            return []
+        if self._node is None:
+            return await self._read("listing due cases", _rows(Q["cases_due_all"], float(until), limit))
+        return await self._read(
+            "listing due cases", _rows(Q["cases_due_owned"], float(until), limit, self._node)
+        )
+
+    async def next_due(self) -> float | None:
+        async def read(conn: Any) -> float | None:
+            if self._node is None:
+                value = await conn.fetchval(Q["cases_next_due_all"])
+            else:
+                value = await conn.fetchval(Q["cases_next_due_owned"], self._node)
+            return None if value is None else float(value)
+
+        return await self._read("reading the next due time", read)
+
+    async def inbox_take(self, after: int = 0, limit: int = 1000) -> list[InboxRow]:
+        if limit <= 0:
+            self._running("read the inbox")
+            return []
+
+        async def read(conn: Any) -> list[InboxRow]:
+            if self._node is None:
+                rows = await conn.fetch(Q["inbox_take_all"], after, limit)
+            else:
+                rows = await conn.fetch(Q["inbox_take_owned"], after, limit, self._node)
+            return [_inbox_row(found) for found in rows]
+
+        return await self._read("reading the inbox", read)
+
+    async def inbox_row(self, inbox_id: int) -> InboxRow | None:
+        async def read(conn: Any) -> InboxRow | None:
+            found = await conn.fetchrow(Q["inbox_row"], inbox_id)
+            return None if found is None else _inbox_row(found)
+
+        return await self._read(f"reading inbox row {inbox_id}", read)
+
+    # -- for tests of connection loss ------------------------------------------------------------------------
+
+    async def backend_pids(self) -> list[int]:
+        """The server process ids of this store's open connections (tests end them with pg_terminate_backend)."""
+
+        async def collect() -> list[int]:
+            c = self._c
+            pids = [
+                conn.get_server_pid() for conn in (c.writer, c.listener) if conn is not None and not conn.is_closed()
+            ]
+            if c.pool is not None:
+                for holder in c.pool._holders:  # asyncpg keeps no public list of a pool's connections
+                    conn = holder._con
+                    if conn is not None and not conn.is_closed():
+                        pids.append(conn.get_server_pid())
+            return pids
+
+        loop = self._running("list connections")
+        return await loop.call(collect())
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+async def _backoff(delay: float, deadline: float) -> bool:
+    """Sleep `delay`, cut short at the deadline (the last try is made at it); False once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
+    await asyncio.sleep(min(delay, left))
+    return True
+
+
+def _set_all(jobs: list[_Job]) -> None:
+    for job in jobs:
+        assert job.event is not None
+        job.event.set()
+
+
+def _first(found: Any) -> Any:
+    return found[0]
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _number(store: str, name: str, given: float | None, options: dict[str, str], default: float) -> float:
+    raw: Any = given if given is not None else options.get(name, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise StoreError(store, f"{name}={raw!r}: give a number of seconds") from None
+    if not value > 0:
+        raise StoreError(store, f"{name}={raw!r}: give a number of seconds above 0")
+    return value
+
+
+def _row(found: Any) -> CaseRow:
+    row = decode_row(found[0], tuple(found[:11]))
+    row.owner = found[11]
+    row.epoch = int(found[12])
+    return row
+
+
+def _inbox_row(found: Any) -> InboxRow:
+    inbox_id, case_id, kind, body, request_id, created_at, refused = found
+    return InboxRow(int(inbox_id), case_id, kind, loads(body), request_id, float(created_at), refused)
+
+
+async def _case_row(case_id: str, conn: Any) -> CaseRow | None:
+    found = await conn.fetchrow(Q["case_row"], case_id)
+    return None if found is None else _row(found)
+
+
+def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
+    async def read(conn: Any) -> list[CaseRow]:
+        return [_row(found) for found in await conn.fetch(query, *args)]
+
+    return read
+
+
+async def _page(state: str | None, workflow: str | None, limit: int, before: int | None, conn: Any) -> list[CaseRow]:
+    bound = _NO_ORDER if before is None else before
+    if state is not None and workflow is not None:
+        rows = await conn.fetch(Q["cases_page_state_workflow"], bound, limit, state, workflow)
+    elif state is not None:
+        rows = await conn.fetch(Q["cases_page_state"], bound, limit, state)
+    elif workflow is not None:
+        rows = await conn.fetch(Q["cases_page_workflow"], bound, limit, workflow)
+    else:
+        rows = await conn.fetch(Q["cases_page"], bound, limit)
+    return [_row(found) for found in rows]
+
+
+__all__ = ["PostgresStore"]

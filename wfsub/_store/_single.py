@@ -1,0 +1,67 @@
+"""What the many-nodes primitives of the store interface are on a store that one Substrate owns alone.
+
+MemoryStore and SqliteStore are single-node stores: one Substrate owns every case in them, so there is no lease
+to renew, nothing to take over, no queue of cases for any node, and the local clock is the store's clock.
+`wait_changed` polls a cheap check (`_poll_changed`: SQLite's data_version, a flag in memory) every
+`WAIT_POLL` seconds; it keeps its own mark, so it never consumes what `changed()` reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import anyio
+import anyio.lowlevel
+
+from .._errors import StoreError
+from ._base import CaseRow, CaseWrite
+
+WAIT_POLL = 0.2  # seconds between two checks in `wait_changed` (the runtime's inbox poll is the same)
+
+
+class SingleNode:
+    """The many-nodes methods of the store interface, for a store that one Substrate owns."""
+
+    shared = False
+
+    def _store_name(self) -> str:
+        raise NotImplementedError
+
+    def _poll_changed(self) -> bool:
+        """Whether another connection committed since the previous call (wait_changed's own mark)."""
+        raise NotImplementedError
+
+    async def wait_changed(self, timeout: float) -> None:  # noqa: ASYNC109 (a polling bound, not a deadline)
+        deadline = time.monotonic() + timeout
+        while not self._poll_changed():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await anyio.sleep(min(WAIT_POLL, left))
+        await anyio.lowlevel.checkpoint()
+
+    async def renew_lease(self) -> float:
+        await anyio.lowlevel.checkpoint()
+        return time.time()
+
+    async def take_over(self, limit: int = 1000) -> list[CaseRow]:
+        await anyio.lowlevel.checkpoint()
+        return []
+
+    async def queue_case(self, change: CaseWrite) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise StoreError(
+            self._store_name(),
+            f"cannot queue case {change.case_id!r} for any node: placement='any' needs a shared store, where "
+            "several nodes own cases (store='postgresql://...'); on this store, start the case on this Substrate "
+            "(the default placement)",
+        )
+
+    async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return []
+
+    async def database_time(self) -> float:
+        await anyio.lowlevel.checkpoint()
+        return time.time()

@@ -1,0 +1,200 @@
+-- Every statement the Postgres store runs, by name (`-- name: NAME`, then what it does). Values are always bound
+-- parameters ($1, $2, ...). Names are unqualified: each connection's `search_path` is the store's schema. The
+-- only text the store formats itself is the schema name in CREATE SCHEMA (a checked identifier, quoted).
+-- The functions called here (write_case, inbox_put, take_over, claim_queued, db_now) are in migrations/.
+
+-- name: lock_layout
+-- One opener at a time checks, builds or migrates a schema (released at the end of its transaction).
+SELECT pg_advisory_xact_lock(hashtext($1));
+
+-- name: schema_exists
+SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1);
+
+-- name: count_tables
+-- Whether the schema holds anything yet (a new schema holds nothing).
+SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1;
+
+-- name: meta_table_exists
+SELECT EXISTS (
+    SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = $1 AND c.relname = 'meta' AND c.relkind = 'r'
+);
+
+-- name: meta_get
+SELECT value FROM meta WHERE key = $1;
+
+-- name: meta_put
+INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: db_now
+-- Database time, seconds since the epoch.
+SELECT db_now();
+
+-- name: node_register
+-- Take or renew this node's lease, unless another live process holds the same node id; returns database time.
+INSERT INTO nodes (node_id, pid, host, since, lease_until) VALUES ($1, $2, $3, db_now(), db_now() + $4)
+ON CONFLICT (node_id) DO UPDATE SET
+    pid = excluded.pid, host = excluded.host, since = excluded.since, lease_until = excluded.lease_until
+WHERE nodes.lease_until <= db_now() OR (nodes.pid = excluded.pid AND nodes.host = excluded.host)
+RETURNING lease_until - $4;
+
+-- name: node_get
+-- One node's lease: who holds it and for how long still (negative: expired).
+SELECT node_id, pid, host, since, lease_until - db_now() FROM nodes WHERE node_id = $1;
+
+-- name: node_renew
+-- Extend this node's lease to database now + lease seconds; returns database time (no row: not ours any more).
+UPDATE nodes SET lease_until = db_now() + $4 WHERE node_id = $1 AND pid = $2 AND host = $3
+RETURNING lease_until - $4;
+
+-- name: node_release
+-- A node that closes gives its lease up at once, so another node may take its cases over without waiting.
+UPDATE nodes SET lease_until = db_now() WHERE node_id = $1 AND pid = $2 AND host = $3;
+
+-- name: node_live
+-- The nodes whose lease holds, this one first, then the most recent.
+SELECT node_id, pid, host, since FROM nodes WHERE lease_until > db_now()
+ORDER BY (node_id = $1) DESC, since DESC;
+
+-- name: write_group
+-- One write of a case (see write_case); the group commit runs it once per write, all in one transaction. The
+-- last parameter is the group's commit token on its first write, NULL on the others.
+SELECT status, appended, info, at_seq, cur_owner, cur_epoch
+FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                $22, $23, $24, $25, $26, $27, $28, $29);
+
+-- name: inbox_put
+-- Insert an input into the inbox (and NOTIFY its case's owner); returns its id. The last parameter: as above.
+SELECT inbox_put($1, $2, $3, $4, $5, $6, $7);
+
+-- name: commit_known
+-- Whether the group that carried this token committed (asked after its connection was lost).
+SELECT EXISTS (SELECT 1 FROM commits WHERE token = $1);
+
+-- name: commits_trim
+-- Forget the tokens of groups committed more than $1 seconds ago.
+DELETE FROM commits WHERE at < db_now() - $1;
+
+-- name: backend_me
+-- This connection's server process: its pid and start time (a pid alone may be reused after a restart).
+SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid();
+
+-- name: backend_end
+-- End the server process that ran a group whose answer was lost (a transaction it still runs is aborted);
+-- only that process: same pid and same start time.
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2;
+
+-- name: backend_alive
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2);
+
+-- name: take_over
+-- Take over cases of nodes whose lease expired (see take_over in migrations/).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM take_over($1, $2);
+
+-- name: claim_queued
+-- Claim queued cases whose fingerprint this node has registered.
+SELECT claim_queued FROM claim_queued($1, $2, $3);
+
+-- name: inbox_take_owned
+-- Inputs not yet refused, in id order, after an id, for cases this node owns or for no case at all.
+SELECT i.id, i.case_id, i.kind, i.body, i.request_id, i.created_at, i.refused
+FROM inbox i LEFT JOIN cases c ON c.case_id = i.case_id
+WHERE i.refused IS NULL AND i.id > $1 AND (c.owner = $3 OR c.case_id IS NULL)
+ORDER BY i.id LIMIT $2;
+
+-- name: inbox_take_all
+-- Inputs not yet refused, in id order, after an id (a store opened without a lease sees them all).
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE refused IS NULL AND id > $1 ORDER BY id LIMIT $2;
+
+-- name: inbox_row
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = $1;
+
+-- name: case_row
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE case_id = $1;
+
+-- name: journal_start
+SELECT record FROM journal WHERE case_id = $1 AND seq = 0;
+
+-- name: journal_after
+SELECT record FROM journal WHERE case_id = $1 AND seq > $2 ORDER BY seq;
+
+-- name: journal_epochs
+-- Each record's seq and the epoch it was appended at (tests check fencing with it).
+SELECT seq, epoch FROM journal WHERE case_id = $1 ORDER BY seq;
+
+-- name: snapshot_newest
+SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = $1 ORDER BY seq DESC LIMIT 1;
+
+-- name: cases_page
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE case_order < $1 ORDER BY case_order DESC LIMIT $2;
+
+-- name: cases_page_state
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE case_order < $1 AND state = $3 ORDER BY case_order DESC LIMIT $2;
+
+-- name: cases_page_workflow
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE case_order < $1 AND workflow = $3 ORDER BY case_order DESC LIMIT $2;
+
+-- name: cases_page_state_workflow
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE case_order < $1 AND state = $3 AND workflow = $4 ORDER BY case_order DESC LIMIT $2;
+
+-- name: cases_live_owned
+-- The rows recovery resumes at once: this node's, oldest first (partial index cases_live).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE live AND owner = $1 ORDER BY case_order;
+
+-- name: cases_live_all
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE live ORDER BY case_order;
+
+-- name: cases_due_owned
+-- This node's parked cases whose next_due has come, earliest first (partial index cases_due).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND owner = $3
+ORDER BY next_due, case_order LIMIT $2;
+
+-- name: cases_due_all
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 ORDER BY next_due, case_order LIMIT $2;
+
+-- name: cases_next_due_owned
+SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND owner = $1;
+
+-- name: cases_next_due_all
+SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL;
+
+-- name: prune
+-- Remove cases that ended before a time and whose journal holds their `end`, at most $2 (NULL: all), in one
+-- statement; returns how many.
+WITH gone AS (
+    SELECT c.case_id FROM cases c
+    WHERE c.ended_at IS NOT NULL AND c.ended_at < $1
+      AND EXISTS (SELECT 1 FROM journal j WHERE j.case_id = c.case_id AND j.kind = 'end')
+    ORDER BY c.case_order LIMIT $2
+    FOR UPDATE OF c SKIP LOCKED
+), journal_gone AS (
+    DELETE FROM journal WHERE case_id IN (SELECT case_id FROM gone)
+), snapshots_gone AS (
+    DELETE FROM snapshots WHERE case_id IN (SELECT case_id FROM gone)
+), inbox_gone AS (
+    DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
+), cases_gone AS (
+    DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING 1
+)
+SELECT count(*) FROM cases_gone;
