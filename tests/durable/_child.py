@@ -69,7 +69,7 @@ async def full(path: str) -> None:
             await _flows.until_state(sub, cid, "waiting_signal")
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills us at the limit: we want EFBIG
         _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        sizes = [os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p)]
+        sizes = [(await anyio.Path(p).stat()).st_size for p in (path, path + "-wal") if await anyio.Path(p).exists()]
         resource.setrlimit(resource.RLIMIT_FSIZE, (max(sizes) + 200_000, hard))
         for i in range(200):
             cid = f"big-{i}"

@@ -25,6 +25,8 @@ import anyio
 import wfsub
 from wfsub import Substrate, Term, effect, mi, saga, scope, seq, sleep, task, wait
 
+from ._util import eventually
+
 # -- the side file -------------------------------------------------------------------------------------------
 
 
@@ -162,9 +164,7 @@ WORKFLOWS: dict[str, Term] = {
 
 async def until_state(sub: Substrate, case_id: str, *states: str, limit: float = 30.0) -> None:
     """Poll the case's status until it is in one of `states` (a bound only against a hang, not a timing)."""
-    with anyio.fail_after(limit):
-        while sub.status(case_id).state.value not in states:
-            await anyio.sleep(0.005)
+    await eventually(lambda: sub.status(case_id).state.value in states, limit)
 
 
 @dataclass

@@ -85,3 +85,19 @@ async def wait_all_blocked() -> None:
 
     for _ in range(20):
         await anyio.lowlevel.checkpoint()
+
+
+async def eventually(check: Any, limit: float = 30.0, every: float = 0.005) -> None:
+    """Poll `check()` (sync or async) until it is true; `limit` seconds bound a hang (it is not a timing)."""
+    import inspect
+
+    import anyio
+
+    with anyio.fail_after(limit):
+        while True:
+            found = check()
+            if inspect.isawaitable(found):
+                found = await found
+            if found:
+                return
+            await anyio.sleep(every)

@@ -14,7 +14,7 @@ import pytest
 from wfsub import CaseCancelled, Substrate, effect, mi, saga, scope, seq, task, wait
 from wfsub.stores import InboxRow, SqliteStore, Store
 
-from ._util import field, kinds, outside, wait_all_blocked
+from ._util import eventually, field, kinds, outside, wait_all_blocked
 
 BOUND = 30.0  # seconds: a bound against a hang, not a latency requirement
 
@@ -42,11 +42,18 @@ FLOWS = {
 
 async def taken(cli: Store, inbox_id: int) -> None:
     """Wait until the owner has moved the inbox row into its case's journal (the row is gone)."""
-    with anyio.fail_after(BOUND):
-        while await cli.inbox_row(inbox_id) is not None:
-            row = await cli.inbox_row(inbox_id)
-            assert row is None or row.refused is None, row
-            await anyio.sleep(0.02)
+    async def gone() -> bool:
+        row = await cli.inbox_row(inbox_id)
+        assert row is None or row.refused is None, row
+        return row is None
+
+    await eventually(gone, BOUND, 0.02)
+
+
+async def settled(cli: Store, inbox_id: int) -> bool:
+    """The owner took the inbox row (it is gone) or refused it (it is marked)."""
+    row = await cli.inbox_row(inbox_id)
+    return row is None or row.refused is not None
 
 
 async def refused(cli: Store, inbox_id: int) -> InboxRow:
@@ -80,7 +87,8 @@ async def test_every_kind_of_outside_input_reaches_its_case(tmp_path: Path) -> N
                 ("dynamic", "add_instances", {"region": "m", "items": ["extra"]}, "r-add"),
                 ("dynamic", "close_instances", {"region": "m"}, "r-close"),
             ]
-            ids = [await cli.inbox_put(cid, kind, body, request_id=rid, created_at=1.0) for cid, kind, body, rid in puts]
+            ids = [await cli.inbox_put(cid, kind, body, request_id=rid, created_at=1.0)
+                   for cid, kind, body, rid in puts]
             for inbox_id in ids:
                 await taken(cli, inbox_id)
         await sub.signal("dynamic", "ok", 1)
@@ -172,9 +180,8 @@ async def test_outside_add_instances_with_items_that_are_not_a_list_is_refused(t
         async with outside(SqliteStore(path)) as cli:
             inbox_id = await cli.inbox_put("c", "add_instances", {"region": "m", "items": "ab"}, request_id=None,
                                            created_at=1.0)
-            with anyio.fail_after(BOUND):
-                while (row := await cli.inbox_row(inbox_id)) is not None and row.refused is None:
-                    await anyio.sleep(0.02)
+            await eventually(lambda: settled(cli, inbox_id), BOUND, 0.02)
+            row = await cli.inbox_row(inbox_id)
             assert row is not None and "sequence" in (row.refused or "")  # got: the row was taken (journaled)
     async with Substrate(store=path, workflows=FLOWS) as sub:
         await sub.signal("c", "ok", 1)  # raised TypeError from the replay
@@ -192,8 +199,7 @@ async def test_outside_add_instances_without_items_is_refused(tmp_path: Path) ->
         await wait_all_blocked()
         async with outside(SqliteStore(path)) as cli:
             inbox_id = await cli.inbox_put("c", "add_instances", {"region": "m"}, request_id=None, created_at=1.0)
-            with anyio.fail_after(BOUND):
-                while (row := await cli.inbox_row(inbox_id)) is not None and row.refused is None:
-                    await anyio.sleep(0.02)
+            await eventually(lambda: settled(cli, inbox_id), BOUND, 0.02)
+            row = await cli.inbox_row(inbox_id)
         assert sub.status("c").state == "waiting_signal", sub.status("c").error  # got: failed
         assert row is not None and row.refused

@@ -62,9 +62,10 @@ class Run:
     def count(self, prefix: str) -> int:
         return sum(1 for line in list(self.lines) if line.startswith(prefix))
 
-    def wait_until(self, done: object) -> None:
+    def wait_for(self, n: int, *prefixes: str) -> None:
+        """Until `n` lines start with one of `prefixes` (or the child ended, or logged trouble)."""
         deadline = time.monotonic() + BOUND
-        while not done() and self.proc.poll() is None and not self.trouble:  # type: ignore[operator]
+        while sum(self.count(p) for p in prefixes) < n and self.proc.poll() is None and not self.trouble:
             assert time.monotonic() < deadline, f"the child hung: see {self.log}"
             time.sleep(0.002)
 
@@ -97,15 +98,13 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
     for run in range(KILLS + 1):
         child = Run(path, side, rng.randrange(2**31), tmp_path / f"run{run}.log")
         try:
-            child.wait_until(lambda: child.count("ready"))
+            child.wait_for(1, "ready")
             if run == 0:  # while cases are being started: many have effects in flight
-                target = rng.randint(N // 4, N // 2)
-                child.wait_until(lambda t=target: child.count("start ") >= t)
+                child.wait_for(rng.randint(N // 4, N // 2), "start ")
             elif run < KILLS:  # after a random number of acknowledged signals of this run: mid-load
-                target = rng.randint(N // 10, N // 2)
-                child.wait_until(lambda t=target: child.count("signal ") + child.count("ended ") >= t)
+                child.wait_for(rng.randint(N // 10, N // 2), "signal ", "ended ")
             else:
-                child.wait_until(lambda: child.count("alldone"))
+                child.wait_for(1, "alldone")
         finally:
             child.kill()
         started |= child.acknowledged("start")

@@ -6,6 +6,7 @@ as a divergence naming its node path."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Mapping
@@ -191,10 +192,9 @@ class Live:
             if kind == "add_instances":
                 fields["items"] = [arg]
             self.record(kind, **fields)
-            try:
+            # refused at its step: journaled, changes nothing (the replay refuses it alike)
+            with contextlib.suppress(WfsubError, TypeError):
                 getattr(m, kind)(region, *([[arg]] if kind == "add_instances" else []))
-            except (WfsubError, TypeError):
-                pass  # refused at its step: journaled, changes nothing (the replay refuses it alike)
         elif kind == "cancel" and arg > 9:  # rarely: it ends the case
             self.record("cancel", reason="cancelled", compensate=bool(arg % 2))
             m.cancel("cancelled", compensate=bool(arg % 2))

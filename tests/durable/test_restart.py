@@ -126,13 +126,12 @@ async def test_in_memory_awaiters_get_substrate_closed_and_the_case_stays_live(m
         except SubstrateClosed:
             got.append("closed")
 
-    async with anyio.create_task_group() as tg:
-        async with Substrate(store=store, workflows=_flows.WORKFLOWS) as sub:
-            handle = await sub.new_case("charge_then_wait", {"n": 1}, case_id=CID)
-            await _flows.until_state(sub, CID, "waiting_signal")
-            tg.start_soon(waiter, handle.result)
-            tg.start_soon(waiter, lambda: sub.await_case(CID))
-            await wait_all_blocked()
+    async with anyio.create_task_group() as tg, Substrate(store=store, workflows=_flows.WORKFLOWS) as sub:
+        handle = await sub.new_case("charge_then_wait", {"n": 1}, case_id=CID)
+        await _flows.until_state(sub, CID, "waiting_signal")
+        tg.start_soon(waiter, handle.result)
+        tg.start_soon(waiter, lambda: sub.await_case(CID))
+        await wait_all_blocked()
     assert got == ["closed", "closed"]
     async with outside(reopenable(store)) as reader:
         row = await reader.row(CID)

@@ -16,7 +16,7 @@ from wfsub import CaseCancelled, SignalRejected, Substrate, effect, seq, sleep, 
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
-from ._util import check_shape, field, kinds, outside, wait_all_blocked
+from ._util import check_shape, eventually, field, kinds, outside, wait_all_blocked
 
 T0 = 1000.0
 
@@ -37,6 +37,14 @@ V1 = seq(task(a_one), wait("x", into="x"), wait("y", into="y"))
 V2_COMPATIBLE = seq(task(a_one), wait("x", into="x"), wait("y", into="y"), task(b))  # a step added at the end
 V3_RENAMED = seq(task(a_one), wait("z", into="x"), wait("y", into="y"))  # the first wait takes another signal
 V4_EDITED = seq(task(a_two), wait("x", into="x"), wait("y", into="y"))  # a task that already ran gives another output
+
+
+async def inbox_gone(cli: Any, inbox_id: int) -> bool:
+    return await cli.inbox_row(inbox_id) is None
+
+
+async def has_version(sub: Substrate) -> bool:
+    return "version" in kinds(await sub.journal("c"))
 
 
 async def started(store: Any, clock: VirtualClock, *ids: str) -> None:
@@ -88,9 +96,7 @@ async def test_a_compatible_change_keeps_an_armed_timer_and_its_due_time() -> No
         await sub.new_case("wf", {}, case_id="c")
         await clock.advance(1)
     async with Substrate(store=store, workflows={"wf": new}, clock=clock) as sub:
-        with anyio.fail_after(30):
-            while "version" not in kinds(await sub.journal("c")):  # the version check runs beside the cases
-                await anyio.sleep(0.005)
+        await eventually(lambda: has_version(sub))  # the version check runs beside the cases
         assert [t.due for t in sub.status("c").timers] == [T0 + 10]
         await clock.advance(9)
         assert await sub.await_case("c") == {"a": 1, "b": True}
@@ -131,11 +137,10 @@ async def test_an_incompatible_change_suspends_then_the_old_version_resumes(newe
         before = await reader.journal("c")
     async with Substrate(store=store, workflows={"wf": newer}, clock=clock) as sub:
         await clock.advance(0)
-        with anyio.fail_after(30):
-            while sub.status("c").state != "suspended":
-                await anyio.sleep(0.005)
+        await eventually(lambda: sub.status("c").state == "suspended")
         status = sub.status("c")
-        assert status.suspended_reason is not None and "diverges at journal record 1 (signal)" in status.suspended_reason
+        assert status.suspended_reason is not None
+        assert "diverges at journal record 1 (signal)" in status.suspended_reason
         assert names in status.suspended_reason
         assert [c.case_id for c in sub.cases(state="suspended")] == ["c"]
         with pytest.raises(SignalRejected, match="suspended"):
@@ -153,9 +158,7 @@ async def test_a_suspended_case_can_be_cancelled_and_ends_at_once(tmp_path: Path
     store, clock = str(tmp_path / "cases.db"), VirtualClock(T0)
     await started(store, clock, "c", "d")
     async with Substrate(store=store, workflows={"wf": V3_RENAMED}, clock=clock) as sub:
-        with anyio.fail_after(30):
-            while {sub.status(c).state for c in ("c", "d")} != {"suspended"}:
-                await anyio.sleep(0.005)
+        await eventually(lambda: {sub.status(c).state for c in ("c", "d")} == {"suspended"})
         await sub.cancel("c", request_id="cancel-c")
         with pytest.raises(CaseCancelled):
             await sub.await_case("c")
@@ -165,10 +168,8 @@ async def test_a_suspended_case_can_be_cancelled_and_ends_at_once(tmp_path: Path
         await sub.cancel("c")  # ended: nothing to do
         async with outside(store) as cli:
             inbox_id = await cli.inbox_put("d", "cancel", {"reason": "ops"}, request_id=None, created_at=clock.now())
-            with anyio.fail_after(30):
-                while not sub.status("d").ended:
-                    await anyio.sleep(0.01)
-            assert await cli.inbox_row(inbox_id) is None  # taken
+            await eventually(lambda: sub.status("d").ended)
+            await eventually(lambda: inbox_gone(cli, inbox_id))  # taken
         assert sub.status("d").state == "cancelled"
         assert kinds(await sub.journal("d")) == ["start", "signal", "cancel", "end"]
 
@@ -178,8 +179,6 @@ async def test_a_case_whose_workflow_name_is_gone_is_suspended_with_the_register
     store, clock = MemoryStore(), VirtualClock(T0)
     await started(store, clock, "c")
     async with Substrate(store=store, workflows={"other": V2_COMPATIBLE}, clock=clock) as sub:
-        with anyio.fail_after(30):
-            while sub.status("c").state != "suspended":
-                await anyio.sleep(0.005)
+        await eventually(lambda: sub.status("c").state == "suspended")
         reason = sub.status("c").suspended_reason or ""
         assert "'wf'" in reason and "other" in reason
