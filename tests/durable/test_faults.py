@@ -354,3 +354,13 @@ async def test_durable_start_rules() -> None:
             async with Substrate() as plain:
                 await plain.journal("c")
     assert wfsub.__name__ == "wfsub"
+
+
+async def test_the_default_max_payload_is_one_mebibyte() -> None:
+    """Without max_payload_bytes, start data just under 1 MiB of JSON is taken and just over it refused."""
+    store = MemoryStore()
+    async with Substrate(store=store, workflows=FLOWS) as sub:
+        await sub.new_case("flow", {"pad": "x" * (1024 * 1024 - 100)}, case_id="under")
+        with pytest.raises(ValueError, match="max_payload_bytes=1,048,576"):
+            await sub.new_case("flow", {"pad": "x" * (1024 * 1024)}, case_id="over")
+        assert [c.case_id for c in sub.cases()] == ["under"]
