@@ -123,8 +123,7 @@ async def test_a_read_only_directory_is_refused_by_the_substrate(tmp_path: Path)
 async def test_a_full_disk_refuses_new_inputs_keeps_acknowledged_cases_and_the_substrate_goes_on(
     tmp_path: Path,
 ) -> None:
-    """At the file size limit new_case and signal raise StoreError (file, cause) and write nothing; with room
-    again the same Substrate goes on and every acknowledged case completes; the file is intact."""
+    """A full disk: StoreError (file, cause), nothing half-written, acknowledged cases complete."""
     path = tmp_path / "cases.db"
     found = await anyio.to_thread.run_sync(lambda: child_report("full", str(path)))
     assert found["refused"], found
@@ -171,8 +170,7 @@ async def test_a_second_substrate_on_the_same_store_is_refused_naming_the_owner(
 
 
 def test_a_substrate_in_another_process_owns_the_store_until_it_ends(tmp_path: Path) -> None:
-    """While another process's Substrate owns the file, a Substrate here gets StoreError naming its pid; once that
-    process is killed, the store is free."""
+    """Another process's Substrate owns the file (StoreError naming its pid) until it is killed."""
     path = tmp_path / "cases.db"
     holder = subprocess.Popen(child_cmd("hold", str(path)), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -317,8 +315,7 @@ async def dated_result(ctx: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def test_an_effect_result_that_cannot_be_journaled_fails_like_a_raising_effect() -> None:
-    """An effect returning non-JSON, or more than max_payload_bytes, fails at its node (CaseFailed, or caught by
-    scope(on_error=...)), and the journal records the failure."""
+    """An effect result that is not JSON or too big fails at its node like a raising effect."""
     flows = {
         "dated": seq(effect(dated_result, name="dated")),
         "big": seq(effect(big_result, name="big")),

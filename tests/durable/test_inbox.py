@@ -67,8 +67,7 @@ async def refused(cli: Store, inbox_id: int) -> InboxRow:
 
 
 async def test_every_kind_of_outside_input_reaches_its_case(tmp_path: Path) -> None:
-    """signal, cancel, cancel_region, complete_region, add_instances and close_instances from an outside writer are
-    applied to their cases (of this run or an earlier one) and journaled with their request ids."""
+    """Every kind of outside inbox input reaches its case and is journaled with its request id."""
     path = str(tmp_path / "cases.db")
     async with Substrate(store=path, workflows=FLOWS) as sub:
         await sub.new_case("wait", {}, case_id="earlier")
@@ -108,8 +107,7 @@ async def test_every_kind_of_outside_input_reaches_its_case(tmp_path: Path) -> N
 
 
 async def test_refused_outside_inputs_are_kept_and_marked(tmp_path: Path) -> None:
-    """An outside input the owner refuses (unknown case, unknown signal, payload too big, malformed, ended case of
-    an earlier run) stays in the inbox, marked with the reason; the case is unharmed."""
+    """Refused outside inputs stay in the inbox, marked with the reason; the case is unharmed."""
     path = str(tmp_path / "cases.db")
     async with Substrate(store=path, workflows=FLOWS) as sub:
         await sub.new_case("wait", {}, case_id="ended")

@@ -85,8 +85,7 @@ async def test_concurrent_new_case_with_one_id_starts_one_case(tmp_path: Path, c
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_signals_racing_the_case_end_are_journaled_iff_acknowledged(kind: str, tmp_path: Path,
                                                                          counted: Counted) -> None:
-    """Signals sent while a case ends: each call returns (its record is in the journal, before `end`) or raises
-    SignalRejected (no record); one `end`, last."""
+    """Signals racing a case's end: journaled (before `end`) exactly when the call returned."""
     rng = random.Random(5)
     async with Substrate(store=make_store(kind, tmp_path), workflows=FLOWS) as sub:
         await sub.new_case("wait_then_effect", {}, case_id="c")
@@ -135,8 +134,7 @@ async def test_cancel_racing_recovery_ends_the_case_once(kind: str, tmp_path: Pa
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_many_concurrent_signals_to_a_parked_case_being_loaded(kind: str, tmp_path: Path) -> None:
-    """60 concurrent signals (and 5 awaiters) to a case parked in the store, with a mailbox of 3: it is loaded
-    once, every signal is journaled once, and every awaiter gets the result."""
+    """60 concurrent signals and 5 awaiters to a parked case being loaded: each applied once."""
     store = make_store(kind, tmp_path)
     async with Substrate(store=store, workflows=FLOWS) as sub:
         await sub.new_case("ticks", {}, case_id="c")

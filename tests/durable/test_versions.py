@@ -129,8 +129,7 @@ async def test_a_compatible_change_migrates_a_case_with_an_effect_in_flight() ->
 
 @pytest.mark.parametrize(("newer", "names"), [(V3_RENAMED, "signal 'x'"), (V4_EDITED, "seq[0].task")])
 async def test_an_incompatible_change_suspends_then_the_old_version_resumes(newer: wfsub.Term, names: str) -> None:
-    """A journal that does not apply to the newest version: suspended (reason = the divergence), intact, refusing
-    inputs; registered again, the recorded version resumes it and it ends on it."""
+    """An incompatible version suspends the case intact; its old version registered resumes it."""
     store, clock = MemoryStore(), VirtualClock(T0)
     await started(store, clock, "c")
     async with outside(store) as reader:
