@@ -84,9 +84,6 @@ class Run:
         return {line.split()[1] for line in self.lines if line.startswith(kind + " ") and line.endswith("\n")}
 
 
-@pytest.mark.xfail(strict=True, reason="recovery numbers new records from the case row's last_seq, stale for cases "
-                   "that journaled inputs while running: after a kill they cannot journal again (see "
-                   "test_recovery.test_a_case_that_took_inputs_while_running_goes_on_after_a_restart)")
 def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
     """SIGKILLed at random points under load and restarted: acknowledged cases and signals kept, all end right."""
     path, side = tmp_path / "load.db", tmp_path / "side.jsonl"

@@ -55,9 +55,6 @@ FLOWS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="concurrent new_case with one case_id: the losers' failed start write pops "
-                   "the winner's actor from the registry (StoreError instead of CaseExists), and the next input loads "
-                   "a second actor for the same case, which runs its effect again")
 async def test_concurrent_new_case_with_one_id_starts_one_case(tmp_path: Path, counted: Counted) -> None:
     """Five new_case calls with the same id at once: one starts the case, the others get CaseExists; one actor."""
     async with Substrate(store=str(tmp_path / "cases.db"), workflows=FLOWS) as sub:

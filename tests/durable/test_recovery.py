@@ -80,9 +80,6 @@ STORE_KINDS = ["memory", "sqlite"]
 SIGNAL_THEN_EFFECT = seq(wait("a", into="a"), par(effect(GATE, name="gate"), wait("b", into="b")))
 
 
-@pytest.mark.xfail(strict=True, reason="recovery numbers new records from the case row's last_seq, which is stale "
-                   "when records were committed while the case ran: every later input fails with 'already has a "
-                   "record at seq N' and the case is stuck")
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_a_case_that_took_inputs_while_running_goes_on_after_a_restart(kind: str, tmp_path: Path,
                                                                              gate: Gate) -> None:
@@ -187,9 +184,6 @@ async def test_an_overdue_timer_comes_before_an_inbox_input_written_after_its_du
         assert sub.data("c")["order"] == ["timed_out"]
 
 
-@pytest.mark.xfail(strict=True, reason="the due-timer loop of a durable Substrate waits on real time "
-                   "(anyio.move_on_after), so VirtualClock.advance does not bring back a parked case whose timer "
-                   "falls due")
 async def test_virtual_clock_advance_fires_the_timer_of_a_case_parked_in_the_store() -> None:
     """After a restart, advancing a VirtualClock past a parked case's timer fires it within that advance."""
     store, clock = MemoryStore(), VirtualClock(T0)

@@ -104,8 +104,6 @@ async def test_a_compatible_change_keeps_an_armed_timer_and_its_due_time() -> No
     assert kinds(journal) == ["start", "version", "timer", "end"] and journal[2].time == T0 + 10
 
 
-@pytest.mark.xfail(strict=True, reason="the row of a case waiting on an effect is never rewritten with its effects, "
-                   "so migration compares the new version's effects in flight with an empty list and suspends it")
 async def test_a_compatible_change_migrates_a_case_with_an_effect_in_flight() -> None:
     """A case with an effect in flight migrates to a compatible version; the effect runs again and it ends."""
     gate = anyio.Event()
