@@ -149,8 +149,6 @@ async def test_an_outside_signal_and_a_direct_one_with_the_same_request_id_apply
         assert await sub.await_case("c") == {"first": "direct", "second": "third"}
 
 
-@pytest.mark.xfail(strict=True, reason="_route_inbox asserts actor.machine is not None for a case that ended but is "
-                   "still in memory: the AssertionError escapes the inbox loop and crashes the whole Substrate")
 async def test_an_outside_signal_to_a_case_that_just_ended_is_refused_not_fatal(tmp_path: Path) -> None:
     """An outside signal to a case that ended in this run is refused and marked; the Substrate goes on."""
     path = str(tmp_path / "cases.db")
@@ -167,8 +165,6 @@ async def test_an_outside_signal_to_a_case_that_just_ended_is_refused_not_fatal(
         assert await sub.await_case("after") == {"go": 2, "done": True}
 
 
-@pytest.mark.xfail(strict=True, reason="outside add_instances items that are not a list are journaled (the vm "
-                   "refuses them live), then replaying that record raises TypeError: the case can never be loaded")
 async def test_outside_add_instances_with_items_that_are_not_a_list_is_refused(tmp_path: Path) -> None:
     """Outside add_instances whose items are not a list is refused and marked; the case is unharmed after restart."""
     path = str(tmp_path / "cases.db")
@@ -187,8 +183,6 @@ async def test_outside_add_instances_with_items_that_are_not_a_list_is_refused(t
         assert await sub.await_case("c") == {"out": [{"ok": 1}], "done": True}
 
 
-@pytest.mark.xfail(strict=True, reason="outside add_instances without items reaches the vm with items=None: an "
-                   "AssertionError in the case actor fails the case ('internal error in the case actor')")
 async def test_outside_add_instances_without_items_is_refused(tmp_path: Path) -> None:
     """Outside add_instances with no items is refused and marked; the case goes on."""
     path = str(tmp_path / "cases.db")

@@ -156,8 +156,6 @@ async def test_many_concurrent_signals_to_a_parked_case_being_loaded(kind: str, 
     check_shape(journal)
 
 
-@pytest.mark.xfail(strict=True, reason="cancel of a suspended case reads its row and writes cancel+end at last_seq+1 "
-                   "without serializing: concurrent cancels race, the losers raise StoreError 'seq taken'")
 async def test_concurrent_cancels_of_a_suspended_case_end_it_once(tmp_path: Path) -> None:
     """Three cancels at once of a suspended case (SQLite): all return, one `cancel` and one `end` recorded."""
     from .test_versions import V3_RENAMED, started

@@ -187,7 +187,9 @@ async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any
     _log.warning("case suspended: no registered version can run it", case_id=row.case_id, reason=row.suspended_reason)
 
 
-async def end_suspended(store: Store, row: CaseRow, reason: str, now: float, request_id: str | None) -> None:
+async def end_suspended(
+    store: Store, row: CaseRow, reason: str, now: float, request_id: str | None, inbox_done: list[int] | None = None
+) -> None:
     """Cancel a suspended case: it ends at once, with no compensation (no program can run it)."""
     cancel: Record = {"seq": row.last_seq + 1, "kind": "cancel", "step": None, "time": now, "digest": None,
                       "reason": reason, "compensate": False}
@@ -198,7 +200,7 @@ async def end_suspended(store: Store, row: CaseRow, reason: str, now: float, req
     row.ended_at = now
     row.cancel_reason = reason
     row.last_seq += 2
-    await store.write(CaseWrite(row.case_id, [cancel, end], row))
+    await store.write(CaseWrite(row.case_id, [cancel, end], row, inbox_done=list(inbox_done or ())))
 
 
 def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:

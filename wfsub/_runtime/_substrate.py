@@ -57,6 +57,7 @@ from .._errors import (
     StoreConflict,
     StoreError,
     SubstrateClosed,
+    WfsubError,
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
@@ -634,7 +635,7 @@ class Substrate:
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             if row is not None and row.state == CaseState.SUSPENDED.value:
-                await end_suspended(self._store, row, reason, self._clock.now(), request_id)
+                await self._end_suspended(row, reason, request_id)
                 return
             if row is not None and CaseState(row.state).ended:
                 return
@@ -700,35 +701,80 @@ class Substrate:
         await self._ask(actor, RegionOp(action, region, items, Reply(), request_id=request_id))
 
     async def _route_inbox(self, row: InboxRow) -> None:
-        """An input someone else wrote to the store's inbox: hand it to its case (refused ones are marked)."""
+        """An input someone else wrote to the store's inbox: hand it to its case, or mark it refused with the
+        reason. Nothing an outside writer sends can fail the case or stop the Substrate."""
         assert self._store is not None
         try:
-            actor = await self._live(row.case_id, f"take an input ({row.kind})")
-            body = row.body
-            msg: External
-            if row.kind == "signal":
-                machine = actor.machine
-                assert machine is not None
-                payload = machine.check_signal(body["name"], body.get("payload"))
-                msg = Signal(body["name"], payload, inbox_id=row.id, request_id=row.request_id)
-            elif row.kind == "cancel":
-                msg = Cancel(body.get("reason", "cancelled"), bool(body.get("compensate", True)), inbox_id=row.id,
-                             request_id=row.request_id)
-            elif row.kind in ACTION_OF_KIND:
-                msg = RegionOp(ACTION_OF_KIND[row.kind], body["region"], body.get("items"), inbox_id=row.id,
-                               request_id=row.request_id)
-            else:
-                raise ValueError(f"unknown input kind {row.kind!r}")
-            actor.post(msg)
-        except (SignalRejected, CaseNotFound, TypeError, ValueError, KeyError) as exc:
+            msg = await self._inbox_message(row)
+        except (WfsubError, TypeError, ValueError, KeyError) as exc:
             reason = str(exc)
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
                 stored = await self._store.row(row.case_id)
                 if stored is not None:
-                    await end_suspended(self._store, stored, "cancelled", self._clock.now(), row.request_id)
-                    await self._store.write(CaseWrite(row.case_id, inbox_done=[row.id]))
+                    await self._end_suspended(stored, "cancelled", row.request_id, inbox_done=[row.id])
                     return
             await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
+            return
+        except Exception as exc:  # a bug of ours: refuse the input, log it, keep the Substrate running
+            _log.exception("could not take an input from the inbox", case_id=row.case_id, kind=row.kind)
+            await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, f"internal error: {exc!r}")]))
+            return
+        actor, external = msg
+        actor.post(external)
+
+    async def _inbox_message(self, row: InboxRow) -> tuple[CaseActor, External]:
+        """The case's actor and the message an inbox row stands for, checked as the API checks its own calls."""
+        what = f"take an input ({row.kind})"
+        actor = await self._live(row.case_id, what)
+        machine = actor.machine
+        if machine is None or actor.state.ended:
+            raise actor.ended_error(what)
+        body = row.body if isinstance(row.body, dict) else {}
+        if row.kind == "signal":
+            name = body.get("name")
+            if not isinstance(name, str):
+                raise TypeError(f"the inbox signal has name {name!r}: a signal name is a str")
+            payload = machine.check_signal(name, body.get("payload"))
+            payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)
+            return actor, Signal(name, payload, inbox_id=row.id, request_id=row.request_id)
+        if row.kind == "cancel":
+            reason = body.get("reason", "cancelled")
+            compensate = body.get("compensate", True)
+            _check_reason(reason)
+            if not isinstance(compensate, bool):
+                raise TypeError(f"the inbox cancel has compensate={compensate!r}: True or False")
+            return actor, Cancel(reason, compensate, inbox_id=row.id, request_id=row.request_id)
+        action = ACTION_OF_KIND.get(row.kind)
+        if action is None:
+            raise ValueError(f"unknown input kind {row.kind!r}: signal, cancel, {', '.join(ACTION_OF_KIND)}")
+        region = body.get("region")
+        if not isinstance(region, str):
+            raise TypeError(f"the inbox {row.kind} has region {region!r}: a region name is a str")
+        machine.check_region(action.value, region)
+        items = body.get("items")
+        if action is RegionAction.ADD_INSTANCES:
+            if not isinstance(items, list):
+                raise TypeError(
+                    f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__} {items!r}"
+                )
+            items, _ = to_json(items, f"add_instances({region!r}) items", self._max_payload)
+        elif items is not None:
+            raise TypeError(f"the inbox {row.kind} carries items: only add_instances takes items")
+        return actor, RegionOp(action, region, items, inbox_id=row.id, request_id=row.request_id)
+
+    async def _end_suspended(
+        self, row: CaseRow, reason: str, request_id: str | None, inbox_done: list[int] | None = None
+    ) -> None:
+        """Cancel a suspended case: it ends at once. Concurrent cancels end it once (the others find it ended)."""
+        assert self._store is not None
+        try:
+            await end_suspended(self._store, row, reason, self._clock.now(), request_id, inbox_done)
+        except StoreConflict:
+            now = await self._store.row(row.case_id)
+            if now is None or not CaseState(now.state).ended:
+                raise
+            if inbox_done:
+                await self._store.write(CaseWrite(row.case_id, inbox_done=inbox_done))
 
     # -- outcomes -----------------------------------------------------------------------------------------------
 
