@@ -299,8 +299,6 @@ async def test_a_repeated_request_id_is_applied_once_across_a_restart(kind: str,
     check_shape(journal, contiguous=False)
 
 
-@pytest.mark.xfail(strict=True, reason="a record skipped for its repeated request_id still used up a seq: the "
-                   "journal has a gap")
 async def test_a_repeated_request_id_leaves_no_gap_in_the_journal() -> None:
     """A retried call that is applied once leaves the journal's seqs gapless (0, 1, 2, ...)."""
     async with Substrate(store=MemoryStore(), workflows={"flow": seq(wait("a"), wait("a"), wait("a"))}) as sub:
@@ -393,8 +391,6 @@ async def test_prune_removes_old_ended_cases_only(kind: str, tmp_path: Path) -> 
         assert {c.case_id for c in sub.cases()} == {"live"}
 
 
-@pytest.mark.xfail(strict=True, reason="the stores prune ended_at < cutoff while prune() documents 'ended at least "
-                   "older_than seconds ago' (ended_at <= cutoff, as the in-memory part does)")
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_prune_removes_a_case_that_ended_exactly_older_than_seconds_ago(kind: str, tmp_path: Path) -> None:
     """prune(older_than=s) removes a case that ended exactly s seconds ago (and prune(0) one that just ended)."""

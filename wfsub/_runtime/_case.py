@@ -427,8 +427,19 @@ class CaseActor:
         now = self.shared.clock.now()
         entries: list[tuple[Message, dict[str, Any]]] = []
         refused: list[tuple[int, str]] = []
+        repeated: list[int] = []  # inbox rows of retried calls: taken, nothing journaled
         seq = j.seq
+        fresh_ids: list[str] = []
         for msg in batch:
+            request_id = getattr(msg, "request_id", None)
+            if request_id is not None:
+                if request_id in j.request_ids:  # a retried call: applied once already, no record, no seq
+                    self._answer(msg, None)
+                    if getattr(msg, "inbox_id", 0):
+                        repeated.append(msg.inbox_id)  # type: ignore[union-attr]
+                    continue
+                j.request_ids.add(request_id)
+                fresh_ids.append(request_id)
             try:
                 record = self._record_for(msg, digest, now)
             except (WfsubError, TypeError, ValueError) as exc:  # refused before anything is written
@@ -437,10 +448,11 @@ class CaseActor:
                     refused.append((msg.inbox_id, str(exc)))  # type: ignore[union-attr]
                 continue
             entries.append((msg, record))
-        if not entries and not refused:
+        if not entries and not refused and not repeated:
             return
         records = [record for _, record in entries]
         inbox_done = [msg.inbox_id for msg, _ in entries if getattr(msg, "inbox_id", 0)]  # type: ignore[union-attr]
+        inbox_done += repeated
         row = self._running_row() if j.row_parked else None
         try:
             appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
@@ -450,6 +462,7 @@ class CaseActor:
             raise _Fenced(exc) from exc
         except StoreError as exc:
             j.seq = seq  # nothing was written: the numbers are free again
+            j.request_ids.difference_update(fresh_ids)
             self._store_failed(entries, exc)
             return
         if records:

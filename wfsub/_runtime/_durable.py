@@ -40,7 +40,7 @@ class CaseJournal:
     parked_row_at: int = -1  # the seq after which the parked row was last committed (eviction then writes nothing)
     deadline: float | None = None  # the case's timeout as an absolute time (from the start record)
     order: int = 0
-    request_ids: set[str] = field(default_factory=set)  # seen in this run (the store dedupes across runs)
+    request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""
@@ -67,7 +67,8 @@ class CaseJournal:
 def snapshot_of(machine: Machine, journal: CaseJournal, timers: Mapping[int, float]) -> Snapshot | None:
     """A snapshot of a case after its last record applied, or None when its data is not JSON (then the whole
     journal is replayed on recovery: slower, never wrong)."""
-    state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers)}
+    state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers),
+             "request_ids": sorted(journal.request_ids)}
     try:
         json.dumps(state, allow_nan=False)
     except (TypeError, ValueError):

@@ -171,6 +171,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     )
     journal.deadline = start.get("deadline")
     journal.order = row.order
+    journal.request_ids = set(replayer.request_ids)
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
     return journal
 

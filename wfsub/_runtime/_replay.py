@@ -62,6 +62,7 @@ class Replayer:
         self.armed: set[int] = set()
         self.events: list[TraceEvent] = []
         self.cancel_reason: str | None = None  # of the last `cancel` record applied (a case being cancelled)
+        self.request_ids: set[str] = set(snapshot.get("request_ids", ())) if snapshot is not None else set()
         extra = {} if max_instances is None else {"max_instances": max_instances}
         if snapshot is None:
             self.machine = Machine(
@@ -156,6 +157,9 @@ class Replayer:
             )
         self.time = float(rec["time"])
         self.seq = int(rec["seq"])
+        request_id = rec.get("request_id")
+        if request_id is not None:
+            self.request_ids.add(request_id)
         self._input(rec, kind)
 
     def _input(self, rec: Mapping[str, Any], kind: str) -> None:

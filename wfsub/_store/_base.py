@@ -244,7 +244,7 @@ class Store(Protocol):
         ...
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
-        """Remove the cases that ended before `ended_before` (never one without `end`), at most `limit` of them
+        """Remove the cases that ended at or before `ended_before` (never one without `end`), at most `limit` of them
         (None: all) in one transaction; returns how many."""
         ...
 

@@ -188,7 +188,7 @@ class MemoryStore(SingleNode):
             if case.ended
             and case.row is not None
             and case.row["ended_at"] is not None
-            and case.row["ended_at"] < ended_before
+            and case.row["ended_at"] <= ended_before
         ]
         if limit is not None:
             gone = gone[:limit]

@@ -180,9 +180,9 @@ FROM cases WHERE parked = 1 AND next_due IS NOT NULL AND next_due <= :until ORDE
 SELECT min(next_due) FROM cases WHERE parked = 1 AND next_due IS NOT NULL;
 
 -- name: prune_select
--- The cases that ended before a time and whose journal holds their `end` record.
+-- The cases that ended at or before a time and whose journal holds their `end` record.
 SELECT case_id FROM cases
-WHERE ended_at IS NOT NULL AND ended_at < :before
+WHERE ended_at IS NOT NULL AND ended_at <= :before
   AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end')
 LIMIT :limit;
 

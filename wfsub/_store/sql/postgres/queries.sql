@@ -184,7 +184,7 @@ SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL;
 -- statement; returns how many.
 WITH gone AS (
     SELECT c.case_id FROM cases c
-    WHERE c.ended_at IS NOT NULL AND c.ended_at < $1
+    WHERE c.ended_at IS NOT NULL AND c.ended_at <= $1
       AND EXISTS (SELECT 1 FROM journal j WHERE j.case_id = c.case_id AND j.kind = 'end')
     ORDER BY c.case_order LIMIT $2
     FOR UPDATE OF c SKIP LOCKED
