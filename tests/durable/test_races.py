@@ -187,8 +187,6 @@ def stamp(ctx: Mapping[str, Any]) -> dict[str, Any]:
     return {"when": datetime.datetime(2025, 1, 1)}  # a task output that is not JSON
 
 
-@pytest.mark.xfail(strict=True, reason="a task output that is not JSON goes into the case data and the case row: "
-                   "every later commit with the row fails (signals raise StoreError) and `end` is never written")
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_a_task_output_that_is_not_json_does_not_brick_a_durable_case(kind: str, tmp_path: Path) -> None:
     """A task returning a datetime: the case takes its next signal and ends with an `end` record (or fails there)."""
@@ -198,18 +196,16 @@ async def test_a_task_output_that_is_not_json_does_not_brick_a_durable_case(kind
         try:
             await sub.signal("c", "go")  # sqlite: StoreError 'cannot store the row ... datetime'
             await sub.await_case("c")
-        except wfsub.CaseFailed:
+        except (wfsub.CaseFailed, wfsub.SignalRejected):  # it failed at the task: ended before the signal
             pass
         journal = await sub.journal("c")
         assert journal[-1].kind == "end"  # memory: no end ('could not record a case's end')
 
 
-@pytest.mark.xfail(strict=True, reason="a lone surrogate passes the JSON check and fails in str.encode: "
-                   "UnicodeEncodeError without the path, instead of the TypeError naming it")
 async def test_a_lone_surrogate_in_start_data_is_refused_naming_the_path() -> None:
     """Start data holding a lone surrogate (not encodable as UTF-8 JSON) raises TypeError naming the path."""
     async with Substrate(store=MemoryStore(), workflows={"flow": seq(wait("go"))}) as sub:
-        with pytest.raises(TypeError, match=r"data\['s'\]"):
+        with pytest.raises(TypeError, match=r'data\["s"\]'):
             await sub.new_case("flow", {"s": "ok \ud800"})
 
 

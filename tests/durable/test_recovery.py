@@ -470,8 +470,6 @@ async def test_a_late_result_of_a_withdrawn_effect_does_not_break_recovery(kind:
         assert await sub.await_case("c") == {"t": None, "order": ["on_cancel"], "end": "now"}
 
 
-@pytest.mark.xfail(strict=True, reason="the row written with a case's `end` carries last_seq = the seq before the "
-                   "`end` record (CaseRow.last_seq is documented as the seq of the newest record)")
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_an_ended_case_row_records_the_seq_of_its_end(kind: str, tmp_path: Path) -> None:
     """Once a case ended, its stored row's last_seq is the seq of its `end` record."""

@@ -139,6 +139,7 @@ class CaseActor:
     evicting: bool = False  # durable: asked to leave memory while it waits (see `evict`)
     evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
     fenced: bool = False  # durable: it left memory because the store refused its journal (another owner has it)
+    end_digest: str | None = None  # durable: the digest of the task outputs up to the end
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
 
@@ -645,7 +646,8 @@ class CaseActor:
         if j is None:
             return
         now = self.shared.clock.now()
-        end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value}
+        end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value,
+                               "digest": self.end_digest}
         if self.state is CaseState.DONE:
             end["result"] = self.final_data
         elif self.state is CaseState.FAILED:
@@ -659,6 +661,7 @@ class CaseActor:
         else:
             end["reason"] = self.cancel_reason
         row = self._row(self.state)
+        row.last_seq = end["seq"]
         row.ended_at = self.ended_at
         row.error = self.shared.redact(end.get("error"))  # the row is read by people (wfsub show); the journal not
         row.cancel_reason = self.cancel_reason if self.state is CaseState.CANCELLED else None
@@ -829,6 +832,8 @@ class CaseActor:
         if m is not None:
             self.steps = m.steps
             self.final_data = m.data
+            if self.journal is not None:
+                self.end_digest, _ = m.take_digest()  # the tasks run since the last input: `end` carries them
             if self.level != "none":
                 events = m.take_events()
                 if events:

@@ -30,6 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .._json import json_problem
+
 INPUT_KINDS = frozenset(
     {"signal", "effect", "timer", "cancel", "cancel_region", "complete_region", "add_instances", "close_instances",
      "version"}
@@ -49,14 +51,18 @@ class JournalRecord(BaseModel):
     digest: str | None = None
 
 
-def plain(value: Any) -> Any:
-    """Pydantic models dumped in JSON mode, anywhere in the value; everything else as given."""
+def plain(value: Any, _active: frozenset[int] = frozenset()) -> Any:
+    """Pydantic models dumped in JSON mode, anywhere in the value; everything else as given (a container that
+    holds itself is left as it is, for `json_problem` to name)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+    if isinstance(value, Mapping | list | tuple):
+        if id(value) in _active:
+            return value
+        inner = _active | {id(value)}
+        if isinstance(value, Mapping):
+            return {k: plain(v, inner) for k, v in value.items()}
+        return [plain(v, inner) for v in value]
     return value
 
 
@@ -83,33 +89,6 @@ def _copied(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def json_problem(value: Any, where: str) -> str | None:
-    """Where `value` stops being JSON and why (`data["items"][2]["when"]: datetime is not JSON; ...`), or None."""
-    stack: list[tuple[Any, str]] = [(value, where)]
-    while stack:
-        v, at = stack.pop()
-        if v is None or isinstance(v, bool | str):
-            continue
-        if isinstance(v, int):
-            continue
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                return f"{at}: {v!r} is not JSON (no NaN or infinity); store None or a bound instead"
-            continue
-        if isinstance(v, list | tuple):
-            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
-            continue
-        if isinstance(v, dict):
-            for k, x in v.items():
-                if not isinstance(k, str):
-                    return f"{at}: key {k!r} is {type(k).__name__}, but JSON keys are str; use str keys"
-                stack.append((x, f"{at}[{k!r}]"))
-            continue
-        hint = "; pass .isoformat()" if hasattr(v, "isoformat") else "; convert it to str, a number, a list or a dict"
-        return f"{at}: {type(v).__name__} is not JSON{hint}"
-    return None
-
-
 def to_json(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]:
     """The value as the journal will give it back (pydantic models dumped, tuples as lists), and its JSON size.
 
@@ -122,17 +101,21 @@ def to_json(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]
     """
     try:
         text = _dumps(value)
+        size = len(text) if text.isascii() else len(text.encode())
         decoded = json.loads(text)
         if decoded != value or type(decoded) is not type(value):
             raise ValueError("not plain JSON")
     except (TypeError, ValueError, RecursionError):
+        problem = json_problem(value, where)  # first: it names cycles, surrogates and keys before anything else
+        if problem is not None and not _models_in(value):
+            raise TypeError(problem) from None
         value = plain(value)
         problem = json_problem(value, where)
         if problem is not None:
             raise TypeError(problem) from None
         text = _dumps(value)
+        size = len(text) if text.isascii() else len(text.encode())
         decoded = json.loads(text)
-    size = len(text) if text.isascii() else len(text.encode())
     if limit is not None and size > limit:
         raise ValueError(
             f"{where} is {size:,} bytes of JSON, more than max_payload_bytes={limit:,}: keep large payloads "
@@ -142,6 +125,19 @@ def to_json(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]
 
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def _models_in(value: Any) -> bool:
+    """Whether a pydantic model is anywhere in `value` (then `plain` must run before the JSON check)."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if isinstance(v, BaseModel):
+            return True
+        if isinstance(v, Mapping | list | tuple) and id(v) not in seen:
+            seen.add(id(v))
+            stack.extend(v.values() if isinstance(v, Mapping) else v)
+    return False
 
 
 def error_body(exc: BaseException, traceback: str | None = None) -> dict[str, Any]:

@@ -218,6 +218,11 @@ class Replayer:
         m = self.machine
         outcome = rec.get("outcome")
         if m.ended and m.status == outcome:
+            digest, tasks = m.take_digest()
+            if rec.get("digest") is not None and digest != rec["digest"]:  # the tasks after the last input
+                raise self.diverged(
+                    rec, f"task outputs with digest {rec['digest']}", f"the tasks gave digest {digest}", tasks
+                )
             return
         happened = f"the case ended {m.status}" if m.ended else f"the case is {m.status}, waiting"
         raise self.diverged(rec, f"the case to end {outcome}", happened)

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .. import _program as bc
+from .._json import output_problem
 from .._errors import CompensationFailed, LimitExceeded, RestoredError, StepFailed, WaitTimeout
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
@@ -420,14 +421,17 @@ class Interp:
                     self.step_failed(tok.frame, ip, exc, f"task {labels[ip]} raised {type(exc).__name__}: {exc}")
                     tok = None
                     continue
+                if outputs is not None:  # a durable case: its data is journaled and replayed, so it must be JSON
+                    if res is not None and not self.json_output(tok, ip, res):
+                        tok = None
+                        continue
+                    outputs.append((ip, res))
                 if res is not None:
                     if env is root_env and type(res) is dict:
                         self.data.update(res)
                     elif not self.merge(tok, res, ip):
                         tok = None
                         continue
-                if outputs is not None:
-                    outputs.append((ip, res))
                 if traced:
                     self.event_seq += 1
                     events.append(VmEvent((self.event_seq, "task", paths[ip], {"name": labels[ip], "token": tok.tid})))
@@ -843,6 +847,18 @@ class Interp:
         handler = HandlerFrame(parent, gone.env, gone.ip, then, record)
         link(parent, handler)
         self.spawn(handler, start, gone.env)
+
+    def json_output(self, tok: Token, ip: int, res: Any) -> bool:
+        """A durable case's task output must be JSON (its data is journaled and replayed): else a failure here."""
+        problem = output_problem(res, "output")
+        if problem is None:
+            return True
+        label = self.program.labels[ip] or "task"
+        self.step_failed(
+            tok.frame, ip, TypeError(problem),
+            f"task {label} returned data that is not JSON ({problem}): a durable case keeps its data as JSON",
+        )
+        return False
 
     def merge(self, tok: Token, res: Any, ip: int) -> bool:
         """Merge a step's updates into the data its token sees; a non-mapping fails the case."""
@@ -1921,10 +1937,12 @@ def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
     except BaseException as exc:  # see _PASS_THROUGH
         m.step_failed(tok.frame, ip, exc, f"task {m.program.labels[ip]} raised {type(exc).__name__}: {exc}")
         return -1
+    if m.outputs is not None:
+        if res is not None and not m.json_output(tok, ip, res):
+            return -1
+        m.outputs.append((ip, res))
     if res is not None and not m.merge(tok, res, ip):
         return -1
-    if m.outputs is not None:
-        m.outputs.append((ip, res))
     return ip + 1
 
 
