@@ -17,7 +17,6 @@ from contextlib import closing
 from pathlib import Path
 
 import anyio
-import pytest
 
 from wfsub import JournalRecord
 

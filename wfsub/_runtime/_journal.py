@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 

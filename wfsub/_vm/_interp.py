@@ -22,8 +22,8 @@ from types import MappingProxyType
 from typing import Any
 
 from .. import _program as bc
-from .._json import output_problem
 from .._errors import CompensationFailed, LimitExceeded, RestoredError, StepFailed, WaitTimeout
+from .._json import output_problem
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
 from ._net import NetFrame, _op_net, _op_net_exit, _op_net_node  # noqa: F401 - handlers, found by name
