@@ -124,8 +124,6 @@ async def test_an_overdue_timer_fires_at_once_after_a_restart() -> None:
 TWO_TIMERS = par(seq(sleep(5), mark("five")), seq(sleep(3), mark("three")))
 
 
-@pytest.mark.xfail(strict=True, reason="overdue timers are re-armed in timer-id order and all sleep 0, so they "
-                   "fire in arming order, not in due order")
 async def test_overdue_timers_fire_in_due_order_after_a_restart() -> None:
     """Two timers overdue at restart fire in the order they fell due, as they would have without the restart."""
     store, clock = MemoryStore(), VirtualClock(T0)
@@ -145,8 +143,6 @@ async def test_overdue_timers_fire_in_due_order_after_a_restart() -> None:
 DEFER = seq(defer({"go": mark("took_go")}, timeout=10, on_timeout=mark("timed_out")), wait("end"))
 
 
-@pytest.mark.xfail(strict=True, reason="after a restart an input sent at once is journaled before the overdue "
-                   "timer fires: a deferred choice whose timeout fell due long before takes the late signal")
 async def test_an_overdue_timer_comes_before_a_signal_sent_after_the_restart() -> None:
     """A signal sent after a restart comes after a timer that fell due while the Substrate was closed."""
     store, clock = MemoryStore(), VirtualClock(T0)
@@ -163,8 +159,6 @@ async def test_an_overdue_timer_comes_before_a_signal_sent_after_the_restart() -
     assert kinds(journal)[:2] == ["start", "timer"]
 
 
-@pytest.mark.xfail(strict=True, reason="an outside writer's input waiting in the inbox is journaled before a timer "
-                   "that fell due before it was written")
 async def test_an_overdue_timer_comes_before_an_inbox_input_written_after_its_due_time(tmp_path: Path) -> None:
     """An inbox signal written after a timer's due time (Substrate closed) is applied after that timer fires."""
     path, clock = str(tmp_path / "cases.db"), VirtualClock(T0)

@@ -150,7 +150,7 @@ class CaseActor:
             self.state = CaseState.RUNNING
             # The case starts before it takes any input, but a cancel already requested comes first: once
             # cancel() has returned, none of the case's work starts.
-            first = any(type(msg) is Cancel for msg in self.inbox)
+            first = any(type(msg) is Cancel for msg in self.inbox) or (self.resume is not None and bool(self.inbox))
             r = self._burst(drain=first) if self.journal is None else await self._durable_burst(drain=first)
             if self.deadline is None and self.resume is None:
                 pending = await self._drive(r, None)

@@ -71,7 +71,7 @@ from ._clock import Clock, RealClock, VirtualClock
 from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._journal import JournalRecord, plain, to_json
-from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
+from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal, TimerFired
 from ._persist import Background, Loaded, end_suspended, rebuild, status_of
 from ._registry import Workflows
 from ._status import CaseState, CaseStatus, SubstrateStatistics
@@ -568,7 +568,15 @@ class Substrate:
         actor = self._actor(row.case_id, machine, row.started_at, loaded.journal.deadline, row.workflow)
         actor.journal = loaded.journal
         actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
-        actor.resume = (list(replayer.effects.values()), list(replayer.timers.values()))
+        # Timers that fell due while the case was out of memory fire first, in the order of their due times, before
+        # any input that reaches the case from now on (those were accepted after the timers were due).
+        now = self._clock.now()
+        timers = sorted(replayer.timers.values(), key=lambda armed: (armed[1], armed[0].timer_id))
+        for timer, due in timers:
+            if due <= now:
+                actor.armed[timer.timer_id] = (timer.path, due)
+                actor.inbox.append(TimerFired(timer.timer_id))
+        actor.resume = (list(replayer.effects.values()), [(t, due) for t, due in timers if due > now])
         self._spawn(actor)
         self._counts["started"] -= 1  # it was started in an earlier run
         return actor
