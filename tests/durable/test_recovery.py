@@ -439,9 +439,6 @@ LATE = seq(
 )
 
 
-@pytest.mark.xfail(strict=True, reason="a snapshot taken after an effect was withdrawn does not know its id: the "
-                   "late result journaled after it is 'never requested' on recovery, and the case is suspended "
-                   "although its own workflow is registered")
 @pytest.mark.parametrize("kind", STORE_KINDS)
 async def test_a_late_result_of_a_withdrawn_effect_does_not_break_recovery(kind: str, tmp_path: Path) -> None:
     """A result that arrives after its effect was withdrawn (and a snapshot taken) still lets the case recover."""

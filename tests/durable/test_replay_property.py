@@ -324,8 +324,6 @@ def test_a_task_that_reads_randomness_after_the_last_input_is_a_divergence() -> 
     assert report.divergence is not None and "seq[1].task" in report.divergence.tasks  # ... and says nothing
 
 
-@pytest.mark.xfail(strict=True, reason="Replayer(snapshot=...) knows only the effects in flight at the snapshot: a "
-                   "journaled late result of an effect withdrawn before it is 'never requested'")
 def test_a_late_result_of_an_effect_withdrawn_before_a_snapshot_replays_from_that_snapshot() -> None:
     """Snapshot + suffix equals the full replay when the suffix holds the discarded result of a withdrawn effect."""
     term = seq(scope("s", effect(never_called, name="slow"), on_cancel=bump("k0")), wait("a"))

@@ -63,6 +63,7 @@ class Replayer:
         self.events: list[TraceEvent] = []
         self.cancel_reason: str | None = None  # of the last `cancel` record applied (a case being cancelled)
         self.request_ids: set[str] = set(snapshot.get("request_ids", ())) if snapshot is not None else set()
+        self.requested_before = 0  # effect ids below it were requested before the snapshot the replay starts from
         extra = {} if max_instances is None else {"max_instances": max_instances}
         if snapshot is None:
             self.machine = Machine(
@@ -77,6 +78,9 @@ class Replayer:
             self.time = float(snapshot["time"])
             self.seq = int(snapshot["seq"])
             effects, timers = self.machine.pending_requests()
+            # Effects requested before the snapshot and withdrawn since may still answer late (a result the vm
+            # discards): their ids are below the machine's next effect id.
+            self.requested_before = self.machine.next_effect_id
             due = {int(k): float(v) for k, v in snapshot.get("timers", {}).items()}
             for req in effects:
                 self.effects[req.effect_id] = req
@@ -167,7 +171,7 @@ class Replayer:
         if kind == "effect":
             eid = int(rec["effect_id"])
             req = self.effects.get(eid)
-            if eid not in self.requested:
+            if eid not in self.requested and eid >= self.requested_before:
                 raise self.diverged(
                     rec, f"a result for effect {eid} ({rec.get('name')}) at {rec.get('path')}",
                     "the program never requested that effect",

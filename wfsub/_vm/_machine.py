@@ -177,6 +177,11 @@ class Machine:
             vm.outputs = []
         return vm.digest, [vm.paths[ip] for ip, _ in outputs]
 
+    @property
+    def next_effect_id(self) -> int:
+        """The id the next effect request will get: every id below it was requested at some point."""
+        return self._vm.next_eid
+
     def take_events(self) -> list[VmEvent]:
         """The trace events recorded since the last call (the machine forgets them)."""
         vm = self._vm
