@@ -12,7 +12,6 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
