@@ -39,7 +39,8 @@ class Line(BaseModel):
 
 
 class NewOrder(BaseModel):
-    order_id: str = Field(min_length=1, max_length=64)
+    # An id the routes can address: letters, digits and - _ . (no spaces, no '/').
+    order_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     lines: list[Line] = Field(min_length=1)
 
 
@@ -86,6 +87,8 @@ ERRORS: dict[type[Exception], int] = {
     wfsub.CaseNotFound: 404,
     wfsub.CaseExists: 409,
     wfsub.SignalRejected: 409,  # ended case, unknown signal (422 when the payload does not fit its model)
+    wfsub.CaseCancelled: 409,  # the result of an order that was cancelled: it will never ship
+    wfsub.CaseFailed: 409,  # ... or that failed
     wfsub.WorkflowNotRegistered: 404,
 }
 
@@ -96,7 +99,7 @@ async def _error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, wfsub.SignalRejected) and exc.errors:
         status, body["errors"] = 422, exc.errors  # pydantic's errors, as FastAPI reports its own
     if isinstance(exc, wfsub.CaseNotFound):
-        body["detail"] = f"no order {exc.args[0]!r}: GET /orders lists them"
+        body["detail"] = f"no order {exc.case_id!r}: GET /orders lists them"
     return JSONResponse(body, status_code=status)
 
 
@@ -170,17 +173,24 @@ async def order_trace(request: Request, case_id: str) -> list[wfsub.TraceEvent]:
 async def send_signal(
     request: Request, case_id: str, name: str, payload: Annotated[Any, Body()] = None
 ) -> dict[str, str]:
-    await _sub(request).signal(case_id, name, payload)
+    try:
+        await _sub(request).signal(case_id, name, payload)
+    except ValueError as exc:  # larger than the store's max_payload_bytes
+        return JSONResponse({"detail": str(exc)}, status_code=413)  # type: ignore[return-value]
     return {"detail": f"signal {name!r} recorded for order {case_id!r}"}
 
 
 @app.post("/orders/{case_id}/cancel", status_code=202)
-async def cancel_order(request: Request, case_id: str, reason: str = "cancelled by the customer") -> dict[str, str]:
+async def cancel_order(
+    request: Request, case_id: str, reason: Annotated[str, Query(min_length=1)] = "cancelled by the customer"
+) -> dict[str, str]:
     sub = _sub(request)
     if sub.status(case_id).ended:
         state = sub.status(case_id).state.value
         return JSONResponse(  # type: ignore[return-value]
             {"detail": f"order {case_id!r} has ended ({state}): nothing to cancel"}, status_code=409
         )
-    await sub.cancel(case_id, reason=reason)
+    # One cancel per order: a repeated request (a double click, a retry) is the same cancel, applied once, so it
+    # cannot cut the refund short (a second, different cancel of a case ends it at once, without compensating).
+    await sub.cancel(case_id, reason=reason, request_id=f"cancel-{case_id}")
     return {"detail": f"order {case_id!r} cancelled: {reason}"}

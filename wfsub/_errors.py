@@ -67,8 +67,8 @@ class CaseNotFound(WfsubError, KeyError):
     def __init__(self, case_id: str) -> None:
         self.case_id = case_id
         super().__init__(
-            f"no case {case_id!r}: start it with new_case() first; ended cases are kept only up to "
-            f"the Substrate's `retain_ended` bound"
+            f"no case {case_id!r}: check the id, or start it with new_case() first (an ended case is kept in "
+            "memory up to the Substrate's `retain_ended` bound, and in its store until it is pruned)"
         )
 
     def __str__(self) -> str:  # KeyError would repr() the message

@@ -879,8 +879,6 @@ async def until(http: httpx.AsyncClient, case_id: str, state: str) -> None:
             await anyio.sleep(0.01)
 
 
-@pytest.mark.xfail(strict=True, reason="the example's cancel, sent twice (a double click, a retry), skips the refund: "
-                   "the second cancel arrives while the saga compensates and ends the case at once; both get 202")
 async def test_cancelling_an_order_twice_still_refunds_it(store_env: None) -> None:
     """However often a customer presses cancel, a paid order is refunded once it is cancelled."""
     async with serving() as client:
@@ -911,8 +909,6 @@ async def test_orders_started_at_once_and_started_twice(store_env: None) -> None
         assert len(listed) == 11
 
 
-@pytest.mark.xfail(strict=True, reason="GET /orders/{id}/result of a cancelled (or failed) order is a 500: "
-                   "CaseCancelled and CaseFailed are not in the example's error table")
 async def test_the_result_of_a_cancelled_order_is_a_conflict_not_a_server_error(store_env: None) -> None:
     """Asking for the result of an order that will never ship says so (409/410), it does not crash."""
     async with serving() as client:
@@ -925,8 +921,6 @@ async def test_the_result_of_a_cancelled_order_is_a_conflict_not_a_server_error(
         assert "cancel" in response.json()["detail"]
 
 
-@pytest.mark.xfail(strict=True, reason="POST /orders with an order_id that has leading or trailing spaces is a 500 "
-                   "(new_case's ValueError is not mapped, and NewOrder lets such ids through)")
 async def test_an_order_id_with_surrounding_spaces_is_a_422(store_env: None) -> None:
     """A body the service cannot take is a 422 saying why, never a 500."""
     async with serving() as client:
@@ -934,8 +928,6 @@ async def test_an_order_id_with_surrounding_spaces_is_a_422(store_env: None) -> 
         assert response.status_code == 422, response.text
 
 
-@pytest.mark.xfail(strict=True, reason="a signal payload over max_payload_bytes (1 MiB) is a 500: the ValueError "
-                   "is not mapped (413 or 422 expected)")
 async def test_a_huge_signal_payload_is_refused_as_too_large(store_env: None) -> None:
     """A payload over the store's limit is refused with 413 (or 422) and the order waits on."""
     async with serving() as client:
@@ -946,8 +938,6 @@ async def test_a_huge_signal_payload_is_refused_as_too_large(store_env: None) ->
         assert (await client.get("/orders/A-1")).json()["state"] == "waiting_signal"
 
 
-@pytest.mark.xfail(strict=True, reason="POST /orders/{id}/cancel?reason= (empty) is a 500: the API's TypeError for "
-                   "an empty reason is not mapped")
 async def test_an_empty_cancel_reason_is_a_422(store_env: None) -> None:
     """An empty reason is a bad request; the order is not cancelled."""
     async with serving() as client:
@@ -958,8 +948,6 @@ async def test_an_empty_cancel_reason_is_a_422(store_env: None) -> None:
         assert (await client.get("/orders/A-1")).json()["state"] == "waiting_signal"
 
 
-@pytest.mark.xfail(strict=True, reason="the example's 404 detail quotes CaseNotFound's whole message as the id: "
-                   "'no order \"no case 'nope': start it with new_case() first; ...\"'")
 async def test_the_404_detail_names_the_unknown_order(store_env: None) -> None:
     """A 404 names the id that was asked for and what to do, once."""
     async with serving() as client:
@@ -968,8 +956,6 @@ async def test_the_404_detail_names_the_unknown_order(store_env: None) -> None:
         assert response.json()["detail"] == "no order 'nope': GET /orders lists them"
 
 
-@pytest.mark.xfail(strict=True, reason="an order_id holding '/' is accepted (201) but no route can reach it "
-                   "afterwards: GET /orders/{id} answers 404")
 async def test_an_order_that_was_created_can_be_looked_up(store_env: None) -> None:
     """An id the service accepts is one its own routes can address (or it is refused with 422 up front)."""
     async with serving() as client:
