@@ -534,8 +534,6 @@ async def owner(here: Path, **options: Any) -> AsyncIterator[Substrate]:
         yield sub
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub cases` at 80 columns (or piped: rich falls back to 80) truncates the "
-                   "table: a UUID-style case id loses its tail, the state shows as 'waiting_sig', WAITING FOR vanishes")
 async def test_the_cases_table_keeps_whole_case_ids_and_states_at_80_columns(here: Path) -> None:
     """The id a person copies out of `wfsub cases` is the whole id, and the state is readable."""
     async with owner(here) as sub:
@@ -728,8 +726,6 @@ async def test_replay_all_reports_every_case_even_past_one_whose_workflow_is_mis
     assert "o2" in ran.out and "o1" in ran.out and "s1" in ran.out + ran.err
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub graph MOD:ATTR --case ID --store S` for a case that ran another "
-                   "workflow (or whose path moved) dies with a Python traceback (ValueError from to_mermaid)")
 async def test_graph_of_a_case_that_ran_another_workflow_is_a_clean_error(here: Path) -> None:
     """A case that cannot be drawn on the given workflow gets `Error: ...` and exit 1, not a traceback."""
     async with owner(here) as sub:
@@ -739,8 +735,6 @@ async def test_graph_of_a_case_that_ran_another_workflow_is_a_clean_error(here: 
     assert "Traceback" not in ran.err and ran.err.startswith("Error:")
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub cancel --reason ''` is sent and applied (the API refuses an empty "
-                   "reason); the case ends with cancel_reason 'the root thread was withdrawn' instead")
 async def test_cancel_with_an_empty_reason_is_refused_and_sends_nothing(here: Path) -> None:
     """An empty --reason is a usage error, as Substrate.cancel(reason='') is a TypeError; the case goes on."""
     async with owner(here) as sub:
@@ -766,8 +760,6 @@ async def test_show_keeps_what_redact_hides_out_of_its_output(here: Path) -> Non
 # -- diagrams ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="status().at of a case inside a call()ed workflow names library['inner'] "
-                   "paths, which to_mermaid/to_dot(highlight=) reject with ValueError")
 async def test_a_case_inside_a_called_workflow_can_be_highlighted() -> None:
     """highlight=status().at works wherever the case is, a called workflow included (the call node, at least)."""
     async with Substrate(workflows={"inner": INNER, "outer": OUTER}) as sub:

@@ -204,7 +204,8 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
 @main.command()
 @STORE
 @click.argument("case_id")
-@click.option("--reason", default="cancelled", show_default=True, help="Recorded as the case's cancel reason.")
+@click.option("--reason", default="cancelled", show_default=True, callback=lambda ctx, param, value: _reason(value),
+              help="Recorded as the case's cancel reason.")
 @click.option("--region", metavar="NAME", help="Cancel only this region of the case (its scope or MI name).")
 @click.option("--compensate/--no-compensate", default=True, show_default=True,
               help="Run the compensations of completed saga steps and undo handlers.")
@@ -226,6 +227,13 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
             row = await _steerable(s, case_id, f"cancel region {region!r}")
             await _post(s, row, "cancel_region", {"region": region}, request_id, wait, patience,
                         f"cancel of region {region!r}")
+
+
+def _reason(value: str) -> str:
+    if not value.strip():
+        raise click.BadParameter("give a reason people will read (it is recorded with the cancel), e.g. --reason "
+                                 "'customer asked'", param_hint="--reason")
+    return value
 
 
 async def _steerable(store: Store, case_id: str, what: str) -> CaseRow:
@@ -412,7 +420,11 @@ async def graph(target: str, name: str | None, fmt: str, case_id: str | None, st
         highlight = list(row.at)
     _, term = loaded.pick(name)
     draw = to_mermaid if fmt == "mermaid" else to_dot
-    r.out.out(draw(term, highlight=highlight), highlight=False)
+    try:
+        text = draw(term, highlight=highlight)
+    except ValueError as exc:  # the case's position is not in this workflow (another workflow, another version)
+        raise CliError(f"cannot mark case {case_id!r} on {target}: {exc}") from exc
+    r.out.out(text, highlight=False)
 
 
 @main.command(name="validate")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,9 @@ from rich.text import Text
 from .._runtime import CaseStatus
 from .._store import CaseRow
 
-out = Console(highlight=False, soft_wrap=False)
+# On a terminal tables fit its width (columns fold, never cut with an ellipsis); piped into a file or another
+# program they keep their natural width, so a case id is always whole.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 10_000)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 _WALL_CLOCK = 1e9  # seconds since the epoch: below it, a time is a virtual clock's own seconds
@@ -40,7 +43,7 @@ def waiting_for(row: CaseRow) -> str:
 def cases_table(rows: Sequence[CaseRow]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("CASE", "WORKFLOW", "STATE", "STARTED", "ENDED", "WAITING FOR"):
-        table.add_column(name, no_wrap=name != "WAITING FOR", overflow="fold")
+        table.add_column(name, overflow="fold")
     for row in rows:
         table.add_row(
             row.case_id, row.workflow, Text(row.state, style=_STATE_STYLE.get(row.state, "")), when(row.started_at),

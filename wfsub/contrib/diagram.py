@@ -36,6 +36,7 @@ term, or not what its slot expects, is drawn as a red "invalid" shape that says 
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from collections.abc import Mapping as _Mapping
 from dataclasses import dataclass as _dataclass
@@ -754,8 +755,27 @@ def _check_term(term: object, fn: str) -> _Term:
     raise TypeError(f"{fn}() draws a workflow term, got {type(term).__name__} {_repr(term)}: {hint}")
 
 
-def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
-    """The ids of the shapes to mark; a path the workflow does not have is an error that lists real ones."""
+def _called(term: _Term, paths: list[str]) -> list[str]:
+    """The paths of the `call` steps of `term` that call a library workflow some of `paths` point into (a case's
+    thread inside a called workflow is reported at `library['name']....`)."""
+    names = {m.group(2) for p in paths if (m := _LIBRARY.match(p))}
+    found: list[str] = []
+    stack: list[tuple[object, str]] = [(term, term.kind)]
+    while stack:
+        node, at = stack.pop()
+        if getattr(node, "kind", None) == "call" and getattr(node, "name", None) in names:
+            found.append(at)
+        if isinstance(node, _Term):
+            stack.extend((child, _child_path(at, sel, child)) for sel, child in _children(node))
+    return found
+
+
+_LIBRARY = re.compile(r"""^library\[(['"])(.*?)\1\]""")
+
+
+def _highlighted(diagram: _Diagram, highlight: object, fn: str, term: _Term | None = None) -> set[str]:
+    """The ids of the shapes to mark; a path the workflow does not have is an error that lists real ones. A path
+    into a called library workflow marks the call steps that call it."""
     if highlight is None:
         return set()
     paths: list[str]
@@ -775,6 +795,9 @@ def _highlighted(diagram: _Diagram, highlight: object, fn: str) -> set[str]:
             f"{fn}(highlight=...) takes node paths as str, got {_repr(wrong[0])} ({type(wrong[0]).__name__}) "
             "among them: pass the paths as strings, e.g. highlight=['seq[1].wait']"
         )
+    if term is not None and any(p.startswith("library[") for p in paths):
+        calls = _called(term, paths)
+        paths = [p for p in paths if not p.startswith("library[")] + calls
     unknown = [p for p in dict.fromkeys(paths) if p not in diagram.primary]
     if unknown:
         near: list[str] = []
@@ -922,7 +945,7 @@ def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
     highlighted path the workflow does not have.
     """
     diagram = _Diagram(_check_term(term, "to_mermaid"))
-    marked = _highlighted(diagram, highlight, "to_mermaid")
+    marked = _highlighted(diagram, highlight, "to_mermaid", term)
     lines = ["flowchart LR", "    %% drawn by wfsub.to_mermaid: '%% <id>: <path>' names the term each shape stands for"]
 
     def write_node(node: _Node, pad: str) -> list[str]:
@@ -1009,7 +1032,7 @@ def to_dot(term: _Term, highlight: Iterable[str] | None = None) -> str:
     ValueError for a highlighted path the workflow does not have.
     """
     diagram = _Diagram(_check_term(term, "to_dot"))
-    marked = _highlighted(diagram, highlight, "to_dot")
+    marked = _highlighted(diagram, highlight, "to_dot", term)
     lines = [
         "digraph workflow {",
         '    graph [rankdir="LR", fontname="Helvetica", fontsize="11", nodesep="0.3"];',
