@@ -206,8 +206,6 @@ async def test_a_before_that_is_not_a_cursor_is_refused_naming_before(tmp_path: 
             sub.cases(before="x")  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason="after a durable Substrate closes, CaseHandle.done() is True for a case that "
-                   "has not ended (its status still says waiting_signal; result() raises SubstrateClosed)")
 async def test_done_stays_false_for_a_durable_case_left_live_when_the_substrate_closed(tmp_path: Path) -> None:
     """done() says whether the case has ended; closing the Substrate does not end a durable case."""
     async with Substrate(store=tmp_path / "d.db", workflows={"two": TWO_WAITS}) as sub:
@@ -217,8 +215,6 @@ async def test_done_stays_false_for_a_durable_case_left_live_when_the_substrate_
     assert not handle.done()
 
 
-@pytest.mark.xfail(strict=True, reason="await_case(timeout=0), the non-blocking check, blocks until an effect that "
-                   "ignores cancellation stops, although the case has already failed")
 async def test_await_case_timeout_zero_never_waits() -> None:
     """timeout=0 answers at once: the outcome, or TimeoutError; it never waits for stubborn effects."""
     release = anyio.Event()
@@ -242,8 +238,6 @@ async def test_await_case_timeout_zero_never_waits() -> None:
             release.set()  # else leaving the Substrate waits for the stubborn effect for ever
 
 
-@pytest.mark.xfail(strict=True, reason="while an effect waits out its retry backoff, status().effects reports the "
-                   "next attempt as already started, with started_at in the future (when the backoff ends)")
 async def test_an_effect_waiting_out_its_retry_backoff_claims_no_start_in_the_future() -> None:
     """EffectStatus.started_at is when the attempt started: never later than now."""
     clock = VirtualClock()

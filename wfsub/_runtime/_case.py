@@ -115,7 +115,8 @@ class CaseActor:
     tg: TaskGroup | None = None
     scopes: dict[tuple[bool, int], anyio.CancelScope] | None = None  # (is_timer, id) -> its cancel scope
     running_effects: dict[int, EffectRequest] = field(default_factory=dict)  # effect id -> request, while it runs
-    attempts: dict[int, tuple[int, float]] = field(default_factory=dict)  # effect id -> (attempt, started at)
+    attempts: dict[int, tuple[int, float | None]] = field(default_factory=dict)  # effect id -> (attempt, started at)
+    retry_at: dict[int, float] = field(default_factory=dict)  # effect id -> when its next attempt starts (backoff)
     armed: dict[int, tuple[str, float]] = field(default_factory=dict)  # timer id -> (path, due)
     requested: dict[int, tuple[str, str]] = field(default_factory=dict)  # effect id -> (path, name), until answered
     workflow: str | None = None  # the registered name the case started from
@@ -140,6 +141,8 @@ class CaseActor:
     evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
     fenced: bool = False  # durable: it left memory because the store refused its journal (another owner has it)
     end_digest: str | None = None  # durable: the digest of the task outputs up to the end
+    recorded: bool = False  # ended, and (durable) its `end` record written: its outcome can be handed out
+    on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
 
@@ -640,11 +643,22 @@ class CaseActor:
         assert self.shared.start_soon is not None
         self.shared.start_soon(write)
 
+    def _recorded(self) -> None:
+        self.recorded = True
+        if self.on_recorded is not None:
+            self.on_recorded.set()
+
     async def _write_end(self) -> None:
         """The case ended: its `end` record (and final row), waited for before its awaiters are released."""
         j = self.journal
         if j is None:
             return
+        try:
+            await self._write_end_record(j)
+        finally:
+            self._recorded()
+
+    async def _write_end_record(self, j: CaseJournal) -> None:
         now = self.shared.clock.now()
         end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value,
                                "digest": self.end_digest}
@@ -731,7 +745,8 @@ class CaseActor:
 
     def _retrying(self, req: EffectRequest, info: EffectInfo, attempt: int, delay: float, exc: BaseException) -> None:
         """An effect attempt failed and will be retried: a trace event (level min) in the case's own sequence."""
-        self.attempts[req.effect_id] = (attempt + 1, self.shared.clock.now() + delay)
+        self.attempts[req.effect_id] = (attempt, self.attempts.get(req.effect_id, (attempt, None))[1])
+        self.retry_at[req.effect_id] = self.shared.clock.now() + delay
         info.attempt = attempt + 1
         m = self.machine
         if m is None or self.level == "none":
@@ -741,6 +756,11 @@ class CaseActor:
         events = m.take_events()
         if events:
             self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+
+    def _attempting(self, effect_id: int, attempt: int) -> None:
+        """An attempt of an effect starts now (its status shows it; a retry's backoff is over)."""
+        self.attempts[effect_id] = (attempt, self.shared.clock.now())
+        self.retry_at.pop(effect_id, None)
 
     def _starting(self, n: int) -> None:
         """Count tasks started but not yet running as busy: VirtualClock must not settle before a new effect
@@ -767,6 +787,7 @@ class CaseActor:
                     clock=self.shared.clock,
                     case_id=self.case_id,
                     on_retry=lambda attempt, delay, exc: self._retrying(req, info, attempt, delay, exc),
+                    on_attempt=lambda attempt: self._attempting(req.effect_id, attempt),
                 )
             except PASS_THROUGH:
                 raise
@@ -780,6 +801,7 @@ class CaseActor:
             finally:
                 running.pop(req.effect_id, None)
                 self.attempts.pop(req.effect_id, None)
+                self.retry_at.pop(req.effect_id, None)
                 current_effect.reset(token)
 
     async def _timer(self, timer_id: int, due: float, scope: anyio.CancelScope) -> None:
@@ -843,6 +865,8 @@ class CaseActor:
         self.armed.clear()
         self.requested.clear()
         self.ended_at = self.shared.clock.now()
+        if self.journal is None:
+            self._recorded()
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
         for msg in self.inbox:  # inputs that will never be applied: answer their senders
@@ -898,8 +922,8 @@ class CaseActor:
                 compensated=tuple((self.record or {}).get("compensated") or ()),
             )
         in_flight = tuple(
-            EffectStatus(effect_id=eid, name=name, path=path, attempt=self.attempts.get(eid, (1, 0.0))[0],
-                         started_at=self.attempts.get(eid, (1, None))[1])
+            EffectStatus(effect_id=eid, name=name, path=path, attempt=self.attempts.get(eid, (1, None))[0],
+                         started_at=self.attempts.get(eid, (1, None))[1], retry_at=self.retry_at.get(eid))
             for eid, (path, name) in sorted(self.requested.items())
         )
         armed = tuple(TimerStatus(timer_id=tid, path=path, due=due) for tid, (path, due) in sorted(self.armed.items()))

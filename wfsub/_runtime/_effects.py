@@ -89,15 +89,19 @@ async def call_effect(
     clock: Clock,
     case_id: str,
     on_retry: Callable[[int, float, BaseException], None] | None = None,
+    on_attempt: Callable[[int], None] | None = None,
 ) -> Mapping[str, Any] | None:
     """Run the effect to completion (with its retries) and return its output; raise its last exception.
 
-    `on_retry(attempt, delay, error)` is called before each backoff (the case traces it).
+    `on_retry(attempt, delay, error)` is called before each backoff (the case traces it), `on_attempt(attempt)`
+    as each attempt starts (the case's status shows it).
     """
     attempts = retry.max_attempts if retry is not None else 1
     attempt = 0
     while True:
         attempt += 1
+        if on_attempt is not None:
+            on_attempt(attempt)
         try:
             return await _attempt(fn, ctx, name=name, path=path, attempt_timeout=attempt_timeout, clock=clock)
         except EffectResultError:

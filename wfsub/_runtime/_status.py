@@ -35,7 +35,8 @@ _PARKED = frozenset({CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER})
 
 
 class EffectStatus(BaseModel):
-    """An effect in flight: which, where, and its attempt (1 for the first)."""
+    """An effect in flight: which, where, its attempt (1 for the first) and when that attempt started; while it
+    waits out a retry's backoff, `retry_at` is when the next attempt starts."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -44,6 +45,7 @@ class EffectStatus(BaseModel):
     path: str
     attempt: int = 1
     started_at: float | None = None
+    retry_at: float | None = None
 
 
 class TimerStatus(BaseModel):

@@ -817,8 +817,14 @@ class Substrate:
             if actor is not None and not actor.evicted:
                 if actor.exited:
                     return actor.outcome()  # raises CaseFailed / CaseCancelled / SubstrateClosed
-                if check_only and not actor.state.ended:  # ended: only its `end` record is still being written
-                    raise TimeoutError(waiting)
+                if check_only:  # ended: its outcome once its `end` record is written, not waiting for its effects
+                    if not actor.state.ended:
+                        raise TimeoutError(waiting)
+                    if not actor.recorded:
+                        if actor.on_recorded is None:
+                            actor.on_recorded = anyio.Event()
+                        await actor.on_recorded.wait()
+                    return actor.outcome()
                 if actor.done is None:
                     actor.done = anyio.Event()
                 await actor.done.wait()
@@ -1050,7 +1056,9 @@ class CaseHandle:
     def done(self) -> bool:
         """Whether the case has ended (its result is ready), without waiting."""
         actor = self._current()
-        return actor.exited if actor is not None else self._sub.status(self.case_id).ended
+        if actor is None:
+            return self._sub.status(self.case_id).ended
+        return actor.state.ended and actor.recorded
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         _check_request_id(request_id)
