@@ -142,9 +142,6 @@ async def test_data_is_a_copy_that_cannot_change_the_live_case(tmp_path: Path) -
         assert (await handle.result())["n"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="with a store, cases(state=...) filters on the stored row's state but reports "
-                   "the live state: a case waiting on an effect is listed under 'running' and not under "
-                   "'waiting_effect'")
 async def test_cases_filtered_by_state_list_the_cases_in_that_state_with_a_store(tmp_path: Path) -> None:
     """cases(state=S) lists exactly the cases whose status says S."""
     gate = anyio.Event()
@@ -164,8 +161,6 @@ async def test_cases_filtered_by_state_list_the_cases_in_that_state_with_a_store
             gate.set()
 
 
-@pytest.mark.xfail(strict=True, reason="cases(before=) needs a case's order, but CaseStatus has no order and the "
-                   "case_order(case_id) its docstring points to does not exist: the public API cannot page")
 async def test_cases_can_be_paged_with_before_through_the_public_api(tmp_path: Path) -> None:
     """The cursor that before= takes is reachable from the page just read."""
     async with Substrate(store=tmp_path / "p.db", workflows={"parked": PARKED}) as sub:
@@ -179,8 +174,6 @@ async def test_cases_can_be_paged_with_before_through_the_public_api(tmp_path: P
         assert [s.case_id for s in sub.cases(limit=10, before=cursor)] == ["c2", "c1", "c0"]
 
 
-@pytest.mark.xfail(strict=True, reason="without a store, cases(before=...) is silently ignored: a paging loop gets "
-                   "the same first page forever")
 async def test_cases_before_is_not_silently_ignored_without_a_store() -> None:
     """Paging code written for a durable Substrate does not loop forever on one without a store."""
     async with Substrate() as sub:
@@ -194,8 +187,6 @@ async def test_cases_before_is_not_silently_ignored_without_a_store() -> None:
         assert page != everything
 
 
-@pytest.mark.xfail(strict=True, reason="cases(before=) is not checked: 'x' returns every case on SQLite and raises a "
-                   "bare \"'<' not supported\" TypeError on MemoryStore")
 @pytest.mark.parametrize("kind", ["sqlite", "memory"])
 async def test_a_before_that_is_not_a_cursor_is_refused_naming_before(tmp_path: Path, kind: str) -> None:
     """cases(before='x') is refused with a message naming `before`, as the other arguments are."""
@@ -617,8 +608,6 @@ async def test_a_payload_over_max_payload_bytes_is_refused_by_the_command(here: 
         assert handle.status().state == "waiting_signal"
 
 
-@pytest.mark.xfail(strict=True, reason="the case row is not written when a case starts waiting on an effect: "
-                   "`wfsub show` says 'running' at its first step (or its previous effect), with no effect in flight")
 async def test_show_lists_the_effect_a_case_is_waiting_on(here: Path) -> None:
     """An operator sees which effect a case waits on, where, and since when, while the owner runs."""
     gate = anyio.Event()
@@ -808,8 +797,6 @@ async def test_live_positions_in_every_compound_construct_highlight_and_render()
 # -- OpenTelemetry ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a durable case resumed by a new Substrate gets a case span named 'case' with "
-                   "no wfsub.workflow and its first wait's path as wfsub.node_path, not its workflow and root path")
 async def test_the_span_of_a_case_resumed_from_the_store_names_its_workflow(tmp_path: Path) -> None:
     """After a restart, the case span of a resumed case still carries its workflow and the root node path."""
     exporter = InMemorySpanExporter()

@@ -83,6 +83,7 @@ class Shared:
     max_payload_bytes: int | None = None  # durable: the largest JSON payload an input may carry
     on_park: Callable[[CaseActor], None] | None = None  # durable: the case parked (eviction may drop it later)
     on_evict: Callable[[CaseActor], None] | None = None  # durable: the case left memory (it stays in the store)
+    on_effect_wait: Callable[[CaseActor], None] | None = None  # durable: the case waits for effects only
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
 
@@ -138,6 +139,7 @@ class CaseActor:
     ended_at: float | None = None
     closed: bool = False  # durable: the Substrate closed before the case ended (it stays live in the store)
     evicting: bool = False  # durable: asked to leave memory while it waits (see `evict`)
+    order: int = 0  # the paging key of `cases()` (durable cases: the store's, kept in the journal)
     evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
     fenced: bool = False  # durable: it left memory because the store refused its journal (another owner has it)
     end_digest: str | None = None  # durable: the digest of the task outputs up to the end
@@ -604,11 +606,16 @@ class CaseActor:
         return row
 
     def _parked_in_store(self) -> None:
-        """Parked on a signal or a timer with nothing in flight: tell the store (no need to wait for it)."""
+        """Parked on a signal or a timer with nothing in flight: tell the store (no need to wait for it). Parked
+        on effects: the Substrate writes the row if they take long (a quick effect is answered before that)."""
         j = self.journal
         m = self.machine
         assert j is not None
         assert m is not None
+        if self.state is CaseState.WAITING_EFFECT:
+            if self.shared.on_effect_wait is not None:
+                self.shared.on_effect_wait(self)
+            return
         if self.state not in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER) or self.requested:
             return
         from .._store import CaseWrite
@@ -623,6 +630,17 @@ class CaseActor:
         self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot), j.seq)
         if self.shared.on_park is not None:
             self.shared.on_park(self)
+
+    def write_waiting_row(self) -> None:
+        """The case still waits for the effects it waited for a moment ago: record them in its row (status and
+        `wfsub show` read it), without waiting for the write."""
+        j = self.journal
+        assert j is not None
+        from .._store import CaseWrite
+
+        j.row_parked = True  # the row says it waits: the next input's commit records it running again
+        self.shared.busy += 1
+        self._spawn_store_write(CaseWrite(self.case_id, [], self._row(self.state)), j.seq)
 
     def _spawn_store_write(self, change: Any, seq: int) -> None:
         """A parked row, whose loss a crash makes harmless (the row says 'live' until it lands): the case does not
@@ -945,6 +963,7 @@ class CaseActor:
             effects=in_flight,
             timers=armed,
             failure=failure,
+            order=(self.journal.order if self.journal is not None else self.order) or None,
         )
 
 

@@ -240,6 +240,7 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         timers=tuple(TimerStatus(timer_id=t["timer_id"], path=t["path"], due=t["due"]) for t in row.timers),
         failure=failure,
         suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),
+        order=row.order or None,
     )
 
 

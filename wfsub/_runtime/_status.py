@@ -97,6 +97,7 @@ class CaseStatus(BaseModel):
     timers: tuple[TimerStatus, ...] = ()  # armed
     failure: Failure | None = None  # failed: type, message, node path, traceback
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
+    order: int | None = None  # the paging key of `cases()`: pass the last case's as before= for the next page
 
     @property
     def ended(self) -> bool:

@@ -78,6 +78,8 @@ from ._status import CaseState, CaseStatus, SubstrateStatistics
 
 _log = get_logger("wfsub.runtime")
 
+EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
+
 PROGRAM_CACHE_SIZE = 1024
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
 
@@ -216,6 +218,8 @@ class Substrate:
         self._loading: dict[str, anyio.Event] = {}
         self._ended: deque[str] = deque()
         self._ids = itertools.count(1)
+        self._orders = itertools.count(1)  # cases() paging order of cases without a store
+        self._effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self._prefix = secrets.token_hex(6)  # generated ids must not meet an earlier run's in a store
         self._owner = f"substrate-{secrets.token_hex(6)}"
         self._phase = "new"  # new -> open -> closed
@@ -269,9 +273,33 @@ class Substrate:
         case_tg.start_soon(background.due_loop)
         case_tg.start_soon(background.inbox_loop)
         self._shared.on_evict = self._left_memory
+        self._shared.on_effect_wait = self._waits_on_effects
+        case_tg.start_soon(self._effect_rows)
         if self._evict_after is not None:
             self._shared.on_park = self._parked_now
             case_tg.start_soon(self._evict_loop, self._evict_after)
+
+    # -- rows of cases waiting on effects ---------------------------------------------------------------------
+
+    def _waits_on_effects(self, actor: CaseActor) -> None:
+        assert actor.journal is not None
+        self._effect_waits.append((self._clock.now(), actor, actor.journal.seq))
+
+    async def _effect_rows(self) -> None:
+        """Record in its row what a case waits for once it has waited EFFECT_ROW_AFTER seconds on effects. A
+        quick effect is answered first and costs nothing; a slow one shows in `status` and `wfsub show`."""
+        waits = self._effect_waits
+        while True:
+            await self._clock.sleep(EFFECT_ROW_AFTER)
+            cutoff = self._clock.now() - EFFECT_ROW_AFTER
+            while waits and waits[0][0] <= cutoff:
+                _, actor, seq = waits.popleft()
+                j = actor.journal
+                if (
+                    j is not None and j.seq == seq and actor.parked and actor.state is CaseState.WAITING_EFFECT
+                    and not actor.evicted
+                ):
+                    actor.write_waiting_row()
 
     # -- idle eviction ---------------------------------------------------------------------------------------
 
@@ -474,6 +502,8 @@ class Substrate:
         shared = self._shared
         assert shared is not None
         assert self._case_tg is not None
+        if actor.journal is None:
+            actor.order = next(self._orders)
         self._cases[actor.case_id] = actor
         self._counts["started"] += 1
         shared.busy += 1
@@ -577,6 +607,7 @@ class Substrate:
                 actor.armed[timer.timer_id] = (timer.path, due)
                 actor.inbox.append(TimerFired(timer.timer_id))
         actor.resume = (list(replayer.effects.values()), [(t, due) for t, due in timers if due > now])
+        machine.note("case_resumed", loaded.program.term.kind, {"workflow": row.workflow})
         self._spawn(actor)
         self._counts["started"] -= 1  # it was started in an earlier run
         return actor
@@ -872,27 +903,57 @@ class Substrate:
     def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[CaseStatus]:
-        """Cases newest first, filtered by state and workflow name, at most `limit`; with a store, `before` pages
-        (pass the `order` of the last case of the previous page, from `case_order(case_id)`)."""
+        """Cases newest first, filtered by state and workflow name, at most `limit`. Page with `before`: pass the
+        `order` of the last case of the previous page. A case in memory is reported (and filtered) as it is now;
+        one that is not, as the store last recorded it."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
-        if self._store is not None:
-            rows = self._store.read_cases(state=state, workflow=workflow, limit=limit, before=before)
-            out = []
-            for row in rows:
-                actor = self._cases.get(row.case_id)
-                out.append(actor.status() if actor is not None and not actor.exited else status_of(row, self._redact))
-            return out
-        found = []
-        for actor in reversed(self._cases.values()):
-            if (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow):
-                found.append(actor.status())
-                if len(found) == limit:
-                    break
-        return found
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
+            raise ValueError(
+                f"before must be the `order` of a case of the previous page (an int >= 1), got {before!r}: "
+                "pass page[-1].order"
+            )
+        if self._store is None:
+            found = []
+            for actor in reversed(self._cases.values()):
+                if before is not None and actor.order >= before:
+                    continue
+                if (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow):
+                    found.append(actor.status())
+                    if len(found) == limit:
+                        break
+            return found
+        store = self._store
+        listed: list[CaseStatus] = []
+        seen: set[str] = set()
+        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before):
+            seen.add(row.case_id)
+            live = self._cases.get(row.case_id)
+            if live is None or live.exited or live.journal is None:
+                listed.append(status_of(row, self._redact))
+                continue
+            live.journal.order = row.order
+            now = live.status()
+            if state is None or now.state == state:  # else it has moved on since its row was written
+                listed.append(now)
+        if state is not None:  # cases in memory in that state whose row has not caught up yet
+            for actor in list(self._cases.values()):
+                j = actor.journal
+                if (
+                    j is None or actor.exited or actor.case_id in seen or actor.state.value != state
+                    or (workflow is not None and actor.workflow != workflow)
+                ):
+                    continue
+                if not j.order:
+                    stored = store.read_row(actor.case_id)
+                    j.order = stored.order if stored is not None else 0
+                if j.order and (before is None or j.order < before):
+                    listed.append(actor.status())
+            listed.sort(key=lambda status: -(status.order or 0))
+        return listed[:limit]
 
     async def journal(self, case_id: str) -> list[JournalRecord]:
         """Every record of a durable case's journal, in order (a Substrate without a store has none)."""

@@ -20,7 +20,8 @@ LEVELS: dict[str, int] = {"none": 0, "min": 1, "full": 2}
 
 MIN_KINDS: frozenset[str] = frozenset(
     {
-        "case_started",  # the machine was created
+        "case_started",  # the machine was created; detail: workflow (a registered name)
+        "case_resumed",  # a durable case brought back into memory (the runtime); path: the root; detail: workflow
         "case_done",  # the case ended as done
         "case_failed",  # detail: error, path
         "case_cancelled",  # detail: reason

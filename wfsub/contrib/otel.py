@@ -173,7 +173,7 @@ class OTelSink:
     async def write(self, events: Sequence[TraceEvent]) -> None:
         """Turn a batch of events into span starts and ends (nothing here awaits)."""
         for event in events:
-            if event.kind == "case_started":
+            if event.kind in ("case_started", "case_resumed"):
                 self._case_started(event)
                 continue
             handle = _HANDLERS.get(event.kind)
@@ -216,8 +216,10 @@ class OTelSink:
         return case
 
     def _open_case(self, event: TraceEvent, *, partial: bool) -> _Case:
-        workflow = event.detail.get("workflow") if event.kind == "case_started" else None
+        workflow = event.detail.get("workflow") if event.kind in ("case_started", "case_resumed") else None
         attributes: dict[str, Any] = {"wfsub.case_id": event.case_id, "wfsub.node_path": event.path}
+        if event.kind == "case_resumed":
+            attributes["wfsub.resumed"] = True  # the case began in an earlier run: this span covers this run's part
         if isinstance(workflow, str) and workflow:
             attributes["wfsub.workflow"] = workflow
         if partial:
@@ -242,9 +244,12 @@ class OTelSink:
             self._ended.popitem(last=False)
 
     def _case_started(self, event: TraceEvent) -> None:
+        """`case_started`, or `case_resumed` (a durable case brought back into memory in this run)."""
         case = self._cases.get(event.case_id)
-        if case is not None:  # the same id started again before this sink saw the first run end
-            self._end_case(case, _ns(event.time), "restarted")
+        if case is not None:
+            if event.kind == "case_resumed":
+                return  # brought back again (after an eviction) while its span is still open: it goes on
+            self._end_case(case, _ns(event.time), "restarted")  # the same id started again
         self._open_case(event, partial=False)
 
     def _case_done(self, case: _Case, event: TraceEvent) -> None:
