@@ -85,6 +85,7 @@ class Shared:
     on_evict: Callable[[CaseActor], None] | None = None  # durable: the case left memory (it stays in the store)
     on_effect_wait: Callable[[CaseActor], None] | None = None  # durable: the case waits for effects only
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
+    lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
 
 
@@ -300,7 +301,7 @@ class CaseActor:
         snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in self.armed.items()}) if j.since_snapshot else None
         if snapshot is not None or j.parked_row_at != j.seq:  # else the row written when it parked says it all
             try:
-                await j.store.write(CaseWrite(self.case_id, [], self._row(self.state), snapshot))
+                await j.store.write(CaseWrite(self.case_id, [], self._row(self.state), snapshot, epoch=j.epoch))
             except StoreError as exc:
                 _log.warning("could not evict an idle case; it stays in memory", case_id=self.case_id, error=str(exc))
                 return False
@@ -460,6 +461,9 @@ class CaseActor:
         inbox_done = [msg.inbox_id for msg, _ in entries if getattr(msg, "inbox_id", 0)]  # type: ignore[union-attr]
         inbox_done += repeated
         row = self._running_row() if j.row_parked else None
+        lease = self.shared.lease
+        if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
+            await lease.wait()
         try:
             appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
         except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
@@ -627,7 +631,7 @@ class CaseActor:
         row = self._row(self.state)
         j.row_parked = True
         self.shared.busy += 1
-        self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot), j.seq)
+        self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot, epoch=j.epoch), j.seq)
         if self.shared.on_park is not None:
             self.shared.on_park(self)
 
@@ -640,7 +644,7 @@ class CaseActor:
 
         j.row_parked = True  # the row says it waits: the next input's commit records it running again
         self.shared.busy += 1
-        self._spawn_store_write(CaseWrite(self.case_id, [], self._row(self.state)), j.seq)
+        self._spawn_store_write(CaseWrite(self.case_id, [], self._row(self.state), epoch=j.epoch), j.seq)
 
     def _spawn_store_write(self, change: Any, seq: int) -> None:
         """A parked row, whose loss a crash makes harmless (the row says 'live' until it lands): the case does not
@@ -788,6 +792,12 @@ class CaseActor:
 
     async def _effect(self, req: EffectRequest, scope: anyio.CancelScope) -> None:
         self._starting(-1)
+        lease = self.shared.lease
+        if lease is not None and not lease.ok:  # no new effect while this node may have lost its cases
+            with scope:
+                await lease.wait()
+            if scope.cancel_called:
+                return
         running = self.running_effects
         running[req.effect_id] = req
         self.attempts[req.effect_id] = (1, self.shared.clock.now())

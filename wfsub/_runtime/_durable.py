@@ -40,6 +40,7 @@ class CaseJournal:
     parked_row_at: int = -1  # the seq after which the parked row was last committed (eviction then writes nothing)
     deadline: float | None = None  # the case's timeout as an absolute time (from the start record)
     order: int = 0
+    epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
     request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
@@ -56,7 +57,9 @@ class CaseJournal:
         inbox_refused: list[tuple[int, str]] | None = None,
     ) -> list[bool]:
         """Write records (and the row, inbox moves) in one transaction of the store's next group commit."""
-        change = CaseWrite(self.case_id, records, row, None, list(inbox_done or ()), list(inbox_refused or ()))
+        change = CaseWrite(
+            self.case_id, records, row, None, list(inbox_done or ()), list(inbox_refused or ()), epoch=self.epoch
+        )
         appended = await self.store.write(change)
         self.since_snapshot += len(records)
         if row is not None:

@@ -16,7 +16,7 @@ kept intact until a matching version is registered. A suspended case can still b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -118,7 +118,7 @@ async def migrate(
     row.fingerprint = program.fingerprint
     row.last_seq = journal.seq
     snapshot = snapshot_of(m, journal, {tid: due for tid, (_, due) in replayer.timers.items()})
-    await store.write(CaseWrite(row.case_id, [record], row, snapshot))
+    await store.write(CaseWrite(row.case_id, [record], row, snapshot, epoch=journal.epoch))
     _log.info("case migrated to a new version", case_id=row.case_id, to=program.fingerprint[:16])
     return Loaded(row, start, program, replayer, journal)
 
@@ -171,6 +171,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     )
     journal.deadline = start.get("deadline")
     journal.order = row.order
+    journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
     return journal
@@ -182,7 +183,7 @@ async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any
     row.state = CaseState.SUSPENDED.value
     row.suspended_reason = str(redact(reason))
     try:
-        await store.write(CaseWrite(row.case_id, [], row))
+        await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))
     except StoreError as exc:
         _log.error("could not mark a case suspended", case_id=row.case_id, error=str(exc))
     _log.warning("case suspended: no registered version can run it", case_id=row.case_id, reason=row.suspended_reason)
@@ -201,7 +202,8 @@ async def end_suspended(
     row.ended_at = now
     row.cancel_reason = reason
     row.last_seq += 2
-    await store.write(CaseWrite(row.case_id, [cancel, end], row, inbox_done=list(inbox_done or ())))
+    await store.write(CaseWrite(row.case_id, [cancel, end], row, inbox_done=list(inbox_done or ()),
+                                epoch=row.epoch or None))
 
 
 def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
@@ -291,20 +293,43 @@ class Background:
                 await self.nudge.wait()
             self.nudge = anyio.Event()
 
-    async def inbox_loop(self) -> None:
-        """Move inputs written by someone else (the `wfsub` command, other nodes) to their cases."""
+    async def changes_loop(
+        self,
+        claim: Callable[[], Awaitable[None]] | None = None,
+        ended_elsewhere: Callable[[set[str] | None], None] | None = None,
+    ) -> None:
+        """Take what others committed: inputs in the inbox (the `wfsub` command, other nodes) for this store's
+        cases, and on a shared store the cases that ended on other nodes (their awaiters here wake) and queued
+        cases to claim. The store says when to look (`wait_changed`: SQLite's data_version, Postgres's NOTIFY)."""
+        store = self.store
+        shared = store.shared
+        routing: set[int] = set()  # shared stores: inbox rows handed to a case, not yet committed by it
+        first = True
         while True:
-            if self.store.changed() or self.inbox_after == 0:
-                self.busy(1)
-                try:
-                    rows = await self.store.inbox_take(after=self.inbox_after)
-                    for row in rows:
+            if not first:
+                await store.wait_changed(INBOX_POLL)
+            first = False
+            self.busy(1)
+            try:
+                if ended_elsewhere is not None:
+                    drain = getattr(store, "drain_ended", None)
+                    if drain is not None:
+                        ended_elsewhere(drain())
+                if claim is not None:
+                    await claim()
+                # A shared store's inbox ids can commit out of order (several writers): read it whole each time.
+                rows = await store.inbox_take(after=0 if shared else self.inbox_after)
+                if shared:
+                    routing &= {row.id for row in rows}
+                for row in rows:
+                    if row.id in routing:
+                        continue
+                    if shared:
+                        routing.add(row.id)
+                    else:
                         self.inbox_after = max(self.inbox_after, row.id)
-                        await self.route_inbox(row)
-                except StoreError as exc:
-                    _log.error("could not read the inbox", error=str(exc))
-                finally:
-                    self.busy(-1)
-                if self.inbox_after == 0:
-                    self.inbox_after = -1  # read once at start even when nothing changed
-            await anyio.sleep(INBOX_POLL)
+                    await self.route_inbox(row)
+            except StoreError as exc:
+                _log.error("could not read the inbox", error=str(exc))
+            finally:
+                self.busy(-1)

@@ -72,6 +72,7 @@ from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._journal import JournalRecord, plain, to_json
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal, TimerFired
+from ._nodes import DatabaseClock, Lease, Node
 from ._persist import Background, Loaded, end_suspended, rebuild, status_of
 from ._registry import Workflows
 from ._status import CaseState, CaseStatus, SubstrateStatistics
@@ -79,6 +80,7 @@ from ._status import CaseState, CaseStatus, SubstrateStatistics
 _log = get_logger("wfsub.runtime")
 
 EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
+CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
 
 PROGRAM_CACHE_SIZE = 1024
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
@@ -110,6 +112,13 @@ def _check_data(data: object) -> dict[str, Any] | None:
                 f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
             )
     return dict(data)
+
+
+class _Remote(Exception):
+    """Internal: the case is another node's (shared stores): inputs for it go through the inbox."""
+
+    def __init__(self, row: CaseRow) -> None:
+        self.row = row
 
 
 def _check_reason(reason: object) -> None:
@@ -146,6 +155,10 @@ class Substrate:
     - `max_instances`: the most instances one mi without `max=` may start; beyond it the case fails at the mi.
     - `max_payload_bytes`: with a store, the largest JSON size of start data, a signal payload, `add_instances`
       items or an effect result (a bigger one is refused with a ValueError naming the limit; nothing is written).
+    - `evict_after`: with a store, seconds a case may wait for a signal or timer in memory before it leaves
+      memory (it comes back on its next input or due timer; see the README).
+    - `node_id`: the name of this Substrate as the owner of a store (with a shared store, a node): a node that
+      restarts with the same id finds its cases at once; others take a dead node's cases over after its lease.
     - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
       messages and tracebacks in `status`), never to the journal.
     """
@@ -168,6 +181,7 @@ class Substrate:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         redact: Callable[[Any], Any] | None = None,
         evict_after: float | None = None,
+        node_id: str | None = None,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -221,7 +235,11 @@ class Substrate:
         self._orders = itertools.count(1)  # cases() paging order of cases without a store
         self._effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self._prefix = secrets.token_hex(6)  # generated ids must not meet an earlier run's in a store
-        self._owner = f"substrate-{secrets.token_hex(6)}"
+        if node_id is not None and (not isinstance(node_id, str) or not node_id.strip() or len(node_id) > 200):
+            raise ValueError(f"node_id must be a non-empty str of at most 200 characters, got {node_id!r}")
+        self._owner = node_id or f"substrate-{secrets.token_hex(6)}"
+        self._lease = Lease()
+        self._node: Node | None = None
         self._phase = "new"  # new -> open -> closed
         self._root: TaskGroup | None = None
         self._case_tg: TaskGroup | None = None
@@ -263,6 +281,17 @@ class Substrate:
     async def _open_durable(self, store: Store, case_tg: TaskGroup) -> None:
         assert self._shared is not None
         self._shared.max_payload_bytes = self._max_payload
+        self._shared.lease = self._lease
+        if store.shared:
+            clock = None
+            if type(self._clock) is RealClock:  # acceptance and due times in database time
+                clock = self._clock = DatabaseClock()
+                self._shared.clock = clock
+            lease_seconds = float(getattr(store, "lease_seconds", 10.0))
+            node = self._node = Node(store, self._lease, clock, self._load_quietly, lease_seconds)
+            await node.renew()
+            case_tg.start_soon(node.lease_loop)
+            case_tg.start_soon(node.takeover_loop)
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, self._load_quietly,
             self._route_inbox, self._busy,
@@ -271,7 +300,10 @@ class Substrate:
             await self._load_quietly(row.case_id)
         case_tg.start_soon(self._check_versions)
         case_tg.start_soon(background.due_loop)
-        case_tg.start_soon(background.inbox_loop)
+        if store.shared:
+            case_tg.start_soon(background.changes_loop, self._claim_queued, self._ended_elsewhere)
+        else:
+            case_tg.start_soon(background.changes_loop)
         self._shared.on_evict = self._left_memory
         self._shared.on_effect_wait = self._waits_on_effects
         case_tg.start_soon(self._effect_rows)
@@ -328,6 +360,23 @@ class Substrate:
                 actor = self._cases.get(case_id)
                 if actor is not None and actor.parked and not actor.requested:
                     actor.evict()
+
+    # -- many nodes (a shared store) ---------------------------------------------------------------------------
+
+    async def _claim_queued(self) -> None:
+        """Claim cases queued with placement="any" whose version this node runs, and start them here."""
+        assert self._store is not None
+        if not self._lease.ok or self._phase != "open":
+            return
+        fingerprints = sorted(self._workflows.by_fingerprint)
+        for case_id in await self._store.claim_queued(fingerprints, CLAIM_BATCH):
+            await self._load_quietly(case_id)
+
+    def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
+        """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all)."""
+        events = self._end_events
+        for case_id in list(events) if case_ids is None else case_ids & events.keys():
+            events.pop(case_id).set()
 
     async def _check_versions(self) -> None:
         """Parked cases recorded on a version that is not registered, and suspended ones whose version is
@@ -417,14 +466,23 @@ class Substrate:
         case_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
+        placement: str = "here",
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
         With a store the workflow must be registered, the data must be JSON, and the call returns once the case's
         `start` record is durable. `scheduler`: "deterministic" (the default) or `Seeded(seed)` (recorded, so a
-        replay makes the same choices).
+        replay makes the same choices). `placement="any"` (a shared store): the case is queued for the first node
+        that claims it (one that has its version registered); the handle follows it wherever it runs.
         """
         self._check_open("start a case")
+        if placement not in ("here", "any"):
+            raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
+        if placement == "any" and (self._store is None or not self._store.shared):
+            raise ValueError(
+                "placement='any' queues a case for any node of a shared store (store='postgresql://...'); this "
+                "Substrate has no shared store: start the case here (the default placement)"
+            )
         start_data = _check_data(data)
         _positive(timeout, "timeout", allow_none=True)
         seed = self._seed_of(scheduler)
@@ -451,6 +509,12 @@ class Substrate:
                 "data": start_data, "scheduler": {"kind": "deterministic"} if seed is None else
                 {"kind": "seeded", "seed": seed}, "deadline": deadline, "time": now,
             }
+            if placement == "any":
+                try:
+                    await self._store.queue_case(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
+                except StoreConflict:
+                    raise CaseExists(case_id) from None
+                return CaseHandle(self, None, case_id)
             self._cases[case_id] = actor  # reserve the id while the start record is written
             try:
                 await self._store.write(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
@@ -553,6 +617,8 @@ class Substrate:
             raise CaseNotFound(case_id)
         if CaseState(row.state).ended:
             raise SignalRejected.ended(case_id, what, row.state)
+        if self._store.shared and row.owner != self._owner:
+            raise _Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
         if row.state == CaseState.SUSPENDED.value and self._workflows.find(row.fingerprint) is None:
             reason = f"it is suspended (no registered version can run it): {row.suspended_reason}"
             raise SignalRejected(case_id, what, reason)
@@ -623,7 +689,15 @@ class Substrate:
         """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
         `request_id` makes a retried call apply once."""
         _check_request_id(request_id)
-        await self._signal(await self._live(case_id, f"take signal {name!r}"), name, payload, request_id)
+        try:
+            actor = await self._live(case_id, f"take signal {name!r}")
+        except _Remote:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"signal names are non-empty str, got {name!r}") from None
+            payload, _ = to_json(plain(payload), f"signal {name!r} payload", self._max_payload)
+            await self._to_inbox(case_id, "signal", {"name": name, "payload": payload}, request_id)
+            return
+        await self._signal(actor, name, payload, request_id)
 
     async def _signal(self, actor: CaseActor, name: str, payload: Any, request_id: str | None = None) -> None:
         if self._phase != "open":
@@ -641,6 +715,12 @@ class Substrate:
             return
         payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)  # before anything is written
         await self._ask(actor, Signal(name, payload, Reply(), request_id=request_id))
+
+    async def _to_inbox(self, case_id: str, kind: str, body: dict[str, Any], request_id: str | None) -> None:
+        """An input for a case another node owns: into the store's inbox, acknowledged once committed (its owner
+        is woken by the store and journals it; a refusal is marked on the inbox row)."""
+        assert self._store is not None
+        await self._store.inbox_put(case_id, kind, body, request_id=request_id, created_at=self._clock.now())
 
     async def _ask(self, actor: CaseActor, msg: External) -> None:
         """Send an input and wait for its answer (committed and applied, or refused)."""
@@ -682,6 +762,9 @@ class Substrate:
             actor = await self._live(case_id, "cancel")
         except SignalRejected:
             return  # ended already: nothing to do
+        except _Remote:
+            await self._to_inbox(case_id, "cancel", {"reason": reason, "compensate": compensate}, request_id)
+            return
         await self._cancel(actor, compensate, reason, request_id)
 
     async def _cancel(
@@ -730,7 +813,14 @@ class Substrate:
     ) -> None:
         what = f"{action.value} {region!r}"
         _check_request_id(request_id)
-        actor = await self._live(case_id, what)
+        try:
+            actor = await self._live(case_id, what)
+        except _Remote:
+            if not isinstance(region, str):
+                raise TypeError(f"region names are str, got {type(region).__name__} {region!r}") from None
+            body: dict[str, Any] = {"region": region} if items is None else {"region": region, "items": items}
+            await self._to_inbox(case_id, action.kind, body, request_id)
+            return
         machine = actor.machine
         if machine is None or actor.state.ended:
             if not isinstance(region, str):
@@ -745,6 +835,8 @@ class Substrate:
         assert self._store is not None
         try:
             msg = await self._inbox_message(row)
+        except _Remote:
+            return  # taken over by another node meanwhile: its owner takes the input
         except (WfsubError, TypeError, ValueError, KeyError) as exc:
             reason = str(exc)
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
@@ -1084,21 +1176,21 @@ class CaseHandle:
 
     __slots__ = ("_sub", "_actor", "case_id")
 
-    def __init__(self, sub: Substrate, actor: CaseActor) -> None:
+    def __init__(self, sub: Substrate, actor: CaseActor | None, case_id: str | None = None) -> None:
         self._sub = sub
-        self._actor = actor
-        self.case_id = actor.case_id
+        self._actor = actor  # None: the case runs elsewhere (another node) or is not in memory yet
+        self.case_id = actor.case_id if actor is not None else case_id or ""
 
     async def result(self, timeout: float | None = None, *, model: type[BaseModel] | None = None) -> Any:  # noqa: ASYNC109
         """The final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or TimeoutError
         (the case goes on). `timeout=0` checks without waiting."""
         _check_await_timeout(timeout)
-        return _validated(self.case_id, await self._sub._outcome(self.case_id, self._actor, timeout), model)
+        return _validated(self.case_id, await self._sub._outcome(self.case_id, self._current(), timeout), model)
 
     def _current(self) -> CaseActor | None:
-        """The case's actor in memory (None while an evicted case waits in the store)."""
+        """The case's actor in memory (None while it is elsewhere: evicted into the store, on another node)."""
         actor = self._actor
-        if actor.evicted:
+        if actor is None or actor.evicted:
             found = self._sub._cases.get(self.case_id)
             if found is None:
                 return None
@@ -1123,10 +1215,18 @@ class CaseHandle:
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         _check_request_id(request_id)
-        await self._sub._signal(self._actor, name, payload, request_id)
+        actor = self._current()
+        if actor is None:
+            await self._sub.signal(self.case_id, name, payload, request_id=request_id)
+        else:
+            await self._sub._signal(actor, name, payload, request_id)
 
     async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
-        await self._sub._cancel(self._actor, compensate, reason)
+        actor = self._current()
+        if actor is None:
+            await self._sub.cancel(self.case_id, compensate, reason=reason)
+        else:
+            await self._sub._cancel(actor, compensate, reason)
 
     async def close_instances(self, region: str) -> None:
         """Close the dynamic mi `region` of this case (see Substrate.close_instances)."""

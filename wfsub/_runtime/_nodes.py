@@ -1,0 +1,128 @@
+"""Many nodes on a shared store (Postgres): this node's lease, the cases it takes over or claims, and the time.
+
+Each Substrate on a shared store is a node with an id (`Substrate(node_id=...)`, random by default). Its lease
+(in database time) is renewed every third of the store's `lease_seconds`. A node that has not managed to renew
+for half a lease stops journaling and starting effects until it renews again: by then another node may take its
+cases over, and the store's fencing (owner and epoch checked in every write) refuses whatever it would write;
+pausing first keeps it from running effects it can no longer record.
+
+Every third of a lease the node also takes over the cases of nodes whose lease expired (the store bumps their
+epochs and never gives one case to two nodes) and resumes those that were running or had effects in flight; the
+parked ones come back through the due-time index and the inbox, like parked cases after a restart. A node that
+restarts with the same `node_id` finds its own cases (its lease was renewed, or is taken again at once).
+
+Time: acceptance times and due times are database time, so node clocks may drift: the node's clock is the local
+clock plus the offset the last renewal measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from .._errors import StoreError
+from .._store import Store
+from .._trace import get_logger
+from ._clock import RealClock
+from ._status import CaseState
+
+_log = get_logger("wfsub.runtime")
+
+LIVE = {CaseState.INITIALIZING.value, CaseState.RUNNING.value, CaseState.WAITING_EFFECT.value}
+
+
+class DatabaseClock(RealClock):
+    """The real clock, set to the shared store's time (`offset` follows each lease renewal)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+
+class Lease:
+    """Whether this node may journal and start effects: `wait()` returns at once while its lease is fresh."""
+
+    def __init__(self) -> None:
+        self.ok = True
+        self._back = anyio.Event()
+
+    async def wait(self) -> None:
+        while not self.ok:
+            await self._back.wait()
+
+    def lost(self) -> None:
+        if self.ok:
+            self.ok = False
+            self._back = anyio.Event()
+
+    def renewed(self) -> None:
+        if not self.ok:
+            self.ok = True
+            self._back.set()
+
+
+class Node:
+    """The loops of a node on a shared store (started by the Substrate beside its cases)."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        clock: DatabaseClock | None,
+        load: Callable[[str], Awaitable[None]],
+        lease_seconds: float,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.clock = clock
+        self.load = load
+        self.lease_seconds = lease_seconds
+        self.renewed_at = time.monotonic()
+
+    async def renew(self) -> None:
+        """Renew the lease now (at start, and then every third of a lease)."""
+        try:
+            database_now = await self.store.renew_lease()
+        except StoreError as exc:
+            _log.warning("could not renew this node's lease", store=self.store.url, error=str(exc))
+            if time.monotonic() - self.renewed_at > self.lease_seconds / 2:
+                if self.lease.ok:
+                    _log.error(
+                        "lease not renewed for half its length: no journaling and no new effects until it is",
+                        store=self.store.url,
+                    )
+                self.lease.lost()
+            return
+        self.renewed_at = time.monotonic()
+        if self.clock is not None:
+            self.clock.offset = database_now - time.time()
+        self.lease.renewed()
+
+    async def lease_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.lease_seconds / 3)  # leases are real time, whatever clock the cases run on
+            await self.renew()
+
+    async def takeover_loop(self) -> None:
+        """Take over the cases of dead nodes (lease expired) and resume those that were running."""
+        while True:
+            await self.take_over()
+            await anyio.sleep(self.lease_seconds / 3)
+
+    async def take_over(self) -> None:
+        if not self.lease.ok:
+            return
+        try:
+            rows = await self.store.take_over()
+        except StoreError as exc:
+            _log.warning("could not take over the cases of dead nodes", store=self.store.url, error=str(exc))
+            return
+        if rows:
+            _log.info("took over cases of nodes whose lease expired", count=len(rows))
+        for row in rows:
+            if row.state in LIVE or row.effects:
+                await self.load(row.case_id)
