@@ -126,3 +126,30 @@ def test_evict_after_needs_a_store_and_a_positive_number() -> None:
     for bad in (0, -1, float("nan"), "1"):
         with pytest.raises((ValueError, TypeError), match="evict_after"):
             Substrate(store=MemoryStore(), evict_after=bad)  # type: ignore[arg-type]
+
+
+async def test_a_hundred_thousand_parked_cases_leave_memory_and_signals_and_timers_still_reach_them() -> None:
+    """100,000 parked cases with evict_after: all leave memory; signals reach a sample of them and the timers of
+    those that sleep fire from the store's due-time index, each case ending as it would have in memory."""
+    total, sleepers = 100_000, 100
+    flows = {"go": GO, "nap": seq(sleep(1.5), task(lambda c: {"woke": True}, name="woke"))}
+    async with Substrate(store=MemoryStore(), workflows=flows, evict_after=0.2, trace_level="none",
+                         retain_ended=0) as sub:
+        async def starter(first: int) -> None:
+            for i in range(first, total, 50):
+                await sub.new_case("nap" if i < sleepers else "go", case_id=f"c{i}")
+
+        async with anyio.create_task_group() as tg:
+            for k in range(50):
+                tg.start_soon(starter, k)
+        with anyio.fail_after(60):
+            while sub.statistics().cases_in_memory > sleepers:  # noqa: ASYNC110 - the eviction loop's pace
+                await anyio.sleep(0.1)
+            sample = [f"c{i}" for i in range(sleepers, total, total // 200)]
+            for case_id in sample:
+                await sub.signal(case_id, "go", 1)
+            for case_id in sample:
+                assert await sub.await_case(case_id) == {"started": True, "go": 1, "went": True}
+            for i in range(sleepers):
+                assert await sub.await_case(f"c{i}") == {"woke": True}
+        assert sub.statistics().cases_idle_evicted >= total - sleepers
