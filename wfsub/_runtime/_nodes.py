@@ -30,6 +30,7 @@ from ._status import CaseState
 
 _log = get_logger("wfsub.runtime")
 
+TAKEOVER_BATCH = 1000  # cases taken over per transaction (a dead node's cases are all taken in one pass)
 LIVE = {CaseState.INITIALIZING.value, CaseState.RUNNING.value, CaseState.WAITING_EFFECT.value}
 
 
@@ -114,15 +115,17 @@ class Node:
             await anyio.sleep(self.lease_seconds / 3)
 
     async def take_over(self) -> None:
-        if not self.lease.ok:
-            return
-        try:
-            rows = await self.store.take_over()
-        except StoreError as exc:
-            _log.warning("could not take over the cases of dead nodes", store=self.store.url, error=str(exc))
-            return
-        if rows:
-            _log.info("took over cases of nodes whose lease expired", count=len(rows))
-        for row in rows:
-            if row.state in LIVE or row.effects:
-                await self.load(row.case_id)
+        """Take over every case of dead nodes now (in batches), resuming the live ones."""
+        while self.lease.ok:
+            try:
+                rows = await self.store.take_over(TAKEOVER_BATCH)
+            except StoreError as exc:
+                _log.warning("could not take over the cases of dead nodes", store=self.store.url, error=str(exc))
+                return
+            if rows:
+                _log.info("took over cases of nodes whose lease expired", count=len(rows))
+            for row in rows:
+                if row.state in LIVE or row.effects:
+                    await self.load(row.case_id)
+            if len(rows) < TAKEOVER_BATCH:
+                return
