@@ -278,7 +278,7 @@ async def test_writes_queued_during_a_commit_go_into_one_transaction(tmp_path: P
             async with anyio.create_task_group() as tg:
                 for i in range(100):
                     tg.start_soon(store.write, first_write(f"c{i}"))
-                await until(lambda: writer._queue.qsize() == 100)
+                await until(lambda: writer.queued() == 100)
                 lock.execute("ROLLBACK")
         assert writer.groups - groups == 2  # the plug's group, then all 100 together
         assert len(await store.cases(limit=1000)) == 102
@@ -307,7 +307,7 @@ async def test_a_refused_write_in_a_group_fails_alone(tmp_path: Path) -> None:
                 tg.start_soon(attempt, "bad", CaseWrite("ended", records=[signal(2), end(3)],
                                                         row=row("ended", "failed", last_seq=3)))
                 tg.start_soon(attempt, "after", first_write("after"))
-                await until(lambda: writer._queue.qsize() == 3)
+                await until(lambda: writer.queued() == 3)
                 lock.execute("ROLLBACK")
         assert writer.groups - groups == 2
         assert outcomes["before"] == [True] and outcomes["after"] == [True]
@@ -347,11 +347,11 @@ async def test_a_failed_transaction_fails_every_write_of_its_group_and_keeps_non
             await plug(store)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(attempt, "a", CaseWrite("a", records=[start("a"), signal(1)], row=row("a")))
-                await until(lambda: writer._queue.qsize() == 1)
+                await until(lambda: writer.queued() == 1)
                 tg.start_soon(attempt, "boom", None)
-                await until(lambda: writer._queue.qsize() == 2)
+                await until(lambda: writer.queued() == 2)
                 tg.start_soon(attempt, "b", first_write("b"))
-                await until(lambda: writer._queue.qsize() == 3)
+                await until(lambda: writer.queued() == 3)
                 lock.execute("ROLLBACK")
         assert set(outcomes) == {"a", "boom", "b"}
         for name, outcome in outcomes.items():
@@ -370,13 +370,18 @@ async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
     """Every write is applied in the one writer thread, every read in a worker thread; none on the loop's thread."""
     writers: set[threading.Thread] = set()
     readers: set[threading.Thread] = set()
-    apply_write = sqlite_module._apply_write
+    apply_write, apply_writes = sqlite_module._apply_write, sqlite_module._apply_writes
 
     def spy_write(*args: Any) -> Any:
         writers.add(threading.current_thread())
         return apply_write(*args)
 
+    def spy_writes(*args: Any) -> Any:
+        writers.add(threading.current_thread())
+        return apply_writes(*args)
+
     monkeypatch.setattr(sqlite_module, "_apply_write", spy_write)
+    monkeypatch.setattr(sqlite_module, "_apply_writes", spy_writes)
     store = SqliteStore(tmp_path / "s.db")
     read_sync = store._read_sync
 

@@ -55,6 +55,7 @@ import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -78,18 +79,29 @@ class Refused(Exception):
     """Raised by a job's apply when its write breaks a rule: that write alone is undone and fails."""
 
 
+class Redo(Exception):
+    """Raised by a batch when it cannot tell each job's outcome: the group is redone one job at a time."""
+
+
 # Errors that concern one job: its savepoint is rolled back and the rest of the group goes on. Any other error
 # (OperationalError: full, I/O, busy; DatabaseError: corrupt) ends the whole transaction.
 _ONE_JOB = (Refused, sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError)
 
 
 class Job:
-    """One unit of work for the writer: `apply(conn)` runs inside the group's transaction, in a savepoint."""
+    """One unit of work for the writer: `apply(conn)` runs inside the group's transaction.
 
-    __slots__ = ("apply", "error", "event", "label", "result", "token")
+    `batch` (optional) is what the writer's batch function takes instead: consecutive jobs that have one are
+    applied together, in one statement per table.
+    """
 
-    def __init__(self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool) -> None:
+    __slots__ = ("apply", "batch", "error", "event", "label", "result", "token")
+
+    def __init__(
+        self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool, batch: object = None
+    ) -> None:
         self.apply = apply
+        self.batch = batch
         self.label = label  # what the job writes, for messages: "case 'c-1'"
         self.result: Any = None
         self.error: StoreError | None = None
@@ -104,21 +116,35 @@ class Job:
         return self.result
 
 
-_STOP = object()
+_RING = object()  # a bell token: work for a sleeping writer (or `stop()`)
 
 WAKE_WITHOUT_WAITING = True
 """Wake the loop with `AsyncBackend.run_sync_soon` where anyio has it (4.16+); tests turn it off to cover the
 `anyio.from_thread.run_sync` path that older anyio versions take."""
 
+LINGER = 0.001
+"""Seconds the writer waits at most, after a wake-up, for the woken loop to run the woken tasks (and queue the
+writes they make) before it starts the next group."""
 
-def _wake(jobs: list[Job]) -> None:
+
+def _wake(jobs: list[Job], turned: Callable[[int], None] | None, group: int) -> None:
     for job in jobs:
         assert job.event is not None
         job.event.set()
+    if turned is not None:  # scheduled after the tasks just woken: it runs once they have
+        token = jobs[0].token
+        assert token is not None
+        with contextlib.suppress(Exception):  # the loop is ending: the writer stops lingering at LINGER
+            token.backend_class.run_sync_soon(turned, (group,), token.native_token)
 
 
 class Writer:
-    """The writer thread and its queue. `start()` and `stop()` block: call them from a worker thread."""
+    """The writer thread and its queue. `start()` and `stop()` block: call them from a worker thread.
+
+    The queue is a deque; the thread sleeps on a bell only when the deque is empty, and only then does
+    `submit` ring it, so jobs queued while a group commits (or while the writer lingers) cost no thread
+    wake-up: the writer takes them all when it is ready.
+    """
 
     def __init__(
         self,
@@ -127,19 +153,27 @@ class Writer:
         *,
         heartbeat: Callable[[sqlite3.Connection], None] | None = None,
         heartbeat_every: float = 30.0,
+        batch: Callable[[sqlite3.Connection, list[Any]], list[Any]] | None = None,
     ) -> None:
         self.path = path
         self._connect = connect
+        self._batch = batch
         self._heartbeat = heartbeat
         self._heartbeat_every = heartbeat_every
         self._last_beat = time.monotonic()
-        self._queue: queue.SimpleQueue[Job | object] = queue.SimpleQueue()
+        self._jobs: deque[Job] = deque()
+        self._lock = threading.Lock()  # guards _jobs against _sleeping, _stopping and _turns
+        self._sleeping = False  # the thread waits on the bell for a job: `submit` rings it
+        self._stopping = False
+        self._turns = 0  # loops woken by the last group that have not yet run the woken tasks
+        self._bell: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"wfsub-store-writer {path}", daemon=True)
         self._ready = threading.Event()
         self._failed: BaseException | None = None
         self._conn: sqlite3.Connection | None = None
         self.groups = 0  # transactions committed or attempted (for tests and benchmarks)
         self.jobs = 0
+        self.redone = 0  # groups redone one job at a time after a job broke a rule in the batched pass
 
     def start(self) -> None:
         self._thread.start()
@@ -149,13 +183,34 @@ class Writer:
             raise self._failed
 
     def submit(self, job: Job) -> None:
-        self._queue.put(job)
+        with self._lock:
+            self._jobs.append(job)
+            if not self._sleeping:
+                return
+            self._sleeping = False
+        self._bell.put(_RING)
+
+    def queued(self) -> int:
+        """Jobs waiting for the next group (for tests)."""
+        return len(self._jobs)
 
     def stop(self) -> None:
         """Commit what is queued, close the connection, end the thread."""
         if self._thread.is_alive():
-            self._queue.put(_STOP)
+            with self._lock:
+                self._stopping = True
+            self._bell.put(_RING)
             self._thread.join()
+
+    def _turned(self, group: int) -> None:
+        """A loop woken by group number `group` has run the tasks it woke (called on that loop's thread)."""
+        with self._lock:
+            if group != self.groups or self._turns <= 0:
+                return  # late: the writer has stopped lingering for it
+            self._turns -= 1
+            if self._turns:
+                return
+        self._bell.put(_RING)
 
     # -- the thread ------------------------------------------------------------------------------------------
 
@@ -175,51 +230,69 @@ class Writer:
     def _loop(self, conn: sqlite3.Connection) -> None:
         timeout = self._heartbeat_every if self._heartbeat is not None else None
         while True:
-            try:
-                first = self._queue.get(timeout=timeout)
-            except queue.Empty:
+            group, stop = self._take(timeout)
+            if group is None:
                 self._commit(conn, [])  # idle: the heartbeat alone
                 continue
-            group: list[Job] = []
-            stop = first is _STOP
-            if not stop:
-                assert isinstance(first, Job)
-                group.append(first)
-            while True:  # the group: every job queued while the previous commit ran
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is _STOP:
-                    stop = True
-                else:
-                    assert isinstance(job, Job)
-                    group.append(job)
-            if group:
-                self._commit(conn, group, beat=not stop)  # closing writes nothing but what was queued
+            turns = self._commit(conn, group, beat=not stop) if group else 0  # closing writes only what is queued
             if stop:
                 return
+            if turns:
+                self._linger()
 
-    def _commit(self, conn: sqlite3.Connection, group: list[Job], *, beat: bool = True) -> None:
+    def _take(self, timeout: float | None) -> tuple[list[Job] | None, bool]:
+        """Every job queued (the group), waiting for one if there is none; (None, False) when `timeout` passed
+        with nothing to do; the flag is true once `stop()` was called."""
+        while True:
+            with self._lock:
+                if self._jobs or self._stopping:
+                    group = list(self._jobs)
+                    self._jobs.clear()
+                    return group, self._stopping
+                self._sleeping = True
+            try:
+                self._bell.get(timeout=timeout)
+            except queue.Empty:
+                with self._lock:
+                    self._sleeping = False
+                    if not self._jobs and not self._stopping:
+                        return None, False
+            # a ring (perhaps a stale one from an earlier turn): look again
+
+    def _linger(self) -> None:
+        """Wait until the loops just woken have run the woken tasks, or LINGER at most; what they queue meanwhile
+        joins the next group.
+
+        A woken task usually writes again at once (the next `new_case`, the next link of an effect chain).
+        Starting the next transaction right after a wake-up would leave those writes to wait for all of it and
+        then for their own; waiting for the loop's turn puts them into the next transaction.
+        """
+        until = time.monotonic() + LINGER
+        while True:
+            with self._lock:
+                if self._turns <= 0 or self._stopping:
+                    break
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                self._bell.get(timeout=left)
+            except queue.Empty:
+                break
+        with self._lock:
+            self._turns = 0  # a turn that comes later finds nobody lingering (its ring is stale)
+
+    def _commit(self, conn: sqlite3.Connection, group: list[Job], *, beat: bool = True) -> int:
+        """Commit a group and wake its waiters; returns how many loops were asked to say when they have turned."""
         beat = beat and self._heartbeat is not None and time.monotonic() - self._last_beat >= self._heartbeat_every
         if not group and not beat:
-            return
+            return 0
         self.groups += 1
         self.jobs += len(group)
         try:
-            conn.execute(BEGIN)
-            for job in group:
-                conn.execute(SAVEPOINT)
-                try:
-                    job.result = job.apply(conn)
-                except _ONE_JOB as exc:
-                    conn.execute(UNDO)
-                    job.result = None
-                    job.error = _refusal(self.path, job, exc)
-                conn.execute(RELEASE)
-            if beat and self._heartbeat is not None:
-                self._heartbeat(conn)
-            conn.execute(COMMIT)
+            if not self._together(conn, group, beat):
+                self.redone += 1
+                self._one_by_one(conn, group, beat)
             if beat:
                 self._last_beat = time.monotonic()
         except Exception as exc:
@@ -234,9 +307,56 @@ class Writer:
             if not group:
                 _log.warning("store_heartbeat_failed", store=self.path, error=str(exc))
                 self._last_beat = time.monotonic()
-        self._deliver(group)
+        return self._deliver(group)
 
-    def _deliver(self, group: list[Job]) -> None:
+    def _together(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> bool:
+        """The group in one pass with no savepoints, runs of batchable jobs in one statement per table.
+
+        False when a job broke a rule (or a batch could not tell each job's outcome): the transaction is rolled
+        back and nothing of the group is kept, so `_one_by_one` can redo it. Any other error propagates.
+        """
+        conn.execute(BEGIN)
+        results: list[Any] = []
+        batch = self._batch
+        try:
+            i, n = 0, len(group)
+            while i < n:
+                if batch is not None and group[i].batch is not None:
+                    j = i + 1
+                    while j < n and group[j].batch is not None:
+                        j += 1
+                    results += batch(conn, [job.batch for job in group[i:j]])
+                    i = j
+                else:
+                    results.append(group[i].apply(conn))
+                    i += 1
+        except (*_ONE_JOB, Redo):
+            conn.execute(ROLLBACK)
+            return False
+        if beat and self._heartbeat is not None:
+            self._heartbeat(conn)
+        conn.execute(COMMIT)
+        for job, result in zip(group, results, strict=True):
+            job.result = result
+        return True
+
+    def _one_by_one(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> None:
+        """The group with a savepoint per job: a job that breaks a rule is undone alone and fails alone."""
+        conn.execute(BEGIN)
+        for job in group:
+            conn.execute(SAVEPOINT)
+            try:
+                job.result = job.apply(conn)
+            except _ONE_JOB as exc:
+                conn.execute(UNDO)
+                job.result = None
+                job.error = _refusal(self.path, job, exc)
+            conn.execute(RELEASE)
+        if beat and self._heartbeat is not None:
+            self._heartbeat(conn)
+        conn.execute(COMMIT)
+
+    def _deliver(self, group: list[Job]) -> int:
         waiting: dict[int, tuple[EventLoopToken, list[Job]]] = {}
         for job in group:
             if job.token is None:
@@ -245,15 +365,22 @@ class Writer:
                 continue
             entry = waiting.setdefault(id(job.token.native_token), (job.token, []))
             entry[1].append(job)
+        turns = 0
         for token, jobs in waiting.values():
             soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
             try:
                 if soon is not None:
-                    soon(_wake, (jobs,), token.native_token)
+                    with self._lock:
+                        self._turns += 1  # before the loop can answer
+                    soon(_wake, (jobs, self._turned, self.groups), token.native_token)
+                    turns += 1
                 else:  # anyio < 4.16: waits until the loop has run it
-                    anyio.from_thread.run_sync(_wake, jobs, token=token)
+                    anyio.from_thread.run_sync(_wake, jobs, None, self.groups, token=token)
             except Exception:  # the loop has ended: nobody is waiting any more
+                with self._lock:
+                    self._turns -= 1
                 _log.warning("store_waiters_gone", store=self.path, jobs=len(jobs))
+        return turns
 
 
 def _refusal(path: str, job: Job, exc: BaseException) -> StoreError:
