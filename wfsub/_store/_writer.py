@@ -95,13 +95,14 @@ class Job:
     applied together, in one statement per table.
     """
 
-    __slots__ = ("apply", "batch", "error", "event", "label", "result", "token")
+    __slots__ = ("apply", "batch", "error", "event", "label", "prompt", "result", "token")
 
     def __init__(
         self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool, batch: object = None
     ) -> None:
         self.apply = apply
         self.batch = batch
+        self.prompt = False  # queued after the previous group was delivered: its task writes as soon as woken
         self.label = label  # what the job writes, for messages: "case 'c-1'"
         self.result: Any = None
         self.error: StoreError | None = None
@@ -123,19 +124,24 @@ WAKE_WITHOUT_WAITING = True
 `anyio.from_thread.run_sync` path that older anyio versions take."""
 
 LINGER = 0.001
+HANDOFF = 0.0
 """Seconds the writer waits at most, after a wake-up, for the woken loop to run the woken tasks (and queue the
 writes they make) before it starts the next group."""
 
 
-def _wake(jobs: list[Job], turned: Callable[[int], None] | None, group: int) -> None:
-    for job in jobs:
+def _wake(prompt: list[Job], early: list[Job], turned: Callable[[int], None] | None, group: int) -> None:
+    """Wake the waiters of a group: first those of prompt writes, then (once they have run) the others."""
+    for job in prompt:
         assert job.event is not None
         job.event.set()
     if turned is not None:  # scheduled after the tasks just woken: it runs once they have
-        token = jobs[0].token
+        token = prompt[0].token
         assert token is not None
         with contextlib.suppress(Exception):  # the loop is ending: the writer stops lingering at LINGER
             token.backend_class.run_sync_soon(turned, (group,), token.native_token)
+    for job in early:
+        assert job.event is not None
+        job.event.set()
 
 
 class Writer:
@@ -166,7 +172,9 @@ class Writer:
         self._sleeping = False  # the thread waits on the bell for a job: `submit` rings it
         self._stopping = False
         self._turns = 0  # loops woken by the last group that have not yet run the woken tasks
+        self._early = 0  # jobs queued while the last group committed (the rest of the next group were prompt)
         self._bell: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._handoff = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"wfsub-store-writer {path}", daemon=True)
         self._ready = threading.Event()
         self._failed: BaseException | None = None
@@ -210,7 +218,10 @@ class Writer:
             self._turns -= 1
             if self._turns:
                 return
+            self._handoff.clear()
         self._bell.put(_RING)
+        if HANDOFF:
+            self._handoff.wait(HANDOFF)
 
     # -- the thread ------------------------------------------------------------------------------------------
 
@@ -248,8 +259,12 @@ class Writer:
                 if self._jobs or self._stopping:
                     group = list(self._jobs)
                     self._jobs.clear()
+                    for job in group[self._early :]:
+                        job.prompt = True
+                    self._early = 0
                     return group, self._stopping
                 self._sleeping = True
+            self._handoff.set()
             try:
                 self._bell.get(timeout=timeout)
             except queue.Empty:
@@ -335,6 +350,7 @@ class Writer:
             return False
         if beat and self._heartbeat is not None:
             self._heartbeat(conn)
+        self._handoff.set()
         conn.execute(COMMIT)
         for job, result in zip(group, results, strict=True):
             job.result = result
@@ -357,29 +373,35 @@ class Writer:
         conn.execute(COMMIT)
 
     def _deliver(self, group: list[Job]) -> int:
-        waiting: dict[int, tuple[EventLoopToken, list[Job]]] = {}
+        with self._lock:
+            self._early = len(self._jobs)
+        waiting: dict[int, tuple[EventLoopToken, list[Job], list[Job]]] = {}
         for job in group:
             if job.token is None:
                 if job.error is not None:
                     _log.error("store_write_failed", store=self.path, job=job.label, error=str(job.error))
                 continue
-            entry = waiting.setdefault(id(job.token.native_token), (job.token, []))
-            entry[1].append(job)
+            entry = waiting.setdefault(id(job.token.native_token), (job.token, [], []))
+            entry[1 if job.prompt else 2].append(job)
         turns = 0
-        for token, jobs in waiting.values():
+        for token, prompt, early in waiting.values():
             soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
             try:
                 if soon is not None:
-                    with self._lock:
-                        self._turns += 1  # before the loop can answer
-                    soon(_wake, (jobs, self._turned, self.groups), token.native_token)
-                    turns += 1
+                    turned = self._turned if prompt else None
+                    if turned is not None:
+                        with self._lock:
+                            self._turns += 1  # before the loop can answer
+                        turns += 1
+                    soon(_wake, (prompt, early, turned, self.groups), token.native_token)
                 else:  # anyio < 4.16: waits until the loop has run it
-                    anyio.from_thread.run_sync(_wake, jobs, None, self.groups, token=token)
+                    anyio.from_thread.run_sync(_wake, prompt, early, None, self.groups, token=token)
             except Exception:  # the loop has ended: nobody is waiting any more
-                with self._lock:
-                    self._turns -= 1
-                _log.warning("store_waiters_gone", store=self.path, jobs=len(jobs))
+                if soon is not None and prompt:
+                    with self._lock:
+                        self._turns -= 1
+                    turns -= 1
+                _log.warning("store_waiters_gone", store=self.path, jobs=len(prompt) + len(early))
         return turns
 
 
