@@ -116,6 +116,26 @@ def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_writt
     anyio.run(check)
 
 
+@pytest.mark.parametrize(("synchronous", "backend"), [("full", "asyncio"), ("normal", "trio")])
+def test_a_kill_between_a_commit_and_its_wake_up_loses_nothing(tmp_path: Path, synchronous: str, backend: str) -> None:
+    """A writer killed after a group commits but before its waiters are woken keeps that group and every write it
+    acknowledged before."""
+    path = tmp_path / "unwoken.db"
+    done = subprocess.run([sys.executable, CHILD, "unwoken", str(path), synchronous, backend],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.count("ack ") == 20 and "not killed" not in done.stdout
+
+    async def check() -> None:
+        async with opened(SqliteStore(path)) as store:
+            kept = {row.case_id for row in await store.cases(limit=100)}
+            assert {f"a{i}" for i in range(20)} <= kept and "u0" in kept
+            for case_id in kept:
+                assert [r["seq"] for r in await store.journal(case_id)] == [0]
+
+    anyio.run(check)
+
+
 def start_holder(path: Path, owner_id: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, CHILD, "hold", str(path), owner_id],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

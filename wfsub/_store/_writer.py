@@ -57,6 +57,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -95,7 +96,7 @@ class Job:
     applied together, in one statement per table.
     """
 
-    __slots__ = ("apply", "batch", "error", "event", "label", "prompt", "result", "token")
+    __slots__ = ("apply", "batch", "error", "event", "label", "prompt", "result", "then", "token", "waiting")
 
     def __init__(
         self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool, batch: object = None
@@ -108,10 +109,19 @@ class Job:
         self.error: StoreError | None = None
         self.event = anyio.Event() if wait else None
         self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
+        self.waiting = False  # a task waits in `outcome()`
+        self.then: Callable[[], None] | None = None  # what its task does first once woken (see `_wake`)
 
     async def outcome(self) -> Any:
         assert self.event is not None
-        await self.event.wait()
+        self.waiting = True
+        try:
+            await self.event.wait()
+        finally:
+            self.waiting = False
+            then, self.then = self.then, None
+            if then is not None:
+                then()
         if self.error is not None:
             raise self.error
         return self.result
@@ -124,21 +134,31 @@ WAKE_WITHOUT_WAITING = True
 `anyio.from_thread.run_sync` path that older anyio versions take."""
 
 LINGER = 0.001
-HANDOFF = 0.0
+HANDOFF = float(__import__("os").environ.get("WF_HANDOFF", "0"))
 """Seconds the writer waits at most, after a wake-up, for the woken loop to run the woken tasks (and queue the
 writes they make) before it starts the next group."""
 
 
 def _wake(prompt: list[Job], early: list[Job], turned: Callable[[int], None] | None, group: int) -> None:
-    """Wake the waiters of a group: first those of prompt writes, then (once they have run) the others."""
+    """Wake the waiters of a group; with `turned`, tell the writer once the waiters of prompt writes have run.
+
+    Tasks run in the order they are woken (asyncio; trio shuffles them, which only makes the writer start its
+    next group sooner), so the first waiter of an early write, woken after them, says so as soon as it runs: no
+    second call through the loop's thread-safe queue. With no early waiter, a callback scheduled after the woken
+    tasks says it.
+    """
     for job in prompt:
         assert job.event is not None
         job.event.set()
-    if turned is not None:  # scheduled after the tasks just woken: it runs once they have
-        token = prompt[0].token
-        assert token is not None
-        with contextlib.suppress(Exception):  # the loop is ending: the writer stops lingering at LINGER
-            token.backend_class.run_sync_soon(turned, (group,), token.native_token)
+    if turned is not None:
+        herald = next((job for job in early if job.waiting), None)
+        if herald is not None:
+            herald.then = partial(turned, group)
+        else:
+            token = prompt[0].token
+            assert token is not None
+            with contextlib.suppress(Exception):  # the loop is ending: the writer stops lingering at LINGER
+                token.backend_class.run_sync_soon(turned, (group,), token.native_token)
     for job in early:
         assert job.event is not None
         job.event.set()
@@ -370,6 +390,7 @@ class Writer:
             conn.execute(RELEASE)
         if beat and self._heartbeat is not None:
             self._heartbeat(conn)
+        self._handoff.set()
         conn.execute(COMMIT)
 
     def _deliver(self, group: list[Job]) -> int:
@@ -381,8 +402,8 @@ class Writer:
                 if job.error is not None:
                     _log.error("store_write_failed", store=self.path, job=job.label, error=str(job.error))
                 continue
-            entry = waiting.setdefault(id(job.token.native_token), (job.token, [], []))
-            entry[1 if job.prompt else 2].append(job)
+            _, prompt, early = waiting.setdefault(id(job.token.native_token), (job.token, [], []))
+            (prompt if job.prompt else early).append(job)
         turns = 0
         for token, prompt, early in waiting.values():
             soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
