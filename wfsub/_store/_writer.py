@@ -134,7 +134,6 @@ WAKE_WITHOUT_WAITING = True
 `anyio.from_thread.run_sync` path that older anyio versions take."""
 
 LINGER = 0.001
-HANDOFF = float(__import__("os").environ.get("WF_HANDOFF", "0"))
 """Seconds the writer waits at most, after a wake-up, for the woken loop to run the woken tasks (and queue the
 writes they make) before it starts the next group."""
 
@@ -194,7 +193,6 @@ class Writer:
         self._turns = 0  # loops woken by the last group that have not yet run the woken tasks
         self._early = 0  # jobs queued while the last group committed (the rest of the next group were prompt)
         self._bell: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._handoff = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"wfsub-store-writer {path}", daemon=True)
         self._ready = threading.Event()
         self._failed: BaseException | None = None
@@ -238,10 +236,7 @@ class Writer:
             self._turns -= 1
             if self._turns:
                 return
-            self._handoff.clear()
         self._bell.put(_RING)
-        if HANDOFF:
-            self._handoff.wait(HANDOFF)
 
     # -- the thread ------------------------------------------------------------------------------------------
 
@@ -284,7 +279,6 @@ class Writer:
                     self._early = 0
                     return group, self._stopping
                 self._sleeping = True
-            self._handoff.set()
             try:
                 self._bell.get(timeout=timeout)
             except queue.Empty:
@@ -370,7 +364,6 @@ class Writer:
             return False
         if beat and self._heartbeat is not None:
             self._heartbeat(conn)
-        self._handoff.set()
         conn.execute(COMMIT)
         for job, result in zip(group, results, strict=True):
             job.result = result
@@ -390,7 +383,6 @@ class Writer:
             conn.execute(RELEASE)
         if beat and self._heartbeat is not None:
             self._heartbeat(conn)
-        self._handoff.set()
         conn.execute(COMMIT)
 
     def _deliver(self, group: list[Job]) -> int:
