@@ -571,11 +571,28 @@ async def test_a_loop_that_never_turns_holds_the_writer_back_no_longer_than_ling
             lingered.append(time.monotonic() - start)
 
         monkeypatch.setattr(writer, "_linger", timed)
-        for i in range(3):
+        with write_lock_held(store.path) as lock:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.write, first_write("prompt"))
+                await until(lambda: writer.jobs == 1)  # taken; the writer waits in BEGIN
+                await store.write(first_write("queued"), wait=False)
+                lock.execute("ROLLBACK")
+        await until(lambda: writer.groups == 2)
+        assert len(lingered) == 1 and 0.04 <= lingered[0] < 1.0, lingered
+        assert {r.case_id for r in await store.cases()} == {"prompt", "queued"}
+
+
+async def test_nothing_queued_at_a_wake_up_means_no_lingering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One write at a time: the writer never lingers (the next write wakes it), so a lone writer pays nothing."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        lingered = []
+        monkeypatch.setattr(writer, "_linger", lambda: lingered.append(1))
+        for i in range(20):
             await store.write(first_write(f"c{i}"))
-        await until(lambda: len(lingered) == 3)
-        assert all(0.04 <= took < 1.0 for took in lingered), lingered
-        assert len(await store.cases()) == 3
+        assert lingered == [] and writer.groups == 20
 
 
 async def test_close_commits_the_writes_still_queued(tmp_path: Path) -> None:

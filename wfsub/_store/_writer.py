@@ -1,51 +1,73 @@
 """Group commit for the SQLite store: one writer connection, owned by one dedicated thread.
 
-    event loop                          writer thread (owns the only write connection)
-    ----------                          ---------------------------------------------
-    write(): encode, queue.put(job) --> wait for the first job, then take every job queued (the group)
-             await job.event            BEGIN IMMEDIATE
-                                        per job: SAVEPOINT, apply, RELEASE (or ROLLBACK TO: that job alone fails)
-                                        COMMIT (one fsync for the whole group)
-             <-- run_sync_soon(wake) -- one call per event loop with waiters: sets each job's event
+    event loop                                 writer thread (owns the only write connection)
+    ----------                                 ---------------------------------------------
+    write(): encode, append the job to a deque  sleeps on a bell only while the deque is empty
+             (ring the bell if the writer sleeps)  take every job queued (the group)
+             await job.event                     BEGIN IMMEDIATE; the whole group in one pass: every record in
+                                                   one statement, every row in another; COMMIT (one fsync)
+             <-- run_sync_soon(wake) ----------- one call per event loop with waiters
+    wake: the waiters of prompt writes first,
+          then "turned" -----------------------> linger until then (LINGER at most): what the woken tasks
+          then the other waiters                   write at once joins the next group
 
-Every write that arrives while a commit runs waits in the queue and goes into the next transaction, so under
+Every write that arrives while a commit runs waits in the deque and goes into the next transaction, so under
 load a commit carries as many writes as arrived during the previous one, and the loop never touches the disk.
 
+One pass, one statement per table. A group is applied with no savepoint: a run of case writes is one
+`executemany` for their journal records and one for their rows (snapshots and inbox moves, rare, one by one),
+other jobs (an inbox input, a prune) in their place. When a job breaks a rule (a second `end`, a seq written
+twice) or the records appended are fewer than those sent (a retried request_id: the count cannot say which),
+the transaction is rolled back and the group redone one job at a time, each in its own savepoint, as before:
+that job alone fails (or reports its skipped record), the others commit. A group of three case writes costs 4
+calls into sqlite3 instead of 2 + 3 x 3-4 (44-50 us of writer CPU instead of 66 us for six writes, in a bench
+without fsync), and every call is a round trip of the GIL.
+
+Lingering. Right after a commit, the tasks it wakes often write again at once: `[await sub.new_case(...) for
+...]` writes the next `start` record in the same step that took the previous one's outcome. A writer that
+started the next transaction at once, with what was queued meanwhile, made that write wait for the whole
+next commit and then for its own: about two commits per `new_case` (the sequential starter of
+`bench/durable_bench.py` was bound by this: 1,050-1,100 cases/s at FULL, 3 writes per group). So after a
+wake-up the writer waits until the woken loop has run the woken tasks, at most LINGER: then it takes
+everything queued. Only waiters of prompt writes (queued after the previous group was delivered: their
+tasks write again right after waking) are waited for: `_wake` wakes them first and then the others, and the
+first of the others says "turned" as soon as it runs (the loop runs tasks in the order they were woken on
+asyncio; trio shuffles them, which only ends the linger sooner), so the signal costs no second call through
+the loop's thread-safe queue (a callback says it when there is no other waiter). The starter then gets one
+commit per `new_case` and a group carries all five writes of a case (start, three effects, end) instead of
+three.
+
+The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so jobs queued
+while a group commits or while the writer lingers cost no thread wake-up. A wake-up from the loop's thread
+is dear: on the shared 2-core machine the woken writer often preempts the loop (which holds the GIL the
+writer then waits for), costing the loop 150-300 us (measured around `SimpleQueue.put`); one bell per group
+is what is left. Running the writer under SCHED_BATCH removed that cost but starved the writer when other
+processes kept both cores busy (4-8x fewer cases/s), so it is not done.
+
 How the thread wakes the loop was chosen by measuring, on 2 cores (WAL, synchronous=FULL; a bare sqlite3
-INSERT+COMMIT takes 150-180 us p50 on the same disk). First a prototype of each hand-off with the same minimal
-writes: one writer at a time (latency), 1,000 concurrent writers x 10 writes, and the same with four tasks
-keeping the loop busy in 0.5 ms slices (the two tables ran at different times on a shared machine: compare
-within a table):
-
-    hand-off (prototype)                          p50 / p99 latency     writes/s    writes/s, busy loop
-    this thread, AsyncBackend.run_sync_soon        241-264 / 336-361 us  90-105 k    22-24 k
-    this thread, anyio.from_thread.run_sync        264-288 / 367-424 us  87-107 k    16-22 k
-    to_thread.run_sync per group (a leader task)   281-311 / 360-438 us  93-115 k     7-10 k
-
-then the two thread hand-offs again in this module (`bench/store_bench.py` workloads; 200 writers x 20 writes
-for the busy loop; best two of four runs):
+INSERT+COMMIT takes 150-180 us p50 on the same disk), with `bench/store_bench.py` workloads (200 writers x 20
+writes for the busy loop; best two of four runs):
 
     this module                       asyncio p50 / p99    writes/s  busy loop   trio p50 / p99    writes/s
     run_sync_soon (used)              189-195 / 371-374 us   40 k     16 k        206-211 / 396-404   37 k
     from_thread.run_sync (fallback)   236-238 / 419-428 us   36-41 k  14-17 k     219-238 / 372-404   34 k
 
-`from_thread.run_sync` blocks the writer until the loop has run the callback: 20-45 us more per commit at p50
-and a writer that waits on a busy loop instead of starting the next group. A leader task that runs each group
-through `to_thread.run_sync` needs the busy loop to schedule it again before every commit (3x fewer writes/s
-there), moves the connection between pool threads, and needs a new leader when the writer that led is
-cancelled. So the dedicated thread schedules the wake-up without waiting, through the
+`from_thread.run_sync` blocks the writer until the loop has run the callback; a leader task running each
+group through `to_thread.run_sync` needed the busy loop to schedule it before every commit (3x fewer writes/s
+there). So the dedicated thread schedules the wake-up without waiting, through the
 `anyio.lowlevel.current_token()` each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+:
 `call_soon_threadsafe` on asyncio, `TrioToken.run_sync_soon` on trio), and on older anyio (4.11+) the public
-`anyio.from_thread.run_sync(..., token=token)`; tests cover both paths on both backends. What bounds the
-throughput now is Python work per write (encoding on the loop, the savepoint and insert in the writer, the
-wake-up) under one GIL, not the disk: 10,000 writes take about 20 commits.
+`anyio.from_thread.run_sync(..., token=token)` (no lingering there: it returns once the loop has run `_wake`);
+tests cover both paths on both backends.
+
+What bounds the throughput now: the GIL, not the disk. 2,000 three-effect cases, one starter, FULL, on the
+shared 2-core machine (other sessions' tests running): {FIGURES}
 
 A write whose waiter is cancelled is still committed (or refused) with its group: cancelling the wait does not
-withdraw the write. Errors: a job that breaks a rule (a second `end`, a seq written twice) is undone alone by
-its savepoint and gets its own StoreError; an error of the transaction itself (disk full, I/O error, a busy
-file) rolls the whole transaction back and every job of the group gets a StoreError. The thread never dies of
-an error: it reports it to the group and takes the next one. A job queued with no waiter (`wait=False`) that
-fails is logged.
+withdraw the write. Errors: a job that breaks a rule fails alone (above); an error of the transaction itself
+(disk full, I/O error, a busy file) rolls the whole transaction back and every job of the group gets a
+StoreError. The thread never dies of an error: it reports it to the group and takes the next one. A job
+queued with no waiter (`wait=False`) that fails is logged.
 """
 
 from __future__ import annotations
@@ -386,8 +408,14 @@ class Writer:
         conn.execute(COMMIT)
 
     def _deliver(self, group: list[Job]) -> int:
+        """Wake the group's waiters; returns how many loops will say when they have run the woken tasks.
+
+        That is asked only when jobs are queued already (the next transaction would start at once, without the
+        writes the woken tasks are about to make); with nothing queued the writer sleeps, and the first of those
+        writes wakes it.
+        """
         with self._lock:
-            self._early = len(self._jobs)
+            self._early = queued = len(self._jobs)
         waiting: dict[int, tuple[EventLoopToken, list[Job], list[Job]]] = {}
         for job in group:
             if job.token is None:
@@ -399,18 +427,18 @@ class Writer:
         turns = 0
         for token, prompt, early in waiting.values():
             soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
+            turned = self._turned if soon is not None and prompt and queued else None
+            if turned is not None:
+                with self._lock:
+                    self._turns += 1  # before the loop can answer
+                turns += 1
             try:
                 if soon is not None:
-                    turned = self._turned if prompt else None
-                    if turned is not None:
-                        with self._lock:
-                            self._turns += 1  # before the loop can answer
-                        turns += 1
                     soon(_wake, (prompt, early, turned, self.groups), token.native_token)
                 else:  # anyio < 4.16: waits until the loop has run it
                     anyio.from_thread.run_sync(_wake, prompt, early, None, self.groups, token=token)
             except Exception:  # the loop has ended: nobody is waiting any more
-                if soon is not None and prompt:
+                if turned is not None:
                     with self._lock:
                         self._turns -= 1
                     turns -= 1
