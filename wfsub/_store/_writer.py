@@ -1,15 +1,16 @@
 """Group commit for the SQLite store: one writer connection, owned by one dedicated thread.
 
-    event loop                                 writer thread (owns the only write connection)
-    ----------                                 ---------------------------------------------
+    event loop                                  writer thread (owns the only write connection)
+    ----------                                  ---------------------------------------------
     write(): encode, append the job to a deque  sleeps on a bell only while the deque is empty
-             (ring the bell if the writer sleeps)  take every job queued (the group)
-             await job.event                     BEGIN IMMEDIATE; the whole group in one pass: every record in
-                                                   one statement, every row in another; COMMIT (one fsync)
-             <-- run_sync_soon(wake) ----------- one call per event loop with waiters
-    wake: the waiters of prompt writes first,
-          then "turned" -----------------------> linger until then (LINGER at most): what the woken tasks
-          then the other waiters                   write at once joins the next group
+             (ring if the writer sleeps)        takes every job queued (the group)
+             await job.event                    BEGIN IMMEDIATE; the group in one pass: its records in one
+                                                statement, its rows in another; COMMIT (one fsync)
+             <-- run_sync_soon(_wake) --------- one call per event loop with waiters
+    _wake: waiters of prompt writes first,
+           then "turned" ---------------------> lingers until then (LINGER at most, and only when writes
+           then the other waiters               are queued already): what the woken tasks write at once
+                                                joins the next group
 
 Every write that arrives while a commit runs waits in the deque and goes into the next transaction, so under
 load a commit carries as many writes as arrived during the previous one, and the loop never touches the disk.
@@ -27,8 +28,9 @@ Lingering. Right after a commit, the tasks it wakes often write again at once: `
 ...]` writes the next `start` record in the same step that took the previous one's outcome. A writer that
 started the next transaction at once, with what was queued meanwhile, made that write wait for the whole
 next commit and then for its own: about two commits per `new_case` (the sequential starter of
-`bench/durable_bench.py` was bound by this: 1,050-1,100 cases/s at FULL, 3 writes per group). So after a
-wake-up the writer waits until the woken loop has run the woken tasks, at most LINGER: then it takes
+`bench/durable_bench.py` was bound by this whenever commits were slow: 3 writes per group). So after a
+wake-up, when writes are queued already (else the writer sleeps, and the first write wakes it: a lone writer
+pays nothing), the writer waits until the woken loop has run the woken tasks, at most LINGER: then it takes
 everything queued. Only waiters of prompt writes (queued after the previous group was delivered: their
 tasks write again right after waking) are waited for: `_wake` wakes them first and then the others, and the
 first of the others says "turned" as soon as it runs (the loop runs tasks in the order they were woken on
@@ -60,8 +62,30 @@ there). So the dedicated thread schedules the wake-up without waiting, through t
 `anyio.from_thread.run_sync(..., token=token)` (no lingering there: it returns once the loop has run `_wake`);
 tests cover both paths on both backends.
 
-What bounds the throughput now: the GIL, not the disk. 2,000 three-effect cases, one starter, FULL, on the
-shared 2-core machine (other sessions' tests running): {FIGURES}
+What bounds the throughput now: the GIL, not the disk. `bench/durable_bench.py`'s first figure (2,000
+three-effect cases, one starter awaiting each `new_case`, FULL), on the shared 2-core machine, runs of the
+previous and of this design alternating:
+
+    machine                             before (savepoints, no linger)    now
+    quiet (load < 1)                    1,450-1,550 cases/s, 3-5 a group   1,440-1,560 cases/s, 4.7-5 a group
+    other sessions' tests (load 1-5,    390-1,200; medians of 4 runs       560-1,440; medians 810-1,250
+      commit p50 0.3-2 ms)              392-1,084; 3 writes a group        (+15-100%); 5 writes a group
+    synchronous=NORMAL, load about 1    1,720-1,810                        1,730-2,000
+
+When commits are slow, a group that carries a whole case (start, three effects, end) instead of three writes
+is what counts. When they are fast, the loop and the writer take turns: per case the loop is busy 330-400 us
+(CPU 360-430 us; the same cases with a MemoryStore take 282 us, without a store 265-280 us) and idle 300-360
+us, waiting for the commit (COMMIT p50 170-210 us, a checkpoint over 2 ms every 100-250 commits, 2-6% of the
+commit time, and a thread wake-up of 30-45 us each way). They cannot overlap: the writer needs the GIL between
+its sqlite3 calls and to wake the loop after the fsync, and a thread that has just been woken loses the GIL to
+a running loop until the loop blocks in epoll (between iterations the loop releases it for about a microsecond,
+less than a woken thread needs to run). So a case costs loop work plus a commit, about 650 us, and 2,000
+cases/s (500 us) needs the loop's part under about 300 us, which is the runtime's own cost for this workflow,
+or the commit overlapped with loop work. Measured and not done: a hand-off in which the loop, on telling the
+writer it has turned, waits on a threading.Event (at most 100-300 us) until the writer holds the GIL, so the
+fsync runs beside the loop's work: +5-15% when quiet (1,536-1,634 against 1,332-1,568 in one run), none under
+load, and the event loop stalls on every commit. Writing `end` without waiting for it: 5-7% less loop CPU,
+but `cases()` and `journal()` would lag the awaiters by a commit.
 
 A write whose waiter is cancelled is still committed (or refused) with its group: cancelling the wait does not
 withdraw the write. Errors: a job that breaks a rule fails alone (above); an error of the transaction itself
