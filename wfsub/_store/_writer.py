@@ -338,7 +338,7 @@ class Writer:
         """Wait until the loops just woken have run the woken tasks, or LINGER at most; what they queue meanwhile
         joins the next group.
 
-        A woken task usually writes again at once (the next `new_case`, the next link of an effect chain).
+        A woken task often writes again in the same step (a loop that starts cases one after another).
         Starting the next transaction right after a wake-up would leave those writes to wait for all of it and
         then for their own; waiting for the loop's turn puts them into the next transaction.
         """
