@@ -12,9 +12,9 @@ explicitly on every connection:
 Group commit. One writer thread owns the only write connection: see `_writer.py` for the hand-off between the
 thread and the event loop, the measurements that chose it, and how a failing write is kept from failing the
 others of its group (a group's case writes are applied together by `_apply_writes`, and redone one at a time
-by `_apply_write`, each in a savepoint, only when one of them breaks a rule). Reads run in anyio worker threads, each on a reader connection from a small pool (at
-most `READERS` at once); WAL lets them run beside the writer, and each read runs in one read transaction, so
-`load()` sees one committed state. The event loop itself never waits for the disk: the only call it makes is
+by `_apply_write`, each in a savepoint, only when one of them breaks a rule). Reads run in anyio worker
+threads, each on a reader connection from a small pool (at most `READERS` at once); WAL lets them run beside
+the writer, and each read runs in one read transaction, so `load()` sees one committed state. The event loop itself never waits for the disk: the only call it makes is
 `changed()`.
 
 `changed()` runs `PRAGMA data_version` on a connection of its own: SQLite answers from the WAL index in shared
