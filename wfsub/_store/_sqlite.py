@@ -14,8 +14,8 @@ thread and the event loop, the measurements that chose it, and how a failing wri
 others of its group (a group's case writes are applied together by `_apply_writes`, and redone one at a time
 by `_apply_write`, each in a savepoint, only when one of them breaks a rule). Reads run in anyio worker
 threads, each on a reader connection from a small pool (at most `READERS` at once); WAL lets them run beside
-the writer, and each read runs in one read transaction, so `load()` sees one committed state. The event loop itself never waits for the disk: the only call it makes is
-`changed()`.
+the writer, and each read runs in one read transaction, so `load()` sees one committed state. The event loop
+itself never waits for the disk: the only call it makes is `changed()`.
 
 `changed()` runs `PRAGMA data_version` on a connection of its own: SQLite answers from the WAL index in shared
 memory (the `-shm` file, mapped) without reading the database file and without a table scan; 3-4 us a call
