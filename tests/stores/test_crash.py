@@ -118,8 +118,7 @@ def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_writt
 
 @pytest.mark.parametrize(("synchronous", "backend"), [("full", "asyncio"), ("normal", "trio")])
 def test_a_kill_between_a_commit_and_its_wake_up_loses_nothing(tmp_path: Path, synchronous: str, backend: str) -> None:
-    """A writer killed after a group commits but before its waiters are woken keeps that group and every write it
-    acknowledged before."""
+    """Killed after a group commits and before its waiters wake, a writer keeps that group and all it acknowledged."""
     path = tmp_path / "unwoken.db"
     done = subprocess.run([sys.executable, CHILD, "unwoken", str(path), synchronous, backend],
                           capture_output=True, text=True, timeout=60)

@@ -344,8 +344,7 @@ async def test_a_group_of_good_writes_commits_in_one_batched_pass(tmp_path: Path
 
 
 async def test_a_retried_request_in_a_group_is_skipped_and_the_others_appended(tmp_path: Path) -> None:
-    """A record whose request_id is already held sends its batched group back one write at a time, each with
-    its own flags: the retried record is skipped, the writes beside it appended."""
+    """A retried request_id sends its batched group back one write at a time: it is skipped, the others appended."""
     store = SqliteStore(tmp_path / "s.db")
     outcomes: dict[str, Any] = {}
 
@@ -496,8 +495,7 @@ def test_waiters_are_woken_through_from_thread_run_sync_too(
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_a_wake_up_runs_prompt_waiters_then_tells_the_writer_then_runs_the_others(backend: str) -> None:
-    """The writer hears once per wake-up that the loop has turned: after the waiters of prompt writes have run
-    (asyncio keeps that order; trio shuffles tasks, so there only the count is pinned), whoever wakes them."""
+    """The writer hears once per wake-up that the loop has turned, after the prompt waiters (order: asyncio only)."""
     async def main() -> None:
         order: list[str] = []
 
@@ -525,8 +523,7 @@ def test_a_wake_up_runs_prompt_waiters_then_tells_the_writer_then_runs_the_other
 
 
 async def test_a_cancelled_waiter_still_lets_the_writer_hear_of_the_turn() -> None:
-    """An early waiter cancelled once chosen to tell the writer still tells it, on its way out; one cancelled
-    before the wake-up is passed over."""
+    """A waiter chosen to tell the writer tells it even when cancelled; one cancelled before is passed over."""
     told: list[int] = []
     prompt = [Job(lambda conn: None, "p", wait=True)]
     early = [Job(lambda conn: None, f"e{i}", wait=True) for i in range(3)]
