@@ -3,6 +3,8 @@
     crash PATH PREFIX SEED SYNC WRITES BACKEND
                                          write WRITES CaseWrites from 50 tasks on BACKEND (asyncio or trio);
                                          print "ack CASE SEQ,SEQ" as soon as each write returns
+    unwoken PATH SYNC BACKEND            acknowledge 20 writes ("ack CASE SEQ"), then queue 10 more and SIGKILL
+                                         this process right after their group commits, before any waiter is woken
     hold PATH OWNER_ID                   own the store until stdin closes; print "owned PID" once it does
     readonly PATH OWNER                  open a store the test made read-only (as a user without root's override)
     full PATH                            write under a small file size limit (RLIMIT_FSIZE) until the disk is "full"
@@ -83,6 +85,30 @@ async def crash(path: str, prefix: str, seed: int, synchronous: str, writes: int
             tg.start_soon(worker, task)
     await store.close()
     print("done", flush=True)
+
+
+async def unwoken(path: str, synchronous: str) -> None:
+    from wfsub._store._writer import Writer
+
+    store = SqliteStore(path, synchronous=synchronous)
+    await store.open(owner=True, owner_id="unwoken")
+    for i in range(20):
+        await store.write(CaseWrite(f"a{i}", records=[{"seq": 0, "kind": "start"}], row=row(f"a{i}", "running", 0)))
+        print(f"ack a{i} 0", flush=True)
+    assert store._writer is not None
+    deliver = Writer._deliver
+
+    def die_once_committed(self: Writer, group: list[Any]) -> int:
+        if any(job.label == "case 'u0'" for job in group):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return deliver(self, group)
+
+    Writer._deliver = die_once_committed  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(store.write, CaseWrite(f"u{i}", records=[{"seq": 0, "kind": "start"}],
+                                                 row=row(f"u{i}", "running", 0)))
+    print("not killed", flush=True)
 
 
 async def hold(path: str, owner_id: str) -> None:
@@ -184,6 +210,8 @@ def main(argv: list[str]) -> None:
     if mode == "crash":
         prefix, seed, synchronous, writes, backend = rest
         anyio.run(crash, path, prefix, int(seed), synchronous, int(writes), backend=backend)
+    elif mode == "unwoken":
+        anyio.run(unwoken, path, rest[0], backend=rest[1])
     elif mode == "hold":
         anyio.run(hold, path, rest[0])
     elif mode == "readonly":

@@ -146,6 +146,25 @@ def test_killed_postgres_writers_lose_no_acknowledged_record(tmp_path: Path) -> 
     anyio.run(check)
 
 
+@pytest.mark.parametrize(("synchronous", "backend"), [("full", "asyncio"), ("normal", "trio")])
+def test_a_kill_between_a_commit_and_its_wake_up_loses_nothing(tmp_path: Path, synchronous: str, backend: str) -> None:
+    """Killed after a group commits and before its waiters wake, a writer keeps that group and all it acknowledged."""
+    path = tmp_path / "unwoken.db"
+    done = subprocess.run([sys.executable, CHILD, "unwoken", str(path), synchronous, backend],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.count("ack ") == 20 and "not killed" not in done.stdout
+
+    async def check() -> None:
+        async with opened(SqliteStore(path)) as store:
+            kept = {row.case_id for row in await store.cases(limit=100)}
+            assert {f"a{i}" for i in range(20)} <= kept and "u0" in kept
+            for case_id in kept:
+                assert [r["seq"] for r in await store.journal(case_id)] == [0]
+
+    anyio.run(check)
+
+
 def start_holder(path: Path, owner_id: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, CHILD, "hold", str(path), owner_id],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

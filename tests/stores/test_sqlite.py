@@ -8,6 +8,7 @@ import re
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -278,14 +279,14 @@ async def test_writes_queued_during_a_commit_go_into_one_transaction(tmp_path: P
             async with anyio.create_task_group() as tg:
                 for i in range(100):
                     tg.start_soon(store.write, first_write(f"c{i}"))
-                await until(lambda: writer._queue.qsize() == 100)
+                await until(lambda: writer.queued() == 100)
                 lock.execute("ROLLBACK")
         assert writer.groups - groups == 2  # the plug's group, then all 100 together
         assert len(await store.cases(limit=1000)) == 102
 
 
 async def test_a_refused_write_in_a_group_fails_alone(tmp_path: Path) -> None:
-    """In one transaction, a second `end` is undone by its savepoint and fails; the writes beside it commit."""
+    """A second `end` breaks the batched group: it is redone one write at a time, and that write alone fails."""
     store = SqliteStore(tmp_path / "s.db")
     outcomes: dict[str, Any] = {}
 
@@ -307,15 +308,88 @@ async def test_a_refused_write_in_a_group_fails_alone(tmp_path: Path) -> None:
                 tg.start_soon(attempt, "bad", CaseWrite("ended", records=[signal(2), end(3)],
                                                         row=row("ended", "failed", last_seq=3)))
                 tg.start_soon(attempt, "after", first_write("after"))
-                await until(lambda: writer._queue.qsize() == 3)
+                await until(lambda: writer.queued() == 3)
                 lock.execute("ROLLBACK")
-        assert writer.groups - groups == 2
+        assert writer.groups - groups == 2 and writer.redone == 1
         assert outcomes["before"] == [True] and outcomes["after"] == [True]
         assert isinstance(outcomes["bad"], StoreError) and "already has its `end`" in str(outcomes["bad"])
         assert isinstance(outcomes["bad"].__cause__, sqlite3.IntegrityError)
         assert [r["seq"] for r in await store.journal("ended")] == [0, 1]
         ended = await store.row("ended")
         assert ended is not None and ended.state == "done"
+
+
+async def test_a_group_of_good_writes_commits_in_one_batched_pass(tmp_path: Path) -> None:
+    """Writes that break no rule commit together without being redone; records and rows keep their order."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        await store.write(first_write("a"))
+        with write_lock_held(store.path) as lock:
+            await plug(store)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.write, CaseWrite("a", records=[signal(1), signal(2)], row=row("a", last_seq=2)))
+                await until(lambda: writer.queued() == 1)
+                tg.start_soon(store.write, CaseWrite("a", records=[signal(3)], row=row("a", "done", last_seq=3)))
+                await until(lambda: writer.queued() == 2)
+                tg.start_soon(store.write, first_write("b"))
+                await until(lambda: writer.queued() == 3)
+                lock.execute("ROLLBACK")
+        assert writer.redone == 0
+        assert [r["seq"] for r in await store.journal("a")] == [0, 1, 2, 3]
+        a = await store.row("a")
+        assert a is not None and (a.state, a.last_seq) == ("done", 3)
+        assert [r.case_id for r in await store.cases()] == ["b", "plug", "a"]
+
+
+async def test_a_retried_request_in_a_group_is_skipped_and_the_others_appended(tmp_path: Path) -> None:
+    """A retried request_id sends its batched group back one write at a time: it is skipped, the others appended."""
+    store = SqliteStore(tmp_path / "s.db")
+    outcomes: dict[str, Any] = {}
+
+    async def attempt(name: str, change: CaseWrite) -> None:
+        outcomes[name] = await store.write(change)
+
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        await store.write(CaseWrite("a", records=[start("a"), signal(1, request_id="r1")], row=row("a", last_seq=1)))
+        with write_lock_held(store.path) as lock:
+            await plug(store)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(attempt, "retry", CaseWrite("a", records=[signal(2, request_id="r1")]))
+                await until(lambda: writer.queued() == 1)
+                tg.start_soon(attempt, "fresh", CaseWrite("a", records=[signal(2, request_id="r2")]))
+                await until(lambda: writer.queued() == 2)
+                tg.start_soon(attempt, "other", first_write("b"))
+                await until(lambda: writer.queued() == 3)
+                lock.execute("ROLLBACK")
+        assert writer.redone == 1
+        assert outcomes == {"retry": [False], "fresh": [True], "other": [True]}
+        assert [r.get("request_id") for r in await store.journal("a")] == [None, "r1", "r2"]
+
+
+async def test_jobs_that_are_not_case_writes_keep_their_place_in_a_batched_group(tmp_path: Path) -> None:
+    """An inbox input queued between case writes is applied between them: a prune queued after an `end` sees it."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        await store.write(first_write("a"))
+        with write_lock_held(store.path) as lock:
+            await plug(store)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.write, CaseWrite("a", records=[end(1)], row=row("a", "done", last_seq=1,
+                                                                                    ended_at=5.0)))
+                await until(lambda: writer.queued() == 1)
+                tg.start_soon(store.prune, 10.0)
+                await until(lambda: writer.queued() == 2)
+                tg.start_soon(store.write, first_write("b"))
+                await until(lambda: writer.queued() == 3)
+                lock.execute("ROLLBACK")
+        assert writer.redone == 0
+        assert await store.journal("a") == [] and await store.row("b") is not None
 
 
 async def test_a_failed_transaction_fails_every_write_of_its_group_and_keeps_none(tmp_path: Path) -> None:
@@ -347,11 +421,11 @@ async def test_a_failed_transaction_fails_every_write_of_its_group_and_keeps_non
             await plug(store)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(attempt, "a", CaseWrite("a", records=[start("a"), signal(1)], row=row("a")))
-                await until(lambda: writer._queue.qsize() == 1)
+                await until(lambda: writer.queued() == 1)
                 tg.start_soon(attempt, "boom", None)
-                await until(lambda: writer._queue.qsize() == 2)
+                await until(lambda: writer.queued() == 2)
                 tg.start_soon(attempt, "b", first_write("b"))
-                await until(lambda: writer._queue.qsize() == 3)
+                await until(lambda: writer.queued() == 3)
                 lock.execute("ROLLBACK")
         assert set(outcomes) == {"a", "boom", "b"}
         for name, outcome in outcomes.items():
@@ -370,13 +444,18 @@ async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
     """Every write is applied in the one writer thread, every read in a worker thread; none on the loop's thread."""
     writers: set[threading.Thread] = set()
     readers: set[threading.Thread] = set()
-    apply_write = sqlite_module._apply_write
+    apply_write, apply_writes = sqlite_module._apply_write, sqlite_module._apply_writes
 
     def spy_write(*args: Any) -> Any:
         writers.add(threading.current_thread())
         return apply_write(*args)
 
+    def spy_writes(*args: Any) -> Any:
+        writers.add(threading.current_thread())
+        return apply_writes(*args)
+
     monkeypatch.setattr(sqlite_module, "_apply_write", spy_write)
+    monkeypatch.setattr(sqlite_module, "_apply_writes", spy_writes)
     store = SqliteStore(tmp_path / "s.db")
     read_sync = store._read_sync
 
@@ -412,6 +491,106 @@ def test_waiters_are_woken_through_from_thread_run_sync_too(
             assert len(await store.cases(limit=1000)) == 200
 
     anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_wake_up_runs_prompt_waiters_then_tells_the_writer_then_runs_the_others(backend: str) -> None:
+    """The writer hears once per wake-up that the loop has turned, after the prompt waiters (order: asyncio only)."""
+    async def main() -> None:
+        order: list[str] = []
+
+        async def waiter(name: str, job: Job) -> None:
+            await job.outcome()
+            order.append(name)
+
+        def turned(group: int) -> None:
+            order.append(f"turned {group}")
+
+        for early_waiting in (True, False):  # without an early waiter, a callback after the woken tasks tells
+            order.clear()
+            prompt = [Job(lambda conn: None, f"p{i}", wait=True) for i in range(2)]
+            early = [Job(lambda conn: None, f"e{i}", wait=True) for i in range(2 if early_waiting else 0)]
+            async with anyio.create_task_group() as tg:
+                for job in prompt + early:
+                    tg.start_soon(waiter, job.label, job)
+                await anyio.wait_all_tasks_blocked()
+                writer_module._wake(prompt, early, turned, 7)
+            assert order.count("turned 7") == 1 and len(order) == 5 - 2 * (not early_waiting)
+            if backend == "asyncio":
+                assert order[:2] == ["p0", "p1"] and order[2] == "turned 7"
+
+    anyio.run(main, backend=backend)
+
+
+async def test_a_cancelled_waiter_still_lets_the_writer_hear_of_the_turn() -> None:
+    """A waiter chosen to tell the writer tells it even when cancelled; one cancelled before is passed over."""
+    told: list[int] = []
+    prompt = [Job(lambda conn: None, "p", wait=True)]
+    early = [Job(lambda conn: None, f"e{i}", wait=True) for i in range(3)]
+    async with anyio.create_task_group() as tg:
+        scopes = []
+        for job in prompt + early:
+            scope = anyio.CancelScope()
+            scopes.append(scope)
+
+            async def wait(job: Job = job, scope: anyio.CancelScope = scope) -> None:
+                with scope:
+                    await job.outcome()
+
+            tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        scopes[1].cancel()  # e0: gone before the wake-up
+        await anyio.wait_all_tasks_blocked()
+        assert not early[0].waiting
+        writer_module._wake(prompt, early, told.append, 3)
+        assert early[1].then is not None  # e1 tells
+        scopes[2].cancel()  # ... and is cancelled before it runs
+    assert told == [3]
+
+
+async def test_a_loop_that_never_turns_holds_the_writer_back_no_longer_than_linger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the woken loop never says it has turned, the writer waits LINGER and goes on with the next group."""
+    wake = writer_module._wake
+    monkeypatch.setattr(writer_module, "_wake", lambda prompt, early, turned, group: wake(prompt, early, None, group))
+    monkeypatch.setattr(writer_module, "LINGER", 0.05)
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        lingered = []
+        linger = writer._linger
+
+        def timed() -> None:
+            start = time.monotonic()
+            linger()
+            lingered.append(time.monotonic() - start)
+
+        monkeypatch.setattr(writer, "_linger", timed)
+        with write_lock_held(store.path) as lock:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.write, first_write("prompt"))
+                await until(lambda: writer.jobs == 1)  # taken; the writer waits in BEGIN
+                await store.write(first_write("queued"), wait=False)
+                lock.execute("ROLLBACK")
+        await until(lambda: len(lingered) == 1)
+        await store.write(first_write("after"))  # committed after (or with) the queued one
+        assert 0.04 <= lingered[0] < 1.0, lingered
+        assert {r.case_id for r in await store.cases()} == {"prompt", "queued", "after"}
+
+
+async def test_nothing_queued_at_a_wake_up_means_no_lingering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One write at a time: the writer never lingers (the next write wakes it), so a lone writer pays nothing."""
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        writer = store._writer
+        assert writer is not None
+        lingered = []
+        monkeypatch.setattr(writer, "_linger", lambda: lingered.append(1))
+        for i in range(20):
+            await store.write(first_write(f"c{i}"))
+        assert lingered == [] and writer.groups == 20
 
 
 async def test_close_commits_the_writes_still_queued(tmp_path: Path) -> None:

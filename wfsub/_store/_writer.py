@@ -1,51 +1,97 @@
 """Group commit for the SQLite store: one writer connection, owned by one dedicated thread.
 
-    event loop                          writer thread (owns the only write connection)
-    ----------                          ---------------------------------------------
-    write(): encode, queue.put(job) --> wait for the first job, then take every job queued (the group)
-             await job.event            BEGIN IMMEDIATE
-                                        per job: SAVEPOINT, apply, RELEASE (or ROLLBACK TO: that job alone fails)
-                                        COMMIT (one fsync for the whole group)
-             <-- run_sync_soon(wake) -- one call per event loop with waiters: sets each job's event
+    event loop                                  writer thread (owns the only write connection)
+    ----------                                  ---------------------------------------------
+    write(): encode, append the job to a deque  sleeps on a bell only while the deque is empty
+             (ring if the writer sleeps)        takes every job queued (the group)
+             await job.event                    BEGIN IMMEDIATE; the group in one pass: its records in one
+                                                statement, its rows in another; COMMIT (one fsync)
+             <-- run_sync_soon(_wake) --------- one call per event loop with waiters
+    _wake: waiters of prompt writes first,
+           then "turned" ---------------------> lingers until then (LINGER at most, and only when writes
+           then the other waiters               are queued already): what the woken tasks write at once
+                                                joins the next group
 
-Every write that arrives while a commit runs waits in the queue and goes into the next transaction, so under
+Every write that arrives while a commit runs waits in the deque and goes into the next transaction, so under
 load a commit carries as many writes as arrived during the previous one, and the loop never touches the disk.
 
+One pass, one statement per table. A group is applied with no savepoint: a run of case writes is one
+`executemany` for their journal records and one for their rows (snapshots and inbox moves, rare, one by one),
+other jobs (an inbox input, a prune) in their place. When a job breaks a rule (a second `end`, a seq written
+twice) or the records appended are fewer than those sent (a retried request_id: the count cannot say which),
+the transaction is rolled back and the group redone one job at a time, each in its own savepoint, as before:
+that job alone fails (or reports its skipped record), the others commit. A group of three case writes costs 4
+calls into sqlite3 instead of 2 + 3 x 3-4 (44-50 us of writer CPU instead of 66 us for six writes, in a bench
+without fsync), and every call is a round trip of the GIL.
+
+Lingering. Right after a commit, the tasks it wakes often write again at once: `[await sub.new_case(...) for
+...]` writes the next `start` record in the same step that took the previous one's outcome. A writer that
+started the next transaction at once, with what was queued meanwhile, made that write wait for the whole
+next commit and then for its own: about two commits per `new_case` (the sequential starter of
+`bench/durable_bench.py` was bound by this whenever commits were slow: 3 writes per group). So after a
+wake-up, when writes are queued already (else the writer sleeps, and the first write wakes it: a lone writer
+pays nothing), the writer waits until the woken loop has run the woken tasks, at most LINGER: then it takes
+everything queued. Only waiters of prompt writes (queued after the previous group was delivered: their
+tasks write again right after waking) are waited for: `_wake` wakes them first and then the others, and the
+first of the others says "turned" as soon as it runs (the loop runs tasks in the order they were woken on
+asyncio; trio shuffles them, which only ends the linger sooner), so the signal costs no second call through
+the loop's thread-safe queue (a callback says it when there is no other waiter). The starter then gets one
+commit per `new_case` and a group carries all five writes of a case (start, three effects, end) instead of
+three.
+
+The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so jobs queued
+while a group commits or while the writer lingers cost no thread wake-up. A wake-up from the loop's thread
+is dear: on the shared 2-core machine the woken writer often preempts the loop (which holds the GIL the
+writer then waits for), costing the loop 150-300 us (measured around `SimpleQueue.put`); one bell per group
+is what is left. Running the writer under SCHED_BATCH removed that cost but starved the writer when other
+processes kept both cores busy (4-8x fewer cases/s), so it is not done.
+
 How the thread wakes the loop was chosen by measuring, on 2 cores (WAL, synchronous=FULL; a bare sqlite3
-INSERT+COMMIT takes 150-180 us p50 on the same disk). First a prototype of each hand-off with the same minimal
-writes: one writer at a time (latency), 1,000 concurrent writers x 10 writes, and the same with four tasks
-keeping the loop busy in 0.5 ms slices (the two tables ran at different times on a shared machine: compare
-within a table):
-
-    hand-off (prototype)                          p50 / p99 latency     writes/s    writes/s, busy loop
-    this thread, AsyncBackend.run_sync_soon        241-264 / 336-361 us  90-105 k    22-24 k
-    this thread, anyio.from_thread.run_sync        264-288 / 367-424 us  87-107 k    16-22 k
-    to_thread.run_sync per group (a leader task)   281-311 / 360-438 us  93-115 k     7-10 k
-
-then the two thread hand-offs again in this module (`bench/store_bench.py` workloads; 200 writers x 20 writes
-for the busy loop; best two of four runs):
+INSERT+COMMIT takes 150-180 us p50 on the same disk), with `bench/store_bench.py` workloads (200 writers x 20
+writes for the busy loop; best two of four runs):
 
     this module                       asyncio p50 / p99    writes/s  busy loop   trio p50 / p99    writes/s
     run_sync_soon (used)              189-195 / 371-374 us   40 k     16 k        206-211 / 396-404   37 k
     from_thread.run_sync (fallback)   236-238 / 419-428 us   36-41 k  14-17 k     219-238 / 372-404   34 k
 
-`from_thread.run_sync` blocks the writer until the loop has run the callback: 20-45 us more per commit at p50
-and a writer that waits on a busy loop instead of starting the next group. A leader task that runs each group
-through `to_thread.run_sync` needs the busy loop to schedule it again before every commit (3x fewer writes/s
-there), moves the connection between pool threads, and needs a new leader when the writer that led is
-cancelled. So the dedicated thread schedules the wake-up without waiting, through the
+`from_thread.run_sync` blocks the writer until the loop has run the callback; a leader task running each
+group through `to_thread.run_sync` needed the busy loop to schedule it before every commit (3x fewer writes/s
+there). So the dedicated thread schedules the wake-up without waiting, through the
 `anyio.lowlevel.current_token()` each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+:
 `call_soon_threadsafe` on asyncio, `TrioToken.run_sync_soon` on trio), and on older anyio (4.11+) the public
-`anyio.from_thread.run_sync(..., token=token)`; tests cover both paths on both backends. What bounds the
-throughput now is Python work per write (encoding on the loop, the savepoint and insert in the writer, the
-wake-up) under one GIL, not the disk: 10,000 writes take about 20 commits.
+`anyio.from_thread.run_sync(..., token=token)` (no lingering there: it returns once the loop has run `_wake`);
+tests cover both paths on both backends.
+
+What bounds the throughput now: the GIL, not the disk. `bench/durable_bench.py`'s first figure (2,000
+three-effect cases, one starter awaiting each `new_case`, FULL), on the shared 2-core machine, runs of the
+previous and of this design alternating:
+
+    machine                             before (savepoints, no linger)    now
+    quiet (load < 1)                    1,450-1,550 cases/s, 3-5 a group   1,440-1,560 cases/s, 4.7-5 a group
+    other sessions' tests (load 1-5,    390-1,200; medians of 4 runs       560-1,440; medians 810-1,250
+      commit p50 0.3-2 ms)              392-1,084; 3 writes a group        (+15-100%); 5 writes a group
+    synchronous=NORMAL, load about 1    1,720-1,810                        1,730-2,000
+
+When commits are slow, a group that carries a whole case (start, three effects, end) instead of three writes
+is what counts. When they are fast, the loop and the writer take turns: per case the loop is busy 330-400 us
+(CPU 360-430 us; the same cases with a MemoryStore take 282 us, without a store 265-280 us) and idle 300-360
+us, waiting for the commit (COMMIT p50 170-210 us, a checkpoint over 2 ms every 100-250 commits, 2-6% of the
+commit time, and a thread wake-up of 30-45 us each way). They cannot overlap: the writer needs the GIL between
+its sqlite3 calls and to wake the loop after the fsync, and a thread that has just been woken loses the GIL to
+a running loop until the loop blocks in epoll (between iterations the loop releases it for about a microsecond,
+less than a woken thread needs to run). So a case costs loop work plus a commit, about 650 us, and 2,000
+cases/s (500 us) needs the loop's part under about 300 us, which is the runtime's own cost for this workflow,
+or the commit overlapped with loop work. Measured and not done: a hand-off in which the loop, on telling the
+writer it has turned, waits on a threading.Event (at most 100-300 us) until the writer holds the GIL, so the
+fsync runs beside the loop's work: +5-15% when quiet (1,536-1,634 against 1,332-1,568 in one run), none under
+load, and the event loop stalls on every commit. Writing `end` without waiting for it: 5-7% less loop CPU,
+but `cases()` and `journal()` would lag the awaiters by a commit.
 
 A write whose waiter is cancelled is still committed (or refused) with its group: cancelling the wait does not
-withdraw the write. Errors: a job that breaks a rule (a second `end`, a seq written twice) is undone alone by
-its savepoint and gets its own StoreError; an error of the transaction itself (disk full, I/O error, a busy
-file) rolls the whole transaction back and every job of the group gets a StoreError. The thread never dies of
-an error: it reports it to the group and takes the next one. A job queued with no waiter (`wait=False`) that
-fails is logged.
+withdraw the write. Errors: a job that breaks a rule fails alone (above); an error of the transaction itself
+(disk full, I/O error, a busy file) rolls the whole transaction back and every job of the group gets a
+StoreError. The thread never dies of an error: it reports it to the group and takes the next one. A job
+queued with no waiter (`wait=False`) that fails is logged.
 """
 
 from __future__ import annotations
@@ -55,7 +101,9 @@ import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -78,47 +126,96 @@ class Refused(Exception):
     """Raised by a job's apply when its write breaks a rule: that write alone is undone and fails."""
 
 
+class Redo(Exception):
+    """Raised by a batch when it cannot tell each job's outcome: the group is redone one job at a time."""
+
+
 # Errors that concern one job: its savepoint is rolled back and the rest of the group goes on. Any other error
 # (OperationalError: full, I/O, busy; DatabaseError: corrupt) ends the whole transaction.
 _ONE_JOB = (Refused, sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError)
 
 
 class Job:
-    """One unit of work for the writer: `apply(conn)` runs inside the group's transaction, in a savepoint."""
+    """One unit of work for the writer: `apply(conn)` runs inside the group's transaction.
 
-    __slots__ = ("apply", "error", "event", "label", "result", "token")
+    `batch` (optional) is what the writer's batch function takes instead: consecutive jobs that have one are
+    applied together, in one statement per table.
+    """
 
-    def __init__(self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool) -> None:
+    __slots__ = ("apply", "batch", "error", "event", "label", "prompt", "result", "then", "token", "waiting")
+
+    def __init__(
+        self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool, batch: object = None
+    ) -> None:
         self.apply = apply
+        self.batch = batch
+        self.prompt = False  # queued after the previous group was delivered: its task writes as soon as woken
         self.label = label  # what the job writes, for messages: "case 'c-1'"
         self.result: Any = None
         self.error: StoreError | None = None
         self.event = anyio.Event() if wait else None
         self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
+        self.waiting = False  # a task waits in `outcome()`
+        self.then: Callable[[], None] | None = None  # what its task does first once woken (see `_wake`)
 
     async def outcome(self) -> Any:
         assert self.event is not None
-        await self.event.wait()
+        self.waiting = True
+        try:
+            await self.event.wait()
+        finally:
+            self.waiting = False
+            then, self.then = self.then, None
+            if then is not None:
+                then()
         if self.error is not None:
             raise self.error
         return self.result
 
 
-_STOP = object()
+_RING = object()  # a bell token: work for a sleeping writer (or `stop()`)
 
 WAKE_WITHOUT_WAITING = True
 """Wake the loop with `AsyncBackend.run_sync_soon` where anyio has it (4.16+); tests turn it off to cover the
 `anyio.from_thread.run_sync` path that older anyio versions take."""
 
+LINGER = 0.001
+"""Seconds the writer waits at most, after a wake-up, for the woken loop to run the woken tasks (and queue the
+writes they make) before it starts the next group."""
 
-def _wake(jobs: list[Job]) -> None:
-    for job in jobs:
+
+def _wake(prompt: list[Job], early: list[Job], turned: Callable[[int], None] | None, group: int) -> None:
+    """Wake the waiters of a group; with `turned`, tell the writer once the waiters of prompt writes have run.
+
+    Tasks run in the order they are woken (asyncio; trio shuffles them, which only makes the writer start its
+    next group sooner), so the first waiter of an early write, woken after them, says so as soon as it runs: no
+    second call through the loop's thread-safe queue. With no early waiter, a callback scheduled after the woken
+    tasks says it.
+    """
+    for job in prompt:
+        assert job.event is not None
+        job.event.set()
+    if turned is not None:
+        herald = next((job for job in early if job.waiting), None)
+        if herald is not None:
+            herald.then = partial(turned, group)
+        else:
+            token = prompt[0].token
+            assert token is not None
+            with contextlib.suppress(Exception):  # the loop is ending: the writer stops lingering at LINGER
+                token.backend_class.run_sync_soon(turned, (group,), token.native_token)
+    for job in early:
         assert job.event is not None
         job.event.set()
 
 
 class Writer:
-    """The writer thread and its queue. `start()` and `stop()` block: call them from a worker thread."""
+    """The writer thread and its queue. `start()` and `stop()` block: call them from a worker thread.
+
+    The queue is a deque; the thread sleeps on a bell only when the deque is empty, and only then does
+    `submit` ring it, so jobs queued while a group commits (or while the writer lingers) cost no thread
+    wake-up: the writer takes them all when it is ready.
+    """
 
     def __init__(
         self,
@@ -127,19 +224,28 @@ class Writer:
         *,
         heartbeat: Callable[[sqlite3.Connection], None] | None = None,
         heartbeat_every: float = 30.0,
+        batch: Callable[[sqlite3.Connection, list[Any]], list[Any]] | None = None,
     ) -> None:
         self.path = path
         self._connect = connect
+        self._batch = batch
         self._heartbeat = heartbeat
         self._heartbeat_every = heartbeat_every
         self._last_beat = time.monotonic()
-        self._queue: queue.SimpleQueue[Job | object] = queue.SimpleQueue()
+        self._jobs: deque[Job] = deque()
+        self._lock = threading.Lock()  # guards _jobs against _sleeping, _stopping and _turns
+        self._sleeping = False  # the thread waits on the bell for a job: `submit` rings it
+        self._stopping = False
+        self._turns = 0  # loops woken by the last group that have not yet run the woken tasks
+        self._early = 0  # jobs queued while the last group committed (the rest of the next group were prompt)
+        self._bell: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"wfsub-store-writer {path}", daemon=True)
         self._ready = threading.Event()
         self._failed: BaseException | None = None
         self._conn: sqlite3.Connection | None = None
         self.groups = 0  # transactions committed or attempted (for tests and benchmarks)
         self.jobs = 0
+        self.redone = 0  # groups redone one job at a time after a job broke a rule in the batched pass
 
     def start(self) -> None:
         self._thread.start()
@@ -149,13 +255,34 @@ class Writer:
             raise self._failed
 
     def submit(self, job: Job) -> None:
-        self._queue.put(job)
+        with self._lock:
+            self._jobs.append(job)
+            if not self._sleeping:
+                return
+            self._sleeping = False
+        self._bell.put(_RING)
+
+    def queued(self) -> int:
+        """Jobs waiting for the next group (for tests)."""
+        return len(self._jobs)
 
     def stop(self) -> None:
         """Commit what is queued, close the connection, end the thread."""
         if self._thread.is_alive():
-            self._queue.put(_STOP)
+            with self._lock:
+                self._stopping = True
+            self._bell.put(_RING)
             self._thread.join()
+
+    def _turned(self, group: int) -> None:
+        """A loop woken by group number `group` has run the tasks it woke (called on that loop's thread)."""
+        with self._lock:
+            if group != self.groups or self._turns <= 0:
+                return  # late: the writer has stopped lingering for it
+            self._turns -= 1
+            if self._turns:
+                return
+        self._bell.put(_RING)
 
     # -- the thread ------------------------------------------------------------------------------------------
 
@@ -175,51 +302,72 @@ class Writer:
     def _loop(self, conn: sqlite3.Connection) -> None:
         timeout = self._heartbeat_every if self._heartbeat is not None else None
         while True:
-            try:
-                first = self._queue.get(timeout=timeout)
-            except queue.Empty:
+            group, stop = self._take(timeout)
+            if group is None:
                 self._commit(conn, [])  # idle: the heartbeat alone
                 continue
-            group: list[Job] = []
-            stop = first is _STOP
-            if not stop:
-                assert isinstance(first, Job)
-                group.append(first)
-            while True:  # the group: every job queued while the previous commit ran
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is _STOP:
-                    stop = True
-                else:
-                    assert isinstance(job, Job)
-                    group.append(job)
-            if group:
-                self._commit(conn, group, beat=not stop)  # closing writes nothing but what was queued
+            turns = self._commit(conn, group, beat=not stop) if group else 0  # closing writes only what is queued
             if stop:
                 return
+            if turns:
+                self._linger()
 
-    def _commit(self, conn: sqlite3.Connection, group: list[Job], *, beat: bool = True) -> None:
+    def _take(self, timeout: float | None) -> tuple[list[Job] | None, bool]:
+        """Every job queued (the group), waiting for one if there is none; (None, False) when `timeout` passed
+        with nothing to do; the flag is true once `stop()` was called."""
+        while True:
+            with self._lock:
+                if self._jobs or self._stopping:
+                    group = list(self._jobs)
+                    self._jobs.clear()
+                    for job in group[self._early :]:
+                        job.prompt = True
+                    self._early = 0
+                    return group, self._stopping
+                self._sleeping = True
+            try:
+                self._bell.get(timeout=timeout)
+            except queue.Empty:
+                with self._lock:
+                    self._sleeping = False
+                    if not self._jobs and not self._stopping:
+                        return None, False
+            # a ring (perhaps a stale one from an earlier turn): look again
+
+    def _linger(self) -> None:
+        """Wait until the loops just woken have run the woken tasks, or LINGER at most; what they queue meanwhile
+        joins the next group.
+
+        A woken task often writes again in the same step (a loop that starts cases one after another).
+        Starting the next transaction right after a wake-up would leave those writes to wait for all of it and
+        then for their own; waiting for the loop's turn puts them into the next transaction.
+        """
+        until = time.monotonic() + LINGER
+        while True:
+            with self._lock:
+                if self._turns <= 0 or self._stopping:
+                    break
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                self._bell.get(timeout=left)
+            except queue.Empty:
+                break
+        with self._lock:
+            self._turns = 0  # a turn that comes later finds nobody lingering (its ring is stale)
+
+    def _commit(self, conn: sqlite3.Connection, group: list[Job], *, beat: bool = True) -> int:
+        """Commit a group and wake its waiters; returns how many loops were asked to say when they have turned."""
         beat = beat and self._heartbeat is not None and time.monotonic() - self._last_beat >= self._heartbeat_every
         if not group and not beat:
-            return
+            return 0
         self.groups += 1
         self.jobs += len(group)
         try:
-            conn.execute(BEGIN)
-            for job in group:
-                conn.execute(SAVEPOINT)
-                try:
-                    job.result = job.apply(conn)
-                except _ONE_JOB as exc:
-                    conn.execute(UNDO)
-                    job.result = None
-                    job.error = _refusal(self.path, job, exc)
-                conn.execute(RELEASE)
-            if beat and self._heartbeat is not None:
-                self._heartbeat(conn)
-            conn.execute(COMMIT)
+            if not self._together(conn, group, beat):
+                self.redone += 1
+                self._one_by_one(conn, group, beat)
             if beat:
                 self._last_beat = time.monotonic()
         except Exception as exc:
@@ -234,26 +382,92 @@ class Writer:
             if not group:
                 _log.warning("store_heartbeat_failed", store=self.path, error=str(exc))
                 self._last_beat = time.monotonic()
-        self._deliver(group)
+        return self._deliver(group)
 
-    def _deliver(self, group: list[Job]) -> None:
-        waiting: dict[int, tuple[EventLoopToken, list[Job]]] = {}
+    def _together(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> bool:
+        """The group in one pass with no savepoints, runs of batchable jobs in one statement per table.
+
+        False when a job broke a rule (or a batch could not tell each job's outcome): the transaction is rolled
+        back and nothing of the group is kept, so `_one_by_one` can redo it. Any other error propagates.
+        """
+        conn.execute(BEGIN)
+        results: list[Any] = []
+        batch = self._batch
+        try:
+            i, n = 0, len(group)
+            while i < n:
+                if batch is not None and group[i].batch is not None:
+                    j = i + 1
+                    while j < n and group[j].batch is not None:
+                        j += 1
+                    results += batch(conn, [job.batch for job in group[i:j]])
+                    i = j
+                else:
+                    results.append(group[i].apply(conn))
+                    i += 1
+        except (*_ONE_JOB, Redo):
+            conn.execute(ROLLBACK)
+            return False
+        if beat and self._heartbeat is not None:
+            self._heartbeat(conn)
+        conn.execute(COMMIT)
+        for job, result in zip(group, results, strict=True):
+            job.result = result
+        return True
+
+    def _one_by_one(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> None:
+        """The group with a savepoint per job: a job that breaks a rule is undone alone and fails alone."""
+        conn.execute(BEGIN)
+        for job in group:
+            conn.execute(SAVEPOINT)
+            try:
+                job.result = job.apply(conn)
+            except _ONE_JOB as exc:
+                conn.execute(UNDO)
+                job.result = None
+                job.error = _refusal(self.path, job, exc)
+            conn.execute(RELEASE)
+        if beat and self._heartbeat is not None:
+            self._heartbeat(conn)
+        conn.execute(COMMIT)
+
+    def _deliver(self, group: list[Job]) -> int:
+        """Wake the group's waiters; returns how many loops will say when they have run the woken tasks.
+
+        That is asked only when jobs are queued already (the next transaction would start at once, without the
+        writes the woken tasks are about to make); with nothing queued the writer sleeps, and the first of those
+        writes wakes it.
+        """
+        with self._lock:
+            self._early = queued = len(self._jobs)
+        waiting: dict[int, tuple[EventLoopToken, list[Job], list[Job]]] = {}
         for job in group:
             if job.token is None:
                 if job.error is not None:
                     _log.error("store_write_failed", store=self.path, job=job.label, error=str(job.error))
                 continue
-            entry = waiting.setdefault(id(job.token.native_token), (job.token, []))
-            entry[1].append(job)
-        for token, jobs in waiting.values():
+            _, prompt, early = waiting.setdefault(id(job.token.native_token), (job.token, [], []))
+            (prompt if job.prompt else early).append(job)
+        turns = 0
+        for token, prompt, early in waiting.values():
             soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
+            turned = self._turned if soon is not None and prompt and queued else None
+            if turned is not None:
+                with self._lock:
+                    self._turns += 1  # before the loop can answer
+                turns += 1
             try:
                 if soon is not None:
-                    soon(_wake, (jobs,), token.native_token)
+                    soon(_wake, (prompt, early, turned, self.groups), token.native_token)
                 else:  # anyio < 4.16: waits until the loop has run it
-                    anyio.from_thread.run_sync(_wake, jobs, token=token)
+                    anyio.from_thread.run_sync(_wake, prompt, early, None, self.groups, token=token)
             except Exception:  # the loop has ended: nobody is waiting any more
-                _log.warning("store_waiters_gone", store=self.path, jobs=len(jobs))
+                if turned is not None:
+                    with self._lock:
+                        self._turns -= 1
+                    turns -= 1
+                _log.warning("store_waiters_gone", store=self.path, jobs=len(prompt) + len(early))
+        return turns
 
 
 def _refusal(path: str, job: Job, exc: BaseException) -> StoreError:

@@ -19,7 +19,8 @@ COMMIT;
 ROLLBACK;
 
 -- name: savepoint
--- One write of a group: its own savepoint, so a write that breaks a rule is undone alone.
+-- One write of a group redone one at a time (after one broke a rule in the batched pass): its own savepoint,
+-- so the write that breaks a rule is undone alone.
 SAVEPOINT one_write;
 
 -- name: savepoint_undo
@@ -78,7 +79,8 @@ ON CONFLICT (id) DO UPDATE SET
 UPDATE owner SET heartbeat = :now WHERE id = 1 AND epoch = :epoch;
 
 -- name: record_append
--- Append one record; a record whose request_id this case's journal already holds is skipped (no row).
+-- Append one record (a group's records: one executemany); a record whose request_id this case's journal already
+-- holds is skipped (no row).
 INSERT INTO journal (case_id, seq, kind, request_id, record)
 VALUES (:case_id, :seq, :kind, :request_id, :record)
 ON CONFLICT (case_id, request_id) WHERE request_id IS NOT NULL DO NOTHING;
