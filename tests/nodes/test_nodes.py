@@ -63,7 +63,7 @@ async def test_a_queued_case_runs_on_a_node_that_claims_it() -> None:
     """new_case(placement="any") queues the case; a node claims it and runs it; the starter's handle follows."""
     schema = _pg.new_schema()
     async with Substrate(store=node_store(schema), workflows=FLOWS, node_id="a") as a, \
-            Substrate(store=node_store(schema), workflows=FLOWS, node_id="b") as b:
+            Substrate(store=node_store(schema), workflows=FLOWS, node_id="b"):
         handle = await a.new_case("order", {"n": 2}, case_id="q1", placement="any")
         with anyio.fail_after(10):
             while handle.status().state != "waiting_signal":  # noqa: ASYNC110 - wherever it runs
