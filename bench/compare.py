@@ -5,7 +5,8 @@
 Both sides run the *current* benchmark code (`bench/`) against their own `wfsub/` package: the commit's package
 is exported with `git archive` into a scratch directory. The two sides alternate, round after round, so drift in
 the machine's state hits both alike; each figure keeps its best (lowest) value over the rounds. A figure more than
-5% worse than the commit's is flagged. Figures the older package cannot produce (a new API) are shown as n/a.
+5% worse than the commit's is flagged. Each suite runs in a process of its own, so a suite the older package
+cannot run (an API it does not have yet) only leaves its own figures as n/a.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from .__main__ import SUITES
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 0.05
@@ -35,20 +38,25 @@ def _tree(dest: Path, ref: str | None) -> Path:
 
 
 def _run(tree: Path, suites: list[str]) -> dict[str, float]:
-    out = tree / "figures.json"
-    cmd = [sys.executable, "-m", "bench", *suites, "--json", str(out)]
-    done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
-    if done.returncode != 0 or not out.exists():
-        print(f"  ({tree.name}: the benchmark run failed)\n{done.stderr[-2000:]}", file=sys.stderr)
-        return {}
-    return {key: fig["value"] for key, fig in json.loads(out.read_text()).items()}
+    figures: dict[str, float] = {}
+    for suite in suites:
+        out = tree / f"figures-{suite}.json"
+        out.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "bench", suite, "--json", str(out)]
+        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+        if done.returncode != 0 or not out.exists():
+            last = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            print(f"  ({tree.name}: suite {suite} did not run: {last[0]})", file=sys.stderr)
+            continue
+        figures.update({key: fig["value"] for key, fig in json.loads(out.read_text()).items()})
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
     parser.add_argument("ref", help="the commit to compare with, e.g. HEAD~1")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--suites", nargs="*", default=[])
+    parser.add_argument("--suites", nargs="*", default=list(SUITES))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         here = _tree(Path(scratch) / "working-tree", None)
