@@ -1,5 +1,6 @@
 """An independent attack on the workflow algebra: scopes with on_error, sagas and cancel(compensate=), retries,
-open mis, blocking joins, nets, snapshots and durable cases, checked against DESIGN.md and the WCP catalogue.
+open mis, blocking joins, nets, snapshots and durable cases, checked against the README's semantics and the WCP
+catalogue.
 
 Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the
 others pin behaviour the existing suite left unpinned.
@@ -127,7 +128,7 @@ async def test_wcp1_a_sequence_of_effects_survives_a_restart_during_its_second_e
 
 
 async def test_a_cancelled_case_recovered_while_compensating_keeps_its_cancel_reason(tmp_path: Path) -> None:
-    """cancel(reason=) survives a restart during the compensation: awaiters, status and journal keep the reason."""
+    """Cancel(reason=) survives a restart during the compensation: awaiters, status and journal keep the reason."""
     undo = seq(wait("ack"), task(lambda c: {"undone": True}, name="undone"))
     flow = saga((task(lambda c: {"booked": True}, name="book"), undo), wait("confirm"))
     sink = CapturingSink()
@@ -241,7 +242,7 @@ def test_wcp27_complete_mi_activity_never_stops_a_compensation_already_running()
 
 
 def test_an_n_join_mi_with_until_and_zero_instances_is_withdrawn_like_any_mi_where_none_completed() -> None:
-    """DESIGN: when n can no longer be reached and none completed, the mi is withdrawn, zero instances included."""
+    """When n can no longer be reached and none completed, the mi is withdrawn, zero instances included."""
     until_zero = Case(seq(mi(NOTHING, count=lambda c: 0, join=2, until=lambda s: False, collect="o"),
                           task(lambda c: {"after": True}, name="after")))
     dynamic_zero = Case(seq(mi(NOTHING, count=lambda c: 0, join=2, dynamic=True, name="m", collect="o"),
@@ -251,7 +252,7 @@ def test_an_n_join_mi_with_until_and_zero_instances_is_withdrawn_like_any_mi_whe
 
 
 def test_an_open_mi_without_synchronization_takes_instances_until_it_is_closed() -> None:
-    """dynamic='open' takes instances until close_instances (or validate refuses the combination with join=None)."""
+    """Dynamic='open' takes instances until close_instances (or validate refuses the combination with join=None)."""
     rec = Recorder()
     open_mi = mi(seq(wait("go"), rec.step("work")), count=0, dynamic="open", join=None, name="m")
     if validate(open_mi):
@@ -277,7 +278,7 @@ def test_an_open_mi_with_nothing_running_is_waiting_and_close_fires_its_join() -
 
 
 def test_an_error_record_inside_an_mi_instance_stays_in_that_instances_output() -> None:
-    """error_into inside an instance writes the instance's data: it shows in its collected output, not the case's."""
+    """Error_into inside an instance writes the instance's data: it shows in its collected output, not the case's."""
     body = scope("s", seq(task(lambda c: {"v": c["index"]}, name="v"),
                           task(lambda c: 1 / 0 if c["index"] == 1 else None, name="div")),
                  on_error=task(lambda c: {"handled": True}, name="h"))
@@ -293,7 +294,7 @@ def test_an_error_record_inside_an_mi_instance_stays_in_that_instances_output() 
 
 
 def test_parallel_on_error_scopes_under_multi_choice_and_net_need_distinct_error_into() -> None:
-    """DESIGN: parallel scopes need distinct error_into keys; multi_choice and and-split net nodes run in parallel."""
+    """Parallel scopes need distinct error_into keys; multi_choice and and-split net nodes run in parallel."""
     always = lambda c: True  # noqa: E731
     chosen = multi_choice(
         (always, scope("a", NOTHING, on_error=NOTHING)), (always, scope("b", NOTHING, on_error=NOTHING))
@@ -308,7 +309,7 @@ def test_parallel_on_error_scopes_under_multi_choice_and_net_need_distinct_error
 
 
 def test_a_saga_withdrawn_by_cancelling_a_region_inside_it_compensates_its_completed_steps() -> None:
-    """DESIGN: a saga is compensated whenever its work is withdrawn before it ended, here by an inner region."""
+    """A saga is compensated whenever its work is withdrawn before it ended, here by an inner region."""
     rec = Recorder()
     case = Case(par(saga((rec.step("charge"), rec.step("refund")), scope("r", wait("x"))),
                     seq(wait("y"), rec.step("other"))), trace_level="min")
@@ -333,7 +334,7 @@ def test_a_saga_withdrawn_by_a_passed_milestone_compensates_its_completed_steps(
 
 
 def test_terminate_reached_through_a_call_inside_a_compensation_is_a_validation_issue() -> None:
-    """DESIGN: terminate() inside a compensation, on_cancel or on_error branch is a validation issue, via call too."""
+    """Terminate() inside a compensation, on_cancel or on_error branch is a validation issue, via call too."""
     library = {"stop": seq(NOTHING, wfsub.terminate())}
     rec = Recorder()
     flow = saga((rec.step("charge"), call("stop")), boom(rec, "ship"))
@@ -345,7 +346,7 @@ def test_terminate_reached_through_a_call_inside_a_compensation_is_a_validation_
 
 
 def test_a_case_cancel_during_a_caught_failures_compensation_lets_it_finish_and_compensates_the_rest() -> None:
-    """cancel() while a caught failure compensates: the running undo finishes, a sibling saga undoes, no on_error."""
+    """Cancel() while a caught failure compensates: the running undo finishes, a sibling saga undoes, no on_error."""
     rec = Recorder()
     failing = scope("pay", saga((rec.step("charge"), rec.effect("refund")), seq(wait("go"), boom(rec, "ship"))),
                     on_error=rec.step("handled"))
@@ -358,7 +359,7 @@ def test_a_case_cancel_during_a_caught_failures_compensation_lets_it_finish_and_
 
 
 def test_a_failed_compensation_during_a_region_cancel_goes_to_the_enclosing_on_error() -> None:
-    """cancel_region whose saga's undo fails: CompensationFailed, at the cancelled scope, is caught outside it."""
+    """Cancel_region whose saga's undo fails: CompensationFailed, at the cancelled scope, is caught outside it."""
     rec = Recorder()
     region = scope("r", saga((rec.step("a"), boom(rec, "undo_a")), wait("x")))
     case = Case(seq(scope("outer", par(region, wait("y")), on_error=rec.step("h"), error_into="e"), rec.step("after")))

@@ -1,4 +1,4 @@
-"""Every workflow pattern of the DESIGN table, end to end through the public API on a virtual clock."""
+"""Every workflow pattern of the README's pattern table, end to end through the public API on a virtual clock."""
 
 from __future__ import annotations
 
