@@ -128,7 +128,7 @@ async def test_wcp1_a_sequence_of_effects_survives_a_restart_during_its_second_e
 
 
 async def test_a_cancelled_case_recovered_while_compensating_keeps_its_cancel_reason(tmp_path: Path) -> None:
-    """Cancel(reason=) survives a restart during the compensation: awaiters, status and journal keep the reason."""
+    """cancel(reason=) survives a restart during the compensation: awaiters, status and journal keep the reason."""
     undo = seq(wait("ack"), task(lambda c: {"undone": True}, name="undone"))
     flow = saga((task(lambda c: {"booked": True}, name="book"), undo), wait("confirm"))
     sink = CapturingSink()
@@ -252,7 +252,7 @@ def test_an_n_join_mi_with_until_and_zero_instances_is_withdrawn_like_any_mi_whe
 
 
 def test_an_open_mi_without_synchronization_takes_instances_until_it_is_closed() -> None:
-    """Dynamic='open' takes instances until close_instances (or validate refuses the combination with join=None)."""
+    """dynamic='open' takes instances until close_instances (or validate refuses the combination with join=None)."""
     rec = Recorder()
     open_mi = mi(seq(wait("go"), rec.step("work")), count=0, dynamic="open", join=None, name="m")
     if validate(open_mi):
@@ -278,7 +278,7 @@ def test_an_open_mi_with_nothing_running_is_waiting_and_close_fires_its_join() -
 
 
 def test_an_error_record_inside_an_mi_instance_stays_in_that_instances_output() -> None:
-    """Error_into inside an instance writes the instance's data: it shows in its collected output, not the case's."""
+    """error_into inside an instance writes the instance's data: it shows in its collected output, not the case's."""
     body = scope("s", seq(task(lambda c: {"v": c["index"]}, name="v"),
                           task(lambda c: 1 / 0 if c["index"] == 1 else None, name="div")),
                  on_error=task(lambda c: {"handled": True}, name="h"))
@@ -334,7 +334,7 @@ def test_a_saga_withdrawn_by_a_passed_milestone_compensates_its_completed_steps(
 
 
 def test_terminate_reached_through_a_call_inside_a_compensation_is_a_validation_issue() -> None:
-    """Terminate() inside a compensation, on_cancel or on_error branch is a validation issue, via call too."""
+    """terminate() inside a compensation, on_cancel or on_error branch is a validation issue, via call too."""
     library = {"stop": seq(NOTHING, wfsub.terminate())}
     rec = Recorder()
     flow = saga((rec.step("charge"), call("stop")), boom(rec, "ship"))
@@ -346,7 +346,7 @@ def test_terminate_reached_through_a_call_inside_a_compensation_is_a_validation_
 
 
 def test_a_case_cancel_during_a_caught_failures_compensation_lets_it_finish_and_compensates_the_rest() -> None:
-    """Cancel() while a caught failure compensates: the running undo finishes, a sibling saga undoes, no on_error."""
+    """cancel() while a caught failure compensates: the running undo finishes, a sibling saga undoes, no on_error."""
     rec = Recorder()
     failing = scope("pay", saga((rec.step("charge"), rec.effect("refund")), seq(wait("go"), boom(rec, "ship"))),
                     on_error=rec.step("handled"))
@@ -359,7 +359,7 @@ def test_a_case_cancel_during_a_caught_failures_compensation_lets_it_finish_and_
 
 
 def test_a_failed_compensation_during_a_region_cancel_goes_to_the_enclosing_on_error() -> None:
-    """Cancel_region whose saga's undo fails: CompensationFailed, at the cancelled scope, is caught outside it."""
+    """cancel_region whose saga's undo fails: CompensationFailed, at the cancelled scope, is caught outside it."""
     rec = Recorder()
     region = scope("r", saga((rec.step("a"), boom(rec, "undo_a")), wait("x")))
     case = Case(seq(scope("outer", par(region, wait("y")), on_error=rec.step("h"), error_into="e"), rec.step("after")))
