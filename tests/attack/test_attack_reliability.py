@@ -1,0 +1,35 @@
+"""An independent attack on the reliability promises (issue 7) through the public API: variations of each fixed
+fault through other constructs, backends and stores.
+
+Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the
+others pin behaviour that held up.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from wfsub import CaseFailed, LimitExceeded, Substrate, mi, task
+
+
+def _ok(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"ok": True}
+
+
+# -- huge mis ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bound", [{}, {"max": 5}])
+async def test_an_endless_items_iterable_fails_at_the_mi_without_being_read_to_the_end(bound: dict[str, int]) -> None:
+    """items= returning an endless iterator fails that case at the limit instead of eating the process's memory."""
+    async with Substrate(max_instances=1_000) as sub:
+        handle = await sub.new_case(mi(task(_ok), items=lambda c: itertools.count(), **bound))
+        with anyio.fail_after(10), pytest.raises(CaseFailed, match="more") as info:
+            await handle.result()
+        assert isinstance(info.value.__cause__, LimitExceeded) and info.value.record["path"] == "mi"
+        assert await (await sub.new_case(task(_ok))).result() == {"ok": True}
