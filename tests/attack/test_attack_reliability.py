@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseFailed, LimitExceeded, Substrate, mi, task
+from wfsub import CaseFailed, LimitExceeded, MemorySink, Substrate, mi, task
 
 
 def _ok(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,3 +33,16 @@ async def test_an_endless_items_iterable_fails_at_the_mi_without_being_read_to_t
             await handle.result()
         assert isinstance(info.value.__cause__, LimitExceeded) and info.value.record["path"] == "mi"
         assert await (await sub.new_case(task(_ok))).result() == {"ok": True}
+
+
+# -- trace sinks ------------------------------------------------------------------------------------------------
+
+
+async def test_a_sink_listed_twice_is_refused_rather_than_fed_every_event_twice() -> None:
+    """Substrate(sinks=[s, s]) is a mistake refused at once; it never delivers each event twice."""
+    sink = MemorySink()
+    with pytest.raises(ValueError, match="twice"):
+        Substrate(sinks=[sink, sink])
+    async with Substrate(sinks=[sink, MemorySink()]) as sub:
+        await (await sub.new_case(task(_ok))).result()
+    assert [e.kind for e in sink.events] == ["case_started", "task", "case_done"]

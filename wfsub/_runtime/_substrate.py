@@ -200,8 +200,10 @@ class Substrate:
         _positive(evict_after, "evict_after", allow_none=True)
         if isinstance(sinks, TraceSink) or not isinstance(sinks, Sequence):
             raise TypeError("sinks must be a sequence of sinks, e.g. sinks=[MemorySink()]")
-        for sink in sinks:
+        for i, sink in enumerate(sinks):
             check_sink(sink)
+            if any(s is sink for s in sinks[:i]):  # one sink listed twice would get every event twice
+                raise ValueError(f"sinks lists {sink!r} twice: each sink gets every event once; list it once")
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must provide now(), sleep() and deadline_scope(); got {type(clock).__name__}")
         if redact is not None and not callable(redact):
