@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseFailed, LimitExceeded, MemorySink, Substrate, mi, task
+from wfsub import CaseFailed, InvalidWorkflow, LimitExceeded, MemorySink, Substrate, mi, seq, task
 
 
 def _ok(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,3 +46,15 @@ async def test_a_sink_listed_twice_is_refused_rather_than_fed_every_event_twice(
     async with Substrate(sinks=[sink, MemorySink()]) as sub:
         await (await sub.new_case(task(_ok))).result()
     assert [e.kind for e in sink.events] == ["case_started", "task", "case_done"]
+
+
+# -- validation of the registry ---------------------------------------------------------------------------------
+
+
+def test_a_broken_registered_workflow_is_named_in_the_error() -> None:
+    """Substrate(workflows=...) refusing a broken entry says which entry (and version) it is."""
+    good, broken = task(_ok), seq(task(_ok), mi(task(_ok), count=1, join=2))
+    with pytest.raises(InvalidWorkflow, match=r"invalid workflows\['refund'\]: 1 issue\n  - seq\[1\]\.mi: join=2"):
+        Substrate(workflows={"order": good, "refund": broken})
+    with pytest.raises(InvalidWorkflow, match=r"workflows\['order'\] \(version 1 of 2, oldest first\)"):
+        Substrate(workflows={"order": [broken, good]})
