@@ -14,7 +14,18 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseFailed, InvalidWorkflow, LimitExceeded, MemorySink, Substrate, mi, seq, task
+from wfsub import (
+    CallbackSink,
+    CaseFailed,
+    InvalidWorkflow,
+    LimitExceeded,
+    MemorySink,
+    Substrate,
+    mi,
+    seq,
+    task,
+    wait,
+)
 
 
 def _ok(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,3 +69,35 @@ def test_a_broken_registered_workflow_is_named_in_the_error() -> None:
         Substrate(workflows={"order": good, "refund": broken})
     with pytest.raises(InvalidWorkflow, match=r"workflows\['order'\] \(version 1 of 2, oldest first\)"):
         Substrate(workflows={"order": [broken, good]})
+
+
+class Fatal(BaseException):
+    """A BaseException an app defines (not cancellation, KeyboardInterrupt or SystemExit)."""
+
+
+def _raise(error: BaseException) -> Any:
+    def fn(*args: Any) -> None:
+        raise error
+
+    return fn
+
+
+@pytest.mark.parametrize("error", [Fatal("sink"), GeneratorExit()], ids=["Fatal", "GeneratorExit"])
+async def test_a_sink_raising_a_base_exception_is_a_sink_error_not_the_end_of_the_substrate(
+    error: BaseException,
+) -> None:
+    """A sink (or its dropped()) raising any BaseException but KeyboardInterrupt/SystemExit is counted and logged."""
+    called = anyio.Event()
+
+    def sink(event: Any) -> None:
+        called.set()
+        raise error
+
+    async with Substrate(sinks=[CallbackSink(sink)]) as sub:
+        waiting = await sub.new_case(seq(wait("go"), task(_ok)))
+        assert await (await sub.new_case(task(_ok))).result() == {"ok": True}
+        with anyio.fail_after(10):
+            await called.wait()
+        await waiting.signal("go")
+        assert await waiting.result() == {"go": None, "ok": True}
+    assert sub.statistics().sink_errors >= 1

@@ -43,6 +43,15 @@ def _log_every(count: int) -> bool:
     return count == 1 or count % 1000 == 0
 
 
+def _passes(exc: BaseException) -> bool:
+    """What a sink raises that is not the sink's own failure: cancellation, KeyboardInterrupt, SystemExit.
+
+    Anything else, a BaseException subclass or GeneratorExit included, is that sink's error (counted and logged):
+    a broken sink must not tear down the Substrate and every case with it.
+    """
+    return isinstance(exc, KeyboardInterrupt | SystemExit | anyio.get_cancelled_exc_class())
+
+
 class _SinkWorker:
     """Feeds one sink from its own bounded buffer."""
 
@@ -65,7 +74,9 @@ class _SinkWorker:
             if callable(tell):
                 try:
                     tell(len(events))
-                except Exception as exc:
+                except BaseException as exc:
+                    if _passes(exc):
+                        raise
                     self._error(exc, "dropped")
 
     async def run(self) -> None:
@@ -73,16 +84,20 @@ class _SinkWorker:
             async for events in self.receive:
                 try:
                     await self.sink.write(events)
-                except Exception as exc:
+                except BaseException as exc:
+                    if _passes(exc):
+                        raise
                     self._error(exc, "write")
         close = getattr(self.sink, "aclose", None)
         if close is not None:
             try:
                 await close()
-            except Exception as exc:
+            except BaseException as exc:
+                if _passes(exc):
+                    raise
                 self._error(exc, "aclose")
 
-    def _error(self, exc: Exception, what: str) -> None:
+    def _error(self, exc: BaseException, what: str) -> None:
         self.stats.sink_errors += 1
         self.errors += 1
         if _log_every(self.errors):
