@@ -101,3 +101,19 @@ async def test_a_sink_raising_a_base_exception_is_a_sink_error_not_the_end_of_th
         await waiting.signal("go")
         assert await waiting.result() == {"go": None, "ok": True}
     assert sub.statistics().sink_errors >= 1
+
+
+@pytest.mark.parametrize("error", [ValueError("secret-42"), Fatal("redact")], ids=["ValueError", "Fatal"])
+async def test_a_redact_that_raises_withholds_the_value_and_disturbs_nothing(error: BaseException) -> None:
+    """A failing redact= never crashes the Substrate, never makes status() raise, and never shows the value."""
+    sink = MemorySink()
+    async with Substrate(redact=_raise(error), sinks=[sink]) as sub:
+        waiting = await sub.new_case(seq(wait("go"), task(_ok)))
+        failing = await sub.new_case(task(lambda c: {"pin": c["pin"]}), {"secret": "s3cr3t"})
+        with pytest.raises(CaseFailed):
+            await failing.result()
+        failure = failing.status().failure
+        assert failure is not None and failure.message == f"<withheld: redact raised {type(error).__name__}>"
+        await waiting.signal("go")
+        assert await waiting.result() == {"go": None, "ok": True}
+    assert sink.events and all("s3cr3t" not in repr(e.detail) for e in sink.events)
