@@ -117,3 +117,13 @@ async def test_a_redact_that_raises_withholds_the_value_and_disturbs_nothing(err
         await waiting.signal("go")
         assert await waiting.result() == {"go": None, "ok": True}
     assert sink.events and all("s3cr3t" not in repr(e.detail) for e in sink.events)
+
+
+@pytest.mark.parametrize("given", [{"b", "a"}, frozenset({"b", "a"})], ids=["set", "frozenset"])
+async def test_mi_items_that_are_a_set_fail_at_the_mi(given: Any) -> None:
+    """items= returning a set is refused: its order (str hashing) differs between processes, so results would."""
+    async with Substrate() as sub:
+        handle = await sub.new_case(mi(task(_ok), items=lambda c: given))
+        with pytest.raises(CaseFailed, match="has no order: return a list") as info:
+            await handle.result()
+        assert info.value.record["path"] == "mi"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import islice
 from types import MappingProxyType
 from typing import Any
@@ -1626,6 +1627,14 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
                     ip,
                     f"mi items function returned a {type(given).__name__}: return a list with one item per "
                     "instance (a str would start one instance per character)",
+                )
+                return -1
+            if isinstance(given, AbstractSet):  # its order changes between processes (str hashing): so would the
+                m.refuse(  # instances' items, their collected outputs and a durable case's replay
+                    tok.frame,
+                    ip,
+                    f"mi items function returned a {type(given).__name__}, which has no order: return a list "
+                    "(e.g. sorted(...)) so each instance gets the same item on every run",
                 )
                 return -1
             # read one past the limit at most: an endless or huge iterable fails below without being allocated
