@@ -7,6 +7,7 @@ others pin behaviour that held up.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -127,3 +128,20 @@ async def test_mi_items_that_are_a_set_fail_at_the_mi(given: Any) -> None:
         with pytest.raises(CaseFailed, match="has no order: return a list") as info:
             await handle.result()
         assert info.value.record["path"] == "mi"
+
+
+async def test_a_stray_cancellation_from_an_async_sink_is_that_sinks_error_and_other_sinks_see_everything() -> None:
+    """An async sink that awaited a future something else cancelled is a failing sink; the hub and sinks go on."""
+
+    async def stray(event: Any) -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+
+    other = MemorySink()
+    async with Substrate(sinks=[CallbackSink(stray), other]) as sub:
+        for _ in range(3):
+            assert await (await sub.new_case(task(_ok))).result() == {"ok": True}
+    stats = sub.statistics()
+    assert stats.trace_dropped == 0 and stats.sink_errors >= 1
+    assert [e.kind for e in other.events].count("case_done") == 3

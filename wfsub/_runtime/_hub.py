@@ -25,6 +25,7 @@ from anyio.abc import TaskGroup
 
 from .._trace import EventBatch, TraceSink, check_sink, get_logger
 from .._vm import VmEvent
+from ._effects import cancelled_by_runtime
 
 _log = get_logger("wfsub.trace")
 
@@ -44,12 +45,16 @@ def _log_every(count: int) -> bool:
 
 
 def _passes(exc: BaseException) -> bool:
-    """What a sink raises that is not the sink's own failure: cancellation, KeyboardInterrupt, SystemExit.
+    """What a sink raises that is not the sink's own failure: KeyboardInterrupt, SystemExit, and a cancellation
+    the runtime issued (shutdown).
 
-    Anything else, a BaseException subclass or GeneratorExit included, is that sink's error (counted and logged):
-    a broken sink must not tear down the Substrate and every case with it.
+    Anything else, a BaseException subclass, GeneratorExit or a stray CancelledError (an async sink that awaited
+    a future something else cancelled) included, is that sink's error (counted and logged): a broken sink must
+    not end the hub, and with it every sink's events, or tear down the Substrate.
     """
-    return isinstance(exc, KeyboardInterrupt | SystemExit | anyio.get_cancelled_exc_class())
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return cancelled_by_runtime()
+    return isinstance(exc, KeyboardInterrupt | SystemExit)
 
 
 class _SinkWorker:
