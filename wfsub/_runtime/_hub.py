@@ -25,6 +25,7 @@ from anyio.abc import TaskGroup
 
 from .._trace import EventBatch, TraceSink, check_sink, get_logger
 from .._vm import VmEvent
+from ._effects import cancelled_by_runtime
 
 _log = get_logger("wfsub.trace")
 
@@ -41,6 +42,19 @@ class TraceStats:
 
 def _log_every(count: int) -> bool:
     return count == 1 or count % 1000 == 0
+
+
+def _passes(exc: BaseException) -> bool:
+    """What a sink raises that is not the sink's own failure: KeyboardInterrupt, SystemExit, and a cancellation
+    the runtime issued (shutdown).
+
+    Anything else, a BaseException subclass, GeneratorExit or a stray CancelledError (an async sink that awaited
+    a future something else cancelled) included, is that sink's error (counted and logged): a broken sink must
+    not end the hub, and with it every sink's events, or tear down the Substrate.
+    """
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return cancelled_by_runtime()
+    return isinstance(exc, KeyboardInterrupt | SystemExit)
 
 
 class _SinkWorker:
@@ -65,7 +79,9 @@ class _SinkWorker:
             if callable(tell):
                 try:
                     tell(len(events))
-                except Exception as exc:
+                except BaseException as exc:
+                    if _passes(exc):
+                        raise
                     self._error(exc, "dropped")
 
     async def run(self) -> None:
@@ -73,16 +89,20 @@ class _SinkWorker:
             async for events in self.receive:
                 try:
                     await self.sink.write(events)
-                except Exception as exc:
+                except BaseException as exc:
+                    if _passes(exc):
+                        raise
                     self._error(exc, "write")
         close = getattr(self.sink, "aclose", None)
         if close is not None:
             try:
                 await close()
-            except Exception as exc:
+            except BaseException as exc:
+                if _passes(exc):
+                    raise
                 self._error(exc, "aclose")
 
-    def _error(self, exc: Exception, what: str) -> None:
+    def _error(self, exc: BaseException, what: str) -> None:
         self.stats.sink_errors += 1
         self.errors += 1
         if _log_every(self.errors):

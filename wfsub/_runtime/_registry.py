@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._compiler import DEFAULT_MAX_CALL_DEPTH, compile_workflow
-from .._errors import WorkflowNotRegistered
+from .._errors import InvalidWorkflow, WorkflowNotRegistered
 from .._program import Program
 from .._terms import Term
 
@@ -56,7 +56,7 @@ class Workflows:
         self.versions: dict[str, list[Program]] = {}
         self.by_fingerprint: dict[str, tuple[str, Program]] = {}
         for name, terms in versions.items():
-            programs = [self.compile(t) for t in terms]
+            programs = [self._compile_version(name, i, len(terms), t) for i, t in enumerate(terms)]
             self.versions[name] = programs
             for program in programs:
                 self.by_fingerprint.setdefault(program.fingerprint, (name, program))
@@ -65,6 +65,13 @@ class Workflows:
     @property
     def names(self) -> list[str]:
         return sorted(self.versions)
+
+    def _compile_version(self, name: str, index: int, count: int, term: Term) -> Program:
+        try:
+            return self.compile(term)
+        except InvalidWorkflow as exc:  # the issue paths are relative to the term: say which entry it is
+            version = f" (version {index + 1} of {count}, oldest first)" if count > 1 else ""
+            raise InvalidWorkflow(exc.issues, what=f"workflows[{name!r}]{version}") from None
 
     def compile(self, term: Term) -> Program:
         return compile_workflow(term, library=self.library or None, max_call_depth=self.max_call_depth)

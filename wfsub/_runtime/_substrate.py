@@ -135,6 +135,31 @@ def _no_redaction(value: Any) -> Any:
     return value
 
 
+def _guarded(redact: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`redact` as the runtime calls it: one that raises withholds the value (never shows it unredacted).
+
+    It runs where a case ends, in the trace hub and in `status`: an error from it must not fail a case, crash the
+    Substrate or make `status` raise. The error is logged (the first, then every 1,000th); its message is not
+    shown, since it may quote the value.
+    """
+    errors = 0
+
+    def guarded(value: Any) -> Any:
+        nonlocal errors
+        try:
+            return redact(value)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            errors += 1
+            if errors == 1 or errors % 1000 == 0:
+                _log.error("redact raised; the value is withheld", error=type(exc).__name__, errors=errors)
+            withheld = f"<withheld: redact raised {type(exc).__name__}>"
+            return {"withheld": withheld} if isinstance(value, Mapping) else withheld
+
+    return guarded
+
+
 class Substrate:
     """The root supervisor of a set of cases. Use it as `async with Substrate(...) as sub:`.
 
@@ -200,8 +225,10 @@ class Substrate:
         _positive(evict_after, "evict_after", allow_none=True)
         if isinstance(sinks, TraceSink) or not isinstance(sinks, Sequence):
             raise TypeError("sinks must be a sequence of sinks, e.g. sinks=[MemorySink()]")
-        for sink in sinks:
+        for i, sink in enumerate(sinks):
             check_sink(sink)
+            if any(s is sink for s in sinks[:i]):  # one sink listed twice would get every event twice
+                raise ValueError(f"sinks lists {sink!r} twice: each sink gets every event once; list it once")
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must provide now(), sleep() and deadline_scope(); got {type(clock).__name__}")
         if redact is not None and not callable(redact):
@@ -226,7 +253,7 @@ class Substrate:
         self._shutdown_timeout = shutdown_timeout
         self._max_instances = max_instances
         self._max_payload = max_payload_bytes
-        self._redact = redact or _no_redaction
+        self._redact = _guarded(redact) if redact is not None else _no_redaction
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
         self._loading: dict[str, anyio.Event] = {}

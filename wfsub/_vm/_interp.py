@@ -18,6 +18,8 @@ from __future__ import annotations
 import gc
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
@@ -1627,7 +1629,17 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
                     "instance (a str would start one instance per character)",
                 )
                 return -1
-            items = list(given)
+            if isinstance(given, AbstractSet):  # its order changes between processes (str hashing): so would the
+                m.refuse(  # instances' items, their collected outputs and a durable case's replay
+                    tok.frame,
+                    ip,
+                    f"mi items function returned a {type(given).__name__}, which has no order: return a list "
+                    "(e.g. sorted(...)) so each instance gets the same item on every run",
+                )
+                return -1
+            # read one past the limit at most: an endless or huge iterable fails below without being allocated
+            limit = spec.max if spec.max is not None else m.max_instances
+            items = list(islice(given, limit + 1))
             n = len(items)
         elif spec.count_fn is not None:
             n = spec.count_fn(env)
@@ -1642,7 +1654,8 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         m.refuse(tok.frame, ip, f"mi count function returned {n!r}: it must return an int >= 0")
         return -1
     if (spec.min is not None and n < spec.min) or (spec.max is not None and n > spec.max):
-        m.refuse(tok.frame, ip, f"mi got {n} instances, outside min={spec.min} max={spec.max}", LimitExceeded)
+        got = f"more than {spec.max}" if items is not None and n > (spec.max or 0) else n
+        m.refuse(tok.frame, ip, f"mi got {got} instances, outside min={spec.min} max={spec.max}", LimitExceeded)
         return -1
     if spec.need > 0 and n < spec.need and spec.until is None and not spec.dynamic:
         m.refuse(
@@ -1656,7 +1669,8 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         m.refuse(
             tok.frame,
             ip,
-            f"mi would start {n:,} instances, more than the limit of {m.max_instances:,}: give the mi max=... "
+            f"mi would start {f'{n:,} instances, more' if items is None else 'more instances'} than the limit of "
+            f"{m.max_instances:,}: give the mi max=... "
             "(or the Substrate max_instances=...) if that many is meant",
             LimitExceeded,
         )
