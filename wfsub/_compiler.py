@@ -134,6 +134,7 @@ def canonical(term: object) -> str:
     """Structure of a term with each function named by module and qualified name and its code's digest: the input
     of the fingerprint, so an edited task body or lambda makes a new version."""
     out: list[str] = []
+    fn_ids: dict[int, str] = {}  # a function used by many steps is digested once (the term keeps it alive)
 
     def emit(value: object) -> None:
         if isinstance(value, Term):
@@ -152,7 +153,10 @@ def canonical(term: object) -> str:
         elif isinstance(value, Retry):
             out.append(repr(value))
         elif callable(value):
-            out.append(_fn_id(value))
+            known = fn_ids.get(id(value))
+            if known is None:
+                known = fn_ids[id(value)] = _fn_id(value)
+            out.append(known)
         else:
             out.append(repr(value))
 

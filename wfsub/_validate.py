@@ -13,6 +13,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -66,6 +67,8 @@ class ValidationIssue(BaseModel):
 
 
 def _is_async(fn: object) -> bool:
+    if type(fn) is FunctionType and "_is_coroutine_marker" not in fn.__dict__:  # the common case, without inspect
+        return bool(fn.__code__.co_flags & inspect.CO_COROUTINE)
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with an async __call__
@@ -113,6 +116,7 @@ class _Checker:
     handlers: int = 0  # how many on_cancel / on_error / compensation branches enclose the current node
     handler_calls: list[tuple[str, str]] = field(default_factory=list)  # calls made inside such a branch
     terminates: str | None = None  # the path of a terminate() in this workflow, if it has one
+    on_error: bool = True  # the workflow has an on_error scope (set by _survey; parallel error keys are checked)
 
     def add(self, path: str, message: str) -> None:
         self.issues.append(ValidationIssue(path=path, message=message + self.context))
@@ -182,20 +186,41 @@ class _Checker:
 
 
 
-def _too_deep(term: object, root: str) -> str | None:
-    """The path of the first node nested deeper than MAX_DEPTH, or None (an iterative walk: any depth)."""
-    stack: list[tuple[object, str, int]] = [(term, root, 1)]
+# The walks below visit whole subtrees but rarely report: they carry a link (parent link, selector, node) and
+# spell a node's path only when it is reported, instead of formatting every path on the way.
+_Link = tuple[Any, str, object] | None
+
+
+def _path_of(link: _Link, root: str) -> str:
+    steps: list[tuple[str, object]] = []
+    while link is not None:
+        link, sel, node = link
+        steps.append((sel, node))
+    path = root
+    for sel, node in reversed(steps):
+        path = child_path(path, sel, node)
+    return path
+
+
+def _survey(term: object, root: str) -> tuple[str | None, bool]:
+    """One iterative walk (any depth) before the checks: the path of the first node nested deeper than MAX_DEPTH
+    (or None), and whether the workflow has an on_error scope at all (else no branch needs its keys compared)."""
+    stack: list[tuple[object, _Link, int]] = [(term, None, 1)]
+    on_error = False
     while stack:
-        node, path, depth = stack.pop()
+        node, link, depth = stack.pop()
         if depth > MAX_DEPTH:
-            return path
+            return _path_of(link, root), on_error
         if isinstance(node, Term):
-            stack.extend((child, child_path(path, sel, child), depth + 1) for sel, child in children(node))
-    return None
+            if isinstance(node, Scope) and node.on_error is not None:
+                on_error = True
+            for sel, child in children(node):
+                stack.append((child, (link, sel, child), depth + 1))
+    return None, on_error
 
 
 def _check_workflow(checker: _Checker, term: object, root: str) -> None:
-    deep = _too_deep(term, root)
+    deep, checker.on_error = _survey(term, root)
     if deep is not None:
         checker.add(
             deep,
@@ -277,20 +302,22 @@ def _check_par(c: _Checker, t: Par, path: str) -> None:
 def _error_keys(term: object, path: str) -> list[tuple[str, str]]:
     """(error_into, path) of the on_error scopes in a branch, not looking into mi bodies (instance data)."""
     found: list[tuple[str, str]] = []
-    stack: list[tuple[object, str]] = [(term, path)]
+    stack: list[tuple[object, _Link]] = [(term, None)]
     while stack:
-        node, at = stack.pop()
+        node, link = stack.pop()
         if not isinstance(node, Term) or isinstance(node, MI):
             continue
         if isinstance(node, Scope) and node.on_error is not None and isinstance(node.error_into, str):
-            found.append((node.error_into, at))
-        stack.extend((child, child_path(at, sel, child)) for sel, child in children(node))
+            found.append((node.error_into, _path_of(link, path)))
+        stack.extend((child, (link, sel, child)) for sel, child in children(node))
     return found
 
 
 def _distinct_error_keys(c: _Checker, branches: Sequence[tuple[str, Any]], path: str) -> None:
     """Parallel branches share the case data: two on_error scopes in two of them must store under two keys.
     `branches` are (selector, term) pairs of the branches that may run at the same time."""
+    if not c.on_error:
+        return
     seen: dict[str, str] = {}
     for sel, branch in branches:
         mine: dict[str, str] = {}

@@ -59,6 +59,7 @@ from ._records import (
     link,
     members,
     unlink,
+    unlink_thread,
 )
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunStatus
@@ -481,7 +482,7 @@ class Interp:
         return tok
 
     def move(self, tok: Token, frame: Frame) -> None:
-        unlink(tok.frame, tok)
+        unlink_thread(tok.frame, tok)
         link(frame, tok)
         tok.frame = frame
 
@@ -489,7 +490,7 @@ class Interp:
         """The token leaves a pass-through frame normally and continues at `target`."""
         parent = frame.parent
         assert parent is not None
-        unlink(frame, tok)
+        unlink_thread(frame, tok)
         link(parent, tok)
         tok.frame = parent
         frame.exited = True
@@ -641,6 +642,21 @@ class Interp:
                     undo = _undo_for(child) if compensate else None
                     if undo is not None:
                         _adopt(keeper, top_kept, undo)
+                grand = child.head
+                while grand is not None and type(grand) is Token:
+                    grand = grand.next
+                if grand is None:  # a frame holding only threads (an mi instance, a branch): done here, no push
+                    grand = child.head
+                    while grand is not None:
+                        self.drop(grand)
+                        tokens += 1
+                        grand = grand.next
+                    child.head = None
+                    child.count = child.live = 0
+                    if child.alive:
+                        child.alive = False
+                        dead.append(child)
+                    continue
                 stack.append((child, members(child), undo if undo is not None else keeper))
                 break
             else:
@@ -1034,6 +1050,9 @@ class Interp:
         else:  # work it left behind runs on, detached
             inst.attached = False
             mi.live -= 1
+        spec: bc.MISpec = mi.spec
+        if spec.need == ALL and spec.until is None and not mi.fired and (mi.spawner is not None or mi.live):
+            return  # the common case, without mi_check: an all join while instances still run or start
         self.mi_check(mi, completed=completed)
 
     def mi_check(self, mi: MIFrame, *, completed: bool = False) -> None:
@@ -1416,7 +1435,7 @@ def _op_effect(m: Interp, tok: Token, ip: int, spec: bc.EffectSpec) -> int:
 
 def _op_end(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     frame = tok.frame
-    unlink(frame, tok)
+    unlink_thread(frame, tok)
     tok.alive = False
     m.root_ended = True
     frame.child_gone(m, tok, False)
@@ -1679,7 +1698,7 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     if n == 0 and not spec.dynamic:
         if spec.need not in (ALL, 0):  # an n join that nothing can reach (until= allowed the count): withdrawn
             frame = tok.frame
-            unlink(frame, tok)
+            unlink_thread(frame, tok)
             tok.alive = False
             m.trace_node("withdrawn", ip, reason="mi with no instances: its join can never be reached")
             frame.child_gone(m, tok, True)
@@ -1710,7 +1729,7 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         if n == 0 and spec.dynamic != _OPEN:  # nothing runs in it: it must not keep the case open
             m.close(frame, withdrawn=False)  # (an open mi stays, taking instances, until close_instances)
         return spec.after
-    unlink(parent, tok)
+    unlink_thread(parent, tok)
     tok.alive = False
     if n == 0:
         m.mi_check(frame)
@@ -1729,7 +1748,7 @@ def _op_mi_spawn(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
         return ip  # next step: the next chunk
     frame.items = None
     frame.spawner = None
-    unlink(frame, tok)
+    unlink_thread(frame, tok)
     tok.alive = False
     m.mi_check(frame)
     return -1
@@ -1794,7 +1813,7 @@ def _op_when_milestone(m: Interp, tok: Token, ip: int, spec: bc.NameSpec) -> int
         m.ms_waiters.setdefault(spec.name, Fifo()).append((tok, wid))
         return -1
     frame = tok.frame  # reached and passed: this branch is withdrawn
-    unlink(frame, tok)
+    unlink_thread(frame, tok)
     tok.alive = False
     m.trace_node("withdrawn", ip, reason=f"milestone {spec.name!r} has passed")
     frame.child_gone(m, tok, True)
@@ -1933,7 +1952,7 @@ def _op_handler_done(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     """The end of an on_cancel, on_error or compensation branch."""
     frame = tok.frame
     if type(frame) is UndoFrame:  # undoing withdrawn work: the next compensation, once this one's threads ended
-        unlink(frame, tok)
+        unlink_thread(frame, tok)
         tok.alive = False
         if frame.live == 0:
             m.handler_finished(frame)

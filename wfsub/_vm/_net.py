@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _program as bc
 from .._program import NET_AND, NET_END, NET_XOR
-from ._records import Frame, Token, link, unlink
+from ._records import Frame, Token, link, unlink, unlink_thread
 
 if TYPE_CHECKING:
     from ._interp import Interp
@@ -339,7 +339,7 @@ def _route(m: Interp, net: NetFrame, tok: Token, src: Frame, route: bc.NetRoute,
         else:
             net.arrive_at_join(route.places[k], target)
     if nxt < 0:
-        unlink(tok.frame, tok)  # it ended at end or at a join: settle() decides whether it carries on
+        unlink_thread(tok.frame, tok)  # it ended at end or at a join: settle() decides whether it carries on
     if type(src) is NodeFrame and src.attached and src.live == 0:  # the old place is freed last
         net.vacate(src.node)
         if src.count == 0:
