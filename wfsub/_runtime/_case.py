@@ -58,7 +58,7 @@ from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
 from ._hub import TraceHub
 from ._journal import copy_data, error_body, to_json
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
-from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
+from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
     from .._store import CaseRow
@@ -68,6 +68,17 @@ _log = get_logger("wfsub.runtime")
 
 _ENDED = frozenset({"done", "failed", "cancelled"})
 _STORE_RETRY = 1.0  # seconds between attempts to journal an input the store refused with an error
+
+
+# The states as module constants: reading an enum member off its class costs ~90 ns, and the actor sets and
+# tests them on every burst.
+_RUNNING = CaseState.RUNNING
+_DONE = CaseState.DONE
+_FAILED = CaseState.FAILED
+_CANCELLED = CaseState.CANCELLED
+_WAITING_EFFECT = CaseState.WAITING_EFFECT
+_WAITING_SIGNAL = CaseState.WAITING_SIGNAL
+_WAITING_TIMER = CaseState.WAITING_TIMER
 
 
 @dataclass(slots=True)
@@ -153,10 +164,11 @@ class CaseActor:
 
     async def run(self) -> None:
         try:  # one coroutine frame for the whole life of the case (an idle case pays for each frame)
-            self.state = CaseState.RUNNING
+            self.state = _RUNNING
             # The case starts before it takes any input, but a cancel already requested comes first: once
             # cancel() has returned, none of the case's work starts.
-            first = any(type(msg) is Cancel for msg in self.inbox) or (self.resume is not None and bool(self.inbox))
+            inbox = self.inbox
+            first = bool(inbox) and (self.resume is not None or any(type(msg) is Cancel for msg in inbox))
             r = self._burst(drain=first) if self.journal is None else await self._durable_burst(drain=first)
             if self.deadline is None and self.resume is None:
                 pending = await self._drive(r, None)
@@ -188,14 +200,15 @@ class CaseActor:
         finally:
             if self.evicted:
                 self.machine = None
-            elif not self.state.ended:  # unwinding on cancellation: the Substrate is closing
+            elif self.state not in FINAL:  # unwinding on cancellation: the Substrate is closing
                 if self.journal is not None:
                     self._close_live()
                 else:
                     self._end_cancelled("substrate closed")
             if not self.parked:
                 self.shared.busy -= 1
-            self._starting(-self.unstarted)  # tasks cancelled before they ever ran
+            if self.unstarted:
+                self._starting(-self.unstarted)  # tasks cancelled before they ever ran
             self.parked = False
             if self.sinks:
                 self.shared.hub.release(self.sinks)
@@ -239,7 +252,7 @@ class CaseActor:
                 if self.evicting and not self.inbox and await self._evict():
                     return None
                 self.wakeups += 1
-                self.state = CaseState.RUNNING
+                self.state = _RUNNING
             r = self._burst() if not durable else await self._durable_burst()
 
     def _burst(self, drain: bool = True) -> RunResult:
@@ -261,11 +274,11 @@ class CaseActor:
         m = self.machine
         assert m is not None
         if m.pending_effects:
-            self.state = CaseState.WAITING_EFFECT
+            self.state = _WAITING_EFFECT
         elif self.signals or not m.armed_timers:
-            self.state = CaseState.WAITING_SIGNAL
+            self.state = _WAITING_SIGNAL
         else:
-            self.state = CaseState.WAITING_TIMER
+            self.state = _WAITING_TIMER
 
     # -- the mailbox ------------------------------------------------------------------------------------
 
@@ -294,7 +307,7 @@ class CaseActor:
         m = self.machine
         assert j is not None
         assert m is not None
-        if self.state not in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER) or self.requested:
+        if self.state not in (_WAITING_SIGNAL, _WAITING_TIMER) or self.requested:
             return False
         from .._store import CaseWrite
 
@@ -604,7 +617,7 @@ class CaseActor:
         """The row written with the inputs that wake a parked case: running from this record on. Where its threads
         will wait next is not known until the inputs are applied, so it names no waits (a status reads it as
         'running'); recovery brings running cases back at start whatever their row says."""
-        row = self._row(CaseState.RUNNING)
+        row = self._row(_RUNNING)
         row.at, row.signals, row.timers = [], [], []
         row.next_due = self.deadline
         return row
@@ -616,11 +629,11 @@ class CaseActor:
         m = self.machine
         assert j is not None
         assert m is not None
-        if self.state is CaseState.WAITING_EFFECT:
+        if self.state is _WAITING_EFFECT:
             if self.shared.on_effect_wait is not None:
                 self.shared.on_effect_wait(self)
             return
-        if self.state not in (CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER) or self.requested:
+        if self.state not in (_WAITING_SIGNAL, _WAITING_TIMER) or self.requested:
             return
         from .._store import CaseWrite
 
@@ -684,9 +697,9 @@ class CaseActor:
         now = self.shared.clock.now()
         end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value,
                                "digest": self.end_digest}
-        if self.state is CaseState.DONE:
+        if self.state is _DONE:
             end["result"] = self.final_data
-        elif self.state is CaseState.FAILED:
+        elif self.state is _FAILED:
             end["error"] = {
                 "type": type(self.cause).__name__ if self.cause is not None else "StepFailed",
                 "message": self.error_message,
@@ -700,7 +713,7 @@ class CaseActor:
         row.last_seq = end["seq"]
         row.ended_at = self.ended_at
         row.error = self.shared.redact(end.get("error"))  # the row is read by people (wfsub show); the journal not
-        row.cancel_reason = self.cancel_reason if self.state is CaseState.CANCELLED else None
+        row.cancel_reason = self.cancel_reason if self.state is _CANCELLED else None
         row.at, row.signals, row.effects, row.timers, row.next_due = [], [], [], [], None
         try:
             with anyio.CancelScope(shield=True):
@@ -850,7 +863,7 @@ class CaseActor:
         assert m is not None
         if r.status == "done":
             self.result = m.data
-            self.state = CaseState.DONE
+            self.state = _DONE
             self._finish()
         elif r.status == "failed":
             self.record = m.failure_record
@@ -868,13 +881,13 @@ class CaseActor:
         self.cause = cause
         self.error_path = path
         self.error_message = message
-        self.state = CaseState.FAILED
+        self.state = _FAILED
         _log.info("case failed", case_id=self.case_id, path=path, error=self.shared.redact(message))
         self._finish()
 
     def _end_cancelled(self, reason: str) -> None:
         self.cancel_reason = reason
-        self.state = CaseState.CANCELLED
+        self.state = _CANCELLED
         self._finish()
 
     def _finish(self) -> None:
@@ -913,10 +926,10 @@ class CaseActor:
     def outcome(self) -> dict[str, Any]:
         """The final data, or raise the case's CaseFailed / CaseCancelled (a fresh exception per call)."""
         state = self.state
-        if state is CaseState.DONE:
+        if state is _DONE:
             assert self.result is not None
             return copy_data(self.result)  # each caller gets its own copy: nothing shared with the case
-        if state is CaseState.FAILED:
+        if state is _FAILED:
             failed = CaseFailed(self.case_id, self.error_path, self.error_message)
             failed.traceback = self.traceback
             failed.record = self.record
@@ -939,7 +952,7 @@ class CaseActor:
         else:
             steps, effects, timers, regions = self.steps, 0, 0, ()
         error = failure = None
-        if self.state is CaseState.FAILED:
+        if self.state is _FAILED:
             redact = self.shared.redact
             error = str(redact(str(CaseFailed(self.case_id, self.error_path, self.error_message))))
             failure = Failure(
@@ -967,7 +980,7 @@ class CaseActor:
             started_at=self.started_at,
             ended_at=self.ended_at,
             error=error,
-            cancel_reason=self.cancel_reason if self.state is CaseState.CANCELLED else None,
+            cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
             workflow=self.workflow,
             at=at,
             effects=in_flight,

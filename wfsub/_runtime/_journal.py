@@ -74,7 +74,11 @@ def copy_data(data: Mapping[str, Any]) -> dict[str, Any]:
     Dicts and lists, which is what case data is made of, are copied here; str, numbers, bool, None and bytes are
     shared (they cannot change); anything else goes through `copy.deepcopy`.
     """
-    return {key: _copied(value) for key, value in data.items()}
+    out = dict(data)
+    for key, value in out.items():
+        if type(value) not in _ATOMS:  # (atoms, the usual values, are shared without a call)
+            out[key] = _copied(value)
+    return out
 
 
 def _copied(value: Any) -> Any:

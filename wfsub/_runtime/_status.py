@@ -31,6 +31,7 @@ class CaseState(StrEnum):
 
 
 _FINAL = frozenset({CaseState.DONE, CaseState.FAILED, CaseState.CANCELLED})
+FINAL = _FINAL  # `state in FINAL` where it is read per case: an enum property costs a Python call
 _PARKED = frozenset({CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER})
 
 

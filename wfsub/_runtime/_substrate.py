@@ -75,7 +75,7 @@ from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, 
 from ._nodes import DatabaseClock, Lease, Node
 from ._persist import Background, Loaded, end_suspended, rebuild, status_of
 from ._registry import Workflows
-from ._status import CaseState, CaseStatus, SubstrateStatistics
+from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 
 _log = get_logger("wfsub.runtime")
 
@@ -510,9 +510,10 @@ class Substrate:
                 "placement='any' queues a case for any node of a shared store (store='postgresql://...'); this "
                 "Substrate has no shared store: start the case here (the default placement)"
             )
-        start_data = _check_data(data)
-        _positive(timeout, "timeout", allow_none=True)
-        seed = self._seed_of(scheduler)
+        start_data = _check_data(data) if data is not None else None
+        if timeout is not None:
+            _positive(timeout, "timeout", allow_none=True)
+        seed = None if scheduler == "deterministic" else self._seed_of(scheduler)
         case_id = self._new_id(case_id)
         program, name = self._program(workflow)
         durable = self._store is not None
@@ -520,11 +521,12 @@ class Substrate:
             start_data, _ = to_json(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
         deadline = None if timeout is None else now + timeout
+        level = self._case_level()
         machine = Machine(
-            program, start_data, scheduler=None if seed is None else Seeded(seed), trace_level=self._case_level(),
+            program, start_data, scheduler=None if seed is None else Seeded(seed), trace_level=level,
             case_id=case_id, max_instances=self._max_instances, workflow=name,
         )
-        actor = self._actor(case_id, machine, now, deadline, name)
+        actor = self._actor(case_id, machine, now, deadline, name, level)
         if durable:
             machine.digesting = True
             assert self._store is not None
@@ -583,11 +585,14 @@ class Substrate:
     def _case_level(self) -> str:
         return self._level if self._sinks else "none"
 
-    def _actor(self, case_id: str, machine: Machine, now: float, deadline: float | None, name: str | None) -> CaseActor:
+    def _actor(
+        self, case_id: str, machine: Machine, now: float, deadline: float | None, name: str | None,
+        level: str | None = None,
+    ) -> CaseActor:
         shared = self._shared
         assert shared is not None
-        actor = CaseActor(case_id, machine, shared, now, level=self._case_level(), deadline=deadline, workflow=name)
-        return actor
+        level = self._case_level() if level is None else level
+        return CaseActor(case_id, machine, shared, now, level=level, deadline=deadline, workflow=name)
 
     def _spawn(self, actor: CaseActor) -> None:
         shared = self._shared
@@ -960,7 +965,6 @@ class Substrate:
 
     async def _wait_end(self, case_id: str, actor: CaseActor | None, *, check_only: bool) -> dict[str, Any]:
         """The outcome once the case has ended: from its actor, or from the store when it is not in memory."""
-        waiting = f"case {case_id!r} has not ended; it goes on running (await it again, or cancel it)"
         while True:
             if actor is None or actor.evicted:
                 actor = self._cases.get(case_id)
@@ -969,7 +973,7 @@ class Substrate:
                     return actor.outcome()  # raises CaseFailed / CaseCancelled / SubstrateClosed
                 if check_only:  # ended: its outcome once its `end` record is written, not waiting for its effects
                     if not actor.state.ended:
-                        raise TimeoutError(waiting)
+                        raise TimeoutError(_not_ended(case_id))
                     if not actor.recorded:
                         if actor.on_recorded is None:
                             actor.on_recorded = anyio.Event()
@@ -987,7 +991,7 @@ class Substrate:
             if CaseState(row.state).ended:
                 return _row_outcome(row)
             if check_only:
-                raise TimeoutError(waiting)
+                raise TimeoutError(_not_ended(case_id))
             if self._phase != "open":
                 raise SubstrateClosed(f"await case {case_id!r}: it stays live in the store; await it after re-opening")
             event = self._end_events.get(case_id)
@@ -1143,20 +1147,25 @@ class Substrate:
         event = self._end_events.pop(actor.case_id, None)
         if event is not None:
             event.set()
-        if actor.state.ended:
-            self._counts[actor.state.value] += 1
+        state = actor.state
+        if state in FINAL:
+            self._counts[state] += 1  # (a StrEnum: the key "done" is found by its member)
         ended = self._ended
         ended.append(actor.case_id)
         cases = self._cases
         while len(ended) > self._retain:
             old = ended.popleft()
-            if old in cases and cases[old].state.ended:
+            if old in cases and cases[old].state in FINAL:
                 del cases[old]
                 self._counts["evicted"] += 1
 
     def __repr__(self) -> str:
         store = f" store={self._store.url}" if self._store is not None else ""
         return f"<Substrate {self._phase} cases={len(self._cases)} trace_level={self._level!r}{store}>"
+
+
+def _not_ended(case_id: str) -> str:
+    return f"case {case_id!r} has not ended; it goes on running (await it again, or cancel it)"
 
 
 def _check_await_timeout(timeout: object) -> None:
@@ -1211,6 +1220,9 @@ class CaseHandle:
     async def result(self, timeout: float | None = None, *, model: type[BaseModel] | None = None) -> Any:  # noqa: ASYNC109
         """The final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or TimeoutError
         (the case goes on). `timeout=0` checks without waiting."""
+        actor = self._actor
+        if timeout is None and model is None and actor is not None and actor.exited and not actor.evicted:
+            return actor.outcome()  # ended and exited: nothing to wait for (the common case, kept short)
         _check_await_timeout(timeout)
         return _validated(self.case_id, await self._sub._outcome(self.case_id, self._current(), timeout), model)
 

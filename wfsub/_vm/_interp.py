@@ -145,14 +145,17 @@ class Interp:
         trace_level: str,
         max_instances: int = bc.DEFAULT_MAX_INSTANCES,
     ) -> None:
-        self.attach(program)
+        self.program = program  # (attach and the trace_level setter inlined: once per case)
+        self.code = program.code
+        self.paths = program.paths
         self.max_instances = max_instances
         self.workflow: str | None = None  # the registered name, named by `case_started` (the runtime sets it)
         self.gc_paused = False
         self.data: dict[str, Any] = dict(data)
         self.root_env: Mapping[str, Any] = MappingProxyType(self.data)
         self.scheduler: Scheduler = scheduler if scheduler is not None else Deterministic()
-        self.trace_level = trace_level
+        self._level_name = trace_level
+        self.tl = LEVELS[trace_level]
         self.status = YIELDED  # a fresh machine has work to do
         self.started = False
         self.awaiting: tuple[str, ...] = ()
@@ -187,19 +190,16 @@ class Interp:
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
         self.outputs: list[tuple[int, Any]] | None = None  # digesting: (ip, output) of the tasks since the last take
         self.digest = ""  # the running digest of task outputs (see Machine.take_digest)
-        self.clear_outputs()
+        self.out_effects: list[EffectRequest] = []
+        self.out_timers: list[TimerRequest] = []
+        self.out_cancel_effects: list[int] = []
+        self.out_cancel_timers: list[int] = []
         self.spawn(self.root, 0, self.root_env)
 
     def attach(self, program: Program) -> None:
         self.program = program
         self.code = program.code
         self.paths = program.paths
-
-    def clear_outputs(self) -> None:
-        self.out_effects: list[EffectRequest] = []
-        self.out_timers: list[TimerRequest] = []
-        self.out_cancel_effects: list[int] = []
-        self.out_cancel_timers: list[int] = []
 
     @property
     def trace_level(self) -> str:
@@ -218,7 +218,9 @@ class Interp:
             return 0
         if not self.started:
             self.started = True
-            if self.workflow is None:
+            if not self.tl:
+                pass  # (untraced: no event, and no detail dict built for one)
+            elif self.workflow is None:
                 self.case_event("case_started")
             else:
                 self.case_event("case_started", workflow=self.workflow)
@@ -979,7 +981,9 @@ class Interp:
     def finish(self, status: RunStatus, reason: str) -> None:
         self.ended = True
         self.status = status
-        if status == DONE:
+        if not self.tl:
+            pass  # (untraced: no event, and no detail dict built for one)
+        elif status == DONE:
             self.case_event("case_done")
         elif status == CANCELLED:
             self.case_event("case_cancelled", reason=reason)

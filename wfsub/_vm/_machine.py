@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -31,28 +31,15 @@ from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
 
 _R = TypeVar("_R", EffectRequest, TimerRequest)
-_T = TypeVar("_T")
 
 
-class _FromVm(Generic[_T]):
-    """A read-only attribute of the interpreter, seen through the front."""
+def _from_vm(attribute: str, doc: str | None = None) -> Any:
+    """A read-only attribute of the interpreter, seen through the front: a property whose getter is all C (no
+    Python frame per read: the runtime reads these on every burst). Typed by the annotation where it is used."""
+    return property(attrgetter(f"_vm.{attribute}"), doc=doc)
 
-    __slots__ = ("_get", "doc")
 
-    def __init__(self, attribute: str, doc: str | None = None) -> None:
-        self._get = attrgetter(f"_vm.{attribute}")
-        self.doc = doc
-
-    @overload
-    def __get__(self, machine: None, owner: type[Machine]) -> _FromVm[_T]: ...
-    @overload
-    def __get__(self, machine: Machine, owner: type[Machine]) -> _T: ...
-    def __get__(self, machine: Machine | None, owner: type[Machine]) -> _FromVm[_T] | _T:
-        if machine is None:
-            return self
-        value: _T = self._get(machine)
-        return value
-
+_BLOCKED, _FAILED = RunStatus.BLOCKED, RunStatus.FAILED
 _EFFECT_ID: Callable[[EffectRequest], int] = attrgetter("effect_id")
 _TIMER_ID: Callable[[TimerRequest], int] = attrgetter("timer_id")
 
@@ -91,16 +78,16 @@ class Machine:
 
     # -- what the driver reads ---------------------------------------------------------------------------
 
-    program = _FromVm[Program]("program")
-    data = _FromVm[dict[str, Any]]("data", "The case data (the live dict: copy it to keep it).")
-    status = _FromVm[RunStatus]("status")
-    ended = _FromVm[bool]("ended")
-    steps = _FromVm[int]("steps", "Instructions executed so far.")
-    scheduler = _FromVm[Scheduler]("scheduler")
-    error = _FromVm[BaseException | None]("error", "Failed: the step's exception (a CaseFailed for a limit).")
-    error_path = _FromVm[str | None]("error_path", "Failed: the node path.")
-    error_message = _FromVm[str | None]("error_message", "Failed: what happened.")
-    failure_record = _FromVm[dict[str, Any] | None](
+    program: Program = _from_vm("program")
+    data: dict[str, Any] = _from_vm("data", "The case data (the live dict: copy it to keep it).")
+    status: RunStatus = _from_vm("status")
+    ended: bool = _from_vm("ended")
+    steps: int = _from_vm("steps", "Instructions executed so far.")
+    scheduler: Scheduler = _from_vm("scheduler")
+    error: BaseException | None = _from_vm("error", "Failed: the step's exception (a CaseFailed for a limit).")
+    error_path: str | None = _from_vm("error_path", "Failed: the node path.")
+    error_message: str | None = _from_vm("error_message", "Failed: what happened.")
+    failure_record: dict[str, Any] | None = _from_vm(
         "failure_record", "Failed at a node: the error record {type, message, path, compensated, cause}."
     )
 
@@ -208,9 +195,9 @@ class Machine:
             result.cancelled_effects, vm.out_cancel_effects = vm.out_cancel_effects, []
         if vm.out_cancel_timers:
             result.cancelled_timers, vm.out_cancel_timers = vm.out_cancel_timers, []
-        if status == RunStatus.BLOCKED:
+        if status is _BLOCKED:
             result.signals = vm.awaiting
-        elif status == RunStatus.FAILED:
+        elif status is _FAILED:
             result.error, result.error_path, result.error_message = vm.error, vm.error_path, vm.error_message
         return result
 
