@@ -1,0 +1,88 @@
+"""Attacks on many nodes sharing cases on Postgres (leases, fencing, takeover, the inbox, queued cases), through
+the public API. Skipped unless WFSUB_TEST_POSTGRES names a server (see tests/stores/_pg.py).
+
+Each test pins a fault found here (fixed beside it) or a promise that was checked and held; an
+`xfail(strict=True)` test is a fault left open, its reason says what is wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from wfsub import Substrate, effect, effect_info, seq, task
+from wfsub.stores import PostgresStore
+
+from ..stores import _pg
+
+pytestmark = [pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON), pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _postgres_database() -> Iterator[None]:
+    """The session's own Postgres database (made on first use) is dropped when these tests end."""
+    yield
+    _pg.drop_database()
+
+
+def node_store(schema: str, lease_seconds: float = 1.0) -> PostgresStore:
+    return PostgresStore(_pg.database_dsn(), schema=schema, lease_seconds=lease_seconds)
+
+
+def _finish(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"done": True}
+
+
+async def test_a_paused_node_does_not_report_a_taken_over_case_as_failed() -> None:
+    """A node that stalls past its lease while its case's effect runs hands the case over: when it wakes, its
+    awaiter gets the outcome the new owner recorded, not an internal CaseFailed."""
+    calls: list[str] = []
+
+    async def pay(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        calls.append(effect_info().idempotency_key)
+        if len(calls) == 1:
+            time.sleep(3.0)  # noqa: ASYNC251 - the whole node stalls (a long GC pause, a starved VM)
+        return {"paid": len(calls)}
+
+    flows = {"f": seq(effect(pay, name="pay"), task(_finish, name="finish"))}
+    schema = _pg.new_schema()
+    seen: dict[str, Any] = {}
+    started = threading.Event()
+
+    def paused_node() -> None:
+        async def run() -> None:
+            async with Substrate(store=node_store(schema), workflows=flows, node_id="a") as a:
+                await a.new_case("f", case_id="c1")
+                started.set()
+                try:
+                    with anyio.fail_after(30):
+                        seen["await"] = await a.await_case("c1")
+                except Exception as exc:  # what the node's own awaiter was told
+                    seen["await"] = exc
+                seen["status"] = a.status("c1").state.value
+
+        anyio.run(run)
+
+    async with Substrate(store=node_store(schema), workflows=flows, node_id="b") as b:
+        thread = threading.Thread(target=paused_node)
+        thread.start()
+        try:
+            await anyio.to_thread.run_sync(started.wait)
+            with anyio.fail_after(30):
+                assert (await b.await_case("c1"))["done"]
+        finally:
+            await anyio.to_thread.run_sync(thread.join)
+        kinds = [r.kind for r in await b.journal("c1")]
+    assert calls == [calls[0], calls[0]]  # run again after takeover, with the same idempotency key
+    assert kinds == ["start", "effect", "end"]
+    assert seen == {"await": {"paid": 2, "done": True}, "status": "done"}
