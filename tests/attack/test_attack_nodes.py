@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import Substrate, effect, effect_info, seq, task
+from wfsub import CaseCancelled, Substrate, effect, effect_info, seq, task, wait
 from wfsub.stores import PostgresStore
 
 from ..stores import _pg
@@ -86,3 +86,31 @@ async def test_a_paused_node_does_not_report_a_taken_over_case_as_failed() -> No
     assert calls == [calls[0], calls[0]]  # run again after takeover, with the same idempotency key
     assert kinds == ["start", "effect", "end"]
     assert seen == {"await": {"paid": 2, "done": True}, "status": "done"}
+
+
+async def test_a_node_leaves_alone_a_suspended_case_another_node_owns() -> None:
+    """A node that registers the version a case of another node is suspended on does not run it: a signal
+    through it goes to the owner's inbox, and a cancel through it ends the case (no StoreConflict, no zombie)."""
+    v1 = seq(wait("go"), task(_finish, name="finish"))
+    schema = _pg.new_schema()
+    async with Substrate(store=node_store(schema, 10.0), workflows={"f": v1}, node_id="a") as a:
+        await a.new_case("f", case_id="c1")
+    # Node a comes back without the case's workflow: the case is suspended there, still a's.
+    async with Substrate(store=node_store(schema, 10.0), workflows={"g": seq(wait("other"))}, node_id="a") as a:
+        with anyio.fail_after(30):
+            while a.status("c1").state != "suspended":  # noqa: ASYNC110 - a's version check runs in the background
+                await anyio.sleep(0.05)
+            async with Substrate(store=node_store(schema, 10.0), workflows={"f": v1}, node_id="b") as b:
+                await anyio.sleep(0.5)  # b's own version check has run
+                assert b.status("c1").state == "suspended"
+                await b.signal("c1", "go", request_id="go-1")  # a's input now: a refuses it (suspended)
+                await b.cancel("c1", reason="from b")
+                with pytest.raises(CaseCancelled):
+                    await b.await_case("c1")
+    operator = PostgresStore(_pg.database_dsn(), schema=schema, create=False)
+    await operator.open(owner=False, owner_id="operator")
+    try:
+        row = await operator.row("c1")
+        assert row is not None and row.owner == "a" and row.state == "cancelled"
+    finally:
+        await operator.close()

@@ -390,6 +390,8 @@ class Substrate:
                 if not rows:
                     break
                 for row in rows:
+                    if self._store.shared and row.owner != self._owner:
+                        continue  # another node's case (or a queued one): its owner checks it
                     registered = self._workflows.find(row.fingerprint) is not None
                     if row.case_id not in self._cases and registered == (state == CaseState.SUSPENDED.value):
                         await self._load_quietly(row.case_id)
@@ -753,7 +755,8 @@ class Substrate:
             raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
-            if row is not None and row.state == CaseState.SUSPENDED.value:
+            mine = row is not None and (not self._store.shared or row.owner == self._owner)
+            if row is not None and mine and row.state == CaseState.SUSPENDED.value:  # else: the owner's inbox
                 await self._end_suspended(row, reason, request_id)
                 return
             if row is not None and CaseState(row.state).ended:
