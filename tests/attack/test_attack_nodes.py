@@ -90,7 +90,7 @@ async def test_a_paused_node_does_not_report_a_taken_over_case_as_failed() -> No
 
 async def test_a_node_leaves_alone_a_suspended_case_another_node_owns() -> None:
     """A node that registers the version a case of another node is suspended on does not run it: a signal
-    through it goes to the owner's inbox, and a cancel through it ends the case (no StoreConflict, no zombie)."""
+    through it goes to the owner's inbox, and a cancel through it ends the case with its reason (no zombie)."""
     v1 = seq(wait("go"), task(_finish, name="finish"))
     schema = _pg.new_schema()
     async with Substrate(store=node_store(schema, 10.0), workflows={"f": v1}, node_id="a") as a:
@@ -105,7 +105,7 @@ async def test_a_node_leaves_alone_a_suspended_case_another_node_owns() -> None:
                 assert b.status("c1").state == "suspended"
                 await b.signal("c1", "go", request_id="go-1")  # a's input now: a refuses it (suspended)
                 await b.cancel("c1", reason="from b")
-                with pytest.raises(CaseCancelled):
+                with pytest.raises(CaseCancelled, match="from b"):
                     await b.await_case("c1")
     operator = PostgresStore(_pg.database_dsn(), schema=schema, create=False)
     await operator.open(owner=False, owner_id="operator")

@@ -844,8 +844,10 @@ class Substrate:
             reason = str(exc)
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
                 stored = await self._store.row(row.case_id)
+                given = row.body.get("reason") if isinstance(row.body, dict) else None
+                why = given if isinstance(given, str) and given else "cancelled"  # the sender's reason, kept
                 if stored is not None:
-                    await self._end_suspended(stored, "cancelled", row.request_id, inbox_done=[row.id])
+                    await self._end_suspended(stored, why, row.request_id, inbox_done=[row.id])
                     return
             await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
             return
