@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from wfsub import CaseCancelled, Substrate, effect, effect_info, seq, task, wait
-from wfsub.stores import PostgresStore
+from wfsub.stores import PostgresStore, StoreError
 
 from ..stores import _pg
 
@@ -114,3 +114,19 @@ async def test_a_node_leaves_alone_a_suspended_case_another_node_owns() -> None:
         assert row is not None and row.owner == "a" and row.state == "cancelled"
     finally:
         await operator.close()
+
+
+async def test_two_substrates_of_one_process_cannot_share_a_node_id() -> None:
+    """A second Substrate opened as the same node while the first is open is refused with a StoreError naming
+    the node id and the fix (both would run the same cases)."""
+    schema = _pg.new_schema()
+    flows = {"f": seq(wait("go"), task(_finish, name="finish"))}
+    async with Substrate(store=node_store(schema, 10.0), workflows=flows, node_id="n") as a:
+        await a.new_case("f", case_id="c1")
+        with pytest.raises(StoreError, match="node 'n'.*(own id|another one)"):
+            async with Substrate(store=node_store(schema, 10.0), workflows=flows, node_id="n"):
+                pass
+        await a.signal("c1", "go")
+        assert (await a.await_case("c1"))["done"]
+    async with Substrate(store=node_store(schema, 10.0), workflows=flows, node_id="n") as again:
+        assert again.status("c1").state == "done"  # closed: the id is free again in this process

@@ -178,6 +178,11 @@ SCHEMA_VERSION = max(MIGRATIONS)
 
 Q = QUERIES
 
+# The nodes this process holds open, by (database, schema, node id): the lease tells processes apart by pid and
+# host, so two stores of one process opened as the same node would both get it; this set refuses the second.
+_OPEN_NODES: set[tuple[str, str, str]] = set()
+_OPEN_NODES_LOCK = threading.Lock()
+
 
 # -- jobs of the group commit ----------------------------------------------------------------------------------
 
@@ -290,6 +295,7 @@ class PostgresStore:
         self._fingerprints: frozenset[str] | None = None  # the last claim_queued's: which queued cases wake us
         self._opening = False
         self._closing = False
+        self._held: tuple[str, str, str] | None = None  # this store's entry in _OPEN_NODES while open as a node
         self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
         self.groups = 0  # transactions the writer committed or attempted (for tests and benchmarks)
         self.jobs = 0
@@ -325,6 +331,7 @@ class PostgresStore:
                 await loop.call(self._close_async())
             loop.stop()
             self._node = None
+            self._release_node_id()
             raise
         finally:
             self._opening = False
@@ -343,10 +350,31 @@ class PostgresStore:
             finally:
                 loop.stop()
                 self._node = None
+                self._release_node_id()
                 with self._flag_lock:
                     waiters = list(self._waiters.values())
                 for _token, event in waiters:
                     event.set()  # on this loop (the only one a store is used from at a time)
+
+    def _hold_node_id(self, owner_id: str) -> None:
+        """The database lets this process have the node id (its lease, or an expired one): refuse it when another
+        store of this process holds it open."""
+        held = (redact_dsn(self._driver_dsn), self.schema, owner_id)
+        with _OPEN_NODES_LOCK:
+            if held in _OPEN_NODES:
+                raise StoreError(
+                    self._name, f"cannot open as node {owner_id!r}: another store of this process holds that node "
+                    "id open (two Substrates as one node would run the same cases). Each node needs its own id: "
+                    "give this Substrate another one, or close the other first"
+                )
+            _OPEN_NODES.add(held)
+        self._held = held
+
+    def _release_node_id(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            with _OPEN_NODES_LOCK:
+                _OPEN_NODES.discard(held)
 
     async def _connect(self) -> Any:
         return await self._asyncpg.connect(
@@ -464,11 +492,12 @@ class PostgresStore:
     async def _register(self, conn: Any, owner_id: str) -> None:
         try:
             got = await conn.fetchval(Q["node_register"], owner_id, self._pid, self._host, self.lease_seconds)
-            if got is not None:
-                return
-            row = await conn.fetchrow(Q["node_get"], owner_id)
+            row = None if got is not None else await conn.fetchrow(Q["node_get"], owner_id)
         except Exception as exc:
             raise fault(self._name, f"registering node {owner_id!r}", exc) from exc
+        if row is None:
+            self._hold_node_id(owner_id)
+            return
         _, pid, host, _since, left = row
         raise StoreError(
             self._name,
