@@ -130,3 +130,13 @@ async def test_two_substrates_of_one_process_cannot_share_a_node_id() -> None:
         assert (await a.await_case("c1"))["done"]
     async with Substrate(store=node_store(schema, 10.0), workflows=flows, node_id="n") as again:
         assert again.status("c1").state == "done"  # closed: the id is free again in this process
+
+
+@pytest.mark.parametrize(
+    "option", ["lease_seconds=0.001", "lease_seconds=inf", "retry_for=inf", "connect_timeout=inf", "retry_for=1e300"]
+)
+def test_store_times_that_cannot_work_are_refused(option: str) -> None:
+    """A lease too short to renew, or a wait without end, is refused when the store is made, naming the option."""
+    name = option.split("=")[0]
+    with pytest.raises(StoreError, match=name):
+        PostgresStore(f"{_pg.URL}?{option}")

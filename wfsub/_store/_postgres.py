@@ -152,6 +152,8 @@ T = TypeVar("T")
 _NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
+LEASE_MIN = 0.5  # seconds: the shortest lease_seconds (renewed every third, so every 0.17 s at least)
+MAX_SECONDS = 1e9  # the longest lease_seconds, retry_for or connect_timeout (about 31 years): finite
 ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before it says "re-read everything"
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
@@ -235,7 +237,7 @@ class PostgresStore:
 
     `dsn`: a libpq-style URL (postgresql://user:password@host:port/database?sslmode=...). wfsub's own options
     may be given as keyword arguments or in the DSN's query string: `schema` (default "wfsub": the schema that
-    holds the store's tables), `lease_seconds` (10.0: how long a node's lease lasts unless renewed),
+    holds the store's tables), `lease_seconds` (10.0, at least 0.5: how long a node's lease lasts unless renewed),
     `connect_timeout` (5.0: seconds to open one connection), `retry_for` (30.0: how long calls wait for a lost
     connection to come back before they fail). `readers`: pooled connections for reads; `sync_timeout`: the
     bound on a synchronous read (`read_row`, `read_cases`), which never waits out a long reconnect; `create=False`
@@ -1204,6 +1206,14 @@ def _number(store: str, name: str, given: float | None, options: dict[str, str],
         raise StoreError(store, f"{name}={raw!r}: give a number of seconds") from None
     if not value > 0:
         raise StoreError(store, f"{name}={raw!r}: give a number of seconds above 0")
+    if value > MAX_SECONDS:  # inf included: a call must fail in bounded time, and a dead node's lease must end
+        raise StoreError(store, f"{name}={raw!r}: give a finite number of seconds (at most {MAX_SECONDS:g})")
+    if name == "lease_seconds" and value < LEASE_MIN:
+        raise StoreError(
+            store, f"lease_seconds={raw!r}: a lease is renewed every third of it, and a node stops writing after "
+            f"half of it without a renewal; below {LEASE_MIN:g} s a busy machine loses it between two renewals and "
+            f"nodes take each other's cases. Give at least {LEASE_MIN:g} (default 10)"
+        )
     return value
 
 
