@@ -7,6 +7,9 @@ Each test pins a fault found here (fixed beside it) or a promise that was checke
 
 from __future__ import annotations
 
+import contextlib
+import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -19,6 +22,7 @@ from wfsub import CaseCancelled, Substrate, effect, effect_info, seq, task, wait
 from wfsub.stores import PostgresStore, StoreError
 
 from ..stores import _pg
+from ..stores._proxy import Proxy
 
 pytestmark = [pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON), pytest.mark.anyio]
 
@@ -140,3 +144,54 @@ def test_store_times_that_cannot_work_are_refused(option: str) -> None:
     name = option.split("=")[0]
     with pytest.raises(StoreError, match=name):
         PostgresStore(f"{_pg.URL}?{option}")
+
+
+class _SilentProxy(Proxy):
+    """The loopback proxy, able to stop forwarding on the connection that LISTENs without closing it: a
+    connection lost with no RST, as a dead router or a NAT that forgot it leaves it."""
+
+    def __init__(self, dsn: str) -> None:
+        self.listening: set[Any] = set()
+        self.silent = False
+        super().__init__(dsn)
+
+    def _pump(self, source: Any, sink: Any) -> None:
+        try:
+            while data := source.recv(65536):
+                if re.search(rb'(?<!UN)LISTEN "', data):  # the listener's own (pooled ones send UNLISTEN *)
+                    self.listening.add(source)
+                if self.silent and (source in self.listening or sink in self.listening):
+                    continue  # swallowed: neither side hears of it
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+
+async def test_an_awaiter_on_another_node_wakes_when_its_notifications_are_silently_lost() -> None:
+    """A node whose LISTEN connection dies without a word still wakes its awaiters of other nodes' cases when
+    they end (it polls as a fallback), rather than waiting for ever."""
+    schema = _pg.new_schema()
+    flows = {"f": seq(wait("go"), task(_finish, name="finish"))}
+    proxy = _SilentProxy(_pg.database_dsn())
+    try:
+        async with Substrate(store=node_store(schema, 10.0), workflows=flows, node_id="a") as a, Substrate(
+            store=PostgresStore(proxy.dsn, schema=schema, lease_seconds=10.0), workflows=flows, node_id="b"
+        ) as b:
+            await a.new_case("f", case_id="c1")
+            result: dict[str, Any] = {}
+
+            async def awaiter() -> None:
+                result.update(await b.await_case("c1"))
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(awaiter)
+                    await anyio.sleep(0.5)  # b's awaiter waits for c1's end
+                    proxy.silent = True
+                    await a.signal("c1", "go")
+            assert result["done"]
+    finally:
+        proxy.down()

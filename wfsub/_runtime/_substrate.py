@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import math
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -81,6 +82,7 @@ _log = get_logger("wfsub.runtime")
 
 EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
 CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
+ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
 
 PROGRAM_CACHE_SIZE = 1024
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
@@ -216,6 +218,7 @@ class Substrate:
         self._evict_after = evict_after
         self._parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
         self._end_events: dict[str, anyio.Event] = {}  # awaiters of cases not in memory, by case id
+        self._ended_poll_at = 0.0  # monotonic time when those awaiters next re-read their rows
         self._level = trace_level
         self._sinks = tuple(sinks)
         self._quanta = quanta
@@ -373,8 +376,14 @@ class Substrate:
             await self._load_quietly(case_id)
 
     def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
-        """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all)."""
+        """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all).
+        Every ENDED_POLL seconds all of them wake and re-read their rows: a LISTEN connection lost without a word
+        (no RST) misses `end`s and nobody would say so."""
         events = self._end_events
+        now = time.monotonic()
+        if case_ids is None or (events and now >= self._ended_poll_at):
+            case_ids = None
+            self._ended_poll_at = now + ENDED_POLL
         for case_id in list(events) if case_ids is None else case_ids & events.keys():
             events.pop(case_id).set()
 
