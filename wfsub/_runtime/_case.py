@@ -175,6 +175,7 @@ class CaseActor:
                 if pending is None:
                     return
                 r = pending
+            fenced: _Fenced | None = None
             async with anyio.create_task_group() as tg:
                 self.tg = tg
                 self.scopes = {}
@@ -183,8 +184,13 @@ class CaseActor:
                     tg.start_soon(self._case_timer, self.deadline)
                 if self.resume is not None:
                     self._restart(tg)
-                await self._drive(r, tg)
+                try:
+                    await self._drive(r, tg)
+                except _Fenced as exc:  # raised through the task group it would come out as an ExceptionGroup
+                    fenced = exc
                 tg.cancel_scope.cancel()  # whatever is left (timers, late effects) stops now
+            if fenced is not None:
+                raise fenced
         except _Fenced as fenced:  # leave memory without writing anything more: the store's owner carries on
             _log.warning("case left memory: the store refused its journal", case_id=self.case_id,
                          error=str(fenced.__cause__))

@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import math
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -81,6 +82,7 @@ _log = get_logger("wfsub.runtime")
 
 EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
 CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
+ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
 
 PROGRAM_CACHE_SIZE = 1024
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
@@ -243,6 +245,7 @@ class Substrate:
         self._evict_after = evict_after
         self._parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
         self._end_events: dict[str, anyio.Event] = {}  # awaiters of cases not in memory, by case id
+        self._ended_poll_at = 0.0  # monotonic time when those awaiters next re-read their rows
         self._level = trace_level
         self._sinks = tuple(sinks)
         self._quanta = quanta
@@ -400,8 +403,14 @@ class Substrate:
             await self._load_quietly(case_id)
 
     def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
-        """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all)."""
+        """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all).
+        Every ENDED_POLL seconds all of them wake and re-read their rows: a LISTEN connection lost without a word
+        (no RST) misses `end`s and nobody would say so."""
         events = self._end_events
+        now = time.monotonic()
+        if case_ids is None or (events and now >= self._ended_poll_at):
+            case_ids = None
+            self._ended_poll_at = now + ENDED_POLL
         for case_id in list(events) if case_ids is None else case_ids & events.keys():
             events.pop(case_id).set()
 
@@ -417,6 +426,8 @@ class Substrate:
                 if not rows:
                     break
                 for row in rows:
+                    if self._store.shared and row.owner != self._owner:
+                        continue  # another node's case (or a queued one): its owner checks it
                     registered = self._workflows.find(row.fingerprint) is not None
                     if row.case_id not in self._cases and registered == (state == CaseState.SUSPENDED.value):
                         await self._load_quietly(row.case_id)
@@ -785,7 +796,8 @@ class Substrate:
             raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
-            if row is not None and row.state == CaseState.SUSPENDED.value:
+            mine = row is not None and (not self._store.shared or row.owner == self._owner)
+            if row is not None and mine and row.state == CaseState.SUSPENDED.value:  # else: the owner's inbox
                 await self._end_suspended(row, reason, request_id)
                 return
             if row is not None and CaseState(row.state).ended:
@@ -873,8 +885,10 @@ class Substrate:
             reason = str(exc)
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
                 stored = await self._store.row(row.case_id)
+                given = row.body.get("reason") if isinstance(row.body, dict) else None
+                why = given if isinstance(given, str) and given else "cancelled"  # the sender's reason, kept
                 if stored is not None:
-                    await self._end_suspended(stored, "cancelled", row.request_id, inbox_done=[row.id])
+                    await self._end_suspended(stored, why, row.request_id, inbox_done=[row.id])
                     return
             await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
             return

@@ -152,6 +152,8 @@ T = TypeVar("T")
 _NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
+LEASE_MIN = 0.5  # seconds: the shortest lease_seconds (renewed every third, so every 0.17 s at least)
+MAX_SECONDS = 1e9  # the longest lease_seconds, retry_for or connect_timeout (about 31 years): finite
 ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before it says "re-read everything"
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
@@ -177,6 +179,11 @@ SCHEMA_VERSION = max(MIGRATIONS)
 """The Postgres layout version this library writes (its own numbering, beside SQLite's)."""
 
 Q = QUERIES
+
+# The nodes this process holds open, by (database, schema, node id): the lease tells processes apart by pid and
+# host, so two stores of one process opened as the same node would both get it; this set refuses the second.
+_OPEN_NODES: set[tuple[str, str, str]] = set()
+_OPEN_NODES_LOCK = threading.Lock()
 
 
 # -- jobs of the group commit ----------------------------------------------------------------------------------
@@ -230,7 +237,7 @@ class PostgresStore:
 
     `dsn`: a libpq-style URL (postgresql://user:password@host:port/database?sslmode=...). wfsub's own options
     may be given as keyword arguments or in the DSN's query string: `schema` (default "wfsub": the schema that
-    holds the store's tables), `lease_seconds` (10.0: how long a node's lease lasts unless renewed),
+    holds the store's tables), `lease_seconds` (10.0, at least 0.5: how long a node's lease lasts unless renewed),
     `connect_timeout` (5.0: seconds to open one connection), `retry_for` (30.0: how long calls wait for a lost
     connection to come back before they fail). `readers`: pooled connections for reads; `sync_timeout`: the
     bound on a synchronous read (`read_row`, `read_cases`), which never waits out a long reconnect; `create=False`
@@ -290,6 +297,7 @@ class PostgresStore:
         self._fingerprints: frozenset[str] | None = None  # the last claim_queued's: which queued cases wake us
         self._opening = False
         self._closing = False
+        self._held: tuple[str, str, str] | None = None  # this store's entry in _OPEN_NODES while open as a node
         self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
         self.groups = 0  # transactions the writer committed or attempted (for tests and benchmarks)
         self.jobs = 0
@@ -325,6 +333,7 @@ class PostgresStore:
                 await loop.call(self._close_async())
             loop.stop()
             self._node = None
+            self._release_node_id()
             raise
         finally:
             self._opening = False
@@ -343,10 +352,31 @@ class PostgresStore:
             finally:
                 loop.stop()
                 self._node = None
+                self._release_node_id()
                 with self._flag_lock:
                     waiters = list(self._waiters.values())
                 for _token, event in waiters:
                     event.set()  # on this loop (the only one a store is used from at a time)
+
+    def _hold_node_id(self, owner_id: str) -> None:
+        """The database lets this process have the node id (its lease, or an expired one): refuse it when another
+        store of this process holds it open."""
+        held = (redact_dsn(self._driver_dsn), self.schema, owner_id)
+        with _OPEN_NODES_LOCK:
+            if held in _OPEN_NODES:
+                raise StoreError(
+                    self._name, f"cannot open as node {owner_id!r}: another store of this process holds that node "
+                    "id open (two Substrates as one node would run the same cases). Each node needs its own id: "
+                    "give this Substrate another one, or close the other first"
+                )
+            _OPEN_NODES.add(held)
+        self._held = held
+
+    def _release_node_id(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            with _OPEN_NODES_LOCK:
+                _OPEN_NODES.discard(held)
 
     async def _connect(self) -> Any:
         return await self._asyncpg.connect(
@@ -464,11 +494,12 @@ class PostgresStore:
     async def _register(self, conn: Any, owner_id: str) -> None:
         try:
             got = await conn.fetchval(Q["node_register"], owner_id, self._pid, self._host, self.lease_seconds)
-            if got is not None:
-                return
-            row = await conn.fetchrow(Q["node_get"], owner_id)
+            row = None if got is not None else await conn.fetchrow(Q["node_get"], owner_id)
         except Exception as exc:
             raise fault(self._name, f"registering node {owner_id!r}", exc) from exc
+        if row is None:
+            self._hold_node_id(owner_id)
+            return
         _, pid, host, _since, left = row
         raise StoreError(
             self._name,
@@ -1175,6 +1206,14 @@ def _number(store: str, name: str, given: float | None, options: dict[str, str],
         raise StoreError(store, f"{name}={raw!r}: give a number of seconds") from None
     if not value > 0:
         raise StoreError(store, f"{name}={raw!r}: give a number of seconds above 0")
+    if value > MAX_SECONDS:  # inf included: a call must fail in bounded time, and a dead node's lease must end
+        raise StoreError(store, f"{name}={raw!r}: give a finite number of seconds (at most {MAX_SECONDS:g})")
+    if name == "lease_seconds" and value < LEASE_MIN:
+        raise StoreError(
+            store, f"lease_seconds={raw!r}: a lease is renewed every third of it, and a node stops writing after "
+            f"half of it without a renewal; below {LEASE_MIN:g} s a busy machine loses it between two renewals and "
+            f"nodes take each other's cases. Give at least {LEASE_MIN:g} (default 10)"
+        )
     return value
 
 
