@@ -138,6 +138,50 @@ async def test_a_killed_node_loses_nothing_acknowledged_and_no_case_runs_twice(t
             proc.stdout.close()
 
 
+async def test_a_paused_process_of_a_node_id_is_fenced_when_another_opens_as_that_node() -> None:
+    """A node process paused past its lease while another process opens with the same node id: the new opener
+    bumps the epochs of the node's live cases, so the paused one can append nothing once it wakes; the case
+    completes once, on the new process."""
+    schema = _pg.new_schema()
+    dsn = _pg.database_dsn()
+    old = subprocess.Popen(  # noqa: ASYNC220 - started once, before the test's own event loop work
+        [sys.executable, "-m", "tests.nodes._node", dsn, schema, "n", "0", "1"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert old.stdout is not None and old.stdout.readline().strip() == "started"
+        operator = PostgresStore(dsn, schema=schema, create=False)
+        await operator.open(owner=False, owner_id="operator")
+        try:
+            with anyio.fail_after(20):
+                while (row := await operator.row("c0")) is None or row.state != "waiting_signal":
+                    await anyio.sleep(0.05)
+            before = row.epoch
+            old.send_signal(signal.SIGSTOP)
+            await anyio.sleep(2.5)  # past its 2 s lease
+            async with Substrate(store=node_store(schema), workflows=FLOWS, node_id="n") as new:
+                row = await operator.row("c0")
+                assert row is not None and row.epoch > before  # the old process's epoch is stale now
+                old.send_signal(signal.SIGCONT)  # it wakes and sees the signal below too (same node id)
+                await new.signal("c0", "go", {"from": "new"}, request_id="go-0")
+                with anyio.fail_after(20):
+                    assert (await new.await_case("c0"))["done"]
+            records = await operator.journal("c0")
+            kinds = [r["kind"] for r in records]
+            assert kinds.count("end") == 1 and kinds.count("signal") == 1, kinds
+            epochs = [epoch for _, epoch in await operator.journal_epochs("c0")]
+            assert epochs == sorted(epochs) and epochs[-1] > before, epochs
+        finally:
+            await operator.close()
+    finally:
+        old.send_signal(signal.SIGCONT)
+        assert old.stdin is not None and old.stdout is not None
+        with contextlib.suppress(BrokenPipeError):
+            old.stdin.close()
+        old.wait(timeout=30)
+        old.stdout.close()
+
+
 async def test_dropped_connections_lose_nothing_acknowledged() -> None:
     """Every connection of the store is killed (pg_terminate_backend) while signals flow: each signal that was
     acknowledged is in its case's journal once, and every case completes."""

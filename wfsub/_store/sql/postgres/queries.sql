@@ -38,6 +38,11 @@ ON CONFLICT (node_id) DO UPDATE SET
 WHERE nodes.lease_until <= db_now() OR (nodes.pid = excluded.pid AND nodes.host = excluded.host)
 RETURNING lease_until - $4;
 
+-- name: node_fence_earlier
+-- A process that opens as a node bumps the epoch of every live case the node owns: an earlier process with the
+-- same node id (paused past its lease, not dead) still holds the old epochs, so each of its appends is refused.
+UPDATE cases SET epoch = epoch + 1 WHERE owner = $1 AND ended_at IS NULL;
+
 -- name: node_get
 -- One node's lease: who holds it and for how long still (negative: expired).
 SELECT node_id, pid, host, since, lease_until - db_now() FROM nodes WHERE node_id = $1;
