@@ -21,7 +21,10 @@ from wfsub.lowlevel import Machine
 from .gen import Recorder, scripts, terms
 from .reference import Reference, Rejected
 
-KINDS = frozenset({"task", "fail", "seq", "par", "xor", "loop", "mi", "scope"})
+KINDS = frozenset({
+    "task", "fail", "seq", "par", "xor", "loop", "mi", "scope", "effect", "wait", "sleep", "defer", "multi_choice",
+    "saga", "cancel",
+})
 
 
 def normalized(value: Any) -> Any:
@@ -122,6 +125,9 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         if action[0] in ("effect", "timer") and eid is None and tid is None:
             continue
         done.append(action)
+        if eid is not None:
+            del vm.effects[eid]
+        vm.timers.discard(tid or 0)
         rec.runs = vm_runs
         try:
             vm_said: Any = _apply(vm.m, action, eid, tid)
