@@ -53,6 +53,14 @@ class Recorder:
         self.runs: list[tuple[int, Any]] = []
         self.next_id = 0
         self.kinds = kinds
+        self.library: dict[str, Term] = {}
+
+    def callee(self) -> Term:
+        """`call("lib")`, with "lib" a small recursive workflow (it calls itself until x reaches 3)."""
+        if not self.library:
+            again = xor((lambda c: c.get("x", 0) < 3, call("lib")), default=a_task(self))
+            self.library["lib"] = seq(a_task(self), scope("r0", again), a_task(self))
+        return call("lib")
 
     def fresh(self) -> int:
         self.next_id += 1
@@ -79,7 +87,7 @@ def a_task(rec: Recorder, fails: bool = False) -> Term:
 
 def _leaf(rec: Recorder) -> st.SearchStrategy[Term]:
     k = rec.kinds
-    options: list[st.SearchStrategy[Term]] = [st.builds(lambda: a_task(rec))]
+    options: list[st.SearchStrategy[Term]] = [st.builds(lambda: a_task(rec))] * 3
     if "fail" in k:
         options.append(st.builds(lambda: a_task(rec, fails=True)))
     if "effect" in k:
@@ -91,21 +99,14 @@ def _leaf(rec: Recorder) -> st.SearchStrategy[Term]:
         ))
     if "sleep" in k:
         options.append(st.just(sleep(1.0)))
+    if "call" in k:
+        options.append(st.builds(rec.callee))
     if "terminate" in k:
         options.append(st.just(terminate()))
-    if "region_steps" in k:
-        options.append(st.builds(cancel_region, st.sampled_from(REGIONS + MIS)))
-        options.append(st.builds(complete_region, st.sampled_from(REGIONS + MIS)))
-    if "dynamic" in k:
-        options.append(st.builds(
-            lambda name, n: add_instances(name, items=lambda c, n=n: list(range(n))),
-            st.sampled_from(MIS), st.integers(0, 2),
-        ))
-        options.append(st.builds(close_instances, st.sampled_from(MIS)))
     return st.one_of(*options)
 
 
-def terms(rec: Recorder, max_leaves: int = 10) -> st.SearchStrategy[Term]:
+def terms(rec: Recorder, max_leaves: int = 14) -> st.SearchStrategy[Term]:
     """Terms that validate, built from the kinds `rec` allows."""
     k = rec.kinds
 
@@ -208,6 +209,26 @@ def terms(rec: Recorder, max_leaves: int = 10) -> st.SearchStrategy[Term]:
             order = [(0, len(branches) - 1)] if len(branches) > 1 and draw(st.booleans()) else []
             return interleave(*branches, order=order)
 
+        @st.composite
+        def a_region_pair(draw: Any) -> Term:
+            """A region and, beside it, a thread that acts on it (region steps must name a declared region)."""
+            name = draw(st.sampled_from(REGIONS + MIS))
+            body = draw(children)
+            if name in MIS:
+                dynamic = draw(st.sampled_from([False, True, "open"]))
+                region = mi(body, count=draw(st.integers(0 if dynamic else 1, 2)), dynamic=dynamic, name=name,
+                            join=draw(st.sampled_from(["all", "first", None])), collect="out")
+            else:
+                region = scope(name, body, on_cancel=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))))
+            before = draw(children)
+            steps = [cancel_region(name), complete_region(name)]
+            if name in MIS:
+                steps += [add_instances(name, items=lambda c: [1, 2]), close_instances(name)]
+            acts = draw(st.lists(st.sampled_from(steps), min_size=1, max_size=2))
+            return par(region, seq(before, *acts), join=draw(st.sampled_from(["all", "first"])))
+
+        if "region_steps" in k:
+            out.append(a_region_pair())
         if "par" in k:
             out.append(a_par())
         if "xor" in k:
@@ -229,11 +250,14 @@ def terms(rec: Recorder, max_leaves: int = 10) -> st.SearchStrategy[Term]:
         if "critical" in k:
             out.append(st.builds(critical, st.sampled_from(LOCKS), children))
         if "milestone" in k:
-            out.append(st.builds(milestone, st.sampled_from(MILESTONES), children))
-            out.append(st.builds(when_milestone, st.sampled_from(MILESTONES), children))
+            out.append(st.builds(
+                lambda a, b, first: par(milestone("M0", a), when_milestone("M0", b), join=first),
+                children, children, st.sampled_from(["all", "first"]),
+            ))
         return st.one_of(*out)
 
-    return st.recursive(_leaf(rec), extend, max_leaves=max_leaves).filter(lambda t: not wfsub.validate(t))
+    valid = st.recursive(_leaf(rec), extend, max_leaves=max_leaves)
+    return valid.filter(lambda t: not wfsub.validate(t, library=rec.library))
 
 
 def scripts(rec: Recorder, max_size: int = 12) -> st.SearchStrategy[list[tuple[Any, ...]]]:

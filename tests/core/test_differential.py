@@ -21,11 +21,6 @@ from wfsub.lowlevel import Machine
 from .gen import Recorder, scripts, terms
 from .reference import Reference, Rejected
 
-KINDS = frozenset({
-    "task", "fail", "seq", "par", "xor", "loop", "mi", "scope", "effect", "wait", "sleep", "defer", "multi_choice",
-    "saga", "cancel",
-})
-
 
 def normalized(value: Any) -> Any:
     """Data with error records' messages blanked: the reference keeps the type and node path, not the text."""
@@ -147,7 +142,7 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
 @given(st.data(), st.sampled_from([1, 3, 1000]))
 def test_vm_agrees_with_reference_interpreter(data: st.DataObject, quanta: int) -> None:
     """Compiled bytecode gives the reference's outcome, data, task runs and run order, for any quanta and inputs."""
-    rec = Recorder(KINDS)
+    rec = Recorder()
     term = data.draw(terms(rec))
     script = data.draw(scripts(rec))
-    check_agreement(term, rec, script, quanta)
+    check_agreement(term, rec, script, quanta, rec.library)
