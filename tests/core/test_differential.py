@@ -7,14 +7,14 @@ awaited signals must be the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wfsub
-from wfsub import WfsubError
+from wfsub import SignalRejected
 from wfsub._terms import Term
 from wfsub.lowlevel import Machine
 
@@ -89,8 +89,10 @@ def _apply(side: Any, action: tuple[Any, ...], effect_id: int | None, timer_id: 
 
 
 def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], quanta: int,
-                    library: Mapping[str, Term] | None = None) -> None:
-    """Run both sides through the script, comparing at every quiescent point."""
+                    library: Mapping[str, Term] | None = None,
+                    between: Callable[[VmSide], None] | None = None) -> None:
+    """Run both sides through the script, comparing at every quiescent point; `between` may touch the vm side
+    before each input (the fuzz test swaps in a machine restored from a snapshot)."""
     program = wfsub.compile(term, library=library)
     vm, ref = VmSide(program, quanta), Reference(term, library=library)
     vm_runs: list[Any] = []
@@ -120,13 +122,15 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         if action[0] in ("effect", "timer") and eid is None and tid is None:
             continue
         done.append(action)
+        if between is not None:
+            between(vm)
         if eid is not None:
             del vm.effects[eid]
         vm.timers.discard(tid or 0)
         rec.runs = vm_runs
         try:
             vm_said: Any = _apply(vm.m, action, eid, tid)
-        except WfsubError as exc:
+        except SignalRejected as exc:  # the one way a case refuses an input; anything else is a bug
             vm_said = ("rejected", type(exc).__name__)
         rec.runs = ref_runs
         try:
