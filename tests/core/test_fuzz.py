@@ -103,9 +103,8 @@ ACTIONS = st.one_of(
 def test_random_inputs_agree_with_the_reference_and_restore_is_exact(
     script: list[tuple[Any, ...]], quanta: int, rnd: random.Random
 ) -> None:
-    """Any sequence of inputs gives the reference interpreter's outcome, data, effects, timers and awaited
-    signals at every quiescent point, with the vm swapped at random points for one restored from a JSON
-    snapshot; only SignalRejected, and only where the reference also refuses, may meet an input."""
+    """Any input script gives the reference's state at every quiescent point, across JSON snapshot restores."""
+    # Only SignalRejected may meet an input, and only where the reference refuses it too (check_agreement).
 
     def restore(vm: VmSide) -> None:
         if rnd.random() < 0.2:
