@@ -143,7 +143,7 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from([1, 3, 1000]))
 def test_vm_agrees_with_reference_interpreter(data: st.DataObject, quanta: int) -> None:
     """Compiled bytecode gives the reference's outcome, data, task runs and run order, for any quanta and inputs."""
