@@ -13,7 +13,8 @@ Adding a construct `foo` touches one place per layer, each found by name:
     4. `_vm/_interp.py`: the handler `_op_foo` for each new opcode (the dispatch tuple is built from `Op`
        by name); `_vm/_records.py`: its frame class, if it opens one (snapshots find records by
        subclassing, nothing to register);
-    5. the public exports (`wfsub/__init__.py`, `wfsub/terms.py`) and `tests/core/reference.py`.
+    5. the public exports (`wfsub/__init__.py`, `wfsub/terms.py`) and the differential tests' reference
+       interpreter (`tests/core/reference/`).
 """
 
 from __future__ import annotations
