@@ -154,7 +154,7 @@ async def test_a_paused_process_of_a_node_id_is_fenced_when_another_opens_as_tha
         await operator.open(owner=False, owner_id="operator")
         try:
             with anyio.fail_after(20):
-                while (row := await operator.row("c0")) is None or row.state != "waiting_signal":
+                while (row := await operator.row("c0")) is None or row.state != "waiting_signal":  # noqa: ASYNC110 - another process
                     await anyio.sleep(0.05)
             before = row.epoch
             old.send_signal(signal.SIGSTOP)
