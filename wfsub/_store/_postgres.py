@@ -495,12 +495,15 @@ class PostgresStore:
         try:
             got = await conn.fetchval(Q["node_register"], owner_id, self._pid, self._host, self.lease_seconds)
             row = None if got is not None else await conn.fetchrow(Q["node_get"], owner_id)
-            if row is None:  # ours: fence an earlier process of this node id before loading any of its cases
-                await conn.execute(Q["node_fence_earlier"], owner_id)
         except Exception as exc:
             raise fault(self._name, f"registering node {owner_id!r}", exc) from exc
         if row is None:
-            self._hold_node_id(owner_id)
+            self._hold_node_id(owner_id)  # (refuses a second opener in this process before anything changes)
+            try:  # ours: fence an earlier process of this node id before loading any of its cases
+                await conn.execute(Q["node_fence_earlier"], owner_id)
+            except Exception as exc:
+                self._release_node_id()
+                raise fault(self._name, f"registering node {owner_id!r}", exc) from exc
             return
         _, pid, host, _since, left = row
         raise StoreError(
