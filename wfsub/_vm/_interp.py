@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import islice
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from .. import _program as bc
 from .._errors import CompensationFailed, LimitExceeded, RestoredError, StepFailed, WaitTimeout
@@ -63,7 +63,7 @@ from ._records import (
 )
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunStatus
-from ._schedulers import Deterministic, Scheduler
+from ._schedulers import DETERMINISTIC, Scheduler
 
 # What a step (a task, a predicate, an items/count/until function) may raise without failing its case: only the
 # interpreter's own exits. Everything else fails the case at the step, BaseExceptions included: the vm never
@@ -80,6 +80,9 @@ FAILED = RunStatus.FAILED
 _TASK = int(Op.TASK)
 _JUMP = int(Op.JUMP)
 _ARRIVE = int(Op.ARRIVE)
+
+
+_NO_EVENTS = cast("list[VmEvent]", ())  # the events of every untraced machine: never appended to (see Interp)
 
 
 class Interp:
@@ -153,7 +156,7 @@ class Interp:
         self.gc_paused = False
         self.data: dict[str, Any] = dict(data)
         self.root_env: Mapping[str, Any] = MappingProxyType(self.data)
-        self.scheduler: Scheduler = scheduler if scheduler is not None else Deterministic()
+        self.scheduler: Scheduler = scheduler if scheduler is not None else DETERMINISTIC
         self._level_name = trace_level
         self.tl = LEVELS[trace_level]
         self.status = YIELDED  # a fresh machine has work to do
@@ -171,7 +174,9 @@ class Interp:
         self.next_wid = 1
         self.signal_seq = 0
         self.event_seq = 0
-        self.events: list[VmEvent] = []
+        # An untraced case records no events: it holds the shared empty tuple, not a list of its own (one object
+        # fewer per case for the garbage collector); tracing switched on later gives it a list (trace_level).
+        self.events: list[VmEvent] = [] if self.tl else _NO_EVENTS
         self.ready: deque[Token] = deque()
         self.root = RootFrame(None, self.root_env, 0)
         self.effects: dict[int, Token] = {}
@@ -183,7 +188,7 @@ class Interp:
         self.lock_waiters: dict[str, Fifo] = {}
         self.ms_active: dict[str, int] = {}
         self.ms_waiters: dict[str, Fifo] = {}
-        self.closing: deque[tuple[Frame, bool]] = deque()  # closes queued while another runs (see close)
+        self.closing: deque[tuple[Frame, bool]] | None = None  # closes queued while another runs (see close)
         self.cancelling = False  # a case cancel is compensating: a second cancel ends the case at once
         self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
         self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
@@ -209,6 +214,8 @@ class Interp:
     def trace_level(self, level: str) -> None:
         self._level_name = level
         self.tl = LEVELS[level]
+        if self.tl and type(self.events) is not list:  # (the shared tuple, or one a snapshot gave back)
+            self.events = list(self.events)
 
     # -- running ---------------------------------------------------------------------------------------
 
@@ -531,6 +538,8 @@ class Interp:
         Every such nested close is the last thing its caller does, so running it a moment later is the same.
         """
         pending = self.closing
+        if pending is None:  # made at the first close: a case that closes no frame (a parked one) has none
+            pending = self.closing = deque()
         pending.append((frame, withdrawn))
         if len(pending) > 1:
             return  # an outer close() is draining the queue

@@ -172,7 +172,10 @@ class Machine:
     def take_events(self) -> list[VmEvent]:
         """The trace events recorded since the last call (the machine forgets them)."""
         vm = self._vm
-        events, vm.events = vm.events, []
+        events = vm.events
+        if not events:
+            return []  # (an untraced machine keeps its shared empty tuple)
+        vm.events = []
         return events
 
     # -- running -----------------------------------------------------------------------------------------

@@ -202,7 +202,7 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     machine.error = None if snap["error"] is None else dec(snap["error"])
     machine.out_effects = []
     machine.out_timers = []
-    machine.closing = deque()
+    machine.closing = None
     machine.gc_paused = False
     machine.workflow = None  # named only by `case_started`, long since emitted
     return machine
