@@ -219,6 +219,7 @@ async def _main(lines: list[str]) -> None:
     with structlog.testing.capture_logs():  # leaving with idle cases logs their cancellation; not news here
         per_case, per_actor = await idle_memory(N_IDLE_MEMORY)
         samples = await substrate_round_trips(N_CASES, N_ROUND_TRIPS)
+    structlog.reset_defaults()  # capture_logs leaves structlog marked as configured: the later suites would print
     record("idle_case_bytes", per_case, "B")
     lines.append(
         f"idle case parked on a signal      {per_case / 1024:6.2f} KB/case over {N_IDLE_MEMORY:,} (target <= 10 KB)  "

@@ -972,8 +972,10 @@ class CaseActor:
             EffectStatus(effect_id=eid, name=name, path=path, attempt=self.attempts.get(eid, (1, None))[0],
                          started_at=self.attempts.get(eid, (1, None))[1], retry_at=self.retry_at.get(eid))
             for eid, (path, name) in sorted(self.requested.items())
-        )
-        armed = tuple(TimerStatus(timer_id=tid, path=path, due=due) for tid, (path, due) in sorted(self.armed.items()))
+        ) if self.requested else ()
+        armed = tuple(
+            TimerStatus(timer_id=tid, path=path, due=due) for tid, (path, due) in sorted(self.armed.items())
+        ) if self.armed else ()
         return CaseStatus(
             case_id=self.case_id,
             state=self.state,
