@@ -83,6 +83,7 @@ _ARRIVE = int(Op.ARRIVE)
 
 
 _NO_EVENTS = cast("list[VmEvent]", ())  # the events of every untraced machine: never appended to (see Interp)
+NO_OUT = cast("list[Any]", ())  # no requests this burst: shared, never appended to (a list is made for the first)
 
 
 class Interp:
@@ -195,10 +196,12 @@ class Interp:
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
         self.outputs: list[tuple[int, Any]] | None = None  # digesting: (ip, output) of the tasks since the last take
         self.digest = ""  # the running digest of task outputs (see Machine.take_digest)
-        self.out_effects: list[EffectRequest] = []
-        self.out_timers: list[TimerRequest] = []
-        self.out_cancel_effects: list[int] = []
-        self.out_cancel_timers: list[int] = []
+        # What the driver must start or stop after this burst. Most bursts have none: the lists are made when the
+        # first request is and handed over by Machine.run, which puts NO_OUT back.
+        self.out_effects: list[EffectRequest] = NO_OUT
+        self.out_timers: list[TimerRequest] = NO_OUT
+        self.out_cancel_effects: list[int] = NO_OUT
+        self.out_cancel_timers: list[int] = NO_OUT
         self.spawn(self.root, 0, self.root_env)
 
     def attach(self, program: Program) -> None:
@@ -594,6 +597,8 @@ class Interp:
         wk = tok.wk
         if wk == WK_EFFECT:
             if self.effects.pop(tok.wid, None) is not None:
+                if type(self.out_cancel_effects) is not list:
+                    self.out_cancel_effects = []
                 self.out_cancel_effects.append(tok.wid)
                 self.trace_node("effect_cancelled", tok.ip, effect_id=tok.wid)
         elif wk == WK_TIMER:
@@ -604,6 +609,8 @@ class Interp:
 
     def cancel_timer(self, timer_id: int, ip: int) -> None:
         if self.timers.pop(timer_id, None) is not None:
+            if type(self.out_cancel_timers) is not list:
+                self.out_cancel_timers = []
             self.out_cancel_timers.append(timer_id)
             self.trace_node("timer_cancelled", ip, timer_id=timer_id)
 
@@ -1440,6 +1447,8 @@ def _op_effect(m: Interp, tok: Token, ip: int, spec: bc.EffectSpec) -> int:
     tok.wk = WK_EFFECT
     tok.wid = eid
     tok.ip = ip
+    if type(m.out_effects) is not list:
+        m.out_effects = []
     m.out_effects.append(_effect_request(m, eid, tok, ip, spec))
     if m.tl:
         m.emit("effect_requested", m.paths[ip], {"effect_id": eid, "name": spec.name})
@@ -1604,6 +1613,8 @@ def _arm(m: Interp, ip: int, seconds: float, tok: Token) -> int:
     timer_id = m.next_timer
     m.next_timer = timer_id + 1
     m.timers[timer_id] = tok
+    if type(m.out_timers) is not list:
+        m.out_timers = []
     m.out_timers.append(TimerRequest(timer_id, seconds, m.paths[ip]))
     m.trace_node("timer_armed", ip, timer_id=timer_id, seconds=seconds)
     return timer_id

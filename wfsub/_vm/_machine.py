@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from .._errors import MachineStateError, SignalRejected
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from ._events import LEVELS, VmEvent
-from ._interp import Interp
+from ._interp import NO_OUT, Interp
 from ._records import Frame, MIFrame, Token
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunResult, RunStatus
@@ -189,15 +189,15 @@ class Machine:
         # Hand over the lists that hold something; the vm keeps its empty ones. A request withdrawn in the
         # burst that made it is neither started nor cancelled: the driver never hears of it.
         if vm.out_effects:
-            made, vm.out_effects = vm.out_effects, []
+            made, vm.out_effects = vm.out_effects, NO_OUT
             result.effects, vm.out_cancel_effects = _still_live(made, vm.out_cancel_effects, vm.effects, _EFFECT_ID)
         if vm.out_timers:
-            armed, vm.out_timers = vm.out_timers, []
+            armed, vm.out_timers = vm.out_timers, NO_OUT
             result.timers, vm.out_cancel_timers = _still_live(armed, vm.out_cancel_timers, vm.timers, _TIMER_ID)
         if vm.out_cancel_effects:
-            result.cancelled_effects, vm.out_cancel_effects = vm.out_cancel_effects, []
+            result.cancelled_effects, vm.out_cancel_effects = list(vm.out_cancel_effects), NO_OUT
         if vm.out_cancel_timers:
-            result.cancelled_timers, vm.out_cancel_timers = vm.out_cancel_timers, []
+            result.cancelled_timers, vm.out_cancel_timers = list(vm.out_cancel_timers), NO_OUT
         if status is _BLOCKED:
             result.signals = vm.awaiting
         elif status is _FAILED:
