@@ -253,6 +253,16 @@ class RestoredError(WfsubError):
         super().__init__(f"{type_name}: {message}")
 
 
+def error_name(exc: BaseException) -> str:
+    """An exception's type name; for one rebuilt from a journal, the original type's name."""
+    return exc.type_name if isinstance(exc, RestoredError) else type(exc).__name__
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message; for one rebuilt from a journal, the original message (as the live run saw it)."""
+    return exc.message if isinstance(exc, RestoredError) else str(exc)
+
+
 class WorkflowNotRegistered(WfsubError):
     """A case was started from (or recorded with) a workflow name that is not registered."""
 

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from wfsub import CaseCancelled, MemorySink, Substrate, effect, saga, seq, wait
+from wfsub import CaseCancelled, CaseFailed, MemorySink, Substrate, effect, saga, seq, wait
 from wfsub.testing import CapturingSink
 
 done: list[str] = []
@@ -72,3 +73,48 @@ async def test_a_case_whose_journal_moved_on_leaves_memory_instead_of_retrying_f
             await sub.signal("c", "a")
         assert sub.statistics().cases_in_memory == 0
         assert [r.seq for r in await sub.journal("c")] == [0, 1]
+
+
+
+class OutOfStock(Exception):
+    pass
+
+
+async def ship(ctx: Mapping[str, Any]) -> None:
+    raise OutOfStock("no stock left")
+
+
+release_gate: list[anyio.Event] = []
+
+
+async def slow_release(ctx: Mapping[str, Any]) -> None:
+    done.append("slow_release")
+    if release_gate:
+        await release_gate[0].wait()  # still compensating when the first Substrate closes
+
+
+FAILING = saga((effect(reserve), effect(slow_release)), effect(ship))
+
+
+async def test_a_failure_recovered_mid_compensation_keeps_its_own_type(tmp_path: Path) -> None:
+    """A case that failed and was compensating when its Substrate closed ends with the step's own error type."""
+    done.clear()
+    release_gate[:] = [anyio.Event()]
+    async with Substrate(store=tmp_path / "s.db", workflows={"order": FAILING}) as sub:
+        await sub.new_case("order", case_id="o")
+        with anyio.fail_after(10):
+            while "slow_release" not in done:  # noqa: ASYNC110 - an effect of the case records it
+                await anyio.sleep(0.01)
+    release_gate.clear()  # the compensation runs again after recovery, and finishes
+    async with Substrate(store=tmp_path / "s.db", workflows={"order": FAILING}) as sub:
+        with pytest.raises(CaseFailed) as failed:
+            await sub.await_case("o")
+        status = sub.status("o")
+    assert status.failure is not None and status.failure.type == "OutOfStock", status.failure
+    assert failed.value.record is not None and failed.value.record["type"] == "OutOfStock"
+    assert [r["error"]["type"] for r in await _journal(tmp_path, "o") if r["kind"] == "end"] == ["OutOfStock"]
+
+
+async def _journal(path: Path, case_id: str) -> list[dict[str, Any]]:
+    async with Substrate(store=path / "s.db", workflows={"order": FAILING}) as sub:
+        return [r.model_dump() for r in await sub.journal(case_id)]

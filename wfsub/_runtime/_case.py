@@ -50,6 +50,7 @@ from .._errors import (
     StoreError,
     SubstrateClosed,
     WfsubError,
+    error_name,
 )
 from .._trace import TraceSink, get_logger
 from ._clock import Clock
@@ -707,7 +708,7 @@ class CaseActor:
             end["result"] = self.final_data
         elif self.state is _FAILED:
             end["error"] = {
-                "type": type(self.cause).__name__ if self.cause is not None else "StepFailed",
+                "type": error_name(self.cause) if self.cause is not None else "StepFailed",
                 "message": self.error_message,
                 "path": self.error_path,
                 "traceback": (self.traceback or "")[-8_000:] or None,
@@ -962,7 +963,7 @@ class CaseActor:
             redact = self.shared.redact
             error = str(redact(str(CaseFailed(self.case_id, self.error_path, self.error_message))))
             failure = Failure(
-                type=type(self.cause).__name__ if self.cause is not None else "StepFailed",
+                type=error_name(self.cause) if self.cause is not None else "StepFailed",
                 message=str(redact(self.error_message)),
                 path=self.error_path,
                 traceback=redact(self.traceback),

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .. import _program as bc
-from .._errors import CompensationFailed, LimitExceeded, RestoredError, StepFailed, WaitTimeout
+from .._errors import CompensationFailed, LimitExceeded, StepFailed, WaitTimeout, error_name, error_text
 from .._json import output_problem
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
@@ -1416,16 +1416,6 @@ def _record(
     exc: BaseException, message: str, path: str, compensated: list[str], cause: dict[str, Any] | None
 ) -> dict[str, Any]:
     return {"type": error_name(exc), "message": message, "path": path, "compensated": compensated, "cause": cause}
-
-
-def error_name(exc: BaseException) -> str:
-    """An exception's type name; for one rebuilt from a journal, the original type's name."""
-    return exc.type_name if isinstance(exc, RestoredError) else type(exc).__name__
-
-
-def error_text(exc: BaseException) -> str:
-    """An exception's message; for one rebuilt from a journal, the original message (as the live run saw it)."""
-    return exc.message if isinstance(exc, RestoredError) else str(exc)
 
 
 def _went_on(frame: Frame) -> bool:
