@@ -75,6 +75,54 @@ async def test_a_case_whose_journal_moved_on_leaves_memory_instead_of_retrying_f
         assert [r.seq for r in await sub.journal("c")] == [0, 1]
 
 
+async def test_inputs_queued_behind_a_refused_append_are_answered_not_left_waiting() -> None:
+    """Signals that reach a case while its refused append is in flight get StoreConflict saying to resend."""
+    from wfsub import StoreConflict
+    from wfsub._store import CaseWrite
+    from wfsub.stores import MemoryStore
+
+    class GatedStore(MemoryStore):
+        """Holds the case's next append until the test opens the gate."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate: anyio.Event | None = None
+            self.entered = anyio.Event()
+
+        async def write(self, change: CaseWrite) -> Any:
+            if self.gate is not None and change.records:
+                self.entered.set()
+                await self.gate.wait()
+            return await super().write(change)
+
+    store = GatedStore()
+    flow = seq(wait("a"), wait("b"))
+    outcomes: dict[str, str] = {}
+
+    async def send(sub: Substrate, name: str) -> None:
+        try:
+            await sub.signal("c", name)
+            outcomes[name] = "applied"
+        except StoreConflict as exc:
+            outcomes[name] = str(exc)
+
+    async with Substrate(store=store, workflows={"f": flow}) as sub:
+        await sub.new_case("f", case_id="c")
+        row = await store.row("c")
+        assert row is not None
+        intruder = {"seq": row.last_seq + 1, "kind": "signal", "step": 1, "time": 0.0, "digest": None, "name": "a"}
+        await store.write(CaseWrite("c", [intruder]))  # another owner appended first
+        store.gate = anyio.Event()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send, sub, "a")
+                await store.entered.wait()  # the case's append of "a" is in flight
+                tg.start_soon(send, sub, "b")
+                await anyio.sleep(0.05)  # "b" waits in the case's mailbox
+                store.gate.set()
+    assert set(outcomes) == {"a", "b"}
+    assert "send the input again" in outcomes["b"], outcomes
+
 
 class OutOfStock(Exception):
     pass

@@ -109,6 +109,14 @@ class CaseEvicted(Exception):
     """Internal: an input reached an actor that has just left memory; the sender reloads the case and resends."""
 
 
+def moved_away(store: str, case_id: str) -> StoreConflict:
+    """What an input gets when its case left this node before applying it (another node owns the case now)."""
+    return StoreConflict(
+        store, f"case {case_id!r} left this node before this input was applied: another node owns it now "
+        "(fencing). Nothing was recorded; send the input again (with the same request_id) and it goes to the owner"
+    )
+
+
 @dataclass(slots=True, eq=False)
 class CaseActor:
     """One case: its machine, mailbox, outcome and the coroutine that drives it (`run`)."""
@@ -198,6 +206,12 @@ class CaseActor:
             self.evicted = self.fenced = True
             if self.shared.on_evict is not None:
                 self.shared.on_evict(self)
+            cause = fenced.__cause__
+            refused = moved_away(cause.store if isinstance(cause, StoreError) else "?", self.case_id)
+            for msg in self.inbox:  # inputs that came while the refused append was in flight: never applied
+                self._answer(msg, refused)
+            self.inbox.clear()
+            self._took_mailbox()  # and senders waiting for mailbox space find the actor gone (send raises)
         except Exception as exc:  # a runtime or vm bug: it ends this case only
             _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
             if not self.state.ended:
@@ -345,6 +359,8 @@ class CaseActor:
                 self.space = []
             self.space.append(event)
             await event.wait()
+        if self.evicted:  # it left memory while we waited for space
+            raise CaseEvicted(self.case_id)
         if self.state.ended:
             raise self.ended_error(msg.what)
         if self.closed:

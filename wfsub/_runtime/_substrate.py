@@ -67,7 +67,7 @@ from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
-from ._case import CaseActor, CaseEvicted, Shared
+from ._case import CaseActor, CaseEvicted, Shared, moved_away
 from ._clock import Clock, RealClock, VirtualClock
 from ._durable import CaseJournal
 from ._hub import TraceHub
@@ -774,7 +774,10 @@ class Substrate:
                 await actor.send(msg)
                 break
             except CaseEvicted:  # it left memory after we found it: bring it back and send again
-                actor = await self._live(actor.case_id, msg.what)
+                try:
+                    actor = await self._live(actor.case_id, msg.what)
+                except _Remote:  # fenced: another node has it now; the caller resends, through the inbox
+                    raise moved_away(self._store.url if self._store else "?", actor.case_id) from None
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error
