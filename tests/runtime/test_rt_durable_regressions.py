@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseCancelled, CaseFailed, MemorySink, Substrate, effect, saga, seq, wait
+from wfsub import CaseCancelled, CaseFailed, MemorySink, Substrate, effect, saga, seq, task, wait
 from wfsub.testing import CapturingSink
 
 done: list[str] = []
@@ -122,6 +122,42 @@ async def test_inputs_queued_behind_a_refused_append_are_answered_not_left_waiti
                 store.gate.set()
     assert set(outcomes) == {"a", "b"}
     assert "send the input again" in outcomes["b"], outcomes
+
+
+async def test_an_inbox_input_the_store_failed_to_hand_over_is_tried_again_not_refused() -> None:
+    """A store error while loading an inbox input's case leaves the input for the next poll: it is applied."""
+    from wfsub import StoreError
+    from wfsub.stores import MemoryStore
+
+    class FlakyStore(MemoryStore):
+        """Fails the first read of case "c" after `flaky` is set, as a dropped connection would."""
+
+        flaky = False
+
+        async def row(self, case_id: str) -> Any:
+            if self.flaky and case_id == "c":
+                self.flaky = False
+                raise StoreError("flaky", "connection lost")
+            return await super().row(case_id)
+
+    store = FlakyStore()
+    flow = seq(wait("go"), task(lambda c: {"went": True}, name="went"))
+    async with Substrate(store=store, workflows={"f": flow}) as sub:
+        await sub.new_case("f", case_id="c")
+    async with Substrate(store=store, workflows={"f": flow}) as sub:  # "c" stays parked in the store
+        result: list[Any] = []
+
+        async def wait_end() -> None:
+            result.append(await sub.await_case("c"))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_end)
+                await anyio.sleep(0.05)  # the awaiter has read the row: the next read is the inbox's
+                store.flaky = True
+                await store.inbox_put("c", "signal", {"name": "go"}, request_id="go-1", created_at=0.0)
+        assert result[0]["went"] and not store.flaky  # the flaky read happened, and the input was applied after
+        assert [r.kind for r in await sub.journal("c")].count("signal") == 1
 
 
 class OutOfStock(Exception):

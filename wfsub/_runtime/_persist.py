@@ -268,7 +268,6 @@ class Background:
         self.load = load
         self.route_inbox = route_inbox
         self.busy = busy
-        self.inbox_after = 0
         self.nudge = anyio.Event()
 
     async def due_loop(self) -> None:
@@ -302,8 +301,7 @@ class Background:
         cases, and on a shared store the cases that ended on other nodes (their awaiters here wake) and queued
         cases to claim. The store says when to look (`wait_changed`: SQLite's data_version, Postgres's NOTIFY)."""
         store = self.store
-        shared = store.shared
-        routing: set[int] = set()  # shared stores: inbox rows handed to a case, not yet committed by it
+        routing: set[int] = set()  # inbox rows handed to a case, not yet committed by it
         first = True
         while True:
             if not first:
@@ -317,18 +315,21 @@ class Background:
                         ended_elsewhere(drain())
                 if claim is not None:
                     await claim()
-                # A shared store's inbox ids can commit out of order (several writers): read it whole each time.
-                rows = await store.inbox_take(after=0 if shared else self.inbox_after)
-                if shared:
-                    routing &= {row.id for row in rows}
+                # The inbox is read whole each time (it holds only inputs not yet journaled): a shared store's ids
+                # can commit out of order (several writers), and an input the store failed to hand over is tried
+                # again at the next poll, without holding up the ones after it.
+                rows = await store.inbox_take(after=0)
+                routing &= {row.id for row in rows}
                 for row in rows:
                     if row.id in routing:
                         continue
-                    if shared:
-                        routing.add(row.id)
-                    else:
-                        self.inbox_after = max(self.inbox_after, row.id)
-                    await self.route_inbox(row)
+                    routing.add(row.id)
+                    try:
+                        await self.route_inbox(row)
+                    except StoreError as exc:  # acknowledged to its sender: never refused for a passing fault
+                        routing.discard(row.id)
+                        _log.warning("could not hand an inbox input to its case; trying again at the next poll",
+                                     case_id=row.case_id, kind=row.kind, error=str(exc))
             except StoreError as exc:
                 _log.error("could not read the inbox", error=str(exc))
             finally:

@@ -884,6 +884,8 @@ class Substrate:
             msg = await self._inbox_message(row)
         except _Remote:
             return  # taken over by another node meanwhile: its owner takes the input
+        except StoreError:
+            raise  # the store failed to load the case: the input is tried again, never refused for it
         except (WfsubError, TypeError, ValueError, KeyError) as exc:
             reason = str(exc)
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
