@@ -1428,11 +1428,6 @@ def error_text(exc: BaseException) -> str:
     return exc.message if isinstance(exc, RestoredError) else str(exc)
 
 
-def _went_on(frame: Frame) -> bool:
-    """The activation's thread already continued after it (only leftover work is inside)."""
-    return frame.fired if isinstance(frame, MIFrame) else isinstance(frame, PassFrame) and frame.exited
-
-
 # -- opcode handlers: (vm, token, ip, operand) -> next ip, or -1 when the token stopped ---------------------
 
 
