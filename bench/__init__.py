@@ -1,1 +1,1 @@
-"""`make bench`: every figure the issues ask for, each beside a baseline measured in the same run."""
+"""`make bench`: every benchmark figure with its target, each beside a baseline measured in the same run."""

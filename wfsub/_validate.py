@@ -604,10 +604,19 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
     if not isinstance(t.name, str):
         c.add(path, f"call name must be a str, got {t.name!r}")
     elif c.library is None:
-        c.add(path, f"call({t.name!r}) needs a library: pass library={{{t.name!r}: workflow}}")
+        entry = f"{{{t.name!r}: workflow}}"
+        c.add(
+            path,
+            f"call({t.name!r}) needs a library: pass Substrate(workflows={entry}), "
+            f"or library={entry} to compile or validate",
+        )
     elif t.name not in c.library:
         known = ", ".join(sorted(str(k) for k in c.library)) or "empty"
-        c.add(path, f"call({t.name!r}): no workflow of that name in the library ({known})")
+        c.add(
+            path,
+            f"call({t.name!r}): no workflow of that name in the library ({known}): "
+            "register it in workflows= / library=, or check the spelling",
+        )
     else:
         c.calls.append((t.name, path))
         if c.handlers:

@@ -48,8 +48,8 @@ def _finish(ctx: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_paused_node_does_not_report_a_taken_over_case_as_failed() -> None:
-    """A node that stalls past its lease while its case's effect runs hands the case over: when it wakes, its
-    awaiter gets the outcome the new owner recorded, not an internal CaseFailed."""
+    """A node that stalls past its lease hands its case over; on waking its awaiter gets the new owner's outcome."""
+    # Not an internal CaseFailed: the outcome is the one the new owner recorded.
     calls: list[str] = []
 
     async def pay(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,8 +93,8 @@ async def test_a_paused_node_does_not_report_a_taken_over_case_as_failed() -> No
 
 
 async def test_a_node_leaves_alone_a_suspended_case_another_node_owns() -> None:
-    """A node that registers the version a case of another node is suspended on does not run it: a signal
-    through it goes to the owner's inbox, and a cancel through it ends the case with its reason (no zombie)."""
+    """A node does not run another node's suspended case: signals go to the owner's inbox, a cancel ends it."""
+    # The cancel ends the case with its reason (no zombie).
     v1 = seq(wait("go"), task(_finish, name="finish"))
     schema = _pg.new_schema()
     async with Substrate(store=node_store(schema, 10.0), workflows={"f": v1}, node_id="a") as a:
@@ -121,8 +121,8 @@ async def test_a_node_leaves_alone_a_suspended_case_another_node_owns() -> None:
 
 
 async def test_two_substrates_of_one_process_cannot_share_a_node_id() -> None:
-    """A second Substrate opened as the same node while the first is open is refused with a StoreError naming
-    the node id and the fix (both would run the same cases)."""
+    """A second Substrate opened as an open node's id is refused with a StoreError naming the id and the fix."""
+    # Both would run the same cases.
     schema = _pg.new_schema()
     flows = {"f": seq(wait("go"), task(_finish, name="finish"))}
     async with Substrate(store=node_store(schema, 10.0), workflows=flows, node_id="n") as a:
@@ -171,8 +171,7 @@ class _SilentProxy(Proxy):
 
 
 async def test_an_awaiter_on_another_node_wakes_when_its_notifications_are_silently_lost() -> None:
-    """A node whose LISTEN connection dies without a word still wakes its awaiters of other nodes' cases when
-    they end (it polls as a fallback), rather than waiting for ever."""
+    """With its LISTEN connection silently dead, a node still wakes awaiters of other nodes' cases (it polls)."""
     schema = _pg.new_schema()
     flows = {"f": seq(wait("go"), task(_finish, name="finish"))}
     proxy = _SilentProxy(_pg.database_dsn())

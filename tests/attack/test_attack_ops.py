@@ -280,8 +280,8 @@ async def test_status_data_and_cases_report_the_same_case_in_memory_and_after_a_
 
 
 async def test_typed_edges_validate_start_data_payloads_and_final_data(tmp_path: Path) -> None:
-    """A model as start data is dumped as JSON; a payload off its wait's model is refused and nothing is recorded;
-    result(model=) and await_case(model=) validate the final data, and a mismatch names the model."""
+    """Models type start data, wait payloads (a mismatch is refused, unrecorded) and final data (named on mismatch)."""
+    # A model as start data is dumped as JSON; result(model=) and await_case(model=) validate the final data.
     async with Substrate(store=tmp_path / "t.db", workflows={"typed": TYPED}) as sub:
         handle = await sub.new_case("typed", Start(order=1, when=datetime(2024, 1, 2, 3, 4, 5)))
         await settled(handle, "waiting_signal")
@@ -639,8 +639,8 @@ async def test_show_lists_the_effect_a_case_is_waiting_on(here: Path) -> None:
 
 
 async def test_a_signal_sent_while_the_owner_closes_is_applied_by_the_next_owner(here: Path) -> None:
-    """While the owner is closing (held up by an effect that ignores cancellation) the command says the signal
-    stays in the inbox, exits 1, and the next owner applies it."""
+    """A signal sent while the owner closes stays in the inbox (the command exits 1); the next owner applies it."""
+    # The owner is held up closing by an effect that ignores cancellation.
     release = anyio.Event()
 
     async def stubborn(ctx: Mapping[str, Any]) -> None:
@@ -759,8 +759,8 @@ async def test_a_case_inside_a_called_workflow_can_be_highlighted() -> None:
 
 
 async def test_live_positions_in_every_compound_construct_highlight_and_render() -> None:
-    """status().at of cases parked in a compensation, an on_error or on_cancel branch, a net, an mi and a blocking
-    par highlights both formats, and the DOT renders with Graphviz."""
+    """status().at inside every compound construct highlights both formats, and the DOT renders with Graphviz."""
+    # Cases park in a compensation, an on_error or on_cancel branch, a net, an mi and a blocking par.
     release = anyio.Event()
 
     async def held(ctx: Mapping[str, Any]) -> None:

@@ -101,8 +101,8 @@ def test_an_mi_whose_every_instance_was_withdrawn_is_withdrawn() -> None:
 
 
 def test_a_dynamic_mi_closed_below_n_fires_with_what_completed() -> None:
-    """dynamic=True with join=3: instances are taken only while one runs; once none runs, n is out of reach and
-    the join fires with what completed."""
+    """A dynamic mi with join=3 whose running instances all end below 3 fires its join with what completed."""
+    # dynamic=True takes instances only while one runs: once none runs, join=3 is out of reach.
     log: list[str] = []
     m = machine(seq(mi(seq(wait("go"), mark(log, "i")), count=1, join=3, dynamic=True, name="d"), mark(log, "after")))
     run(m)
@@ -128,8 +128,7 @@ def test_until_fires_the_join_early() -> None:
 
 
 def test_a_par_join_does_not_wait_for_the_instances_of_an_unsynchronized_mi() -> None:
-    """An mi(join=None) inside a branch is detached work: the join fires when the branch's thread arrives; the
-    case ends only after the detached instance ends."""
+    """A par join fires when a branch holding an mi(join=None) arrives; the case ends after the detached instance."""
     log: list[str] = []
     wf = seq(
         par(seq(mi(wait("x"), count=1, join=None), mark(log, "after_mi")), mark(log, "b")),

@@ -128,7 +128,7 @@ def test_valid_workflow_has_no_issues() -> None:
         (effect(fetch), "effect", "define it with `async def`"),
         (xor((1, task(fetch))), "xor[0]", "predicate must be a function"),
         (loop(task(fetch), while_="yes"), "loop", "while_ must be a function"),
-        (call("nope"), "call", "needs a library"),
+        (call("nope"), "call", "needs a library: pass Substrate(workflows={'nope': workflow}), or library="),
         (interleave(task(fetch), order=[(0, 5)]), "interleave", "unknown branch 5"),
         (interleave(task(fetch), task(check), order=[(0, 1), (1, 0)]), "interleave", "forms a cycle"),
         (sleep(-1), "sleep", "non-negative"),
@@ -150,9 +150,13 @@ def test_validate_reports_path_and_fix(term: Any, path: str, fragment: str) -> N
 
 
 def test_call_of_missing_library_name_is_reported() -> None:
-    """call() of a name that the library lacks names the known workflows."""
+    """call() of a name that the library lacks names the known workflows and the fix."""
     found = issues_of(seq(task(fetch), call("ship")), library={"bill": task(fetch)})
-    assert found == [("seq[1].call", "call('ship'): no workflow of that name in the library (bill)")]
+    assert found == [(
+        "seq[1].call",
+        "call('ship'): no workflow of that name in the library (bill): "
+        "register it in workflows= / library=, or check the spelling",
+    )]
 
 
 def test_region_names_are_scoped_to_the_workflow_that_declares_them() -> None:

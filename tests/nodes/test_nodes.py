@@ -84,8 +84,9 @@ def test_placement_any_needs_a_shared_store() -> None:
 
 
 async def test_a_killed_node_loses_nothing_acknowledged_and_no_case_runs_twice(tmp_path: Path) -> None:
-    """Three node processes share 1,002 cases; one is SIGKILLed mid-run: every case ends once, each acknowledged
-    signal is in its journal, and no case's records interleave two owners (epochs never go back)."""
+    """A SIGKILLed node of three loses no acknowledged signal, and no case runs twice or interleaves two owners."""
+    # Three node processes share 1,002 cases: every case ends once, each acknowledged signal is in its journal,
+    # and epochs never go back.
     schema = _pg.new_schema()
     dsn = _pg.database_dsn()
     per_node, nodes = 334, 3
@@ -139,9 +140,8 @@ async def test_a_killed_node_loses_nothing_acknowledged_and_no_case_runs_twice(t
 
 
 async def test_a_paused_process_of_a_node_id_is_fenced_when_another_opens_as_that_node() -> None:
-    """A node process paused past its lease while another process opens with the same node id: the new opener
-    bumps the epochs of the node's live cases, so the paused one can append nothing once it wakes; the case
-    completes once, on the new process."""
+    """A paused node process is fenced when another opens as its node id; the case completes once, on the new one."""
+    # The new opener bumps the epochs of the node's live cases, so the paused one can append nothing once it wakes.
     schema = _pg.new_schema()
     dsn = _pg.database_dsn()
     old = subprocess.Popen(  # noqa: ASYNC220 - started once, before the test's own event loop work
@@ -183,8 +183,8 @@ async def test_a_paused_process_of_a_node_id_is_fenced_when_another_opens_as_tha
 
 
 async def test_dropped_connections_lose_nothing_acknowledged() -> None:
-    """Every connection of the store is killed (pg_terminate_backend) while signals flow: each signal that was
-    acknowledged is in its case's journal once, and every case completes."""
+    """Killing every store connection while signals flow loses no acknowledged signal, and every case completes."""
+    # Connections die by pg_terminate_backend; each acknowledged signal is in its case's journal once.
     schema = _pg.new_schema()
     async with Substrate(store=node_store(schema), workflows=FLOWS, node_id="a") as sub:
         ids = [(await sub.new_case("order", {"n": i}, case_id=f"d{i}")).case_id for i in range(40)]

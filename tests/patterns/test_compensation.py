@@ -63,8 +63,7 @@ def test_a_step_without_a_compensation_is_skipped_when_compensating() -> None:
 
 
 def test_on_error_catches_after_compensation_and_stores_the_error_record() -> None:
-    """A failure inside scope(on_error=): the body's sagas compensate, data[error_into] holds the record, then
-    on_error runs and the flow goes on after the scope."""
+    """A failure in scope(on_error=) compensates, stores the error record in error_into, runs on_error and goes on."""
     rec = Recorder()
     body = saga((rec.step("charge"), rec.step("refund")), boom(rec, "reserve"))
     case = Case(seq(scope("order", body, on_error=rec.step("apologise"), error_into="why"), rec.step("after")))

@@ -18,8 +18,7 @@ class OutOfStock(Exception):
 
 
 async def test_an_order_refunds_the_charge_when_the_reservation_fails() -> None:
-    """charge succeeds, reserve fails for good (non-retryable): refund runs, on_error records it, the case goes
-    on; reserve was tried once."""
+    """reserve fails for good (tried once): the charge is refunded, on_error records it and the case goes on."""
     async with running() as (sub, clock, sink):
         rec = Recorder(clock)
         tries: list[int] = []

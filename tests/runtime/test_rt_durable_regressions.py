@@ -55,8 +55,8 @@ async def test_a_parked_case_loaded_for_a_cancel_compensates_every_completed_ste
 
 
 async def test_a_case_whose_journal_moved_on_leaves_memory_instead_of_retrying_forever() -> None:
-    """When the store refuses a case's append for good (another writer took its next seq), the caller gets
-    StoreConflict, the case leaves memory without writing anything more, and nothing retries in a loop."""
+    """A case whose append is refused for good raises StoreConflict and leaves memory with no retry loop."""
+    # Another writer took its next seq: the case writes nothing more.
     from wfsub import StoreConflict
     from wfsub._store import CaseWrite
     from wfsub.stores import MemoryStore

@@ -129,8 +129,9 @@ def test_evict_after_needs_a_store_and_a_positive_number() -> None:
 
 
 async def test_a_hundred_thousand_parked_cases_leave_memory_and_signals_and_timers_still_reach_them() -> None:
-    """100,000 parked cases with evict_after: all leave memory; signals reach a sample of them and the timers of
-    those that sleep fire from the store's due-time index, each case ending as it would have in memory."""
+    """100,000 parked cases with evict_after leave memory, and signals and timers still reach and end them."""
+    # Signals reach a sample; the sleepers' timers fire from the store's due-time index, each case ending as it
+    # would have in memory.
     total, sleepers = 100_000, 100
     flows = {"go": GO, "nap": seq(sleep(1.5), task(lambda c: {"woke": True}, name="woke"))}
     async with Substrate(store=MemoryStore(), workflows=flows, evict_after=0.2, trace_level="none",

@@ -52,8 +52,8 @@ async def awaits_a_cancelled_future(ctx: Mapping[str, Any]) -> None:
 
 
 async def test_a_stray_cancelled_error_is_a_failed_attempt_that_the_retry_policy_handles() -> None:
-    """An effect that re-raises someone else's CancelledError is retried by its policy; its siblings and the
-    Substrate carry on, and the case ends done (not 'cancelled: substrate closed')."""
+    """An effect re-raising a stray CancelledError is a failed attempt its retry policy handles; the case ends done."""
+    # Its siblings and the Substrate carry on; the case does not end 'cancelled: substrate closed'.
     calls: list[str] = []
 
     async def flaky(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,8 +148,8 @@ async def test_an_mi_beyond_the_instance_limit_fails_its_case_before_allocating(
 
 
 async def test_a_big_mi_starts_its_instances_a_burst_at_a_time_while_other_cases_answer() -> None:
-    """A 200,000-instance mi (max= raises the limit) is still running when a signal to another case has
-    round-tripped: the event loop was never held for the whole spawn."""
+    """A 200,000-instance mi spawns a burst at a time: a signal to another case round-trips before it ends."""
+    # The event loop was never held for the whole spawn (max= raises the instance limit).
     async with Substrate(trace_level="none") as sub:
         big = await sub.new_case(mi(task(ok), count=200_000, max=200_000, collect="outs"))
         ping = await sub.new_case(seq(wait("ping"), task(ok)))
@@ -171,8 +171,8 @@ async def test_the_substrate_instance_limit_is_configurable() -> None:
 
 
 async def test_failed_cases_do_not_pin_the_frames_of_the_failing_effect() -> None:
-    """500 failed effects that each held 1 MiB leave next to nothing resident; the failure keeps its type,
-    message, path and a formatted traceback."""
+    """Failed cases do not pin the failing effect's frames; the failure keeps type, message, path and traceback."""
+    # 500 failed effects that each held 1 MiB leave next to nothing resident.
 
     async def heavy(ctx: Mapping[str, Any]) -> None:
         ballast = bytearray(2**20)
@@ -403,8 +403,8 @@ async def test_a_callback_sink_sees_every_event_of_a_failing_case() -> None:
 
 
 def test_virtual_clock_settles_only_after_new_effects_arm_their_timers_on_trio() -> None:
-    """On trio, advance(2) over two sequential effects that each sleep 1s on the clock finishes the case every
-    time: settle waits for an effect task that was started but has not run yet."""
+    """On trio, settle waits for started effects to arm their timers, so advance(2) always finishes the case."""
+    # Two sequential effects each sleep 1s on the clock; settle waits for an effect task started but not yet run.
 
     async def main() -> None:
         for _ in range(40):

@@ -38,8 +38,8 @@ async def test_sink_actor_fans_out_global_and_per_case_sinks() -> None:
 
 
 async def test_past_the_buffer_the_hub_asks_producers_to_wait_and_drops_nothing() -> None:
-    """submit() never waits and never drops while the hub is open: past the buffer it reports a backlog, and
-    producers that wait for it are released once the hub has taken the batches."""
+    """Past its buffer the hub reports a backlog and drops nothing; waiting producers are released as it drains."""
+    # submit() never waits and never drops while the hub is open.
     sink = MemorySink()
     hub = TraceHub([sink], buffer=2)
     for _ in range(5):

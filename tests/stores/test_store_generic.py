@@ -387,8 +387,8 @@ async def test_what_a_store_returns_is_a_copy(store: Store) -> None:
 
 
 async def test_everything_is_there_after_close_and_reopen(store: Store) -> None:
-    """Closing and opening the store again (a new object on a file) gives back every case, row and inbox row (on a
-    shared store the node's live cases come back one epoch on: the new opener fences any earlier process)."""
+    """Closing and reopening the store gives back every case, row and inbox row."""
+    # On a shared store the node's live cases come back one epoch on: the new opener fences any earlier process.
     async with opened(store):
         await store.write(first_write("a"))
         await store.write(CaseWrite("a", records=[signal(1)], snapshot=snapshot("a", 1), row=row("a", last_seq=1)))

@@ -139,10 +139,6 @@ class TraceHub:
         self.backlogged = False  # more than `buffer` batches wait: producers should wait for `caught_up`
         self.finished = anyio.Event()
 
-    @property
-    def has_sinks(self) -> bool:
-        return bool(self._sinks)
-
     def submit(self, case_id: str, time: float, events: Sequence[VmEvent], sinks: tuple[TraceSink, ...]) -> None:
         """Hand over a batch without waiting (see `backlogged` for the backpressure that bounds the queue)."""
         n = len(events)

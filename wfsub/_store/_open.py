@@ -1,6 +1,6 @@
 """`open_store(spec)`: a store from what a user passes as `Substrate(store=...)` or `wfsub --store ...`.
 
-    None                          no store (cases live in memory only, as before stores existed)
+    None                          no store: cases live in memory only
     "cases.db", Path("cases.db")  SqliteStore on that file
     "sqlite:///cases.db"          SqliteStore, relative path (three slashes, as SQLAlchemy spells it)
     "sqlite:////var/lib/x.db"     SqliteStore, absolute path (three slashes, then the absolute path)

@@ -12,86 +12,32 @@
            then the other waiters               are queued already): what the woken tasks write at once
                                                 joins the next group
 
-Every write that arrives while a commit runs waits in the deque and goes into the next transaction, so under
-load a commit carries as many writes as arrived during the previous one, and the loop never touches the disk.
+Group commit. A write that arrives while a commit runs goes into the next transaction: under load a commit
+carries every write that arrived during the previous one, and the loop never touches the disk. A group is
+applied with no savepoint, a run of case writes as one `executemany` for their records and one for their rows
+(every sqlite3 call is a round trip of the GIL). When a job breaks a rule (a second `end`, a seq written twice)
+or fewer records are appended than sent (a retried request_id: the count cannot say which), the group is rolled
+back and redone a job at a time, each in a savepoint: that job alone fails (or reports its skipped record).
 
-One pass, one statement per table. A group is applied with no savepoint: a run of case writes is one
-`executemany` for their journal records and one for their rows (snapshots and inbox moves, rare, one by one),
-other jobs (an inbox input, a prune) in their place. When a job breaks a rule (a second `end`, a seq written
-twice) or the records appended are fewer than those sent (a retried request_id: the count cannot say which),
-the transaction is rolled back and the group redone one job at a time, each in its own savepoint, as before:
-that job alone fails (or reports its skipped record), the others commit. A group of three case writes costs 4
-calls into sqlite3 instead of 2 + 3 x 3-4 (44-50 us of writer CPU instead of 66 us for six writes, in a bench
-without fsync), and every call is a round trip of the GIL.
+The hand-off. The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so
+jobs queued while a group commits or while the writer lingers cost no thread wake-up (a thread woken from the
+loop's thread often preempts the loop on 2 cores). The writer wakes each loop without waiting for it, through
+the token each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+); older anyio (4.11+) takes
+`anyio.from_thread.run_sync(..., token=token)`, which blocks until the loop has run `_wake` (no lingering).
 
-Lingering. Right after a commit, the tasks it wakes often write again at once: `[await sub.new_case(...) for
-...]` writes the next `start` record in the same step that took the previous one's outcome. A writer that
-started the next transaction at once, with what was queued meanwhile, made that write wait for the whole
-next commit and then for its own: about two commits per `new_case` (the sequential starter of
-`bench/durable_bench.py` was bound by this whenever commits were slow: 3 writes per group). So after a
-wake-up, when writes are queued already (else the writer sleeps, and the first write wakes it: a lone writer
-pays nothing), the writer waits until the woken loop has run the woken tasks, at most LINGER: then it takes
-everything queued. Only waiters of prompt writes (queued after the previous group was delivered: their
-tasks write again right after waking) are waited for: `_wake` wakes them first and then the others, and the
-first of the others says "turned" as soon as it runs (the loop runs tasks in the order they were woken on
-asyncio; trio shuffles them, which only ends the linger sooner), so the signal costs no second call through
-the loop's thread-safe queue (a callback says it when there is no other waiter). The starter then gets one
-commit per `new_case` and a group carries all five writes of a case (start, three effects, end) instead of
-three.
+Lingering. The tasks a commit wakes often write again at once (`[await sub.new_case(...) for ...]`), and a
+transaction started at once would make that write wait for it and then for its own. So when writes are queued
+already (else the writer sleeps: a lone writer pays nothing), the writer waits, LINGER at most, until the loop
+has run the tasks of prompt writes (queued after the previous group was delivered): `_wake` wakes those first,
+and the first other waiter (or a callback) says "turned". A starter then gets one commit per case.
 
-The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so jobs queued
-while a group commits or while the writer lingers cost no thread wake-up. A wake-up from the loop's thread
-is dear: on the shared 2-core machine the woken writer often preempts the loop (which holds the GIL the
-writer then waits for), costing the loop 150-300 us (measured around `SimpleQueue.put`); one bell per group
-is what is left. Running the writer under SCHED_BATCH removed that cost but starved the writer when other
-processes kept both cores busy (4-8x fewer cases/s), so it is not done.
+Throughput is bound by the GIL, not the disk: the loop and the writer take turns (the writer needs the GIL
+between its sqlite3 calls and to wake the loop after the fsync), so a case costs the loop's work plus a commit.
+`bench/durable_bench.py`'s three-effect cases, one starter, run at about 1,100-1,600 cases/s on 2 cores.
 
-How the thread wakes the loop was chosen by measuring, on 2 cores (WAL, synchronous=FULL; a bare sqlite3
-INSERT+COMMIT takes 150-180 us p50 on the same disk), with `bench/store_bench.py` workloads (200 writers x 20
-writes for the busy loop; best two of four runs):
-
-    this module                       asyncio p50 / p99    writes/s  busy loop   trio p50 / p99    writes/s
-    run_sync_soon (used)              189-195 / 371-374 us   40 k     16 k        206-211 / 396-404   37 k
-    from_thread.run_sync (fallback)   236-238 / 419-428 us   36-41 k  14-17 k     219-238 / 372-404   34 k
-
-`from_thread.run_sync` blocks the writer until the loop has run the callback; a leader task running each
-group through `to_thread.run_sync` needed the busy loop to schedule it before every commit (3x fewer writes/s
-there). So the dedicated thread schedules the wake-up without waiting, through the
-`anyio.lowlevel.current_token()` each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+:
-`call_soon_threadsafe` on asyncio, `TrioToken.run_sync_soon` on trio), and on older anyio (4.11+) the public
-`anyio.from_thread.run_sync(..., token=token)` (no lingering there: it returns once the loop has run `_wake`);
-tests cover both paths on both backends.
-
-What bounds the throughput now: the GIL, not the disk. `bench/durable_bench.py`'s first figure (2,000
-three-effect cases, one starter awaiting each `new_case`, FULL), on the shared 2-core machine, runs of the
-previous and of this design alternating:
-
-    machine                             before (savepoints, no linger)    now
-    quiet (load < 1)                    1,450-1,550 cases/s, 3-5 a group   1,440-1,560 cases/s, 4.7-5 a group
-    other sessions' tests (load 1-5,    390-1,200; medians of 4 runs       560-1,440; medians 810-1,250
-      commit p50 0.3-2 ms)              392-1,084; 3 writes a group        (+15-100%); 5 writes a group
-    synchronous=NORMAL, load about 1    1,720-1,810                        1,730-2,000
-
-When commits are slow, a group that carries a whole case (start, three effects, end) instead of three writes
-is what counts. When they are fast, the loop and the writer take turns: per case the loop is busy 330-400 us
-(CPU 360-430 us; the same cases with a MemoryStore take 282 us, without a store 265-280 us) and idle 300-360
-us, waiting for the commit (COMMIT p50 170-210 us, a checkpoint over 2 ms every 100-250 commits, 2-6% of the
-commit time, and a thread wake-up of 30-45 us each way). They cannot overlap: the writer needs the GIL between
-its sqlite3 calls and to wake the loop after the fsync, and a thread that has just been woken loses the GIL to
-a running loop until the loop blocks in epoll (between iterations the loop releases it for about a microsecond,
-less than a woken thread needs to run). So a case costs loop work plus a commit, about 650 us, and 2,000
-cases/s (500 us) needs the loop's part under about 300 us, which is the runtime's own cost for this workflow,
-or the commit overlapped with loop work. Measured and not done: a hand-off in which the loop, on telling the
-writer it has turned, waits on a threading.Event (at most 100-300 us) until the writer holds the GIL, so the
-fsync runs beside the loop's work: +5-15% when quiet (1,536-1,634 against 1,332-1,568 in one run), none under
-load, and the event loop stalls on every commit. Writing `end` without waiting for it: 5-7% less loop CPU,
-but `cases()` and `journal()` would lag the awaiters by a commit.
-
-A write whose waiter is cancelled is still committed (or refused) with its group: cancelling the wait does not
-withdraw the write. Errors: a job that breaks a rule fails alone (above); an error of the transaction itself
-(disk full, I/O error, a busy file) rolls the whole transaction back and every job of the group gets a
-StoreError. The thread never dies of an error: it reports it to the group and takes the next one. A job
-queued with no waiter (`wait=False`) that fails is logged.
+Errors. A cancelled waiter's write is still committed (or refused) with its group. An error of the transaction
+itself (disk full, I/O, a busy file) fails every job of the group with a StoreError, and the thread goes on to
+the next group; a failed job queued with no waiter (`wait=False`) is logged.
 """
 
 from __future__ import annotations

@@ -1418,11 +1418,6 @@ def _record(
     return {"type": error_name(exc), "message": message, "path": path, "compensated": compensated, "cause": cause}
 
 
-def _went_on(frame: Frame) -> bool:
-    """The activation's thread already continued after it (only leftover work is inside)."""
-    return frame.fired if isinstance(frame, MIFrame) else isinstance(frame, PassFrame) and frame.exited
-
-
 # -- opcode handlers: (vm, token, ip, operand) -> next ip, or -1 when the token stopped ---------------------
 
 

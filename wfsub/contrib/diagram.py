@@ -1,6 +1,6 @@
 """Workflow diagrams: `to_mermaid(term)` and `to_dot(term)` draw a term as a BPMN-like flow.
 
-    print(wfsub.to_mermaid(order))                               # paste into any Mermaid renderer
+    mermaid = wfsub.to_mermaid(order)                            # a str: paste it into any Mermaid renderer
     Path("order.dot").write_text(wfsub.to_dot(order, highlight=["seq[2].wait"]))   # dot -Tsvg order.dot
 
 What is drawn how (the same in both formats):
