@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 import types
 
 import pytest
@@ -42,3 +44,16 @@ def test_old_names_warn_and_point_at_the_one_public_name(module: str, name: str,
     with pytest.warns(DeprecationWarning, match=instead):
         value = getattr(importlib.import_module(module), name)
     assert value is not None
+
+
+def test_public_submodules_are_reached_from_a_bare_import_and_loaded_only_when_used() -> None:
+    """After `import wfsub` alone, `wfsub.stores.SqliteStore` and the like work, and nothing loads before its use."""
+    code = (
+        "import sys, wfsub\n"
+        "assert 'wfsub.stores' not in sys.modules and 'wfsub.cli' not in sys.modules\n"
+        "assert wfsub.stores.SqliteStore and wfsub.testing.VirtualClock and wfsub.lowlevel.Machine\n"
+        "assert wfsub.terms.seq and wfsub.runtime.Substrate and wfsub.contrib\n"
+        "assert 'click' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -169,6 +169,17 @@ __all__ = [
 ]
 
 
-__getattr__ = _deprecated.module_getattr(
+_old_names = _deprecated.module_getattr(
     "wfsub", {"Program": ("wfsub._program", "Program", "import it from wfsub.lowlevel")}
 )
+# The public submodules, loaded on first use: `import wfsub` then `wfsub.stores.SqliteStore(...)` works, and a
+# program that never touches the command or the extras never loads them.
+_SUBMODULES = frozenset({"stores", "testing", "lowlevel", "runtime", "terms", "contrib", "cli"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"wfsub.{name}")
+    return _old_names(name)
