@@ -160,6 +160,31 @@ async def test_an_inbox_input_the_store_failed_to_hand_over_is_tried_again_not_r
         assert [r.kind for r in await sub.journal("c")].count("signal") == 1
 
 
+async def test_a_case_whose_journal_does_not_replay_is_suspended_and_the_others_run() -> None:
+    """A damaged journal record stops only its own case (suspended, with the reason): the Substrate opens."""
+    from wfsub._store import CaseWrite
+    from wfsub.stores import MemoryStore
+
+    store = MemoryStore()
+    flow = seq(wait("a"), task(lambda c: {"x": 1}, name="x"))
+    async with Substrate(store=store, workflows={"f": flow}) as sub:
+        await sub.new_case("f", case_id="c")
+        await sub.new_case("f", case_id="d")
+    await store.open(owner=True, owner_id="damage")
+    row = await store.row("c")
+    assert row is not None
+    damaged = {"seq": row.last_seq + 1, "kind": "signal", "step": 1, "time": 0.0, "digest": None}  # no name
+    row.last_seq += 1
+    row.state = "running"  # recovered when the next Substrate opens
+    await store.write(CaseWrite("c", [damaged], row))
+    await store.close()
+    async with Substrate(store=store, workflows={"f": flow}) as sub:
+        status = sub.status("c")
+        assert status.state == "suspended" and "KeyError" in (status.suspended_reason or "")
+        await sub.signal("d", "a")
+        assert (await sub.await_case("d"))["x"] == 1
+
+
 class OutOfStock(Exception):
     pass
 

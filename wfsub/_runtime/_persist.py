@@ -186,7 +186,7 @@ async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any
         await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))
     except StoreError as exc:
         _log.error("could not mark a case suspended", case_id=row.case_id, error=str(exc))
-    _log.warning("case suspended: no registered version can run it", case_id=row.case_id, reason=row.suspended_reason)
+    _log.warning("case suspended", case_id=row.case_id, reason=row.suspended_reason)
 
 
 async def end_suspended(

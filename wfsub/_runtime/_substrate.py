@@ -74,7 +74,7 @@ from ._hub import TraceHub
 from ._journal import JournalRecord, plain, to_json
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal, TimerFired
 from ._nodes import DatabaseClock, Lease, Node
-from ._persist import Background, Loaded, end_suspended, rebuild, status_of
+from ._persist import Background, Loaded, end_suspended, rebuild, status_of, suspend
 from ._registry import Workflows
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 
@@ -695,10 +695,19 @@ class Substrate:
             event.set()
 
     async def _load_quietly(self, case_id: str) -> None:
+        """Bring a case back for the background (recovery, due timers, version checks): a case that fails to come
+        back is logged, never a reason for the Substrate to stop."""
         try:
             await self._load(case_id)
         except (StoreError, CaseNotFound) as exc:
             _log.error("could not bring a case back from the store", case_id=case_id, error=str(exc))
+        except Exception as exc:  # its journal does not replay (a damaged record, a bug): this case alone stops
+            _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
+            assert self._store is not None
+            row = await self._store.row(case_id)
+            if row is not None and not CaseState(row.state).ended:
+                reason = f"its journal could not be replayed: {type(exc).__name__}: {exc}"
+                await suspend(self._store, row, reason, self._redact)
 
     def _resume(self, loaded: Loaded) -> CaseActor:
         row = loaded.row
