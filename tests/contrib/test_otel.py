@@ -406,3 +406,30 @@ def test_the_module_says_how_to_install_opentelemetry_when_it_is_missing() -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'wfsub[otel]'" in out
+
+
+async def test_an_evicted_case_ends_its_span_and_a_new_one_covers_it_when_it_comes_back(
+    exporter: InMemorySpanExporter, sink: OTelSink
+) -> None:
+    """Eviction ends the case's span (outcome evicted; the sink keeps nothing); the resumed case gets a new span."""
+    from wfsub import Substrate
+    from wfsub.stores import MemoryStore
+    from wfsub.testing import VirtualClock
+
+    clock = VirtualClock()
+    flows = {"go": seq(wait("go"), task(lambda c: {"went": True}, name="went"))}
+    async with Substrate(store=MemoryStore(), workflows=flows, clock=clock, evict_after=10, sinks=[sink],
+                         trace_level="min") as sub:
+        await sub.new_case("go", case_id="c")
+        await clock.advance(11)
+        with anyio.fail_after(5):
+            while sub.statistics().cases_in_memory:  # noqa: ASYNC110 - eviction happens in the background
+                await anyio.sleep(0.01)
+            while repr(sink) != "OTelSink(0 cases open)":  # noqa: ASYNC110 - the hub delivers in the background
+                await anyio.sleep(0.01)
+        assert sorted(attrs(s)["wfsub.outcome"] for s in spans(exporter, "c")) == ["evicted", "evicted"]  # + wait
+        await sub.signal("c", "go")
+        assert (await sub.await_case("c"))["went"]
+    cases = [s for s in spans(exporter, "c") if s.name == "case go"]
+    assert [attrs(s)["wfsub.outcome"] for s in cases] == ["evicted", "done"]
+    assert attrs(cases[1]).get("wfsub.resumed") is True

@@ -204,6 +204,7 @@ class CaseActor:
             _log.warning("case left memory: the store refused its journal", case_id=self.case_id,
                          error=str(fenced.__cause__))
             self.evicted = self.fenced = True
+            self._left("fenced")
             if self.shared.on_evict is not None:
                 self.shared.on_evict(self)
             cause = fenced.__cause__
@@ -344,9 +345,21 @@ class CaseActor:
         if self.inbox:
             return False
         self.evicted = True
+        self._left("evicted")
         if self.shared.on_evict is not None:
             self.shared.on_evict(self)  # from now on, inputs go to a reloaded actor
         return True
+
+    def _left(self, why: str) -> None:
+        """Tell the sinks the case left memory (a sink that keeps state per case, OTelSink's open span, lets it go;
+        `case_resumed` follows if the case comes back)."""
+        m = self.machine
+        if m is None or self.level == "none":
+            return
+        m.note("case_left", m.program.root_path, {"why": why})
+        events = m.take_events()
+        if events:
+            self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
 
     async def send(self, msg: External) -> None:
         """Queue an external message, waiting while the mailbox holds `mailbox_size` of them."""

@@ -22,6 +22,7 @@ MIN_KINDS: frozenset[str] = frozenset(
     {
         "case_started",  # the machine was created; detail: workflow (a registered name)
         "case_resumed",  # a durable case brought back into memory (the runtime); path: the root; detail: workflow
+        "case_left",  # a durable case left memory (the runtime): evicted while parked, or fenced; detail: why
         "case_done",  # the case ended as done
         "case_failed",  # detail: error, path
         "case_cancelled",  # detail: reason

@@ -31,7 +31,9 @@ The sink works from `trace_level="min"` events (more are ignored). Spans still o
 `case_cancelled` event) are ended then with `wfsub.outcome="unfinished"`. A case whose first events this sink
 did not see (`Substrate.trace(case_id, ...)` added it later, or events were dropped) gets a case span from the
 first event seen, marked `wfsub.trace_partial`; cases open when the sink was told of dropped events are marked
-`wfsub.trace_incomplete`.
+`wfsub.trace_incomplete`. A durable case that leaves memory (`case_left`: evicted while parked, or taken over by
+another node) ends its span there with `wfsub.outcome="evicted"` or `"fenced"`, so the sink holds nothing for
+cases out of memory; when it comes back (`case_resumed`) a new span, marked `wfsub.resumed`, covers the rest.
 
 Spans are ended inside `write`, on the event loop: give the provider a `BatchSpanProcessor` (it exports in its
 own thread), not a `SimpleSpanProcessor` with a network exporter, which would export on the event loop.
@@ -176,6 +178,12 @@ class OTelSink:
             if event.kind in ("case_started", "case_resumed"):
                 self._case_started(event)
                 continue
+            if event.kind == "case_left":  # evicted or taken over: this process's span of it ends here
+                left = self._cases.get(event.case_id)
+                if left is not None:
+                    why = str(event.detail.get("why", "left"))
+                    self._end_case(left, _ns(event.time), why, children=why)
+                continue
             handle = _HANDLERS.get(event.kind)
             if handle is None:
                 continue
@@ -231,11 +239,11 @@ class OTelSink:
         self._ended.pop(event.case_id, None)
         return case
 
-    def _end_case(self, case: _Case, end: int, outcome: str) -> None:
+    def _end_case(self, case: _Case, end: int, outcome: str, children: str = "case ended") -> None:
         for effect in list(case.effects.values()):
-            self._end_effect(case, effect, end, "case ended")
+            self._end_effect(case, effect, end, children)
         for wait in case.open_waits():
-            self._end_wait(case, wait, end, "case ended")
+            self._end_wait(case, wait, end, children)
         case.span.set_attribute("wfsub.outcome", outcome)
         case.span.end(end_time=max(end, case.start))
         self._cases.pop(case.case_id, None)
