@@ -214,6 +214,8 @@ class CaseActor:
             self.inbox.clear()
             self._took_mailbox()  # and senders waiting for mailbox space find the actor gone (send raises)
         except Exception as exc:  # a runtime or vm bug: it ends this case only
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # raised inside the task group
+                exc = exc.exceptions[0]
             _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
             if not self.state.ended:
                 message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
@@ -491,8 +493,9 @@ class CaseActor:
             if request_id is not None:
                 if request_id in j.request_ids:  # a retried call: applied once already, no record, no seq
                     self._answer(msg, None)
-                    if getattr(msg, "inbox_id", 0):
-                        repeated.append(msg.inbox_id)  # type: ignore[union-attr]
+                    inbox_id: int = getattr(msg, "inbox_id", 0)
+                    if inbox_id:
+                        repeated.append(inbox_id)
                     continue
                 j.request_ids.add(request_id)
                 fresh_ids.append(request_id)
@@ -500,14 +503,15 @@ class CaseActor:
                 record = self._record_for(msg, digest, now)
             except (WfsubError, TypeError, ValueError) as exc:  # refused before anything is written
                 self._answer(msg, exc)
-                if getattr(msg, "inbox_id", 0):
-                    refused.append((msg.inbox_id, str(exc)))  # type: ignore[union-attr]
+                inbox_id = getattr(msg, "inbox_id", 0)
+                if inbox_id:
+                    refused.append((inbox_id, str(exc)))
                 continue
             entries.append((msg, record))
         if not entries and not refused and not repeated:
             return
         records = [record for _, record in entries]
-        inbox_done = [msg.inbox_id for msg, _ in entries if getattr(msg, "inbox_id", 0)]  # type: ignore[union-attr]
+        inbox_done = [i for i in (getattr(msg, "inbox_id", 0) for msg, _ in entries) if i]
         inbox_done += repeated
         row = self._running_row() if j.row_parked else None
         lease = self.shared.lease
