@@ -1248,9 +1248,11 @@ class CaseHandle:
     async def result(self, timeout: float | None = None, *, model: type[BaseModel] | None = None) -> Any:  # noqa: ASYNC109
         """The final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or TimeoutError
         (the case goes on). `timeout=0` checks without waiting."""
-        actor = self._actor
-        if timeout is None and model is None and actor is not None and actor.exited and not actor.evicted:
-            return actor.outcome()  # ended and exited: nothing to wait for (the common case, kept short)
+        if timeout is None and model is None:  # the common case, kept short
+            actor = self._actor
+            if actor is not None and actor.exited and not actor.evicted:
+                return actor.outcome()  # ended and exited: nothing to wait for
+            return await self._sub._wait_end(self.case_id, self._current(), check_only=False)
         _check_await_timeout(timeout)
         return _validated(self.case_id, await self._sub._outcome(self.case_id, self._current(), timeout), model)
 
@@ -1281,7 +1283,8 @@ class CaseHandle:
         return actor.state.ended and actor.recorded
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
-        _check_request_id(request_id)
+        if request_id is not None:
+            _check_request_id(request_id)
         actor = self._current()
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)

@@ -219,8 +219,10 @@ class Machine:
         as it would be stored (a payload checked against its wait's model is its model's JSON-mode dump)."""
         if not isinstance(name, str):
             raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
-        self._check_open(f"take signal {name!r}")
-        program = self._vm.program
+        vm = self._vm
+        if vm.ended:  # (tested here, so the action's text is built only for the error)
+            self._check_open(f"take signal {name!r}")
+        program = vm.program
         if name not in program.signals:
             raise SignalRejected.unknown_signal(self.case_id, name, program.signals, program.root_path)
         model = program.signal_models.get(name)
@@ -235,7 +237,11 @@ class Machine:
 
     def deliver_signal(self, name: str, payload: Any = None) -> None:
         """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient)."""
-        self._vm.signal(name, self.check_signal(name, payload))
+        vm = self._vm
+        if type(name) is str and not vm.ended and name in vm.program.signals and name not in vm.program.signal_models:
+            vm.signal(name, payload)  # the common case, checked inline: a known signal without a payload model
+            return
+        vm.signal(name, self.check_signal(name, payload))
 
     def complete_effect(
         self, effect_id: int, output: Mapping[str, Any] | None = None, *, error: BaseException | None = None
