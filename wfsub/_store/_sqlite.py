@@ -552,29 +552,29 @@ class SqliteStore(SingleNode):
         return await self._read(f"reading inbox row {inbox_id}", read)
 
     def changed(self) -> bool:
-        self._running("poll for changes")
-        assert self._watch is not None
-        try:
-            version: int = self._watch.execute(Q["pragma_data_version"]).fetchone()[0]
-        except sqlite3.Error as exc:
-            raise fault(self.path, "polling for changes", exc) from exc
+        version = self._data_version_now("poll for changes")
         changed = version != self._data_version
         self._data_version = version
-        return bool(changed)
+        return changed
 
     def _store_name(self) -> str:
         return self.path
 
     def _poll_changed(self) -> bool:
-        self._running("wait for changes")
+        version = self._data_version_now("wait for changes")
+        changed = version != self._wait_version
+        self._wait_version = version
+        return changed
+
+    def _data_version_now(self, action: str) -> int:
+        """SQLite's data_version: it moves when another connection (another process's too) commits."""
+        self._running(action)
         assert self._watch is not None
         try:
             version: int = self._watch.execute(Q["pragma_data_version"]).fetchone()[0]
         except sqlite3.Error as exc:
             raise fault(self.path, "polling for changes", exc) from exc
-        changed = version != self._wait_version
-        self._wait_version = version
-        return bool(changed)
+        return version
 
 
 # -- what the writer thread runs, inside the group's transaction ---------------------------------------------
