@@ -217,7 +217,7 @@ class CaseActor:
             while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # raised inside the task group
                 exc = exc.exceptions[0]
             _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
-            if not self.state.ended:
+            if self.state not in FINAL:
                 message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
                 self._end_failed(exc, "case actor", message)
                 await self._write_end()
@@ -368,7 +368,7 @@ class CaseActor:
         if self.evicted:
             raise CaseEvicted(self.case_id)
         limit = self.shared.mailbox_size
-        while self.external >= limit and not self.state.ended:
+        while self.external >= limit and self.state not in FINAL:
             event = anyio.Event()
             if self.space is None:
                 self.space = []
@@ -376,7 +376,7 @@ class CaseActor:
             await event.wait()
         if self.evicted:  # it left memory while we waited for space
             raise CaseEvicted(self.case_id)
-        if self.state.ended:
+        if self.state in FINAL:
             raise self.ended_error(msg.what)
         if self.closed:
             raise SubstrateClosed(msg.what)

@@ -757,7 +757,7 @@ class Substrate:
         if actor.evicted:  # a handle's actor that has left memory since
             actor = await self._live(actor.case_id, f"take signal {name!r}")
         machine = actor.machine
-        if machine is None or actor.state.ended:
+        if machine is None or actor.state in FINAL:
             if not isinstance(name, str):
                 raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
             raise actor.ended_error(f"take signal {name!r}")
@@ -833,7 +833,7 @@ class Substrate:
         if actor.evicted:
             await self.cancel(actor.case_id, compensate, reason=reason, request_id=request_id)
             return
-        if actor.state.ended:
+        if actor.state in FINAL:
             return
         if actor.journal is None:
             actor.post(Cancel(reason, compensate))
@@ -878,7 +878,7 @@ class Substrate:
             await self._to_inbox(case_id, action.kind, body, request_id)
             return
         machine = actor.machine
-        if machine is None or actor.state.ended:
+        if machine is None or actor.state in FINAL:
             if not isinstance(region, str):
                 raise TypeError(f"region names are str, got {type(region).__name__} {region!r}")
             raise actor.ended_error(what)
@@ -918,7 +918,7 @@ class Substrate:
         what = f"take an input ({row.kind})"
         actor = await self._live(row.case_id, what)
         machine = actor.machine
-        if machine is None or actor.state.ended:
+        if machine is None or actor.state in FINAL:
             raise actor.ended_error(what)
         body = row.body if isinstance(row.body, dict) else {}
         if row.kind == "signal":
@@ -1000,7 +1000,7 @@ class Substrate:
                 if actor.exited:
                     return actor.outcome()  # raises CaseFailed / CaseCancelled / SubstrateClosed
                 if check_only:  # ended: its outcome once its `end` record is written, not waiting for its effects
-                    if not actor.state.ended:
+                    if actor.state not in FINAL:
                         raise TimeoutError(_not_ended(case_id))
                     if not actor.recorded:
                         if actor.on_recorded is None:
@@ -1280,7 +1280,7 @@ class CaseHandle:
         actor = self._current()
         if actor is None:
             return self._sub.status(self.case_id).ended
-        return actor.state.ended and actor.recorded
+        return actor.state in FINAL and actor.recorded
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         if request_id is not None:
