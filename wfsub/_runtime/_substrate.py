@@ -260,6 +260,9 @@ class Substrate:
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
         self._loading: dict[str, anyio.Event] = {}
+        # The tracing trace() gave an evicted case (its level, its own sinks): the case gets it back when it comes
+        # back. Its sinks stay retained meanwhile (the hub closes them with the Substrate).
+        self._evicted_tracing: dict[str, tuple[str, tuple[TraceSink, ...]]] = {}
         self._ended: deque[str] = deque()
         self._ids = itertools.count(1)
         self._orders = itertools.count(1)  # cases() paging order of cases without a store
@@ -375,6 +378,9 @@ class Substrate:
             del self._cases[actor.case_id]
         if not actor.fenced:
             self._counts["idle_evicted"] += 1
+            if actor.sinks or actor.level != self._case_level():  # given by trace(): kept for when it comes back
+                self._evicted_tracing[actor.case_id] = (actor.level, actor.sinks)
+                actor.sinks = ()  # (not released: the resumed case takes them over)
 
     async def _evict_loop(self, after: float) -> None:
         """Every so often, ask the cases parked for `after` seconds to leave memory (oldest first)."""
@@ -713,7 +719,12 @@ class Substrate:
         row = loaded.row
         replayer = loaded.replayer
         machine = replayer.machine
-        actor = self._actor(row.case_id, machine, row.started_at, loaded.journal.deadline, row.workflow)
+        tracing = self._evicted_tracing.pop(row.case_id, None)
+        level = None if tracing is None else tracing[0]
+        actor = self._actor(row.case_id, machine, row.started_at, loaded.journal.deadline, row.workflow, level)
+        if tracing is not None:
+            machine.trace_level = tracing[0]
+            actor.sinks = tracing[1]
         actor.journal = loaded.journal
         actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
         # Timers that fell due while the case was out of memory fire first, in the order of their due times, before
