@@ -400,7 +400,9 @@ class CaseActor:
                 except Exception:
                     self.inbox[:0] = batch[i + 1 :]  # not applied: _finish answers their senders
                     raise
-        self._took_mailbox()
+        self.external = 0  # (_took_mailbox, inlined: once per drain)
+        if self.space:
+            self._took_mailbox()
 
     def _apply(self, msg: Message) -> None:
         m = self.machine
@@ -943,11 +945,15 @@ class CaseActor:
                     self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
         self.machine = None
         self.signals = ()
-        self.armed.clear()
-        self.requested.clear()
+        if self.armed:
+            self.armed.clear()
+        if self.requested:
+            self.requested.clear()
         self.ended_at = self.shared.clock.now()
         if self.journal is None:
-            self._recorded()
+            self.recorded = True  # (_recorded, inlined: once per case)
+            if self.on_recorded is not None:
+                self.on_recorded.set()
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
         for msg in self.inbox:  # inputs that will never be applied: answer their senders

@@ -1263,7 +1263,9 @@ class CaseHandle:
             actor = self._actor
             if actor is not None and actor.exited and not actor.evicted:
                 return actor.outcome()  # ended and exited: nothing to wait for
-            return await self._sub._wait_end(self.case_id, self._current(), check_only=False)
+            return await self._sub._wait_end(
+                self.case_id, actor if actor is not None and not actor.evicted else self._current(), check_only=False
+            )
         _check_await_timeout(timeout)
         return _validated(self.case_id, await self._sub._outcome(self.case_id, self._current(), timeout), model)
 
@@ -1296,7 +1298,9 @@ class CaseHandle:
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         if request_id is not None:
             _check_request_id(request_id)
-        actor = self._current()
+        actor = self._actor
+        if actor is None or actor.evicted:
+            actor = self._current()
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)
         else:
