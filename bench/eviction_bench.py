@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -83,18 +84,44 @@ async def evicted(path: Path, n: int) -> tuple[float, float, list[float], list[f
         return took, per_case, cold, warm
 
 
-def _measure(folder: str) -> tuple[float, float, list[float], list[float]]:
-    """Run `evicted` in a fresh process: RSS growth means something only from a clean start (the suites before it
-    leave freed memory in the allocator, which this run would reuse and so report as no growth at all)."""
-    code = (
-        "import json, sys, anyio; from pathlib import Path; from bench.eviction_bench import evicted; "
-        "print(json.dumps(anyio.run(evicted, Path(sys.argv[1]) / 'evict.db', int(sys.argv[2]))))"
-    )
+N_BASELINE = 20_000  # cases the same-run baseline keeps parked in memory
+
+
+async def in_memory(path: Path, n: int) -> float:
+    """The baseline: RSS bytes per durable case parked on the same store kind without eviction (n of them)."""
+    async with Substrate(store=path, workflows={"go": GO}, trace_level="none", retain_ended=0) as sub:
+        gc.collect()
+        before = rss()
+
+        async def starter(first: int) -> None:
+            for i in range(first, n, STARTERS):
+                await sub.new_case("go", case_id=f"m{i}")
+
+        async with anyio.create_task_group() as tg:
+            for k in range(STARTERS):
+                tg.start_soon(starter, k)
+        while any(sub.status(f"m{i}").state != "waiting_signal" for i in range(n)):
+            await anyio.sleep(0.05)
+        gc.collect()
+        return (rss() - before) / n
+
+
+def _child(call: str, *args: str) -> Any:
+    """Run `call` from this module in a fresh process and return what it printed as JSON: RSS growth means
+    something only from a clean start (after other work the allocator reuses freed memory: no growth at all)."""
+    code = f"import json, sys, anyio; from pathlib import Path; from bench.eviction_bench import *; print(json.dumps({call}))"
     done = subprocess.run(
-        [sys.executable, "-c", code, folder, str(N_CASES)], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
-    took, per_case, cold, warm = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _measure(folder: str) -> tuple[float, float, list[float], list[float]]:
+    """`evicted`, in a process of its own (see `_child`)."""
+    took, per_case, cold, warm = _child(
+        "anyio.run(evicted, Path(sys.argv[1]) / 'evict.db', int(sys.argv[2]))", folder, str(N_CASES)
+    )
     return took, per_case, cold, warm
 
 
@@ -102,6 +129,8 @@ def run() -> list[str]:
     lines = [f"== idle eviction ({N_CASES:,} parked cases, SQLite, evict_after={EVICT_AFTER:g}s) =="]
     with tempfile.TemporaryDirectory(prefix="wfsub-bench-") as folder:
         took, per_case, cold, warm = _measure(folder)
+        baseline = _child("anyio.run(in_memory, Path(sys.argv[1]) / 'mem.db', int(sys.argv[2]))", folder,
+                          str(N_BASELINE))
     record("evicted_bytes_per_case", per_case, "B")
     c50 = record("evicted_signal_p50_us", percentile(cold, 0.5) * 1e6, "us")
     c99 = percentile(cold, 0.99) * 1e6
@@ -110,7 +139,8 @@ def run() -> list[str]:
     )
     lines.append(
         f"resident memory per evicted case        {per_case:7,.0f} B (target <= 1,024) "
-        f"{'PASS' if per_case <= 1024 else 'FAIL'}   (RSS growth over the run / cases)"
+        f"{'PASS' if per_case <= 1024 else 'FAIL'}   (RSS growth over the run / cases)   "
+        f"a case parked in memory {baseline:7,.0f} B (RSS growth over {N_BASELINE:,})"
     )
     lines.append(
         f"signal to an evicted case               p50 {c50 / 1e3:5.2f} ms p99 {c99 / 1e3:5.2f} ms (no target)   "
