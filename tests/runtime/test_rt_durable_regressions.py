@@ -125,7 +125,7 @@ async def test_inputs_queued_behind_a_refused_append_are_answered_not_left_waiti
 
 
 async def test_an_inbox_input_the_store_failed_to_hand_over_is_tried_again_not_refused() -> None:
-    """A store error while loading an inbox input's case leaves the input for the next poll: it is applied."""
+    """An inbox input whose case failed to load is applied at the next poll, before that case's later ones."""
     from wfsub import StoreError
     from wfsub.stores import MemoryStore
 
@@ -141,7 +141,7 @@ async def test_an_inbox_input_the_store_failed_to_hand_over_is_tried_again_not_r
             return await super().row(case_id)
 
     store = FlakyStore()
-    flow = seq(wait("go"), task(lambda c: {"went": True}, name="went"))
+    flow = seq(wait("go"), wait("next"), task(lambda c: {"went": True}, name="went"))
     async with Substrate(store=store, workflows={"f": flow}) as sub:
         await sub.new_case("f", case_id="c")
     async with Substrate(store=store, workflows={"f": flow}) as sub:  # "c" stays parked in the store
@@ -156,8 +156,10 @@ async def test_an_inbox_input_the_store_failed_to_hand_over_is_tried_again_not_r
                 await anyio.sleep(0.05)  # the awaiter has read the row: the next read is the inbox's
                 store.flaky = True
                 await store.inbox_put("c", "signal", {"name": "go"}, request_id="go-1", created_at=0.0)
-        assert result[0]["went"] and not store.flaky  # the flaky read happened, and the input was applied after
-        assert [r.kind for r in await sub.journal("c")].count("signal") == 1
+                await store.inbox_put("c", "signal", {"name": "next"}, request_id="next-1", created_at=0.0)
+        assert result[0]["went"] and not store.flaky  # the flaky read happened, and the inputs were applied after
+        signals = [r.model_dump().get("name") for r in await sub.journal("c") if r.kind == "signal"]
+        assert signals == ["go", "next"]  # in the order they were sent
 
 
 async def test_a_case_whose_journal_does_not_replay_is_suspended_and_the_others_run() -> None:

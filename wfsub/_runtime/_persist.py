@@ -320,14 +320,16 @@ class Background:
                 # again at the next poll, without holding up the ones after it.
                 rows = await store.inbox_take(after=0)
                 routing &= {row.id for row in rows}
+                held: set[str] = set()  # cases whose input failed this poll: their later inputs wait (in order)
                 for row in rows:
-                    if row.id in routing:
+                    if row.id in routing or row.case_id in held:
                         continue
                     routing.add(row.id)
                     try:
                         await self.route_inbox(row)
                     except StoreError as exc:  # acknowledged to its sender: never refused for a passing fault
                         routing.discard(row.id)
+                        held.add(row.case_id)
                         _log.warning("could not hand an inbox input to its case; trying again at the next poll",
                                      case_id=row.case_id, kind=row.kind, error=str(exc))
             except StoreError as exc:
