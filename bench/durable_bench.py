@@ -29,7 +29,7 @@ from wfsub import Substrate, effect, seq, task, wait
 from wfsub._store import CaseRow, CaseWrite
 from wfsub.stores import SqliteStore
 
-from ._figures import record
+from ._figures import percentile, record
 
 N_THROUGHPUT = 2_000
 N_PARKED = 10_000
@@ -59,10 +59,6 @@ FLOWS = {"three": THREE_EFFECTS, "parked": PARKED}
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def disk_bytes(path: Path) -> int:

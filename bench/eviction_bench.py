@@ -24,7 +24,7 @@ import anyio
 
 from wfsub import Substrate, seq, task, wait
 
-from ._figures import record
+from ._figures import percentile, record
 
 N_CASES = int(os.environ.get("WFSUB_BENCH_EVICT_CASES", "1000000"))
 STARTERS = 100
@@ -41,10 +41,6 @@ def rss() -> int:
                 return int(line.split()[1]) * 1024
     return 0
 
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def evicted(path: Path, n: int) -> tuple[float, float, list[float], list[float]]:

@@ -30,9 +30,9 @@ import anyio
 from wfsub import Substrate
 from wfsub.stores import PostgresStore
 
-from ._figures import record
+from ._figures import percentile, record
 from ._node_proc import FLOWS
-from .postgres_bench import DSN, percentile, reachable, sql
+from .postgres_bench import DSN, reachable, sql
 
 N_CASES = 1200
 N_TRIPS = 200

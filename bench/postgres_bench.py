@@ -24,33 +24,16 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from wfsub._store import CaseRow, CaseWrite
+from wfsub._store import CaseWrite
 from wfsub.stores import PostgresStore
 
-from ._figures import record
+from ._figures import percentile, record
+from .store_bench import LATENCY_WRITES, WRITERS, WRITES_EACH, case_row, signal
 
 DSN = os.environ.get("WFSUB_BENCH_POSTGRES") or os.environ.get("WFSUB_TEST_POSTGRES") or (
     "postgresql://postgres@127.0.0.1:5432/test"
 )
-LATENCY_WRITES = 1000
-WRITERS = 1000
-WRITES_EACH = 10
 NOTIFIES = 300
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def case_row(case_id: str, seq: int) -> CaseRow:
-    return CaseRow(case_id=case_id, workflow="orders", fingerprint="fp", state="waiting_signal", started_at=1.0,
-                   updated_at=1.0 + seq, last_seq=seq)
-
-
-def signal(seq: int) -> dict[str, Any]:
-    return {"seq": seq, "kind": "signal", "step": seq, "time": 1.0 + seq, "digest": "d", "name": "go",
-            "payload": {"n": seq}}
 
 
 def start(case_id: str) -> CaseWrite:

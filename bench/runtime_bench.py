@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup
 
 from wfsub import MemorySink, Substrate, TraceLevel, seq, task, wait
 
-from ._figures import record
+from ._figures import percentile, record
 
 N_CASES = 10_000
 N_IDLE_MEMORY = 20_000
@@ -143,10 +143,6 @@ async def idle_memory(n: int) -> tuple[float, float]:
 
 # -- signal round trip ---------------------------------------------------------------------------------------------
 
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def substrate_round_trips(idle: int, trips: int) -> list[float]:

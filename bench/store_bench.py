@@ -25,16 +25,12 @@ from wfsub._store import CaseRow, CaseWrite
 from wfsub._store._sql import QUERIES
 from wfsub.stores import SqliteStore
 
-from ._figures import record
+from ._figures import percentile, record
 
 LATENCY_WRITES = 1000
 WRITERS = 1000
 WRITES_EACH = 10
 
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def case_row(case_id: str, seq: int) -> CaseRow:
