@@ -26,10 +26,12 @@ import pytest
 def test_public_names_match_all(name: str) -> None:
     """Every public attribute is in __all__, every __all__ entry exists, and __all__ is sorted."""
     module = importlib.import_module(name)
-    public = {
+    public = {  # dir(): a name imported on first use (a module __getattr__) is listed by the module's __dir__
         attr
-        for attr, value in vars(module).items()
-        if not attr.startswith("_") and not isinstance(value, types.ModuleType) and attr != "annotations"
+        for attr in dir(module)
+        if not attr.startswith("_")
+        and not isinstance(getattr(module, attr), types.ModuleType)
+        and attr != "annotations"
     }
     assert sorted(module.__all__) == module.__all__
     assert set(module.__all__) == public
