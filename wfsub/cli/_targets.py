@@ -17,16 +17,17 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._compiler import compile_workflow
 from .._errors import InvalidWorkflow, StoreError
-from .._program import Program
-from .._runtime._registry import Workflows
-from .._store import CaseRow, MemoryStore, PostgresStore, SqliteStore, Store, open_store
 from .._terms import Term
+
+# The stores, the compiler and the runtime are imported where they are used: `wfsub --help` loads none of them.
+if TYPE_CHECKING:
+    from .._program import Program
+    from .._store import CaseRow, Store
 
 
 class CliError(click.ClickException):
@@ -37,6 +38,8 @@ class CliError(click.ClickException):
 
 
 def _store_for_cli(spec: str) -> Store:
+    from .._store import MemoryStore, PostgresStore, SqliteStore, open_store
+
     try:
         store = open_store(spec)
     except (StoreError, TypeError) as exc:
@@ -117,6 +120,8 @@ class Target:
                 f"case {row.case_id!r} ran on version {row.fingerprint[:12]} of {row.workflow!r}; {self.spec} "
                 f"compiles to {program.fingerprint[:12]}: a divergence may come from the change of version"
             )
+        from .._runtime._registry import Workflows
+
         assert self.registry is not None
         try:
             workflows = Workflows(self.registry, None)
@@ -138,6 +143,8 @@ class Target:
 
 
 def _compile(spec: str, term: Term) -> Program:
+    from .._compiler import compile_workflow
+
     try:
         return compile_workflow(term)
     except InvalidWorkflow as exc:
