@@ -204,15 +204,16 @@ class _Inspector:
             if not full_journal and len(shown) > JOURNAL_SHOWN + 1:
                 hidden = len(shown) - JOURNAL_SHOWN - 1
                 shown = [shown[0], *shown[-JOURNAL_SHOWN:]]  # the start, then the newest records
-            try:
+            try:  # read after the journal, so that the status is never older than the journal shown with it
+                now = self.source.status(case_id)
                 data = self.redact(self.source.data(case_id))
             except CaseNotFound:
-                data = None
-            diagram, diagram_note = self.drawings.draw(status, fingerprint)
+                now, data = status, None
+            diagram, diagram_note = self.drawings.draw(now, fingerprint)
             return {
-                "status": status, "state": status.state.value, "waits": _view.waits_for(status),
+                "status": now, "state": now.state.value, "waits": _view.waits_for(now),
                 "data": _view.json_text(data), "diagram": diagram, "diagram_note": diagram_note,
-                "timeline": _view.timeline(shown, status, self.redact), "hidden": hidden,
+                "timeline": _view.timeline(shown, now, self.redact), "hidden": hidden,
                 "journal_note": journal_note, "journal_count": len(journal or []),
                 "full_journal": full_journal, "case_id": case_id,
             }
@@ -277,15 +278,17 @@ class _Inspector:
     # -- live ----------------------------------------------------------------------------------------------
 
     async def _read_view(self, key: Any) -> tuple[Hashable, Callable[[], Awaitable[str]]]:
+        """A feed's reader; the key is ("cases", root, state, workflow, before, limit) or ("case", root, id, all)."""
+        root = key[1]
         if key[0] == "cases":
-            signature, context = self._list_view(key[1:])
+            signature, context = self._list_view(key[2:])
 
             async def render_list() -> str:
-                return self.env.get_template("_cases_live.html").render(context, read_only=self.read_only)
+                return self.env.get_template("_cases_live.html").render(context, root=root, read_only=self.read_only)
 
             return signature, render_list
         try:
-            signature, make = await self._case_view(key[1], key[2])
+            signature, make = await self._case_view(key[2], key[3])
         except CaseNotFound as exc:
             message = str(exc)
 
@@ -295,7 +298,7 @@ class _Inspector:
             return ("missing", message), render_missing
 
         async def render_case() -> str:
-            return self.env.get_template("_case_live.html").render(await make(), read_only=self.read_only)
+            return self.env.get_template("_case_live.html").render(await make(), root=root, read_only=self.read_only)
 
         return signature, render_case
 
@@ -303,10 +306,11 @@ class _Inspector:
         q = request.query_params
         view = q.get("view")
         key: tuple[Any, ...]
+        root = request.scope.get("root_path", "")
         if view == "cases":
-            key = ("cases", *self._list_query(request))
+            key = ("cases", root, *self._list_query(request))
         elif view == "case" and q.get("case"):
-            key = ("case", q["case"], q.get("journal") == "all")
+            key = ("case", root, q["case"], q.get("journal") == "all")
         else:
             raise HTTPException(400, "events?view= must be 'cases' (with the list's filters) or 'case' (with case=ID)")
         if self.live.full(key):
