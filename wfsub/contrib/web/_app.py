@@ -8,6 +8,7 @@ import json
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,9 +32,10 @@ from ._live import Live, sig_hash
 _log = logging.getLogger("wfsub.web")
 HERE = Path(__file__).parent
 CSRF_COOKIE = "wfsub_csrf"
-COUNT_CAP = 1000  # a state's count reads at most this many cases; beyond, the page says "1000+"
+COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
 COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again
 JOURNAL_SHOWN = 500  # the newest records the case page shows unless ?journal=all
+JOURNALS_KEPT = 16  # journals kept between requests, each with the status it was read at
 STATES = tuple(s.value for s in CaseState)
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
@@ -122,6 +124,7 @@ class _Inspector:
         self.redact = redact
         self.page_size = page_size
         self.counts_at: dict[str | None, tuple[float, dict[str, str]]] = {}
+        self.journals: OrderedDict[str, tuple[str, list[JournalRecord]]] = OrderedDict()
         self.live = Live(self._read_view)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -188,14 +191,7 @@ class _Inspector:
         signature = status.model_dump_json()
 
         async def context() -> dict[str, Any]:
-            journal: list[JournalRecord] | None
-            journal_note = ""
-            try:
-                journal = await self.source.journal(case_id)
-            except ValueError as exc:  # a Substrate without a store keeps no journal
-                journal, journal_note = None, str(exc)
-            except CaseNotFound:
-                journal, journal_note = None, "the store has no journal for this case"
+            journal, journal_note = await self._journal(case_id, signature)
             fingerprint = None
             if journal and journal[0].kind == "start":
                 fingerprint = (journal[0].model_extra or {}).get("fingerprint")
@@ -219,6 +215,27 @@ class _Inspector:
             }
 
         return signature, context
+
+    async def _journal(self, case_id: str, signature: str) -> tuple[list[JournalRecord] | None, str]:
+        """The case's journal (or None and why there is none). `journal()` reads and validates every record
+        (about 30 us each), and a journal only grows with an input, which changes the case's status: so a journal
+        read at the same status is the same journal, and is kept (the newest JOURNALS_KEPT of them)."""
+        kept = self.journals.get(case_id)
+        if kept is not None and kept[0] == signature:
+            self.journals.move_to_end(case_id)
+            return kept[1], ""
+        try:
+            journal = await self.source.journal(case_id)
+        except ValueError as exc:  # a Substrate without a store keeps no journal
+            return None, str(exc)
+        except CaseNotFound:
+            return None, "the store has no journal for this case"
+        if self.source.status(case_id).model_dump_json() == signature:  # else it moved on while it was read
+            self.journals[case_id] = (signature, journal)
+            self.journals.move_to_end(case_id)
+            while len(self.journals) > JOURNALS_KEPT:
+                self.journals.popitem(last=False)
+        return journal, ""
 
     async def case_page(self, request: Request) -> Response:
         case_id = request.path_params["case_id"]

@@ -8,6 +8,10 @@ changes nor the number of clients grows a backlog. Memory is one rendering per f
 the number of feeds is bounded (`max_feeds`: a stream beyond it is refused with 503, and its page still works
 without live updates).
 
+A read runs on the event loop the Substrate runs on, so a view that takes long to read (a case with a long
+journal: `journal()` reads it whole) is read less often, waiting twice as long as its last read took: the
+inspector takes at most a third of the loop per watched view.
+
 Polling is the watchers' own work: the first to arrive polls, and when it leaves another takes over, so the app
 needs no background task of its own (an app mounted inside another gets no lifespan of its own in Starlette).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,8 +124,10 @@ class Live:
             feed.polling = True
             try:
                 while True:
+                    started = time.perf_counter()
                     await self._poll(feed)
-                    await anyio.sleep(self.interval)
+                    # a view that is slow to read (a long journal) is read less often: at most a third of the time
+                    await anyio.sleep(max(self.interval, 2 * (time.perf_counter() - started)))
             finally:
                 feed.polling = False
                 vacated, feed.vacated = feed.vacated, anyio.Event()
