@@ -324,6 +324,16 @@ async def test_signal_refusals_are_answered_with_the_api_message() -> None:
         assert missing.status_code == 404 and 'id="missing">no case &#39;nobody&#39;' in missing.text
 
 
+async def test_a_link_cannot_make_the_case_page_say_anything() -> None:
+    """The message after an action is built by the app from what was sent: a crafted link shows no free text."""
+    async with inspector() as (sub, client):
+        case_id = await started(sub, "order", state="waiting_signal")
+        crafted = await client.get(f"/case/{case_id}", params={"done": "session expired: log in at evil.example"})
+        assert "evil.example" not in crafted.text and 'id="message"' not in crafted.text
+        named = await client.get(f"/case/{case_id}", params={"sent": "signal", "name": "<script>x</script>"})
+        assert message(named) == "signal &#39;&lt;script&gt;x&lt;/script&gt;&#39; sent"
+
+
 async def test_a_post_without_the_matching_csrf_token_is_refused() -> None:
     """No token, or one that is not this browser's, is a 403 and sends nothing."""
     async with inspector() as (sub, client):

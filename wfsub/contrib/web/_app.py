@@ -249,9 +249,9 @@ class _Inspector:
             message, failed, code = await self._act(case_id, form)
             if not failed:  # answered by the page it leads to: a reload does not send it again
                 here = f"{request.scope.get('root_path', '')}/case/{quote(case_id, safe='/')}"
-                return RedirectResponse(f"{here}?{urlencode({'done': message})}", status_code=303)
+                return RedirectResponse(f"{here}?{urlencode(_sent(form))}", status_code=303)
         else:
-            message = request.query_params.get("done", "")[:200]
+            message = _sent_message(request.query_params)
         full = request.query_params.get("journal") == "all"
         try:
             signature, make = await self._case_view(case_id, full)
@@ -278,12 +278,12 @@ class _Inspector:
                     return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
                             'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400
                 await self.source.signal(case_id, name, payload)
-                return f"signal {name!r} sent", False, 200
+                return "", False, 200
             if action == "cancel":
                 compensate = form.get("compensate") == "yes"
                 reason = form.get("reason", "").strip() or "cancelled from the inspector"
                 await self.source.cancel(case_id, compensate, reason=reason)
-                return f"cancel sent ({'with' if compensate else 'without'} compensation)", False, 200
+                return "", False, 200
         except CaseNotFound as exc:
             return str(exc), True, 404
         except SignalRejected as exc:
@@ -350,7 +350,8 @@ class _Inspector:
         )
         response = HTMLResponse(html, status_code=status)
         if fresh:
-            response.set_cookie(CSRF_COOKIE, token, path=root or "/", httponly=True, samesite="strict")
+            response.set_cookie(CSRF_COOKIE, token, path=root or "/", httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
         return response
 
 
@@ -498,6 +499,22 @@ def _check_csrf(request: Request, sent: str) -> None:
 
 
 # -- small helpers -------------------------------------------------------------------------------------------
+
+
+def _sent(form: Mapping[str, str]) -> dict[str, str]:
+    """The query of the page an action that went through leads to: what was sent, never free text to show."""
+    if form.get("action") == "signal":
+        return {"sent": "signal", "name": form.get("name", "").strip()[:200]}
+    return {"sent": "cancel", "compensate": "yes" if form.get("compensate") == "yes" else "no"}
+
+
+def _sent_message(query: Mapping[str, str]) -> str:
+    """The message the page an action led to shows (built here, so a link cannot make the page say anything)."""
+    if query.get("sent") == "signal" and query.get("name"):
+        return f"signal {query['name'][:200]!r} sent"
+    if query.get("sent") == "cancel":
+        return f"cancel sent ({'with' if query.get('compensate') == 'yes' else 'without'} compensation)"
+    return ""
 
 
 FORM_LIMIT = 2 * 1024 * 1024  # bytes of one posted form (a signal payload is at most 1 MiB by default)
