@@ -576,6 +576,26 @@ async def test_list_stream_sends_new_cases_and_state_changes() -> None:
             stream.left.set()
 
 
+async def test_a_burst_of_changes_reaches_a_watcher_as_a_few_updates_ending_at_the_newest() -> None:
+    """300 signals to a watched case arrive as fewer updates than changes (one per read at most, not one per
+    change), the last showing the last signal; the feed is gone once its watcher is."""
+    async with Substrate(store=MemoryStore(), workflows=WORKFLOWS) as sub:
+        asgi = web.app(sub, workflows=WORKFLOWS)
+        case_id = await started(sub, "chatty", state="waiting_signal")
+        stream = Stream(asgi, f"view=case&case={case_id}&sig=stale")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream.run)
+            await stream.next_update()
+            for i in range(300):
+                await sub.signal(case_id, "tick", {"i": i})
+            update = await stream.next_update()
+            while "&#34;i&#34;: 299" not in update:
+                update = await stream.next_update()
+            stream.left.set()
+        assert 2 <= len(stream.events) < 300
+        assert _live_of(asgi).feeds == 0
+
+
 class CountingSource:
     """A Substrate whose list reads are counted."""
 
