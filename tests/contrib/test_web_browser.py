@@ -88,6 +88,7 @@ async def test_operator_lists_filters_opens_a_case_signals_it_and_watches_it_mov
 
 async def _drive(base: str, sub: Substrate, target: str, other: str, release: anyio.Event, tmp: Path) -> None:
     problems: list[str] = []
+    playwright_api.expect.set_options(timeout=30_000)  # a bound for a loaded machine: each wait is on the DOM
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:

@@ -15,7 +15,8 @@ Pages:
   last case of the page, as `cases()` takes it), each row with its case id, workflow, state, where it is (`at`),
   what it waits for, and its start and end times (ISO 8601 in UTC). A page reads one page of the store (the list
   never loads every case). The public API has no count, so each state's count reads at most 100 cases of that
-  state and shows "100+" beyond; the counts are read at most once a second and shared by every request.
+  state and shows "100+" beyond; the counts are shared by every request for a second, or for ten times as long
+  as reading them took when that is longer (`cases(state=)` also looks at every case in memory).
 - `/case/<id>` one case: its status, its data, its workflow drawn by `to_mermaid(term, highlight=status.at)`
   (rendered in the page by the copy of Mermaid shipped in this package, `static/mermaid.min.js`, MIT licence in
   `static/mermaid.LICENSE`: the page loads nothing from the network), the journal as a timeline (start, inputs,

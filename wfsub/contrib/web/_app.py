@@ -33,7 +33,7 @@ _log = logging.getLogger("wfsub.web")
 HERE = Path(__file__).parent
 CSRF_COOKIE = "wfsub_csrf"
 COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
-COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again
+COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again (at least)
 JOURNAL_SHOWN = 500  # the newest records the case page shows unless ?journal=all
 JOURNALS_KEPT = 16  # journals kept between requests, each with the status it was read at
 STATES = tuple(s.value for s in CaseState)
@@ -123,7 +123,7 @@ class _Inspector:
         self.drawings = drawings
         self.redact = redact
         self.page_size = page_size
-        self.counts_at: dict[str | None, tuple[float, dict[str, str]]] = {}
+        self.counts_at: dict[str | None, tuple[float, dict[str, str]]] = {}  # workflow -> (read again at, counts)
         self.journals: OrderedDict[str, tuple[str, list[JournalRecord]]] = OrderedDict()
         self.live = Live(self._read_view)
         self.env = jinja2.Environment(
@@ -148,18 +148,21 @@ class _Inspector:
         return state, workflow, before, limit
 
     def counts(self, workflow: str | None) -> dict[str, str]:
-        """Cases per state (for one workflow or all), read at most once a second and capped at COUNT_CAP."""
+        """Cases per state (for one workflow or all), capped at COUNT_CAP, shared between requests for a second,
+        or for ten times as long as reading them took (the reads run on the Substrate's event loop: they take at
+        most a tenth of it)."""
         now = time.monotonic()
         cached = self.counts_at.get(workflow)
-        if cached is not None and now - cached[0] < COUNTS_TTL:
+        if cached is not None and now < cached[0]:
             return cached[1]
         counts = {}
         for state in STATES:
             n = len(self.source.cases(state=state, workflow=workflow, limit=COUNT_CAP + 1))
             counts[state] = f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
+        took = time.monotonic() - now
         if len(self.counts_at) > 64:  # one entry per workflow filter seen: keep it bounded
             self.counts_at.clear()
-        self.counts_at[workflow] = (now, counts)
+        self.counts_at[workflow] = (now + max(COUNTS_TTL, 10 * took), counts)
         return counts
 
     def _list_view(self, key: tuple[str | None, str | None, int | None, int]) -> tuple[Hashable, dict[str, Any]]:
