@@ -464,6 +464,23 @@ async def test_the_app_mounts_under_a_prefix() -> None:
             assert sent.status_code == 303 and sent.headers["location"].startswith(f"/inspect/case/{case_id}?")
 
 
+async def test_the_app_mounts_in_fastapi_as_the_readme_shows() -> None:
+    """Mounted in FastAPI with an auth reading a header, as in the README: the operator sees the pages, others 401."""
+    fastapi = pytest.importorskip("fastapi")
+
+    def is_operator(request: Request) -> bool:
+        return request.headers.get("x-role") == "operator"
+
+    async with Substrate(store=MemoryStore(), workflows=WORKFLOWS) as sub:
+        api = fastapi.FastAPI()
+        api.mount("/inspect", web.app(sub, workflows=WORKFLOWS, auth=is_operator))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://site") as client:
+            case_id = await started(sub, "order", state="waiting_signal")
+            page = await client.get(f"/inspect/case/{case_id}", headers={"x-role": "operator"})
+            assert page.status_code == 200 and 'id="case-state">waiting_signal<' in page.text
+            assert (await client.get("/inspect/", headers={"x-role": "guest"})).status_code == 401
+
+
 def test_app_checks_its_arguments() -> None:
     """A source without the API's methods, a bad auth, redact, workflows or page size are refused by name."""
     with pytest.raises(TypeError, match="has no status"):

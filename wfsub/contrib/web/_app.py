@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
 
 import jinja2
@@ -35,7 +35,8 @@ CSRF_COOKIE = "wfsub_csrf"
 COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
 COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again (at least)
 JOURNAL_SHOWN = 500  # the newest records the case page shows unless ?journal=all
-JOURNALS_KEPT = 16  # journals kept between requests, each with the status it was read at
+JOURNALS_KEPT = 16  # journals kept between requests, each with the status it was read at...
+JOURNAL_RECORDS_KEPT = 200_000  # ...and at most this many records in all
 STATES = tuple(s.value for s in CaseState)
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
@@ -65,6 +66,12 @@ class CaseSource(Protocol):
     async def cancel(
         self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None
     ) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy holds the Substrate to the protocol the app calls
+
+    def _a_substrate_is_a_source(sub: wfsub.Substrate) -> CaseSource:
+        return sub
 
 
 def app(
@@ -133,7 +140,7 @@ class _Inspector:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals.update(when=_view.when, states=STATES)
+        self.env.globals.update(when=_view.when, states=STATES, workflow_names=sorted(drawings.versions))
 
     # -- the cases page ------------------------------------------------------------------------------------
 
@@ -236,7 +243,9 @@ class _Inspector:
         if self.source.status(case_id).model_dump_json() == signature:  # else it moved on while it was read
             self.journals[case_id] = (signature, journal)
             self.journals.move_to_end(case_id)
-            while len(self.journals) > JOURNALS_KEPT:
+            while len(self.journals) > JOURNALS_KEPT or (
+                len(self.journals) > 1 and sum(len(j) for _, j in self.journals.values()) > JOURNAL_RECORDS_KEPT
+            ):
                 self.journals.popitem(last=False)
         return journal, ""
 
