@@ -1,10 +1,10 @@
 """The case inspector in a real browser: headless Chromium (Debian's `chromium` package) driven by Playwright for
 Python, against a live Substrate served by uvicorn on 127.0.0.1.
 
-Skipped, with the reason, when /usr/bin/chromium, playwright or uvicorn is missing (`.ci/run` installs chromium
-where it is missing; playwright and uvicorn are in the dev extra; `playwright install` is never needed). The test
-saves a screenshot of the case page; with `WFSUB_UPDATE_SCREENSHOT=1` it also replaces docs/web-inspector.png,
-the one the README shows.
+Skipped, with the reason, when /usr/bin/chromium, playwright or uvicorn is missing, or chromium does not start
+(`.ci/run` installs chromium where it is missing; playwright and uvicorn are in the dev extra; `playwright
+install` is never needed). The test saves a screenshot of the case page; with `WFSUB_UPDATE_SCREENSHOT=1` it also
+replaces docs/web-inspector.png, the one the README shows.
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ async def _drive(base: str, sub: Substrate, target: str, other: str, release: an
     problems: list[str] = []
     playwright_api.expect.set_options(timeout=30_000)  # a bound for a loaded machine: each wait is on the DOM
     async with playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        except playwright_api.Error as exc:  # installed but unable to start here (a missing library, no /dev/shm)
+            pytest.skip(f"{CHROMIUM} did not start: {str(exc).splitlines()[0]}")
         try:
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
