@@ -12,7 +12,9 @@ server's), and the p50 of the samples is reported:
   read for each request (`journal()` reads and validates every record); then the journal kept from an earlier
   read at the same status, as the app does; then with `?journal=all`.
 
-`WFSUB_BENCH_WEB_CASES` sets the number of cases (default 100,000).
+`WFSUB_BENCH_WEB_CASES` sets the number of cases (default 100,000). Filling the store goes through the API at the
+runtime's pace (600-1,000 cases/s on the 2-core development machine shared with other jobs: about three minutes
+there); a smaller number gives a quicker look.
 """
 
 from __future__ import annotations
