@@ -1,0 +1,571 @@
+"""The inspector's routes: the cases page, the case page with its actions, the live streams, the static files."""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import json
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qsl, quote, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import wfsub
+from wfsub import CaseNotFound, CaseState, CaseStatus, JournalRecord, SignalRejected, Term, WfsubError
+
+from . import _view
+from ._live import Live, sig_hash
+
+_log = logging.getLogger("wfsub.web")
+HERE = Path(__file__).parent
+CSRF_COOKIE = "wfsub_csrf"
+COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
+COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again (at least)
+JOURNAL_SHOWN = 500  # the newest records the case page shows unless ?journal=all
+JOURNALS_KEPT = 16  # journals kept between requests, each with the status it was read at...
+JOURNAL_RECORDS_KEPT = 200_000  # ...and at most this many records in all
+STATES = tuple(s.value for s in CaseState)
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)  # Mermaid styles its SVG with inline style attributes: style-src needs 'unsafe-inline', scripts do not
+
+Context = dict[str, Any]
+Auth = Callable[[Request], "bool | Awaitable[bool]"]
+
+
+class CaseSource(Protocol):
+    """What the inspector calls on its source: a `Substrate` has these methods (and a client of another process
+    can too)."""
+
+    def status(self, case_id: str) -> CaseStatus: ...
+
+    def data(self, case_id: str) -> dict[str, Any]: ...
+
+    def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseStatus]: ...
+
+    async def journal(self, case_id: str) -> list[JournalRecord]: ...
+
+    async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None: ...
+
+    async def cancel(
+        self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None
+    ) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy holds the Substrate to the protocol the app calls
+
+    def _a_substrate_is_a_source(sub: wfsub.Substrate) -> CaseSource:
+        return sub
+
+
+def app(
+    source: CaseSource,
+    *,
+    read_only: bool = False,
+    auth: Auth | None = None,
+    workflows: Mapping[str, Any] | None = None,
+    redact: Callable[[Any], Any] | None = None,
+    page_size: int = 50,
+) -> ASGIApp:
+    """The inspector over `source` (a `Substrate`) as an ASGI application; see the module's docstring.
+
+    - `read_only`: no actions in the pages, and a POST is refused with 403.
+    - `auth`: `auth(request) -> bool` (or awaitable), called on every request before anything is read.
+    - `workflows`: `{name: term}` or `{name: [older, ..., newest]}`, as given to the Substrate: the drawings.
+    - `redact`: a function over data applied to the case data and journal values the pages show.
+    - `page_size`: cases per page of the list (a request may ask for up to 500 with `?limit=`).
+    """
+    for name in ("status", "data", "cases", "journal", "signal", "cancel"):
+        if not callable(getattr(source, name, None)):
+            raise TypeError(
+                f"app(source) needs a Substrate (or an object with status, data, cases, journal, signal and "
+                f"cancel); {type(source).__name__} has no {name}()"
+            )
+    if auth is not None and not callable(auth):
+        raise TypeError(f"auth must be a function of the request returning True or False, got {auth!r}")
+    if redact is not None and not callable(redact):
+        raise TypeError(f"redact must be a function over data (or None), got {redact!r}")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 500:
+        raise ValueError(f"page_size must be an int from 1 to 500, got {page_size!r}")
+    inspector = _Inspector(source, read_only, _drawings(workflows), _guarded(redact), page_size)
+    routes = [
+        Route("/", inspector.cases_page),
+        Route("/case/{case_id:path}", inspector.case_page, methods=["GET", "POST"]),
+        Route("/events", inspector.events),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return _Guard(Starlette(routes=routes), auth)
+
+
+# -- the application's state and pages -----------------------------------------------------------------------
+
+
+class _Inspector:
+    def __init__(
+        self,
+        source: CaseSource,
+        read_only: bool,
+        drawings: _Drawings,
+        redact: Callable[[Any], Any],
+        page_size: int,
+    ) -> None:
+        self.source = source
+        self.read_only = read_only
+        self.drawings = drawings
+        self.redact = redact
+        self.page_size = page_size
+        self.counts_at: dict[str | None, tuple[float, dict[str, str]]] = {}  # workflow -> (read again at, counts)
+        self.journals: OrderedDict[str, tuple[str, list[JournalRecord]]] = OrderedDict()
+        self.live = Live(self._read_view)
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,  # every value from a case is text in the page, never markup
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals.update(when=_view.when, states=STATES, workflow_names=sorted(drawings.versions))
+
+    # -- the cases page ------------------------------------------------------------------------------------
+
+    def _list_query(self, request: Request) -> tuple[str | None, str | None, int | None, int]:
+        q = request.query_params
+        state = q.get("state") or None
+        if state is not None and state not in STATES:
+            raise HTTPException(400, f"state must be one of {', '.join(STATES)}, got {state!r}")
+        workflow = q.get("workflow") or None
+        before = _int_param(q.get("before"), "before", 1, None)
+        limit = _int_param(q.get("limit"), "limit", 1, 500) or self.page_size
+        return state, workflow, before, limit
+
+    def counts(self, workflow: str | None) -> dict[str, str]:
+        """Cases per state (for one workflow or all), capped at COUNT_CAP, shared between requests for a second,
+        or for ten times as long as reading them took (the reads run on the Substrate's event loop: they take at
+        most a tenth of it)."""
+        now = time.monotonic()
+        cached = self.counts_at.get(workflow)
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        counts = {}
+        for state in STATES:
+            n = len(self.source.cases(state=state, workflow=workflow, limit=COUNT_CAP + 1))
+            counts[state] = f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
+        took = time.monotonic() - now
+        if len(self.counts_at) > 64:  # one entry per workflow filter seen: keep it bounded
+            self.counts_at.clear()
+        self.counts_at[workflow] = (now + max(COUNTS_TTL, 10 * took), counts)
+        return counts
+
+    def _list_view(self, key: tuple[str | None, str | None, int | None, int]) -> tuple[Hashable, dict[str, Any]]:
+        state, workflow, before, limit = key
+        page = self.source.cases(state=state, workflow=workflow, limit=limit, before=before)
+        counts = self.counts(workflow)
+        rows = [
+            {"id": s.case_id, "workflow": s.workflow or "", "state": s.state.value, "at": ", ".join(s.at),
+             "waits": _view.waits_for(s), "started": _view.when(s.started_at), "ended": _view.when(s.ended_at)}
+            for s in page
+        ]
+        signature = (tuple(tuple(r.values()) for r in rows), tuple(counts.values()))
+        older = page[-1].order if len(page) == limit and page[-1].order else None
+        context = {"rows": rows, "counts": counts, "state": state, "workflow": workflow, "before": before,
+                   "limit": limit, "older": _query(state=state, workflow=workflow, before=older, limit=limit)
+                   if older else None}
+        return signature, context
+
+    async def cases_page(self, request: Request) -> Response:
+        key = self._list_query(request)
+        signature, context = self._list_view(key)
+        live = "/events?" + urlencode({"view": "cases", **_query_dict(*key), "sig": sig_hash(signature)})
+        return self._html("cases.html", request, context, live=live)
+
+    # -- the case page -------------------------------------------------------------------------------------
+
+    async def _case_view(self, case_id: str, full_journal: bool) -> tuple[Hashable, Callable[[], Awaitable[Context]]]:
+        status = self.source.status(case_id)  # CaseNotFound: the caller's to answer
+        signature = status.model_dump_json()
+
+        async def context() -> dict[str, Any]:
+            journal, journal_note = await self._journal(case_id, signature)
+            fingerprint = None
+            if journal and journal[0].kind == "start":
+                fingerprint = (journal[0].model_extra or {}).get("fingerprint")
+            shown = journal or []
+            hidden = 0
+            if not full_journal and len(shown) > JOURNAL_SHOWN + 1:
+                hidden = len(shown) - JOURNAL_SHOWN - 1
+                shown = [shown[0], *shown[-JOURNAL_SHOWN:]]  # the start, then the newest records
+            try:  # read after the journal, so that the status is never older than the journal shown with it
+                now = self.source.status(case_id)
+                data = self.redact(self.source.data(case_id))
+            except CaseNotFound:
+                now, data = status, None
+            diagram, diagram_note = self.drawings.draw(now, fingerprint)
+            return {
+                "status": now, "state": now.state.value, "waits": _view.waits_for(now),
+                "data": _view.json_text(data), "diagram": diagram, "diagram_note": diagram_note,
+                "timeline": _view.timeline(shown, now, self.redact), "hidden": hidden,
+                "journal_note": journal_note, "journal_count": len(journal or []),
+                "full_journal": full_journal, "case_id": case_id,
+            }
+
+        return signature, context
+
+    async def _journal(self, case_id: str, signature: str) -> tuple[list[JournalRecord] | None, str]:
+        """The case's journal (or None and why there is none). `journal()` reads and validates every record
+        (about 30 us each), and a journal only grows with an input, which changes the case's status: so a journal
+        read at the same status is the same journal, and is kept (the newest JOURNALS_KEPT of them)."""
+        kept = self.journals.get(case_id)
+        if kept is not None and kept[0] == signature:
+            self.journals.move_to_end(case_id)
+            return kept[1], ""
+        try:
+            journal = await self.source.journal(case_id)
+        except ValueError as exc:  # a Substrate without a store keeps no journal
+            return None, str(exc)
+        except CaseNotFound:
+            return None, "the store has no journal for this case"
+        if self.source.status(case_id).model_dump_json() == signature:  # else it moved on while it was read
+            self.journals[case_id] = (signature, journal)
+            self.journals.move_to_end(case_id)
+            while len(self.journals) > JOURNALS_KEPT or (
+                len(self.journals) > 1 and sum(len(j) for _, j in self.journals.values()) > JOURNAL_RECORDS_KEPT
+            ):
+                self.journals.popitem(last=False)
+        return journal, ""
+
+    async def case_page(self, request: Request) -> Response:
+        case_id = request.path_params["case_id"]
+        message, failed, code = "", False, 200
+        form: dict[str, str] = {}
+        if request.method == "POST":
+            if self.read_only:
+                raise HTTPException(403, "this inspector is read only: it takes no actions")
+            form = await _form(request)
+            _check_csrf(request, form.get("csrf", ""))
+            message, failed, code = await self._act(case_id, form)
+            if not failed:  # answered by the page it leads to: a reload does not send it again
+                here = f"{request.scope.get('root_path', '')}/case/{quote(case_id, safe='/')}"
+                return RedirectResponse(f"{here}?{urlencode(_sent(form))}", status_code=303)
+        else:
+            message = _sent_message(request.query_params)
+        full = request.query_params.get("journal") == "all"
+        try:
+            signature, make = await self._case_view(case_id, full)
+        except CaseNotFound as exc:
+            return self._html("missing.html", request, {"case_id": case_id, "message": str(exc)}, status=404)
+        live = "/events?" + urlencode({"view": "case", "case": case_id, "sig": sig_hash(signature),
+                                       **({"journal": "all"} if full else {})})
+        context = await make()
+        context.update(message=message, failed=failed, form=form)
+        return self._html("case.html", request, context, live=live, status=code)
+
+    async def _act(self, case_id: str, form: dict[str, str]) -> tuple[str, bool, int]:
+        """Do a form's action; (the message to show, whether it was refused, the status code)."""
+        action = form.get("action")
+        try:
+            if action == "signal":
+                name = form.get("name", "").strip()
+                if not name:
+                    return "the signal needs a name: type the name the case waits for", True, 400
+                text = form.get("payload", "").strip()
+                try:
+                    payload = json.loads(text) if text else None
+                except json.JSONDecodeError as exc:
+                    return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
+                            'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400
+                await self.source.signal(case_id, name, payload)
+                return "", False, 200
+            if action == "cancel":
+                compensate = form.get("compensate") == "yes"
+                reason = form.get("reason", "").strip() or "cancelled from the inspector"
+                await self.source.cancel(case_id, compensate, reason=reason)
+                return "", False, 200
+        except CaseNotFound as exc:
+            return str(exc), True, 404
+        except SignalRejected as exc:
+            return str(exc), True, 409
+        except (WfsubError, ValueError, TypeError) as exc:  # a payload too big or not JSON-able, a closed Substrate
+            return str(exc), True, 400
+        return f"unknown action {action!r}: the form sends signal or cancel", True, 400
+
+    # -- live ----------------------------------------------------------------------------------------------
+
+    async def _read_view(self, key: Any) -> tuple[Hashable, Callable[[], Awaitable[str]]]:
+        """A feed's reader; the key is ("cases", root, state, workflow, before, limit) or ("case", root, id, all)."""
+        root = key[1]
+        if key[0] == "cases":
+            signature, context = self._list_view(key[2:])
+
+            async def render_list() -> str:
+                return self.env.get_template("_cases_live.html").render(context, root=root, read_only=self.read_only)
+
+            return signature, render_list
+        try:
+            signature, make = await self._case_view(key[2], key[3])
+        except CaseNotFound as exc:
+            message = str(exc)
+
+            async def render_missing() -> str:
+                return self.env.get_template("_missing_live.html").render(message=message)
+
+            return ("missing", message), render_missing
+
+        async def render_case() -> str:
+            return self.env.get_template("_case_live.html").render(await make(), root=root, read_only=self.read_only)
+
+        return signature, render_case
+
+    async def events(self, request: Request) -> Response:
+        q = request.query_params
+        view = q.get("view")
+        key: tuple[Any, ...]
+        root = request.scope.get("root_path", "")
+        if view == "cases":
+            key = ("cases", root, *self._list_query(request))
+        elif view == "case" and q.get("case"):
+            key = ("case", root, q["case"], q.get("journal") == "all")
+        else:
+            raise HTTPException(400, "events?view= must be 'cases' (with the list's filters) or 'case' (with case=ID)")
+        if self.live.full(key):
+            return PlainTextResponse(f"more than {self.live.max_feeds} views are watched; reload later", 503)
+        shown = q.get("sig", "")
+        return _Stream(self.live, key, shown)
+
+    # -- rendering -----------------------------------------------------------------------------------------
+
+    def _html(
+        self, template: str, request: Request, context: dict[str, Any], *, live: str = "", status: int = 200
+    ) -> Response:
+        token = request.cookies.get(CSRF_COOKIE) or ""
+        fresh = not _token_ok(token)
+        if fresh:
+            token = secrets.token_urlsafe(32)
+        root = request.scope.get("root_path", "")
+        html = self.env.get_template(template).render(
+            context, root=root, csrf=token, read_only=self.read_only, live=root + live if live else "",
+        )
+        response = HTMLResponse(html, status_code=status)
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, token, path=root or "/", httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
+        return response
+
+
+class _Stream(Response):
+    def __init__(self, live: Live, key: Hashable, shown: str) -> None:
+        self.live, self.key, self.shown = live, key, shown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.live.stream(self.key, self.shown, scope, receive, send)
+
+
+# -- drawings ------------------------------------------------------------------------------------------------
+
+
+class _Drawings:
+    """The workflows given to the app, by name and fingerprint, and their drawings."""
+
+    def __init__(self, versions: dict[str, list[Term]]) -> None:
+        self.versions = versions
+        self._fingerprints: dict[Term, str] = {}
+        self._drawn: dict[tuple[Term, tuple[str, ...]], tuple[str, str]] = {}
+
+    def _fingerprint(self, term: Term) -> str:
+        found = self._fingerprints.get(term)
+        if found is None:
+            found = self._fingerprints[term] = wfsub.compile(term).fingerprint
+        return found
+
+    def draw(self, status: CaseStatus, fingerprint: str | None) -> tuple[str, str]:
+        """(the Mermaid text, a note on what is drawn) for a case; ('', why not) when it cannot be drawn."""
+        name = status.workflow
+        if name is None:
+            return "", "this case started from a term, not a registered name: there is nothing to draw it from"
+        terms = self.versions.get(name)
+        if not terms:
+            return "", f"no drawing: pass the workflow {name!r} in app(..., workflows=...) to draw it here"
+        note = ""
+        term = terms[-1]
+        if fingerprint is not None:
+            matching = [t for t in terms if self._fingerprint(t) == fingerprint]
+            if matching:
+                term = matching[0]
+            else:
+                note = (f"drawn on the newest version of {name!r}: the case ran on version {fingerprint[:12]}, "
+                        "which app(workflows=) does not hold")
+        key = (term, status.at)
+        drawn = self._drawn.get(key)
+        if drawn is None:
+            try:
+                drawn = (wfsub.to_mermaid(term, highlight=status.at), note)
+            except ValueError as exc:  # a path this version does not have
+                drawn = (wfsub.to_mermaid(term), f"{note} {exc}".strip())
+            if len(self._drawn) > 1024:
+                self._drawn.clear()
+            self._drawn[key] = drawn
+        return drawn
+
+
+def _drawings(workflows: Mapping[str, Any] | None) -> _Drawings:
+    if workflows is not None and not isinstance(workflows, Mapping):
+        raise TypeError(f"workflows must be a mapping of name -> workflow (or -> [versions]), got {workflows!r}")
+    versions: dict[str, list[Term]] = {}
+    for name, given in (workflows or {}).items():
+        terms = list(given) if isinstance(given, Sequence) and not isinstance(given, str) else [given]
+        if not terms or not all(isinstance(t, Term) for t in terms):
+            raise TypeError(f"workflows[{name!r}] must be a workflow term or a list of them, got {given!r}")
+        versions[str(name)] = terms
+    return _Drawings(versions)
+
+
+# -- safety --------------------------------------------------------------------------------------------------
+
+
+class _Guard:
+    """Runs `auth` before every request and adds the security headers to every response."""
+
+    def __init__(self, inner: ASGIApp, auth: Auth | None) -> None:
+        self.inner = inner
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        if self.auth is not None:
+            refusal = await self._refusal(Request(scope, receive))
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"content-security-policy", CSP.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"),
+                    (b"x-frame-options", b"DENY"),
+                ]
+            await send(message)
+
+        await self.inner(scope, receive, with_headers)
+
+    async def _refusal(self, request: Request) -> Response | None:
+        assert self.auth is not None
+        try:
+            allowed = self.auth(request)
+            if inspect.isawaitable(allowed):
+                allowed = await allowed
+        except HTTPException as exc:
+            return PlainTextResponse(exc.detail, exc.status_code, headers=exc.headers)
+        except Exception as exc:
+            _log.warning("the inspector's auth raised %s: request refused", type(exc).__name__)
+            return PlainTextResponse(f"forbidden: {exc}" if str(exc) else "forbidden", 403)
+        if allowed is not True:
+            return PlainTextResponse("unauthorized: the inspector's auth refused this request", 401)
+        return None
+
+
+def _guarded(redact: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """`redact` as the pages call it: one that raises withholds the value rather than showing it."""
+    if redact is None:
+        return lambda value: value
+
+    def guarded(value: Any) -> Any:
+        try:
+            return redact(value)
+        except Exception as exc:
+            _log.warning("redact raised %s; the value is withheld", type(exc).__name__)
+            return f"<withheld: redact raised {type(exc).__name__}>"
+
+    return guarded
+
+
+def _token_ok(token: str) -> bool:
+    return 32 <= len(token) <= 64 and token.replace("-", "").replace("_", "").isalnum()
+
+
+def _check_csrf(request: Request, sent: str) -> None:
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
+        raise HTTPException(
+            403, "the form's CSRF token is missing or does not match this browser's: reload the page and send it again"
+        )
+
+
+# -- small helpers -------------------------------------------------------------------------------------------
+
+
+def _sent(form: Mapping[str, str]) -> dict[str, str]:
+    """The query of the page an action that went through leads to: what was sent, never free text to show."""
+    if form.get("action") == "signal":
+        return {"sent": "signal", "name": form.get("name", "").strip()[:200]}
+    return {"sent": "cancel", "compensate": "yes" if form.get("compensate") == "yes" else "no"}
+
+
+def _sent_message(query: Mapping[str, str]) -> str:
+    """The message the page an action led to shows (built here, so a link cannot make the page say anything)."""
+    if query.get("sent") == "signal" and query.get("name"):
+        return f"signal {query['name'][:200]!r} sent"
+    if query.get("sent") == "cancel":
+        return f"cancel sent ({'with' if query.get('compensate') == 'yes' else 'without'} compensation)"
+    return ""
+
+
+FORM_LIMIT = 2 * 1024 * 1024  # bytes of one posted form (a signal payload is at most 1 MiB by default)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The posted form (urlencoded, as the pages send it), read without a multipart parser."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise HTTPException(415, f"post the form as application/x-www-form-urlencoded, got {kind or 'no type'!r}")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > FORM_LIMIT:
+            raise HTTPException(413, f"the form is larger than {FORM_LIMIT:,} bytes: send a smaller payload")
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise HTTPException(400, "the form is not UTF-8: send it from the page") from None
+    return dict(pairs)
+
+
+def _int_param(text: str | None, name: str, low: int, high: int | None) -> int | None:
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be a whole number, got {text!r}") from None
+    if value < low or (high is not None and value > high):
+        raise HTTPException(400, f"{name} must be {low} or more" + (f" and at most {high}" if high else "") +
+                            f", got {value}")
+    return value
+
+
+def _query_dict(state: str | None, workflow: str | None, before: int | None, limit: int | None) -> dict[str, Any]:
+    given = {"state": state, "workflow": workflow, "before": before, "limit": limit}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _query(**given: Any) -> str:
+    return urlencode(_query_dict(**given))
