@@ -1,6 +1,10 @@
 """Durable cases on a SQLite file (synchronous=FULL, the default), each figure beside a same-run baseline.
 
-- throughput: N three-effect cases started by one coroutine and awaited, with the store and without it;
+- throughput: N three-effect cases started by one coroutine (one after another) and by 100 at once, each awaited,
+  with the store and without it (the same workflow in memory), the ratio beside its target;
+- where a durable case's time goes: one probed run per starter shape (`_probe.py`), microseconds per case by
+  step and thread (encode, hand-off, SQL, COMMIT with its fsync, wake-up, linger; the loop's CPU beside the same
+  workflow in memory, its idle time and its wait for the GIL), and the Python calls per case on each thread;
 - signal acknowledgement with 10,000 parked cases (the call returns once the signal is committed), beside the
   same signal without a store;
 - recovery: 10,000 parked cases, the Substrate re-entered, until a signal to the last case round-trips;
@@ -12,12 +16,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import random
 import sqlite3
+import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,8 +38,11 @@ from wfsub._store import CaseRow, CaseWrite
 from wfsub.stores import SqliteStore
 
 from ._figures import percentile, record
+from ._probe import Probe
 
 N_THROUGHPUT = 2_000
+STARTERS = (1, 100)  # one coroutine starting cases one after another; 100 doing so at once
+N_CALLS = 200  # cases run under sys.setprofile to count Python calls
 N_PARKED = 10_000
 N_SIGNALS = 1_000
 N_LISTED = 100_000
@@ -68,15 +79,121 @@ def disk_bytes(path: Path) -> int:
 # -- throughput ----------------------------------------------------------------------------------------------
 
 
-async def throughput(path: Path | None, n: int) -> float:
-    """Seconds for n three-effect cases started one after another by one coroutine, then awaited."""
+async def throughput(path: Path | None, n: int, starters: int = 1) -> float:
+    """Seconds for n three-effect cases started by `starters` coroutines (each starting its share one after
+    another: `await sub.new_case(...)` returns once the start record is committed), then awaited."""
     async with Substrate(store=path, workflows=FLOWS, retain_ended=n) as sub:
-        gc.collect()
-        start = time.perf_counter()
-        handles = [await sub.new_case("three") for _ in range(n)]
-        for handle in handles:
-            await handle.result()
-        return time.perf_counter() - start
+        return await _started_and_awaited(sub, n, starters)
+
+
+async def _started_and_awaited(sub: Substrate, n: int, starters: int) -> float:
+    gc.collect()
+    handles: list[Any] = []
+
+    async def starter(count: int) -> None:
+        handles.extend([await sub.new_case("three") for _ in range(count)])
+
+    start = time.perf_counter()
+    if starters == 1:
+        await starter(n)
+    else:
+        async with anyio.create_task_group() as tg:
+            for i in range(starters):
+                tg.start_soon(starter, n // starters + (i < n % starters))
+    for handle in handles:
+        await handle.result()
+    return time.perf_counter() - start
+
+
+# -- where a durable case's time goes ----------------------------------------------------------------------------
+
+
+async def probed(path: Path | None, n: int, starters: int, probe: Probe | None) -> tuple[float, int, int]:
+    """(seconds, loop-thread CPU ns, writer-thread CPU ns) for the throughput workload, probes installed."""
+    async with Substrate(store=path, workflows=FLOWS, retain_ended=n) as sub:
+        writer_cpu = probe.writer_cpu_ns() if probe is not None else 0
+        loop_cpu = time.thread_time_ns()
+        if probe is None:
+            took = await _started_and_awaited(sub, n, starters)
+        else:
+            with probe.idle_of(asyncio.get_running_loop()):
+                took = await _started_and_awaited(sub, n, starters)
+        loop_cpu = time.thread_time_ns() - loop_cpu
+        writer_cpu = (probe.writer_cpu_ns() - writer_cpu) if probe is not None else 0
+    return took, loop_cpu, writer_cpu
+
+
+def python_calls(path: Path | None, n: int) -> dict[str, float]:
+    """Python function calls per case (sys.setprofile 'call' events), by thread: the loop's and the writer's."""
+    counts: Counter[str] = Counter()
+
+    def counter(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            counts[threading.current_thread().name.split(" ")[0]] += 1
+
+    threading.setprofile(counter)  # the writer thread and the worker threads started from here on
+    sys.setprofile(counter)
+    try:
+        anyio.run(throughput, path, n)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    return {name: count / n for name, count in counts.items()}
+
+
+WRITER_ORDER = [
+    "writer: group transaction (all of it)", "writer: BEGIN IMMEDIATE", "writer: SQL execute (records, rows)",
+    "writer: COMMIT (WAL write + fsync)", "writer: deliver (run_sync_soon per loop)", "writer: linger for the loop's turn",
+]
+
+
+def breakdown(folder: Path, starters: int, plain_rate: float) -> list[str]:
+    """Microseconds per durable case by step and thread, from one instrumented run beside an in-memory one."""
+    n = N_THROUGHPUT
+    mem_took, mem_loop, _ = anyio.run(probed, None, n, starters, None)
+    probe = Probe()
+    with probe.installed():
+        took, loop_cpu, writer_cpu = anyio.run(probed, folder / f"probed-{starters}.db", n, starters, probe)
+    us = 1e-3 / n  # ns summed over the run -> us per case
+
+    def spent(step: str) -> float:
+        return probe.spent[step] * us
+
+    groups = probe.calls["writer: group transaction (all of it)"]
+    writes = probe.calls["loop: hand-off (Job, Event, token, submit)"]
+    loop_steps = [k for k in probe.spent if k.startswith("loop:")]
+    durable_loop = loop_cpu * us - mem_loop * us
+    named = sum(spent(k) for k in loop_steps)
+    lines = [
+        f"  where a durable case's time goes, {'one starter' if starters == 1 else f'{starters} starters'} "
+        f"(probed run {n / took:,.0f} cases/s, plain run {plain_rate:,.0f}; us per case, summed over the run / {n:,})",
+        f"    wall clock per case                                   {took / n * 1e6:7.1f} us   "
+        f"({writes / n:.2f} writes, {groups / n:.3f} group commits, {writes / max(groups, 1):.1f} writes per group)",
+        f"    loop thread CPU                                       {loop_cpu * us:7.1f} us   "
+        f"(the same workflow in memory: {mem_loop * us:.1f} us, wall {mem_took / n * 1e6:.1f} us)",
+        f"      vm + actor, as in memory                            {mem_loop * us:7.1f} us",
+        f"      durable path on the loop                            {durable_loop:7.1f} us",
+    ]
+    lines += [f"        {k[6:]:<50}{spent(k):7.1f} us   ({probe.calls[k] / n:.2f} calls)" for k in sorted(loop_steps)]
+    lines.append(
+        f"        {'the rest: records, rows, awaits, selector wake-ups':<50}{durable_loop - named:7.1f} us   "
+        "(journal records and rows built, CaseWrite, the awaits and task switches per write)"
+    )
+    idle = probe.spent["loop idle in its selector"] * us
+    lines.append(f"    loop idle in its selector (waiting for a commit)      {idle:7.1f} us")
+    lines.append(f"    loop waiting for the GIL or a core (wall-CPU-idle) {took / n * 1e6 - loop_cpu * us - idle:7.1f} us")
+    lines.append(f"    writer thread CPU                                     {writer_cpu * us:7.1f} us   "
+                 "(holds the GIL except inside sqlite3 calls)")
+    for k in sorted((k for k in probe.spent if k.startswith("writer:")), key=WRITER_ORDER.index):
+        per_group = probe.spent[k] / max(probe.calls[k], 1) / 1e3
+        lines.append(f"      {k[8:]:<52}{spent(k):7.1f} us   ({per_group:.1f} us per call, wall)")
+    for k in ("queued until its group starts", "committed until its task runs again",
+              "submitted until its task runs again"):
+        if probe.waited[k]:
+            lines.append(f"    per write: {k:<43}{probe.waits[k] / probe.waited[k] / 1e3:7.1f} us   (mean)")
+    if probe.missing:
+        lines.append(f"    not measured (not in this wfsub): {', '.join(probe.missing)}")
+    return lines
 
 
 # -- signals with many parked cases ------------------------------------------------------------------------------
@@ -234,16 +351,30 @@ def run() -> list[str]:
     lines = ["== durable cases (SQLite file, synchronous=FULL) =="]
     with tempfile.TemporaryDirectory(prefix="wfsub-bench-") as folder:
         tmp = Path(folder)
-        stored, memory = [], []
-        for i in range(REPEAT):  # interleaved: drift hits both alike
-            stored.append(anyio.run(throughput, tmp / f"t{i}.db", N_THROUGHPUT))
-            memory.append(anyio.run(throughput, None, N_THROUGHPUT))
-        rate = N_THROUGHPUT / min(stored)
-        base = N_THROUGHPUT / min(memory)
-        record("durable_us_per_case", min(stored) / N_THROUGHPUT * 1e6, "us")
+        rates: dict[int, float] = {}
+        for starters in STARTERS:
+            stored, memory = [], []
+            for i in range(REPEAT):  # interleaved: drift hits both alike
+                stored.append(anyio.run(throughput, tmp / f"t{starters}-{i}.db", N_THROUGHPUT, starters))
+                memory.append(anyio.run(throughput, None, N_THROUGHPUT, starters))
+            rate = rates[starters] = N_THROUGHPUT / min(stored)
+            base = N_THROUGHPUT / min(memory)
+            key = "" if starters == 1 else f"_{starters}_starters"
+            record(f"durable_us_per_case{key}", min(stored) / N_THROUGHPUT * 1e6, "us")
+            shape = "one starter " if starters == 1 else f"{starters} starters"
+            lines.append(
+                f"{N_THROUGHPUT:,} three-effect cases, {shape} {rate:7,.0f} cases/s (target >= 2,000) "
+                f"{verdict(rate >= 2000)}   in memory {base:7,.0f} cases/s: {rate / base:4.2f}x (target >= 0.6x) "
+                f"{verdict(rate / base >= 0.6)}"
+            )
+        for starters in STARTERS:
+            lines += breakdown(tmp, starters, rates[starters])
+        calls = python_calls(tmp / "calls.db", N_CALLS)
+        plain_calls = python_calls(None, N_CALLS)
         lines.append(
-            f"{N_THROUGHPUT:,} three-effect cases, one starter  {rate:7,.0f} cases/s (target >= 2,000) "
-            f"{verdict(rate >= 2000)}   without a store {base:7,.0f} cases/s ({base / rate:4.1f}x)"
+            f"  Python calls per case ({N_CALLS} cases, one starter): loop thread {calls.get('MainThread', 0):,.0f} "
+            f"(in memory {plain_calls.get('MainThread', 0):,.0f}), writer thread "
+            f"{calls.get('wfsub-store-writer', 0):,.0f}, worker threads {calls.get('AnyIO', 0):,.0f}"
         )
 
         acks = anyio.run(signal_acks, tmp / "acks.db")
