@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import random
 import sqlite3
@@ -194,6 +195,83 @@ def breakdown(folder: Path, starters: int, plain_rate: float) -> list[str]:
     if probe.missing:
         lines.append(f"    not measured (not in this wfsub): {', '.join(probe.missing)}")
     return lines
+
+
+# -- JSON encoders on the records wfsub writes ----------------------------------------------------------------
+
+
+def written_values(folder: Path) -> list[Any]:
+    """Every record, row detail and snapshot state one run of each workflow hands the SQLite store to encode."""
+    import wfsub._store._rows as rows
+    import wfsub._store._sqlite as sqlite_store
+
+    values: list[Any] = []
+    encode_write = sqlite_store.encode_write
+
+    def capture(store: str, change: CaseWrite) -> Any:
+        values.extend(change.records)
+        if change.row is not None:
+            values.append({name: getattr(change.row, name) for name in rows._DETAIL})
+        if change.snapshot is not None:
+            values.append(change.snapshot.state)
+        return encode_write(store, change)
+
+    async def one_of_each() -> None:
+        async with Substrate(store=folder / "json.db", workflows=FLOWS) as sub:
+            await (await sub.new_case("three")).result()
+            parked = await sub.new_case("parked", {"order": {"id": "o-17", "lines": [1, 2, 3], "total": 12.5}})
+            while sub.status(parked.case_id).state != "waiting_signal":
+                await anyio.sleep(0.001)
+            await sub.signal(parked.case_id, "go", {"by": "bench", "note": "é ✓"})
+            await parked.result()
+
+    sqlite_store.encode_write = capture  # type: ignore[assignment]
+    try:
+        anyio.run(one_of_each)
+    finally:
+        sqlite_store.encode_write = encode_write
+    return values
+
+
+def json_figures(folder: Path) -> dict[str, tuple[float, float, float]]:
+    """us per value, by library: (encode, encode checked by a decode compared equal, decode), best of REPEAT."""
+    values = written_values(folder)
+    std_encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
+    libraries: dict[str, tuple[Any, Any]] = {"json (stdlib)": (std_encode, json.loads)}
+    try:
+        import orjson
+
+        libraries["orjson"] = (lambda v: orjson.dumps(v).decode(), orjson.loads)
+    except ImportError:
+        pass
+    try:
+        import msgspec
+
+        encoder, decoder = msgspec.json.Encoder(), msgspec.json.Decoder()
+        libraries["msgspec"] = (lambda v: encoder.encode(v).decode(), decoder.decode)
+    except ImportError:
+        pass
+    texts = [std_encode(v) for v in values]
+    rounds = max(1, 20_000 // len(values))
+    out = {}
+    for name, (encode, decode) in libraries.items():
+
+        def checked(v: Any, encode: Any = encode, decode: Any = decode, name: str = name) -> None:
+            if decode(encode(v)) != v:
+                raise AssertionError(f"{name} did not give back {v!r}")
+
+        figures = []
+        for fn, inputs in ((encode, values), (checked, values), (decode, texts)):
+            best = float("inf")
+            for _ in range(REPEAT):
+                start = time.perf_counter_ns()
+                for _ in range(rounds):
+                    for v in inputs:
+                        fn(v)
+                best = min(best, (time.perf_counter_ns() - start) / rounds / len(inputs) / 1e3)
+            figures.append(best)
+        out[name] = (figures[0], figures[1], figures[2])
+    return out
 
 
 # -- signals with many parked cases ------------------------------------------------------------------------------
@@ -376,6 +454,15 @@ def run() -> list[str]:
             f"(in memory {plain_calls.get('MainThread', 0):,.0f}), writer thread "
             f"{calls.get('wfsub-store-writer', 0):,.0f}, worker threads {calls.get('AnyIO', 0):,.0f}"
         )
+
+        encoders = json_figures(tmp)
+        std = encoders["json (stdlib)"]
+        lines.append("JSON of the values a durable case writes (records, row details; us per value, best of "
+                     f"{REPEAT}): encode / encode+decode compared equal / decode")
+        for name, (enc, chk, dec) in encoders.items():
+            record(f"json_encode_us_{name.split()[0]}", enc, "us")
+            lines.append(f"  {name:<14} {enc:5.2f} / {chk:5.2f} / {dec:5.2f} us   ({std[0] / enc:4.1f}x / "
+                         f"{std[1] / chk:4.1f}x / {std[2] / dec:4.1f}x the stdlib)")
 
         acks = anyio.run(signal_acks, tmp / "acks.db")
         plain = anyio.run(signal_acks, None)
