@@ -6,6 +6,9 @@ add up the nanoseconds spent in each and stamp each job at each hand-over, so th
 microseconds of a case each step takes, on which thread, and how long a write waits between steps. Nothing in
 wfsub is changed: the wrappers sit on module and class attributes and are put back on leaving the block.
 
+Garbage collections are timed apart (gc.callbacks, thread CPU) by generation and thread, and taken out of the
+loop step they happened in: a collection is paid by whichever allocation triggers it, not by the step that made the garbage.
+
 A step the current code does not have (its function was renamed or removed) is reported as missing rather than
 failing the bench. The probes add about a microsecond per wrapped call: the instrumented run's own rate is printed
 beside the plain one, so the distortion is on the page.
@@ -13,6 +16,7 @@ beside the plain one, so the distortion is on the page.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import threading
 import time
@@ -39,6 +43,9 @@ class Probe:
         self.stamps: dict[int, dict[str, int]] = {}
         self.missing: list[str] = []
         self.writers: list[Any] = []
+        self.gc_ns = 0  # the loop thread's garbage collections so far, CPU (a loop step's time excludes those in it)
+        self._gc_started = 0
+        self.counting_gc = False  # set by `count_gc()`, once the run's own collections start
         self._undo: list[Callable[[], None]] = []
 
     # -- installing the probes ---------------------------------------------------------------------------------
@@ -54,15 +61,17 @@ class Probe:
     def _timed(self, step: str) -> Callable[[Any], Any]:
         clock = cpu if step.startswith("loop") else ns
 
+        probe = self
+
         def make(fn: Any) -> Any:
             spent, calls = self.spent, self.calls
 
             def timed(*args: Any, **kwargs: Any) -> Any:
-                t = clock()
+                g, t = probe.gc_ns, clock()
                 try:
                     return fn(*args, **kwargs)
                 finally:
-                    spent[step] += clock() - t
+                    spent[step] += clock() - t - (probe.gc_ns - g)
                     calls[step] += 1
 
             return timed
@@ -91,9 +100,9 @@ class Probe:
 
         def make_init(init: Any) -> Any:
             def __init__(job: Any, *args: Any, **kwargs: Any) -> None:
-                t = cpu()
+                g, t = probe.gc_ns, cpu()
                 init(job, *args, **kwargs)
-                probe.spent["loop: hand-off (Job, Event, token, submit)"] += cpu() - t
+                probe.spent["loop: hand-off (Job, Event, token, submit)"] += cpu() - t - (probe.gc_ns - g)
                 probe.stamps[id(job)] = {}
             return __init__
 
@@ -165,6 +174,22 @@ class Probe:
                 return _TimedConnection(connect(store), probe)
             return timed_connection
 
+        def collected(phase: str, info: dict[str, Any]) -> None:
+            if not probe.counting_gc:
+                return
+            if phase == "start":
+                probe._gc_started = cpu()
+                return
+            took = cpu() - probe._gc_started
+            loop = threading.current_thread() is threading.main_thread()
+            if loop:
+                probe.gc_ns += took
+            where = "loop" if loop else "other threads"
+            probe.spent[f"gc: generation {info.get('generation')} collections, {where}"] += took
+            probe.calls[f"gc: generation {info.get('generation')} collections, {where}"] += 1
+
+        gc.callbacks.append(collected)
+        self._undo.append(lambda: gc.callbacks.remove(collected))
         self._replace(W.Job, "__init__", make_init)
         self._replace(W.Writer, "submit", make_submit)
         self._replace(W.Writer, "_take", make_take)
@@ -179,6 +204,10 @@ class Probe:
             for undo in reversed(self._undo):
                 undo()
             self._undo.clear()
+
+    def count_gc(self) -> None:
+        """Count garbage collections from now on (after the bench's own `gc.collect()` before a run)."""
+        self.counting_gc = True
 
     @contextmanager
     def idle_of(self, loop: Any) -> Iterator[None]:

@@ -87,8 +87,9 @@ async def throughput(path: Path | None, n: int, starters: int = 1) -> float:
         return await _started_and_awaited(sub, n, starters)
 
 
-async def _started_and_awaited(sub: Substrate, n: int, starters: int) -> float:
-    gc.collect()
+async def _started_and_awaited(sub: Substrate, n: int, starters: int, collect: bool = True) -> float:
+    if collect:
+        gc.collect()
     handles: list[Any] = []
 
     async def starter(count: int) -> None:
@@ -112,13 +113,16 @@ async def _started_and_awaited(sub: Substrate, n: int, starters: int) -> float:
 async def probed(path: Path | None, n: int, starters: int, probe: Probe | None) -> tuple[float, int, int]:
     """(seconds, loop-thread CPU ns, writer-thread CPU ns) for the throughput workload, probes installed."""
     async with Substrate(store=path, workflows=FLOWS, retain_ended=n) as sub:
+        gc.collect()  # before the probe counts collections: the garbage of earlier runs is not this run's
+        if probe is not None:
+            probe.count_gc()
         writer_cpu = probe.writer_cpu_ns() if probe is not None else 0
         loop_cpu = time.thread_time_ns()
         if probe is None:
-            took = await _started_and_awaited(sub, n, starters)
+            took = await _started_and_awaited(sub, n, starters, collect=False)
         else:
             with probe.idle_of(asyncio.get_running_loop()):
-                took = await _started_and_awaited(sub, n, starters)
+                took = await _started_and_awaited(sub, n, starters, collect=False)
         loop_cpu = time.thread_time_ns() - loop_cpu
         writer_cpu = (probe.writer_cpu_ns() - writer_cpu) if probe is not None else 0
     return took, loop_cpu, writer_cpu
@@ -151,7 +155,10 @@ WRITER_ORDER = [
 def breakdown(folder: Path, starters: int, plain_rate: float) -> list[str]:
     """Microseconds per durable case by step and thread, from one instrumented run beside an in-memory one."""
     n = N_THROUGHPUT
-    mem_took, mem_loop, _ = anyio.run(probed, None, n, starters, None)
+    mem_probe = Probe()
+    with mem_probe.installed():  # only its garbage collections are timed: nothing else runs without a store
+        mem_took, mem_loop, _ = anyio.run(probed, None, n, starters, mem_probe)
+    mem_gc = sum(v for k, v in mem_probe.spent.items() if k.startswith("gc:")) * 1e-3 / n
     probe = Probe()
     with probe.installed():
         took, loop_cpu, writer_cpu = anyio.run(probed, folder / f"probed-{starters}.db", n, starters, probe)
@@ -163,23 +170,29 @@ def breakdown(folder: Path, starters: int, plain_rate: float) -> list[str]:
     groups = probe.calls["writer: group transaction (all of it)"]
     writes = probe.calls["loop: hand-off (Job, Event, token, submit)"]
     loop_steps = [k for k in probe.spent if k.startswith("loop:")]
-    durable_loop = loop_cpu * us - mem_loop * us
-    named = sum(spent(k) for k in loop_steps)
+    durable_loop = loop_cpu * us - (mem_loop * us - mem_gc)
+    gc_steps = sorted(k for k in probe.spent if k.startswith("gc:"))
+    named = sum(spent(k) for k in loop_steps) + sum(spent(k) for k in gc_steps if k.endswith("loop"))
     lines = [
         f"  where a durable case's time goes, {'one starter' if starters == 1 else f'{starters} starters'} "
         f"(probed run {n / took:,.0f} cases/s, plain run {plain_rate:,.0f}; us per case, summed over the run / {n:,})",
         f"    wall clock per case                                   {took / n * 1e6:7.1f} us   "
         f"({writes / n:.2f} writes, {groups / n:.3f} group commits, {writes / max(groups, 1):.1f} writes per group)",
         f"    loop thread CPU                                       {loop_cpu * us:7.1f} us   "
-        f"(the same workflow in memory: {mem_loop * us:.1f} us, wall {mem_took / n * 1e6:.1f} us)",
-        f"      vm + actor, as in memory                            {mem_loop * us:7.1f} us",
-        f"      durable path on the loop                            {durable_loop:7.1f} us",
+        f"(the same workflow in memory: {mem_loop * us:.1f} us, of which gc {mem_gc:.1f} us; wall "
+        f"{mem_took / n * 1e6:.1f} us)",
+        f"      vm + actor, as in memory (less its gc)              {mem_loop * us - mem_gc:7.1f} us",
+        f"      durable path on the loop, and all the loop's gc     {durable_loop:7.1f} us",
     ]
     lines += [f"        {k[6:]:<50}{spent(k):7.1f} us   ({probe.calls[k] / n:.2f} calls)" for k in sorted(loop_steps)]
+    lines += [f"        {k[4:]:<50}{spent(k):7.1f} us   ({probe.calls[k] / n:.3f} per case)"
+              for k in gc_steps if k.endswith("loop")]
     lines.append(
         f"        {'the rest: records, rows, awaits, selector wake-ups':<50}{durable_loop - named:7.1f} us   "
         "(journal records and rows built, CaseWrite, the awaits and task switches per write)"
     )
+    lines += [f"      {k[4:]:<52}{spent(k):7.1f} us   ({probe.calls[k] / n:.3f} per case)"
+              for k in gc_steps if not k.endswith("loop")]
     idle = probe.spent["loop idle in its selector"] * us
     lines.append(f"    loop idle in its selector (waiting for a commit)      {idle:7.1f} us")
     lines.append(f"    loop waiting for the GIL or a core (wall-CPU-idle) {took / n * 1e6 - loop_cpu * us - idle:7.1f} us")
