@@ -107,42 +107,43 @@ class Probe:
             return __init__
 
         def make_submit(submit: Any) -> Any:
-            def timed_submit(writer: Any, job: Any) -> None:
+            def timed_submit(writer: Any, job: Any, *args: Any, **kwargs: Any) -> None:
                 t = cpu()
-                submit(writer, job)
+                submit(writer, job, *args, **kwargs)
                 probe.spent["loop: hand-off (Job, Event, token, submit)"] += cpu() - t
                 probe.calls["loop: hand-off (Job, Event, token, submit)"] += 1
                 probe._stamp(job, "submitted", ns())
             return timed_submit
 
         def make_take(take: Any) -> Any:
-            def timed_take(writer: Any, timeout: float | None) -> Any:
-                group, stop = take(writer, timeout)
+            def timed_take(writer: Any, *args: Any, **kwargs: Any) -> Any:
+                taken = take(writer, *args, **kwargs)
                 t = ns()
-                for job in group or ():
+                group = taken[0] if isinstance(taken, tuple) and taken else taken
+                for job in group if isinstance(group, list) else ():
                     probe._wait(job, "queued until its group starts", "submitted", t)
                     probe._stamp(job, "taken", t)
-                return group, stop
+                return taken
             return timed_take
 
         def make_together(together: Any) -> Any:
-            def timed_together(writer: Any, conn: Any, group: list[Any], beat: bool) -> Any:
+            def timed_together(writer: Any, conn: Any, group: Any, *args: Any, **kwargs: Any) -> Any:
                 t = ns()
                 try:
-                    return together(writer, conn, group, beat)
+                    return together(writer, conn, group, *args, **kwargs)
                 finally:
                     e = ns()
                     probe.spent["writer: group transaction (all of it)"] += e - t
                     probe.calls["writer: group transaction (all of it)"] += 1
-                    for job in group:
+                    for job in group if isinstance(group, list) else ():
                         probe._stamp(job, "committed", e)
             return timed_together
 
         def make_deliver(deliver: Any) -> Any:
-            def timed_deliver(writer: Any, group: list[Any]) -> Any:
+            def timed_deliver(writer: Any, group: list[Any], *args: Any, **kwargs: Any) -> Any:
                 t = ns()
                 try:
-                    return deliver(writer, group)
+                    return deliver(writer, group, *args, **kwargs)
                 finally:
                     probe.spent["writer: deliver (run_sync_soon per loop)"] += ns() - t
                     probe.calls["writer: deliver (run_sync_soon per loop)"] += 1
@@ -153,9 +154,9 @@ class Probe:
             return timed_deliver
 
         def make_outcome(outcome: Any) -> Any:
-            async def timed_outcome(job: Any) -> Any:
+            async def timed_outcome(job: Any, *args: Any, **kwargs: Any) -> Any:
                 try:
-                    return await outcome(job)
+                    return await outcome(job, *args, **kwargs)
                 finally:
                     t = ns()
                     probe._wait(job, "committed until its task runs again", "committed", t)
