@@ -206,6 +206,11 @@ class Probe:
                 undo()
             self._undo.clear()
 
+    def reset(self) -> None:
+        """Forget what was measured so far (the jobs in flight keep their stamps)."""
+        for counter in (self.spent, self.calls, self.waits, self.waited):
+            counter.clear()
+
     def count_gc(self) -> None:
         """Count garbage collections from now on (after the bench's own `gc.collect()` before a run)."""
         self.counting_gc = True

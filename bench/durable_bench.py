@@ -6,7 +6,8 @@
   step and thread (encode, hand-off, SQL, COMMIT with its fsync, wake-up, linger; the loop's CPU beside the same
   workflow in memory, its idle time and its wait for the GIL), and the Python calls per case on each thread;
 - signal acknowledgement with 10,000 parked cases (the call returns once the signal is committed), beside the
-  same signal without a store;
+  same signal without a store, and a probed run saying where an ack's time goes;
+- JSON: the stdlib, orjson and msgspec on the values a durable case writes, side by side;
 - recovery: 10,000 parked cases, the Substrate re-entered, until a signal to the last case round-trips;
 - disk per three-effect case (journal, row and snapshots; the data itself is a few bytes);
 - the inbox: an input written by another connection (as the `wfsub` command does) until the owner has it in
@@ -297,18 +298,39 @@ async def park(sub: Substrate, n: int) -> list[str]:
     return ids
 
 
-async def signal_acks(path: Path | None) -> list[float]:
+async def signal_acks(path: Path | None, probe: Probe | None = None) -> list[float]:
     """Seconds per `await sub.signal()` (returns once committed) to distinct parked cases, 10,000 parked."""
     async with Substrate(store=path, workflows=FLOWS, retain_ended=N_PARKED) as sub:
         ids = await park(sub, N_PARKED)
         await anyio.sleep(0.2)  # the parked rows' writes land
         gc.collect()
+        if probe is not None:
+            probe.reset()  # only the acks from here on
         samples = []
         for case_id in ids[:: N_PARKED // N_SIGNALS]:
             start = time.perf_counter()
             await sub.signal(case_id, "go")
             samples.append(time.perf_counter() - start)
         return samples
+
+
+def ack_breakdown(path: Path, p50: float) -> list[str]:
+    """Where a signal acknowledgement's time goes (one probed run of `signal_acks`): per ack, the commit's steps
+    and the waits between them."""
+    probe = Probe()
+    with probe.installed():
+        samples = anyio.run(signal_acks, path, probe)
+    acks = len(samples)
+    lines = [f"  where a signal ack's time goes (probed run p50 {percentile(samples, 0.5) * 1e6:,.0f} us, plain run "
+             f"{p50:,.0f} us; mean us per call of each step)"]
+    lines += [f"      {k[8:]:<52}{probe.spent[k] / probe.calls[k] / 1e3:7.1f} us   ({probe.calls[k] / acks:.2f} per ack)"
+              for k in WRITER_ORDER if probe.calls[k]]
+    lines += [f"      {k[6:]:<52}{probe.spent[k] / probe.calls[k] / 1e3:7.1f} us   (loop CPU; {probe.calls[k] / acks:.2f} "
+              "per ack)" for k in sorted(probe.spent) if k.startswith("loop:") and probe.calls[k]]
+    lines += [f"    per write: {k:<43}{probe.waits[k] / probe.waited[k] / 1e3:7.1f} us   (mean)"
+              for k in ("queued until its group starts", "committed until its task runs again",
+                        "submitted until its task runs again") if probe.waited[k]]
+    return lines
 
 
 async def fill_parked(path: Path) -> None:
@@ -486,6 +508,7 @@ def run() -> list[str]:
             f"p99 {p99 / 1e3:5.2f} ms (target <= 10) {verdict(p99 <= 10_000)}   without a store p50 "
             f"{percentile(plain, 0.5) * 1e6:4.0f} us p99 {percentile(plain, 0.99) * 1e6:4.0f} us"
         )
+        lines += ack_breakdown(tmp / "acks-probed.db", p50)
 
         anyio.run(fill_parked, tmp / "parked.db")
         took = record("durable_recovery_s", anyio.run(recovery, tmp / "parked.db"), "s")
