@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wfsub._json import encode, output_problem
@@ -45,6 +45,7 @@ def _outcome(fn: Any, value: Any) -> tuple[str, Any]:
         return "refused", type(exc)
 
 
+@settings(deadline=None)  # a loaded machine must not fail a test about values
 @given(JSON_VALUES)
 def test_a_json_value_decodes_to_what_the_stdlib_text_decodes_to(value: Any) -> None:
     """Any JSON value: the text decodes (with the stdlib) to the same value as the stdlib's own text does."""
