@@ -1,8 +1,13 @@
 """Durable cases on a SQLite file (synchronous=FULL, the default), each figure beside a same-run baseline.
 
-- throughput: N three-effect cases started by one coroutine and awaited, with the store and without it;
+- throughput: N three-effect cases started by one coroutine (one after another) and by 100 at once, each awaited,
+  with the store and without it (the same workflow in memory), the ratio beside its target;
+- where a durable case's time goes: one probed run per starter shape (`_probe.py`), microseconds per case by
+  step and thread (encode, hand-off, SQL, COMMIT with its fsync, wake-up, linger; the loop's CPU beside the same
+  workflow in memory, its idle time and its wait for the GIL), and the Python calls per case on each thread;
 - signal acknowledgement with 10,000 parked cases (the call returns once the signal is committed), beside the
-  same signal without a store;
+  same signal without a store, and a probed run saying where an ack's time goes;
+- JSON: the stdlib, orjson and msgspec on the values a durable case writes, side by side;
 - recovery: 10,000 parked cases, the Substrate re-entered, until a signal to the last case round-trips;
 - disk per three-effect case (journal, row and snapshots; the data itself is a few bytes);
 - the inbox: an input written by another connection (as the `wfsub` command does) until the owner has it in
@@ -12,12 +17,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import json
 import os
 import random
 import sqlite3
+import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,8 +40,11 @@ from wfsub._store import CaseRow, CaseWrite
 from wfsub.stores import SqliteStore
 
 from ._figures import percentile, record
+from ._probe import Probe
 
 N_THROUGHPUT = 2_000
+STARTERS = (1, 100)  # one coroutine starting cases one after another; 100 doing so at once
+N_CALLS = 200  # cases run under sys.setprofile to count Python calls
 N_PARKED = 10_000
 N_SIGNALS = 1_000
 N_LISTED = 100_000
@@ -68,15 +81,211 @@ def disk_bytes(path: Path) -> int:
 # -- throughput ----------------------------------------------------------------------------------------------
 
 
-async def throughput(path: Path | None, n: int) -> float:
-    """Seconds for n three-effect cases started one after another by one coroutine, then awaited."""
+async def throughput(path: Path | None, n: int, starters: int = 1) -> float:
+    """Seconds for n three-effect cases started by `starters` coroutines (each starting its share one after
+    another: `await sub.new_case(...)` returns once the start record is committed), then awaited."""
     async with Substrate(store=path, workflows=FLOWS, retain_ended=n) as sub:
+        return await _started_and_awaited(sub, n, starters)
+
+
+async def _started_and_awaited(sub: Substrate, n: int, starters: int, collect: bool = True) -> float:
+    if collect:
         gc.collect()
-        start = time.perf_counter()
-        handles = [await sub.new_case("three") for _ in range(n)]
-        for handle in handles:
-            await handle.result()
-        return time.perf_counter() - start
+    handles: list[Any] = []
+
+    async def starter(count: int) -> None:
+        handles.extend([await sub.new_case("three") for _ in range(count)])
+
+    start = time.perf_counter()
+    if starters == 1:
+        await starter(n)
+    else:
+        async with anyio.create_task_group() as tg:
+            for i in range(starters):
+                tg.start_soon(starter, n // starters + (i < n % starters))
+    for handle in handles:
+        await handle.result()
+    return time.perf_counter() - start
+
+
+# -- where a durable case's time goes ----------------------------------------------------------------------------
+
+
+async def probed(path: Path | None, n: int, starters: int, probe: Probe | None) -> tuple[float, int, int]:
+    """(seconds, loop-thread CPU ns, writer-thread CPU ns) for the throughput workload, probes installed."""
+    async with Substrate(store=path, workflows=FLOWS, retain_ended=n) as sub:
+        gc.collect()  # before the probe counts collections: the garbage of earlier runs is not this run's
+        if probe is not None:
+            probe.count_gc()
+        writer_cpu = probe.writer_cpu_ns() if probe is not None else 0
+        loop_cpu = time.thread_time_ns()
+        if probe is None:
+            took = await _started_and_awaited(sub, n, starters, collect=False)
+        else:
+            with probe.idle_of(asyncio.get_running_loop()):
+                took = await _started_and_awaited(sub, n, starters, collect=False)
+        loop_cpu = time.thread_time_ns() - loop_cpu
+        writer_cpu = (probe.writer_cpu_ns() - writer_cpu) if probe is not None else 0
+    return took, loop_cpu, writer_cpu
+
+
+def python_calls(path: Path | None, n: int) -> dict[str, float]:
+    """Python function calls per case (sys.setprofile 'call' events), by thread: the loop's and the writer's."""
+    counts: Counter[str] = Counter()
+
+    def counter(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            counts[threading.current_thread().name.split(" ")[0]] += 1
+
+    threading.setprofile(counter)  # the writer thread and the worker threads started from here on
+    sys.setprofile(counter)
+    try:
+        anyio.run(throughput, path, n)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    return {name: count / n for name, count in counts.items()}
+
+
+WRITER_ORDER = [
+    "writer: group transaction (all of it)", "writer: BEGIN IMMEDIATE", "writer: SQL execute (records, rows)",
+    "writer: COMMIT (WAL write + fsync)", "writer: deliver (run_sync_soon per loop)", "writer: linger for the loop's turn",
+]
+
+
+def breakdown(folder: Path, starters: int, plain_rate: float) -> list[str]:
+    """Microseconds per durable case by step and thread, from one instrumented run beside an in-memory one."""
+    n = N_THROUGHPUT
+    mem_probe = Probe()
+    with mem_probe.installed():  # only its garbage collections are timed: nothing else runs without a store
+        mem_took, mem_loop, _ = anyio.run(probed, None, n, starters, mem_probe)
+    mem_gc = sum(v for k, v in mem_probe.spent.items() if k.startswith("gc:")) * 1e-3 / n
+    probe = Probe()
+    with probe.installed():
+        took, loop_cpu, writer_cpu = anyio.run(probed, folder / f"probed-{starters}.db", n, starters, probe)
+    us = 1e-3 / n  # ns summed over the run -> us per case
+
+    def spent(step: str) -> float:
+        return probe.spent[step] * us
+
+    groups = probe.calls["writer: group transaction (all of it)"]
+    writes = probe.calls["loop: hand-off (Job, Event, token, submit)"]
+    loop_steps = [k for k in probe.spent if k.startswith("loop:")]
+    durable_loop = loop_cpu * us - (mem_loop * us - mem_gc)
+    gc_steps = sorted(k for k in probe.spent if k.startswith("gc:"))
+    named = sum(spent(k) for k in loop_steps) + sum(spent(k) for k in gc_steps if k.endswith("loop"))
+    lines = [
+        f"  where a durable case's time goes, {'one starter' if starters == 1 else f'{starters} starters'} "
+        f"(probed run {n / took:,.0f} cases/s, plain run {plain_rate:,.0f}; us per case, summed over the run / {n:,})",
+        f"    wall clock per case                                   {took / n * 1e6:7.1f} us   "
+        f"({writes / n:.2f} writes, {groups / n:.3f} group commits, {writes / max(groups, 1):.1f} writes per group)",
+        f"    loop thread CPU                                       {loop_cpu * us:7.1f} us   "
+        f"(the same workflow in memory: {mem_loop * us:.1f} us, of which gc {mem_gc:.1f} us; wall "
+        f"{mem_took / n * 1e6:.1f} us)",
+        f"      vm + actor, as in memory (less its gc)              {mem_loop * us - mem_gc:7.1f} us",
+        f"      durable path on the loop, and all the loop's gc     {durable_loop:7.1f} us",
+    ]
+    lines += [f"        {k[6:]:<50}{spent(k):7.1f} us   ({probe.calls[k] / n:.2f} calls)" for k in sorted(loop_steps)]
+    lines += [f"        {k[4:]:<50}{spent(k):7.1f} us   ({probe.calls[k] / n:.3f} per case)"
+              for k in gc_steps if k.endswith("loop")]
+    lines.append(
+        f"        {'the rest: records, rows, awaits, selector wake-ups':<50}{durable_loop - named:7.1f} us   "
+        "(journal records and rows built, CaseWrite, the awaits and task switches per write)"
+    )
+    lines += [f"      {k[4:]:<52}{spent(k):7.1f} us   ({probe.calls[k] / n:.3f} per case)"
+              for k in gc_steps if not k.endswith("loop")]
+    idle = probe.spent["loop idle in its selector"] * us
+    lines.append(f"    loop idle in its selector (waiting for a commit)      {idle:7.1f} us")
+    lines.append(f"    loop waiting for the GIL or a core (wall-CPU-idle) {took / n * 1e6 - loop_cpu * us - idle:7.1f} us")
+    lines.append(f"    writer thread CPU                                     {writer_cpu * us:7.1f} us   "
+                 "(holds the GIL except inside sqlite3 calls)")
+    for k in sorted((k for k in probe.spent if k.startswith("writer:")), key=WRITER_ORDER.index):
+        per_group = probe.spent[k] / max(probe.calls[k], 1) / 1e3
+        lines.append(f"      {k[8:]:<52}{spent(k):7.1f} us   ({per_group:.1f} us per call, wall)")
+    for k in ("queued until its group starts", "committed until its task runs again",
+              "submitted until its task runs again"):
+        if probe.waited[k]:
+            lines.append(f"    per write: {k:<43}{probe.waits[k] / probe.waited[k] / 1e3:7.1f} us   (mean)")
+    if probe.missing:
+        lines.append(f"    not measured (not in this wfsub): {', '.join(probe.missing)}")
+    return lines
+
+
+# -- JSON encoders on the records wfsub writes ----------------------------------------------------------------
+
+
+def written_values(folder: Path) -> list[Any]:
+    """Every record, row detail and snapshot state one run of each workflow hands the SQLite store to encode."""
+    import wfsub._store._rows as rows
+    import wfsub._store._sqlite as sqlite_store
+
+    values: list[Any] = []
+    encode_write = sqlite_store.encode_write
+
+    def capture(store: str, change: CaseWrite) -> Any:
+        values.extend(change.records)
+        if change.row is not None:
+            values.append({name: getattr(change.row, name) for name in rows._DETAIL})
+        if change.snapshot is not None:
+            values.append(change.snapshot.state)
+        return encode_write(store, change)
+
+    async def one_of_each() -> None:
+        async with Substrate(store=folder / "json.db", workflows=FLOWS) as sub:
+            await (await sub.new_case("three")).result()
+            parked = await sub.new_case("parked", {"order": {"id": "o-17", "lines": [1, 2, 3], "total": 12.5}})
+            while sub.status(parked.case_id).state != "waiting_signal":
+                await anyio.sleep(0.001)
+            await sub.signal(parked.case_id, "go", {"by": "bench", "note": "é ✓"})
+            await parked.result()
+
+    sqlite_store.encode_write = capture  # type: ignore[assignment]
+    try:
+        anyio.run(one_of_each)
+    finally:
+        sqlite_store.encode_write = encode_write
+    return values
+
+
+def json_figures(folder: Path) -> dict[str, tuple[float, float, float]]:
+    """us per value, by library: (encode, encode checked by a decode compared equal, decode), best of REPEAT."""
+    values = written_values(folder)
+    std_encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
+    libraries: dict[str, tuple[Any, Any]] = {"json (stdlib)": (std_encode, json.loads)}
+    try:
+        import orjson
+
+        libraries["orjson"] = (lambda v: orjson.dumps(v).decode(), orjson.loads)
+    except ImportError:
+        pass
+    try:
+        import msgspec
+
+        encoder, decoder = msgspec.json.Encoder(), msgspec.json.Decoder()
+        libraries["msgspec"] = (lambda v: encoder.encode(v).decode(), decoder.decode)
+    except ImportError:
+        pass
+    texts = [std_encode(v) for v in values]
+    rounds = max(1, 20_000 // len(values))
+    out = {}
+    for name, (encode, decode) in libraries.items():
+
+        def checked(v: Any, encode: Any = encode, decode: Any = decode, name: str = name) -> None:
+            if decode(encode(v)) != v:
+                raise AssertionError(f"{name} did not give back {v!r}")
+
+        figures = []
+        for fn, inputs in ((encode, values), (checked, values), (decode, texts)):
+            best = float("inf")
+            for _ in range(REPEAT):
+                start = time.perf_counter_ns()
+                for _ in range(rounds):
+                    for v in inputs:
+                        fn(v)
+                best = min(best, (time.perf_counter_ns() - start) / rounds / len(inputs) / 1e3)
+            figures.append(best)
+        out[name] = (figures[0], figures[1], figures[2])
+    return out
 
 
 # -- signals with many parked cases ------------------------------------------------------------------------------
@@ -89,18 +298,39 @@ async def park(sub: Substrate, n: int) -> list[str]:
     return ids
 
 
-async def signal_acks(path: Path | None) -> list[float]:
+async def signal_acks(path: Path | None, probe: Probe | None = None) -> list[float]:
     """Seconds per `await sub.signal()` (returns once committed) to distinct parked cases, 10,000 parked."""
     async with Substrate(store=path, workflows=FLOWS, retain_ended=N_PARKED) as sub:
         ids = await park(sub, N_PARKED)
         await anyio.sleep(0.2)  # the parked rows' writes land
         gc.collect()
+        if probe is not None:
+            probe.reset()  # only the acks from here on
         samples = []
         for case_id in ids[:: N_PARKED // N_SIGNALS]:
             start = time.perf_counter()
             await sub.signal(case_id, "go")
             samples.append(time.perf_counter() - start)
         return samples
+
+
+def ack_breakdown(path: Path, p50: float) -> list[str]:
+    """Where a signal acknowledgement's time goes (one probed run of `signal_acks`): per ack, the commit's steps
+    and the waits between them."""
+    probe = Probe()
+    with probe.installed():
+        samples = anyio.run(signal_acks, path, probe)
+    acks = len(samples)
+    lines = [f"  where a signal ack's time goes (probed run p50 {percentile(samples, 0.5) * 1e6:,.0f} us, plain run "
+             f"{p50:,.0f} us; mean us per call of each step)"]
+    lines += [f"      {k[8:]:<52}{probe.spent[k] / probe.calls[k] / 1e3:7.1f} us   ({probe.calls[k] / acks:.2f} per ack)"
+              for k in WRITER_ORDER if probe.calls[k]]
+    lines += [f"      {k[6:]:<52}{probe.spent[k] / probe.calls[k] / 1e3:7.1f} us   (loop CPU; {probe.calls[k] / acks:.2f} "
+              "per ack)" for k in sorted(probe.spent) if k.startswith("loop:") and probe.calls[k]]
+    lines += [f"    per write: {k:<43}{probe.waits[k] / probe.waited[k] / 1e3:7.1f} us   (mean)"
+              for k in ("queued until its group starts", "committed until its task runs again",
+                        "submitted until its task runs again") if probe.waited[k]]
+    return lines
 
 
 async def fill_parked(path: Path) -> None:
@@ -234,17 +464,40 @@ def run() -> list[str]:
     lines = ["== durable cases (SQLite file, synchronous=FULL) =="]
     with tempfile.TemporaryDirectory(prefix="wfsub-bench-") as folder:
         tmp = Path(folder)
-        stored, memory = [], []
-        for i in range(REPEAT):  # interleaved: drift hits both alike
-            stored.append(anyio.run(throughput, tmp / f"t{i}.db", N_THROUGHPUT))
-            memory.append(anyio.run(throughput, None, N_THROUGHPUT))
-        rate = N_THROUGHPUT / min(stored)
-        base = N_THROUGHPUT / min(memory)
-        record("durable_us_per_case", min(stored) / N_THROUGHPUT * 1e6, "us")
+        rates: dict[int, float] = {}
+        for starters in STARTERS:
+            stored, memory = [], []
+            for i in range(REPEAT):  # interleaved: drift hits both alike
+                stored.append(anyio.run(throughput, tmp / f"t{starters}-{i}.db", N_THROUGHPUT, starters))
+                memory.append(anyio.run(throughput, None, N_THROUGHPUT, starters))
+            rate = rates[starters] = N_THROUGHPUT / min(stored)
+            base = N_THROUGHPUT / min(memory)
+            key = "" if starters == 1 else f"_{starters}_starters"
+            record(f"durable_us_per_case{key}", min(stored) / N_THROUGHPUT * 1e6, "us")
+            shape = "one starter " if starters == 1 else f"{starters} starters"
+            lines.append(
+                f"{N_THROUGHPUT:,} three-effect cases, {shape} {rate:7,.0f} cases/s (target >= 2,000) "
+                f"{verdict(rate >= 2000)}   in memory {base:7,.0f} cases/s: {rate / base:4.2f}x (target >= 0.6x) "
+                f"{verdict(rate / base >= 0.6)}"
+            )
+        for starters in STARTERS:
+            lines += breakdown(tmp, starters, rates[starters])
+        calls = python_calls(tmp / "calls.db", N_CALLS)
+        plain_calls = python_calls(None, N_CALLS)
         lines.append(
-            f"{N_THROUGHPUT:,} three-effect cases, one starter  {rate:7,.0f} cases/s (target >= 2,000) "
-            f"{verdict(rate >= 2000)}   without a store {base:7,.0f} cases/s ({base / rate:4.1f}x)"
+            f"  Python calls per case ({N_CALLS} cases, one starter): loop thread {calls.get('MainThread', 0):,.0f} "
+            f"(in memory {plain_calls.get('MainThread', 0):,.0f}), writer thread "
+            f"{calls.get('wfsub-store-writer', 0):,.0f}, worker threads {calls.get('AnyIO', 0):,.0f}"
         )
+
+        encoders = json_figures(tmp)
+        std = encoders["json (stdlib)"]
+        lines.append("JSON of the values a durable case writes (records, row details; us per value, best of "
+                     f"{REPEAT}): encode / encode+decode compared equal / decode")
+        for name, (enc, chk, dec) in encoders.items():
+            record(f"json_encode_us_{name.split()[0]}", enc, "us")
+            lines.append(f"  {name:<14} {enc:5.2f} / {chk:5.2f} / {dec:5.2f} us   ({std[0] / enc:4.1f}x / "
+                         f"{std[1] / chk:4.1f}x / {std[2] / dec:4.1f}x the stdlib)")
 
         acks = anyio.run(signal_acks, tmp / "acks.db")
         plain = anyio.run(signal_acks, None)
@@ -255,6 +508,7 @@ def run() -> list[str]:
             f"p99 {p99 / 1e3:5.2f} ms (target <= 10) {verdict(p99 <= 10_000)}   without a store p50 "
             f"{percentile(plain, 0.5) * 1e6:4.0f} us p99 {percentile(plain, 0.99) * 1e6:4.0f} us"
         )
+        lines += ack_breakdown(tmp / "acks-probed.db", p50)
 
         anyio.run(fill_parked, tmp / "parked.db")
         took = record("durable_recovery_s", anyio.run(recovery, tmp / "parked.db"), "s")

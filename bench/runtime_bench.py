@@ -8,8 +8,10 @@ same-run baseline are what to compare across machines.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import tracemalloc
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -163,6 +165,37 @@ async def substrate_round_trips(idle: int, trips: int) -> list[float]:
     return samples
 
 
+async def round_trip_calls(trips: int) -> tuple[float, Counter[str]]:
+    """Python calls per signal round trip (sys.setprofile 'call' events on the loop's thread), and where they are:
+    by package module (wfsub's own by file, anyio, asyncio, ...). A call added to the round trip shows here."""
+    counts: Counter[str] = Counter()
+
+    def counter(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            path = frame.f_code.co_filename
+            for marker in ("/wfsub/", "/anyio/", "/asyncio/", "/pydantic/", "/structlog/", "/sniffio/"):
+                at = path.rfind(marker)
+                if at >= 0:
+                    inner = path[at + 1 :].removesuffix(".py").split("/")
+                    counts[".".join(inner[:3] if inner[0] == "wfsub" else inner[:1])] += 1
+                    return
+            counts["other"] += 1
+
+    async with Substrate(trace_level="none") as sub:
+        probes = [await sub.new_case(PING) for _ in range(trips)]
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        sys.setprofile(counter)
+        try:
+            for probe in probes:
+                await probe.signal("ping")
+                await probe.result()
+        finally:
+            sys.setprofile(None)
+    counts.pop("bench", None)
+    return sum(counts.values()) / trips, Counter({k: round(v / trips) for k, v in counts.items()})
+
+
 async def bare_round_trips(idle: int, trips: int) -> list[float]:
     """The same round trip through bare actors: send one message, the actor sets its event, await the event."""
     async with anyio.create_task_group() as tg:
@@ -232,6 +265,12 @@ async def _main(lines: list[str]) -> None:
         f"p99 {p99:7.1f} us (target <= 2000 us)  {verdict(p99 <= 2000)}"
     )
     lines.append(f"  bare anyio actor round trip     p50 {b50:6.1f} us, p99 {b99:7.1f} us ({p50 / b50:4.1f}x at p50)")
+    calls, where = await round_trip_calls(200)
+    record("signal_round_trip_calls", calls, "calls")
+    lines.append(
+        f"  Python calls per round trip     {calls:6.0f} (no target; each one costs ~0.1 us and more): "
+        + ", ".join(f"{name} {count}" for name, count in where.most_common() if count)
+    )
 
 
 def run() -> list[str]:
