@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import wfsub
 from wfsub import (
     call,
@@ -35,7 +37,7 @@ from wfsub._compiler import _EMIT
 from wfsub._program import OPERANDS, Op
 from wfsub._terms import term_classes
 from wfsub._validate import _CHECKS
-from wfsub._vm._ops import HANDLERS
+from wfsub._vm._ops import HANDLERS, _table
 from wfsub._vm._records import record_classes
 from wfsub.lowlevel import Machine
 
@@ -170,6 +172,12 @@ def test_every_opcode_has_a_handler_and_an_operand_kind() -> None:
     for op in Op:
         assert HANDLERS[op].__name__ == f"_op_{op.name.lower()}"
     assert set(OPERANDS) == set(Op)
+
+
+def test_a_handler_table_that_leaves_an_opcode_out_fails_at_import() -> None:
+    """The table of handlers is written out by hand: one missing an opcode raises ImportError naming it."""
+    with pytest.raises(ImportError, match="opcode SAGA_STEP: add it to HANDLERS"):
+        _table({op: handler for op, handler in zip(Op, HANDLERS, strict=True) if op is not Op.SAGA_STEP})
 
 
 async def _noop(ctx: Any) -> None:
