@@ -66,6 +66,7 @@ _PAR = int(Op.PAR)
 
 
 def effect_request(m: Interp, eid: int, tok: Token, ip: int, spec: bc.EffectSpec) -> EffectRequest:
+    """What the driver is asked to start for effect `eid` (made again for each effect in flight after a restore)."""
     return EffectRequest(eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry)
 
 
