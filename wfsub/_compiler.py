@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from types import CodeType
 from typing import Any
 
-from . import _net
+from . import _netgraph as _net
 from ._errors import InvalidWorkflow
 from ._program import (
     ALL,

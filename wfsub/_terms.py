@@ -10,9 +10,9 @@ Adding a construct `foo` touches one place per layer, each found by name:
     2. `_validate.py`: `_check_foo` (the table of checks is built from `term_classes()`: a missing check is
        an import error);
     3. `_program.py`: its opcode(s) `Op.FOO` and operand spec; `_compiler.py`: `_emit_foo`;
-    4. `_vm/_interp.py`: the handler `_op_foo` for each new opcode (the dispatch tuple is built from `Op`
-       by name); `_vm/_records.py`: its frame class, if it opens one (snapshots find records by
-       subclassing, nothing to register);
+    4. `_vm/_ops.py`: the handler `_op_foo` for each new opcode, with its entry in the `HANDLERS` table (an
+       opcode left out is an import error); `_vm/_records.py`: its frame class, if it opens one (snapshots
+       find records by subclassing, nothing to register);
     5. the public exports (`wfsub/__init__.py`, `wfsub/terms.py`) and the differential tests' reference
        interpreter (`tests/core/reference/`).
 """

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from . import _net
+from . import _netgraph as _net
 from ._terms import (
     MAX_SECONDS,
     MI,

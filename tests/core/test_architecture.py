@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import wfsub
 from wfsub import (
     call,
@@ -35,7 +37,7 @@ from wfsub._compiler import _EMIT
 from wfsub._program import OPERANDS, Op
 from wfsub._terms import term_classes
 from wfsub._validate import _CHECKS
-from wfsub._vm._interp import _HANDLERS
+from wfsub._vm._ops import HANDLERS, _table
 from wfsub._vm._records import record_classes
 from wfsub.lowlevel import Machine
 
@@ -43,7 +45,8 @@ PACKAGE = Path(wfsub.__file__).parent
 
 # Layers from the bottom up; a module may import only from layers listed before its own (and itself).
 LAYERS = [
-    "_errors", "_json", "_terms", "_net", "_validate", "_program", "_compiler", "_vm", "_trace", "_store", "_runtime"
+    "_errors", "_json", "_terms", "_netgraph", "_validate", "_program", "_compiler", "_vm", "_trace", "_store",
+    "_runtime",
 ]
 # The public modules sit on top of everything: the API tiers, the command and the optional extras.
 FRONTS = {"__init__", "__main__", "lowlevel", "testing", "terms", "runtime", "stores", "cli", "contrib", "_deprecated"}
@@ -81,21 +84,22 @@ def _layer_of(module: str) -> str:
     return module.split(".")[0]
 
 
+def _targets(node: ast.AST, here: list[str]) -> list[str]:
+    """The wfsub-internal modules one import statement names, as paths relative to the package."""
+    if isinstance(node, ast.ImportFrom) and node.level:
+        base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+        if node.module:
+            return [".".join([*base, *node.module.split(".")])]
+        return [".".join([*base, alias.name]) for alias in node.names]  # `from .. import _program as bc`
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wfsub."):
+        return [node.module.removeprefix("wfsub.")]
+    return []
+
+
 def _imports(path: Path) -> list[str]:
     """The wfsub-internal modules a file imports, as paths relative to the package (`_vm._records`)."""
-    rel = path.relative_to(PACKAGE).with_suffix("")
-    here = list(rel.parts[:-1])
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
-            if node.module:
-                found.append(".".join([*base, *node.module.split(".")]))
-            else:  # `from .. import _program as bc`: the names are the modules
-                found.extend(".".join([*base, alias.name]) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wfsub."):
-            found.append(node.module.removeprefix("wfsub."))
-    return found
+    here = list(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
+    return [target for node in ast.walk(ast.parse(path.read_text())) for target in _targets(node, here)]
 
 
 def test_each_layer_imports_only_the_layers_below_it() -> None:
@@ -113,6 +117,50 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
     assert wrong == []
 
 
+# Inside the vm the same rule holds module by module, bottom up: a module imports, when it is loaded, only modules
+# listed before its own. The frames and the handlers reach the interpreter state through the `vm` argument they
+# are given; an import under `if TYPE_CHECKING:` only names its type (it never runs).
+VM_LAYERS = [
+    "_events", "_requests", "_result", "_schedulers", "_records", "_withdraw", "_net", "_ops", "_interp", "_snapshot",
+    "_machine", "__init__",
+]
+
+
+def _load_time_imports(path: Path) -> tuple[list[str], list[int]]:
+    """What a module imports when it is loaded (not under `if TYPE_CHECKING:`), and the lines of any import
+    made later, inside a function or a class (a call-time import, the usual way to dodge an import circle)."""
+    here = list(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
+    loaded: list[str] = []
+    late: list[int] = []
+    todo: list[ast.stmt] = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+        elif isinstance(node, ast.If | ast.Try):
+            todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            loaded.extend(_targets(node, here))
+        else:
+            late.extend(n.lineno for n in ast.walk(node) if isinstance(n, ast.Import | ast.ImportFrom))
+    return loaded, sorted(late)
+
+
+def test_the_vm_modules_import_one_way_with_no_circle() -> None:
+    """Each vm module has a place in VM_LAYERS, loads only modules below it, and imports nothing at call time."""
+    modules = {path.stem: path for path in (PACKAGE / "_vm").glob("*.py")}
+    assert sorted(set(modules) - set(VM_LAYERS)) == []
+    wrong = []
+    for name, path in modules.items():
+        loaded, late = _load_time_imports(path)
+        wrong.extend(f"_vm/{name}.py imports at call time (line {line})" for line in late)
+        for target in loaded:
+            parts = target.split(".")
+            if parts[0] == "_vm" and len(parts) == 2 and VM_LAYERS.index(parts[1]) >= VM_LAYERS.index(name):
+                wrong.append(f"_vm/{name}.py imports _vm/{parts[1]}.py, which is not below it in VM_LAYERS")
+    assert wrong == []
+
+
 def test_every_term_kind_has_a_check_and_an_emitter() -> None:
     """Each term class has its validation check and its compiler emitter (both tables are built by name)."""
     kinds = set(term_classes())
@@ -121,10 +169,16 @@ def test_every_term_kind_has_a_check_and_an_emitter() -> None:
 
 def test_every_opcode_has_a_handler_and_an_operand_kind() -> None:
     """The dispatch tuple has one handler per opcode, named after it, and `OPERANDS` describes each opcode."""
-    assert len(_HANDLERS) == len(Op)
+    assert len(HANDLERS) == len(Op)
     for op in Op:
-        assert _HANDLERS[op].__name__ == f"_op_{op.name.lower()}"
+        assert HANDLERS[op].__name__ == f"_op_{op.name.lower()}"
     assert set(OPERANDS) == set(Op)
+
+
+def test_a_handler_table_that_leaves_an_opcode_out_fails_at_import() -> None:
+    """The table of handlers is written out by hand: one missing an opcode raises ImportError naming it."""
+    with pytest.raises(ImportError, match="opcode SAGA_STEP: add it to HANDLERS"):
+        _table({op: handler for op, handler in zip(Op, HANDLERS, strict=True) if op is not Op.SAGA_STEP})
 
 
 async def _noop(ctx: Any) -> None:
@@ -184,7 +238,7 @@ def test_every_record_class_round_trips_through_a_snapshot() -> None:
 
 
 def test_every_event_kind_the_vm_emits_is_listed() -> None:
-    """Each kind passed to trace_node/case_event/emit in the vm is in MIN_KINDS or FULL_KINDS, with its comment."""
+    """Each kind passed to _trace_node/_case_event/emit in the vm is in MIN_KINDS or FULL_KINDS, with its comment."""
     from wfsub._vm._events import FULL_KINDS
 
     emitted: set[str] = set()
@@ -193,7 +247,7 @@ def test_every_event_kind_the_vm_emits_is_listed() -> None:
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("trace_node", "case_event", "emit")
+                and node.func.attr in ("_trace_node", "_case_event", "emit")
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)

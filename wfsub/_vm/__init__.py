@@ -1,8 +1,10 @@
 """The vm: per-case execution state and the run(quanta) hot loop.
 
 Pure and synchronous: nothing here awaits, reads a clock, draws a random number, or imports anyio or structlog
-(a test pins that). `Machine` is the driver's front; `_interp.py` holds the state, the hot loops and the opcode
-handlers; `_records.py` the tokens and frames; `_events.py` the trace levels and event kinds the vm emits.
+(a test pins that). `Machine` is the driver's front; `_interp.py` holds the state and the hot loops; `_ops.py`
+the opcode handlers and their table; `_withdraw.py` withdrawal, compensation and failures; `_net.py` the net
+frames and handlers; `_records.py` the tokens and frames; `_events.py` the trace levels and event kinds the vm
+emits. Each imports only the ones below it (`VM_LAYERS` in tests/core/test_architecture.py).
 """
 
 from ._events import FULL_KINDS as FULL_KINDS

@@ -29,6 +29,7 @@ from ._records import Frame, MIFrame, Token
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
+from ._snapshot import give, take
 
 _R = TypeVar("_R", EffectRequest, TimerRequest)
 
@@ -350,15 +351,11 @@ class Machine:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain data (JSON-able when the case data is)."""
-        from ._snapshot import take
-
         return take(self._vm)
 
     @classmethod
     def restore(cls, program: Program, snapshot: Mapping[str, Any], *, case_id: str | None = None) -> Machine:
         """A machine that continues exactly where the snapshot's left off."""
-        from ._snapshot import give
-
         machine = cls.__new__(cls)
         machine.case_id = case_id
         machine._vm = give(program, snapshot)

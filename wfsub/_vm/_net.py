@@ -1,7 +1,7 @@
-"""Nets in the vm: the net activation frame, the node frame, and the handlers of NET, NET_EXIT and NET_NODE.
+"""Nets in the vm: the net activation frame, the node frame, and the handlers of NET and NET_EXIT.
 
 A thread entering a net opens a `NetFrame` (one activation: a net inside an mi has one per instance) and is
-routed out of "start". Tokens then live in two kinds of place (see `wfsub/_net.py`):
+routed out of "start". Tokens then live in two kinds of place (see `wfsub/_netgraph.py`):
 
 - **In a node.** A node that can reach an OR-join ("tracked") runs each activation in a `NodeFrame`, whose
   place count the net keeps while a thread of it is inside (a compound node holds it until its thread leaves:
@@ -23,7 +23,7 @@ then takes one token from each incoming edge that holds one (surplus tokens stay
 Cost. A step through a plain node costs what a `seq` step costs; a routed exit costs O(out-degree) plus the
 re-checks it triggers. An and-join check is O(in-degree). An OR-join check scans the precomputed reachable
 set of each empty incoming edge until it finds an occupied place: O(net size) at worst, paid only when a place
-it watches empties while it holds a token (reachability ignores edge predicates: see `wfsub/_net.py`). Only
+it watches empties while it holds a token (reachability ignores edge predicates: see `wfsub/_netgraph.py`). Only
 when the activation has no thread left does it look at all its joins (O(joins)), once per standstill.
 
 When no thread of the activation is left (every token waits at a join, reached end, or was withdrawn), the
@@ -41,20 +41,19 @@ without leaving it frees its place and marks the activation as withdrawn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from .. import _program as bc
 from .._program import NET_AND, NET_END, NET_XOR
 from ._records import Frame, Token, link, unlink, unlink_thread
+from ._withdraw import refuse, step_failed
 
 if TYPE_CHECKING:
     from ._interp import Interp
 
-_PASS_THROUGH = (KeyboardInterrupt, SystemExit)  # as in _interp: the only exceptions a predicate may raise through
-_TASK = int(bc.Op.TASK)
-_PAR = int(bc.Op.PAR)
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit)  # as in _ops: the only exceptions a predicate may raise through
 
 
 class NetFrame(Frame):
@@ -83,7 +82,7 @@ class NetFrame(Frame):
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.finished:
             if self.count == 0 and self.alive:
-                m.close(self, withdrawn=False)
+                m._close(self, withdrawn=False)
             return
         if withdrawn:
             self.withdrawn = True
@@ -118,9 +117,9 @@ class NetFrame(Frame):
             link(self, holder)
             self.occ[p] += 1
         if tok is None:
-            return m.spawn(holder, spec.entries[node], self.env)
+            return m._spawn(holder, spec.entries[node], self.env)
         if tok.frame is not holder:
-            m.move(tok, holder)
+            m._move(tok, holder)
         return tok
 
     def arrive_at_join(self, place: int, node: int) -> None:
@@ -248,19 +247,20 @@ class NetFrame(Frame):
                 link(parent, carrier)
                 carrier.frame = parent
             else:
-                m.spawn(parent, spec.after, self.env)
+                m._spawn(parent, spec.after, self.env)
             if self.count == 0:
-                m.close(self, withdrawn=False)
+                m._close(self, withdrawn=False)
             else:
-                m.detach_thread(self)  # work the nodes left running unsynchronized runs on, detached
+                m._detach_thread(self)  # work the nodes left running unsynchronized runs on, detached
             return spec.after if carrier is not None else -1
         if carrier is not None:
             carrier.alive = False
         if self.withdrawn:
-            m.end_thread(self, withdrawn=True)
+            m._end_thread(self, withdrawn=True)
             return -1
         described = "; ".join(waiting) or "nothing"
-        m.refuse(
+        refuse(
+            m,
             self,
             self.ip,
             f"the net stopped with no token at end: nothing in it can move, and tokens wait at {described}; "
@@ -287,9 +287,9 @@ class NodeFrame(Frame):
             net = self.parent
             assert isinstance(net, NetFrame)
             net.vacate(self.node)
-            m.end_thread(self, withdrawn=True)
+            m._end_thread(self, withdrawn=True)
         elif self.count == 0:
-            m.close(self, withdrawn=False)
+            m._close(self, withdrawn=False)
 
 
 # -- handlers -----------------------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def _op_net(m: Interp, tok: Token, ip: int, spec: bc.NetSpec) -> int:
     parent = tok.frame
     net = NetFrame(parent, tok.env, ip, spec)
     link(parent, net)
-    m.move(tok, net)
+    m._move(tok, net)
     return _route(m, net, tok, net, spec.start, ip)
 
 
@@ -346,7 +346,7 @@ def _route(m: Interp, net: NetFrame, tok: Token, src: Frame, route: bc.NetRoute,
             src.alive = False
             unlink(net, src)
         else:
-            m.detach_thread(src)  # work the node left running unsynchronized runs on, detached
+            m._detach_thread(src)  # work the node left running unsynchronized runs on, detached
     carried = net.settle(m, None if nxt >= 0 else tok)
     return nxt if nxt >= 0 else carried
 
@@ -361,9 +361,9 @@ def _choose(m: Interp, tok: Token, route: bc.NetRoute, ip: int) -> range | list[
                 hit = bool(pred(tok.env))
             except _PASS_THROUGH:
                 raise
-            except BaseException as exc:  # see _interp._PASS_THROUGH
+            except BaseException as exc:  # see _ops.PASS_THROUGH
                 name = getattr(pred, "__qualname__", "predicate")
-                m.step_failed(tok.frame, ip, exc, f"net edge predicate {name} raised {type(exc).__name__}: {exc}")
+                step_failed(m, tok.frame, ip, exc, f"net edge predicate {name} raised {type(exc).__name__}: {exc}")
                 return None
             if not hit:
                 continue
@@ -372,7 +372,8 @@ def _choose(m: Interp, tok: Token, route: bc.NetRoute, ip: int) -> range | list[
             break
     if not chosen:
         kind = "xor" if route.split == NET_XOR else "or"
-        m.refuse(
+        refuse(
+            m,
             tok.frame,
             ip,
             f"no edge out of {route.name!r} can be taken: it is an {kind} split and none of its edge predicates "
@@ -380,23 +381,3 @@ def _choose(m: Interp, tok: Token, route: bc.NetRoute, ip: int) -> range | list[
         )
         return None
     return chosen
-
-
-def _op_net_node(m: Interp, tok: Token, ip: int, spec: bc.NetNodeSpec) -> int:
-    """Traced code only: node `spec.name` starts (recorded), then the instruction it wraps runs."""
-    from . import _interp  # at call time: _interp imports this module
-
-    op, arg = spec.op, spec.arg
-    if op == _PAR and arg.blocking:  # a blocked thread comes back to this instruction: record the start once
-        current = m.blocking.get((_interp._context(tok.frame), ip))
-        if current is not None and current.alive and current.live > 0:
-            return _interp._op_par(m, tok, ip, arg)
-    m.emit("net_node", spec.path, {"node": spec.name, "token": tok.tid})
-    if op == _TASK:
-        nip = _interp._op_task(m, tok, ip, arg)
-        if nip >= 0:
-            m.emit("task", m.paths[ip], {"name": m.program.labels[ip], "token": tok.tid})
-        return nip
-    handler: Callable[..., int] = _interp._HANDLERS[op]
-    return handler(m, tok, ip, arg)
-

@@ -219,9 +219,9 @@ class Frame(Record):
         through: once its last thread is gone without leaving, the block's own thread was withdrawn.
         """
         if self.attached and self.live == 0:
-            m.end_thread(self, withdrawn=True)
+            m._end_thread(self, withdrawn=True)
         elif self.count == 0:
-            m.close(self, withdrawn=False)
+            m._close(self, withdrawn=False)
 
     def on_close(self, m: Interp) -> None:
         """Release what the frame holds (locks, milestone counts, region registration)."""
@@ -232,7 +232,7 @@ class RootFrame(Frame):
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count == 0:
-            m.finish_root()
+            m._finish_root()
 
 
 class SplitFrame(Frame):
@@ -264,27 +264,27 @@ class SplitFrame(Frame):
             self.fired = True
             link(parent, tok)  # the arriving token carries on after the join
             tok.frame = parent
-            m.joined(self, first)
+            m._joined(self, first)
             if spec.cancel_remaining and self.count:
-                m.withdraw_children(self, "join fired")
+                m._withdraw_children(self, "join fired")
             self._settle(m, replaced=True)
             return spec.after
         tok.alive = False
         if self.fired:
-            m.trace_node("join_late", self.ip, arrived=self.arrived)
+            m._trace_node("join_late", self.ip, arrived=self.arrived)
         self._settle(m, replaced=False)
         return -1
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.blocked and self.live == 0:
-            m.unblock(self)
+            m._unblock(self)
         if self.attached and not self.fired and self.live == 0:
             if not self.arrived:  # every branch was withdrawn: so is the split
-                m.end_thread(self, withdrawn=True)
+                m._end_thread(self, withdrawn=True)
                 return
             self.fired = True  # the rest were withdrawn: what arrived is all there will be
-            m.spawn(self.parent, self.spec.after, self.env)
-            m.joined(self, True)
+            m._spawn(self.parent, self.spec.after, self.env)
+            m._joined(self, True)
             self._settle(m, replaced=True)
             return
         self._settle(m, replaced=False)
@@ -296,19 +296,19 @@ class SplitFrame(Frame):
         threads up, so the parent need not be told).
         """
         if self.blocked and self.live == 0:
-            m.unblock(self)
+            m._unblock(self)
         if self.count == 0:
-            m.close(self, withdrawn=False)
+            m._close(self, withdrawn=False)
         elif self.attached and self.fired and (not self.spec.each or self.live == 0):
             if replaced:
-                m.detach_thread(self)
+                m._detach_thread(self)
             else:
-                m.end_thread(self, withdrawn=False)
+                m._end_thread(self, withdrawn=False)
 
 
     def on_close(self, m: Interp) -> None:
         if self.spec.blocking:
-            m.forget_blocking(self)
+            m._forget_blocking(self)
 
 
 class PassFrame(Frame):
@@ -338,7 +338,7 @@ class ScopeFrame(PassFrame):
     spec: ScopeSpec
 
     def on_close(self, m: Interp) -> None:
-        m.unregister_region(self.spec.name, self)
+        m._unregister_region(self.spec.name, self)
 
 
 class SagaFrame(PassFrame):
@@ -384,9 +384,9 @@ class UndoFrame(Frame):
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count == 0:
             if not self.started:
-                m.start_undo(self)
+                m._start_undo(self)
             else:
-                m.close(self, withdrawn=False)
+                m._close(self, withdrawn=False)
 
 
 class CompensationFrame(Frame):
@@ -407,7 +407,7 @@ class CompensationFrame(Frame):
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.count == 0:
-            m.compensation_done(self)
+            m._compensation_done(self)
 
 
 class CriticalFrame(PassFrame):
@@ -418,7 +418,7 @@ class CriticalFrame(PassFrame):
         self.name = name
 
     def on_close(self, m: Interp) -> None:
-        m.release_lock(self.name)
+        m._release_lock(self.name)
 
 
 class MilestoneFrame(PassFrame):
@@ -429,7 +429,7 @@ class MilestoneFrame(PassFrame):
         self.name = name
 
     def on_close(self, m: Interp) -> None:
-        m.leave_milestone(self.name, self.ip)
+        m._leave_milestone(self.name, self.ip)
 
 
 class CallFrame(PassFrame):
@@ -462,7 +462,7 @@ class InterleaveFrame(PassFrame):
             tok.wid = 0
             self.parked = tok
             return -1
-        return m.interleave_next(self, tok)
+        return m._interleave_next(self, tok)
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         tok = self.parked
@@ -470,17 +470,17 @@ class InterleaveFrame(PassFrame):
             if self.count == 1:  # only the waiting thread is left: the branch is over
                 self.parked = None
                 tok.wk = WK_NONE
-                tok.ip = m.interleave_next(self, tok)
+                tok.ip = m._interleave_next(self, tok)
                 m.ready.append(tok)
             return
         if self.count:
             return
         self.done[self.current] = True  # the running branch was withdrawn: go on with the others
         if self.arrived == 0 and all(self.done):
-            m.end_thread(self, withdrawn=True)
+            m._end_thread(self, withdrawn=True)
             return
-        tok = m.spawn(self, self.spec.after, self.env)
-        tok.ip = m.interleave_next(self, tok)
+        tok = m._spawn(self, self.spec.after, self.env)
+        tok.ip = m._interleave_next(self, tok)
 
 
 class MIFrame(Frame):
@@ -513,11 +513,11 @@ class MIFrame(Frame):
         return self.live - (self.spawner is not None)
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
-        m.mi_check(self)
+        m._mi_check(self)
 
     def on_close(self, m: Interp) -> None:
         if self.spec.name is not None:
-            m.unregister_region(self.spec.name, self)
+            m._unregister_region(self.spec.name, self)
 
 
 class InstanceFrame(Frame, Mapping[str, Any]):
@@ -548,15 +548,15 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         tok.alive = False
         self.arrived += 1
         if self.live == 0:  # the instance's threads have all ended: it completed
-            m.instance_ended(self)
+            m._instance_ended(self)
         return -1
 
     def child_gone(self, m: Interp, child: Any, withdrawn: bool) -> None:
         if self.attached:
             if self.live == 0:  # completed if a thread of it arrived, else withdrawn
-                m.instance_ended(self)
+                m._instance_ended(self)
         elif self.count == 0:  # the work a completed instance left behind has ended
-            m.close(self, withdrawn=False)
+            m._close(self, withdrawn=False)
 
     def merge(self, updates: Mapping[str, Any]) -> None:
         if self.out is None:
