@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from types import CodeType
 from typing import Any
 
-from . import _netgraph as _net
+from . import _netgraph
 from ._errors import InvalidWorkflow
 from ._program import (
     ALL,
@@ -505,7 +505,7 @@ def _emit_net(e: _Emitter, t: Net, path: str) -> None:
     """The nodes one after another in the plan's layout; a node's thread leaves through NET_EXIT (routing), or
     falls or jumps into its one plain successor. The nodes are a context for region steps and blocking joins,
     like an mi body: the vm keeps them per net activation."""
-    plan = _net.plan(t)
+    plan = _netgraph.plan(t)
     graph = plan.graph
     slot = e.const(None)
     e.emit(Op.NET, slot, path)
@@ -536,7 +536,7 @@ def _emit_net(e: _Emitter, t: Net, path: str) -> None:
             name,
             _NET_KINDS[graph.split[name]],
             tuple(edge.pred for edge in out),
-            tuple(NET_END if edge.dst == _net.END else plan.index[edge.dst] for edge in out),
+            tuple(NET_END if edge.dst == _netgraph.END else plan.index[edge.dst] for edge in out),
             tuple(plan.edge_place.get(edge.index, -1) for edge in out),
         )
 
@@ -568,7 +568,7 @@ def _emit_net(e: _Emitter, t: Net, path: str) -> None:
         node_places=sum(p >= 0 for p in plan.place_of),
         or_joins=tuple(i for i in merging if joins[i] == NET_OR),
         and_joins=tuple(i for i in merging if joins[i] == NET_AND),
-        start=route(_net.START, -1),
+        start=route(_netgraph.START, -1),
         after=e.here(),
     )
     e.set_const(slot, spec)

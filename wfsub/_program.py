@@ -27,7 +27,7 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     terminate       TERMINATE
     region steps    CANCEL_REGION s / COMPLETE_REGION s / ADD_INSTANCES s / CLOSE_INSTANCES s
     net             NET s ; node ; [NET_EXIT r | JUMP entry] ; node ; ... ; after:
-                    (one node after another in `_net.Plan.layout` order; a node that hands its thread to one
+                    (one node after another in `_netgraph.Plan.layout` order; a node that hands its thread to one
                     plain successor has no exit instruction when that successor comes next, else a JUMP)
 The root ends with END. Library workflows reachable through `call` are compiled once each, after the root.
 
@@ -278,7 +278,7 @@ class RegionStepSpec:
 
 NET_AND = 0  # split: every edge; join: fires when every incoming edge holds a token
 NET_XOR = 1  # split: the first edge whose predicate holds; join: every arrival starts the node
-NET_OR = 2  # split: every edge whose predicate holds; join: the synchronizing merge (see `_net`)
+NET_OR = 2  # split: every edge whose predicate holds; join: the synchronizing merge (see `_netgraph`)
 NET_END = -1  # the target of an edge into "end"
 
 
@@ -298,7 +298,7 @@ class NetRoute:
 
 @dataclass(frozen=True, slots=True)
 class NetSpec:
-    """One net, by node index (the order of the `nodes` mapping); see `_net` for places and reachable sets."""
+    """One net, by node index (the order of the `nodes` mapping); see `_netgraph` for places and reachable sets."""
 
     names: tuple[str, ...]
     paths: tuple[str, ...]  # node paths (net[name].kind)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from . import _netgraph as _net
+from . import _netgraph
 from ._terms import (
     MAX_SECONDS,
     MI,
@@ -636,11 +636,11 @@ def _net_runs_nodes_at_once(t: Net) -> bool:
 
 
 def _check_net(c: _Checker, t: Net, path: str) -> None:
-    """The graph's own problems (see `_net.check`), each at the node it is about or at the net."""
+    """The graph's own problems (see `_netgraph.check`), each at the node it is about or at the net."""
     terms = dict(pair for pair in t.nodes if isinstance(pair, tuple) and len(pair) == 2) if isinstance(
         t.nodes, tuple
     ) else {}
-    for name, message in _net.check(t):
+    for name, message in _netgraph.check(t):
         c.add(path if name is None else child_path(path, name, terms.get(name)), message)
     if _net_runs_nodes_at_once(t):
         _distinct_error_keys(c, list(terms.items()), path)
