@@ -57,7 +57,7 @@ from ._clock import Clock
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
 from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
 from ._hub import TraceHub
-from ._journal import copy_data, error_body, to_json
+from ._journal import ERROR_TEXT_LIMIT, as_journaled, copy_data, end_record, error_body
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
@@ -411,7 +411,7 @@ class CaseActor:
         if kind is Signal:
             assert isinstance(msg, Signal)
             try:
-                m.deliver_signal(msg.name, msg.payload)
+                m.deliver_signal(msg.name, msg.payload, checked=True)  # checked at its door (`_inputs`)
             except SignalRejected as exc:  # the case ended while the signal was queued
                 _log.info("signal discarded", case_id=self.case_id, signal=msg.name, reason=str(exc))
                 if msg.reply is not None:
@@ -575,17 +575,17 @@ class CaseActor:
         step = m.steps
         limit = self.shared.max_payload_bytes
         kind = type(msg)
-        if kind is Signal:
+        if kind is Signal:  # checked by `_inputs.admit` at its door: its payload is already as journaled
             assert isinstance(msg, Signal)
-            payload = m.check_signal(msg.name, msg.payload)
-            payload, _ = to_json(payload, f"signal {msg.name!r} payload", limit)
-            return j.record("signal", step, digest, now, name=msg.name, payload=payload, **_request(msg))
+            if m.ended:
+                raise self.ended_error(msg.what)
+            return j.record("signal", step, digest, now, name=msg.name, payload=msg.payload, **_request(msg))
         if kind is EffectDone:
             assert isinstance(msg, EffectDone)
             path, name = self.requested.get(msg.effect_id, ("?", "?"))
             if msg.error is None:
                 try:
-                    output, _ = to_json(msg.output, f"effect {name!r} result", limit)
+                    output, _ = as_journaled(msg.output, f"effect {name!r} result", limit)
                     return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name,
                                     result=output)
                 except (TypeError, ValueError) as exc:  # a result that cannot be journaled fails the effect
@@ -601,11 +601,12 @@ class CaseActor:
             if m.ended:
                 raise self.ended_error("cancel")
             return j.record("cancel", step, digest, now, reason=msg.reason, compensate=msg.compensate, **_request(msg))
-        assert isinstance(msg, RegionOp)
-        m.check_region(msg.action.value, msg.name)
+        assert isinstance(msg, RegionOp)  # checked by `_inputs.admit` at its door, its items as journaled
+        if m.ended:
+            raise self.ended_error(msg.what)
         fields: dict[str, Any] = {"region": msg.name, **_request(msg)}
         if msg.action is RegionAction.ADD_INSTANCES:
-            fields["items"], _ = to_json(msg.items, f"add_instances({msg.name!r}) items", limit)
+            fields["items"] = msg.items
         return j.record(msg.action.kind, step, digest, now, **fields)
 
     def _apply_record(self, msg: Message, record: dict[str, Any]) -> None:
@@ -737,20 +738,17 @@ class CaseActor:
 
     async def _write_end_record(self, j: CaseJournal) -> None:
         now = self.shared.clock.now()
-        end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value,
-                               "digest": self.end_digest}
-        if self.state is _DONE:
-            end["result"] = self.final_data
-        elif self.state is _FAILED:
-            end["error"] = {
+        error = None
+        if self.state is _FAILED:
+            error = {
                 "type": error_name(self.cause) if self.cause is not None else "StepFailed",
                 "message": self.error_message,
                 "path": self.error_path,
-                "traceback": (self.traceback or "")[-8_000:] or None,
+                "traceback": (self.traceback or "")[-ERROR_TEXT_LIMIT:] or None,
                 "record": self.record,
             }
-        else:
-            end["reason"] = self.cancel_reason
+        end = end_record(j.seq + 1, now, self.state.value, self.end_digest, result=self.final_data, error=error,
+                         reason=self.cancel_reason)
         row = self._row(self.state)
         row.last_seq = end["seq"]
         row.ended_at = self.ended_at

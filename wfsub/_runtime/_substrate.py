@@ -67,12 +67,14 @@ from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
+from . import _inputs as inputs
 from ._case import CaseActor, CaseEvicted, Shared, moved_away
 from ._clock import Clock, RealClock, VirtualClock
 from ._durable import CaseJournal
 from ._hub import TraceHub
-from ._journal import JournalRecord, plain, to_json
-from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal, TimerFired
+from ._inputs import admit
+from ._journal import JournalRecord, as_journaled
+from ._mailbox import Cancel, External, RegionAction, Reply, Signal, TimerFired
 from ._nodes import DatabaseClock, Lease, Node
 from ._persist import Background, Loaded, end_suspended, rebuild, status_of, suspend
 from ._registry import Workflows
@@ -98,39 +100,11 @@ def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
         raise ValueError(f"{name}={value!r} is more than {MAX_SECONDS:g} seconds (about 31 years): {fix}")
 
 
-def _check_data(data: object) -> dict[str, Any] | None:
-    if data is None:
-        return None
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
-    if not isinstance(data, Mapping):
-        raise TypeError(
-            f"case data must be a mapping (a dict with str keys) or a pydantic model, got {type(data).__name__}; "
-            f"pass e.g. new_case(workflow, {{'order_id': 42}})"
-        )
-    for key in data:
-        if not isinstance(key, str):
-            raise TypeError(
-                f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
-            )
-    return dict(data)
-
-
 class _Remote(Exception):
     """Internal: the case is another node's (shared stores): inputs for it go through the inbox."""
 
     def __init__(self, row: CaseRow) -> None:
         self.row = row
-
-
-def _check_reason(reason: object) -> None:
-    if not isinstance(reason, str) or not reason:
-        raise TypeError(f"reason must be a non-empty str (kept in the case's status and journal), got {reason!r}")
-
-
-def _check_request_id(request_id: object) -> None:
-    if request_id is not None and (not isinstance(request_id, str) or not request_id):
-        raise TypeError(f"request_id must be a non-empty str (or None), got {request_id!r}")
 
 
 def _no_redaction(value: Any) -> Any:
@@ -527,7 +501,7 @@ class Substrate:
                 "placement='any' queues a case for any node of a shared store (store='postgresql://...'); this "
                 "Substrate has no shared store: start the case here (the default placement)"
             )
-        start_data = _check_data(data) if data is not None else None
+        start_data = inputs.start_data(data) if data is not None else None
         if timeout is not None:
             _positive(timeout, "timeout", allow_none=True)
         seed = None if scheduler == "deterministic" else self._seed_of(scheduler)
@@ -535,7 +509,7 @@ class Substrate:
         program, name = self._program(workflow)
         durable = self._store is not None
         if durable:
-            start_data, _ = to_json(start_data or {}, "data", self._max_payload)
+            start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
         deadline = None if timeout is None else now + timeout
         level = self._case_level()
@@ -751,39 +725,39 @@ class Substrate:
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
         `request_id` makes a retried call apply once."""
-        _check_request_id(request_id)
+        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, f"take signal {name!r}")
+            actor = await self._live(case_id, msg.what)
         except _Remote:
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"signal names are non-empty str, got {name!r}") from None
-            payload, _ = to_json(plain(payload), f"signal {name!r} payload", self._max_payload)
-            await self._to_inbox(case_id, "signal", {"name": name, "payload": payload}, request_id)
+            await self._to_inbox(case_id, msg)
             return
-        await self._signal(actor, name, payload, request_id)
+        await self._signal(actor, msg)
 
-    async def _signal(self, actor: CaseActor, name: str, payload: Any, request_id: str | None = None) -> None:
+    async def _signal(self, actor: CaseActor, msg: Signal) -> None:
+        """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
         if self._phase != "open":
             raise SubstrateClosed("send a signal")
         if actor.evicted:  # a handle's actor that has left memory since
-            actor = await self._live(actor.case_id, f"take signal {name!r}")
+            actor = await self._live(actor.case_id, msg.what)
         machine = actor.machine
         if machine is None or actor.state in FINAL:
-            if not isinstance(name, str):
-                raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
-            raise actor.ended_error(f"take signal {name!r}")
-        payload = machine.check_signal(name, payload)  # unknown names, bad payloads: refused here
+            raise actor.ended_error(msg.what)
         if actor.journal is None:
-            await actor.send(Signal(name, payload))
+            admit(msg, machine, None)  # unknown names, bad payloads: refused here
+            await actor.send(msg)
             return
-        payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)  # before anything is written
-        await self._ask(actor, Signal(name, payload, Reply(), request_id=request_id))
+        admit(msg, machine, self._max_payload)  # and the payload as its record gives it back, before any write
+        msg.reply = Reply()
+        await self._ask(actor, msg)
 
-    async def _to_inbox(self, case_id: str, kind: str, body: dict[str, Any], request_id: str | None) -> None:
+    async def _to_inbox(self, case_id: str, msg: External) -> None:
         """An input for a case another node owns: into the store's inbox, acknowledged once committed (its owner
         is woken by the store and journals it; a refusal is marked on the inbox row)."""
         assert self._store is not None
-        await self._store.inbox_put(case_id, kind, body, request_id=request_id, created_at=self._clock.now())
+        body = inputs.inbox_body(msg, self._max_payload)
+        await self._store.inbox_put(
+            case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self._clock.now()
+        )
 
     async def _ask(self, actor: CaseActor, msg: External) -> None:
         """Send an input and wait for its answer (committed and applied, or refused)."""
@@ -798,6 +772,8 @@ class Substrate:
                     actor = await self._live(actor.case_id, msg.what)
                 except _Remote:  # fenced: another node has it now; the caller resends, through the inbox
                     raise moved_away(self._store.url if self._store else "?", actor.case_id) from None
+                if actor.machine is not None:  # brought back on another version, maybe: its own check again
+                    admit(msg, actor.machine, self._max_payload)
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error
@@ -813,44 +789,37 @@ class Substrate:
         compensates, ends it at once. A suspended case (durable, no version can run it) ends at once.
         """
         self._check_open("cancel a case")
-        _check_request_id(request_id)
-        _check_reason(reason)
-        if not isinstance(compensate, bool):
-            raise TypeError(f"compensate must be True or False, got {compensate!r}")
+        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and row.state == CaseState.SUSPENDED.value:  # else: the owner's inbox
-                await self._end_suspended(row, reason, request_id)
+                await self._end_suspended(row, msg.reason, msg.request_id)
                 return
             if row is not None and CaseState(row.state).ended:
                 return
         try:
-            actor = await self._live(case_id, "cancel")
+            actor = await self._live(case_id, msg.what)
         except SignalRejected:
             return  # ended already: nothing to do
         except _Remote:
-            await self._to_inbox(case_id, "cancel", {"reason": reason, "compensate": compensate}, request_id)
+            await self._to_inbox(case_id, msg)
             return
-        await self._cancel(actor, compensate, reason, request_id)
+        await self._cancel(actor, msg)
 
-    async def _cancel(
-        self, actor: CaseActor, compensate: bool, reason: str = "cancelled", request_id: str | None = None
-    ) -> None:
+    async def _cancel(self, actor: CaseActor, msg: Cancel) -> None:
         self._check_open("cancel a case")
-        _check_reason(reason)
-        if not isinstance(compensate, bool):
-            raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if actor.evicted:
-            await self.cancel(actor.case_id, compensate, reason=reason, request_id=request_id)
+            await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
             return
         if actor.journal is None:
-            actor.post(Cancel(reason, compensate))
+            actor.post(msg)
             return
+        msg.reply = Reply()
         with contextlib.suppress(SignalRejected):  # it ended meanwhile: nothing to cancel
-            await self._ask(actor, Cancel(reason, compensate, Reply(), request_id=request_id))
+            await self._ask(actor, msg)
 
     async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Withdraw all work of the named region (a scope or a named mi) of a case, compensating what is inside."""
@@ -864,37 +833,27 @@ class Substrate:
         self, case_id: str, region: str, items: Sequence[Any], *, request_id: str | None = None
     ) -> None:
         """Add one instance per item to the live dynamic mi `region` of a case."""
-        if isinstance(items, str | bytes) or not isinstance(items, Sequence):
-            raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
-        items = plain(list(items))
-        if self._store is not None:
-            items, _ = to_json(items, f"add_instances({region!r}) items", self._max_payload)
-        await self._region(case_id, RegionAction.ADD_INSTANCES, region, list(items), request_id)
+        await self._region(case_id, RegionAction.ADD_INSTANCES, region, items, request_id)
 
     async def close_instances(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Close the dynamic mi `region` of a case: it takes no more instances (its join fires once they end)."""
         await self._region(case_id, RegionAction.CLOSE_INSTANCES, region, None, request_id)
 
     async def _region(
-        self, case_id: str, action: RegionAction, region: str, items: list[Any] | None, request_id: str | None
+        self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
     ) -> None:
-        what = f"{action.value} {region!r}"
-        _check_request_id(request_id)
+        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, what)
+            actor = await self._live(case_id, msg.what)
         except _Remote:
-            if not isinstance(region, str):
-                raise TypeError(f"region names are str, got {type(region).__name__} {region!r}") from None
-            body: dict[str, Any] = {"region": region} if items is None else {"region": region, "items": items}
-            await self._to_inbox(case_id, action.kind, body, request_id)
+            await self._to_inbox(case_id, msg)
             return
         machine = actor.machine
         if machine is None or actor.state in FINAL:
-            if not isinstance(region, str):
-                raise TypeError(f"region names are str, got {type(region).__name__} {region!r}")
-            raise actor.ended_error(what)
-        machine.check_region(action.value, region)  # unknown regions are refused before anything is queued
-        await self._ask(actor, RegionOp(action, region, items, Reply(), request_id=request_id))
+            raise actor.ended_error(msg.what)
+        admit(msg, machine, None if actor.journal is None else self._max_payload)  # before anything is queued
+        msg.reply = Reply()
+        await self._ask(actor, msg)
 
     async def _route_inbox(self, row: InboxRow) -> None:
         """An input someone else wrote to the store's inbox: hand it to its case, or mark it refused with the
@@ -910,9 +869,8 @@ class Substrate:
             reason = str(exc)
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
                 stored = await self._store.row(row.case_id)
-                given = row.body.get("reason") if isinstance(row.body, dict) else None
-                why = given if isinstance(given, str) and given else "cancelled"  # the sender's reason, kept
-                if stored is not None:
+                if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)
+                    why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""
                     await self._end_suspended(stored, why, row.request_id, inbox_done=[row.id])
                     return
             await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
@@ -926,43 +884,13 @@ class Substrate:
 
     async def _inbox_message(self, row: InboxRow) -> tuple[CaseActor, External]:
         """The case's actor and the message an inbox row stands for, checked as the API checks its own calls."""
-        what = f"take an input ({row.kind})"
-        actor = await self._live(row.case_id, what)
+        msg = inputs.shaped(row.kind, row.body, row.request_id, case_id=row.case_id, inbox_id=row.id)
+        actor = await self._live(row.case_id, msg.what)
         machine = actor.machine
         if machine is None or actor.state in FINAL:
-            raise actor.ended_error(what)
-        body = row.body if isinstance(row.body, dict) else {}
-        if row.kind == "signal":
-            name = body.get("name")
-            if not isinstance(name, str):
-                raise TypeError(f"the inbox signal has name {name!r}: a signal name is a str")
-            payload = machine.check_signal(name, body.get("payload"))
-            payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)
-            return actor, Signal(name, payload, inbox_id=row.id, request_id=row.request_id)
-        if row.kind == "cancel":
-            reason = body.get("reason", "cancelled")
-            compensate = body.get("compensate", True)
-            _check_reason(reason)
-            if not isinstance(compensate, bool):
-                raise TypeError(f"the inbox cancel has compensate={compensate!r}: True or False")
-            return actor, Cancel(reason, compensate, inbox_id=row.id, request_id=row.request_id)
-        action = ACTION_OF_KIND.get(row.kind)
-        if action is None:
-            raise ValueError(f"unknown input kind {row.kind!r}: signal, cancel, {', '.join(ACTION_OF_KIND)}")
-        region = body.get("region")
-        if not isinstance(region, str):
-            raise TypeError(f"the inbox {row.kind} has region {region!r}: a region name is a str")
-        machine.check_region(action.value, region)
-        items = body.get("items")
-        if action is RegionAction.ADD_INSTANCES:
-            if not isinstance(items, list):
-                raise TypeError(
-                    f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__} {items!r}"
-                )
-            items, _ = to_json(items, f"add_instances({region!r}) items", self._max_payload)
-        elif items is not None:
-            raise TypeError(f"the inbox {row.kind} carries items: only add_instances takes items")
-        return actor, RegionOp(action, region, items, inbox_id=row.id, request_id=row.request_id)
+            raise actor.ended_error(msg.what)
+        admit(msg, machine, self._max_payload)
+        return actor, msg
 
     async def _end_suspended(
         self, row: CaseRow, reason: str, request_id: str | None, inbox_done: list[int] | None = None
@@ -1296,22 +1224,21 @@ class CaseHandle:
         return actor.state in FINAL and actor.recorded
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
-        if request_id is not None:
-            _check_request_id(request_id)
         actor = self._actor
         if actor is None or actor.evicted:
             actor = self._current()
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)
         else:
-            await self._sub._signal(actor, name, payload, request_id)
+            await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
 
     async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
+        msg = inputs.cancel(reason, compensate, None, self.case_id)
         actor = self._current()
         if actor is None:
             await self._sub.cancel(self.case_id, compensate, reason=reason)
         else:
-            await self._sub._cancel(actor, compensate, reason)
+            await self._sub._cancel(actor, msg)
 
     async def close_instances(self, region: str) -> None:
         """Close the dynamic mi `region` of this case (see Substrate.close_instances)."""
