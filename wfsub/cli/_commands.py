@@ -15,13 +15,10 @@ import anyio
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .._compiler import compile_workflow
-from .._errors import InvalidWorkflow, ReplayDivergence, WfsubError
-from .._runtime import CaseState
-from .._runtime._persist import check_version, status_of
-from .._runtime._replay import replay
-from .._store import CaseRow, Store
-from .._validate import validate
+from .. import CaseState, InvalidWorkflow, ReplayDivergence, WfsubError, replay, validate
+from .. import compile as compile_workflow
+from ..lowlevel import check_input, check_version, status_of
+from ..stores import CaseRow, Store
 from . import _render as r
 from ._targets import CliError, Target, case_row, load_redact, load_target, opened
 
@@ -194,11 +191,10 @@ def _payload(value: str | None) -> Any:
 async def signal(store: str, case_id: str, name: str, payload: str | None, request_id: str | None, wait: bool,
                  patience: float) -> None:
     """Send signal NAME with a JSON PAYLOAD to a case."""
-    value = _payload(payload)
+    body = _checked("signal", {"name": name, "payload": _payload(payload)}, request_id)
     async with opened(store) as s:
         row = await _steerable(s, case_id, f"signal {name!r}")
-        await _post(s, row, "signal", {"name": name, "payload": value}, request_id, wait, patience,
-                    f"signal {name!r}")
+        await _post(s, row, "signal", body, request_id, wait, patience, f"signal {name!r}")
 
 
 @main.command()
@@ -218,22 +214,33 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
 async def cancel(store: str, case_id: str, reason: str, region: str | None, compensate: bool,
                  request_id: str | None, wait: bool, patience: float) -> None:
     """Cancel a case (or one region of it)."""
+    if region is None:
+        body = _checked("cancel", {"reason": reason, "compensate": compensate}, request_id)
+    else:
+        body = _checked("cancel_region", {"region": region}, request_id)
     async with opened(store) as s:
         if region is None:
             row = await _steerable(s, case_id, "cancel")
-            await _post(s, row, "cancel", {"reason": reason, "compensate": compensate}, request_id, wait, patience,
-                        "cancel")
+            await _post(s, row, "cancel", body, request_id, wait, patience, "cancel")
         else:
             row = await _steerable(s, case_id, f"cancel region {region!r}")
-            await _post(s, row, "cancel_region", {"region": region}, request_id, wait, patience,
-                        f"cancel of region {region!r}")
+            await _post(s, row, "cancel_region", body, request_id, wait, patience, f"cancel of region {region!r}")
 
 
 def _reason(value: str) -> str:
-    if not value.strip():
-        raise click.BadParameter("give a reason people will read (it is recorded with the cancel), e.g. --reason "
-                                 "'customer asked'", param_hint="--reason")
+    try:
+        check_input("cancel", {"reason": value})
+    except (TypeError, ValueError) as exc:  # refused as Substrate.cancel refuses it
+        raise click.BadParameter(str(exc), param_hint="--reason") from None
     return value
+
+
+def _checked(kind: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    """The input as its case's owner will take it, checked before anything is opened or sent."""
+    try:
+        return check_input(kind, body, request_id=request_id)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 async def _steerable(store: Store, case_id: str, what: str) -> CaseRow:

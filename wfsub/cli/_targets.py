@@ -21,12 +21,10 @@ from typing import Any
 
 import click
 
-from .._compiler import compile_workflow
-from .._errors import InvalidWorkflow, StoreError
-from .._program import Program
-from .._runtime._registry import Workflows
-from .._store import CaseRow, MemoryStore, PostgresStore, SqliteStore, Store, open_store
-from .._terms import Term
+from .. import InvalidWorkflow, StoreError, Term
+from .. import compile as compile_workflow
+from ..lowlevel import Program, Workflows
+from ..stores import CaseRow, MemoryStore, PostgresStore, SqliteStore, Store, open_store
 
 
 class CliError(click.ClickException):
