@@ -20,6 +20,7 @@ from .._store import CaseRow, CaseWrite, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
 from ._case import CaseActor
+from ._case_journal import write_waiting_row
 from ._clock import Clock
 from ._mailbox import TimerFired
 from ._nodes import Lease
@@ -226,7 +227,7 @@ class CaseLoader:
                     j is not None and j.seq == seq and actor.parked and actor.state is CaseState.WAITING_EFFECT
                     and not actor.evicted
                 ):
-                    actor.write_waiting_row()
+                    write_waiting_row(actor)
 
     # -- idle eviction -------------------------------------------------------------------------------------------
 

@@ -66,6 +66,7 @@ from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from ._case import CaseActor, CaseEvicted, Shared, moved_away
+from ._case_journal import case_row
 from ._clock import Clock, RealClock, VirtualClock
 from ._durable import CaseJournal
 from ._hub import TraceHub
@@ -442,13 +443,13 @@ class Substrate:
             }
             if placement == "any":
                 try:
-                    await self._store.queue_case(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
+                    await self._store.queue_case(CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING)))
                 except StoreConflict:
                     raise CaseExists(case_id) from None
                 return CaseHandle(self, None, case_id)
             self._cases[case_id] = actor  # reserve the id while the start record is written
             try:
-                await self._store.write(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
+                await self._store.write(CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING)))
             except StoreConflict:  # an earlier run's case has this id: its start record is there
                 self._cases.pop(case_id, None)
                 raise CaseExists(case_id) from None

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._runtime import CaseStatus
-from .._store import CaseRow
+from .. import CaseStatus
+from ..stores import CaseRow
 
 # On a terminal tables fit its width (columns fold, never cut with an ellipsis); piped into a file or another
 # program they keep their natural width, so a case id is always whole.
