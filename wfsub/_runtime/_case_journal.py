@@ -34,7 +34,6 @@ _log = get_logger("wfsub.runtime")
 
 _STORE_RETRY = 1.0  # seconds between attempts to journal an input the store refused with an error
 _RUNNING = CaseState.RUNNING
-_DONE = CaseState.DONE
 _FAILED = CaseState.FAILED
 _CANCELLED = CaseState.CANCELLED
 _WAITING_EFFECT = CaseState.WAITING_EFFECT
@@ -212,7 +211,6 @@ def _apply_record(actor: CaseActor, msg: Message, record: dict[str, Any]) -> Non
 
 def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
     """The case row as this actor sees the case now."""
-    from .._store import CaseRow
 
     j = actor.journal
     m = actor.machine
