@@ -144,6 +144,16 @@ def _models_in(value: Any) -> bool:
     return False
 
 
+def start_record(
+    case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
+    deadline: float | None, now: float,
+) -> Record:
+    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed))."""
+    scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
+    return {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
+            "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+
+
 def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:
     """An input record (see the module docstring for each kind's fields)."""
     return {"seq": seq, "kind": kind, "step": step, "time": now, "digest": digest, **fields}

@@ -15,13 +15,15 @@ from typing import Any
 
 import anyio
 
-from .._errors import CaseNotFound, ReplayDivergence, SignalRejected, StoreConflict, StoreError
+from .._errors import CaseExists, CaseNotFound, ReplayDivergence, SignalRejected, StoreConflict, StoreError
 from .._store import CaseRow, CaseWrite, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
 from ._case import CaseActor
-from ._case_journal import write_waiting_row
+from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
+from ._durable import CaseJournal
+from ._journal import start_record
 from ._mailbox import TimerFired
 from ._nodes import Lease
 from ._persist import Loaded, end_suspended, rebuild, suspend
@@ -167,6 +169,38 @@ class CaseLoader:
         self.spawn(actor)
         self.counts["started"] -= 1  # it was started in an earlier run
         return actor
+
+    async def start(
+        self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
+        deadline: float | None, *, queued: bool,
+    ) -> None:
+        """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
+        the case is queued for any node of a shared store instead (placement="any"). Raises CaseExists for an id
+        an earlier run's case has."""
+        machine = actor.machine
+        assert machine is not None
+        machine.digesting = True  # its task outputs are digested into each record from now on
+        now = actor.started_at
+        case_id = actor.case_id
+        journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
+        journal.deadline = deadline
+        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now)
+        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
+        if queued:
+            try:
+                await self.store.queue_case(change)
+            except StoreConflict:
+                raise CaseExists(case_id) from None
+            return
+        self.cases[case_id] = actor  # reserve the id while the start record is written
+        try:
+            await self.store.write(change)
+        except StoreConflict:  # an earlier run's case has this id: its start record is there
+            self.cases.pop(case_id, None)
+            raise CaseExists(case_id) from None
+        except BaseException:
+            self.cases.pop(case_id, None)
+            raise
 
     async def end_suspended(
         self, row: CaseRow, reason: str, request_id: str | None, inbox_done: list[int] | None = None

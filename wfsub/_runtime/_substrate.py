@@ -54,21 +54,18 @@ from .._errors import (
     CaseNotFound,
     RestoredError,
     SignalRejected,
-    StoreConflict,
     SubstrateClosed,
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, CaseWrite, Store
+from .._store import CaseRow, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from ._case import CaseActor, CaseEvicted, Shared, moved_away
-from ._case_journal import case_row
 from ._clock import Clock, RealClock, VirtualClock
-from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled
@@ -431,31 +428,12 @@ class Substrate:
         )
         actor = self._actor(case_id, machine, now, deadline, name, level)
         if durable:
-            machine.digesting = True
-            assert self._store is not None
+            assert self._loader is not None
             assert name is not None
-            journal = actor.journal = CaseJournal(self._store, case_id, name, program.fingerprint, now, time=now)
-            journal.deadline = deadline
-            start = {
-                "seq": 0, "kind": "start", "case_id": case_id, "workflow": name, "fingerprint": program.fingerprint,
-                "data": start_data, "scheduler": {"kind": "deterministic"} if seed is None else
-                {"kind": "seeded", "seed": seed}, "deadline": deadline, "time": now,
-            }
-            if placement == "any":
-                try:
-                    await self._store.queue_case(CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING)))
-                except StoreConflict:
-                    raise CaseExists(case_id) from None
+            queued = placement == "any"
+            await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+            if queued:
                 return CaseHandle(self, None, case_id)
-            self._cases[case_id] = actor  # reserve the id while the start record is written
-            try:
-                await self._store.write(CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING)))
-            except StoreConflict:  # an earlier run's case has this id: its start record is there
-                self._cases.pop(case_id, None)
-                raise CaseExists(case_id) from None
-            except BaseException:
-                self._cases.pop(case_id, None)
-                raise
         self._spawn(actor)
         return CaseHandle(self, actor)
 
