@@ -150,7 +150,8 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
     """The case's own check of an input, once (see the module): raises what the case would refuse it with.
 
     `limit`: a durable case's `max_payload_bytes` (what the message carries becomes the JSON its record gives
-    back); None for a case in memory only (nothing is converted)."""
+    back); None for a case in memory only (nothing is converted). `Substrate._signal` inlines the signal branch
+    for a case in memory only: it is the signal round trip's hot path."""
     kind = type(msg)
     if kind is Signal:
         assert isinstance(msg, Signal)

@@ -556,8 +556,8 @@ class Substrate:
         machine = actor.machine
         if machine is None or actor.state in FINAL:
             raise actor.ended_error(msg.what)
-        if actor.journal is None:
-            admit(msg, machine, None)  # unknown names, bad payloads: refused here
+        if actor.journal is None:  # unknown names, bad payloads: refused here
+            msg.payload = machine.check_signal(msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
             await actor.send(msg)
             return
         admit(msg, machine, self._max_payload)  # and the payload as its record gives it back, before any write
@@ -995,7 +995,10 @@ class CaseHandle:
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)
         else:
-            await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
+            if type(name) is str and name and request_id is None:  # `inputs.signal`'s checks, passed inline
+                await self._sub._signal(actor, Signal(name, payload))
+            else:
+                await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
 
     async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
         msg = inputs.cancel(reason, compensate, None, self.case_id)
