@@ -183,6 +183,21 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason, path=path)
 
 
+NOTHING = object()
+"""`bad_input(..., NOTHING)`: the refusal is about something missing, not a value given."""
+
+
+def bad_input(
+    problem: str, value: object, *, fix: str, case_id: str | None = None, error: type[Exception] = TypeError
+) -> Exception:
+    """The refusal of an input's field before it reaches its case (a wrong type, a blank reason, an unknown kind):
+    what was wrong, the value given, the case it was for, and the fix. Every door (the API, the inbox, the
+    command) refuses with this one wording."""
+    got = "" if value is NOTHING else f", got {type(value).__name__} {value!r}"
+    where = "" if case_id is None else f" (an input for case {case_id!r})"
+    return error(f"{problem}{got}{where}: {fix}")
+
+
 class MachineStateError(WfsubError):
     """A vm input was given in a state that cannot take it."""
 

@@ -3,6 +3,12 @@
 `Machine(program, data)` runs a case synchronously; every nondeterministic input (signal, effect result,
 timer firing, cancel, scheduler choice) is a method call, so tests and tools can replay a case exactly.
 Compile with `wfsub.compile(term)`.
+
+For tools that work on a store beside the Substrate that owns it (the `wfsub` command is one):
+`Workflows` (the registry of named workflows and their versions, as `Substrate(workflows=...)` builds it),
+`check_version` (whether a case's journal replays on a program as a Substrate on that version would decide),
+`status_of` (a case's status from its stored row) and `check_input` (an input for a case, checked as its owner
+will check it, before it is put in the store's inbox).
 """
 
 from __future__ import annotations
@@ -10,6 +16,10 @@ from __future__ import annotations
 from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
+from ._runtime._inputs import check_input as check_input
+from ._runtime._persist import check_version as check_version
+from ._runtime._persist import status_of as status_of
+from ._runtime._registry import Workflows as Workflows
 from ._vm import Deterministic as Deterministic
 from ._vm import EffectRequest as EffectRequest
 from ._vm import Machine as Machine
@@ -36,6 +46,10 @@ __all__ = [
     "Seeded",
     "TimerRequest",
     "VmEvent",
+    "Workflows",
+    "check_input",
+    "check_version",
+    "status_of",
 ]
 
 

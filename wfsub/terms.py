@@ -1,10 +1,14 @@
-"""The pattern algebra (`wfsub.terms`): the term constructors and `Retry`; `wfsub` re-exports them."""
+"""The pattern algebra (`wfsub.terms`): the term constructors and `Retry` (`wfsub` re-exports them), and the
+tree helpers tools walk a term with (`children`, `child_path`, `branch_name`)."""
 
 from ._terms import Retry as Retry
 from ._terms import Term as Term
 from ._terms import add_instances as add_instances
+from ._terms import branch_name as branch_name
 from ._terms import call as call
 from ._terms import cancel_region as cancel_region
+from ._terms import child_path as child_path
+from ._terms import children as children
 from ._terms import close_instances as close_instances
 from ._terms import complete_region as complete_region
 from ._terms import critical as critical
@@ -31,8 +35,11 @@ __all__ = [
     "Retry",
     "Term",
     "add_instances",
+    "branch_name",
     "call",
     "cancel_region",
+    "child_path",
+    "children",
     "close_instances",
     "complete_region",
     "critical",

@@ -344,3 +344,19 @@ def test_the_command_is_installed_and_runs_as_a_module() -> None:
             assert command in ran.stdout
 
 
+
+
+async def test_inputs_of_the_wrong_shape_are_refused_before_anything_is_sent(here: Path) -> None:
+    """A blank --reason, an empty signal name or region, an empty --request-id: a usage error with the API's words,
+    and nothing reaches the case (its journal holds only its start)."""
+    async with owner(here) as sub:
+        await sub.new_case("order", {"amount": 1}, case_id="o1")
+        for args, words in [
+            (("cancel", "cases.db", "o1", "--reason", "  "), "reason must be a non-empty str, not blank"),
+            (("signal", "cases.db", "o1", ""), "signal names are str (non-empty)"),
+            (("cancel", "cases.db", "o1", "--region", ""), "region names are str (non-empty)"),
+            (("signal", "cases.db", "o1", "approve", "--request-id", ""), "request_id must be a non-empty str"),
+        ]:
+            ran = await wfsub(here, *args)
+            assert ran.code == 2 and words in " ".join(ran.err.split()), (args, ran.err)
+        assert [r.kind for r in await sub.journal("o1")] == ["start"]

@@ -161,6 +161,19 @@ def test_the_vm_modules_import_one_way_with_no_circle() -> None:
     assert wrong == []
 
 
+def test_the_command_and_contrib_use_only_the_public_api() -> None:
+    """wfsub/cli and wfsub/contrib import no private module of wfsub (their own modules aside): what they need
+    is public, in `wfsub`, `wfsub.lowlevel`, `wfsub.stores`, `wfsub.terms`, ..."""
+    wrong = []
+    for front in ("cli", "contrib"):
+        for path in (PACKAGE / front).rglob("*.py"):
+            for target in _imports(path):
+                parts = target.split(".")
+                if parts[0] != front and any(part.startswith("_") for part in parts):
+                    wrong.append(f"{path.relative_to(PACKAGE)} imports {target}")
+    assert wrong == []
+
+
 def test_every_term_kind_has_a_check_and_an_emitter() -> None:
     """Each term class has its validation check and its compiler emitter (both tables are built by name)."""
     kinds = set(term_classes())

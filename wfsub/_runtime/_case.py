@@ -12,16 +12,14 @@ outside the case (signals, cancels, region operations) are bounded by `mailbox_s
 many are queued (backpressure). Messages the case generates itself (effect results, timer firings) are never
 refused: they are bounded by the work the case itself started.
 
-A durable case (one with a `CaseJournal`) journals every input before applying it: it takes the waiting
-inputs, gives each its sequence number and the step count at which it applies, commits them in one write
-(grouped by the store with other cases' writes), then applies them in order at that count. Its senders are
-answered once their input is committed and applied. It tells the store when it parks on a signal or a timer
-(its case row, without waiting for the commit) and when it ends (an `end` record, waited for).
+A durable case (one with a `CaseJournal`) journals every input before applying it, committed, then applied at
+the step its record names; that part of the actor is `_case_journal.py` (appending and committing inputs, the
+case row when it parks, eviction, the `end` record).
 
 The actor enters its own task group only when the vm first asks for an effect or a timer (or the case has a
-deadline). Effects and timers run there, each under its own cancel scope, so withdrawing one cancels it at
-once; when the case ends the whole group is cancelled, and the actor returns only after every effect and
-timer has finished, so an ended case leaves nothing running.
+deadline). Effects and timers run there, each under its own cancel scope (`_case_io.py`), so withdrawing one
+cancels it at once; when the case ends the whole group is cancelled, and the actor returns only after every
+effect and timer has finished, so an ended case leaves nothing running.
 
 Supervision: an exception escaping a step fails the case in the vm; any other exception in the actor (a bug,
 or a broken vm invariant) ends this case as failed and is logged. Cancellation is never caught: at shutdown it
@@ -44,7 +42,6 @@ from .._errors import (
     CaseCancelled,
     CaseFailed,
     MachineStateError,
-    RestoredError,
     SignalRejected,
     StoreConflict,
     StoreError,
@@ -53,22 +50,21 @@ from .._errors import (
     error_name,
 )
 from .._trace import TraceSink, get_logger
+from ._case_io import case_timer, restart, start_io
+from ._case_journal import Fenced, close_live, durable_burst, evict_now, parked_in_store, write_end
 from ._clock import Clock
-from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
-from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
+from ._durable import CaseJournal
 from ._hub import TraceHub
-from ._journal import copy_data, error_body, to_json
+from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
-    from .._store import CaseRow
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
 
 _log = get_logger("wfsub.runtime")
 
 _ENDED = frozenset({"done", "failed", "cancelled"})
-_STORE_RETRY = 1.0  # seconds between attempts to journal an input the store refused with an error
 
 
 # The states as module constants: reading an enum member off its class costs ~90 ns, and the actor sets and
@@ -99,10 +95,6 @@ class Shared:
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
-
-
-class _Fenced(Exception):
-    """Internal: the store refused the case's own append for good (StoreConflict): another owner has the case."""
 
 
 class CaseEvicted(Exception):
@@ -178,41 +170,41 @@ class CaseActor:
             # cancel() has returned, none of the case's work starts.
             inbox = self.inbox
             first = bool(inbox) and (self.resume is not None or any(type(msg) is Cancel for msg in inbox))
-            r = self._burst(drain=first) if self.journal is None else await self._durable_burst(drain=first)
+            r = self._burst(drain=first) if self.journal is None else await durable_burst(self, drain=first)
             if self.deadline is None and self.resume is None:
                 pending = await self._drive(r, None)
                 if pending is None:
                     return
                 r = pending
-            fenced: _Fenced | None = None
+            fenced: Fenced | None = None
             async with anyio.create_task_group() as tg:
                 self.tg = tg
                 self.scopes = {}
                 if self.deadline is not None:
-                    self._starting(1)
-                    tg.start_soon(self._case_timer, self.deadline)
+                    self.starting(1)
+                    tg.start_soon(case_timer, self, self.deadline)
                 if self.resume is not None:
-                    self._restart(tg)
+                    restart(self, tg)
                 try:
                     await self._drive(r, tg)
-                except _Fenced as exc:  # raised through the task group it would come out as an ExceptionGroup
+                except Fenced as exc:  # raised through the task group it would come out as an ExceptionGroup
                     fenced = exc
                 tg.cancel_scope.cancel()  # whatever is left (timers, late effects) stops now
             if fenced is not None:
                 raise fenced
-        except _Fenced as fenced:  # leave memory without writing anything more: the store's owner carries on
+        except Fenced as fenced:  # leave memory without writing anything more: the store's owner carries on
             _log.warning("case left memory: the store refused its journal", case_id=self.case_id,
                          error=str(fenced.__cause__))
             self.evicted = self.fenced = True
-            self._left("fenced")
+            self.left("fenced")
             if self.shared.on_evict is not None:
                 self.shared.on_evict(self)
             cause = fenced.__cause__
             refused = moved_away(cause.store if isinstance(cause, StoreError) else "?", self.case_id)
             for msg in self.inbox:  # inputs that came while the refused append was in flight: never applied
-                self._answer(msg, refused)
+                self.answer(msg, refused)
             self.inbox.clear()
-            self._took_mailbox()  # and senders waiting for mailbox space find the actor gone (send raises)
+            self.took_mailbox()  # and senders waiting for mailbox space find the actor gone (send raises)
         except Exception as exc:  # a runtime or vm bug: it ends this case only
             while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # raised inside the task group
                 exc = exc.exceptions[0]
@@ -220,19 +212,19 @@ class CaseActor:
             if self.state not in FINAL:
                 message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
                 self._end_failed(exc, "case actor", message)
-                await self._write_end()
+                await write_end(self)
         finally:
             if self.evicted:
                 self.machine = None
             elif self.state not in FINAL:  # unwinding on cancellation: the Substrate is closing
                 if self.journal is not None:
-                    self._close_live()
+                    close_live(self)
                 else:
                     self._end_cancelled("substrate closed")
             if not self.parked:
                 self.shared.busy -= 1
             if self.unstarted:
-                self._starting(-self.unstarted)  # tasks cancelled before they ever ran
+                self.starting(-self.unstarted)  # tasks cancelled before they ever ran
             self.parked = False
             if self.sinks:
                 self.shared.hub.release(self.sinks)
@@ -254,37 +246,37 @@ class CaseActor:
             if status in _ENDED:
                 self._end(r)
                 if durable:
-                    await self._write_end()
+                    await write_end(self)
                 return None
             if tg is None:
                 if r.effects or r.timers:
                     return r
             elif r.effects or r.timers or r.cancelled_effects or r.cancelled_timers:
-                self._io(r, tg)
+                start_io(self, r, tg)
             if status == "yielded":
                 await checkpoint()
             elif not self.inbox:  # park on the mailbox (inlined: one coroutine frame less per idle case)
                 self.signals = r.signals
                 self._set_waiting_state()
                 if durable:
-                    self._parked_in_store()
+                    parked_in_store(self)
                 self.wake = wake = anyio.Event()
                 self.parked = True
                 self.shared.busy -= 1
                 await wake.wait()  # post() clears `parked` and counts us busy again
                 self.wake = None
-                if self.evicting and not self.inbox and await self._evict():
+                if self.evicting and not self.inbox and await evict_now(self):
                     return None
                 self.wakeups += 1
                 self.state = _RUNNING
-            r = self._burst() if not durable else await self._durable_burst()
+            r = self._burst() if not durable else await durable_burst(self)
 
     def _burst(self, drain: bool = True) -> RunResult:
         if drain and self.inbox:
             self._drain()
-        return self._run()
+        return self.vm_burst()
 
-    def _run(self) -> RunResult:
+    def vm_burst(self) -> RunResult:
         m = self.machine
         assert m is not None
         r = m.run(self.shared.quanta)
@@ -323,36 +315,7 @@ class CaseActor:
             self.shared.busy += 1
             self.wake.set()
 
-    async def _evict(self) -> bool:
-        """Leave memory if still idle: the row and (after inputs since the last one) a snapshot are committed
-        first, so a reload starts from them; an input that arrives meanwhile keeps the case in memory."""
-        self.evicting = False
-        j = self.journal
-        m = self.machine
-        assert j is not None
-        assert m is not None
-        if self.state not in (_WAITING_SIGNAL, _WAITING_TIMER) or self.requested:
-            return False
-        from .._store import CaseWrite
-
-        snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in self.armed.items()}) if j.since_snapshot else None
-        if snapshot is not None or j.parked_row_at != j.seq:  # else the row written when it parked says it all
-            try:
-                await j.store.write(CaseWrite(self.case_id, [], self._row(self.state), snapshot, epoch=j.epoch))
-            except StoreError as exc:
-                _log.warning("could not evict an idle case; it stays in memory", case_id=self.case_id, error=str(exc))
-                return False
-        if snapshot is not None:
-            j.since_snapshot = 0
-        if self.inbox:
-            return False
-        self.evicted = True
-        self._left("evicted")
-        if self.shared.on_evict is not None:
-            self.shared.on_evict(self)  # from now on, inputs go to a reloaded actor
-        return True
-
-    def _left(self, why: str) -> None:
+    def left(self, why: str) -> None:
         """Tell the sinks the case left memory (a sink that keeps state per case, OTelSink's open span, lets it go;
         `case_resumed` follows if the case comes back)."""
         m = self.machine
@@ -383,7 +346,7 @@ class CaseActor:
         self.external += 1
         self.post(msg)
 
-    def _took_mailbox(self) -> None:
+    def took_mailbox(self) -> None:
         self.external = 0
         if self.space:
             waiting, self.space = self.space, None
@@ -391,7 +354,7 @@ class CaseActor:
                 event.set()
 
     def _drain(self) -> None:
-        apply = self._apply
+        apply = self.apply
         while self.inbox:  # messages posted while applying (none today) are taken in the same drain
             batch, self.inbox = self.inbox, []
             for i, msg in enumerate(batch):
@@ -402,16 +365,16 @@ class CaseActor:
                     raise
         self.external = 0  # (_took_mailbox, inlined: once per drain)
         if self.space:
-            self._took_mailbox()
+            self.took_mailbox()
 
-    def _apply(self, msg: Message) -> None:
+    def apply(self, msg: Message) -> None:
         m = self.machine
         assert m is not None
         kind = type(msg)
         if kind is Signal:
             assert isinstance(msg, Signal)
             try:
-                m.deliver_signal(msg.name, msg.payload)
+                m.deliver_signal(msg.name, msg.payload, checked=True)  # checked at its door (`_inputs`)
             except SignalRejected as exc:  # the case ended while the signal was queued
                 _log.info("signal discarded", case_id=self.case_id, signal=msg.name, reason=str(exc))
                 if msg.reply is not None:
@@ -469,434 +432,18 @@ class CaseActor:
 
     # -- journaling (durable cases) ---------------------------------------------------------------------
 
-    async def _durable_burst(self, drain: bool = True) -> RunResult:
-        if drain:
-            while self.inbox:
-                await self._journal_inbox()
-        return self._run()
-
-    async def _journal_inbox(self) -> None:
-        """Journal the waiting inputs in one commit, then apply them in order at this step (see the module)."""
-        j = self.journal
-        m = self.machine
-        assert j is not None
-        assert m is not None
-        batch, self.inbox = self.inbox, []
-        self._took_mailbox()
-        digest, _ = m.take_digest()
-        now = self.shared.clock.now()
-        entries: list[tuple[Message, dict[str, Any]]] = []
-        refused: list[tuple[int, str]] = []
-        repeated: list[int] = []  # inbox rows of retried calls: taken, nothing journaled
-        seq = j.seq
-        fresh_ids: list[str] = []
-        for msg in batch:
-            request_id = getattr(msg, "request_id", None)
-            if request_id is not None:
-                if request_id in j.request_ids:  # a retried call: applied once already, no record, no seq
-                    self._answer(msg, None)
-                    inbox_id: int = getattr(msg, "inbox_id", 0)
-                    if inbox_id:
-                        repeated.append(inbox_id)
-                    continue
-                j.request_ids.add(request_id)
-                fresh_ids.append(request_id)
-            try:
-                record = self._record_for(msg, digest, now)
-            except (WfsubError, TypeError, ValueError) as exc:  # refused before anything is written
-                self._answer(msg, exc)
-                inbox_id = getattr(msg, "inbox_id", 0)
-                if inbox_id:
-                    refused.append((inbox_id, str(exc)))
-                continue
-            entries.append((msg, record))
-        if not entries and not refused and not repeated:
-            return
-        records = [record for _, record in entries]
-        inbox_done = [i for i in (getattr(msg, "inbox_id", 0) for msg, _ in entries) if i]
-        inbox_done += repeated
-        row = self._running_row() if j.row_parked else None
-        lease = self.shared.lease
-        if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
-            await lease.wait()
-        try:
-            appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
-        except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
-            for msg, _ in entries:
-                self._answer(msg, exc)
-            raise _Fenced(exc) from exc
-        except StoreError as exc:
-            j.seq = seq  # nothing was written: the numbers are free again
-            j.request_ids.difference_update(fresh_ids)
-            self._store_failed(entries, exc)
-            return
-        if records:
-            j.time = records[-1]["time"]
-        for (msg, record), fresh in zip(entries, appended, strict=True):
-            if fresh:
-                self._apply_record(msg, record)
-            else:  # a retried call (same request_id): applied once already
-                self._answer(msg, None)
-
-    def _store_failed(self, entries: list[tuple[Message, dict[str, Any]]], exc: StoreError) -> None:
-        """The commit failed (rolled back): external callers hear of it; the case's own inputs are retried."""
-        _log.error("could not journal inputs; retrying the case's own", case_id=self.case_id, error=str(exc))
-        retry: list[Message] = []
-        for msg, _ in entries:
-            if isinstance(msg, EffectDone | TimerFired) or (isinstance(msg, Cancel) and msg.reply is None):
-                retry.append(msg)
-            else:
-                self._answer(msg, exc)
-        if retry:
-            self.shared.busy += 1
-
-            async def again() -> None:
-                try:
-                    await anyio.sleep(_STORE_RETRY)
-                finally:
-                    self.shared.busy -= 1
-                for msg in retry:
-                    self.post(msg)
-
-            assert self.shared.start_soon is not None
-            self.shared.start_soon(again)
-
-    def _answer(self, msg: Message, error: BaseException | None) -> None:
+    def answer(self, msg: Message, error: BaseException | None) -> None:
         reply = getattr(msg, "reply", None)
         if reply is not None:
             reply.answer(error)
 
-    def _record_for(self, msg: Message, digest: str, now: float) -> dict[str, Any]:
-        """The journal record of an input, checked against the case as it stands (raises when it is refused)."""
-        j = self.journal
-        m = self.machine
-        assert j is not None
-        assert m is not None
-        step = m.steps
-        limit = self.shared.max_payload_bytes
-        kind = type(msg)
-        if kind is Signal:
-            assert isinstance(msg, Signal)
-            payload = m.check_signal(msg.name, msg.payload)
-            payload, _ = to_json(payload, f"signal {msg.name!r} payload", limit)
-            return j.record("signal", step, digest, now, name=msg.name, payload=payload, **_request(msg))
-        if kind is EffectDone:
-            assert isinstance(msg, EffectDone)
-            path, name = self.requested.get(msg.effect_id, ("?", "?"))
-            if msg.error is None:
-                try:
-                    output, _ = to_json(msg.output, f"effect {name!r} result", limit)
-                    return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name,
-                                    result=output)
-                except (TypeError, ValueError) as exc:  # a result that cannot be journaled fails the effect
-                    msg.error, msg.traceback = exc, None
-            error = error_body(msg.error, msg.traceback)
-            return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name, error=error)
-        if kind is TimerFired:
-            assert isinstance(msg, TimerFired)
-            path = self.armed.get(msg.timer_id, ("?", 0.0))[0]
-            return j.record("timer", step, digest, now, timer_id=msg.timer_id, path=path)
-        if kind is Cancel:
-            assert isinstance(msg, Cancel)
-            if m.ended:
-                raise self.ended_error("cancel")
-            return j.record("cancel", step, digest, now, reason=msg.reason, compensate=msg.compensate, **_request(msg))
-        assert isinstance(msg, RegionOp)
-        m.check_region(msg.action.value, msg.name)
-        fields: dict[str, Any] = {"region": msg.name, **_request(msg)}
-        if msg.action is RegionAction.ADD_INSTANCES:
-            fields["items"], _ = to_json(msg.items, f"add_instances({msg.name!r}) items", limit)
-        return j.record(msg.action.kind, step, digest, now, **fields)
-
-    def _apply_record(self, msg: Message, record: dict[str, Any]) -> None:
-        """Apply an input as decoded from its record: the live run sees exactly what a replay will."""
-        kind = type(msg)
-        if kind is Signal:
-            assert isinstance(msg, Signal)
-            msg.payload = record["payload"]
-        elif kind is EffectDone:
-            assert isinstance(msg, EffectDone)
-            if "result" in record:
-                msg.output = record["result"]
-            else:  # the live run keeps the exception itself (CaseFailed.__cause__); the vm reads its type and text
-                msg.output = None
-                if msg.error is None:
-                    msg.error = RestoredError(record["error"]["type"], record["error"]["message"])
-        elif kind is RegionOp:
-            assert isinstance(msg, RegionOp)
-            msg.items = record.get("items")
-        self._apply(msg)
-
-    def _row(self, state: CaseState) -> CaseRow:
-        """The case row as this actor sees the case now."""
-        from .._store import CaseRow
-
-        j = self.journal
-        m = self.machine
-        assert j is not None
-        timers = [{"timer_id": tid, "path": path, "due": due} for tid, (path, due) in sorted(self.armed.items())]
-        dues = [due for _, due in self.armed.values()]
-        if self.deadline is not None:
-            dues.append(self.deadline)
-        return CaseRow(
-            case_id=self.case_id,
-            workflow=j.workflow,
-            fingerprint=j.fingerprint,
-            state=state.value,
-            started_at=j.started_at,
-            updated_at=self.shared.clock.now(),
-            last_seq=j.seq,
-            at=m.threads_at() if m is not None else [],
-            signals=list(self.signals),
-            effects=[{"effect_id": eid, "path": p, "name": n} for eid, (p, n) in sorted(self.requested.items())],
-            timers=timers,
-            next_due=min(dues) if dues else None,
-            data=dict(m.data) if m is not None else self.final_data,
-            order=j.order,
-        )
-
-    def _running_row(self) -> CaseRow:
-        """The row written with the inputs that wake a parked case: running from this record on. Where its threads
-        will wait next is not known until the inputs are applied, so it names no waits (a status reads it as
-        'running'); recovery brings running cases back at start whatever their row says."""
-        row = self._row(_RUNNING)
-        row.at, row.signals, row.timers = [], [], []
-        row.next_due = self.deadline
-        return row
-
-    def _parked_in_store(self) -> None:
-        """Parked on a signal or a timer with nothing in flight: tell the store (no need to wait for it). Parked
-        on effects: the Substrate writes the row if they take long (a quick effect is answered before that)."""
-        j = self.journal
-        m = self.machine
-        assert j is not None
-        assert m is not None
-        if self.state is _WAITING_EFFECT:
-            if self.shared.on_effect_wait is not None:
-                self.shared.on_effect_wait(self)
-            return
-        if self.state not in (_WAITING_SIGNAL, _WAITING_TIMER) or self.requested:
-            return
-        from .._store import CaseWrite
-
-        snapshot = None
-        if j.since_snapshot >= SNAPSHOT_EVERY:
-            snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in self.armed.items()})
-            j.since_snapshot = 0
-        row = self._row(self.state)
-        j.row_parked = True
-        self.shared.busy += 1
-        self._spawn_store_write(CaseWrite(self.case_id, [], row, snapshot, epoch=j.epoch), j.seq)
-        if self.shared.on_park is not None:
-            self.shared.on_park(self)
-
-    def write_waiting_row(self) -> None:
-        """The case still waits for the effects it waited for a moment ago: record them in its row (status and
-        `wfsub show` read it), without waiting for the write."""
-        j = self.journal
-        assert j is not None
-        from .._store import CaseWrite
-
-        j.row_parked = True  # the row says it waits: the next input's commit records it running again
-        self.shared.busy += 1
-        self._spawn_store_write(CaseWrite(self.case_id, [], self._row(self.state), epoch=j.epoch), j.seq)
-
-    def _spawn_store_write(self, change: Any, seq: int) -> None:
-        """A parked row, whose loss a crash makes harmless (the row says 'live' until it lands): the case does not
-        wait for it, a task beside it does (so eviction knows whether it landed)."""
-        j = self.journal
-        assert j is not None
-
-        async def write() -> None:
-            try:
-                await j.store.write(change)
-                if j.seq == seq:
-                    j.parked_row_at = seq
-            except StoreError as exc:
-                _log.warning("could not record a parked case's row", case_id=self.case_id, error=str(exc))
-            finally:
-                self.shared.busy -= 1
-
-        assert self.shared.start_soon is not None
-        self.shared.start_soon(write)
-
-    def _recorded(self) -> None:
-        self.recorded = True
-        if self.on_recorded is not None:
-            self.on_recorded.set()
-
-    async def _write_end(self) -> None:
-        """The case ended: its `end` record (and final row), waited for before its awaiters are released."""
-        j = self.journal
-        if j is None:
-            return
-        try:
-            await self._write_end_record(j)
-        finally:
-            self._recorded()
-
-    async def _write_end_record(self, j: CaseJournal) -> None:
-        now = self.shared.clock.now()
-        end: dict[str, Any] = {"seq": j.seq + 1, "kind": "end", "time": now, "outcome": self.state.value,
-                               "digest": self.end_digest}
-        if self.state is _DONE:
-            end["result"] = self.final_data
-        elif self.state is _FAILED:
-            end["error"] = {
-                "type": error_name(self.cause) if self.cause is not None else "StepFailed",
-                "message": self.error_message,
-                "path": self.error_path,
-                "traceback": (self.traceback or "")[-8_000:] or None,
-                "record": self.record,
-            }
-        else:
-            end["reason"] = self.cancel_reason
-        row = self._row(self.state)
-        row.last_seq = end["seq"]
-        row.ended_at = self.ended_at
-        row.error = self.shared.redact(end.get("error"))  # the row is read by people (wfsub show); the journal not
-        row.cancel_reason = self.cancel_reason if self.state is _CANCELLED else None
-        row.at, row.signals, row.effects, row.timers, row.next_due = [], [], [], [], None
-        try:
-            with anyio.CancelScope(shield=True):
-                await j.commit([end], row=row)
-            j.seq += 1
-        except StoreConflict as exc:  # another owner has the case: it writes the end
-            _log.warning("case end not recorded: the store refused its journal", case_id=self.case_id, error=str(exc))
-        except StoreError as exc:  # recovery will replay the case to its end and write it then
-            _log.error("could not record a case's end", case_id=self.case_id, error=str(exc))
-
-    def _close_live(self) -> None:
-        """The Substrate closes with a durable case still live: nothing is written; awaiters get SubstrateClosed."""
-        self.closed = True
-        self.machine = None
-        for msg in self.inbox:
-            self._answer(msg, SubstrateClosed("apply an input: the case stays live in the store"))
-        self.inbox.clear()
-
     # -- effects and timers ---------------------------------------------------------------------------
 
-    def _io(self, r: RunResult, tg: TaskGroup) -> None:
-        scopes = self.scopes
-        assert scopes is not None
-        j = self.journal
-        base = j.time if j is not None else self.shared.clock.now()  # timers are due from the last record applied
-        for tid in r.cancelled_timers:
-            self.armed.pop(tid, None)
-            scope = scopes.pop((True, tid), None)
-            if scope is not None:
-                scope.cancel()
-        for eid in r.cancelled_effects:
-            self.requested.pop(eid, None)
-            scope = scopes.pop((False, eid), None)
-            if scope is not None:
-                scope.cancel()
-        for req in r.effects:
-            self._start_effect(req, tg)
-        for timer in r.timers:
-            self._arm(timer.timer_id, timer.path, base + timer.seconds, tg)
-
-    def _start_effect(self, req: EffectRequest, tg: TaskGroup) -> None:
-        assert self.scopes is not None
-        self.requested[req.effect_id] = (req.path, req.name)
-        scope = self.scopes[(False, req.effect_id)] = anyio.CancelScope()
-        self._starting(1)
-        tg.start_soon(self._effect, req, scope)
-
-    def _arm(self, timer_id: int, path: str, due: float, tg: TaskGroup) -> None:
-        assert self.scopes is not None
-        self.armed[timer_id] = (path, due)
-        scope = self.scopes[(True, timer_id)] = anyio.CancelScope()
-        self._starting(1)
-        tg.start_soon(self._timer, timer_id, due, scope)
-
-    def _restart(self, tg: TaskGroup) -> None:
-        """A recovered case: start again the effects that were in flight and re-arm its timers at their due time."""
-        assert self.resume is not None
-        effects, timers = self.resume
-        self.resume = None
-        for req in effects:
-            self._start_effect(req, tg)
-        for timer, due in timers:
-            self._arm(timer.timer_id, timer.path, due, tg)
-
-    def _retrying(self, req: EffectRequest, info: EffectInfo, attempt: int, delay: float, exc: BaseException) -> None:
-        """An effect attempt failed and will be retried: a trace event (level min) in the case's own sequence."""
-        self.attempts[req.effect_id] = (attempt, self.attempts.get(req.effect_id, (attempt, None))[1])
-        self.retry_at[req.effect_id] = self.shared.clock.now() + delay
-        info.attempt = attempt + 1
-        m = self.machine
-        if m is None or self.level == "none":
-            return
-        detail = {"effect_id": req.effect_id, "name": req.name, "attempt": attempt, "delay": delay, "error": repr(exc)}
-        m.note("effect_retry", req.path, detail)
-        events = m.take_events()
-        if events:
-            self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
-
-    def _attempting(self, effect_id: int, attempt: int) -> None:
-        """An attempt of an effect starts now (its status shows it; a retry's backoff is over)."""
-        self.attempts[effect_id] = (attempt, self.shared.clock.now())
-        self.retry_at.pop(effect_id, None)
-
-    def _starting(self, n: int) -> None:
+    def starting(self, n: int) -> None:
         """Count tasks started but not yet running as busy: VirtualClock must not settle before a new effect
         or timer has run far enough to arm its clock timer (an event loop may run the settle check first)."""
         self.unstarted += n
         self.shared.busy += n
-
-    async def _effect(self, req: EffectRequest, scope: anyio.CancelScope) -> None:
-        self._starting(-1)
-        lease = self.shared.lease
-        if lease is not None and not lease.ok:  # no new effect while this node may have lost its cases
-            with scope:
-                await lease.wait()
-            if scope.cancel_called:
-                return
-        running = self.running_effects
-        running[req.effect_id] = req
-        self.attempts[req.effect_id] = (1, self.shared.clock.now())
-        info = EffectInfo(self.case_id, req.effect_id, req.name, req.path, 1)
-        token = current_effect.set(info)
-        with scope:
-            try:
-                output = await call_effect(
-                    req.fn,
-                    req.ctx,
-                    name=req.name,
-                    path=req.path,
-                    attempt_timeout=req.timeout,
-                    retry=req.retry,
-                    clock=self.shared.clock,
-                    case_id=self.case_id,
-                    on_retry=lambda attempt, delay, exc: self._retrying(req, info, attempt, delay, exc),
-                    on_attempt=lambda attempt: self._attempting(req.effect_id, attempt),
-                )
-            except PASS_THROUGH:
-                raise
-            except anyio.get_cancelled_exc_class():
-                raise  # the runtime cancelled it (call_effect turned any other CancelledError into a failure)
-            except BaseException as exc:  # the effect failed (after its retries): the case decides what follows
-                text = "".join(tb.format_exception(exc)) if self.journal is not None else None
-                self.post(EffectDone(req.effect_id, None, exc, text))
-            else:
-                self.post(EffectDone(req.effect_id, output, None))
-            finally:
-                running.pop(req.effect_id, None)
-                self.attempts.pop(req.effect_id, None)
-                self.retry_at.pop(req.effect_id, None)
-                current_effect.reset(token)
-
-    async def _timer(self, timer_id: int, due: float, scope: anyio.CancelScope) -> None:
-        self._starting(-1)
-        with scope:
-            await self.shared.clock.sleep(max(0.0, due - self.shared.clock.now()))
-            self.post(TimerFired(timer_id))
-
-    async def _case_timer(self, deadline: float) -> None:
-        self._starting(-1)
-        await self.shared.clock.sleep(max(0.0, deadline - self.shared.clock.now()))
-        self.post(Cancel("timeout"))
 
     # -- ending -----------------------------------------------------------------------------------------
 
@@ -957,7 +504,7 @@ class CaseActor:
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
         for msg in self.inbox:  # inputs that will never be applied: answer their senders
-            self._answer(msg, self.ended_error(getattr(msg, "what", "apply an input")))
+            self.answer(msg, self.ended_error(getattr(msg, "what", "apply an input")))
         self.inbox.clear()
         if self.space:
             for event in self.space:
@@ -1036,11 +583,6 @@ class CaseActor:
             failure=failure,
             order=(self.journal.order if self.journal is not None else self.order) or None,
         )
-
-
-def _request(msg: Any) -> dict[str, Any]:
-    request_id = getattr(msg, "request_id", None)
-    return {} if request_id is None else {"request_id": request_id}
 
 
 def _drop_frames(exc: BaseException | None) -> None:

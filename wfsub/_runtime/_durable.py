@@ -20,6 +20,7 @@ from .._program import BYTECODE_VERSION
 from .._store import CaseRow, CaseWrite, Record, Snapshot, Store
 from .._vm import Machine
 from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
+from ._journal import input_record
 
 SNAPSHOT_EVERY = 32  # a case that parks writes a snapshot once this many records came since the last one
 
@@ -46,7 +47,7 @@ class CaseJournal:
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""
         self.seq += 1
-        return {"seq": self.seq, "kind": kind, "step": step, "time": now, "digest": digest, **fields}
+        return input_record(self.seq, kind, step, now, digest, **fields)
 
     async def commit(
         self,

@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .._json import json_problem
+from .._store import Record
 
 INPUT_KINDS = frozenset(
     {"signal", "effect", "timer", "cancel", "cancel_region", "complete_region", "add_instances", "close_instances",
@@ -97,7 +98,7 @@ def _copied(value: Any) -> Any:
         return value
 
 
-def to_json(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]:
+def as_journaled(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]:
     """The value as the journal will give it back (pydantic models dumped, tuples as lists), and its JSON size.
 
     Raises TypeError naming the path of a value that is not JSON, and ValueError naming `max_payload_bytes` when
@@ -146,6 +147,37 @@ def _models_in(value: Any) -> bool:
             seen.add(id(v))
             stack.extend(v.values() if isinstance(v, Mapping) else v)
     return False
+
+
+def start_record(
+    case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
+    deadline: float | None, now: float,
+) -> Record:
+    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed))."""
+    scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
+    return {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
+            "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+
+
+def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:
+    """An input record (see the module docstring for each kind's fields)."""
+    return {"seq": seq, "kind": kind, "step": step, "time": now, "digest": digest, **fields}
+
+
+def end_record(
+    seq: int, now: float, outcome: str, digest: str | None = None, *, result: Any = None,
+    error: dict[str, Any] | None = None, reason: str | None = None,
+) -> Record:
+    """The `end` record of a case: its outcome with the final data (done), the error (failed) or the reason
+    (cancelled); `digest` covers the tasks run since the last input (None: none were run, or none are known)."""
+    end: Record = {"seq": seq, "kind": "end", "time": now, "outcome": outcome, "digest": digest}
+    if outcome == "done":
+        end["result"] = result
+    elif outcome == "failed":
+        end["error"] = error
+    else:
+        end["reason"] = reason
+    return end
 
 
 def error_body(exc: BaseException, traceback: str | None = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from .._program import Program
 from .._store import CaseRow, CaseWrite, Record, Store
 from .._trace import get_logger
 from ._durable import CaseJournal, snapshot_of, usable
+from ._journal import end_record, input_record
 from ._registry import Workflows
 from ._replay import Replayer
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
@@ -193,11 +194,9 @@ async def end_suspended(
     store: Store, row: CaseRow, reason: str, now: float, request_id: str | None, inbox_done: list[int] | None = None
 ) -> None:
     """Cancel a suspended case: it ends at once, with no compensation (no program can run it)."""
-    cancel: Record = {"seq": row.last_seq + 1, "kind": "cancel", "step": None, "time": now, "digest": None,
-                      "reason": reason, "compensate": False}
-    if request_id is not None:
-        cancel["request_id"] = request_id
-    end: Record = {"seq": row.last_seq + 2, "kind": "end", "time": now, "outcome": "cancelled", "reason": reason}
+    asked = {} if request_id is None else {"request_id": request_id}
+    cancel = input_record(row.last_seq + 1, "cancel", None, now, None, reason=reason, compensate=False, **asked)
+    end = end_record(row.last_seq + 2, now, "cancelled", reason=reason)
     row.state = CaseState.CANCELLED.value
     row.ended_at = now
     row.cancel_reason = reason

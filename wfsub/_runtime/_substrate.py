@@ -52,36 +52,33 @@ from .._errors import (
     CaseExists,
     CaseFailed,
     CaseNotFound,
-    ReplayDivergence,
     RestoredError,
     SignalRejected,
-    StoreConflict,
-    StoreError,
     SubstrateClosed,
-    WfsubError,
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, CaseWrite, InboxRow, Store
+from .._store import CaseRow, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
+from . import _inputs as inputs
 from ._case import CaseActor, CaseEvicted, Shared, moved_away
 from ._clock import Clock, RealClock, VirtualClock
-from ._durable import CaseJournal
 from ._hub import TraceHub
-from ._journal import JournalRecord, plain, to_json
-from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal, TimerFired
+from ._inputs import admit
+from ._journal import JournalRecord, as_journaled
+from ._loader import CaseLoader, Remote
+from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
-from ._persist import Background, Loaded, end_suspended, rebuild, status_of, suspend
+from ._persist import Background, status_of
 from ._registry import Workflows
+from ._routing import InboxRouter
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 
 _log = get_logger("wfsub.runtime")
 
-EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
-CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
 ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
 
 PROGRAM_CACHE_SIZE = 1024
@@ -96,41 +93,6 @@ def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
     if value > MAX_SECONDS:
         fix = "pass None for no limit" if allow_none else "pass a number of seconds"
         raise ValueError(f"{name}={value!r} is more than {MAX_SECONDS:g} seconds (about 31 years): {fix}")
-
-
-def _check_data(data: object) -> dict[str, Any] | None:
-    if data is None:
-        return None
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
-    if not isinstance(data, Mapping):
-        raise TypeError(
-            f"case data must be a mapping (a dict with str keys) or a pydantic model, got {type(data).__name__}; "
-            f"pass e.g. new_case(workflow, {{'order_id': 42}})"
-        )
-    for key in data:
-        if not isinstance(key, str):
-            raise TypeError(
-                f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
-            )
-    return dict(data)
-
-
-class _Remote(Exception):
-    """Internal: the case is another node's (shared stores): inputs for it go through the inbox."""
-
-    def __init__(self, row: CaseRow) -> None:
-        self.row = row
-
-
-def _check_reason(reason: object) -> None:
-    if not isinstance(reason, str) or not reason:
-        raise TypeError(f"reason must be a non-empty str (kept in the case's status and journal), got {reason!r}")
-
-
-def _check_request_id(request_id: object) -> None:
-    if request_id is not None and (not isinstance(request_id, str) or not request_id):
-        raise TypeError(f"request_id must be a non-empty str (or None), got {request_id!r}")
 
 
 def _no_redaction(value: Any) -> Any:
@@ -243,7 +205,6 @@ class Substrate:
                 "pass store=... (a SQLite path, or wfsub.stores.MemoryStore() in tests)"
             )
         self._evict_after = evict_after
-        self._parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
         self._end_events: dict[str, anyio.Event] = {}  # awaiters of cases not in memory, by case id
         self._ended_poll_at = 0.0  # monotonic time when those awaiters next re-read their rows
         self._level = trace_level
@@ -259,14 +220,9 @@ class Substrate:
         self._redact = _guarded(redact) if redact is not None else _no_redaction
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
-        self._loading: dict[str, anyio.Event] = {}
-        # The tracing trace() gave an evicted case (its level, its own sinks): the case gets it back when it comes
-        # back. Its sinks stay retained meanwhile (the hub closes them with the Substrate).
-        self._evicted_tracing: dict[str, tuple[str, tuple[TraceSink, ...]]] = {}
         self._ended: deque[str] = deque()
         self._ids = itertools.count(1)
         self._orders = itertools.count(1)  # cases() paging order of cases without a store
-        self._effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self._prefix = secrets.token_hex(6)  # generated ids must not meet an earlier run's in a store
         if node_id is not None and (not isinstance(node_id, str) or not node_id.strip() or len(node_id) > 200):
             raise ValueError(f"node_id must be a non-empty str of at most 200 characters, got {node_id!r}")
@@ -279,6 +235,7 @@ class Substrate:
         self._hub: TraceHub | None = None
         self._shared: Shared | None = None
         self._background: Background | None = None
+        self._loader: CaseLoader | None = None  # with a store: brings durable cases into memory, lets them go
         self._detach_clock: Any = None
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0}
 
@@ -312,101 +269,46 @@ class Substrate:
         return self
 
     async def _open_durable(self, store: Store, case_tg: TaskGroup) -> None:
-        assert self._shared is not None
-        self._shared.max_payload_bytes = self._max_payload
-        self._shared.lease = self._lease
+        shared = self._shared
+        assert shared is not None
+        shared.max_payload_bytes = self._max_payload
+        shared.lease = self._lease
+        clock = None
+        if store.shared and type(self._clock) is RealClock:  # acceptance and due times in database time
+            clock = self._clock = shared.clock = DatabaseClock()
+        loader = self._loader = CaseLoader(
+            store, self._workflows, self._cases, self._clock, owner=self._owner, lease=self._lease,
+            case_level=self._case_level(), max_instances=self._max_instances, redact=self._redact,
+            actor_for=self._actor, spawn=self._spawn, counts=self._counts, busy=self._busy,
+            is_open=lambda: self._phase == "open",
+        )
         if store.shared:
-            clock = None
-            if type(self._clock) is RealClock:  # acceptance and due times in database time
-                clock = self._clock = DatabaseClock()
-                self._shared.clock = clock
             lease_seconds = float(getattr(store, "lease_seconds", 10.0))
-            node = self._node = Node(store, self._lease, clock, self._load_quietly, lease_seconds)
+            node = self._node = Node(store, self._lease, clock, loader.load_quietly, lease_seconds)
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
+        router = InboxRouter(store, loader, self._live, self._max_payload)
         background = self._background = Background(
-            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, self._load_quietly,
-            self._route_inbox, self._busy,
+            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
+            router.route, self._busy,
         )
         for row in await store.live():  # running, or with effects in flight: resumed now
-            await self._load_quietly(row.case_id)
-        case_tg.start_soon(self._check_versions)
+            await loader.load_quietly(row.case_id)
+        case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(background.due_loop)
         if store.shared:
-            case_tg.start_soon(background.changes_loop, self._claim_queued, self._ended_elsewhere)
+            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
         else:
             case_tg.start_soon(background.changes_loop)
-        self._shared.on_evict = self._left_memory
-        self._shared.on_effect_wait = self._waits_on_effects
-        case_tg.start_soon(self._effect_rows)
+        shared.on_evict = loader.left_memory
+        shared.on_effect_wait = loader.waits_on_effects
+        case_tg.start_soon(loader.effect_rows)
         if self._evict_after is not None:
-            self._shared.on_park = self._parked_now
-            case_tg.start_soon(self._evict_loop, self._evict_after)
-
-    # -- rows of cases waiting on effects ---------------------------------------------------------------------
-
-    def _waits_on_effects(self, actor: CaseActor) -> None:
-        assert actor.journal is not None
-        self._effect_waits.append((self._clock.now(), actor, actor.journal.seq))
-
-    async def _effect_rows(self) -> None:
-        """Record in its row what a case waits for once it has waited EFFECT_ROW_AFTER seconds on effects. A
-        quick effect is answered first and costs nothing; a slow one shows in `status` and `wfsub show`."""
-        waits = self._effect_waits
-        while True:
-            await self._clock.sleep(EFFECT_ROW_AFTER)
-            cutoff = self._clock.now() - EFFECT_ROW_AFTER
-            while waits and waits[0][0] <= cutoff:
-                _, actor, seq = waits.popleft()
-                j = actor.journal
-                if (
-                    j is not None and j.seq == seq and actor.parked and actor.state is CaseState.WAITING_EFFECT
-                    and not actor.evicted
-                ):
-                    actor.write_waiting_row()
-
-    # -- idle eviction ---------------------------------------------------------------------------------------
-
-    def _parked_now(self, actor: CaseActor) -> None:
-        parked = self._parked
-        parked.pop(actor.case_id, None)  # to the end: the dict stays in order of parking
-        parked[actor.case_id] = self._clock.now()
-
-    def _left_memory(self, actor: CaseActor) -> None:
-        if self._cases.get(actor.case_id) is actor:
-            del self._cases[actor.case_id]
-        if not actor.fenced:
-            self._counts["idle_evicted"] += 1
-            if actor.sinks or actor.level != self._case_level():  # given by trace(): kept for when it comes back
-                self._evicted_tracing[actor.case_id] = (actor.level, actor.sinks)
-                actor.sinks = ()  # (not released: the resumed case takes them over)
-
-    async def _evict_loop(self, after: float) -> None:
-        """Every so often, ask the cases parked for `after` seconds to leave memory (oldest first)."""
-        parked = self._parked
-        while True:
-            await self._clock.sleep(min(max(after / 2, 0.05), 1.0))
-            cutoff = self._clock.now() - after
-            while parked:
-                case_id, since = next(iter(parked.items()))
-                if since > cutoff:
-                    break
-                del parked[case_id]
-                actor = self._cases.get(case_id)
-                if actor is not None and actor.parked and not actor.requested:
-                    actor.evict()
+            shared.on_park = loader.parked_now
+            case_tg.start_soon(loader.evict_loop, self._evict_after)
 
     # -- many nodes (a shared store) ---------------------------------------------------------------------------
-
-    async def _claim_queued(self) -> None:
-        """Claim cases queued with placement="any" whose version this node runs, and start them here."""
-        assert self._store is not None
-        if not self._lease.ok or self._phase != "open":
-            return
-        fingerprints = sorted(self._workflows.by_fingerprint)
-        for case_id in await self._store.claim_queued(fingerprints, CLAIM_BATCH):
-            await self._load_quietly(case_id)
 
     def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
         """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all).
@@ -419,25 +321,6 @@ class Substrate:
             self._ended_poll_at = now + ENDED_POLL
         for case_id in list(events) if case_ids is None else case_ids & events.keys():
             events.pop(case_id).set()
-
-    async def _check_versions(self) -> None:
-        """Parked cases recorded on a version that is not registered, and suspended ones whose version is
-        registered again: checked now, in the background, so what a deploy does to cases in flight is known when
-        it starts (`status` shows the stored state until a case's check is done)."""
-        assert self._store is not None
-        for state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.SUSPENDED.value):
-            before: int | None = None
-            while True:
-                rows = await self._store.cases(state=state, limit=500, before=before)
-                if not rows:
-                    break
-                for row in rows:
-                    if self._store.shared and row.owner != self._owner:
-                        continue  # another node's case (or a queued one): its owner checks it
-                    registered = self._workflows.find(row.fingerprint) is not None
-                    if row.case_id not in self._cases and registered == (state == CaseState.SUSPENDED.value):
-                        await self._load_quietly(row.case_id)
-                before = rows[-1].order
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -527,7 +410,7 @@ class Substrate:
                 "placement='any' queues a case for any node of a shared store (store='postgresql://...'); this "
                 "Substrate has no shared store: start the case here (the default placement)"
             )
-        start_data = _check_data(data) if data is not None else None
+        start_data = inputs.start_data(data) if data is not None else None
         if timeout is not None:
             _positive(timeout, "timeout", allow_none=True)
         seed = None if scheduler == "deterministic" else self._seed_of(scheduler)
@@ -535,7 +418,7 @@ class Substrate:
         program, name = self._program(workflow)
         durable = self._store is not None
         if durable:
-            start_data, _ = to_json(start_data or {}, "data", self._max_payload)
+            start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
         deadline = None if timeout is None else now + timeout
         level = self._case_level()
@@ -545,31 +428,12 @@ class Substrate:
         )
         actor = self._actor(case_id, machine, now, deadline, name, level)
         if durable:
-            machine.digesting = True
-            assert self._store is not None
+            assert self._loader is not None
             assert name is not None
-            journal = actor.journal = CaseJournal(self._store, case_id, name, program.fingerprint, now, time=now)
-            journal.deadline = deadline
-            start = {
-                "seq": 0, "kind": "start", "case_id": case_id, "workflow": name, "fingerprint": program.fingerprint,
-                "data": start_data, "scheduler": {"kind": "deterministic"} if seed is None else
-                {"kind": "seeded", "seed": seed}, "deadline": deadline, "time": now,
-            }
-            if placement == "any":
-                try:
-                    await self._store.queue_case(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
-                except StoreConflict:
-                    raise CaseExists(case_id) from None
+            queued = placement == "any"
+            await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+            if queued:
                 return CaseHandle(self, None, case_id)
-            self._cases[case_id] = actor  # reserve the id while the start record is written
-            try:
-                await self._store.write(CaseWrite(case_id, [start], actor._row(CaseState.RUNNING)))
-            except StoreConflict:  # an earlier run's case has this id: its start record is there
-                self._cases.pop(case_id, None)
-                raise CaseExists(case_id) from None
-            except BaseException:
-                self._cases.pop(case_id, None)
-                raise
         self._spawn(actor)
         return CaseHandle(self, actor)
 
@@ -659,87 +523,11 @@ class Substrate:
         if not isinstance(case_id, str):
             raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
         actor = self._cases.get(case_id)
-        if actor is not None or self._store is None:
-            return self._get(case_id)
-        row = await self._store.row(case_id)
-        if row is None:
-            raise CaseNotFound(case_id)
-        if CaseState(row.state).ended:
-            raise SignalRejected.ended(case_id, what, row.state)
-        if self._store.shared and row.owner != self._owner:
-            raise _Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
-        if row.state == CaseState.SUSPENDED.value and self._workflows.find(row.fingerprint) is None:
-            reason = f"it is suspended (no registered version can run it): {row.suspended_reason}"
-            raise SignalRejected(case_id, what, reason)
-        loaded = await self._load(case_id)
-        if loaded is None:
-            raise SignalRejected(case_id, what, f"the case is {row.state}: {row.suspended_reason or ''}".strip())
-        return loaded
-
-    async def _load(self, case_id: str) -> CaseActor | None:
-        """Bring a durable case that has not ended into memory (once, however many callers ask at the same time)."""
-        actor = self._cases.get(case_id)
         if actor is not None:
             return actor
-        waiting = self._loading.get(case_id)
-        if waiting is not None:
-            await waiting.wait()
-            return self._cases.get(case_id)
-        event = self._loading[case_id] = anyio.Event()
-        self._busy(1)
-        try:
-            assert self._store is not None
-            loaded = await rebuild(
-                self._store, self._workflows, case_id, self._case_level(), self._max_instances, self._redact
-            )
-            return self._resume(loaded)
-        except ReplayDivergence:
-            return None  # suspended: its row says why
-        finally:
-            self._busy(-1)
-            del self._loading[case_id]
-            event.set()
-
-    async def _load_quietly(self, case_id: str) -> None:
-        """Bring a case back for the background (recovery, due timers, version checks): a case that fails to come
-        back is logged, never a reason for the Substrate to stop."""
-        try:
-            await self._load(case_id)
-        except (StoreError, CaseNotFound) as exc:
-            _log.error("could not bring a case back from the store", case_id=case_id, error=str(exc))
-        except Exception as exc:  # its journal does not replay (a damaged record, a bug): this case alone stops
-            _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
-            assert self._store is not None
-            row = await self._store.row(case_id)
-            if row is not None and not CaseState(row.state).ended:
-                reason = f"its journal could not be replayed: {type(exc).__name__}: {exc}"
-                await suspend(self._store, row, reason, self._redact)
-
-    def _resume(self, loaded: Loaded) -> CaseActor:
-        row = loaded.row
-        replayer = loaded.replayer
-        machine = replayer.machine
-        tracing = self._evicted_tracing.pop(row.case_id, None)
-        level = None if tracing is None else tracing[0]
-        actor = self._actor(row.case_id, machine, row.started_at, loaded.journal.deadline, row.workflow, level)
-        if tracing is not None:
-            machine.trace_level = tracing[0]
-            actor.sinks = tracing[1]
-        actor.journal = loaded.journal
-        actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
-        # Timers that fell due while the case was out of memory fire first, in the order of their due times, before
-        # any input that reaches the case from now on (those were accepted after the timers were due).
-        now = self._clock.now()
-        timers = sorted(replayer.timers.values(), key=lambda armed: (armed[1], armed[0].timer_id))
-        for timer, due in timers:
-            if due <= now:
-                actor.armed[timer.timer_id] = (timer.path, due)
-                actor.inbox.append(TimerFired(timer.timer_id))
-        actor.resume = (list(replayer.effects.values()), [(t, due) for t, due in timers if due > now])
-        machine.note("case_resumed", loaded.program.term.kind, {"workflow": row.workflow})
-        self._spawn(actor)
-        self._counts["started"] -= 1  # it was started in an earlier run
-        return actor
+        if self._loader is None:
+            raise CaseNotFound(case_id)
+        return await self._loader.live(case_id, what)
 
     def _row_now(self, case_id: str) -> CaseRow | None:
         """A durable case's row, read on this thread (status, data and cases are synchronous)."""
@@ -751,39 +539,39 @@ class Substrate:
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
         `request_id` makes a retried call apply once."""
-        _check_request_id(request_id)
+        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, f"take signal {name!r}")
-        except _Remote:
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"signal names are non-empty str, got {name!r}") from None
-            payload, _ = to_json(plain(payload), f"signal {name!r} payload", self._max_payload)
-            await self._to_inbox(case_id, "signal", {"name": name, "payload": payload}, request_id)
+            actor = await self._live(case_id, msg.what)
+        except Remote:
+            await self._to_inbox(case_id, msg)
             return
-        await self._signal(actor, name, payload, request_id)
+        await self._signal(actor, msg)
 
-    async def _signal(self, actor: CaseActor, name: str, payload: Any, request_id: str | None = None) -> None:
+    async def _signal(self, actor: CaseActor, msg: Signal) -> None:
+        """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
         if self._phase != "open":
             raise SubstrateClosed("send a signal")
         if actor.evicted:  # a handle's actor that has left memory since
-            actor = await self._live(actor.case_id, f"take signal {name!r}")
+            actor = await self._live(actor.case_id, msg.what)
         machine = actor.machine
         if machine is None or actor.state in FINAL:
-            if not isinstance(name, str):
-                raise TypeError(f"signal names are str, got {type(name).__name__} {name!r}")
-            raise actor.ended_error(f"take signal {name!r}")
-        payload = machine.check_signal(name, payload)  # unknown names, bad payloads: refused here
-        if actor.journal is None:
-            await actor.send(Signal(name, payload))
+            raise actor.ended_error(msg.what)
+        if actor.journal is None:  # unknown names, bad payloads: refused here
+            msg.payload = machine.check_signal(msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
+            await actor.send(msg)
             return
-        payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)  # before anything is written
-        await self._ask(actor, Signal(name, payload, Reply(), request_id=request_id))
+        admit(msg, machine, self._max_payload)  # and the payload as its record gives it back, before any write
+        msg.reply = Reply()
+        await self._ask(actor, msg)
 
-    async def _to_inbox(self, case_id: str, kind: str, body: dict[str, Any], request_id: str | None) -> None:
+    async def _to_inbox(self, case_id: str, msg: External) -> None:
         """An input for a case another node owns: into the store's inbox, acknowledged once committed (its owner
         is woken by the store and journals it; a refusal is marked on the inbox row)."""
         assert self._store is not None
-        await self._store.inbox_put(case_id, kind, body, request_id=request_id, created_at=self._clock.now())
+        body = inputs.inbox_body(msg, self._max_payload)
+        await self._store.inbox_put(
+            case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self._clock.now()
+        )
 
     async def _ask(self, actor: CaseActor, msg: External) -> None:
         """Send an input and wait for its answer (committed and applied, or refused)."""
@@ -796,8 +584,10 @@ class Substrate:
             except CaseEvicted:  # it left memory after we found it: bring it back and send again
                 try:
                     actor = await self._live(actor.case_id, msg.what)
-                except _Remote:  # fenced: another node has it now; the caller resends, through the inbox
+                except Remote:  # fenced: another node has it now; the caller resends, through the inbox
                     raise moved_away(self._store.url if self._store else "?", actor.case_id) from None
+                if actor.machine is not None:  # brought back on another version, maybe: its own check again
+                    admit(msg, actor.machine, self._max_payload)
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error
@@ -813,44 +603,38 @@ class Substrate:
         compensates, ends it at once. A suspended case (durable, no version can run it) ends at once.
         """
         self._check_open("cancel a case")
-        _check_request_id(request_id)
-        _check_reason(reason)
-        if not isinstance(compensate, bool):
-            raise TypeError(f"compensate must be True or False, got {compensate!r}")
+        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and row.state == CaseState.SUSPENDED.value:  # else: the owner's inbox
-                await self._end_suspended(row, reason, request_id)
+                assert self._loader is not None
+                await self._loader.end_suspended(row, msg.reason, msg.request_id)
                 return
             if row is not None and CaseState(row.state).ended:
                 return
         try:
-            actor = await self._live(case_id, "cancel")
+            actor = await self._live(case_id, msg.what)
         except SignalRejected:
             return  # ended already: nothing to do
-        except _Remote:
-            await self._to_inbox(case_id, "cancel", {"reason": reason, "compensate": compensate}, request_id)
+        except Remote:
+            await self._to_inbox(case_id, msg)
             return
-        await self._cancel(actor, compensate, reason, request_id)
+        await self._cancel(actor, msg)
 
-    async def _cancel(
-        self, actor: CaseActor, compensate: bool, reason: str = "cancelled", request_id: str | None = None
-    ) -> None:
+    async def _cancel(self, actor: CaseActor, msg: Cancel) -> None:
         self._check_open("cancel a case")
-        _check_reason(reason)
-        if not isinstance(compensate, bool):
-            raise TypeError(f"compensate must be True or False, got {compensate!r}")
         if actor.evicted:
-            await self.cancel(actor.case_id, compensate, reason=reason, request_id=request_id)
+            await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
             return
         if actor.journal is None:
-            actor.post(Cancel(reason, compensate))
+            actor.post(msg)
             return
+        msg.reply = Reply()
         with contextlib.suppress(SignalRejected):  # it ended meanwhile: nothing to cancel
-            await self._ask(actor, Cancel(reason, compensate, Reply(), request_id=request_id))
+            await self._ask(actor, msg)
 
     async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Withdraw all work of the named region (a scope or a named mi) of a case, compensating what is inside."""
@@ -864,119 +648,27 @@ class Substrate:
         self, case_id: str, region: str, items: Sequence[Any], *, request_id: str | None = None
     ) -> None:
         """Add one instance per item to the live dynamic mi `region` of a case."""
-        if isinstance(items, str | bytes) or not isinstance(items, Sequence):
-            raise TypeError(f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__}")
-        items = plain(list(items))
-        if self._store is not None:
-            items, _ = to_json(items, f"add_instances({region!r}) items", self._max_payload)
-        await self._region(case_id, RegionAction.ADD_INSTANCES, region, list(items), request_id)
+        await self._region(case_id, RegionAction.ADD_INSTANCES, region, items, request_id)
 
     async def close_instances(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Close the dynamic mi `region` of a case: it takes no more instances (its join fires once they end)."""
         await self._region(case_id, RegionAction.CLOSE_INSTANCES, region, None, request_id)
 
     async def _region(
-        self, case_id: str, action: RegionAction, region: str, items: list[Any] | None, request_id: str | None
+        self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
     ) -> None:
-        what = f"{action.value} {region!r}"
-        _check_request_id(request_id)
+        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, what)
-        except _Remote:
-            if not isinstance(region, str):
-                raise TypeError(f"region names are str, got {type(region).__name__} {region!r}") from None
-            body: dict[str, Any] = {"region": region} if items is None else {"region": region, "items": items}
-            await self._to_inbox(case_id, action.kind, body, request_id)
+            actor = await self._live(case_id, msg.what)
+        except Remote:
+            await self._to_inbox(case_id, msg)
             return
         machine = actor.machine
         if machine is None or actor.state in FINAL:
-            if not isinstance(region, str):
-                raise TypeError(f"region names are str, got {type(region).__name__} {region!r}")
-            raise actor.ended_error(what)
-        machine.check_region(action.value, region)  # unknown regions are refused before anything is queued
-        await self._ask(actor, RegionOp(action, region, items, Reply(), request_id=request_id))
-
-    async def _route_inbox(self, row: InboxRow) -> None:
-        """An input someone else wrote to the store's inbox: hand it to its case, or mark it refused with the
-        reason. Nothing an outside writer sends can fail the case or stop the Substrate."""
-        assert self._store is not None
-        try:
-            msg = await self._inbox_message(row)
-        except _Remote:
-            return  # taken over by another node meanwhile: its owner takes the input
-        except StoreError:
-            raise  # the store failed to load the case: the input is tried again, never refused for it
-        except (WfsubError, TypeError, ValueError, KeyError) as exc:
-            reason = str(exc)
-            if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
-                stored = await self._store.row(row.case_id)
-                given = row.body.get("reason") if isinstance(row.body, dict) else None
-                why = given if isinstance(given, str) and given else "cancelled"  # the sender's reason, kept
-                if stored is not None:
-                    await self._end_suspended(stored, why, row.request_id, inbox_done=[row.id])
-                    return
-            await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
-            return
-        except Exception as exc:  # a bug of ours: refuse the input, log it, keep the Substrate running
-            _log.exception("could not take an input from the inbox", case_id=row.case_id, kind=row.kind)
-            await self._store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, f"internal error: {exc!r}")]))
-            return
-        actor, external = msg
-        actor.post(external)
-
-    async def _inbox_message(self, row: InboxRow) -> tuple[CaseActor, External]:
-        """The case's actor and the message an inbox row stands for, checked as the API checks its own calls."""
-        what = f"take an input ({row.kind})"
-        actor = await self._live(row.case_id, what)
-        machine = actor.machine
-        if machine is None or actor.state in FINAL:
-            raise actor.ended_error(what)
-        body = row.body if isinstance(row.body, dict) else {}
-        if row.kind == "signal":
-            name = body.get("name")
-            if not isinstance(name, str):
-                raise TypeError(f"the inbox signal has name {name!r}: a signal name is a str")
-            payload = machine.check_signal(name, body.get("payload"))
-            payload, _ = to_json(payload, f"signal {name!r} payload", self._max_payload)
-            return actor, Signal(name, payload, inbox_id=row.id, request_id=row.request_id)
-        if row.kind == "cancel":
-            reason = body.get("reason", "cancelled")
-            compensate = body.get("compensate", True)
-            _check_reason(reason)
-            if not isinstance(compensate, bool):
-                raise TypeError(f"the inbox cancel has compensate={compensate!r}: True or False")
-            return actor, Cancel(reason, compensate, inbox_id=row.id, request_id=row.request_id)
-        action = ACTION_OF_KIND.get(row.kind)
-        if action is None:
-            raise ValueError(f"unknown input kind {row.kind!r}: signal, cancel, {', '.join(ACTION_OF_KIND)}")
-        region = body.get("region")
-        if not isinstance(region, str):
-            raise TypeError(f"the inbox {row.kind} has region {region!r}: a region name is a str")
-        machine.check_region(action.value, region)
-        items = body.get("items")
-        if action is RegionAction.ADD_INSTANCES:
-            if not isinstance(items, list):
-                raise TypeError(
-                    f"add_instances takes a sequence of items (e.g. a list), got {type(items).__name__} {items!r}"
-                )
-            items, _ = to_json(items, f"add_instances({region!r}) items", self._max_payload)
-        elif items is not None:
-            raise TypeError(f"the inbox {row.kind} carries items: only add_instances takes items")
-        return actor, RegionOp(action, region, items, inbox_id=row.id, request_id=row.request_id)
-
-    async def _end_suspended(
-        self, row: CaseRow, reason: str, request_id: str | None, inbox_done: list[int] | None = None
-    ) -> None:
-        """Cancel a suspended case: it ends at once. Concurrent cancels end it once (the others find it ended)."""
-        assert self._store is not None
-        try:
-            await end_suspended(self._store, row, reason, self._clock.now(), request_id, inbox_done)
-        except StoreConflict:
-            now = await self._store.row(row.case_id)
-            if now is None or not CaseState(now.state).ended:
-                raise
-            if inbox_done:
-                await self._store.write(CaseWrite(row.case_id, inbox_done=inbox_done))
+            raise actor.ended_error(msg.what)
+        admit(msg, machine, None if actor.journal is None else self._max_payload)  # before anything is queued
+        msg.reply = Reply()
+        await self._ask(actor, msg)
 
     # -- outcomes -----------------------------------------------------------------------------------------------
 
@@ -1182,7 +874,8 @@ class Substrate:
     def _on_end(self, actor: CaseActor) -> None:
         if actor.closed or actor.evicted:
             return  # it stays live in the store (closed with the Substrate, or evicted while idle)
-        self._parked.pop(actor.case_id, None)
+        if self._loader is not None:
+            self._loader.parked.pop(actor.case_id, None)
         event = self._end_events.pop(actor.case_id, None)
         if event is not None:
             event.set()
@@ -1296,22 +989,24 @@ class CaseHandle:
         return actor.state in FINAL and actor.recorded
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
-        if request_id is not None:
-            _check_request_id(request_id)
         actor = self._actor
         if actor is None or actor.evicted:
             actor = self._current()
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)
         else:
-            await self._sub._signal(actor, name, payload, request_id)
+            if type(name) is str and name and request_id is None:  # `inputs.signal`'s checks, passed inline
+                await self._sub._signal(actor, Signal(name, payload))
+            else:
+                await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
 
     async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
+        msg = inputs.cancel(reason, compensate, None, self.case_id)
         actor = self._current()
         if actor is None:
             await self._sub.cancel(self.case_id, compensate, reason=reason)
         else:
-            await self._sub._cancel(actor, compensate, reason)
+            await self._sub._cancel(actor, msg)
 
     async def close_instances(self, region: str) -> None:
         """Close the dynamic mi `region` of this case (see Substrate.close_instances)."""

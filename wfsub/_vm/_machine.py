@@ -236,9 +236,17 @@ class Machine:
                 self.case_id, name, model, exc.errors(include_url=False), program.root_path
             ) from None
 
-    def deliver_signal(self, name: str, payload: Any = None) -> None:
-        """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient)."""
+    def deliver_signal(self, name: str, payload: Any = None, *, checked: bool = False) -> None:
+        """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient).
+
+        `checked=True`: `check_signal(name, payload)` has passed and `payload` is what it returned (the runtime
+        checks every input once, where it comes in); only whether the case has ended since is checked again."""
         vm = self._vm
+        if checked:
+            if vm.ended:
+                self._check_open(f"take signal {name!r}")
+            vm.signal(name, payload)
+            return
         if type(name) is str and not vm.ended and name in vm.program.signals and name not in vm.program.signal_models:
             vm.signal(name, payload)  # the common case, checked inline: a known signal without a payload model
             return

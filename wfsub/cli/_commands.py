@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import anyio
 import click
 
-from .._errors import InvalidWorkflow, ReplayDivergence, WfsubError
+from .. import InvalidWorkflow, ReplayDivergence, WfsubError
 from ._targets import CliError, Target, case_row, load_redact, load_target, opened
 
 # What a command needs (the runtime, the stores, the compiler, Rich) is imported by the command when it runs,
@@ -25,7 +25,7 @@ from ._targets import CliError, Target, case_row, load_redact, load_target, open
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from .._store import CaseRow, Store
+    from ..stores import CaseRow, Store
     from . import _render as r
 
 
@@ -68,7 +68,7 @@ class _StateChoice(click.Choice[str]):
 
     @property
     def choices(self) -> tuple[str, ...]:  # type: ignore[override]
-        from .._runtime._status import CaseState
+        from .. import CaseState
 
         return tuple(s.value for s in CaseState)
 
@@ -135,7 +135,7 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
 @_run
 async def show(store: str, case_id: str, as_json: bool) -> None:
     """Where a case is: state, threads, what it waits for, its error."""
-    from .._runtime._persist import status_of
+    from ..lowlevel import status_of
 
     async with opened(store) as s:
         row = await case_row(s, case_id)
@@ -182,7 +182,7 @@ async def journal(store: str, case_id: str) -> None:
 @_run
 async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec: str | None, as_json: bool) -> None:
     """A case's trace, replayed from its journal on its workflow (no effect runs)."""
-    from .._runtime._replay import replay
+    from .. import replay
 
     target = load_target(workflow)
     redact = load_redact(redact_spec)
@@ -233,11 +233,10 @@ def _payload(value: str | None) -> Any:
 async def signal(store: str, case_id: str, name: str, payload: str | None, request_id: str | None, wait: bool,
                  patience: float) -> None:
     """Send signal NAME with a JSON PAYLOAD to a case."""
-    value = _payload(payload)
+    body = _checked("signal", {"name": name, "payload": _payload(payload)}, request_id)
     async with opened(store) as s:
         row = await _steerable(s, case_id, f"signal {name!r}")
-        await _post(s, row, "signal", {"name": name, "payload": value}, request_id, wait, patience,
-                    f"signal {name!r}")
+        await _post(s, row, "signal", body, request_id, wait, patience, f"signal {name!r}")
 
 
 @main.command()
@@ -257,26 +256,41 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
 async def cancel(store: str, case_id: str, reason: str, region: str | None, compensate: bool,
                  request_id: str | None, wait: bool, patience: float) -> None:
     """Cancel a case (or one region of it)."""
+    if region is None:
+        body = _checked("cancel", {"reason": reason, "compensate": compensate}, request_id)
+    else:
+        body = _checked("cancel_region", {"region": region}, request_id)
     async with opened(store) as s:
         if region is None:
             row = await _steerable(s, case_id, "cancel")
-            await _post(s, row, "cancel", {"reason": reason, "compensate": compensate}, request_id, wait, patience,
-                        "cancel")
+            await _post(s, row, "cancel", body, request_id, wait, patience, "cancel")
         else:
             row = await _steerable(s, case_id, f"cancel region {region!r}")
-            await _post(s, row, "cancel_region", {"region": region}, request_id, wait, patience,
-                        f"cancel of region {region!r}")
+            await _post(s, row, "cancel_region", body, request_id, wait, patience, f"cancel of region {region!r}")
 
 
 def _reason(value: str) -> str:
-    if not value.strip():
-        raise click.BadParameter("give a reason people will read (it is recorded with the cancel), e.g. --reason "
-                                 "'customer asked'", param_hint="--reason")
+    from ..lowlevel import check_input
+
+    try:
+        check_input("cancel", {"reason": value})
+    except (TypeError, ValueError) as exc:  # refused as Substrate.cancel refuses it
+        raise click.BadParameter(str(exc), param_hint="--reason") from None
     return value
 
 
+def _checked(kind: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    """The input as its case's owner will take it, checked before anything is opened or sent."""
+    from ..lowlevel import check_input
+
+    try:
+        return check_input(kind, body, request_id=request_id)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 async def _steerable(store: Store, case_id: str, what: str) -> CaseRow:
-    from .._runtime._status import CaseState
+    from .. import CaseState
 
     row = await case_row(store, case_id)
     state = CaseState(row.state)
@@ -351,8 +365,8 @@ async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], eve
 
 async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
     """Replay one case and print its line; the problem (divergence, no workflow), or None when it replays."""
-    from .._runtime._persist import check_version
-    from .._runtime._replay import replay
+    from .. import replay
+    from ..lowlevel import check_version
 
     try:
         row = await case_row(store, case_id)
@@ -479,7 +493,7 @@ async def graph(target: str, name: str | None, fmt: str, case_id: str | None, st
 @_run
 async def validate_workflow(target: str, name: str | None) -> None:
     """Check a workflow; exit status 1 with every issue if it has any."""
-    from .._validate import validate
+    from .. import validate
 
     loaded = load_target(target)
     names = [name] if loaded.term is not None or name is not None else sorted(loaded.registry or {})
@@ -503,7 +517,7 @@ async def validate_workflow(target: str, name: str | None) -> None:
 @_run
 async def dis(target: str, name: str | None) -> None:
     """Print a workflow's bytecode."""
-    from .._compiler import compile_workflow
+    from .. import compile as compile_workflow
 
     _, term = load_target(target).pick(name)
     try:

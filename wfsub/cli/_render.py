@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from .._runtime import CaseStatus
-    from .._store import CaseRow
+    from .. import CaseStatus
+    from ..stores import CaseRow
 
 # On a terminal tables fit its width (columns fold, never cut with an ellipsis); piped into a file or another
 # program they keep their natural width, so a case id is always whole.

@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._errors import InvalidWorkflow, StoreError
-from .._terms import Term
+from .. import InvalidWorkflow, StoreError, Term
 
 # The stores, the compiler and the runtime are imported where they are used: `wfsub --help` loads none of them.
 if TYPE_CHECKING:
-    from .._program import Program
-    from .._store import CaseRow, Store
+    from ..lowlevel import Program
+    from ..stores import CaseRow, Store
 
 
 class CliError(click.ClickException):
@@ -38,7 +37,7 @@ class CliError(click.ClickException):
 
 
 def _store_for_cli(spec: str) -> Store:
-    from .._store import MemoryStore, PostgresStore, SqliteStore, open_store
+    from ..stores import MemoryStore, PostgresStore, SqliteStore, open_store
 
     try:
         store = open_store(spec)
@@ -120,7 +119,7 @@ class Target:
                 f"case {row.case_id!r} ran on version {row.fingerprint[:12]} of {row.workflow!r}; {self.spec} "
                 f"compiles to {program.fingerprint[:12]}: a divergence may come from the change of version"
             )
-        from .._runtime._registry import Workflows
+        from ..lowlevel import Workflows
 
         assert self.registry is not None
         try:
@@ -143,7 +142,7 @@ class Target:
 
 
 def _compile(spec: str, term: Term) -> Program:
-    from .._compiler import compile_workflow
+    from .. import compile as compile_workflow
 
     try:
         return compile_workflow(term)

@@ -41,10 +41,10 @@ import typing
 from collections.abc import Mapping as _Mapping
 from dataclasses import dataclass as _dataclass
 
-from .._terms import Term as _Term
-from .._terms import branch_name as _branch_name
-from .._terms import child_path as _child_path
-from .._terms import children as _children
+from ..terms import Term as _Term
+from ..terms import branch_name as _branch_name
+from ..terms import child_path as _child_path
+from ..terms import children as _children
 
 if typing.TYPE_CHECKING:
     from collections.abc import Callable, Iterable

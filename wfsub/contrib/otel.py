@@ -65,7 +65,7 @@ if typing.TYPE_CHECKING:
 
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from .._trace import TraceEvent
+    from .. import TraceEvent
 
 __all__ = ["OTelSink"]
 

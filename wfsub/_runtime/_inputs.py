@@ -1,0 +1,222 @@
+"""Inputs from outside a case, checked in one place, whatever door they come through.
+
+An input is a kind and a body: `signal {name, payload}`, `cancel {reason, compensate}`, `cancel_region`,
+`complete_region`, `close_instances {region}`, `add_instances {region, items}`. It reaches a case through the
+API (`Substrate.signal`, a `CaseHandle`, ...), the store's inbox (the `wfsub` command, an outside writer, another
+node) or a call that another node makes for one of its cases. Every door goes the same route:
+
+1. `shaped(kind, body, ...)` (or, from the API, `signal`, `cancel`, `region`, which build the same message
+   without a dict) checks what can be checked without the case (the kind, field types, a blank reason, items
+   that are not a list) and returns the mailbox message. Nothing is queued or written before it has passed.
+2. At the case: `admit(msg, machine, limit)` runs the vm's own check once (`Machine.check_signal`, whose answer
+   is the payload as stored; `Machine.check_region`) and, for a durable case (`limit` given), turns what the
+   message carries into the JSON its journal record will give back (`as_journaled`, once). The actor then
+   journals the message as it is and delivers it without checking it again (`deliver_signal(checked=True)`).
+   For a case on another node, `inbox_body(msg, limit)` is what goes to the inbox instead (JSON, within the
+   limit); its owner takes it through step 1 and 2 again, as it takes any inbox row.
+
+Refusals are made by the builders in `wfsub._errors` (`bad_input`, `SignalRejected`), so a refusal reads the
+same from every door. `start` (the data of `new_case`) is checked by `start_data` here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from .._errors import NOTHING, bad_input
+from ._journal import as_journaled, plain
+from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
+
+if TYPE_CHECKING:
+    from .._vm import Machine
+
+KINDS = ("signal", "cancel", *ACTION_OF_KIND)
+"""Every input kind a case takes from outside, as the inbox and the journal spell them."""
+
+DEFAULT_REASON = "cancelled"
+
+
+def request_id(value: object, case_id: str | None = None) -> str | None:
+    """A request id: None, or a non-empty str."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise bad_input("request_id must be a non-empty str (or None)", value, case_id=case_id,
+                        fix="pass the same id when you retry a call, so it applies once")
+    return value
+
+
+def reason(value: object, case_id: str | None = None) -> str:
+    """A cancel reason: a str with something to read (kept in the case's status and journal)."""
+    if not isinstance(value, str) or not value.strip():
+        raise bad_input("reason must be a non-empty str, not blank", value, case_id=case_id,
+                        fix="give a reason people will read (it is kept in the case's status and journal), "
+                        "e.g. 'customer asked'")
+    return value
+
+
+def compensate(value: object, case_id: str | None = None) -> bool:
+    if not isinstance(value, bool):
+        raise bad_input("compensate must be True or False", value, case_id=case_id,
+                        fix="True runs the compensations first, False ends the case at once")
+    return value
+
+
+def signal_name(value: object, case_id: str | None = None) -> str:
+    if not isinstance(value, str):
+        raise bad_input("signal names are str (non-empty)", value, case_id=case_id,
+                        fix="pass the name the workflow waits for, e.g. signal(case_id, 'approve')")
+    if not value:
+        raise bad_input("signal names are str (non-empty)", value, case_id=case_id,
+                        fix="an empty name is no signal; pass the name the workflow waits for")
+    return value
+
+
+def region_name(value: object, case_id: str | None = None) -> str:
+    if not isinstance(value, str):
+        raise bad_input("region names are str (non-empty)", value, case_id=case_id,
+                        fix="pass the name given to scope(name, ...) or mi(..., name=...)")
+    if not value:
+        raise bad_input("region names are str (non-empty)", value, case_id=case_id,
+                        fix="an empty name is no region; pass the name given to scope(name, ...) or mi(..., name=...)")
+    return value
+
+
+def items(value: object, case_id: str | None = None) -> list[Any]:
+    """The items of `add_instances`: a sequence (not a str), as a list."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise bad_input("add_instances takes a sequence of items (e.g. a list)", value, case_id=case_id,
+                        fix="pass a list with one item per instance to add")
+    return list(value)
+
+
+def signal(
+    name: object, payload: Any, rid: object = None, case_id: str | None = None, reply: Reply | None = None
+) -> Signal:
+    """A signal from the API, checked as `shaped("signal", ...)` checks one from the inbox."""
+    if type(name) is not str or not name:  # (the common case checked inline: it is on every signal's way)
+        name = signal_name(name, case_id)
+    if rid is not None:
+        rid = request_id(rid, case_id)
+    return Signal(name, payload, reply, 0, rid)
+
+
+def cancel(
+    why: object, comp: object = True, rid: object = None, case_id: str | None = None, reply: Reply | None = None
+) -> Cancel:
+    """A cancel from the API, checked as `shaped("cancel", ...)` checks one from the inbox."""
+    return Cancel(reason(why, case_id), compensate(comp, case_id), reply, 0, request_id(rid, case_id))
+
+
+def region(
+    action: RegionAction, name: object, given: object = None, rid: object = None, case_id: str | None = None,
+    reply: Reply | None = None,
+) -> RegionOp:
+    """A region operation from the API, checked as `shaped(kind, ...)` checks one from the inbox."""
+    name = region_name(name, case_id)
+    listed = None
+    if action is RegionAction.ADD_INSTANCES:
+        listed = plain(items(given, case_id))
+    elif given is not None:
+        raise bad_input(f"{action.kind} takes no items", given, case_id=case_id,
+                        fix="only add_instances takes items")
+    return RegionOp(action, name, listed, reply, 0, request_id(rid, case_id))
+
+
+def shaped(
+    kind: object, body: object, rid: object = None, *, case_id: str | None = None, inbox_id: int = 0,
+) -> External:
+    """The message that (kind, body) stands for, its fields checked (nothing about the case yet)."""
+    if not isinstance(body, Mapping):
+        raise bad_input(f"the body of a {kind} input must be a dict of its fields", body, case_id=case_id,
+                        fix="e.g. {'name': 'approve', 'payload': {...}} for a signal")
+    msg: External
+    if kind == "signal":
+        msg = signal(body.get("name"), body.get("payload"), rid, case_id)
+    elif kind == "cancel":
+        msg = cancel(body.get("reason", DEFAULT_REASON), body.get("compensate", True), rid, case_id)
+    else:
+        action = ACTION_OF_KIND.get(kind) if isinstance(kind, str) else None
+        if action is None:
+            raise bad_input(f"unknown input kind {kind!r}", NOTHING, case_id=case_id, error=ValueError,
+                            fix=f"the kinds are {', '.join(KINDS)}")
+        msg = region(action, body.get("region"), body.get("items"), rid, case_id)
+    msg.inbox_id = inbox_id
+    return msg
+
+
+def admit(msg: External, machine: Machine, limit: int | None) -> None:
+    """The case's own check of an input, once (see the module): raises what the case would refuse it with.
+
+    `limit`: a durable case's `max_payload_bytes` (what the message carries becomes the JSON its record gives
+    back); None for a case in memory only (nothing is converted). `Substrate._signal` inlines the signal branch
+    for a case in memory only: it is the signal round trip's hot path."""
+    kind = type(msg)
+    if kind is Signal:
+        assert isinstance(msg, Signal)
+        payload = machine.check_signal(msg.name, msg.payload)
+        if limit is not None:
+            payload, _ = as_journaled(payload, f"signal {msg.name!r} payload", limit)
+        msg.payload = payload
+    elif kind is RegionOp:
+        assert isinstance(msg, RegionOp)
+        machine.check_region(msg.action.value, msg.name)
+        if limit is not None and msg.items is not None:
+            msg.items, _ = as_journaled(msg.items, f"add_instances({msg.name!r}) items", limit)
+    # a cancel needs nothing of the case: it is refused only once the case has ended
+
+
+def inbox_body(msg: External, limit: int | None) -> dict[str, Any]:
+    """What goes to the store's inbox for a case on another node (JSON, within `limit`)."""
+    if type(msg) is Signal:
+        assert isinstance(msg, Signal)
+        payload, _ = as_journaled(plain(msg.payload), f"signal {msg.name!r} payload", limit)
+        return {"name": msg.name, "payload": payload}
+    if type(msg) is Cancel:
+        assert isinstance(msg, Cancel)
+        return {"reason": msg.reason, "compensate": msg.compensate}
+    assert isinstance(msg, RegionOp)
+    if msg.items is None:
+        return {"region": msg.name}
+    listed, _ = as_journaled(msg.items, f"add_instances({msg.name!r}) items", limit)
+    return {"region": msg.name, "items": listed}
+
+
+def kind_of(msg: External) -> str:
+    """The inbox and journal kind of a message."""
+    if type(msg) is Signal:
+        return "signal"
+    if type(msg) is Cancel:
+        return "cancel"
+    assert isinstance(msg, RegionOp)
+    return msg.action.kind
+
+
+def check_input(kind: str, body: Mapping[str, Any], *, request_id: str | None = None) -> dict[str, Any]:
+    """Check an input for a durable case as its owner will, before anything is sent (`wfsub.lowlevel`).
+
+    `kind` is one of `signal`, `cancel`, `cancel_region`, `complete_region`, `add_instances`,
+    `close_instances`; `body` its fields (see `Store.inbox_put`). Returns the body as the owner will take it
+    (defaults filled in); raises TypeError or ValueError naming the field and the fix. What depends on the case
+    (its signals and regions, whether it has ended) is checked by its owner."""
+    return inbox_body(shaped(kind, body, request_id), None)
+
+
+def start_data(data: object) -> dict[str, Any] | None:
+    """The data a case starts with: a mapping with str keys (a pydantic model is dumped), or None."""
+    if data is None:
+        return None
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"case data must be a mapping (a dict with str keys) or a pydantic model, got {type(data).__name__}; "
+            f"pass e.g. new_case(workflow, {{'order_id': 42}})"
+        )
+    for key in data:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
+            )
+    return dict(data)

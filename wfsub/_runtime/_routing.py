@@ -1,0 +1,69 @@
+"""The inbox of a store, taken: `InboxRouter` hands each input someone else wrote (the `wfsub` command, an
+outside writer, another node) to its case, or marks it refused with the reason.
+
+An inbox row goes the route of every input (`_inputs`): shaped from its kind and body, then checked by its case
+(`admit`) and posted to the case's mailbox; the case journals it with its inbox id, which takes it out of the
+inbox in the same commit. Nothing an outside writer sends can fail the case or stop the Substrate: a refusal is
+marked on the row; a store error leaves the row for the next poll (`Background.changes_loop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from .._errors import SignalRejected, StoreError, WfsubError
+from .._store import CaseWrite, InboxRow, Store
+from .._trace import get_logger
+from . import _inputs as inputs
+from ._case import CaseActor
+from ._loader import CaseLoader, Remote
+from ._mailbox import External
+from ._status import FINAL
+
+_log = get_logger("wfsub.runtime")
+
+
+class InboxRouter:
+    """Takes inbox rows for this Substrate's cases (see the module)."""
+
+    def __init__(
+        self, store: Store, loader: CaseLoader, live: Callable[[str, str], Awaitable[CaseActor]], max_payload: int
+    ) -> None:
+        self.store = store
+        self.loader = loader
+        self.live = live  # the case's actor, in memory or loaded (`Substrate._live`)
+        self.max_payload = max_payload
+
+    async def route(self, row: InboxRow) -> None:
+        """Hand an inbox input to its case, or mark it refused with the reason."""
+        try:
+            actor, msg = await self.message(row)
+        except Remote:
+            return  # taken over by another node meanwhile: its owner takes the input
+        except StoreError:
+            raise  # the store failed to load the case: the input is tried again, never refused for it
+        except (WfsubError, TypeError, ValueError, KeyError) as exc:
+            reason = str(exc)
+            if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
+                stored = await self.store.row(row.case_id)
+                if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)
+                    why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""
+                    await self.loader.end_suspended(stored, why, row.request_id, inbox_done=[row.id])
+                    return
+            await self.store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
+            return
+        except Exception as exc:  # a bug of ours: refuse the input, log it, keep the Substrate running
+            _log.exception("could not take an input from the inbox", case_id=row.case_id, kind=row.kind)
+            await self.store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, f"internal error: {exc!r}")]))
+            return
+        actor.post(msg)
+
+    async def message(self, row: InboxRow) -> tuple[CaseActor, External]:
+        """The case's actor and the message an inbox row stands for, checked as the API checks its own calls."""
+        msg = inputs.shaped(row.kind, row.body, row.request_id, case_id=row.case_id, inbox_id=row.id)
+        actor = await self.live(row.case_id, msg.what)
+        machine = actor.machine
+        if machine is None or actor.state in FINAL:
+            raise actor.ended_error(msg.what)
+        inputs.admit(msg, machine, self.max_payload)
+        return actor, msg
