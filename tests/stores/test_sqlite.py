@@ -30,7 +30,7 @@ from wfsub.stores import SqliteStore
 
 from ._helpers import end, first_write, opened, row, signal, start
 
-SQL = Path(wfsub.__file__).parent / "_store" / "sql"
+SQL = Path(wfsub.__file__).parent / "_store" / "sql" / "sqlite"
 
 
 def raw(path: str | Path) -> sqlite3.Connection:
@@ -112,27 +112,42 @@ def test_a_memory_database_or_a_bad_synchronous_is_refused() -> None:
 # -- the layout and its migrations -------------------------------------------------------------------------------
 
 
-def test_schema_and_the_migration_chain_build_the_same_layout() -> None:
-    """A new file built from schema.sql has the layout that migrations 1..N build from an empty file."""
-    with closing(raw(":memory:")) as fresh, closing(raw(":memory:")) as migrated:
-        for statement in LAYOUT.schema:
-            fresh.execute(statement)
+async def test_a_new_file_gets_the_layout_the_migration_chain_builds(tmp_path: Path) -> None:
+    """A new store file has exactly the layout that migrations 1..N build from an empty file (no other copy)."""
+    async with opened(SqliteStore(tmp_path / "s.db")):
+        pass
+    with closing(raw(tmp_path / "s.db")) as fresh, closing(raw(":memory:")) as migrated:
         for version in range(1, SCHEMA_VERSION + 1):
             for statement in LAYOUT.migrations[version].statements:
                 migrated.execute(statement)
         assert layout_of(fresh) == layout_of(migrated)
+        assert fresh.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert {name for kind, name, _ in layout_of(fresh) if kind == "table"} >= {
             "cases", "journal", "snapshots", "inbox", "owner"
         }
+    assert not (SQL / "schema.sql").exists() and not (SQL.parent / "schema.sql").exists()
+
+
+async def test_a_file_built_by_a_layout_1_schema_opens_with_its_cases(tmp_path: Path) -> None:
+    """A file at layout 1 whose tables were built in one go (as earlier versions built new files) opens as is."""
+    path = tmp_path / "old.db"
+    with closing(raw(path)) as conn:
+        conn.executescript(LAYOUT.migrations[1].script)
+        conn.execute(f"PRAGMA application_id = {sqlite_module.APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+    async with opened(SqliteStore(path)) as store:
+        await store.write(first_write("a"))
+    async with opened(SqliteStore(path, create=False)) as store:
+        assert await store.journal("a") == [start("a")]
+    with closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def future_layout(tmp_path: Path, migration: str) -> type[SqliteStore]:
-    """A SqliteStore of a library one layout version ahead: migration 0002 (text given), schema.sql to match."""
+    """A SqliteStore of a library one layout version ahead: migration 0002 (text given) after the released ones."""
     folder = tmp_path / "sql_v2"
     shutil.copytree(SQL, folder)
     (folder / "migrations" / "0002_case_tags.sql").write_text(migration)
-    with (folder / "schema.sql").open("a") as schema:
-        schema.write("\n" + migration)
 
     class FutureStore(SqliteStore):
         _layout = load_layout(folder, SCHEMA_VERSION + 1)
@@ -159,7 +174,7 @@ async def test_an_owner_migrates_an_older_file_and_keeps_its_cases(tmp_path: Pat
     async with opened(future(fresh)):
         pass
     with closing(raw(fresh)) as conn:
-        assert layout_of(conn) == migrated  # schema.sql v2 and the chain 1 -> 2 agree
+        assert layout_of(conn) == migrated  # a new file runs the chain 1 -> 2 too
 
 
 async def test_a_non_owner_does_not_migrate(tmp_path: Path) -> None:
@@ -202,10 +217,11 @@ def test_migrations_must_be_numbered_without_gaps(tmp_path: Path) -> None:
 
 
 def test_every_query_compiles_against_the_schema() -> None:
-    """Each named query in queries.sql is one statement that SQLite compiles against schema.sql."""
+    """Each named query in queries.sql is one statement that SQLite compiles against the migrated layout."""
     with closing(raw(":memory:")) as conn:
-        for statement in LAYOUT.schema:
-            conn.execute(statement)
+        for migration in LAYOUT.migrations.values():
+            for statement in migration.statements:
+                conn.execute(statement)
         for name, sql in QUERIES.items():
             params = dict.fromkeys(re.findall(r":([a-z_]+)", sql))
             conn.execute("EXPLAIN " + sql, params).fetchall()  # compiles, does not run
@@ -214,7 +230,7 @@ def test_every_query_compiles_against_the_schema() -> None:
 
 def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     """Every named query is used; no query holds a literal value; only the header PRAGMAs are formatted in code."""
-    source = "\n".join(p.read_text() for p in (SQL.parent).glob("*.py"))
+    source = "\n".join(p.read_text() for p in SQL.parent.parent.glob("*.py"))
     composed = ("pragma_synchronous_", "cases_page")
     unused = [name for name in QUERIES if f'"{name}"' not in source and not name.startswith(composed)]
     assert unused == []
@@ -223,7 +239,6 @@ def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     formatted = re.findall(r'execute\(f"([^"]*)"', source)
     assert formatted == [
         "PRAGMA application_id = {int(APPLICATION_ID)}",
-        "PRAGMA user_version = {int(self._layout.version)}",
         "PRAGMA user_version = {int(target)}",
     ]
 

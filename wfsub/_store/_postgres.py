@@ -109,7 +109,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from importlib.resources import files
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -144,7 +143,7 @@ from ._rows import (
     seq_taken,
     to_json,
 )
-from ._sql import parse_queries
+from ._sql import load_dialect
 
 _log = get_logger("wfsub.store")
 
@@ -158,24 +157,9 @@ ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before i
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
 
-_FOLDER = files("wfsub._store").joinpath("sql").joinpath("postgres")
-QUERIES: Mapping[str, str] = parse_queries(_FOLDER.joinpath("queries.sql").read_text(encoding="utf-8"))
-_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-
-
-def _migrations() -> dict[int, tuple[str, str]]:
-    found: dict[int, tuple[str, str]] = {}
-    for entry in _FOLDER.joinpath("migrations").iterdir():
-        match = _MIGRATION.match(entry.name)
-        if match:
-            found[int(match.group(1))] = (entry.name, entry.read_text(encoding="utf-8"))
-    if sorted(found) != list(range(1, len(found) + 1)):
-        raise ValueError(f"Postgres migrations are numbered {sorted(found)}: expected 1..{len(found)}, no gaps")
-    return found
-
-
-MIGRATIONS = _migrations()
-SCHEMA_VERSION = max(MIGRATIONS)
+POSTGRES = load_dialect("postgres", split=False)  # a migration runs whole: its functions are $$-quoted
+QUERIES: Mapping[str, str] = POSTGRES.queries
+SCHEMA_VERSION = POSTGRES.layout.version
 """The Postgres layout version this library writes (its own numbering, beside SQLite's)."""
 
 Q = QUERIES
@@ -460,9 +444,9 @@ class PostgresStore:
                         "only an owner migrates a schema; start a Substrate with this wfsub first, then use `wfsub`",
                     )
                 for target in range(version + 1, SCHEMA_VERSION + 1):
-                    file_name, script = MIGRATIONS[target]
-                    action = f"applying migration {file_name} (layout {target - 1} to {target})"
-                    await conn.execute(script)  # a whole script of the package: no parameters
+                    migration = POSTGRES.layout.migrations[target]
+                    action = f"applying migration {migration.name} (layout {target - 1} to {target})"
+                    await conn.execute(migration.script)  # a whole script of the package: no parameters
                     if target == 1:
                         await conn.execute(Q["meta_put"], "application", APPLICATION)
                     await conn.execute(Q["meta_put"], "version", str(target))

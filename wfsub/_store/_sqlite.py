@@ -25,11 +25,11 @@ after its own commits: an index read of an empty range.
 
 The file. It is created 0600 by the store before SQLite opens it, and SQLite gives `-wal` and `-shm` the same
 mode (see `_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
-by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built from `sql/schema.sql`; a
-file of an older layout is moved forward by the numbered files in `sql/migrations/`, all in one transaction,
-by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older version);
-a file of a newer layout is refused, as is a file of another application. Every statement is in
-`sql/queries.sql`, every value a bound parameter (`_sql.py`).
+by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built by the numbered files in
+`sql/sqlite/migrations/`, run in order; a file of an older layout is moved forward by those it lacks, all in one
+transaction, by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older
+version); a file of a newer layout is refused, as is a file of another application. Every statement is in
+`sql/sqlite/queries.sql`, every value a bound parameter (`_sql.py`).
 
 Ownership: an OS lock on `FILE-lock` plus an owner row (see `_files.py`); a second owner, in this process or
 another, gets a StoreError naming the owner. The owner's writer thread refreshes the row's heartbeat at most
@@ -281,27 +281,22 @@ class SqliteStore(SingleNode):
             conn.execute(Q["begin_write"])
             app, version, tables = self._header(conn)  # again, under the write lock: another opener may have won
             self._check_header(app, version, tables)
-            if version == 0:
-                action = "building the store's layout (sql/schema.sql)"
-                for statement in self._layout.schema:
-                    conn.execute(statement)
+            if version == 0:  # a new file: the header, then every migration below
                 # header values: ints from this module, formatted (PRAGMAs take no bound parameters)
                 conn.execute(f"PRAGMA application_id = {int(APPLICATION_ID)}")
-                conn.execute(f"PRAGMA user_version = {int(self._layout.version)}")
-            elif version < self._layout.version:
-                if not owner:
-                    raise StoreError(
-                        self.path,
-                        f"the file has store layout version {version}, older than this wfsub's "
-                        f"{self._layout.version}: only an owner migrates a file (a running Substrate of the older "
-                        "version may be using it); start the Substrate with this wfsub first, then use `wfsub`",
-                    )
-                for target in range(version + 1, self._layout.version + 1):
-                    migration = self._layout.migrations[target]
-                    action = f"applying migration {migration.name} (layout {target - 1} to {target})"
-                    for statement in migration.statements:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {int(target)}")
+            elif version < self._layout.version and not owner:
+                raise StoreError(
+                    self.path,
+                    f"the file has store layout version {version}, older than this wfsub's "
+                    f"{self._layout.version}: only an owner migrates a file (a running Substrate of the older "
+                    "version may be using it); start the Substrate with this wfsub first, then use `wfsub`",
+                )
+            for target in range(version + 1, self._layout.version + 1):
+                migration = self._layout.migrations[target]
+                action = f"applying migration {migration.name} (layout {target - 1} to {target})"
+                for statement in migration.statements:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {int(target)}")
             conn.execute(Q["commit"])
         except BaseException as exc:
             if conn.in_transaction:
