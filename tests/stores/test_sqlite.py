@@ -20,12 +20,13 @@ import pytest
 import wfsub
 from wfsub._errors import StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite
+from wfsub._store import _group as group_module
 from wfsub._store import _sqlite as sqlite_module
 from wfsub._store import _writer as writer_module
 from wfsub._store._files import mode_of
+from wfsub._store._group import Job
 from wfsub._store._rows import encode_row
 from wfsub._store._sql import LAYOUT, QUERIES, load_layout, parse_queries, split_statements
-from wfsub._store._writer import Job
 from wfsub.stores import SqliteStore
 
 from ._helpers import end, first_write, opened, row, signal, start
@@ -495,8 +496,8 @@ async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
 def test_waiters_are_woken_through_from_thread_run_sync_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    """On the pre-4.16 anyio path (from_thread.run_sync with a token) 200 concurrent writers are all woken."""
-    monkeypatch.setattr(writer_module, "WAKE_WITHOUT_WAITING", False)
+    """On the pre-4.16 anyio path (the loop's own thread-safe call) 200 concurrent writers are all woken."""
+    monkeypatch.setattr(group_module, "WAKE_WITHOUT_WAITING", False)
 
     async def main() -> None:
         async with opened(SqliteStore(tmp_path / "s.db")) as store:
@@ -529,7 +530,7 @@ def test_a_wake_up_runs_prompt_waiters_then_tells_the_writer_then_runs_the_other
                 for job in prompt + early:
                     tg.start_soon(waiter, job.label, job)
                 await anyio.wait_all_tasks_blocked()
-                writer_module._wake(prompt, early, turned, 7)
+                group_module._wake(prompt, early, turned, 7)
             assert order.count("turned 7") == 1 and len(order) == 5 - 2 * (not early_waiting)
             if backend == "asyncio":
                 assert order[:2] == ["p0", "p1"] and order[2] == "turned 7"
@@ -557,7 +558,7 @@ async def test_a_cancelled_waiter_still_lets_the_writer_hear_of_the_turn() -> No
         scopes[1].cancel()  # e0: gone before the wake-up
         await anyio.wait_all_tasks_blocked()
         assert not early[0].waiting
-        writer_module._wake(prompt, early, told.append, 3)
+        group_module._wake(prompt, early, told.append, 3)
         assert early[1].then is not None  # e1 tells
         scopes[2].cancel()  # ... and is cancelled before it runs
     assert told == [3]
@@ -567,8 +568,8 @@ async def test_a_loop_that_never_turns_holds_the_writer_back_no_longer_than_ling
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When the woken loop never says it has turned, the writer waits LINGER and goes on with the next group."""
-    wake = writer_module._wake
-    monkeypatch.setattr(writer_module, "_wake", lambda prompt, early, turned, group: wake(prompt, early, None, group))
+    wake = group_module._wake
+    monkeypatch.setattr(group_module, "_wake", lambda prompt, early, turned, group: wake(prompt, early, None, group))
     monkeypatch.setattr(writer_module, "LINGER", 0.05)
     store = SqliteStore(tmp_path / "s.db")
     async with opened(store):

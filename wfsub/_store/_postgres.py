@@ -96,7 +96,6 @@ Names and secrets: `url` and messages show the DSN without its password.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import json
@@ -109,7 +108,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -119,6 +118,7 @@ from anyio.lowlevel import EventLoopToken
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
     UNREACHABLE,
@@ -130,7 +130,6 @@ from ._pgdriver import (
     redact_dsn,
     split_options,
     sqlstate,
-    wake,
 )
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -173,32 +172,17 @@ _OPEN_NODES_LOCK = threading.Lock()
 # -- jobs of the group commit ----------------------------------------------------------------------------------
 
 
-class _Job:
-    """One write for the writer task: its statement's arguments, and how its result comes back."""
+class _Statement(NamedTuple):
+    """What a job of the group commit runs: one statement per write (the group's share one `query`)."""
 
-    __slots__ = ("args", "decode", "error", "event", "label", "query", "result", "token")
-
-    def __init__(
-        self, query: str, args: tuple[Any, ...], label: str, decode: Callable[[Any], Any], *, wait: bool
-    ) -> None:
-        self.query = query
-        self.args = args
-        self.label = label
-        self.decode = decode
-        self.result: Any = None
-        self.error: StoreError | None = None
-        self.event = anyio.Event() if wait else None
-        self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
-
-    async def outcome(self) -> Any:
-        assert self.event is not None
-        await self.event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.result
+    query: str
+    args: tuple[Any, ...]
+    decode: Callable[[Any], Any]  # the statement's row -> the write's result (or a StoreError)
 
 
-_STOP = object()
+def _query(job: Job) -> str:
+    statement: _Statement = job.work
+    return statement.query
 
 
 @dataclass(slots=True)
@@ -209,9 +193,8 @@ class _Conns:
     writer: Any = None  # asyncpg.Connection of the group commit
     writer_backend: Any = None  # its server process: (pid, backend_start)
     listener: Any = None  # asyncpg.Connection that LISTENs
-    pending: collections.deque[Any] = field(default_factory=collections.deque)  # jobs queued for the writer
+    queue: GroupQueue | None = None  # jobs for the writer (rung by setting `kick` on the driver loop)
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # wakes the writer (set on the driver loop only)
-    idle: bool = True  # the writer waits for a kick
     writer_task: asyncio.Task[None] | None = None
     listen_task: asyncio.Task[None] | None = None
 
@@ -283,8 +266,6 @@ class PostgresStore:
         self._closing = False
         self._held: tuple[str, str, str] | None = None  # this store's entry in _OPEN_NODES while open as a node
         self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
-        self.groups = 0  # transactions the writer committed or attempted (for tests and benchmarks)
-        self.jobs = 0
 
     def __repr__(self) -> str:
         state = "closed" if self._loop is None else (f"node {self._node!r}" if self._node else "open")
@@ -410,7 +391,9 @@ class PostgresStore:
             c.writer_backend = await c.writer.fetchrow(Q["backend_me"])
         except Exception as exc:
             raise fault(self._name, "opening the store's connections", exc) from exc
-        c.writer_task = asyncio.get_running_loop().create_task(self._writer_loop())
+        driver_loop = asyncio.get_running_loop()
+        c.queue = GroupQueue(self._name, partial(driver_loop.call_soon_threadsafe, c.kick.set))
+        c.writer_task = driver_loop.create_task(self._writer_loop(c.queue))
         self._fingerprints = None
         await self._listen(first=True)
         c.listen_task = None
@@ -499,9 +482,8 @@ class PostgresStore:
 
     async def _close_async(self) -> None:
         c = self._c
-        if c.writer_task is not None:
-            c.pending.append(_STOP)
-            c.kick.set()
+        if c.writer_task is not None and c.queue is not None:
+            c.queue.stop()
             await asyncio.shield(c.writer_task)  # commits what was queued
         if c.listen_task is not None:
             c.listen_task.cancel()
@@ -593,52 +575,46 @@ class PostgresStore:
 
     # -- the group commit ------------------------------------------------------------------------------------
 
-    def _submit(self, job: _Job) -> None:
+    def _submit(self, job: Job) -> None:
         """Queue a job for the writer (from the caller's thread). The writer is woken only when it sleeps: a
         burst of writes costs one cross-thread wake-up, not one per write."""
-        loop = self._running("write")
-        c = self._c
-        c.pending.append(job)
-        if c.idle:
-            try:
-                loop.loop.call_soon_threadsafe(c.kick.set)
-            except RuntimeError as exc:  # the driver loop has stopped
-                raise StoreError(self._name, "cannot write: the store is closing") from exc
+        self._running("write")
+        queue = self._c.queue
+        if queue is None:
+            raise StoreError(self._name, "cannot write: the store is closing")
+        try:
+            queue.submit(job)
+        except RuntimeError as exc:  # the driver loop has stopped
+            raise StoreError(self._name, "cannot write: the store is closing") from exc
 
-    async def _writer_loop(self) -> None:
-        c = self._c
-        pending, kick = c.pending, c.kick
+    async def _writer_loop(self, queue: GroupQueue) -> None:
+        kick = self._c.kick
         while True:
-            # Declare the writer asleep, then look once more: a job queued before the flag was seen is taken now,
-            # one queued after it comes with a kick.
-            c.idle = True
-            if not pending:
+            taken = queue.take()
+            if taken is None:  # asleep: the next submit (or stop) rings
                 await kick.wait()
-            kick.clear()
-            c.idle = False
-            group: list[_Job] = []
-            stop = False
-            while pending:
-                item = pending.popleft()
-                if item is _STOP:
-                    stop = True
-                else:
-                    group.append(item)
-            by_query: dict[str, list[_Job]] = {}
-            for job in group:
-                by_query.setdefault(job.query, []).append(job)
-            for query, batch in by_query.items():
-                self.groups += 1
-                self.jobs += len(batch)
+                kick.clear()
+                continue
+            group, stop = taken
+            for query, batch in by_key(group, _query):  # one transaction per statement
                 try:
-                    await self._commit(query, batch)
+                    await self._commit(str(query), batch)
                 except Exception as exc:  # never leave a caller waiting, nor the writer dead
                     for job in batch:
                         if job.error is None and job.result is None:
                             job.error = fault(self._name, f"committing {job.label}", exc)
-            self._deliver(group)
+            queue.deliver(group)
             if stop:
                 return
+
+    @property
+    def groups(self) -> int:
+        """Groups the writer took: one transaction per statement in each (for tests and benchmarks)."""
+        return 0 if self._c.queue is None else self._c.queue.groups
+
+    @property
+    def jobs(self) -> int:
+        return 0 if self._c.queue is None else self._c.queue.jobs
 
     async def _writer_conn(self, deadline: float) -> Any:
         c = self._c
@@ -659,7 +635,7 @@ class PostgresStore:
             c.writer.terminate()
             c.writer = None
 
-    async def _commit(self, query: str, group: list[_Job]) -> None:
+    async def _commit(self, query: str, group: list[Job]) -> None:
         """One transaction for the group (fetchmany: one round trip); see the module docstring for failures.
 
         The first write carries a fresh token that the transaction records in `commits`: when the connection is
@@ -676,7 +652,7 @@ class PostgresStore:
                     job.error.__cause__ = exc.__cause__
                 return
             token = secrets.token_hex(16)
-            args = [(*job.args, token if i == 0 else None) for i, job in enumerate(group)]
+            args = [(*job.work.args, token if i == 0 else None) for i, job in enumerate(group)]
             backend = tuple(self._c.writer_backend)  # (pid, started): names this server process for good
             try:
                 rows = await conn.fetchmany(query, args)
@@ -720,7 +696,7 @@ class PostgresStore:
                 return
             for job, row in zip(group, rows):
                 try:
-                    job.result = job.decode(row)
+                    job.result = job.work.decode(row)
                 except StoreError as exc:
                     job.error = exc
             await self._trim_commits(conn)
@@ -759,17 +735,6 @@ class PostgresStore:
             await conn.execute(Q["commits_trim"], COMMITS_KEPT)
         except Exception as exc:  # the next trim tries again
             _log.warning("store_commits_trim_failed", store=self._name, error=str(exc))
-
-    def _deliver(self, group: list[_Job]) -> None:
-        waiting: dict[int, tuple[EventLoopToken, list[_Job]]] = {}
-        for job in group:
-            if job.token is None:
-                if job.error is not None:
-                    _log.error("store_write_failed", store=self._name, job=job.label, error=str(job.error))
-                continue
-            waiting.setdefault(id(job.token.native_token), (job.token, []))[1].append(job)
-        for token, jobs in waiting.values():
-            wake(token, partial(_set_all, jobs))
 
     # -- writes ----------------------------------------------------------------------------------------------
 
@@ -811,9 +776,9 @@ class PostgresStore:
         self._running("write")
         encoded = encode_write(self._name, change)
         epoch = change.epoch
-        job = _Job(
-            Q["write_group"], self._write_args(encoded, epoch, False), f"case {encoded.case_id!r}",
-            partial(self._write_result, encoded.case_id, epoch), wait=wait,
+        job = Job(
+            _Statement(Q["write_group"], self._write_args(encoded, epoch, False), partial(
+                self._write_result, encoded.case_id, epoch)), f"case {encoded.case_id!r}", wait=wait,
         )
         self._submit(job)
         if not wait:
@@ -829,9 +794,9 @@ class PostgresStore:
                 self._name, f"queue_case for case {change.case_id!r} needs the case's start write: its `start` "
                 "record (seq 0) and its row"
             )
-        job = _Job(
-            Q["write_group"], self._write_args(encoded, None, True), f"queued case {encoded.case_id!r}",
-            partial(self._write_result, encoded.case_id, None), wait=True,
+        job = Job(
+            _Statement(Q["write_group"], self._write_args(encoded, None, True), partial(
+                self._write_result, encoded.case_id, None)), f"queued case {encoded.case_id!r}", wait=True,
         )
         self._submit(job)
         await job.outcome()
@@ -842,7 +807,7 @@ class PostgresStore:
         self._running("put an input in the inbox")
         text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
         args = (self._sender, case_id, kind, text, request_id, float(created_at))
-        job = _Job(Q["inbox_put"], args, f"an inbox input for case {case_id!r}", _first, wait=True)
+        job = Job(_Statement(Q["inbox_put"], args, _first), f"an inbox input for case {case_id!r}", wait=True)
         self._submit(job)
         inbox_id: int = await job.outcome()
         self._signal(own=True)
@@ -1001,7 +966,7 @@ class PostgresStore:
             self._wait_flag = True
             waiters = list(self._waiters.values())
         for token, event in waiters:
-            wake(token, event.set)
+            call_soon_on(token, event.set)
 
     def drain_ended(self) -> set[str] | None:
         """The ids of the cases whose `end` another node committed since the last call, as NOTIFY told; None
@@ -1171,12 +1136,6 @@ async def _backoff(delay: float, deadline: float) -> bool:
         return False
     await asyncio.sleep(min(delay, left))
     return True
-
-
-def _set_all(jobs: list[_Job]) -> None:
-    for job in jobs:
-        assert job.event is not None
-        job.event.set()
 
 
 def _first(found: Any) -> Any:
