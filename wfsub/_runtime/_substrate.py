@@ -320,8 +320,7 @@ class Substrate:
             if type(self._clock) is RealClock:  # acceptance and due times in database time
                 clock = self._clock = DatabaseClock()
                 self._shared.clock = clock
-            lease_seconds = float(getattr(store, "lease_seconds", 10.0))
-            node = self._node = Node(store, self._lease, clock, self._load_quietly, lease_seconds)
+            node = self._node = Node(store, self._lease, clock, self._load_quietly, store.lease_seconds)
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)

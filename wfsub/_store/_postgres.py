@@ -117,7 +117,7 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoreBase, StoredCase
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
@@ -199,7 +199,7 @@ class _Conns:
     listen_task: asyncio.Task[None] | None = None
 
 
-class PostgresStore:
+class PostgresStore(StoreBase):
     """A durable store in one Postgres schema, shared by several nodes (see the module docstring).
 
     `dsn`: a libpq-style URL (postgresql://user:password@host:port/database?sslmode=...). wfsub's own options
@@ -279,8 +279,7 @@ class PostgresStore:
     # -- open and close --------------------------------------------------------------------------------------
 
     async def open(self, *, owner: bool, owner_id: str) -> None:
-        if self._loop is not None or self._opening:
-            raise StoreError(self._name, "open() called on a store that is already open: close() it first")
+        self._refuse_second_open()
         if not isinstance(owner_id, str) or not owner_id or len(owner_id) > 200:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str of at most 200 characters naming the "
                              "opener (a node id)")
@@ -508,13 +507,16 @@ class PostgresStore:
 
     # -- running statements on the driver loop ---------------------------------------------------------------
 
+    def _store_name(self) -> str:
+        return self._name
+
+    def _is_open(self) -> bool:
+        return self._loop is not None
+
     def _running(self, action: str) -> DriverLoop:
         loop = self._loop
         if loop is None:
-            raise StoreError(
-                self._name, f"cannot {action}: the store is not open; call `await store.open(owner=..., "
-                "owner_id=...)` first (a Substrate opens its store when it starts)"
-            )
+            raise self._not_open(action)
         return loop
 
     async def _pooled(
@@ -526,7 +528,7 @@ class PostgresStore:
         while True:
             pool = self._c.pool
             if pool is None:
-                raise StoreError(self._name, f"cannot {action}: the store is closing")
+                raise self._closing_error(action)
             try:
                 conn = await pool.acquire(timeout=self.connect_timeout)
             except Exception as exc:  # connecting: nothing was sent
@@ -581,11 +583,11 @@ class PostgresStore:
         self._running("write")
         queue = self._c.queue
         if queue is None:
-            raise StoreError(self._name, "cannot write: the store is closing")
+            raise self._closing_error("write")
         try:
             queue.submit(job)
         except RuntimeError as exc:  # the driver loop has stopped
-            raise StoreError(self._name, "cannot write: the store is closing") from exc
+            raise self._closing_error("write") from exc
 
     async def _writer_loop(self, queue: GroupQueue) -> None:
         kick = self._c.kick

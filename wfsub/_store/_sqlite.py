@@ -134,8 +134,7 @@ class SqliteStore(SingleNode):
     # -- open and close --------------------------------------------------------------------------------------
 
     async def open(self, *, owner: bool, owner_id: str) -> None:
-        if self._writer is not None or self._opening:
-            raise StoreError(self.path, "open() called on a store that is already open: close() it first")
+        self._refuse_second_open()
         if not isinstance(owner_id, str) or not owner_id:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str naming the opener (a Substrate id)")
         self._read_limiter = anyio.CapacityLimiter(READERS)
@@ -369,13 +368,13 @@ class SqliteStore(SingleNode):
 
     # -- writes ----------------------------------------------------------------------------------------------
 
+    def _is_open(self) -> bool:
+        return self._writer is not None
+
     def _running(self, action: str) -> Writer:
         writer = self._writer
         if writer is None:
-            raise StoreError(
-                self.path, f"cannot {action}: the store is not open; call `await store.open(owner=..., "
-                "owner_id=...)` first (a Substrate opens its store when it starts)"
-            )
+            raise self._not_open(action)
         return writer
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
