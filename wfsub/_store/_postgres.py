@@ -117,7 +117,7 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoreBase, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, StoreBase, StoredCase
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
@@ -134,10 +134,13 @@ from ._pgdriver import (
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    decode_inbox,
     decode_row,
+    decode_snapshot,
+    decode_start,
     encode_write,
     loads,
-    no_start,
+    page,
     second_end,
     seq_taken,
     to_json,
@@ -147,7 +150,6 @@ from ._sql import load_dialect
 _log = get_logger("wfsub.store")
 
 T = TypeVar("T")
-_NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
 LEASE_MIN = 0.5  # seconds: the shortest lease_seconds (renewed every third, so every 0.17 s at least)
@@ -1012,14 +1014,11 @@ class PostgresStore(StoreBase):
                 found = await conn.fetchrow(Q["case_row"], case_id)
                 if found is None:
                     return None
-                start = await conn.fetchval(Q["journal_start"], case_id)
-                if start is None:
-                    raise StoreError(self._name, no_start(case_id))
-                snap = await conn.fetchrow(Q["snapshot_newest"], case_id)
-                snapshot = None if snap is None else Snapshot(case_id, snap[0], snap[1], snap[2], loads(snap[3]))
+                start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_start"], case_id))
+                snapshot = decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id))
                 after = 0 if snapshot is None else snapshot.seq
                 records = [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                return StoredCase(_row(found), loads(start), snapshot, records)
+                return StoredCase(_row(found), start, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -1096,14 +1095,14 @@ class PostgresStore(StoreBase):
                 rows = await conn.fetch(Q["inbox_take_all"], after, limit)
             else:
                 rows = await conn.fetch(Q["inbox_take_owned"], after, limit, self._node)
-            return [_inbox_row(found) for found in rows]
+            return [decode_inbox(found) for found in rows]
 
         return await self._read("reading the inbox", read)
 
     async def inbox_row(self, inbox_id: int) -> InboxRow | None:
         async def read(conn: Any) -> InboxRow | None:
             found = await conn.fetchrow(Q["inbox_row"], inbox_id)
-            return None if found is None else _inbox_row(found)
+            return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
@@ -1174,11 +1173,6 @@ def _row(found: Any) -> CaseRow:
     return row
 
 
-def _inbox_row(found: Any) -> InboxRow:
-    inbox_id, case_id, kind, body, request_id, created_at, refused = found
-    return InboxRow(int(inbox_id), case_id, kind, loads(body), request_id, float(created_at), refused)
-
-
 async def _case_row(case_id: str, conn: Any) -> CaseRow | None:
     found = await conn.fetchrow(Q["case_row"], case_id)
     return None if found is None else _row(found)
@@ -1192,16 +1186,8 @@ def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
 
 
 async def _page(state: str | None, workflow: str | None, limit: int, before: int | None, conn: Any) -> list[CaseRow]:
-    bound = _NO_ORDER if before is None else before
-    if state is not None and workflow is not None:
-        rows = await conn.fetch(Q["cases_page_state_workflow"], bound, limit, state, workflow)
-    elif state is not None:
-        rows = await conn.fetch(Q["cases_page_state"], bound, limit, state)
-    elif workflow is not None:
-        rows = await conn.fetch(Q["cases_page_workflow"], bound, limit, workflow)
-    else:
-        rows = await conn.fetch(Q["cases_page"], bound, limit)
-    return [_row(found) for found in rows]
+    query, params = page(state, workflow, limit, before)
+    return [_row(found) for found in await conn.fetch(Q[query], *params.values())]
 
 
 __all__ = ["PostgresStore"]

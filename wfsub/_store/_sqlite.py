@@ -53,15 +53,18 @@ import anyio
 import anyio.to_thread
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    decode_inbox,
     decode_row,
+    decode_snapshot,
+    decode_start,
     encode_write,
     loads,
-    no_start,
+    page,
     second_end,
     seq_taken,
     to_json,
@@ -77,7 +80,6 @@ HEARTBEAT_EVERY = 30.0  # seconds between two refreshes of the owner row's heart
 SYNCHRONOUS = ("full", "normal")
 
 Q = QUERIES
-_NO_ORDER = 2**63 - 1  # `before` when paging starts: above every case_order
 T = TypeVar("T")
 
 
@@ -454,14 +456,12 @@ class SqliteStore(SingleNode):
             if found is None:
                 return None
             start = conn.execute(Q["journal_start"], {"case_id": case_id}).fetchone()
-            if start is None:
-                raise StoreError(self.path, no_start(case_id))
-            snap = conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone()
-            snapshot = None if snap is None else Snapshot(case_id, snap[0], snap[1], snap[2], loads(snap[3]))
+            start_record = decode_start(self.path, case_id, None if start is None else start[0])
+            snapshot = decode_snapshot(case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone())
             after = 0 if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [loads(text) for (text,) in rows]
-            return StoredCase(decode_row(found[0], found), loads(start[0]), snapshot, records)
+            return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -501,7 +501,7 @@ class SqliteStore(SingleNode):
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", self._rows(*_page(state, workflow, limit, before)))
+        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before)))
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
@@ -510,7 +510,7 @@ class SqliteStore(SingleNode):
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", self._rows(*_page(state, workflow, limit, before)))
+        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before)))
 
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
@@ -534,14 +534,14 @@ class SqliteStore(SingleNode):
             return []
 
         def read(conn: sqlite3.Connection) -> list[InboxRow]:
-            return [_inbox_row(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
+            return [decode_inbox(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
 
         return await self._read("reading the inbox", read)
 
     async def inbox_row(self, inbox_id: int) -> InboxRow | None:
         def read(conn: sqlite3.Connection) -> InboxRow | None:
             found = conn.execute(Q["inbox_row"], {"id": inbox_id}).fetchone()
-            return None if found is None else _inbox_row(found)
+            return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
@@ -656,23 +656,5 @@ def _heartbeat(epoch: int, conn: sqlite3.Connection) -> None:
     conn.execute(Q["owner_heartbeat"], {"now": time.time(), "epoch": epoch})
 
 
-def _inbox_row(found: tuple[Any, ...]) -> InboxRow:
-    inbox_id, case_id, kind, body, request_id, created_at, refused = found
-    return InboxRow(inbox_id, case_id, kind, loads(body), request_id, created_at, refused)
-
-
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _page(state: str | None, workflow: str | None, limit: int, before: int | None) -> tuple[str, dict[str, Any]]:
-    """The named query and parameters of one page of `cases()`, newest first."""
-    params: dict[str, Any] = {"limit": limit, "before": _NO_ORDER if before is None else before}
-    query = "cases_page"
-    if state is not None:
-        params["state"] = state
-        query += "_state"
-    if workflow is not None:
-        params["workflow"] = workflow
-        query += "_workflow"
-    return query, params
