@@ -39,12 +39,13 @@ per write and some 35 us of Python across the two threads, which share one GIL. 
 inbox row's commit (an fsync; a bare `pg_notify` transaction writes no WAL) and crosses both threads.
 
 Group commit. Every write (`write`, `queue_case`) and every `inbox_put` goes to one writer task on the driver
-loop. It takes everything queued while its previous commit ran and sends one `SELECT ... FROM write_case(...)`
-per write with `fetchmany`: one round trip, one implicit transaction, one fsync. `write_case` (a PL/pgSQL
-function, in the migrations) locks the case row (`FOR UPDATE`), checks its owner and epoch (fencing), and runs
-the write in an exception block: a write that breaks a rule (a seq written twice, a second `end`) or that is
-fenced is undone alone and reported as StoreConflict, while the rest of the group commits. An error the function
-does not catch (a value Postgres refuses) aborts the group's transaction; the writer then runs each write of that
+loop (the job, the queue and the wake-up of waiters are `_group.py`'s, shared with the SQLite writer). It takes
+everything queued while its previous commit ran and sends one `SELECT ... FROM write_case(...)` per write with
+`fetchmany`: one round trip, one implicit transaction, one fsync. `write_case` (a PL/pgSQL function, in the
+migrations) locks the case row (`FOR UPDATE`), checks its owner and epoch (fencing), and runs the write in an
+exception block: a write that breaks a rule (a seq written twice, a second `end`) or that is fenced is undone
+alone and reported as StoreConflict, while the rest of the group commits. An error the function does not catch
+(a value Postgres refuses) aborts the group's transaction; the writer then runs each write of that
 group alone, so it fails alone.
 
 Connection loss. A connection that dropped (a restarted server, `pg_terminate_backend`) is replaced, with
