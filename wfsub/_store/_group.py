@@ -250,17 +250,20 @@ class GroupQueue:
         asked = 0
         for token, prompt, early in waiting.values():
             soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
-            turned = self.turned if turns and soon is not None and prompt and queued else None
-            if turned is None or soon is None:
+            if soon is None:
                 call_soon_on(token, _wake, prompt, early, None, self.groups)
                 continue
-            with self._lock:
-                self._turns += 1  # before the loop can answer
+            turned = self.turned if turns and prompt and queued else None
+            if turned is not None:
+                with self._lock:
+                    self._turns += 1  # before the loop can answer
             try:
                 soon(_wake, (prompt, early, turned, self.groups), token.native_token)
-                asked += 1
+                if turned is not None:
+                    asked += 1
             except Exception:  # the loop has ended: nobody is waiting any more
-                with self._lock:
-                    self._turns -= 1
+                if turned is not None:
+                    with self._lock:
+                        self._turns -= 1
                 _log.warning("store_waiters_gone", store=self.name, jobs=len(prompt) + len(early))
         return asked
