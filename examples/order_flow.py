@@ -3,12 +3,17 @@
 Each order is a durable case on a SQLite store:
 
     check the order, then a saga: reserve stock (undo: release it), charge the card (retried; undo: refund),
-    wait for the customer to confirm (or confirm by default when the window closes); then book the courier.
+    wait for the customer to confirm (or confirm by default when the window closes: 4 s for an express order,
+    10 minutes for the others); then book the courier.
 
 The demo runs the shop in a child process and kills it (SIGKILL) while a courier booking is in flight. A new
-shop process opens the same store: the in-flight booking runs again with the same idempotency key, the
-customer's confirmation window goes on where it was, and a cancel sent with the `wfsub` command compensates
-a paid order (refund, then release the stock). The store stays in `.demo/orders.db` for `wfsub` to look at.
+shop process opens the same store: the in-flight booking runs again with the same idempotency key, the express
+order's confirmation window goes on where it was, and a cancel sent with the `wfsub` command compensates a paid
+order (refund, then release the stock). The store stays in `.demo/orders.db` for `wfsub` to look at.
+
+Every step waits on a state, never on the clock: the orders the demo signals or cancels have a window far longer
+than the demo, and the first shop's courier never answers (it is killed mid-booking), so a slow machine shows
+the same story.
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from typing import Any
 import anyio
 
 import wfsub
-from wfsub import Retry, Substrate, defer, effect, effect_info, saga, seq, task
+from wfsub import Retry, Substrate, defer, effect, effect_info, saga, seq, task, xor
 
 STORE = Path(".demo") / "orders.db"
-CONFIRM_WINDOW = 4.0  # seconds the customer has to confirm before the order is confirmed by default
+EXPRESS_WINDOW = 4.0  # seconds an express order's customer has to confirm before it is confirmed by default
+CONFIRM_WINDOW = 600.0  # the same for the other orders
+COURIER_SECONDS = 1.0  # how long a booking takes; the first shop's courier never answers (it is killed first)
 
 
 def check_order(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,8 +68,17 @@ async def refund(ctx: Mapping[str, Any]) -> dict[str, Any]:
 async def book_courier(ctx: Mapping[str, Any]) -> dict[str, Any]:
     key = effect_info().idempotency_key  # the courier dedupes on it: a booking re-run after a crash is one booking
     print(f"    courier: booking a shipment for {ctx['order_id']} (idempotency key {key})", flush=True)
-    await anyio.sleep(1.0)
+    await anyio.sleep(COURIER_SECONDS)
     return {"tracking": f"TRK-{ctx['order_id']}"}
+
+
+def confirmation(window: float) -> wfsub.Term:
+    """The customer confirms within `window` seconds, or the order is confirmed by default."""
+    return defer(
+        {"confirmed": task(lambda ctx: {"status": "confirmed"}, name="confirm")},
+        timeout=window,
+        on_timeout=task(lambda ctx: {"status": "confirmed by default"}, name="confirm_by_default"),
+    )
 
 
 ORDER = seq(
@@ -70,19 +86,16 @@ ORDER = seq(
     saga(
         (effect(reserve_stock), effect(release_stock)),
         (effect(charge_card, retry=Retry(max_attempts=3, initial=0.05)), effect(refund)),
-        defer(
-            {"confirmed": task(lambda ctx: {"status": "confirmed"}, name="confirm")},
-            timeout=CONFIRM_WINDOW,
-            on_timeout=task(lambda ctx: {"status": "confirmed by default"}, name="confirm_by_default"),
-        ),
+        xor((lambda ctx: ctx.get("express", False), confirmation(EXPRESS_WINDOW)),
+            default=confirmation(CONFIRM_WINDOW)),
     ),
     effect(book_courier, timeout=10.0),
 )
 
 ORDERS = {
-    "A-100": [{"sku": "lamp", "qty": 1, "price": 49.0}],
-    "A-101": [{"sku": "mug", "qty": 4, "price": 7.5}],
-    "A-102": [{"sku": "desk", "qty": 1, "price": 320.0}],
+    "A-100": {"lines": [{"sku": "lamp", "qty": 1, "price": 49.0}]},
+    "A-101": {"lines": [{"sku": "mug", "qty": 4, "price": 7.5}]},
+    "A-102": {"lines": [{"sku": "desk", "qty": 1, "price": 320.0}], "express": True},
 }
 SHOWN = {"case_started", "task", "effect_requested", "effect_completed", "effect_retry", "signal_consumed",
          "deferred_choice", "timer_fired", "case_done", "case_cancelled", "case_failed"}
@@ -107,6 +120,8 @@ def shop(*sinks: wfsub.TraceSink) -> Substrate:
 
 
 async def first_shop() -> None:
+    global COURIER_SECONDS
+    COURIER_SECONDS = 3600.0  # this shop is killed while its courier booking is in flight
     waiting: set[str] = set()
     all_waiting = anyio.Event()
 
@@ -117,8 +132,8 @@ async def first_shop() -> None:
                 all_waiting.set()
 
     async with shop(wfsub.CallbackSink(watch)) as sub:
-        for order_id, lines in ORDERS.items():
-            await sub.new_case("order", {"order_id": order_id, "lines": lines}, case_id=order_id)
+        for order_id, order in ORDERS.items():
+            await sub.new_case("order", {"order_id": order_id, **order}, case_id=order_id)
         await all_waiting.wait()
         print("ready", flush=True)
         await anyio.sleep_forever()
@@ -131,11 +146,11 @@ async def second_shop() -> dict[str, str]:
     async with shop() as sub:
         print("   The customer of A-101 cancels; the paid order is compensated (refund, then release the stock).")
         await anyio.to_thread.run_sync(lambda: wfsub_command("cancel", "A-101", "--reason", "customer cancelled"))
-        print("   Nobody answers for A-102: its window, opened before the crash, closes on time.")
+        print("   Nobody answers for express order A-102: its window, opened before the crash, closes on time.")
         results: dict[str, str] = {}
         for order_id in ORDERS:
             try:
-                data = await sub.await_case(order_id, timeout=15)
+                data = await sub.await_case(order_id)
                 results[order_id] = f"{data['status']}, charged {data['charged']}, tracking {data['tracking']}"
             except wfsub.CaseCancelled as exc:
                 data = sub.data(order_id)
@@ -156,7 +171,8 @@ def demo() -> None:
     for leftover in STORE.parent.glob(STORE.name + "*"):
         leftover.unlink()
 
-    print(f"1. The shop (a child process) takes three orders; they wait for the customer ({CONFIRM_WINDOW:g}s window).")
+    print(f"1. The shop (a child process) takes three orders; they wait for their customers to confirm "
+          f"(express orders: {EXPRESS_WINDOW:g}s).")
     child = subprocess.Popen([sys.executable, __file__, "--first-shop"], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     for line in child.stdout:
@@ -166,7 +182,7 @@ def demo() -> None:
     wfsub_command("signal", "A-100", "confirmed", '{"via": "app"}')
     for line in child.stdout:
         print(line, end="")
-        if "courier: booking" in line:
+        if "courier: booking a shipment for A-100" in line:
             break
     print(f"\n2. kill -9 {child.pid}: the shop dies while the courier booking of A-100 is in flight.")
     child.send_signal(signal.SIGKILL)

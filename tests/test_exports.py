@@ -26,10 +26,12 @@ import pytest
 def test_public_names_match_all(name: str) -> None:
     """Every public attribute is in __all__, every __all__ entry exists, and __all__ is sorted."""
     module = importlib.import_module(name)
-    public = {
+    public = {  # dir(): a name imported on first use (a module __getattr__) is listed by the module's __dir__
         attr
-        for attr, value in vars(module).items()
-        if not attr.startswith("_") and not isinstance(value, types.ModuleType) and attr != "annotations"
+        for attr in dir(module)
+        if not attr.startswith("_")
+        and not isinstance(getattr(module, attr), types.ModuleType)
+        and attr != "annotations"
     }
     assert sorted(module.__all__) == module.__all__
     assert set(module.__all__) == public
@@ -57,3 +59,24 @@ def test_public_submodules_are_reached_from_a_bare_import_and_loaded_only_when_u
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_lazy_names_are_the_names_type_checkers_see() -> None:
+    """wfsub's first-use table and its TYPE_CHECKING imports name the same objects, so mypy sees what runs."""
+    import ast
+    from pathlib import Path
+
+    import wfsub
+
+    tree = ast.parse(Path(wfsub.__file__).read_text())
+    (block,) = [
+        node for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+    ]
+    seen = {
+        alias.asname or alias.name: ("." * node.level + (node.module or ""), alias.name)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == wfsub._LAZY

@@ -15,12 +15,18 @@ to flat bytecode and run by one actor coroutine per case. Layers, each importing
 `contrib` holds optional tools on top of the public API: diagrams (`to_mermaid`, `to_dot`, re-exported here)
 and `wfsub.contrib.otel.OTelSink` (the `otel` extra; never imported by `import wfsub`).
 
+`import wfsub` loads only the errors and the pattern algebra (pure Python, no dependency). Every other name
+here is imported on first use (PEP 562 `__getattr__`): `wfsub.Substrate` loads the runtime (anyio, pydantic),
+`wfsub.compile` the compiler, `wfsub.to_mermaid` the diagrams, and the `wfsub` command loads none of them to
+print its help. Type checkers read the same names from the `TYPE_CHECKING` block.
+
 This module is the curated public API; `wfsub.testing` and `wfsub.lowlevel` are the other public tiers, and
 `wfsub.terms` and `wfsub.runtime` re-export the algebra and the runtime.
 """
 
+import typing
+
 from . import _deprecated
-from ._compiler import compile_workflow as compile
 from ._errors import CaseCancelled as CaseCancelled
 from ._errors import CaseExists as CaseExists
 from ._errors import CaseFailed as CaseFailed
@@ -40,21 +46,6 @@ from ._errors import SubstrateClosed as SubstrateClosed
 from ._errors import WaitTimeout as WaitTimeout
 from ._errors import WfsubError as WfsubError
 from ._errors import WorkflowNotRegistered as WorkflowNotRegistered
-from ._runtime import CaseHandle as CaseHandle
-from ._runtime import CaseState as CaseState
-from ._runtime import CaseStatus as CaseStatus
-from ._runtime import Clock as Clock
-from ._runtime import EffectInfo as EffectInfo
-from ._runtime import EffectStatus as EffectStatus
-from ._runtime import Failure as Failure
-from ._runtime import JournalRecord as JournalRecord
-from ._runtime import RealClock as RealClock
-from ._runtime import ReplayReport as ReplayReport
-from ._runtime import Substrate as Substrate
-from ._runtime import SubstrateStatistics as SubstrateStatistics
-from ._runtime import TimerStatus as TimerStatus
-from ._runtime import effect_info as effect_info
-from ._runtime import replay as replay
 from ._terms import Retry as Retry
 from ._terms import Term as Term
 from ._terms import add_instances as add_instances
@@ -81,17 +72,35 @@ from ._terms import terminate as terminate
 from ._terms import wait as wait
 from ._terms import when_milestone as when_milestone
 from ._terms import xor as xor
-from ._trace import CallbackSink as CallbackSink
-from ._trace import JsonlSink as JsonlSink
-from ._trace import MemorySink as MemorySink
-from ._trace import StructlogSink as StructlogSink
-from ._trace import TraceEvent as TraceEvent
-from ._trace import TraceLevel as TraceLevel
-from ._trace import TraceSink as TraceSink
-from ._validate import ValidationIssue as ValidationIssue
-from ._validate import validate as validate
-from .contrib.diagram import to_dot as to_dot
-from .contrib.diagram import to_mermaid as to_mermaid
+
+if typing.TYPE_CHECKING:
+    from ._compiler import compile_workflow as compile
+    from ._runtime import CaseHandle as CaseHandle
+    from ._runtime import CaseState as CaseState
+    from ._runtime import CaseStatus as CaseStatus
+    from ._runtime import Clock as Clock
+    from ._runtime import EffectInfo as EffectInfo
+    from ._runtime import EffectStatus as EffectStatus
+    from ._runtime import Failure as Failure
+    from ._runtime import JournalRecord as JournalRecord
+    from ._runtime import RealClock as RealClock
+    from ._runtime import ReplayReport as ReplayReport
+    from ._runtime import Substrate as Substrate
+    from ._runtime import SubstrateStatistics as SubstrateStatistics
+    from ._runtime import TimerStatus as TimerStatus
+    from ._runtime import effect_info as effect_info
+    from ._runtime import replay as replay
+    from ._trace import CallbackSink as CallbackSink
+    from ._trace import JsonlSink as JsonlSink
+    from ._trace import MemorySink as MemorySink
+    from ._trace import StructlogSink as StructlogSink
+    from ._trace import TraceEvent as TraceEvent
+    from ._trace import TraceLevel as TraceLevel
+    from ._trace import TraceSink as TraceSink
+    from ._validate import ValidationIssue as ValidationIssue
+    from ._validate import validate as validate
+    from .contrib.diagram import to_dot as to_dot
+    from .contrib.diagram import to_mermaid as to_mermaid
 
 __all__ = [
     "CallbackSink",
@@ -175,11 +184,52 @@ _old_names = _deprecated.module_getattr(
 # The public submodules, loaded on first use: `import wfsub` then `wfsub.stores.SqliteStore(...)` works, and a
 # program that never touches the command or the extras never loads them.
 _SUBMODULES = frozenset({"stores", "testing", "lowlevel", "runtime", "terms", "contrib", "cli"})
+# The names imported on first use: name -> (module, attribute). The TYPE_CHECKING block above lists the same
+# imports for type checkers (tests/test_exports.py holds the two to each other).
+_LAZY: dict[str, tuple[str, str]] = {
+    "compile": ("._compiler", "compile_workflow"),
+    "CaseHandle": ("._runtime", "CaseHandle"),
+    "CaseState": ("._runtime", "CaseState"),
+    "CaseStatus": ("._runtime", "CaseStatus"),
+    "Clock": ("._runtime", "Clock"),
+    "EffectInfo": ("._runtime", "EffectInfo"),
+    "EffectStatus": ("._runtime", "EffectStatus"),
+    "Failure": ("._runtime", "Failure"),
+    "JournalRecord": ("._runtime", "JournalRecord"),
+    "RealClock": ("._runtime", "RealClock"),
+    "ReplayReport": ("._runtime", "ReplayReport"),
+    "Substrate": ("._runtime", "Substrate"),
+    "SubstrateStatistics": ("._runtime", "SubstrateStatistics"),
+    "TimerStatus": ("._runtime", "TimerStatus"),
+    "effect_info": ("._runtime", "effect_info"),
+    "replay": ("._runtime", "replay"),
+    "CallbackSink": ("._trace", "CallbackSink"),
+    "JsonlSink": ("._trace", "JsonlSink"),
+    "MemorySink": ("._trace", "MemorySink"),
+    "StructlogSink": ("._trace", "StructlogSink"),
+    "TraceEvent": ("._trace", "TraceEvent"),
+    "TraceLevel": ("._trace", "TraceLevel"),
+    "TraceSink": ("._trace", "TraceSink"),
+    "ValidationIssue": ("._validate", "ValidationIssue"),
+    "validate": ("._validate", "validate"),
+    "to_dot": (".contrib.diagram", "to_dot"),
+    "to_mermaid": (".contrib.diagram", "to_mermaid"),
+}
 
 
 def __getattr__(name: str) -> object:
-    if name in _SUBMODULES:
-        import importlib
+    import importlib
 
+    found = _LAZY.get(name)
+    if found is not None:
+        module, attribute = found
+        value = getattr(importlib.import_module(module, __name__), attribute)
+        globals()[name] = value  # the next lookup is a plain module attribute
+        return value
+    if name in _SUBMODULES:
         return importlib.import_module(f"wfsub.{name}")
     return _old_names(name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

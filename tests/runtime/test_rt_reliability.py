@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import threading
 import tracemalloc
 from collections.abc import Mapping
 from typing import Any
@@ -435,3 +436,13 @@ async def test_a_slow_sink_losing_events_is_logged_once_per_thousand() -> None:
             dropped = sub.statistics().trace_dropped
     warnings = [e for e in logs if e["event"] == "trace sink is too slow; events dropped"]
     assert dropped > 0 and len(warnings) == 1
+
+
+async def test_result_of_a_case_whose_data_holds_an_uncopyable_object_is_readable() -> None:
+    """result() and data() of an in-memory case holding a lock hand the lock out as it is, not a TypeError."""
+    lock = threading.Lock()  # copy.deepcopy raises TypeError on it
+    async with Substrate() as sub:
+        handle = await sub.new_case(seq(task(lambda ctx: {"n": 1})), {"lock": lock, "items": [lock]})
+        result = await handle.result()
+        assert result["lock"] is lock and result["items"][0] is lock and result["n"] == 1
+        assert sub.data(handle.case_id)["lock"] is lock

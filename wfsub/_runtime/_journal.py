@@ -72,7 +72,9 @@ def copy_data(data: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of case data that shares nothing mutable with it (what `data()` and `result()` hand out).
 
     Dicts and lists, which is what case data is made of, are copied here; str, numbers, bool, None and bytes are
-    shared (they cannot change); anything else goes through `copy.deepcopy`.
+    shared (they cannot change); anything else goes through `copy.deepcopy`, and a value that cannot be copied
+    (a lock, a connection: only an in-memory case can hold one) is handed out as it is, so the result of a case
+    that finished stays readable.
     """
     out = dict(data)
     for key, value in out.items():
@@ -89,7 +91,10 @@ def _copied(value: Any) -> Any:
         return {key: _copied(v) for key, v in value.items()}
     if kind is list:
         return [_copied(v) for v in value]
-    return copy.deepcopy(value)
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # copy raises whatever the object's __reduce_ex__ raises (TypeError for a lock)
+        return value
 
 
 def to_json(value: Any, where: str, limit: int | None = None) -> tuple[Any, int]:

@@ -17,6 +17,8 @@ in order, an older one those it lacks, under a version it records); its URL sche
 more kind in `tests/stores/_helpers.py`, which runs the contract suite `tests/stores/test_store_generic.py` on it.
 """
 
+from typing import TYPE_CHECKING
+
 from ._base import SCHEMA_VERSION as SCHEMA_VERSION
 from ._base import CaseRow as CaseRow
 from ._base import CaseWrite as CaseWrite
@@ -30,6 +32,16 @@ from ._base import StoredCase as StoredCase
 from ._base import require_store as require_store
 from ._memory import MemoryStore as MemoryStore
 from ._open import open_store as open_store
-from ._postgres import PostgresStore as PostgresStore
 from ._sqlite import SqliteStore as SqliteStore
 
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore as PostgresStore
+
+
+# PostgresStore is imported on first use: a program on SQLite or memory never loads the Postgres module.
+def __getattr__(name: str) -> object:
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,10 @@ wfsub configures no logging and prints nothing by itself. Where an event goes is
   logging format adds those), so `logging.getLogger("wfsub")` governs them all, and with no logging set up
   Python shows WARNING and above on stderr and nothing below.
 
+structlog is never imported here: an app that configured it has imported it, so it is looked up in
+`sys.modules` when an event is logged (importing structlog costs ~90 ms, its console renderer pulling in rich
+and pygments, which an app without structlog should not pay).
+
 A case's own failure is the app's business (whoever awaits it gets CaseFailed): it is logged at INFO; WARNING and
 above are for trouble in wfsub's own machinery (a sink failing, an effect that ignores cancellation at shutdown).
 """
@@ -15,9 +19,8 @@ above are for trouble in wfsub's own machinery (a sink failing, an effect that i
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
-
-import structlog
 
 
 class Logger:
@@ -30,7 +33,8 @@ class Logger:
         self._std = logging.getLogger(name)
 
     def _log(self, level: int, method: str, event: str, fields: dict[str, Any], exc_info: bool = False) -> None:
-        if structlog.is_configured():
+        structlog = sys.modules.get("structlog")
+        if structlog is not None and structlog.is_configured():
             log = structlog.get_logger(self.name)
             if exc_info:
                 fields["exc_info"] = True

@@ -3,27 +3,49 @@ replay that diverged) or 2 (a usage error); errors go to stderr with the fix in 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .._compiler import compile_workflow
 from .._errors import InvalidWorkflow, ReplayDivergence, WfsubError
-from .._runtime import CaseState
-from .._runtime._persist import check_version, status_of
-from .._runtime._replay import replay
-from .._store import CaseRow, Store
-from .._validate import validate
-from . import _render as r
 from ._targets import CliError, Target, case_row, load_redact, load_target, opened
+
+# What a command needs (the runtime, the stores, the compiler, Rich) is imported by the command when it runs,
+# so `wfsub --help` and a mistyped command load none of it.
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from .._store import CaseRow, Store
+    from . import _render as r
+
+
+def _lazy_module(name: str) -> ModuleType:
+    """The module `name`, imported on the first use of one of its attributes (importlib.util.LazyLoader)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None, name
+    assert spec.loader is not None, name
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+if not TYPE_CHECKING:
+    r = _lazy_module("wfsub.cli._render")  # Rich's consoles and tables: loaded by the first command that prints
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -34,8 +56,21 @@ WORKFLOW = click.option(
     metavar="MODULE:ATTR", help="The workflow term, or the dict of name -> term given to Substrate(workflows=).",
 )
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-STATES = [s.value for s in CaseState]
 WAIT_POLL = 0.05  # seconds between looks at the inbox row of an input while waiting for the owner
+
+
+class _StateChoice(click.Choice[str]):
+    """A choice of the case states (`CaseState` values), read from the runtime on first use (a command's own
+    `--help` or its arguments), not when `wfsub` starts."""
+
+    def __init__(self) -> None:
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from .._runtime._status import CaseState
+
+        return tuple(s.value for s in CaseState)
 
 
 def _run(fn: Callable[P, Awaitable[T]]) -> Callable[P, T]:
@@ -71,7 +106,7 @@ def main() -> None:
 
 @main.command()
 @STORE
-@click.option("--state", type=click.Choice(STATES), help="Only cases in this state.")
+@click.option("--state", type=_StateChoice(), help="Only cases in this state.")
 @click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only cases of this registered workflow.")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="Cases per page.")
 @click.option("--before", type=click.IntRange(min=1), metavar="ORDER", help="The page after a case's order.")
@@ -100,6 +135,8 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
 @_run
 async def show(store: str, case_id: str, as_json: bool) -> None:
     """Where a case is: state, threads, what it waits for, its error."""
+    from .._runtime._persist import status_of
+
     async with opened(store) as s:
         row = await case_row(s, case_id)
     status = status_of(row, lambda v: v)
@@ -145,6 +182,8 @@ async def journal(store: str, case_id: str) -> None:
 @_run
 async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec: str | None, as_json: bool) -> None:
     """A case's trace, replayed from its journal on its workflow (no effect runs)."""
+    from .._runtime._replay import replay
+
     target = load_target(workflow)
     redact = load_redact(redact_spec)
     async with opened(store) as s:
@@ -237,6 +276,8 @@ def _reason(value: str) -> str:
 
 
 async def _steerable(store: Store, case_id: str, what: str) -> CaseRow:
+    from .._runtime._status import CaseState
+
     row = await case_row(store, case_id)
     state = CaseState(row.state)
     if state.ended:
@@ -284,7 +325,7 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
 @WORKFLOW
 @click.argument("case_ids", nargs=-1, metavar="[CASE_ID]...")
 @click.option("--all", "every", is_flag=True, help="Replay every case in the store (newest first).")
-@click.option("--state", type=click.Choice(STATES), help="With --all: only cases in this state.")
+@click.option("--state", type=_StateChoice(), help="With --all: only cases in this state.")
 @_run
 async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], every: bool,
                        state: str | None) -> None:
@@ -310,6 +351,9 @@ async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], eve
 
 async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
     """Replay one case and print its line; the problem (divergence, no workflow), or None when it replays."""
+    from .._runtime._persist import check_version
+    from .._runtime._replay import replay
+
     try:
         row = await case_row(store, case_id)
         program, warning = target.program_for(row)
@@ -345,6 +389,8 @@ async def _all_ids(store: Store, state: str | None) -> list[str]:
 
 
 def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     return Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=r.err, transient=True, disable=not r.err.is_terminal,
@@ -433,6 +479,8 @@ async def graph(target: str, name: str | None, fmt: str, case_id: str | None, st
 @_run
 async def validate_workflow(target: str, name: str | None) -> None:
     """Check a workflow; exit status 1 with every issue if it has any."""
+    from .._validate import validate
+
     loaded = load_target(target)
     names = [name] if loaded.term is not None or name is not None else sorted(loaded.registry or {})
     problems = 0
@@ -455,6 +503,8 @@ async def validate_workflow(target: str, name: str | None) -> None:
 @_run
 async def dis(target: str, name: str | None) -> None:
     """Print a workflow's bytecode."""
+    from .._compiler import compile_workflow
+
     _, term = load_target(target).pick(name)
     try:
         program = compile_workflow(term)

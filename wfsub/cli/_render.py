@@ -6,14 +6,15 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._runtime import CaseStatus
-from .._store import CaseRow
+if TYPE_CHECKING:
+    from .._runtime import CaseStatus
+    from .._store import CaseRow
 
 # On a terminal tables fit its width (columns fold, never cut with an ellipsis); piped into a file or another
 # program they keep their natural width, so a case id is always whole.

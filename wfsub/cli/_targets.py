@@ -17,16 +17,17 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._compiler import compile_workflow
 from .._errors import InvalidWorkflow, StoreError
-from .._program import Program
-from .._runtime._registry import Workflows
-from .._store import CaseRow, Store, open_store
 from .._terms import Term
+
+# The stores, the compiler and the runtime are imported where they are used: `wfsub --help` loads none of them.
+if TYPE_CHECKING:
+    from .._program import Program
+    from .._store import CaseRow, Store
 
 
 class CliError(click.ClickException):
@@ -37,6 +38,8 @@ class CliError(click.ClickException):
 
 
 def _store_for_cli(spec: str) -> Store:
+    from .._store import open_store
+
     try:
         return open_store(spec, existing=True)  # a store a Substrate created: never a new one, nor a memory one
     except (StoreError, TypeError) as exc:
@@ -106,6 +109,8 @@ class Target:
                 f"case {row.case_id!r} ran on version {row.fingerprint[:12]} of {row.workflow!r}; {self.spec} "
                 f"compiles to {program.fingerprint[:12]}: a divergence may come from the change of version"
             )
+        from .._runtime._registry import Workflows
+
         assert self.registry is not None
         try:
             workflows = Workflows(self.registry, None)
@@ -127,6 +132,8 @@ class Target:
 
 
 def _compile(spec: str, term: Term) -> Program:
+    from .._compiler import compile_workflow
+
     try:
         return compile_workflow(term)
     except InvalidWorkflow as exc:
