@@ -88,7 +88,7 @@ async def crash(path: str, prefix: str, seed: int, synchronous: str, writes: int
 
 
 async def unwoken(path: str, synchronous: str) -> None:
-    from wfsub._store._writer import Writer
+    from wfsub._store._group import GroupQueue
 
     store = SqliteStore(path, synchronous=synchronous)
     await store.open(owner=True, owner_id="unwoken")
@@ -96,14 +96,14 @@ async def unwoken(path: str, synchronous: str) -> None:
         await store.write(CaseWrite(f"a{i}", records=[{"seq": 0, "kind": "start"}], row=row(f"a{i}", "running", 0)))
         print(f"ack a{i} 0", flush=True)
     assert store._writer is not None
-    deliver = Writer._deliver
+    deliver = GroupQueue.deliver
 
-    def die_once_committed(self: Writer, group: list[Any]) -> int:
+    def die_once_committed(self: GroupQueue, group: list[Any], *, turns: bool = False) -> int:
         if any(job.label == "case 'u0'" for job in group):
             os.kill(os.getpid(), signal.SIGKILL)
-        return deliver(self, group)
+        return deliver(self, group, turns=turns)
 
-    Writer._deliver = die_once_committed  # type: ignore[method-assign]
+    GroupQueue.deliver = die_once_committed  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
         for i in range(10):
             tg.start_soon(store.write, CaseWrite(f"u{i}", records=[{"seq": 0, "kind": "start"}],

@@ -117,3 +117,28 @@ def test_a_bytes_path_like_or_an_empty_path_is_refused() -> None:
         open_store(BytesPath())
     with pytest.raises(StoreError, match="empty store path"):
         open_store("")
+
+
+@pytest.mark.parametrize("spec", ["cases.db", Path("cases.db"), "sqlite:///cases.db?synchronous=normal"])
+def test_existing_opens_only_a_sqlite_file_that_is_there(spec: object) -> None:
+    """existing=True gives a SqliteStore that will not create its file, with the URL's options kept."""
+    store = open_store(spec, existing=True)
+    assert isinstance(store, SqliteStore) and store.create is False and store.path == os.path.abspath("cases.db")
+    fresh = open_store(spec)
+    assert isinstance(fresh, SqliteStore) and fresh.create is True
+
+
+def test_existing_opens_only_a_postgres_schema_that_is_there() -> None:
+    """existing=True gives a PostgresStore that will not create its schema, its DSN options kept."""
+    pytest.importorskip("asyncpg")
+    store = open_store("postgresql://u:secret@db/app?schema=orders&lease_seconds=3", existing=True)
+    assert isinstance(store, PostgresStore) and store.create is False
+    assert store.schema == "orders" and store.lease_seconds == 3.0 and "secret" not in store.url
+
+
+def test_existing_refuses_a_memory_store_saying_what_to_give() -> None:
+    """existing=True on 'memory:' is a StoreError: a memory store lives inside one process; give the file or URL."""
+    with pytest.raises(StoreError, match="memory store lives inside one process.*SQLite file"):
+        open_store("memory:", existing=True)
+    store = MemoryStore()
+    assert open_store(store, existing=True) is store  # an object is itself, whatever `existing` says

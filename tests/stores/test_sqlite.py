@@ -20,17 +20,18 @@ import pytest
 import wfsub
 from wfsub._errors import StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite
+from wfsub._store import _group as group_module
 from wfsub._store import _sqlite as sqlite_module
 from wfsub._store import _writer as writer_module
 from wfsub._store._files import mode_of
+from wfsub._store._group import Job
 from wfsub._store._rows import encode_row
 from wfsub._store._sql import LAYOUT, QUERIES, load_layout, parse_queries, split_statements
-from wfsub._store._writer import Job
 from wfsub.stores import SqliteStore
 
 from ._helpers import end, first_write, opened, row, signal, start
 
-SQL = Path(wfsub.__file__).parent / "_store" / "sql"
+SQL = Path(wfsub.__file__).parent / "_store" / "sql" / "sqlite"
 
 
 def raw(path: str | Path) -> sqlite3.Connection:
@@ -112,27 +113,42 @@ def test_a_memory_database_or_a_bad_synchronous_is_refused() -> None:
 # -- the layout and its migrations -------------------------------------------------------------------------------
 
 
-def test_schema_and_the_migration_chain_build_the_same_layout() -> None:
-    """A new file built from schema.sql has the layout that migrations 1..N build from an empty file."""
-    with closing(raw(":memory:")) as fresh, closing(raw(":memory:")) as migrated:
-        for statement in LAYOUT.schema:
-            fresh.execute(statement)
+async def test_a_new_file_gets_the_layout_the_migration_chain_builds(tmp_path: Path) -> None:
+    """A new store file has exactly the layout that migrations 1..N build from an empty file (no other copy)."""
+    async with opened(SqliteStore(tmp_path / "s.db")):
+        pass
+    with closing(raw(tmp_path / "s.db")) as fresh, closing(raw(":memory:")) as migrated:
         for version in range(1, SCHEMA_VERSION + 1):
             for statement in LAYOUT.migrations[version].statements:
                 migrated.execute(statement)
         assert layout_of(fresh) == layout_of(migrated)
+        assert fresh.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert {name for kind, name, _ in layout_of(fresh) if kind == "table"} >= {
             "cases", "journal", "snapshots", "inbox", "owner"
         }
+    assert not (SQL / "schema.sql").exists() and not (SQL.parent / "schema.sql").exists()
+
+
+async def test_a_file_built_by_a_layout_1_schema_opens_with_its_cases(tmp_path: Path) -> None:
+    """A file at layout 1 whose tables were built in one go (as earlier versions built new files) opens as is."""
+    path = tmp_path / "old.db"
+    with closing(raw(path)) as conn:
+        conn.executescript(LAYOUT.migrations[1].script)
+        conn.execute(f"PRAGMA application_id = {sqlite_module.APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+    async with opened(SqliteStore(path)) as store:
+        await store.write(first_write("a"))
+    async with opened(SqliteStore(path, create=False)) as store:
+        assert await store.journal("a") == [start("a")]
+    with closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def future_layout(tmp_path: Path, migration: str) -> type[SqliteStore]:
-    """A SqliteStore of a library one layout version ahead: migration 0002 (text given), schema.sql to match."""
+    """A SqliteStore of a library one layout version ahead: migration 0002 (text given) after the released ones."""
     folder = tmp_path / "sql_v2"
     shutil.copytree(SQL, folder)
     (folder / "migrations" / "0002_case_tags.sql").write_text(migration)
-    with (folder / "schema.sql").open("a") as schema:
-        schema.write("\n" + migration)
 
     class FutureStore(SqliteStore):
         _layout = load_layout(folder, SCHEMA_VERSION + 1)
@@ -159,7 +175,7 @@ async def test_an_owner_migrates_an_older_file_and_keeps_its_cases(tmp_path: Pat
     async with opened(future(fresh)):
         pass
     with closing(raw(fresh)) as conn:
-        assert layout_of(conn) == migrated  # schema.sql v2 and the chain 1 -> 2 agree
+        assert layout_of(conn) == migrated  # a new file runs the chain 1 -> 2 too
 
 
 async def test_a_non_owner_does_not_migrate(tmp_path: Path) -> None:
@@ -202,10 +218,11 @@ def test_migrations_must_be_numbered_without_gaps(tmp_path: Path) -> None:
 
 
 def test_every_query_compiles_against_the_schema() -> None:
-    """Each named query in queries.sql is one statement that SQLite compiles against schema.sql."""
+    """Each named query in queries.sql is one statement that SQLite compiles against the migrated layout."""
     with closing(raw(":memory:")) as conn:
-        for statement in LAYOUT.schema:
-            conn.execute(statement)
+        for migration in LAYOUT.migrations.values():
+            for statement in migration.statements:
+                conn.execute(statement)
         for name, sql in QUERIES.items():
             params = dict.fromkeys(re.findall(r":([a-z_]+)", sql))
             conn.execute("EXPLAIN " + sql, params).fetchall()  # compiles, does not run
@@ -214,7 +231,7 @@ def test_every_query_compiles_against_the_schema() -> None:
 
 def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     """Every named query is used; no query holds a literal value; only the header PRAGMAs are formatted in code."""
-    source = "\n".join(p.read_text() for p in (SQL.parent).glob("*.py"))
+    source = "\n".join(p.read_text() for p in SQL.parent.parent.glob("*.py"))
     composed = ("pragma_synchronous_", "cases_page")
     unused = [name for name in QUERIES if f'"{name}"' not in source and not name.startswith(composed)]
     assert unused == []
@@ -223,7 +240,6 @@ def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     formatted = re.findall(r'execute\(f"([^"]*)"', source)
     assert formatted == [
         "PRAGMA application_id = {int(APPLICATION_ID)}",
-        "PRAGMA user_version = {int(self._layout.version)}",
         "PRAGMA user_version = {int(target)}",
     ]
 
@@ -480,8 +496,8 @@ async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
 def test_waiters_are_woken_through_from_thread_run_sync_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    """On the pre-4.16 anyio path (from_thread.run_sync with a token) 200 concurrent writers are all woken."""
-    monkeypatch.setattr(writer_module, "WAKE_WITHOUT_WAITING", False)
+    """On the pre-4.16 anyio path (the loop's own thread-safe call) 200 concurrent writers are all woken."""
+    monkeypatch.setattr(group_module, "WAKE_WITHOUT_WAITING", False)
 
     async def main() -> None:
         async with opened(SqliteStore(tmp_path / "s.db")) as store:
@@ -514,7 +530,7 @@ def test_a_wake_up_runs_prompt_waiters_then_tells_the_writer_then_runs_the_other
                 for job in prompt + early:
                     tg.start_soon(waiter, job.label, job)
                 await anyio.wait_all_tasks_blocked()
-                writer_module._wake(prompt, early, turned, 7)
+                group_module._wake(prompt, early, turned, 7)
             assert order.count("turned 7") == 1 and len(order) == 5 - 2 * (not early_waiting)
             if backend == "asyncio":
                 assert order[:2] == ["p0", "p1"] and order[2] == "turned 7"
@@ -542,7 +558,7 @@ async def test_a_cancelled_waiter_still_lets_the_writer_hear_of_the_turn() -> No
         scopes[1].cancel()  # e0: gone before the wake-up
         await anyio.wait_all_tasks_blocked()
         assert not early[0].waiting
-        writer_module._wake(prompt, early, told.append, 3)
+        group_module._wake(prompt, early, told.append, 3)
         assert early[1].then is not None  # e1 tells
         scopes[2].cancel()  # ... and is cancelled before it runs
     assert told == [3]
@@ -552,8 +568,8 @@ async def test_a_loop_that_never_turns_holds_the_writer_back_no_longer_than_ling
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When the woken loop never says it has turned, the writer waits LINGER and goes on with the next group."""
-    wake = writer_module._wake
-    monkeypatch.setattr(writer_module, "_wake", lambda prompt, early, turned, group: wake(prompt, early, None, group))
+    wake = group_module._wake
+    monkeypatch.setattr(group_module, "_wake", lambda prompt, early, turned, group: wake(prompt, early, None, group))
     monkeypatch.setattr(writer_module, "LINGER", 0.05)
     store = SqliteStore(tmp_path / "s.db")
     async with opened(store):

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from wfsub import WfsubError
 from wfsub._errors import StoreError
-from wfsub._store import CaseWrite, Store
+from wfsub._store import CaseWrite, MemoryStore, Store
 
 from ._helpers import end, first_write, opened, row, signal, snapshot, snapshot_count, start, twin
 
@@ -453,6 +453,18 @@ async def test_using_a_store_that_is_not_open_raises_store_error(store: Store) -
             await call
     with pytest.raises(StoreError, match="not open"):
         store.changed()
+
+
+async def test_opening_a_store_object_twice_is_refused_the_same_on_every_database(store: Store) -> None:
+    """open() on a file or database store object that is open already says to close it first; it stays usable."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("one MemoryStore object is the store itself: a second opener is another user of it")
+    async with opened(store):
+        with pytest.raises(StoreError, match=r"already open: close\(\) it first") as caught:
+            await store.open(owner=False, owner_id="again")
+        assert store.url.removeprefix("sqlite:///") in str(caught.value)  # names the file or the database
+        await store.write(first_write("a"))
+        assert [r["seq"] for r in await store.journal("a")] == [0]
 
 
 async def test_wait_changed_returns_soon_after_another_connection_puts_an_input(store: Store) -> None:

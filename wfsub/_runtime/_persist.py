@@ -309,9 +309,7 @@ class Background:
             self.busy(1)
             try:
                 if ended_elsewhere is not None:
-                    drain = getattr(store, "drain_ended", None)
-                    if drain is not None:
-                        ended_elsewhere(drain())
+                    ended_elsewhere(store.drain_ended())
                 if claim is not None:
                     await claim()
                 # The inbox is read whole each time (it holds only inputs not yet journaled): a shared store's ids

@@ -283,7 +283,7 @@ class Substrate:
             is_open=lambda: self._phase == "open",
         )
         if store.shared:
-            lease_seconds = float(getattr(store, "lease_seconds", 10.0))
+            lease_seconds = store.lease_seconds
             node = self._node = Node(store, self._lease, clock, loader.load_quietly, lease_seconds)
             await node.renew()
             case_tg.start_soon(node.lease_loop)

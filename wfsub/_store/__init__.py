@@ -1,4 +1,21 @@
-"""Stores: where durable cases keep their journals, case rows, snapshots and inbox (see `_base.py`)."""
+"""Stores: where durable cases keep their journals, case rows, snapshots and inbox (see `_base.py`).
+
+    _base.py       `Store`: all the runtime and the `wfsub` command use of a store; `StoreBase`: the open/close
+                   checks and their errors, shared by every backend
+    _group.py      group commit: the job, the queue, batching, the wake-up of waiters (SQLite and Postgres)
+    _rows.py       JSON encoding of records and rows, the row rules, decoding what reads return
+    _sql.py        SQL loading: `sql/<database>/queries.sql` and `sql/<database>/migrations/NNNN_*.sql`
+    _open.py       `open_store(spec)`: a store from a path, URL or object; `BACKENDS`, by URL scheme
+    _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls)
+    _sqlite.py     SqliteStore (+ `_writer.py`: its writer thread; `_files.py`: its file and owner lock)
+    _postgres.py   PostgresStore (+ `_pgdriver.py`: the driver, its loop thread, its errors)
+
+A new backend is one module, its SQL and its tests: a class that subclasses `StoreBase` (mypy refuses to build it
+while it lacks any of `Store`) and queues its writes on a `_group.GroupQueue`, executing each group its own way;
+`sql/<database>/` with its named queries and its migrations, the only copy of its layout (a new store runs them
+in order, an older one those it lacks, under a version it records); its URL scheme in `_open.BACKENDS`; and one
+more kind in `tests/stores/_helpers.py`, which runs the contract suite `tests/stores/test_store_generic.py` on it.
+"""
 
 from typing import TYPE_CHECKING
 
@@ -10,6 +27,7 @@ from ._base import Owner as Owner
 from ._base import Record as Record
 from ._base import Snapshot as Snapshot
 from ._base import Store as Store
+from ._base import StoreBase as StoreBase
 from ._base import StoredCase as StoredCase
 from ._base import require_store as require_store
 from ._memory import MemoryStore as MemoryStore

@@ -11,6 +11,10 @@ runs into one transaction (group commit), so many cases share one fsync. A write
 at once with `wait=False`, for writes whose loss a crash makes harmless: a parked case's row).
 
 Times are floats in seconds since the epoch (or the Substrate clock's seconds), as the runtime gives them.
+
+`Store` (a Protocol) is everything the runtime and the `wfsub` command use of a store, and nothing else: they
+touch no other attribute. `StoreBase` is what backends share: they subclass it, and it builds the errors of a
+store used before `open()`, opened twice, or used while closing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from .._errors import StoreError
 
 SCHEMA_VERSION = 1
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
@@ -128,10 +134,12 @@ class StoredCase:
 
 @runtime_checkable
 class Store(Protocol):
-    """What the runtime needs from a store. Every method may raise StoreError (the driver's error as cause)."""
+    """What the runtime and the `wfsub` command use of a store. Every method may raise StoreError (the driver's
+    error as cause). Backends subclass `StoreBase`; `tests/stores/test_store_generic.py` is the contract."""
 
     url: str  # how to open it again (shown in messages; `wfsub` takes it); never holds a password
     shared: bool  # True: several Substrates (nodes) own cases in this store at once (Postgres)
+    lease_seconds: float  # shared stores: how long a node's lease lasts unless renewed; single-node stores: 0.0
 
     async def open(self, *, owner: bool, owner_id: str) -> None:
         """Create or migrate the schema, then (owner=True) become an owner of the store.
@@ -156,6 +164,7 @@ class Store(Protocol):
         ...
 
     async def row(self, case_id: str) -> CaseRow | None:
+        """The case row (None: no such case)."""
         ...
 
     def read_row(self, case_id: str) -> CaseRow | None:
@@ -216,6 +225,11 @@ class Store(Protocol):
         wait per store (a return consumes what it reports); it does not consume `changed()`."""
         ...
 
+    def drain_ended(self) -> set[str] | None:
+        """Ids of the cases whose `end` another node committed since the last call; None when some may have been
+        missed (re-read every case waited for). Single-node stores: always empty (no other node ends a case)."""
+        ...
+
     async def renew_lease(self) -> float:
         """Extend this node's lease to database now + `lease_seconds`; return database time (seconds since the
         epoch). StoreError if it cannot. Single-node stores: the local time (there is no lease to renew)."""
@@ -253,6 +267,45 @@ class Store(Protocol):
         ...
 
 
+class StoreBase(Store):
+    """What every backend shares: the checks around `open()` and `close()`, and their errors, built once.
+
+    A backend says how messages name it (`_store_name`) and whether it is open (`_is_open`); it sets
+    `_opening` while `open()` runs. Then `_refuse_second_open()` at the top of `open()`, `_check_open(action)`
+    (or `_not_open(action)`) before any use, and `_closing_error(action)` for a call that meets a store being closed
+    give the same errors on every backend.
+    """
+
+    _opening: bool = False  # open() is running
+
+    def _store_name(self) -> str:
+        """How messages name the store: its file, its URL without password, "memory"."""
+        return self.url
+
+    def _is_open(self) -> bool:
+        raise NotImplementedError
+
+    def _refuse_second_open(self) -> None:
+        """The error of `open()` on a store object that is open (or opening) already."""
+        if self._is_open() or self._opening:
+            raise StoreError(self._store_name(), "open() called on a store that is already open: close() it first")
+
+    def _not_open(self, action: str) -> StoreError:
+        """The error of a call before `open()` or after `close()`."""
+        return StoreError(
+            self._store_name(), f"cannot {action}: the store is not open; call `await store.open(owner=..., "
+            "owner_id=...)` first (a Substrate opens its store when it starts)"
+        )
+
+    def _check_open(self, action: str) -> None:
+        if not self._is_open():
+            raise self._not_open(action)
+
+    def _closing_error(self, action: str) -> StoreError:
+        """The error of a call that meets the store while `close()` is taking it down."""
+        return StoreError(self._store_name(), f"cannot {action}: the store is closing")
+
+
 def require_store(store: object) -> Store:
     if not isinstance(store, Store):
         raise TypeError(
@@ -270,6 +323,7 @@ __all__ = [
     "Record",
     "Snapshot",
     "Store",
+    "StoreBase",
     "StoredCase",
     "require_store",
 ]

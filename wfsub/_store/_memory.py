@@ -98,9 +98,8 @@ class MemoryStore(SingleNode):
         self._open = False
         self._owner = None
 
-    def _check_open(self, action: str) -> None:
-        if not self._open:
-            raise StoreError(self._name, f"cannot {action}: the store is not open; call `await store.open(...)` first")
+    def _is_open(self) -> bool:
+        return self._open
 
     # -- writes ----------------------------------------------------------------------------------------------
 

@@ -8,12 +8,17 @@
     "memory:"                     MemoryStore
     "postgresql://...", "postgres://..."   PostgresStore (options in the query: ?schema=&lease_seconds=...)
     a store object                itself
+
+`existing=True` (the `wfsub` command) opens only a store that is there already: a file or schema that a
+Substrate created (a mistyped path is then an error, not a new empty store), never a memory store, which lives
+inside one process. A backend is one entry of `BACKENDS`: its URL scheme and a factory.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import overload
 from urllib.parse import parse_qs, urlsplit
 
 from .._errors import StoreError
@@ -22,7 +27,7 @@ from ._memory import MemoryStore
 from ._sqlite import SqliteStore
 
 
-def _sqlite(spec: str) -> Store:
+def _sqlite(spec: str, create: bool) -> Store:
     parts = urlsplit(spec)
     if parts.netloc:
         raise StoreError(
@@ -42,22 +47,27 @@ def _sqlite(spec: str) -> Store:
     if unknown:
         raise StoreError(spec, f"unknown option(s) {', '.join(unknown)} in the URL: the only one is ?synchronous=")
     synchronous = options.get("synchronous", ["full"])[-1].lower()
-    return SqliteStore(path, synchronous=synchronous)
+    return SqliteStore(path, synchronous=synchronous, create=create)
 
 
-def _postgres(spec: str) -> Store:
+def _postgres(spec: str, create: bool) -> Store:
     from ._postgres import PostgresStore  # its driver is imported only now (a StoreError if it is missing)
 
-    return PostgresStore(spec)
+    return PostgresStore(spec, create=create)
 
 
-def _memory(spec: str) -> Store:
+def _memory(spec: str, create: bool) -> Store:
     if spec != "memory:":
         raise StoreError(spec, "a memory store takes no path or options: write 'memory:'")
+    if not create:
+        raise StoreError(
+            spec, "a memory store lives inside one process, out of reach of any other: there is none to open "
+            "here; give the SQLite file (or database URL) your Substrate uses as store="
+        )
     return MemoryStore()
 
 
-BACKENDS: dict[str, Callable[[str], Store]] = {
+BACKENDS: dict[str, Callable[[str, bool], Store]] = {
     "sqlite": _sqlite,
     "memory": _memory,
     "postgresql": _postgres,
@@ -65,25 +75,36 @@ BACKENDS: dict[str, Callable[[str], Store]] = {
 }
 
 
-def open_store(spec: object) -> Store | None:
-    """The store `spec` names (not opened yet: the Substrate opens it); None for None."""
+@overload
+def open_store(spec: None, *, existing: bool = False) -> None: ...
+@overload
+def open_store(spec: str | os.PathLike[str] | Store, *, existing: bool = False) -> Store: ...
+@overload
+def open_store(spec: object, *, existing: bool = False) -> Store | None: ...
+
+
+def open_store(spec: object, *, existing: bool = False) -> Store | None:
+    """The store `spec` names (not opened yet: the Substrate or the command opens it); None for None.
+
+    `existing`: only a store that is there already (see the module docstring)."""
     if spec is None:
         return None
+    create = not existing
     if isinstance(spec, str | os.PathLike):
         text = os.fspath(spec)
         if not isinstance(text, str):
             raise TypeError(f"a store path must be str, got bytes {text!r}: decode it (os.fsdecode) first")
         if not isinstance(spec, str):
-            return SqliteStore(text)  # a Path is always a file path
+            return SqliteStore(text, create=create)  # a Path is always a file path
         scheme = text.split(":", 1)[0].lower() if ":" in text else ""
         if scheme in BACKENDS and (text.lower().startswith(f"{scheme}://") or text.lower() == f"{scheme}:"):
-            return BACKENDS[scheme](text)
+            return BACKENDS[scheme](text, create)
         if "://" in text:
             known = ", ".join(f"{name}://" for name in BACKENDS if name != "memory")
             raise StoreError(text, f"no store backend for {scheme!r}: use a file path, {known}, or memory:")
         if not text:
             raise StoreError("''", "an empty store path: give a file path such as 'cases.db', or None for no store")
-        return SqliteStore(text)
+        return SqliteStore(text, create=create)
     if isinstance(spec, Store):
         return spec
     raise TypeError(

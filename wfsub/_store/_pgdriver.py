@@ -2,8 +2,8 @@
 
 `PostgresStore` (`_postgres.py`, whose docstring has the measurements behind these choices) runs asyncpg on an
 asyncio event loop in a thread of its own (`DriverLoop`), whatever the caller runs on; results come back to the
-caller's loop through the `anyio.lowlevel.current_token()` it captured (`wake`), never blocking the driver
-thread. Driver errors are classified (`classify`) by what they say about a statement's outcome, which decides
+caller's loop through the `anyio.lowlevel.current_token()` it captured (`_group.call_soon_on`), never blocking
+the driver thread. Driver errors are classified (`classify`) by what they say about a statement's outcome, which decides
 whether a call may be retried, and turned into StoreErrors that say what was attempted and the fix (`fault`).
 """
 
@@ -12,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
-from anyio.lowlevel import EventLoopToken
 
 from .._errors import StoreError
 from .._trace import get_logger
+from ._group import call_soon_on
 
 _log = get_logger("wfsub.store")
 
@@ -135,21 +135,6 @@ def fenced(case_id: str, node: str | None, epoch: int | None, owner: str | None,
 # -- the driver loop -------------------------------------------------------------------------------------------
 
 
-def wake(token: EventLoopToken, fn: Callable[[], None]) -> None:
-    """Run fn on the caller's event loop, from the driver thread, without waiting for it."""
-    soon = getattr(token.backend_class, "run_sync_soon", None)
-    native: Any = token.native_token
-    try:
-        if soon is not None:
-            soon(fn, (), native)
-        elif hasattr(native, "call_soon_threadsafe"):  # asyncio, anyio < 4.16
-            native.call_soon_threadsafe(fn)
-        else:  # trio, anyio < 4.16
-            native.run_sync_soon(fn)
-    except Exception:  # the caller's loop has ended: nobody is waiting any more
-        _log.warning("store_waiter_gone")
-
-
 class DriverLoop:
     """An asyncio event loop in a thread of its own: where asyncpg runs, whatever the caller runs on."""
 
@@ -181,7 +166,7 @@ class DriverLoop:
         token = anyio.lowlevel.current_token()
         done = anyio.Event()
         future = self.submit(coro)
-        future.add_done_callback(lambda _: wake(token, done.set))
+        future.add_done_callback(lambda _: call_soon_on(token, done.set))
         try:
             await done.wait()
         finally:

@@ -39,12 +39,13 @@ per write and some 35 us of Python across the two threads, which share one GIL. 
 inbox row's commit (an fsync; a bare `pg_notify` transaction writes no WAL) and crosses both threads.
 
 Group commit. Every write (`write`, `queue_case`) and every `inbox_put` goes to one writer task on the driver
-loop. It takes everything queued while its previous commit ran and sends one `SELECT ... FROM write_case(...)`
-per write with `fetchmany`: one round trip, one implicit transaction, one fsync. `write_case` (a PL/pgSQL
-function, in the migrations) locks the case row (`FOR UPDATE`), checks its owner and epoch (fencing), and runs
-the write in an exception block: a write that breaks a rule (a seq written twice, a second `end`) or that is
-fenced is undone alone and reported as StoreConflict, while the rest of the group commits. An error the function
-does not catch (a value Postgres refuses) aborts the group's transaction; the writer then runs each write of that
+loop (the job, the queue and the wake-up of waiters are `_group.py`'s, shared with the SQLite writer). It takes
+everything queued while its previous commit ran and sends one `SELECT ... FROM write_case(...)` per write with
+`fetchmany`: one round trip, one implicit transaction, one fsync. `write_case` (a PL/pgSQL function, in the
+migrations) locks the case row (`FOR UPDATE`), checks its owner and epoch (fencing), and runs the write in an
+exception block: a write that breaks a rule (a seq written twice, a second `end`) or that is fenced is undone
+alone and reported as StoreConflict, while the rest of the group commits. An error the function does not catch
+(a value Postgres refuses) aborts the group's transaction; the writer then runs each write of that
 group alone, so it fails alone.
 
 Connection loss. A connection that dropped (a restarted server, `pg_terminate_backend`) is replaced, with
@@ -96,7 +97,6 @@ Names and secrets: `url` and messages show the DSN without its password.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import json
@@ -109,8 +109,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from importlib.resources import files
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -119,7 +118,8 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, StoreBase, StoredCase
+from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
     UNREACHABLE,
@@ -131,25 +131,26 @@ from ._pgdriver import (
     redact_dsn,
     split_options,
     sqlstate,
-    wake,
 )
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    decode_inbox,
     decode_row,
+    decode_snapshot,
+    decode_start,
     encode_write,
     loads,
-    no_start,
+    page,
     second_end,
     seq_taken,
     to_json,
 )
-from ._sql import parse_queries
+from ._sql import load_dialect
 
 _log = get_logger("wfsub.store")
 
 T = TypeVar("T")
-_NO_ORDER = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0
 LEASE_MIN = 0.5  # seconds: the shortest lease_seconds (renewed every third, so every 0.17 s at least)
@@ -158,24 +159,9 @@ ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before i
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
 
-_FOLDER = files("wfsub._store").joinpath("sql").joinpath("postgres")
-QUERIES: Mapping[str, str] = parse_queries(_FOLDER.joinpath("queries.sql").read_text(encoding="utf-8"))
-_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-
-
-def _migrations() -> dict[int, tuple[str, str]]:
-    found: dict[int, tuple[str, str]] = {}
-    for entry in _FOLDER.joinpath("migrations").iterdir():
-        match = _MIGRATION.match(entry.name)
-        if match:
-            found[int(match.group(1))] = (entry.name, entry.read_text(encoding="utf-8"))
-    if sorted(found) != list(range(1, len(found) + 1)):
-        raise ValueError(f"Postgres migrations are numbered {sorted(found)}: expected 1..{len(found)}, no gaps")
-    return found
-
-
-MIGRATIONS = _migrations()
-SCHEMA_VERSION = max(MIGRATIONS)
+POSTGRES = load_dialect("postgres", split=False)  # a migration runs whole: its functions are $$-quoted
+QUERIES: Mapping[str, str] = POSTGRES.queries
+SCHEMA_VERSION = POSTGRES.layout.version
 """The Postgres layout version this library writes (its own numbering, beside SQLite's)."""
 
 Q = QUERIES
@@ -189,32 +175,17 @@ _OPEN_NODES_LOCK = threading.Lock()
 # -- jobs of the group commit ----------------------------------------------------------------------------------
 
 
-class _Job:
-    """One write for the writer task: its statement's arguments, and how its result comes back."""
+class _Statement(NamedTuple):
+    """What a job of the group commit runs: one statement per write (the group's share one `query`)."""
 
-    __slots__ = ("args", "decode", "error", "event", "label", "query", "result", "token")
-
-    def __init__(
-        self, query: str, args: tuple[Any, ...], label: str, decode: Callable[[Any], Any], *, wait: bool
-    ) -> None:
-        self.query = query
-        self.args = args
-        self.label = label
-        self.decode = decode
-        self.result: Any = None
-        self.error: StoreError | None = None
-        self.event = anyio.Event() if wait else None
-        self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
-
-    async def outcome(self) -> Any:
-        assert self.event is not None
-        await self.event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.result
+    query: str
+    args: tuple[Any, ...]
+    decode: Callable[[Any], Any]  # the statement's row -> the write's result (or a StoreError)
 
 
-_STOP = object()
+def _query(job: Job) -> str:
+    statement: _Statement = job.work
+    return statement.query
 
 
 @dataclass(slots=True)
@@ -225,14 +196,13 @@ class _Conns:
     writer: Any = None  # asyncpg.Connection of the group commit
     writer_backend: Any = None  # its server process: (pid, backend_start)
     listener: Any = None  # asyncpg.Connection that LISTENs
-    pending: collections.deque[Any] = field(default_factory=collections.deque)  # jobs queued for the writer
+    queue: GroupQueue | None = None  # jobs for the writer (rung by setting `kick` on the driver loop)
     kick: asyncio.Event = field(default_factory=asyncio.Event)  # wakes the writer (set on the driver loop only)
-    idle: bool = True  # the writer waits for a kick
     writer_task: asyncio.Task[None] | None = None
     listen_task: asyncio.Task[None] | None = None
 
 
-class PostgresStore:
+class PostgresStore(StoreBase):
     """A durable store in one Postgres schema, shared by several nodes (see the module docstring).
 
     `dsn`: a libpq-style URL (postgresql://user:password@host:port/database?sslmode=...). wfsub's own options
@@ -299,8 +269,6 @@ class PostgresStore:
         self._closing = False
         self._held: tuple[str, str, str] | None = None  # this store's entry in _OPEN_NODES while open as a node
         self._next_trim = 0.0  # monotonic time of the next trim of old commit tokens
-        self.groups = 0  # transactions the writer committed or attempted (for tests and benchmarks)
-        self.jobs = 0
 
     def __repr__(self) -> str:
         state = "closed" if self._loop is None else (f"node {self._node!r}" if self._node else "open")
@@ -314,8 +282,7 @@ class PostgresStore:
     # -- open and close --------------------------------------------------------------------------------------
 
     async def open(self, *, owner: bool, owner_id: str) -> None:
-        if self._loop is not None or self._opening:
-            raise StoreError(self._name, "open() called on a store that is already open: close() it first")
+        self._refuse_second_open()
         if not isinstance(owner_id, str) or not owner_id or len(owner_id) > 200:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str of at most 200 characters naming the "
                              "opener (a node id)")
@@ -426,7 +393,9 @@ class PostgresStore:
             c.writer_backend = await c.writer.fetchrow(Q["backend_me"])
         except Exception as exc:
             raise fault(self._name, "opening the store's connections", exc) from exc
-        c.writer_task = asyncio.get_running_loop().create_task(self._writer_loop())
+        driver_loop = asyncio.get_running_loop()
+        c.queue = GroupQueue(self._name, partial(driver_loop.call_soon_threadsafe, c.kick.set))
+        c.writer_task = driver_loop.create_task(self._writer_loop(c.queue))
         self._fingerprints = None
         await self._listen(first=True)
         c.listen_task = None
@@ -460,9 +429,9 @@ class PostgresStore:
                         "only an owner migrates a schema; start a Substrate with this wfsub first, then use `wfsub`",
                     )
                 for target in range(version + 1, SCHEMA_VERSION + 1):
-                    file_name, script = MIGRATIONS[target]
-                    action = f"applying migration {file_name} (layout {target - 1} to {target})"
-                    await conn.execute(script)  # a whole script of the package: no parameters
+                    migration = POSTGRES.layout.migrations[target]
+                    action = f"applying migration {migration.name} (layout {target - 1} to {target})"
+                    await conn.execute(migration.script)  # a whole script of the package: no parameters
                     if target == 1:
                         await conn.execute(Q["meta_put"], "application", APPLICATION)
                     await conn.execute(Q["meta_put"], "version", str(target))
@@ -515,9 +484,8 @@ class PostgresStore:
 
     async def _close_async(self) -> None:
         c = self._c
-        if c.writer_task is not None:
-            c.pending.append(_STOP)
-            c.kick.set()
+        if c.writer_task is not None and c.queue is not None:
+            c.queue.stop()
             await asyncio.shield(c.writer_task)  # commits what was queued
         if c.listen_task is not None:
             c.listen_task.cancel()
@@ -542,13 +510,16 @@ class PostgresStore:
 
     # -- running statements on the driver loop ---------------------------------------------------------------
 
+    def _store_name(self) -> str:
+        return self._name
+
+    def _is_open(self) -> bool:
+        return self._loop is not None
+
     def _running(self, action: str) -> DriverLoop:
         loop = self._loop
         if loop is None:
-            raise StoreError(
-                self._name, f"cannot {action}: the store is not open; call `await store.open(owner=..., "
-                "owner_id=...)` first (a Substrate opens its store when it starts)"
-            )
+            raise self._not_open(action)
         return loop
 
     async def _pooled(
@@ -560,7 +531,7 @@ class PostgresStore:
         while True:
             pool = self._c.pool
             if pool is None:
-                raise StoreError(self._name, f"cannot {action}: the store is closing")
+                raise self._closing_error(action)
             try:
                 conn = await pool.acquire(timeout=self.connect_timeout)
             except Exception as exc:  # connecting: nothing was sent
@@ -609,52 +580,46 @@ class PostgresStore:
 
     # -- the group commit ------------------------------------------------------------------------------------
 
-    def _submit(self, job: _Job) -> None:
+    def _submit(self, job: Job) -> None:
         """Queue a job for the writer (from the caller's thread). The writer is woken only when it sleeps: a
         burst of writes costs one cross-thread wake-up, not one per write."""
-        loop = self._running("write")
-        c = self._c
-        c.pending.append(job)
-        if c.idle:
-            try:
-                loop.loop.call_soon_threadsafe(c.kick.set)
-            except RuntimeError as exc:  # the driver loop has stopped
-                raise StoreError(self._name, "cannot write: the store is closing") from exc
+        self._running("write")
+        queue = self._c.queue
+        if queue is None:
+            raise self._closing_error("write")
+        try:
+            queue.submit(job)
+        except RuntimeError as exc:  # the driver loop has stopped
+            raise self._closing_error("write") from exc
 
-    async def _writer_loop(self) -> None:
-        c = self._c
-        pending, kick = c.pending, c.kick
+    async def _writer_loop(self, queue: GroupQueue) -> None:
+        kick = self._c.kick
         while True:
-            # Declare the writer asleep, then look once more: a job queued before the flag was seen is taken now,
-            # one queued after it comes with a kick.
-            c.idle = True
-            if not pending:
+            taken = queue.take()
+            if taken is None:  # asleep: the next submit (or stop) rings
                 await kick.wait()
-            kick.clear()
-            c.idle = False
-            group: list[_Job] = []
-            stop = False
-            while pending:
-                item = pending.popleft()
-                if item is _STOP:
-                    stop = True
-                else:
-                    group.append(item)
-            by_query: dict[str, list[_Job]] = {}
-            for job in group:
-                by_query.setdefault(job.query, []).append(job)
-            for query, batch in by_query.items():
-                self.groups += 1
-                self.jobs += len(batch)
+                kick.clear()
+                continue
+            group, stop = taken
+            for query, batch in by_key(group, _query):  # one transaction per statement
                 try:
-                    await self._commit(query, batch)
+                    await self._commit(str(query), batch)
                 except Exception as exc:  # never leave a caller waiting, nor the writer dead
                     for job in batch:
                         if job.error is None and job.result is None:
                             job.error = fault(self._name, f"committing {job.label}", exc)
-            self._deliver(group)
+            queue.deliver(group)
             if stop:
                 return
+
+    @property
+    def groups(self) -> int:
+        """Groups the writer took: one transaction per statement in each (for tests and benchmarks)."""
+        return 0 if self._c.queue is None else self._c.queue.groups
+
+    @property
+    def jobs(self) -> int:
+        return 0 if self._c.queue is None else self._c.queue.jobs
 
     async def _writer_conn(self, deadline: float) -> Any:
         c = self._c
@@ -675,7 +640,7 @@ class PostgresStore:
             c.writer.terminate()
             c.writer = None
 
-    async def _commit(self, query: str, group: list[_Job]) -> None:
+    async def _commit(self, query: str, group: list[Job]) -> None:
         """One transaction for the group (fetchmany: one round trip); see the module docstring for failures.
 
         The first write carries a fresh token that the transaction records in `commits`: when the connection is
@@ -692,7 +657,7 @@ class PostgresStore:
                     job.error.__cause__ = exc.__cause__
                 return
             token = secrets.token_hex(16)
-            args = [(*job.args, token if i == 0 else None) for i, job in enumerate(group)]
+            args = [(*job.work.args, token if i == 0 else None) for i, job in enumerate(group)]
             backend = tuple(self._c.writer_backend)  # (pid, started): names this server process for good
             try:
                 rows = await conn.fetchmany(query, args)
@@ -736,7 +701,7 @@ class PostgresStore:
                 return
             for job, row in zip(group, rows):
                 try:
-                    job.result = job.decode(row)
+                    job.result = job.work.decode(row)
                 except StoreError as exc:
                     job.error = exc
             await self._trim_commits(conn)
@@ -775,17 +740,6 @@ class PostgresStore:
             await conn.execute(Q["commits_trim"], COMMITS_KEPT)
         except Exception as exc:  # the next trim tries again
             _log.warning("store_commits_trim_failed", store=self._name, error=str(exc))
-
-    def _deliver(self, group: list[_Job]) -> None:
-        waiting: dict[int, tuple[EventLoopToken, list[_Job]]] = {}
-        for job in group:
-            if job.token is None:
-                if job.error is not None:
-                    _log.error("store_write_failed", store=self._name, job=job.label, error=str(job.error))
-                continue
-            waiting.setdefault(id(job.token.native_token), (job.token, []))[1].append(job)
-        for token, jobs in waiting.values():
-            wake(token, partial(_set_all, jobs))
 
     # -- writes ----------------------------------------------------------------------------------------------
 
@@ -827,9 +781,9 @@ class PostgresStore:
         self._running("write")
         encoded = encode_write(self._name, change)
         epoch = change.epoch
-        job = _Job(
-            Q["write_group"], self._write_args(encoded, epoch, False), f"case {encoded.case_id!r}",
-            partial(self._write_result, encoded.case_id, epoch), wait=wait,
+        job = Job(
+            _Statement(Q["write_group"], self._write_args(encoded, epoch, False), partial(
+                self._write_result, encoded.case_id, epoch)), f"case {encoded.case_id!r}", wait=wait,
         )
         self._submit(job)
         if not wait:
@@ -845,9 +799,9 @@ class PostgresStore:
                 self._name, f"queue_case for case {change.case_id!r} needs the case's start write: its `start` "
                 "record (seq 0) and its row"
             )
-        job = _Job(
-            Q["write_group"], self._write_args(encoded, None, True), f"queued case {encoded.case_id!r}",
-            partial(self._write_result, encoded.case_id, None), wait=True,
+        job = Job(
+            _Statement(Q["write_group"], self._write_args(encoded, None, True), partial(
+                self._write_result, encoded.case_id, None)), f"queued case {encoded.case_id!r}", wait=True,
         )
         self._submit(job)
         await job.outcome()
@@ -858,7 +812,7 @@ class PostgresStore:
         self._running("put an input in the inbox")
         text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
         args = (self._sender, case_id, kind, text, request_id, float(created_at))
-        job = _Job(Q["inbox_put"], args, f"an inbox input for case {case_id!r}", _first, wait=True)
+        job = Job(_Statement(Q["inbox_put"], args, _first), f"an inbox input for case {case_id!r}", wait=True)
         self._submit(job)
         inbox_id: int = await job.outcome()
         self._signal(own=True)
@@ -1017,7 +971,7 @@ class PostgresStore:
             self._wait_flag = True
             waiters = list(self._waiters.values())
         for token, event in waiters:
-            wake(token, event.set)
+            call_soon_on(token, event.set)
 
     def drain_ended(self) -> set[str] | None:
         """The ids of the cases whose `end` another node committed since the last call, as NOTIFY told; None
@@ -1061,14 +1015,11 @@ class PostgresStore:
                 found = await conn.fetchrow(Q["case_row"], case_id)
                 if found is None:
                     return None
-                start = await conn.fetchval(Q["journal_start"], case_id)
-                if start is None:
-                    raise StoreError(self._name, no_start(case_id))
-                snap = await conn.fetchrow(Q["snapshot_newest"], case_id)
-                snapshot = None if snap is None else Snapshot(case_id, snap[0], snap[1], snap[2], loads(snap[3]))
+                start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_start"], case_id))
+                snapshot = decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id))
                 after = 0 if snapshot is None else snapshot.seq
                 records = [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                return StoredCase(_row(found), loads(start), snapshot, records)
+                return StoredCase(_row(found), start, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -1145,14 +1096,14 @@ class PostgresStore:
                 rows = await conn.fetch(Q["inbox_take_all"], after, limit)
             else:
                 rows = await conn.fetch(Q["inbox_take_owned"], after, limit, self._node)
-            return [_inbox_row(found) for found in rows]
+            return [decode_inbox(found) for found in rows]
 
         return await self._read("reading the inbox", read)
 
     async def inbox_row(self, inbox_id: int) -> InboxRow | None:
         async def read(conn: Any) -> InboxRow | None:
             found = await conn.fetchrow(Q["inbox_row"], inbox_id)
-            return None if found is None else _inbox_row(found)
+            return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
@@ -1189,12 +1140,6 @@ async def _backoff(delay: float, deadline: float) -> bool:
     return True
 
 
-def _set_all(jobs: list[_Job]) -> None:
-    for job in jobs:
-        assert job.event is not None
-        job.event.set()
-
-
 def _first(found: Any) -> Any:
     return found[0]
 
@@ -1229,11 +1174,6 @@ def _row(found: Any) -> CaseRow:
     return row
 
 
-def _inbox_row(found: Any) -> InboxRow:
-    inbox_id, case_id, kind, body, request_id, created_at, refused = found
-    return InboxRow(int(inbox_id), case_id, kind, loads(body), request_id, float(created_at), refused)
-
-
 async def _case_row(case_id: str, conn: Any) -> CaseRow | None:
     found = await conn.fetchrow(Q["case_row"], case_id)
     return None if found is None else _row(found)
@@ -1247,16 +1187,8 @@ def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
 
 
 async def _page(state: str | None, workflow: str | None, limit: int, before: int | None, conn: Any) -> list[CaseRow]:
-    bound = _NO_ORDER if before is None else before
-    if state is not None and workflow is not None:
-        rows = await conn.fetch(Q["cases_page_state_workflow"], bound, limit, state, workflow)
-    elif state is not None:
-        rows = await conn.fetch(Q["cases_page_state"], bound, limit, state)
-    elif workflow is not None:
-        rows = await conn.fetch(Q["cases_page_workflow"], bound, limit, workflow)
-    else:
-        rows = await conn.fetch(Q["cases_page"], bound, limit)
-    return [_row(found) for found in rows]
+    query, params = page(state, workflow, limit, before)
+    return [_row(found) for found in await conn.fetch(Q[query], *params.values())]
 
 
 __all__ = ["PostgresStore"]

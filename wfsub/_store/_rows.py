@@ -1,4 +1,5 @@
-"""What every backend shares: JSON encoding of records and rows, and the rules that classify a case row.
+"""What every backend shares: JSON encoding of records and rows, the rules that classify a case row, and the
+decoding of what reads return (`page`, `decode_start`, `decode_snapshot`, `decode_inbox`).
 
 A store keeps records and row fields as JSON text, so every backend (memory included) accepts exactly the same
 values: JSON types and finite floats (as in JSON, int dict keys come back as str: the runtime checks that
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, Record, Snapshot
+from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot
 
 LIVE_STATES = frozenset({"initializing", "running", "waiting_effect"})
 """A case in one of these states (or with an effect in flight) is resumed at once by recovery: `live()`."""
@@ -23,6 +24,9 @@ PARKED_STATES = frozenset({"waiting_signal", "waiting_timer"})
 
 SNAPSHOTS_KEPT = 2
 """Snapshots kept per case: the newest, and one before it in case the newest cannot be used."""
+
+NO_ORDER = 2**63 - 1
+"""`before` of the first page of `cases()`: above every case_order."""
 
 _DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
 
@@ -200,3 +204,39 @@ def no_start(case_id: str) -> str:
         f"case {case_id!r} has a row but no `start` record (seq 0): a case's first write carries its `start` "
         "record with its row; the store holds a row written without it"
     )
+
+
+# -- reads -------------------------------------------------------------------------------------------------------
+
+
+def page(state: str | None, workflow: str | None, limit: int, before: int | None) -> tuple[str, dict[str, Any]]:
+    """The named query of one page of `cases()` (newest first) and its parameters, in the order the Postgres
+    statements number them ($1 before, $2 limit, $3 state, $4 workflow); SQLite binds them by name."""
+    params: dict[str, Any] = {"before": NO_ORDER if before is None else before, "limit": limit}
+    query = "cases_page"
+    if state is not None:
+        params["state"] = state
+        query += "_state"
+    if workflow is not None:
+        params["workflow"] = workflow
+        query += "_workflow"
+    return query, params
+
+
+def decode_start(store: str, case_id: str, text: str | None) -> Record:
+    """The `start` record of a case whose row was found (a StoreError when the journal lacks it)."""
+    if text is None:
+        raise StoreError(store, no_start(case_id))
+    start: Record = loads(text)
+    return start
+
+
+def decode_snapshot(case_id: str, found: Any) -> Snapshot | None:
+    """A Snapshot from the columns of `snapshot_newest` (seq, format, bytecode, state), or None."""
+    return None if found is None else Snapshot(case_id, found[0], found[1], found[2], loads(found[3]))
+
+
+def decode_inbox(found: Any) -> InboxRow:
+    """An InboxRow from the columns of `inbox_take` / `inbox_row` (id first)."""
+    inbox_id, case_id, kind, body, request_id, created_at, refused = found
+    return InboxRow(int(inbox_id), case_id, kind, loads(body), request_id, float(created_at), refused)

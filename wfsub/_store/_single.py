@@ -15,18 +15,16 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite
+from ._base import CaseRow, CaseWrite, StoreBase
 
 WAIT_POLL = 0.2  # seconds between two checks in `wait_changed` (the runtime's inbox poll is the same)
 
 
-class SingleNode:
+class SingleNode(StoreBase):
     """The many-nodes methods of the store interface, for a store that one Substrate owns."""
 
     shared = False
-
-    def _store_name(self) -> str:
-        raise NotImplementedError
+    lease_seconds = 0.0  # no lease: one Substrate owns the store until it closes it
 
     def _poll_changed(self) -> bool:
         """Whether another connection committed since the previous call (wait_changed's own mark)."""
@@ -40,6 +38,10 @@ class SingleNode:
                 return
             await anyio.sleep(min(WAIT_POLL, left))
         await anyio.lowlevel.checkpoint()
+
+    def drain_ended(self) -> set[str] | None:
+        self._check_open("drain ended cases")
+        return set()  # no other node ends a case here
 
     async def renew_lease(self) -> float:
         await anyio.lowlevel.checkpoint()

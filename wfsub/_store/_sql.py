@@ -1,11 +1,13 @@
-"""The SQL text of the SQLite store, read once: named queries, the schema, and the numbered migrations.
+"""The SQL text of the stores, read once per database: named queries and numbered migrations.
 
-    sql/queries.sql          every statement the store runs, each under a `-- name: NAME` line
-    sql/schema.sql           the current layout: what a new file is built from
-    sql/migrations/NNNN_*.sql  migration NNNN moves a file from layout NNNN-1 to layout NNNN
+    sql/<database>/queries.sql               every statement the store runs, each under a `-- name: NAME` line
+    sql/<database>/migrations/NNNN_*.sql     migration NNNN moves a store from layout NNNN-1 to layout NNNN
 
-Keeping every statement in one file (as procrastinate does) lets a reader see everything the store asks of the
-database in one place; a backend for another database brings its own `sql/` folder.
+Each database has its folder side by side (`sql/sqlite/`, `sql/postgres/`). The migrations are the only
+description of a layout: a new store runs them all in order, an older one the ones it lacks, so the layout is
+written once and the path that builds it is the path that is tested. Keeping every statement in one file (as
+procrastinate does) lets a reader see everything a store asks of its database in one place; a backend for
+another database brings its own folder and loads it with `load_dialect`.
 """
 
 from __future__ import annotations
@@ -73,21 +75,23 @@ def _has_code(text: str) -> bool:
 class Migration:
     version: int  # the layout version this migration produces
     name: str  # its file name, for messages
-    statements: tuple[str, ...]
+    script: str  # the file's text (Postgres runs it whole)
+    statements: tuple[str, ...]  # its statements, one by one (SQLite runs them so); () when not split
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A layout version, the statements that build it in a new file, and the migrations that reach it."""
+    """A layout version and the migrations that build it: a new store runs 1..version in order."""
 
     version: int
-    schema: tuple[str, ...]
     migrations: Mapping[int, Migration]  # version -> the migration that produces it
 
 
-def load_layout(folder: Traversable, version: int) -> Layout:
-    """Read `schema.sql` and `migrations/` from `folder`; migrations must be numbered 1..version, no gaps."""
-    schema = tuple(split_statements(folder.joinpath("schema.sql").read_text(encoding="utf-8")))
+def load_layout(folder: Traversable, version: int | None = None, *, split: bool = True) -> Layout:
+    """Read `migrations/` from `folder`; they must be numbered 1..version (1..the last without `version`), no gaps.
+
+    `split`: cut each script into its statements (SQLite's; a Postgres script, with its $$-quoted function
+    bodies, runs whole)."""
     migrations: dict[int, Migration] = {}
     for entry in folder.joinpath("migrations").iterdir():
         match = _MIGRATION.match(entry.name)
@@ -96,16 +100,34 @@ def load_layout(folder: Traversable, version: int) -> Layout:
         number = int(match.group(1))
         if number in migrations:
             raise ValueError(f"two migrations numbered {number}: {migrations[number].name} and {entry.name}")
-        statements = tuple(split_statements(entry.read_text(encoding="utf-8")))
-        migrations[number] = Migration(number, entry.name, statements)
-    if sorted(migrations) != list(range(1, version + 1)):
+        script = entry.read_text(encoding="utf-8")
+        statements = tuple(split_statements(script)) if split else ()
+        migrations[number] = Migration(number, entry.name, script, statements)
+    last = version if version is not None else max(migrations, default=0)
+    if sorted(migrations) != list(range(1, last + 1)) or last < 1:
         raise ValueError(
-            f"migrations in {folder} are numbered {sorted(migrations)}: expected 1..{version} (layout version "
-            f"{version}), one file per version, named NNNN_what.sql"
+            f"migrations in {folder} are numbered {sorted(migrations)}: expected 1..{last} (layout version "
+            f"{last}), one file per version, named NNNN_what.sql"
         )
-    return Layout(version, schema, migrations)
+    return Layout(last, migrations)
 
 
-_FOLDER = files("wfsub._store").joinpath("sql")
-QUERIES: Mapping[str, str] = parse_queries(_FOLDER.joinpath("queries.sql").read_text(encoding="utf-8"))
-LAYOUT = load_layout(_FOLDER, SCHEMA_VERSION)
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """One database's SQL, read from `sql/<name>/`: its named queries and the migrations that build its layout."""
+
+    name: str
+    queries: Mapping[str, str]
+    layout: Layout
+
+
+def load_dialect(name: str, version: int | None = None, *, split: bool = True) -> Dialect:
+    """`sql/<name>/queries.sql` and `sql/<name>/migrations/` of this package (see the module docstring)."""
+    folder = files("wfsub._store").joinpath("sql").joinpath(name)
+    queries = parse_queries(folder.joinpath("queries.sql").read_text(encoding="utf-8"), f"sql/{name}/queries.sql")
+    return Dialect(name, queries, load_layout(folder, version, split=split))
+
+
+SQLITE = load_dialect("sqlite", SCHEMA_VERSION)
+QUERIES: Mapping[str, str] = SQLITE.queries
+LAYOUT = SQLITE.layout

@@ -25,11 +25,11 @@ after its own commits: an index read of an empty range.
 
 The file. It is created 0600 by the store before SQLite opens it, and SQLite gives `-wal` and `-shm` the same
 mode (see `_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
-by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built from `sql/schema.sql`; a
-file of an older layout is moved forward by the numbered files in `sql/migrations/`, all in one transaction,
-by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older version);
-a file of a newer layout is refused, as is a file of another application. Every statement is in
-`sql/queries.sql`, every value a bound parameter (`_sql.py`).
+by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built by the numbered files in
+`sql/sqlite/migrations/`, run in order; a file of an older layout is moved forward by those it lacks, all in one
+transaction, by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older
+version); a file of a newer layout is refused, as is a file of another application. Every statement is in
+`sql/sqlite/queries.sql`, every value a bound parameter (`_sql.py`).
 
 Ownership: an OS lock on `FILE-lock` plus an owner row (see `_files.py`); a second owner, in this process or
 another, gets a StoreError naming the owner. The owner's writer thread refreshes the row's heartbeat at most
@@ -53,15 +53,18 @@ import anyio
 import anyio.to_thread
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    decode_inbox,
     decode_row,
+    decode_snapshot,
+    decode_start,
     encode_write,
     loads,
-    no_start,
+    page,
     second_end,
     seq_taken,
     to_json,
@@ -77,7 +80,6 @@ HEARTBEAT_EVERY = 30.0  # seconds between two refreshes of the owner row's heart
 SYNCHRONOUS = ("full", "normal")
 
 Q = QUERIES
-_NO_ORDER = 2**63 - 1  # `before` when paging starts: above every case_order
 T = TypeVar("T")
 
 
@@ -134,8 +136,7 @@ class SqliteStore(SingleNode):
     # -- open and close --------------------------------------------------------------------------------------
 
     async def open(self, *, owner: bool, owner_id: str) -> None:
-        if self._writer is not None or self._opening:
-            raise StoreError(self.path, "open() called on a store that is already open: close() it first")
+        self._refuse_second_open()
         if not isinstance(owner_id, str) or not owner_id:
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str naming the opener (a Substrate id)")
         self._read_limiter = anyio.CapacityLimiter(READERS)
@@ -281,27 +282,22 @@ class SqliteStore(SingleNode):
             conn.execute(Q["begin_write"])
             app, version, tables = self._header(conn)  # again, under the write lock: another opener may have won
             self._check_header(app, version, tables)
-            if version == 0:
-                action = "building the store's layout (sql/schema.sql)"
-                for statement in self._layout.schema:
-                    conn.execute(statement)
+            if version == 0:  # a new file: the header, then every migration below
                 # header values: ints from this module, formatted (PRAGMAs take no bound parameters)
                 conn.execute(f"PRAGMA application_id = {int(APPLICATION_ID)}")
-                conn.execute(f"PRAGMA user_version = {int(self._layout.version)}")
-            elif version < self._layout.version:
-                if not owner:
-                    raise StoreError(
-                        self.path,
-                        f"the file has store layout version {version}, older than this wfsub's "
-                        f"{self._layout.version}: only an owner migrates a file (a running Substrate of the older "
-                        "version may be using it); start the Substrate with this wfsub first, then use `wfsub`",
-                    )
-                for target in range(version + 1, self._layout.version + 1):
-                    migration = self._layout.migrations[target]
-                    action = f"applying migration {migration.name} (layout {target - 1} to {target})"
-                    for statement in migration.statements:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {int(target)}")
+            elif version < self._layout.version and not owner:
+                raise StoreError(
+                    self.path,
+                    f"the file has store layout version {version}, older than this wfsub's "
+                    f"{self._layout.version}: only an owner migrates a file (a running Substrate of the older "
+                    "version may be using it); start the Substrate with this wfsub first, then use `wfsub`",
+                )
+            for target in range(version + 1, self._layout.version + 1):
+                migration = self._layout.migrations[target]
+                action = f"applying migration {migration.name} (layout {target - 1} to {target})"
+                for statement in migration.statements:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {int(target)}")
             conn.execute(Q["commit"])
         except BaseException as exc:
             if conn.in_transaction:
@@ -374,13 +370,13 @@ class SqliteStore(SingleNode):
 
     # -- writes ----------------------------------------------------------------------------------------------
 
+    def _is_open(self) -> bool:
+        return self._writer is not None
+
     def _running(self, action: str) -> Writer:
         writer = self._writer
         if writer is None:
-            raise StoreError(
-                self.path, f"cannot {action}: the store is not open; call `await store.open(owner=..., "
-                "owner_id=...)` first (a Substrate opens its store when it starts)"
-            )
+            raise self._not_open(action)
         return writer
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
@@ -460,14 +456,12 @@ class SqliteStore(SingleNode):
             if found is None:
                 return None
             start = conn.execute(Q["journal_start"], {"case_id": case_id}).fetchone()
-            if start is None:
-                raise StoreError(self.path, no_start(case_id))
-            snap = conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone()
-            snapshot = None if snap is None else Snapshot(case_id, snap[0], snap[1], snap[2], loads(snap[3]))
+            start_record = decode_start(self.path, case_id, None if start is None else start[0])
+            snapshot = decode_snapshot(case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone())
             after = 0 if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [loads(text) for (text,) in rows]
-            return StoredCase(decode_row(found[0], found), loads(start[0]), snapshot, records)
+            return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -507,7 +501,7 @@ class SqliteStore(SingleNode):
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", self._rows(*_page(state, workflow, limit, before)))
+        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before)))
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
@@ -516,7 +510,7 @@ class SqliteStore(SingleNode):
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", self._rows(*_page(state, workflow, limit, before)))
+        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before)))
 
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
@@ -540,14 +534,14 @@ class SqliteStore(SingleNode):
             return []
 
         def read(conn: sqlite3.Connection) -> list[InboxRow]:
-            return [_inbox_row(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
+            return [decode_inbox(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
 
         return await self._read("reading the inbox", read)
 
     async def inbox_row(self, inbox_id: int) -> InboxRow | None:
         def read(conn: sqlite3.Connection) -> InboxRow | None:
             found = conn.execute(Q["inbox_row"], {"id": inbox_id}).fetchone()
-            return None if found is None else _inbox_row(found)
+            return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
@@ -662,23 +656,5 @@ def _heartbeat(epoch: int, conn: sqlite3.Connection) -> None:
     conn.execute(Q["owner_heartbeat"], {"now": time.time(), "epoch": epoch})
 
 
-def _inbox_row(found: tuple[Any, ...]) -> InboxRow:
-    inbox_id, case_id, kind, body, request_id, created_at, refused = found
-    return InboxRow(inbox_id, case_id, kind, loads(body), request_id, created_at, refused)
-
-
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _page(state: str | None, workflow: str | None, limit: int, before: int | None) -> tuple[str, dict[str, Any]]:
-    """The named query and parameters of one page of `cases()`, newest first."""
-    params: dict[str, Any] = {"limit": limit, "before": _NO_ORDER if before is None else before}
-    query = "cases_page"
-    if state is not None:
-        params["state"] = state
-        query += "_state"
-    if workflow is not None:
-        params["workflow"] = workflow
-        query += "_workflow"
-    return query, params

@@ -1,5 +1,8 @@
 """Group commit for the SQLite store: one writer connection, owned by one dedicated thread.
 
+The job, the queue, the batching and the wake-up of waiters are `_group.py`'s (shared with the Postgres
+writer); this module is the thread, its bell, its lingering, and how a group is executed on SQLite.
+
     event loop                                  writer thread (owns the only write connection)
     ----------                                  ---------------------------------------------
     write(): encode, append the job to a deque  sleeps on a bell only while the deque is empty
@@ -22,8 +25,8 @@ back and redone a job at a time, each in a savepoint: that job alone fails (or r
 The hand-off. The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so
 jobs queued while a group commits or while the writer lingers cost no thread wake-up (a thread woken from the
 loop's thread often preempts the loop on 2 cores). The writer wakes each loop without waiting for it, through
-the token each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+); older anyio (4.11+) takes
-`anyio.from_thread.run_sync(..., token=token)`, which blocks until the loop has run `_wake` (no lingering).
+the token each waiter captured: `token.backend_class.run_sync_soon` (anyio 4.16+); older anyio (4.11+) takes the
+loop's own thread-safe call (no lingering then: the writer cannot be told when the loop has turned).
 
 Lingering. The tasks a commit wakes often write again at once (`[await sub.new_case(...) for ...]`), and a
 transaction started at once would make that write wait for it and then for its own. So when writes are queued
@@ -47,19 +50,14 @@ import queue
 import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
-from anyio.lowlevel import EventLoopToken
-
 from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
 from ._files import fault
+from ._group import GroupQueue, Job, runs
 from ._sql import QUERIES
 
 _log = get_logger("wfsub.store")
@@ -81,84 +79,21 @@ class Redo(Exception):
 _ONE_JOB = (Refused, sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError)
 
 
-class Job:
-    """One unit of work for the writer: `apply(conn)` runs inside the group's transaction.
-
-    `batch` (optional) is what the writer's batch function takes instead: consecutive jobs that have one are
-    applied together, in one statement per table.
-    """
-
-    __slots__ = ("apply", "batch", "error", "event", "label", "prompt", "result", "then", "token", "waiting")
-
-    def __init__(
-        self, apply: Callable[[sqlite3.Connection], Any], label: str, *, wait: bool, batch: object = None
-    ) -> None:
-        self.apply = apply
-        self.batch = batch
-        self.prompt = False  # queued after the previous group was delivered: its task writes as soon as woken
-        self.label = label  # what the job writes, for messages: "case 'c-1'"
-        self.result: Any = None
-        self.error: StoreError | None = None
-        self.event = anyio.Event() if wait else None
-        self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
-        self.waiting = False  # a task waits in `outcome()`
-        self.then: Callable[[], None] | None = None  # what its task does first once woken (see `_wake`)
-
-    async def outcome(self) -> Any:
-        assert self.event is not None
-        self.waiting = True
-        try:
-            await self.event.wait()
-        finally:
-            self.waiting = False
-            then, self.then = self.then, None
-            if then is not None:
-                then()
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-_RING = object()  # a bell token: work for a sleeping writer (or `stop()`)
-
-WAKE_WITHOUT_WAITING = True
-"""Wake the loop with `AsyncBackend.run_sync_soon` where anyio has it (4.16+); tests turn it off to cover the
-`anyio.from_thread.run_sync` path that older anyio versions take."""
+_RING = object()  # a bell token: work for a sleeping writer (or `stop()`, or the last turn)
 
 LINGER = 0.001
 """Seconds the writer waits at most, after a wake-up, for the woken loop to run the woken tasks (and queue the
 writes they make) before it starts the next group."""
 
 
-def _wake(prompt: list[Job], early: list[Job], turned: Callable[[int], None] | None, group: int) -> None:
-    """Wake the waiters of a group; with `turned`, tell the writer once the waiters of prompt writes have run.
-
-    Tasks run in the order they are woken (asyncio; trio shuffles them, which only makes the writer start its
-    next group sooner), so the first waiter of an early write, woken after them, says so as soon as it runs: no
-    second call through the loop's thread-safe queue. With no early waiter, a callback scheduled after the woken
-    tasks says it.
-    """
-    for job in prompt:
-        assert job.event is not None
-        job.event.set()
-    if turned is not None:
-        herald = next((job for job in early if job.waiting), None)
-        if herald is not None:
-            herald.then = partial(turned, group)
-        else:
-            token = prompt[0].token
-            assert token is not None
-            with contextlib.suppress(Exception):  # the loop is ending: the writer stops lingering at LINGER
-                token.backend_class.run_sync_soon(turned, (group,), token.native_token)
-    for job in early:
-        assert job.event is not None
-        job.event.set()
+def _batchable(job: Job) -> bool | None:
+    return True if job.batch is not None else None
 
 
 class Writer:
-    """The writer thread and its queue. `start()` and `stop()` block: call them from a worker thread.
+    """The writer thread and its bell. `start()` and `stop()` block: call them from a worker thread.
 
-    The queue is a deque; the thread sleeps on a bell only when the deque is empty, and only then does
+    The jobs wait in a `GroupQueue`; the thread sleeps on the bell only when it is empty, and only then does
     `submit` ring it, so jobs queued while a group commits (or while the writer lingers) cost no thread
     wake-up: the writer takes them all when it is ready.
     """
@@ -178,20 +113,26 @@ class Writer:
         self._heartbeat = heartbeat
         self._heartbeat_every = heartbeat_every
         self._last_beat = time.monotonic()
-        self._jobs: deque[Job] = deque()
-        self._lock = threading.Lock()  # guards _jobs against _sleeping, _stopping and _turns
-        self._sleeping = False  # the thread waits on the bell for a job: `submit` rings it
-        self._stopping = False
-        self._turns = 0  # loops woken by the last group that have not yet run the woken tasks
-        self._early = 0  # jobs queued while the last group committed (the rest of the next group were prompt)
         self._bell: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.queue = GroupQueue(path, partial(self._bell.put, _RING))
         self._thread = threading.Thread(target=self._run, name=f"wfsub-store-writer {path}", daemon=True)
         self._ready = threading.Event()
         self._failed: BaseException | None = None
         self._conn: sqlite3.Connection | None = None
-        self.groups = 0  # transactions committed or attempted (for tests and benchmarks)
-        self.jobs = 0
-        self.redone = 0  # groups redone one job at a time after a job broke a rule in the batched pass
+
+    @property
+    def groups(self) -> int:
+        """Groups committed or attempted (for tests and benchmarks)."""
+        return self.queue.groups
+
+    @property
+    def jobs(self) -> int:
+        return self.queue.jobs
+
+    @property
+    def redone(self) -> int:
+        """Groups redone one job at a time after a job broke a rule in the batched pass."""
+        return self.queue.redone
 
     def start(self) -> None:
         self._thread.start()
@@ -201,34 +142,17 @@ class Writer:
             raise self._failed
 
     def submit(self, job: Job) -> None:
-        with self._lock:
-            self._jobs.append(job)
-            if not self._sleeping:
-                return
-            self._sleeping = False
-        self._bell.put(_RING)
+        self.queue.submit(job)
 
     def queued(self) -> int:
         """Jobs waiting for the next group (for tests)."""
-        return len(self._jobs)
+        return self.queue.queued()
 
     def stop(self) -> None:
         """Commit what is queued, close the connection, end the thread."""
         if self._thread.is_alive():
-            with self._lock:
-                self._stopping = True
-            self._bell.put(_RING)
+            self.queue.stop()
             self._thread.join()
-
-    def _turned(self, group: int) -> None:
-        """A loop woken by group number `group` has run the tasks it woke (called on that loop's thread)."""
-        with self._lock:
-            if group != self.groups or self._turns <= 0:
-                return  # late: the writer has stopped lingering for it
-            self._turns -= 1
-            if self._turns:
-                return
-        self._bell.put(_RING)
 
     # -- the thread ------------------------------------------------------------------------------------------
 
@@ -262,22 +186,14 @@ class Writer:
         """Every job queued (the group), waiting for one if there is none; (None, False) when `timeout` passed
         with nothing to do; the flag is true once `stop()` was called."""
         while True:
-            with self._lock:
-                if self._jobs or self._stopping:
-                    group = list(self._jobs)
-                    self._jobs.clear()
-                    for job in group[self._early :]:
-                        job.prompt = True
-                    self._early = 0
-                    return group, self._stopping
-                self._sleeping = True
+            taken = self.queue.take()
+            if taken is not None:
+                return taken
             try:
                 self._bell.get(timeout=timeout)
             except queue.Empty:
-                with self._lock:
-                    self._sleeping = False
-                    if not self._jobs and not self._stopping:
-                        return None, False
+                if not self.queue.awake():
+                    return None, False
             # a ring (perhaps a stale one from an earlier turn): look again
 
     def _linger(self) -> None:
@@ -289,10 +205,7 @@ class Writer:
         then for their own; waiting for the loop's turn puts them into the next transaction.
         """
         until = time.monotonic() + LINGER
-        while True:
-            with self._lock:
-                if self._turns <= 0 or self._stopping:
-                    break
+        while self.queue.waiting_turns() > 0 and not self.queue.stopping:
             left = until - time.monotonic()
             if left <= 0:
                 break
@@ -300,19 +213,16 @@ class Writer:
                 self._bell.get(timeout=left)
             except queue.Empty:
                 break
-        with self._lock:
-            self._turns = 0  # a turn that comes later finds nobody lingering (its ring is stale)
+        self.queue.forget_turns()
 
     def _commit(self, conn: sqlite3.Connection, group: list[Job], *, beat: bool = True) -> int:
         """Commit a group and wake its waiters; returns how many loops were asked to say when they have turned."""
         beat = beat and self._heartbeat is not None and time.monotonic() - self._last_beat >= self._heartbeat_every
         if not group and not beat:
             return 0
-        self.groups += 1
-        self.jobs += len(group)
         try:
             if not self._together(conn, group, beat):
-                self.redone += 1
+                self.queue.redone += 1
                 self._one_by_one(conn, group, beat)
             if beat:
                 self._last_beat = time.monotonic()
@@ -328,7 +238,7 @@ class Writer:
             if not group:
                 _log.warning("store_heartbeat_failed", store=self.path, error=str(exc))
                 self._last_beat = time.monotonic()
-        return self._deliver(group)
+        return self.queue.deliver(group, turns=True)
 
     def _together(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> bool:
         """The group in one pass with no savepoints, runs of batchable jobs in one statement per table.
@@ -340,17 +250,14 @@ class Writer:
         results: list[Any] = []
         batch = self._batch
         try:
-            i, n = 0, len(group)
-            while i < n:
-                if batch is not None and group[i].batch is not None:
-                    j = i + 1
-                    while j < n and group[j].batch is not None:
-                        j += 1
-                    results += batch(conn, [job.batch for job in group[i:j]])
-                    i = j
-                else:
-                    results.append(group[i].apply(conn))
-                    i += 1
+            if batch is None:
+                results = [job.work(conn) for job in group]
+            else:
+                for batched, jobs in runs(group, _batchable):
+                    if batched:
+                        results += batch(conn, [job.batch for job in jobs])
+                    else:
+                        results.append(jobs[0].work(conn))
         except (*_ONE_JOB, Redo):
             conn.execute(ROLLBACK)
             return False
@@ -367,7 +274,7 @@ class Writer:
         for job in group:
             conn.execute(SAVEPOINT)
             try:
-                job.result = job.apply(conn)
+                job.result = job.work(conn)
             except _ONE_JOB as exc:
                 conn.execute(UNDO)
                 job.result = None
@@ -377,44 +284,6 @@ class Writer:
             self._heartbeat(conn)
         conn.execute(COMMIT)
 
-    def _deliver(self, group: list[Job]) -> int:
-        """Wake the group's waiters; returns how many loops will say when they have run the woken tasks.
-
-        That is asked only when jobs are queued already (the next transaction would start at once, without the
-        writes the woken tasks are about to make); with nothing queued the writer sleeps, and the first of those
-        writes wakes it.
-        """
-        with self._lock:
-            self._early = queued = len(self._jobs)
-        waiting: dict[int, tuple[EventLoopToken, list[Job], list[Job]]] = {}
-        for job in group:
-            if job.token is None:
-                if job.error is not None:
-                    _log.error("store_write_failed", store=self.path, job=job.label, error=str(job.error))
-                continue
-            _, prompt, early = waiting.setdefault(id(job.token.native_token), (job.token, [], []))
-            (prompt if job.prompt else early).append(job)
-        turns = 0
-        for token, prompt, early in waiting.values():
-            soon = getattr(token.backend_class, "run_sync_soon", None) if WAKE_WITHOUT_WAITING else None
-            turned = self._turned if soon is not None and prompt and queued else None
-            if turned is not None:
-                with self._lock:
-                    self._turns += 1  # before the loop can answer
-                turns += 1
-            try:
-                if soon is not None:
-                    soon(_wake, (prompt, early, turned, self.groups), token.native_token)
-                else:  # anyio < 4.16: waits until the loop has run it
-                    anyio.from_thread.run_sync(_wake, prompt, early, None, self.groups, token=token)
-            except Exception:  # the loop has ended: nobody is waiting any more
-                if turned is not None:
-                    with self._lock:
-                        self._turns -= 1
-                    turns -= 1
-                _log.warning("store_waiters_gone", store=self.path, jobs=len(prompt) + len(early))
-        return turns
-
 
 def _refusal(path: str, job: Job, exc: BaseException) -> StoreError:
     if isinstance(exc, Refused):
@@ -422,3 +291,6 @@ def _refusal(path: str, job: Job, exc: BaseException) -> StoreError:
         error.__cause__ = exc.__cause__
         return error
     return fault(path, f"writing {job.label}", exc)
+
+
+__all__ = ["LINGER", "Job", "Redo", "Refused", "Writer"]

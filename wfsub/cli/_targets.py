@@ -37,23 +37,12 @@ class CliError(click.ClickException):
 
 
 def _store_for_cli(spec: str) -> Store:
-    from ..stores import MemoryStore, PostgresStore, SqliteStore, open_store
+    from ..stores import open_store
 
     try:
-        store = open_store(spec)
+        return open_store(spec, existing=True)  # a store a Substrate created: never a new one, nor a memory one
     except (StoreError, TypeError) as exc:
         raise CliError(str(exc)) from exc
-    if store is None or isinstance(store, MemoryStore):
-        raise CliError(
-            f"store {spec!r}: a memory store lives inside one process, out of reach of this command; give the "
-            "SQLite file (or database URL) your Substrate uses as store="
-        )
-    if isinstance(store, SqliteStore):
-        return SqliteStore(store.path, synchronous=store.synchronous, create=False)
-    if isinstance(store, PostgresStore):
-        return PostgresStore(store.dsn, schema=store.schema, lease_seconds=store.lease_seconds,
-                             connect_timeout=store.connect_timeout, retry_for=store.retry_for, create=False)
-    return store
 
 
 @asynccontextmanager

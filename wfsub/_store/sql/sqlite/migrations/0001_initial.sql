@@ -1,7 +1,9 @@
 -- Migration 1: an empty file (user_version 0) to layout version 1, the first layout.
 --
--- Never edit a migration that was released: add the next numbered file instead. A new file is built from
--- schema.sql; tests check that this chain of migrations builds the same layout.
+-- The migrations are the only description of the layout: a new file is built by running them all in order
+-- (one path to build a layout, the one that is tested). Never edit a migration that was released: add the next
+-- numbered file instead. The store sets `PRAGMA application_id` and `user_version` itself, not here; every
+-- statement it runs afterwards is in ../queries.sql.
 
 -- One row per case: what the case is doing (`CaseRow`), replaced in the same transaction as its records.
 CREATE TABLE cases (
