@@ -3,8 +3,9 @@
     WFSUB_TEST_POSTGRES=postgresql://postgres@127.0.0.1:5432/test python -m pytest tests/stores
 
 The URL names a database the tests may connect to; the test session creates a database of its own beside it
-(`wfsub_test_<pid>_<random>`), gives each test an emptied schema in it (or a new one, for tests of the layout
-itself), and drops it when the session ends (`.ci/run` sets the variable). Without the variable, the Postgres
+(`wfsub_test_<worker>_<pid>_<random>`: under pytest-xdist each worker, gw0, gw1, ..., is a session with its own),
+gives each test an emptied schema in it (or a new one, for tests of the layout itself), and drops it when the
+session ends (tests/conftest.py; `.ci/run` sets the variable). Without the variable, the Postgres
 tests are skipped with SKIP_REASON. Database work here runs on a thread of its own with asyncio.run, so it can
 be called from sync code, async tests and trio alike.
 """
@@ -72,7 +73,8 @@ def database_dsn() -> str:
     global _database
     with _lock:
         if _database is None:
-            name = f"wfsub_test_{os.getpid()}_{secrets.token_hex(4)}"
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # gw0, gw1, ... under pytest-xdist
+            name = f"wfsub_test_{worker}_{os.getpid()}_{secrets.token_hex(4)}"
             _run(_execute(URL, f'CREATE DATABASE "{name}"'))
             _database = name
         return _with_database(URL, _database)
