@@ -39,8 +39,9 @@ typecheck: $(STAMP)
 
 # The suite on two worker processes (pytest-xdist; `make pytest PYTEST_ARGS=-x` runs it in one). --dist worksteal:
 # a worker that runs out of tests takes queued ones from the other, so the few long tests (100,000 evicted cases,
-# the differential fuzz, kill -9 runs, the command's subprocesses) never leave one worker idle at the end. Any
-# status but 0 fails the target, 5 ("no tests collected") included: a suite that collects nothing fails CI.
+# the differential fuzz, kill -9 runs, the command's subprocesses) do not leave one worker idle while the other
+# works through a whole file, as --dist loadfile does. Any status but 0 fails the target, 5 ("no tests
+# collected") included: a suite that collects nothing fails CI.
 PYTEST_ARGS ?= -n 2 --dist worksteal
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
