@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from .stores import _pg
+
 
 @pytest.fixture(autouse=True)
 def _structlog_unconfigured() -> Iterator[None]:
@@ -14,3 +16,11 @@ def _structlog_unconfigured() -> Iterator[None]:
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_database() -> Iterator[None]:
+    """The session's own Postgres database (made on first use) is dropped when the session ends; under
+    pytest-xdist each worker is a session of its own, with a database of its own."""
+    yield
+    _pg.drop_database()

@@ -12,7 +12,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -30,13 +30,6 @@ pytestmark = [pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON), pytes
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _postgres_database() -> Iterator[None]:
-    """The session's own Postgres database (made on first use) is dropped when these tests end."""
-    yield
-    _pg.drop_database()
 
 
 def node_store(schema: str, lease_seconds: float = 1.0) -> PostgresStore:

@@ -1,4 +1,5 @@
-"""An independent attack on the reliability promises (issue 7) through the public API: variations of each fixed
+"""An independent attack on the reliability promises (a case's failure never disturbs another case or the
+Substrate, and nothing a user gave is lost) through the public API: variations of each fixed
 fault through other constructs, backends and stores.
 
 Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the

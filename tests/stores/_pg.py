@@ -3,8 +3,9 @@
     WFSUB_TEST_POSTGRES=postgresql://postgres@127.0.0.1:5432/test python -m pytest tests/stores
 
 The URL names a database the tests may connect to; the test session creates a database of its own beside it
-(`wfsub_test_<pid>_<random>`), gives each test an emptied schema in it (or a new one, for tests of the layout
-itself), and drops it when the session ends (`.ci/run` sets the variable). Without the variable, the Postgres
+(`wfsub_test_<worker>_<pid>_<random>`: under pytest-xdist each worker, gw0, gw1, ..., is a session with its own),
+gives each test an emptied schema in it (or a new one, for tests of the layout itself), and drops it when the
+session ends (tests/conftest.py; `.ci/run` sets the variable). Without the variable, the Postgres
 tests are skipped with SKIP_REASON. Database work here runs on a thread of its own with asyncio.run, so it can
 be called from sync code, async tests and trio alike.
 """
@@ -34,22 +35,51 @@ _database: str | None = None
 _schemas = itertools.count(1)
 
 
+class _Session:
+    """A thread running an event loop, and on it one connection to this session's database: the statements tests
+    run between their own calls (emptying the shared schema, peeking at tables) cost a round trip, not a new
+    connection (tens of milliseconds on a loaded machine, paid by every Postgres test)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="wfsub-test-postgres", daemon=True)
+        self.thread.start()
+        self.conn: Any = None  # an asyncpg.Connection to _database, made on first use
+        self.lock = threading.Lock()  # one statement at a time on the connection, whichever thread asks
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def fetchval(self, dsn: str, sql: str, *args: Any) -> Any:
+        import asyncpg
+
+        if self.conn is not None and not self.conn.is_closed():
+            try:
+                return await self.conn.fetchval(sql, *args)
+            except (asyncpg.ConnectionDoesNotExistError, asyncpg.AdminShutdownError):
+                pass  # a test ended the database's backends (pg_terminate_backend): the statement never ran
+        self.conn = await asyncpg.connect(dsn)
+        return await self.conn.fetchval(sql, *args)
+
+    async def close_connection(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+_session: _Session | None = None
+
+
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    result: list[Any] = []
-
-    def target() -> None:
-        try:
-            result.append((True, asyncio.run(coro)))
-        except BaseException as exc:  # handed to the caller's thread
-            result.append((False, exc))
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    ok, value = result[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
+    global _session
+    if _session is None:
+        _session = _Session()
+    return _session.run(coro)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -72,7 +102,8 @@ def database_dsn() -> str:
     global _database
     with _lock:
         if _database is None:
-            name = f"wfsub_test_{os.getpid()}_{secrets.token_hex(4)}"
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # gw0, gw1, ... under pytest-xdist
+            name = f"wfsub_test_{worker}_{os.getpid()}_{secrets.token_hex(4)}"
             _run(_execute(URL, f'CREATE DATABASE "{name}"'))
             _database = name
         return _with_database(URL, _database)
@@ -90,7 +121,7 @@ def emptied_schema() -> str:
     """The schema most tests share, emptied of every row (built by the first store that opens it). Emptying is
     a few milliseconds where building a schema takes a tenth of a second, and fewer schemas make the database
     quicker to drop; tests that change the layout itself take a new_schema()."""
-    _run(_execute(database_dsn(), _EMPTY))
+    fetchval(_EMPTY)
     return SHARED
 
 
@@ -112,19 +143,27 @@ $$
 
 
 def fetchval(sql: str, *args: Any) -> Any:
-    """One value from this session's database (tests peek at tables with it)."""
-    return _run(_execute(database_dsn(), sql, *args))
+    """One value from this session's database (tests peek at tables with it), on the session's connection."""
+    dsn = database_dsn()
+    assert _session is not None  # started by database_dsn
+    with _session.lock:
+        return _run(_session.fetchval(dsn, sql, *args))
 
 
 def drop_database() -> None:
     """Drop this session's database, if one was made (at the end of the session)."""
-    global _database
+    global _database, _session
     with _lock:
         if _database is not None:
+            assert _session is not None  # started by database_dsn
+            dsn = _with_database(URL, _database)
             # The tests' schemas first, in one transaction: dropped tables' buffers are discarded, not written, so
             # the checkpoint DROP DATABASE forces has little left to flush (seconds less on a slow disk).
-            _run(_execute(_with_database(URL, _database), _DROP_SCHEMAS))
+            _run(_session.fetchval(dsn, _DROP_SCHEMAS))
+            _run(_session.close_connection())
             _run(_execute(URL, f'DROP DATABASE IF EXISTS "{_database}" WITH (FORCE)'))
+            _session.stop()
+            _session = None
             _database = None
 
 

@@ -1,4 +1,5 @@
-"""Durable cases brought back from a store behave as the live case did (faults found by running the demo)."""
+"""Durable cases brought back from a store (loaded for an input, recovered at open, reloaded after a refused append)
+behave as the live case did: compensation, store conflicts, inbox retries, journals that do not replay."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Attack round 2 through the public API: the vm's speed changes, the runtime's fast paths and the recent fault
-fixes (eviction and tracing, recovery, refused appends)."""
+"""A case's own trace, `Substrate.trace(case_id, level, sink)`, through the public API: the level and sink it gives
+hold for that case across idle evictions and reloads."""
 
 from __future__ import annotations
 
