@@ -197,6 +197,17 @@ class _Proc:
             self.popen.wait()
         self.state = "dead"
 
+    def reap(self) -> bool:
+        """True (once) if the process ended by itself since it started: a crash, not one of the faults."""
+        if self.popen is None or self.state == "dead" or self.popen.poll() is None:
+            return False
+        self.state = "dead"
+        err = self.campaign.dir / f"{self.name}.{self.incarnation}.err"
+        tail = err.read_text(errors="replace")[-3000:] if err.exists() else ""
+        self.campaign.record({"ev": "exit", "src": self.name, "inc": self.incarnation, "rc": self.popen.returncode,
+                              "stderr": tail})
+        return True
+
     def stop_cleanly(self) -> None:
         if self.popen is None:
             return
@@ -314,6 +325,7 @@ async def _campaign(r: _Run, server: PrivateServer, faults: list[Fault], pg_spec
         journals, epochs = await _journals(pg_reader, sqlite_reader, pg_specs, sqlite_specs)
     finally:
         for proc in procs:
+            proc.reap()  # a crash since the last look is reported too
             proc.stop_cleanly()
         for proxy in proxies:
             proxy.down()
@@ -323,6 +335,7 @@ async def _campaign(r: _Run, server: PrivateServer, faults: list[Fault], pg_spec
     lines = list(r.lines)
     history = History(
         specs=[*pg_specs, *sqlite_specs],
+        exits=[ln for ln in lines if ln.get("ev") == "exit"],
         acks=[ln for ln in lines if ln.get("ev") == "ack"],
         journals=journals, epochs=epochs,
         effects=[ln for ln in lines if ln.get("ev") == "effect"],
@@ -367,6 +380,7 @@ async def _inject(r: _Run, server: PrivateServer, proxies: list[Proxy], pgs: lis
     cuts = [0] * len(proxies)
     for at, _, phase, f in events:
         await anyio.sleep(max(0.0, begin + at - time.monotonic()))
+        _restart_crashed(r, [*pgs, sqlite])
         node = pgs[f.target]
         proxy = proxies[f.target]
         what = f"{phase} {f}"
@@ -436,7 +450,18 @@ def _limit(r: _Run, proc: _Proc, on: bool) -> str:
     return f" (limit {limit} bytes)"
 
 
+def _restart_crashed(r: _Run, procs: list[_Proc]) -> None:
+    """A process that ended by itself (the checker reports it) is started again, as a supervisor would."""
+    for proc in procs:
+        if proc.reap():
+            assert proc.popen is not None
+            r.say(f"{proc.name} (incarnation {proc.incarnation}) exited by itself with status "
+                  f"{proc.popen.returncode}: started again")
+            proc.start()
+
+
 async def _heal(r: _Run, server: PrivateServer, proxies: list[Proxy], pgs: list[_Proc], sqlite: _Proc) -> None:
+    _restart_crashed(r, [*pgs, sqlite])
     with contextlib.suppress(RuntimeError):  # already running
         await anyio.to_thread.run_sync(server.start_again)
     for proxy in proxies:
@@ -486,7 +511,7 @@ async def _quiet(r: _Run, pg: PostgresStore, sqlite: Store, procs: list[_Proc], 
     deadline = time.monotonic() + s.quiet_seconds
     last_note = 0.0
     while time.monotonic() < deadline:
-        ended = 0
+        _restart_crashed(r, procs)
         try:
             now = await pg.database_time()
             live = {o.owner_id for o in await pg.nodes()}

@@ -29,6 +29,7 @@ Each violation names its kind, the case, what is wrong, and the records or lines
                                  it had any): its lease may have expired and another node may hold the case
     effect-after-end             an effect attempt started more than a second after its case's `end` was
                                  journaled (a stale actor still running a case that ended elsewhere)
+    process-crashed              a node, the SQLite owner or its client ended by itself (no fault killed it)
     case-stranded                once faults stopped, a case had work waiting (running, an effect in flight, a
                                  due timer, an inbox input) and its journal did not grow for longer than a lease
                                  plus the store's retry window (whoever owned it, alive or not)
@@ -69,6 +70,7 @@ class History:
     epochs: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
     effects: Sequence[Mapping[str, Any]] = ()
     samples: Sequence[Mapping[str, Any]] = ()
+    exits: Sequence[Mapping[str, Any]] = ()  # processes that ended by themselves (not killed by a fault)
     lease_seconds: float = 2.0
     stranded_after: float = 10.0  # a lease plus the store's retry window
 
@@ -79,6 +81,9 @@ def check(h: History) -> list[Violation]:
     out += _journals(h)
     out += _effects(h)
     out += _stranded(h)
+    for e in h.exits:
+        out.append(Violation("process-crashed", "-", f"{e['src']} (incarnation {e['inc']}) ended by itself with "
+                             f"status {e['rc']}; the end of its stderr follows", [e.get("stderr", "")[-1500:]]))
     return out
 
 

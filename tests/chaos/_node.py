@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from wfsub import CaseExists, CaseNotFound, SignalRejected, Substrate
+from wfsub import CaseExists, CaseNotFound, SignalRejected, StoreError, Substrate
 from wfsub.stores import PostgresStore, SqliteStore, Store
 
 from ._workload import FLOWS, NODE, CaseSpec, LeaseView, Op, WatchedStore, emit
@@ -125,6 +125,22 @@ async def _serve() -> None:
 
 
 async def pg_node(cfg: dict[str, Any]) -> None:
+    """A node; opening again while the node id's previous process (killed) still holds its lease, as a supervisor
+    restarting a crashed node would (the store refuses the id until that lease expires)."""
+    deadline = time.monotonic() + 3 * cfg["lease"] + 5.0
+    while True:
+        opened: list[bool] = []
+        try:
+            await _pg_node(cfg, opened)
+            return
+        except StoreError as exc:
+            if opened or "holds that node id" not in str(exc) or time.monotonic() > deadline:
+                raise
+            emit(ev="open-refused", node=cfg["node_id"], error=_error(exc))
+            await anyio.sleep(0.5)
+
+
+async def _pg_node(cfg: dict[str, Any], opened: list[bool]) -> None:
     specs = [CaseSpec.from_json(s) for s in cfg["specs"]]
     skip = set(cfg["skip"])
     NODE.id = cfg["node_id"]
@@ -134,6 +150,7 @@ async def pg_node(cfg: dict[str, Any]) -> None:
     reader = PostgresStore(cfg["dsn"], create=False, **options)
     async with Substrate(store=store, workflows=FLOWS, node_id=cfg["node_id"], trace_level="none",
                          evict_after=cfg["evict_after"]) as sub:
+        opened.append(True)
         await reader.open(owner=False, owner_id=f"reader-{cfg['node_id']}")
         emit(ev="ready", node=cfg["node_id"])
 

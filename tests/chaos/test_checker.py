@@ -151,6 +151,13 @@ def test_a_call_that_never_returned_is_a_violation() -> None:
     assert "call-never-acknowledged" in _doctor(errors_only)
 
 
+def test_a_process_that_ended_by_itself_is_a_violation() -> None:
+    """A node process that exited without a fault killing it is reported, with the end of its stderr."""
+    def crashed(h: History) -> None:
+        h.exits = [{"src": "pg1", "inc": 2, "rc": 1, "stderr": "Traceback ... ConnectionResetError"}]
+    assert _doctor(crashed) == ["process-crashed"]
+
+
 def test_a_violation_renders_its_kind_case_and_records() -> None:
     """The report line names the kind and the case, and shows the records that show it."""
     h = _sound()
