@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -205,7 +206,7 @@ class _Proc:
         err = self.campaign.dir / f"{self.name}.{self.incarnation}.err"
         tail = err.read_text(errors="replace")[-3000:] if err.exists() else ""
         self.campaign.record({"ev": "exit", "src": self.name, "inc": self.incarnation, "rc": self.popen.returncode,
-                              "stderr": tail})
+                              "stderr": crash_lines(tail)})
         return True
 
     def stop_cleanly(self) -> None:
@@ -220,6 +221,17 @@ class _Proc:
         except subprocess.TimeoutExpired:
             self.kill()
         self.state = "dead"
+
+
+_EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|ExceptionGroup|Exit):")
+
+
+def crash_lines(stderr: str) -> list[str]:
+    """What a traceback says in brief: each exception line, and the last wfsub frames (file, line, function)."""
+    lines = [ln.strip().lstrip("|").strip() for ln in stderr.splitlines()]
+    frames = [ln for ln in lines if ln.startswith("File ") and "/wfsub/" in ln]
+    errors = [ln for ln in lines if _EXCEPTION.match(ln)]
+    return [*frames[-4:], *errors[-6:]]
 
 
 class _Run:

@@ -83,7 +83,8 @@ def check(h: History) -> list[Violation]:
     out += _stranded(h)
     for e in h.exits:
         out.append(Violation("process-crashed", "-", f"{e['src']} (incarnation {e['inc']}) ended by itself with "
-                             f"status {e['rc']}; the end of its stderr follows", [e.get("stderr", "")[-1500:]]))
+                             f"status {e['rc']}; its traceback's wfsub frames and exceptions follow",
+                             list(e.get("stderr", []))))
     return out
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ._campaign import Settings, schedule
+from ._campaign import Settings, crash_lines, schedule
 from ._checker import History, Violation, check
 from ._workload import CaseSpec, Op, plan
 
@@ -154,8 +154,24 @@ def test_a_call_that_never_returned_is_a_violation() -> None:
 def test_a_process_that_ended_by_itself_is_a_violation() -> None:
     """A node process that exited without a fault killing it is reported, with the end of its stderr."""
     def crashed(h: History) -> None:
-        h.exits = [{"src": "pg1", "inc": 2, "rc": 1, "stderr": "Traceback ... ConnectionResetError"}]
+        h.exits = [{"src": "pg1", "inc": 2, "rc": 1, "stderr": ["ConnectionResetError: [Errno 104]"]}]
     assert _doctor(crashed) == ["process-crashed"]
+
+
+def test_a_crash_is_summed_up_by_its_wfsub_frames_and_exceptions() -> None:
+    """A process's traceback is cut down to the wfsub frames it passed and the exceptions it raised."""
+    stderr = """  + Exception Group Traceback (most recent call last):
+  |   File "/x/wfsub/_runtime/_substrate.py", line 459, in __aexit__
+  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)
+    |   File "/x/wfsub/_store/_postgres.py", line 581, in _pooled
+    | asyncpg.exceptions._base.InterfaceError: cannot call Connection.terminate()
+"""
+    assert crash_lines(stderr) == [
+        'File "/x/wfsub/_runtime/_substrate.py", line 459, in __aexit__',
+        'File "/x/wfsub/_store/_postgres.py", line 581, in _pooled',
+        "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
+        "asyncpg.exceptions._base.InterfaceError: cannot call Connection.terminate()",
+    ]
 
 
 def test_a_violation_renders_its_kind_case_and_records() -> None:
