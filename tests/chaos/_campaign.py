@@ -13,9 +13,12 @@ Faults (the schedule's kinds):
 
     kill        SIGKILL a node; it comes back after `duration` s, as the same node id or a new one (`arg`)
     stop        SIGSTOP a node for `duration` s (past its lease): the others take its cases over while it sleeps
-    restart     crash the Postgres server (stop -m immediate), start it again after `duration` s
+    restart     crash the Postgres server (stop -m immediate), start it again after `duration` s (some
+                outages outlast the store's retry window: calls made meanwhile fail and are made again)
     cut         a node's proxy drops every connection and refuses new ones for `duration` s
     drop        a node's proxy swallows the next `arg` answers from the server, resetting their connections
+    lose-commit the same for answers to requests of 400 bytes or more: writes (journal appends, inbox inputs),
+                whose answer says whether they committed
     delay       a node's proxy holds each answer `arg` ms, for `duration` s
     sqlite-kill SIGKILL the SQLite owner; it comes back after `duration` s
     sqlite-full the SQLite owner's file size limit (RLIMIT_FSIZE) is set just above its files' sizes for
@@ -87,12 +90,13 @@ class Fault:
     def __str__(self) -> str:
         where = "" if self.kind in ("restart", "sqlite-kill", "sqlite-full") else f" node{self.target}"
         extra = {"kill": f" back as {'the same id' if self.arg else 'a new id'}", "drop": f" {self.arg} answers",
+                 "lose-commit": f" {self.arg} answers to writes",
                  "delay": f" {self.arg} ms"}.get(self.kind, "")
         return f"t={self.at:6.2f}s {self.kind:<11}{where}{extra} for {self.duration:.2f}s"
 
 
-KINDS = ["kill", "stop", "restart", "cut", "drop", "delay", "sqlite-kill", "sqlite-full"]
-WEIGHTS = [3, 3, 2, 2, 3, 2, 2, 2]
+KINDS = ["kill", "stop", "restart", "cut", "drop", "lose-commit", "delay", "sqlite-kill", "sqlite-full"]
+WEIGHTS = [3, 3, 2, 2, 2, 3, 2, 2, 2]
 
 
 def schedule(s: Settings) -> list[Fault]:
@@ -108,12 +112,15 @@ def schedule(s: Settings) -> list[Fault]:
             duration, arg = rng.uniform(0.3, 3.0), rng.randrange(2)
         elif kind == "stop":
             duration = rng.uniform(1.5 * s.lease, 3.0 * s.lease)
-        elif kind == "restart":
-            duration = rng.uniform(0.0, 3.0)
+        elif kind == "restart":  # mostly short; some outlast the store's retry window, so calls fail
+            duration = rng.uniform(0.0, 3.0) if rng.random() < 0.7 else rng.uniform(s.retry_for, s.retry_for + 3.0)
         elif kind == "cut":
-            duration = rng.uniform(0.3, 2.0 * s.lease)
+            duration = rng.uniform(0.3, 2.0 * s.lease) if rng.random() < 0.7 else rng.uniform(s.retry_for,
+                                                                                               s.retry_for + 3.0)
         elif kind == "drop":
             duration, arg = 0.0, rng.randint(1, 4)
+        elif kind == "lose-commit":
+            duration, arg = 0.0, rng.randint(1, 3)
         elif kind == "delay":
             duration, arg = rng.uniform(1.0, 4.0), rng.randint(100, 1500)
         elif kind == "sqlite-kill":
@@ -431,6 +438,8 @@ async def _inject(r: _Run, server: PrivateServer, proxies: list[Proxy], pgs: lis
                 proxy.up()
         elif f.kind == "drop":
             proxy.drop_answers(f.arg)
+        elif f.kind == "lose-commit":
+            proxy.drop_answers(f.arg, after=400)
         elif f.kind == "delay":
             proxy.delay = f.arg / 1000 if phase == "begin" else 0.0
         elif f.kind == "sqlite-kill":

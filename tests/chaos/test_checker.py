@@ -190,5 +190,5 @@ def test_the_schedule_and_plan_are_functions_of_the_seed(seed: int) -> None:
     assert schedule(s) == schedule(Settings(seed=seed, fault_seconds=60))
     assert schedule(s) != schedule(Settings(seed=seed + 1, fault_seconds=60))
     assert [c.to_json() for c in plan(seed, "p", 30, 3, 50)] == [c.to_json() for c in plan(seed, "p", 30, 3, 50)]
-    assert {f.kind for f in schedule(s)} <= {"kill", "stop", "restart", "cut", "drop", "delay", "sqlite-kill",
-                                             "sqlite-full"}
+    assert {f.kind for f in schedule(s)} <= {"kill", "stop", "restart", "cut", "drop", "lose-commit", "delay",
+                                             "sqlite-kill", "sqlite-full"}

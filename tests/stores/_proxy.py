@@ -7,6 +7,8 @@ It can also make the network misbehave without an outage (the chaos campaign use
     proxy.drop_answers(2)    the next two answers from the server are swallowed, and each connection that lost
                              one is reset: the client sent its query (maybe a COMMIT), the server ran it, and the
                              client never hears how it went (a lost commit answer)
+    proxy.drop_answers(1, after=400)   only an answer to a request of at least 400 bytes (a write carrying
+                             records, rather than a lease renewal or a short read)
     proxy.cut()              down() then up(): every connection dropped, new ones accepted again at once
 """
 
@@ -29,6 +31,8 @@ class Proxy:
         self._servers: set[socket.socket] = set()  # the upstream side of each connection
         self._lock = threading.Lock()
         self._to_drop = 0
+        self._drop_after = 0
+        self._sent: dict[socket.socket, int] = {}  # upstream socket -> size of the last request sent on it
         self.delay = 0.0
         self.dropped = 0  # answers swallowed so far
         self.port = 0
@@ -63,6 +67,7 @@ class Proxy:
             listener, self._listener = self._listener, None
             sockets, self._sockets = self._sockets, set()
             self._servers = set()
+            self._sent = {}
         if listener is not None:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it, so the port is freed
@@ -77,14 +82,16 @@ class Proxy:
         self.down()
         self.up()
 
-    def drop_answers(self, count: int = 1) -> None:
-        """Swallow the next `count` answers from the server, resetting each connection that lost one."""
+    def drop_answers(self, count: int = 1, *, after: int = 0) -> None:
+        """Swallow the next `count` answers from the server (to requests of at least `after` bytes), resetting
+        each connection that lost one."""
         with self._lock:
             self._to_drop += count
+            self._drop_after = after
 
-    def _take_drop(self) -> bool:
+    def _take_drop(self, server: socket.socket) -> bool:
         with self._lock:
-            if self._to_drop <= 0:
+            if self._to_drop <= 0 or self._sent.get(server, 0) < self._drop_after:
                 return False
             self._to_drop -= 1
             self.dropped += 1
@@ -119,10 +126,12 @@ class Proxy:
                 if answers:
                     if self.delay > 0:
                         time.sleep(self.delay)
-                    if forwarded and self._take_drop():  # past the start-up answer: a query's answer is lost
+                    if forwarded and self._take_drop(source):  # past the start-up answer: a query's answer is lost
                         _reset(source, sink)
                         return
                     forwarded += 1
+                else:
+                    self._sent[sink] = len(data)
                 sink.sendall(data)
         except OSError:
             pass
