@@ -506,7 +506,8 @@ async def _heal(r: _Run, server: PrivateServer, proxies: list[Proxy], pgs: list[
 ENDED = {"done", "failed", "cancelled"}
 
 
-async def _sample(store: Store, t: float, wanted: set[str], live: set[str] | None) -> list[dict[str, Any]]:
+async def _sample(store: Store, t: float, wanted: set[str], live: set[str] | None, calls_done: set[str]
+                  ) -> list[dict[str, Any]]:
     rows = await store.cases(limit=100_000)
     inbox: dict[str, int] = {}
     for row in await store.inbox_take(0, 100_000):
@@ -517,9 +518,17 @@ async def _sample(store: Store, t: float, wanted: set[str], live: set[str] | Non
             continue
         out.append({"t": t, "case": row.case_id, "state": row.state, "last_seq": row.last_seq, "owner": row.owner,
                     "epoch": row.epoch, "effects": len(row.effects), "next_due": row.next_due,
-                    "inbox": inbox.get(row.case_id, 0),
+                    "inbox": inbox.get(row.case_id, 0), "calls_done": row.case_id in calls_done,
                     "owner_live": None if live is None else row.owner in live})
     return out
+
+
+def _calls_done(r: _Run, specs: list[CaseSpec]) -> set[str]:
+    """The cases whose every planned call (start included) was acknowledged."""
+    with r._lock:
+        acked = {ln["key"] for ln in r.lines if ln.get("ev") == "ack" and ln["outcome"] == "ok"}
+    return {c.case_id for c in specs
+            if f"start:{c.case_id}" in acked and all(f"{op.kind}:{op.request_id}" in acked for op in c.ops)}
 
 
 async def _quiet(r: _Run, pg: PostgresStore, sqlite: Store, procs: list[_Proc], pg_specs: list[CaseSpec],
@@ -536,8 +545,9 @@ async def _quiet(r: _Run, pg: PostgresStore, sqlite: Store, procs: list[_Proc], 
         try:
             now = await pg.database_time()
             live = {o.owner_id for o in await pg.nodes()}
-            got = await _sample(pg, now, pg_ids, live)
-            got += await _sample(sqlite, time.time(), sqlite_ids, None)
+            done = _calls_done(r, [*pg_specs, *sqlite_specs])
+            got = await _sample(pg, now, pg_ids, live, done)
+            got += await _sample(sqlite, time.time(), sqlite_ids, None, done)
         except Exception as exc:
             r.say(f"monitor: could not read the stores ({type(exc).__name__}: {exc})")
             await anyio.sleep(1.0)

@@ -31,8 +31,10 @@ Each violation names its kind, the case, what is wrong, and the records or lines
                                  journaled (a stale actor still running a case that ended elsewhere)
     process-crashed              a node, the SQLite owner or its client ended by itself (no fault killed it)
     case-stranded                once faults stopped, a case had work waiting (running, an effect in flight, a
-                                 due timer, an inbox input) and its journal did not grow for longer than a lease
-                                 plus the store's retry window (whoever owned it, alive or not)
+                                 due timer, an inbox input, or every call of its plan acknowledged: the plan's
+                                 workflows have only effects and timers after their last signal) and its journal
+                                 did not grow for longer than a lease plus the store's retry window (whoever owned
+                                 it, alive or not)
 """
 
 from __future__ import annotations
@@ -152,9 +154,10 @@ def _journals(h: History) -> list[Violation]:
             out.append(Violation("case-ended-twice", case, f"{len(ends)} end records",
                                  [_short(journal[i]) for i in ends]))
         if not ends:
+            last = [dict(x) for x in h.samples if x["case"] == case][-1:]
             out.append(Violation("case-not-ended", case, f"no end record once the faults stopped (expected "
-                                 f"{spec.expect}); the journal's last records follow",
-                                 list(map(_short, journal[-4:]))))
+                                 f"{spec.expect}); the journal's last records and the case row as last sampled "
+                                 "follow", [*map(_short, journal[-4:]), *last]))
             continue
         if ends[0] != len(journal) - 1:
             out.append(Violation("record-after-end", case, "records after the end",
@@ -199,11 +202,13 @@ def _effects(h: History) -> list[Violation]:
 
 def _work_waiting(s: Mapping[str, Any]) -> bool:
     due = s.get("next_due")
+    ended = s.get("state") in ("done", "failed", "cancelled")
     return (
         s.get("state") in LIVE_STATES
+        or (bool(s.get("calls_done")) and not ended)
         or bool(s.get("effects"))
         or bool(s.get("inbox"))
-        or (due is not None and due < s["t"] - DUE_SLACK and s.get("state") not in ("done", "failed", "cancelled"))
+        or (due is not None and due < s["t"] - DUE_SLACK and not ended)
     )
 
 

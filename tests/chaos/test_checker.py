@@ -139,6 +139,10 @@ def test_a_case_with_work_waiting_and_no_progress_is_stranded() -> None:
         h.samples = [{**s, "state": "waiting_signal", "inbox": 1} for s in h.samples]
     assert _doctor(inbox) == ["case-stranded"]
 
+    def all_calls_made(h: History) -> None:
+        h.samples = [{**s, "state": "waiting_signal", "calls_done": True} for s in h.samples]
+    assert _doctor(all_calls_made) == ["case-stranded"]
+
     def moving(h: History) -> None:
         h.samples = [{**s, "state": "running", "last_seq": i} for i, s in enumerate(h.samples)]
     assert _doctor(moving) == []
