@@ -23,6 +23,8 @@ Each violation names its kind, the case, what is wrong, and the records or lines
     wrong-outcome                the case ended in another state than its calls lead to (e.g. failed)
     record-after-end             a record after the `end`
     journal-gap                  sequence numbers that are not 0, 1, 2, ...
+    row-behind-journal           the case row, as last sampled, names an older last seq than the journal holds
+                                 (more than 2 s after that record was appended); row-ahead-of-journal: a newer one
     epoch-went-back              a record appended under a lower epoch than one before it
     effect-while-lease-in-doubt  an effect attempt started when more than a lease had passed, on the node's own
                                  monotonic clock, since it sent the last lease renewal that succeeded (or before
@@ -166,6 +168,7 @@ def _journals(h: History) -> list[Violation]:
         if outcome != spec.expect:
             out.append(Violation("wrong-outcome", case, f"ended {outcome!r}, its calls lead to {spec.expect!r}",
                                  [_short(journal[ends[0]])]))
+        out += _row_in_step(h, case, journal)
         epochs = list(h.epochs.get(case, ()))
         for (s1, e1), (s2, e2) in zip(epochs, epochs[1:], strict=False):
             if e2 < e1:
@@ -173,6 +176,24 @@ def _journals(h: History) -> list[Violation]:
                                      f"epoch {e1}", [list(p) for p in epochs]))
                 break
     return out
+
+
+def _row_in_step(h: History, case: str, journal: Sequence[Mapping[str, Any]]) -> list[Violation]:
+    """The case row's last seq, as last sampled, against the journal read after it: the row is written in the
+    transaction of the records that change it, so it can lag only while a write is in flight."""
+    last = [x for x in h.samples if x["case"] == case][-1:]
+    if not last or "last_seq" not in last[0]:
+        return []
+    row, final = last[0], journal[-1]
+    if row["last_seq"] > final["seq"]:
+        return [Violation("row-ahead-of-journal", case, f"the case row names seq {row['last_seq']} but the journal "
+                          f"ends at {final['seq']}: records the row counted are gone", [dict(row), _short(final)])]
+    if row["last_seq"] < final["seq"] and float(final["time"]) < row["t"] - 2.0:
+        return [Violation("row-behind-journal", case, f"the case row still names seq {row['last_seq']} "
+                          f"{row['t'] - float(final['time']):.1f} s after the journal's record {final['seq']} "
+                          "was appended (state, signals and due time read from it are stale)",
+                          [dict(row), _short(final)])]
+    return []
 
 
 def _effects(h: History) -> list[Violation]:

@@ -69,6 +69,7 @@ def test_an_acknowledged_signal_missing_from_the_journal_is_a_violation() -> Non
         del h.journals["c1"][2]
         for i, r in enumerate(h.journals["c1"]):
             r["seq"] = i
+        h.samples = [{**s, "last_seq": 2} for s in h.samples]  # the row agrees with the journal
     assert _doctor(drop) == ["acknowledged-input-lost"]
 
 
@@ -78,6 +79,7 @@ def test_an_input_applied_twice_is_a_violation() -> None:
         j = h.journals["c1"]
         j.insert(3, {**j[2], "seq": 3})
         j[4]["seq"] = 4
+        h.samples = [{**s, "last_seq": 4} for s in h.samples]
     assert _doctor(twice) == ["input-applied-twice"]
 
 
@@ -101,6 +103,17 @@ def test_a_case_ending_twice_or_never_or_wrongly_is_a_violation() -> None:
     def failed(h: History) -> None:
         h.journals["c1"][3]["outcome"] = "failed"
     assert _doctor(failed) == ["wrong-outcome"]
+
+
+def test_a_case_row_out_of_step_with_its_journal_is_a_violation() -> None:
+    """A row that lags the journal well after its last append, or names records the journal lacks, is reported."""
+    def behind(h: History) -> None:
+        h.samples = [{**s, "last_seq": 2} for s in h.samples]
+    assert _doctor(behind) == ["row-behind-journal"]
+
+    def ahead(h: History) -> None:
+        h.samples = [{**s, "last_seq": 5} for s in h.samples]
+    assert _doctor(ahead) == ["row-ahead-of-journal"]
 
 
 def test_an_epoch_going_back_is_a_violation() -> None:
@@ -132,7 +145,7 @@ def test_a_case_with_work_waiting_and_no_progress_is_stranded() -> None:
     """A running case whose journal does not grow for longer than the bound is reported stranded; one that grows
     is not."""
     def stuck(h: History) -> None:
-        h.samples = [{**s, "state": "running", "last_seq": 2} for s in h.samples]
+        h.samples = [{**s, "state": "running"} for s in h.samples]
     assert _doctor(stuck) == ["case-stranded"]
 
     def inbox(h: History) -> None:
@@ -144,7 +157,8 @@ def test_a_case_with_work_waiting_and_no_progress_is_stranded() -> None:
     assert _doctor(all_calls_made) == ["case-stranded"]
 
     def moving(h: History) -> None:
-        h.samples = [{**s, "state": "running", "last_seq": i} for i, s in enumerate(h.samples)]
+        h.samples = [{**s, "state": "running" if i < 3 else "done", "last_seq": min(i, 3)}
+                     for i, s in enumerate(h.samples)]
     assert _doctor(moving) == []
 
 
