@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ._campaign import Settings, run
+from ._server import ServerUnavailable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     total = max(0.5, args.minutes) * 60
     settings = Settings(seed=seed, fault_seconds=round(total * 0.6, 1), quiet_seconds=round(total * 0.4, 1),
                         nodes=args.nodes, workdir=args.workdir, keep=args.keep, echo=sys.stdout)
-    result = run(settings)
+    try:
+        result = run(settings)
+    except ServerUnavailable as exc:
+        print(f"chaos campaign not run: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(result.report.splitlines()[len(_said(result.report)):]))
     if not result.ok:
         print(f"the run's files are in {result.workdir}")

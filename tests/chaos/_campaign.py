@@ -51,6 +51,7 @@ from wfsub.stores import PostgresStore, SqliteStore, Store
 
 from ..stores._proxy import Proxy
 from ._checker import History, Violation, check, summarize
+from ._node import OPEN_FAILED
 from ._server import PrivateServer
 from ._workload import CaseSpec, plan
 
@@ -210,6 +211,8 @@ class _Proc:
         if self.popen is None or self.state == "dead" or self.popen.poll() is None:
             return False
         self.state = "dead"
+        if self.popen.returncode == OPEN_FAILED:  # it printed why (an `open-failed` line, judged by the checker)
+            return True
         err = self.campaign.dir / f"{self.name}.{self.incarnation}.err"
         tail = err.read_text(errors="replace")[-3000:] if err.exists() else ""
         self.campaign.record({"ev": "exit", "src": self.name, "inc": self.incarnation, "rc": self.popen.returncode,
@@ -355,6 +358,7 @@ async def _campaign(r: _Run, server: PrivateServer, faults: list[Fault], pg_spec
     history = History(
         specs=[*pg_specs, *sqlite_specs],
         exits=[ln for ln in lines if ln.get("ev") == "exit"],
+        open_failures=[ln for ln in lines if ln.get("ev") == "open-failed"],
         acks=[ln for ln in lines if ln.get("ev") == "ack"],
         journals=journals, epochs=epochs,
         effects=[ln for ln in lines if ln.get("ev") == "effect"],

@@ -32,6 +32,9 @@ Each violation names its kind, the case, what is wrong, and the records or lines
     effect-after-end             an effect attempt started more than a second after its case's `end` was
                                  journaled (a stale actor still running a case that ended elsewhere)
     process-crashed              a node, the SQLite owner or its client ended by itself (no fault killed it)
+    open-gave-up-early           a node's store open failed sooner than the store's retry window after it began
+                                 (a dropped connection or a restarted server is to be retried that long); one that
+                                 failed after the window (a long outage) is not a violation: the node starts again
     case-stranded                once faults stopped, a case had work waiting (running, an effect in flight, a
                                  due timer, an inbox input, or every call of its plan acknowledged: the plan's
                                  workflows have only effects and timers after their last signal) and its journal
@@ -75,6 +78,7 @@ class History:
     effects: Sequence[Mapping[str, Any]] = ()
     samples: Sequence[Mapping[str, Any]] = ()
     exits: Sequence[Mapping[str, Any]] = ()  # processes that ended by themselves (not killed by a fault)
+    open_failures: Sequence[Mapping[str, Any]] = ()  # nodes whose store could not be opened (`open-failed`)
     lease_seconds: float = 2.0
     stranded_after: float = 10.0  # a lease plus the store's retry window
 
@@ -85,6 +89,11 @@ def check(h: History) -> list[Violation]:
     out += _journals(h)
     out += _effects(h)
     out += _stranded(h)
+    for f in h.open_failures:
+        if f["after"] < f["retry_for"] - 0.5:
+            out.append(Violation("open-gave-up-early", "-", f"node {f['node']!r} ({f['src']}, incarnation "
+                                 f"{f['inc']}) could not open its store and gave up after {f['after']} s, within the "
+                                 f"store's retry window ({f['retry_for']} s)", [dict(f)]))
     for e in h.exits:
         out.append(Violation("process-crashed", "-", f"{e['src']} (incarnation {e['inc']}) ended by itself with "
                              f"status {e['rc']}; its traceback's wfsub frames and exceptions follow",

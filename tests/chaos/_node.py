@@ -31,6 +31,7 @@ from wfsub.stores import PostgresStore, SqliteStore, Store
 from ._workload import FLOWS, NODE, CaseSpec, LeaseView, Op, WatchedStore, emit
 
 ENDED = {"done", "failed", "cancelled"}
+OPEN_FAILED = 3  # the exit status of a node whose store could not be opened (it printed an `open-failed` line)
 
 
 def _error(exc: BaseException) -> str:
@@ -130,14 +131,21 @@ async def pg_node(cfg: dict[str, Any]) -> None:
     deadline = time.monotonic() + 3 * cfg["lease"] + 5.0
     while True:
         opened: list[bool] = []
+        began = time.monotonic()
         try:
             await _pg_node(cfg, opened)
             return
         except StoreError as exc:
-            if opened or "holds that node id" not in str(exc) or time.monotonic() > deadline:
+            if opened:
                 raise
-            emit(ev="open-refused", node=cfg["node_id"], error=_error(exc))
-            await anyio.sleep(0.5)
+            if "holds that node id" in str(exc) and time.monotonic() < deadline:
+                emit(ev="open-refused", node=cfg["node_id"], error=_error(exc))
+                await anyio.sleep(0.5)
+                continue
+            # The store could not be opened: the campaign starts this process again and judges how soon it gave up.
+            emit(ev="open-failed", node=cfg["node_id"], error=_error(exc), after=round(time.monotonic() - began, 3),
+                 retry_for=cfg["retry_for"])
+            sys.exit(OPEN_FAILED)
 
 
 async def _pg_node(cfg: dict[str, Any], opened: list[bool]) -> None:

@@ -176,6 +176,17 @@ def test_a_process_that_ended_by_itself_is_a_violation() -> None:
     assert _doctor(crashed) == ["process-crashed"]
 
 
+def test_an_open_that_gave_up_within_the_retry_window_is_a_violation() -> None:
+    """A node whose store open failed before retry_for had passed is reported; one that failed after it is not."""
+    def early(h: History) -> None:
+        h.open_failures = [{"src": "pg0", "inc": 3, "node": "n0", "after": 0.4, "retry_for": 6.0, "error": "..."}]
+    assert _doctor(early) == ["open-gave-up-early"]
+
+    def late(h: History) -> None:
+        h.open_failures = [{"src": "pg0", "inc": 3, "node": "n0", "after": 6.2, "retry_for": 6.0, "error": "..."}]
+    assert _doctor(late) == []
+
+
 def test_a_crash_is_summed_up_by_its_wfsub_frames_and_exceptions() -> None:
     """A process's traceback is cut down to the wfsub frames it passed and the exceptions it raised."""
     stderr = """  + Exception Group Traceback (most recent call last):
