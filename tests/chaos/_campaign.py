@@ -490,7 +490,7 @@ async def _heal(r: _Run, server: PrivateServer, proxies: list[Proxy], pgs: list[
     with contextlib.suppress(RuntimeError):  # already running
         await anyio.to_thread.run_sync(server.start_again)
     for proxy in proxies:
-        proxy.delay = 0.0
+        proxy.clear()  # answers still armed to be dropped are not: the faults are over
         proxy.down()
         proxy.up()
     for node in pgs:

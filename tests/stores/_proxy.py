@@ -89,6 +89,13 @@ class Proxy:
             self._to_drop += count
             self._drop_after = after
 
+    def clear(self) -> None:
+        """Forward everything again at once: no delay, no answers left to drop."""
+        with self._lock:
+            self._to_drop = 0
+            self._drop_after = 0
+        self.delay = 0.0
+
     def _take_drop(self, server: socket.socket) -> bool:
         with self._lock:
             if self._to_drop <= 0 or self._sent.get(server, 0) < self._drop_after:
