@@ -160,6 +160,7 @@ def _journals(h: History) -> list[Violation]:
         seqs = [r.get("seq") for r in journal]
         if seqs != list(range(len(seqs))) and journal[0].get("kind") != "snapshot":
             out.append(Violation("journal-gap", case, f"sequence numbers {seqs[:40]}", []))
+        out += _row_in_step(h, case, journal)
         ends = [i for i, r in enumerate(journal) if r.get("kind") == "end"]
         if len(ends) > 1:
             out.append(Violation("case-ended-twice", case, f"{len(ends)} end records",
@@ -177,7 +178,6 @@ def _journals(h: History) -> list[Violation]:
         if outcome != spec.expect:
             out.append(Violation("wrong-outcome", case, f"ended {outcome!r}, its calls lead to {spec.expect!r}",
                                  [_short(journal[ends[0]])]))
-        out += _row_in_step(h, case, journal)
         epochs = list(h.epochs.get(case, ()))
         for (s1, e1), (s2, e2) in zip(epochs, epochs[1:], strict=False):
             if e2 < e1:
