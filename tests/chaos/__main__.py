@@ -1,4 +1,5 @@
-"""`python -m tests.chaos [--seed N] [--minutes M] [--nodes K] [--keep]` (what `make chaos` runs).
+"""`python -m tests.chaos [--seed N] [--minutes M] [--nodes K] [--keep]` (what `make chaos` runs), or
+`python -m tests.chaos --check DIR` to check a kept run's work directory again.
 
 A run spends 60% of its minutes injecting faults and at most the rest waiting for the workload to finish, then
 checks; it prints the seed and the schedule first, each fault as it happens, then every violation with its
@@ -13,7 +14,8 @@ import random
 import sys
 from pathlib import Path
 
-from ._campaign import Settings, run
+from ._campaign import Settings, load_history, run
+from ._checker import check, summarize
 from ._server import ServerUnavailable
 
 
@@ -24,7 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the work directory of a passing run too")
+    parser.add_argument("--check", type=Path, default=None, metavar="DIR",
+                        help="check a kept run's work directory again (no run)")
     args = parser.parse_args(argv)
+    if args.check is not None:
+        found = check(load_history(args.check))
+        for v in found:
+            print(v.render())
+        print(f"{args.check}: {len(found)} violations {summarize(found)}")
+        return 1 if found else 0
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
     total = max(0.5, args.minutes) * 60
     settings = Settings(seed=seed, fault_seconds=round(total * 0.6, 1), quiet_seconds=round(total * 0.4, 1),

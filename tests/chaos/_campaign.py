@@ -354,22 +354,33 @@ async def _campaign(r: _Run, server: PrivateServer, faults: list[Fault], pg_spec
         await pg_reader.close()
         if sqlite_reader is not None:
             await sqlite_reader.close()
-    lines = list(r.lines)
-    history = History(
-        specs=[*pg_specs, *sqlite_specs],
-        exits=[ln for ln in lines if ln.get("ev") == "exit"],
-        open_failures=[ln for ln in lines if ln.get("ev") == "open-failed"],
-        acks=[ln for ln in lines if ln.get("ev") == "ack"],
-        journals=journals, epochs=epochs,
-        effects=[ln for ln in lines if ln.get("ev") == "effect"],
-        samples=samples, lease_seconds=s.lease, stranded_after=s.stranded_after,
-    )
+    stored = {"specs": [c.to_json() for c in [*pg_specs, *sqlite_specs]], "journals": journals, "epochs": epochs,
+              "samples": samples, "lease_seconds": s.lease, "stranded_after": s.stranded_after}
+    await anyio.Path(r.dir / "stores.json").write_text(json.dumps(stored, default=str))
+    history = load_history(r.dir)
     violations = check(history)
     acked = sum(1 for ln in history.acks if ln["outcome"] == "ok")
     errors = sum(1 for ln in history.acks if ln["outcome"] == "error")
     r.say(f"checked {len(history.specs)} cases, {acked} acknowledged calls ({errors} errors made again), "
           f"{len(history.effects)} effect attempts, {len(samples)} row samples: {len(violations)} violations")
     return violations
+
+
+def load_history(workdir: Path) -> History:
+    """A run's history from its work directory: `history.jsonl` (the processes' lines) and `stores.json` (what the
+    stores held once faults stopped), so a kept run can be checked again (`python -m tests.chaos --check DIR`)."""
+    stored = json.loads((workdir / "stores.json").read_text())
+    with (workdir / "history.jsonl").open(encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    return History(
+        specs=[CaseSpec.from_json(c) for c in stored["specs"]],
+        exits=[ln for ln in lines if ln.get("ev") == "exit"],
+        open_failures=[ln for ln in lines if ln.get("ev") == "open-failed"],
+        acks=[ln for ln in lines if ln.get("ev") == "ack"],
+        journals=stored["journals"], epochs={k: [tuple(p) for p in v] for k, v in stored["epochs"].items()},
+        effects=[ln for ln in lines if ln.get("ev") == "effect"],
+        samples=stored["samples"], lease_seconds=stored["lease_seconds"], stranded_after=stored["stranded_after"],
+    )
 
 
 async def _until_ready(r: _Run, procs: list[_Proc], within: float = 90.0) -> None:

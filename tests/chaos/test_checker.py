@@ -4,11 +4,13 @@ schedule is a function of the seed alone."""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ._campaign import Settings, crash_lines, schedule
+from ._campaign import Settings, crash_lines, load_history, schedule
 from ._checker import History, Violation, check
 from ._workload import CaseSpec, Op, plan
 
@@ -221,3 +223,16 @@ def test_the_schedule_and_plan_are_functions_of_the_seed(seed: int) -> None:
     assert [c.to_json() for c in plan(seed, "p", 30, 3, 50)] == [c.to_json() for c in plan(seed, "p", 30, 3, 50)]
     assert {f.kind for f in schedule(s)} <= {"kill", "stop", "restart", "cut", "drop", "lose-commit", "delay",
                                              "sqlite-kill", "sqlite-full"}
+
+
+def test_a_kept_run_is_checked_again_from_its_files(tmp_path: Path) -> None:
+    """A work directory's history.jsonl and stores.json give back the history the run checked, violations and all."""
+    h = _sound()
+    h.effects[0]["lease"]["since_sent"] = 3.0
+    lines = [*h.acks, *h.effects]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+    (tmp_path / "stores.json").write_text(json.dumps({
+        "specs": [c.to_json() for c in h.specs], "journals": h.journals, "epochs": h.epochs, "samples": h.samples,
+        "lease_seconds": h.lease_seconds, "stranded_after": h.stranded_after,
+    }))
+    assert kinds(check(load_history(tmp_path))) == ["effect-while-lease-in-doubt"]
