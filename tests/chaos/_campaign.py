@@ -307,6 +307,10 @@ def run(s: Settings) -> Result:
     (workdir / "report.txt").write_text(report + "\n")
     if not violations and not s.keep and s.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
+    else:  # the server's log is kept, its data files (tens of MB) are not: stores.json has what the checker read
+        with contextlib.suppress(OSError):
+            shutil.move(str(server.directory / "server.log"), str(workdir / "server.log"))
+        shutil.rmtree(server.directory, ignore_errors=True)
     return Result(s, faults, violations, report, workdir)
 
 
