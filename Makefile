@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 PEERS_STAMP := $(VENV)/.installed-peers
 
-.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo clean
+.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo clean chaos chaos-ci
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -63,3 +63,15 @@ demo: $(RUNTIME_STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
+
+# The chaos campaign (tests/chaos): seeded faults against Postgres nodes and a SQLite owner, then a checker of what
+# the stores hold. `make chaos SEED=7 MINUTES=5`; without SEED a seed is drawn (and printed). It needs the
+# Postgres server binaries (initdb, pg_ctl): it runs a private server of its own.
+SEED ?=
+MINUTES ?= 1
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos $(if $(SEED),--seed $(SEED)) --minutes $(MINUTES)
+
+# CI's one-minute run: the seed follows the commit, so a red run is reproduced with the seed it prints.
+chaos-ci: $(STAMP)
+	$(BIN)/python -m tests.chaos --seed $$(( 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1) % 1000000 )) --minutes 1
