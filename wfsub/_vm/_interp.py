@@ -744,8 +744,8 @@ class Interp:
         if spec.cancel_remaining and mi.count:
             mi.cancelled += withdraw_instances(self, mi, "mi join fired")
         tok = self._spawn(mi.parent, spec.after, mi.env)
-        if spec.collect is not None:
-            self._store(mi.env, spec.collect, list(mi.outputs))
+        if spec.collect is not None:  # the list itself when no instance is left to write into it (no O(n) copy)
+            self._store(mi.env, spec.collect, list(mi.outputs) if mi.count else mi.outputs)
         self._trace_node("mi_joined", mi.ip, completed=mi.completed, cancelled=mi.cancelled, token=tok.tid)
         if mi.count == 0:
             self._close(mi, withdrawn=False)

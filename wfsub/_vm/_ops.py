@@ -374,13 +374,13 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     if first >= 128:
         m._pause_gc()
     m._spawn_instances(frame, items, 0, first, 0)
-    if n > first:  # the rest start SPAWN_CHUNK per step, before any instance runs (under FIFO)
+    if n > first:  # the rest start SPAWN_CHUNK per step, each chunk queued behind the one before (see below)
         frame.pending = n - first
         frame.items = items
         spawner = frame.spawner = Token(m.next_tid, ip + 1, frame, env)
         m.next_tid += 1
         link(frame, spawner)
-        m.ready.appendleft(spawner)
+        m.ready.append(spawner)
     if spec.need == 0:  # join=None: no synchronization, the thread goes on at once; the mi is detached work
         frame.fired = True
         m._detach_thread(frame)
@@ -395,15 +395,22 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
 
 
 def _op_mi_spawn(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
-    """The spawner of a big mi: start the next chunk of instances; leave once all have started."""
+    """The spawner of a big mi: start the next chunk of instances; leave once all have started.
+
+    The spawner queues itself behind the chunk it started, so under FIFO the instances run in index order as
+    before, while only about a chunk of them is alive at a time (a million-instance mi of short bodies never
+    holds a million records: the collector's passes, which walk every live record, stay short).
+    """
     frame: Any = tok.frame
     m._pause_gc()
     start = frame.started
     stop = start + min(frame.pending, bc.SPAWN_CHUNK)
     m._spawn_instances(frame, frame.items, start, stop, 0)
     frame.pending -= stop - start
-    if frame.pending:
-        return ip  # next step: the next chunk
+    if frame.pending:  # the next chunk once this one has had its turn
+        tok.ip = ip
+        m.ready.append(tok)
+        return -1
     frame.items = None
     frame.spawner = None
     unlink_thread(frame, tok)

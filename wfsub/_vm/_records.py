@@ -534,7 +534,6 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         self.attached = True
         self.prev = None
         self.next = None
-        self.env = self
         self.alive = True
         self.ip = ip
         self.index = index
@@ -542,6 +541,17 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         self.has_item = has_item
         self.out: dict[str, Any] | None = None
         self.arrived = 0
+
+    @property
+    def env(self) -> Mapping[str, Any]:
+        """The instance is its own data view. A property, not the slot set to `self`: a record referring to
+        itself is a reference cycle, which only the cyclic GC frees, so every finished instance would wait for
+        a collection (and a million of them make one long pause of the event loop)."""
+        return self
+
+    @env.setter
+    def env(self, value: Mapping[str, Any]) -> None:
+        pass  # (a snapshot restores every slot: this one is always the instance itself)
 
     def arrive(self, m: Interp, tok: Token) -> int:
         unlink_thread(self, tok)

@@ -1,0 +1,69 @@
+"""A big mi keeps the work of one vm step and the records alive at a time bounded, whatever its size."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Mapping
+from typing import Any
+
+import wfsub
+from wfsub import mi, par, task
+from wfsub._program import SPAWN_CHUNK
+from wfsub._vm._records import InstanceFrame, MIFrame
+from wfsub.lowlevel import Machine
+
+N = 20_000
+
+
+def noop(ctx: Mapping[str, Any]) -> None:
+    return None
+
+
+def _mi_frame(m: Machine) -> MIFrame | None:
+    acts = m._vm.regions.get("big", {})
+    return next(iter(acts), None)  # type: ignore[return-value]
+
+
+def test_a_big_mi_holds_about_a_chunk_of_instances_at_a_time() -> None:
+    """The spawner queues behind the chunk it started: a big mi of short bodies never holds more than two chunks."""
+    m = Machine(wfsub.compile(mi(task(noop), count=N, max=N, name="big", collect="out")), max_instances=N)
+    most = 0
+    bursts = 0
+    while m.run(100).status == "yielded":
+        bursts += 1
+        frame = _mi_frame(m)
+        if frame is not None:
+            most = max(most, frame.count)
+    assert m.status == "done"
+    assert bursts > N // SPAWN_CHUNK  # it took many bursts (one chunk per spawner step at most) ...
+    assert most <= 2 * SPAWN_CHUNK + 1  # ... and never held more than a chunk or two (plus the spawner)
+    assert len(m.data["out"]) == N
+
+
+def test_big_mi_instances_run_in_index_order_and_behind_earlier_threads() -> None:
+    """FIFO order is kept: a thread queued before the mi's instances runs first; the instances run by index."""
+    seen: list[Any] = []
+
+    def note(ctx: Mapping[str, Any]) -> None:
+        seen.append(ctx.get("index", "other"))
+
+    n = 3 * SPAWN_CHUNK + 5
+    m = Machine(wfsub.compile(par(mi(task(note), count=n), task(note))))
+    assert m.run(10**6).status == "done"
+    assert seen == ["other", *range(n)]
+
+
+def test_finished_instances_are_freed_without_the_cyclic_collector() -> None:
+    """A finished instance is no reference cycle: with the collector off, none is left once the mi is done."""
+    program = wfsub.compile(mi(task(noop), count=1_000, collect="out"))
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        m = Machine(program)
+        assert m.run(10**6).status == "done"
+        left = sum(1 for obj in gc.get_objects() if type(obj) is InstanceFrame)
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert left == 0
