@@ -525,8 +525,20 @@ def context(frame: Frame | None) -> Frame | None:
 
 
 def _region_activations(m: Interp, tok: Token, spec: bc.RegionStepSpec) -> list[Frame]:
+    """The activations a region step addresses: the one its thread runs in, when the step is written inside the
+    region (a scope's body, or a named mi's body, in the same workflow: a sliding window's instance adding the next
+    one); else, when the region is written in the same mi body or workflow as the step, those in the step's own mi
+    instance and call; else every live activation."""
     acts = m.live_activations(spec.name)
-    if spec.local and acts:  # only the activations in the step's own mi instance and call
+    if not acts:
+        return acts
+    mine = m.regions[spec.name]
+    frame: Frame | None = tok.frame
+    while frame is not None and type(frame) is not CallFrame:  # (a call's workflow is written elsewhere)
+        if frame.alive and frame in mine:
+            return [frame]
+        frame = frame.parent
+    if spec.local:  # only the activations in the step's own mi instance and call
         here = context(tok.frame)
         acts = [frame for frame in acts if context(frame.parent) is here]
     return acts

@@ -570,7 +570,14 @@ class Engine:
         return block
 
     def step_regions(self, th: Thread, name: str, path: str) -> list[Block]:
+        """The activation the step runs in, if it runs inside one (within its own workflow); else those in its own
+        mi instance and call when the region is written in the step's mi body or workflow; else all."""
         acts = [b for b in self.regions.get(name, []) if b.alive]
+        block: Block | None = th.block
+        while acts and block is not None and not (isinstance(block, Pass) and block.role == "call"):
+            if any(b is block for b in acts):
+                return [block]
+            block = block.parent
         here_ctx = self.term_context(path)
         if acts and self.region_contexts.get(name, set()) == {here_ctx}:
             here = self.context(th.block)
