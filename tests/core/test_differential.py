@@ -29,6 +29,7 @@ from wfsub import (
     seq,
     xor,
 )
+from wfsub._program import SPAWN_CHUNK
 from wfsub._terms import Term
 from wfsub.lowlevel import Machine
 
@@ -211,3 +212,25 @@ def test_region_step_inside_its_region_addresses_its_own_activation(shape: str, 
     vm = Machine(wfsub.compile(term, library=library))
     # never refused (a cancel of the mi the step runs in withdraws its own thread, and so the case's)
     assert vm.run(10**6).status == ("cancelled" if shape == "cancel" else "done"), vm.error_message
+
+
+# -- an mi bigger than a spawn chunk: its instances start a chunk at a time, each chunk queued behind the last ------
+
+
+def _big_shapes(rec: Recorder) -> dict[str, Term]:
+    n = 2 * SPAWN_CHUNK + 7
+    return {
+        "bodies that fork": par(mi(seq(a_task(rec), par(a_task(rec), a_task(rec))), count=n, collect="o"), a_task(rec)),
+        "until": mi(a_task(rec), count=n, join="all", until=lambda s: s.completed >= SPAWN_CHUNK + 3),
+        "first": seq(mi(a_task(rec), count=n, join="first", collect="o"), a_task(rec)),
+        "no join": seq(mi(seq(a_task(rec), a_task(rec)), count=n, join=None), a_task(rec)),
+        "items": mi(a_task(rec), items=lambda c: [f"i{k}" for k in range(n)], collect="o"),
+    }
+
+
+@pytest.mark.parametrize("shape", list(_big_shapes(Recorder())))
+@pytest.mark.parametrize("quanta", [1, 1000])
+def test_an_mi_bigger_than_a_chunk_agrees_with_the_reference(shape: str, quanta: int) -> None:
+    """Past one spawn chunk, the instances' run order, joins and until= see what the reference's do."""
+    rec = Recorder()
+    check_agreement(_big_shapes(rec)[shape], rec, [], quanta)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from wfsub._program import SPAWN_CHUNK  # how many instances a step starts: part of the order threads run in
 from wfsub._terms import (
     MI,
     AddInstances,
@@ -251,6 +252,8 @@ class Engine:
             block.done.append(item[1])
         elif kind == "loop_test":
             self.loop_test(th, item[1], item[2])
+        elif kind == "mi_spawn":
+            self.mi_spawn(th, item[1])
         else:
             raise AssertionError(kind)
 
@@ -493,7 +496,11 @@ class Engine:
         if t.name is not None:
             self.regions.setdefault(t.name, []).append(block)
         block.outputs = [None] * n
-        self.start_instances(block, items, 0, n)
+        first = min(n, SPAWN_CHUNK)
+        self.start_instances(block, items, 0, first)
+        if n > first:  # the rest start a chunk at a time, each chunk queued behind the one before
+            block.pending, block.items = n - first, items
+            block.spawner = self.spawn(block, [("mi_spawn", block)], th.env)
         if need == 0:  # no synchronization: the thread goes on; the mi is detached work
             block.fired = True
             self.detach(block)
@@ -508,7 +515,7 @@ class Engine:
     def start_instances(self, block: MIBlock, items: list[Any] | None, start: int, stop: int) -> None:
         body = block.term.body
         for index in range(start, stop):
-            inst = Instance(block, index, items[index - start] if items is not None else None, items is not None)
+            inst = Instance(block, index, items[index] if items is not None else None, items is not None)
             block.add(inst)
             self.spawn(inst, [(body, child_path(block.path, "", body))], inst)
         block.started += stop - start
@@ -748,14 +755,29 @@ class Engine:
             mi.threads -= 1
         self.mi_check(mi, completed=completed)
 
+    def mi_spawn(self, th: Thread, mi: MIBlock) -> None:
+        """A big mi's spawner: start the next chunk; queue again behind it while instances are left to start."""
+        start = mi.started
+        stop = start + min(mi.pending, SPAWN_CHUNK)
+        self.start_instances(mi, mi.items, start, stop)
+        mi.pending -= stop - start
+        mi.remove(th)
+        th.alive = False
+        if mi.pending:
+            mi.spawner = self.spawn(mi, [("mi_spawn", mi)], th.env)
+            return
+        mi.spawner, mi.items = None, None
+        self.mi_check(mi)
+
     def mi_check(self, mi: MIBlock, *, completed: bool = False) -> None:
         t: MI = mi.term
         if mi.fired:
             if not mi.kids and mi.alive and (mi.closed or t.dynamic != "open"):
                 self.close(mi, False)
             return
-        running = mi.threads
-        more = running > 0 or (t.dynamic == "open" and not mi.closed)
+        spawning = mi.spawner is not None
+        running = mi.threads - spawning
+        more = spawning or running > 0 or (t.dynamic == "open" and not mi.closed)
         until = False
         if completed and t.until is not None:
             try:
@@ -775,7 +797,9 @@ class Engine:
     def mi_fire(self, mi: MIBlock, compensate: bool = True) -> None:
         mi.fired = mi.closed = True
         if (mi.term.cancel_remaining or not compensate) and mi.kids:
-            mi.cancelled += self.withdraw_inside(mi, compensate, ("quiet",), keep_running=not compensate)
+            spawning = mi.spawner is not None
+            mi.spawner, mi.items, mi.pending = None, None, 0
+            mi.cancelled += self.withdraw_inside(mi, compensate, ("quiet",), keep_running=not compensate) - spawning
         parent = mi.parent
         assert parent is not None
         self.spawn(parent, list(mi.k), mi.env)
