@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import wfsub
-from wfsub import mi, par, task
+from wfsub import mi, par, seq, task
 from wfsub._program import SPAWN_CHUNK
 from wfsub._vm._records import InstanceFrame, MIFrame
 from wfsub.lowlevel import Machine
@@ -67,3 +68,47 @@ def test_finished_instances_are_freed_without_the_cyclic_collector() -> None:
         if was_enabled:
             gc.enable()
     assert left == 0
+
+
+def _digesting(program: Any) -> Machine:
+    m = Machine(program)
+    m.digesting = True
+    return m
+
+
+def _varied(ctx: Mapping[str, Any]) -> dict[str, Any] | None:
+    i = ctx["index"]
+    return None if i % 3 == 0 else {"v": i, "s": f"x{i}", "f": i / 7, "l": [i, {"b": True, "a": None}]}
+
+
+def test_a_durable_case_encodes_its_task_outputs_a_burst_at_a_time() -> None:
+    """Between two records a digesting machine holds at most FOLD_AT raw outputs after a burst: the rest is text."""
+    from wfsub._vm._machine import FOLD_AT
+
+    m = _digesting(wfsub.compile(mi(task(noop), count=N, max=N)))
+    while m.run(100).status == "yielded":
+        outputs = m._vm.outputs
+        assert outputs is not None and len(outputs) <= FOLD_AT + 1
+
+
+def test_the_folded_digest_is_the_one_shot_digest(monkeypatch: Any) -> None:
+    """Outputs encoded burst by burst (and through a snapshot) digest to the same value, naming the same tasks."""
+    from wfsub._vm import _machine
+
+    program = wfsub.compile(seq(task(lambda c: {"x": 1}, name="first"), mi(task(_varied), count=N, max=N)))
+    m = _digesting(program)
+    bursts = 0
+    while m.run(100).status == "yielded":
+        bursts += 1
+        if bursts == 150:  # mid-way: through a snapshot (JSON and back), folded outputs included
+            m = Machine.restore(program, json.loads(json.dumps(m.snapshot())))
+    folded_digest, folded_paths = m.take_digest()
+
+    monkeypatch.setattr(_machine, "FOLD_AT", 10**9)
+    one = _digesting(program)
+    assert one.run(10**9).status == "done"
+    assert one._vm.outputs is not None and len(one._vm.outputs) == N + 1  # nothing folded: the one-shot encoding
+    digest, paths = one.take_digest()
+    assert folded_digest == digest
+    assert list(folded_paths) == list(paths) and len(paths) == N + 1
+    assert m.take_digest() == (digest, [])

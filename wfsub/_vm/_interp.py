@@ -191,7 +191,8 @@ class Interp:
         self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
         self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
-        self.outputs: list[tuple[int, Any]] | None = None  # digesting: (ip, output) of the tasks since the last take
+        # digesting: (ip, output) of the tasks since the last take, after a FoldedOutputs once run() encoded some
+        self.outputs: list[Any] | None = None
         self.digest = ""  # the running digest of task outputs (see Machine.take_digest)
         # What the driver must start or stop after this burst. Most bursts have none: the lists are made when the
         # first request is and handed over by Machine.run, which puts NO_OUT back.

@@ -138,6 +138,21 @@ class Fifo(Record):
         return len(self.items) > self.head
 
 
+class FoldedOutputs(Record):
+    """The task outputs of a durable case already encoded for its digest: the head of `Interp.outputs` once they
+    outgrew `FOLD_AT` (see `Machine.run`), so the digest at the next record hashes text made a burst at a time.
+
+    `pieces` are JSON texts of consecutive runs of (ip, output) pairs without their brackets; `ips` the tasks'
+    instructions, in order (for the node paths a divergence names).
+    """
+
+    __slots__ = ("pieces", "ips")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.ips: list[int] = []
+
+
 def link(frame: Frame, child: Any) -> None:
     head = frame.head
     child.prev = None
