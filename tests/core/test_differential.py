@@ -27,6 +27,7 @@ from wfsub import (
     par,
     scope,
     seq,
+    task,
     xor,
 )
 from wfsub._program import SPAWN_CHUNK
@@ -219,12 +220,25 @@ def test_region_step_inside_its_region_addresses_its_own_activation(shape: str, 
 
 def _big_shapes(rec: Recorder) -> dict[str, Term]:
     n = 2 * SPAWN_CHUNK + 7
+    fork = seq(task(lambda c: {"it": c.get("item", "-")}), a_task(rec), par(a_task(rec), a_task(rec)))
     return {
         "bodies that fork": par(mi(seq(a_task(rec), par(a_task(rec), a_task(rec))), count=n, collect="o"), a_task(rec)),
         "until": mi(a_task(rec), count=n, join="all", until=lambda s: s.completed >= SPAWN_CHUNK + 3),
         "first": seq(mi(a_task(rec), count=n, join="first", collect="o"), a_task(rec)),
         "no join": seq(mi(seq(a_task(rec), a_task(rec)), count=n, join=None), a_task(rec)),
         "items": mi(a_task(rec), items=lambda c: [f"i{k}" for k in range(n)], collect="o"),
+        "a big add": par(
+            mi(fork, items=lambda c: [], dynamic="open", name="m0", collect="o"),
+            seq(add_instances("m0", items=lambda c: [f"a{k}" for k in range(n)]), close_instances("m0")),
+        ),
+        "an add behind count= instances still starting": par(
+            mi(fork, count=n, dynamic=True, name="m0", collect="o"),
+            add_instances("m0", items=lambda c: [f"a{k}" for k in range(n)]),
+        ),
+        "an add behind items still starting": par(
+            mi(fork, items=lambda c: [f"i{k}" for k in range(n)], dynamic=True, name="m0", collect="o"),
+            add_instances("m0", items=lambda c: [f"a{k}" for k in range(7)]),
+        ),
     }
 
 

@@ -112,3 +112,35 @@ def test_the_folded_digest_is_the_one_shot_digest(monkeypatch: Any) -> None:
     assert folded_digest == digest
     assert list(folded_paths) == list(paths) and len(paths) == N + 1
     assert m.take_digest() == (digest, [])
+
+
+def test_add_instances_of_many_items_starts_a_chunk_at_a_time() -> None:
+    """Machine.add_instances of many items starts one chunk at once; the mi's spawner starts the rest, step by step."""
+    m = Machine(wfsub.compile(mi(task(noop), items=lambda c: [], dynamic="open", name="big", collect="out")),
+                max_instances=N)
+    assert m.run(100).status == "blocked"
+    m.add_instances("big", list(range(N)))
+    frame = _mi_frame(m)
+    assert frame is not None and frame.count <= SPAWN_CHUNK + 1 and frame.pending == N - SPAWN_CHUNK
+    most = 0
+    while m.run(100).status == "yielded":
+        frame = _mi_frame(m)
+        most = max(most, frame.count if frame is not None else 0)
+    assert most <= 2 * SPAWN_CHUNK + 1
+    m.close_instances("big")
+    assert m.run(100).status == "done"
+    assert m.data["out"] == [{}] * N
+
+
+def test_items_added_while_count_instances_still_start_queue_behind_them() -> None:
+    """Items added while a big count= mi still starts its instances get the next indexes; none is lost or doubled."""
+    n = 3 * SPAWN_CHUNK
+
+    def seen(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"i": ctx["index"], "it": ctx.get("item", "-")}
+
+    m = Machine(wfsub.compile(mi(task(seen), count=n, dynamic=True, name="big", collect="out")))
+    assert m.run(1).status == "yielded"  # the first chunk started, the spawner queued behind it
+    m.add_instances("big", ["a", "b"])
+    assert m.run(10**6).status == "done"
+    assert m.data["out"] == [{"i": i, "it": "-"} for i in range(n)] + [{"i": n, "it": "a"}, {"i": n + 1, "it": "b"}]

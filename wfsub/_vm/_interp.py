@@ -40,6 +40,7 @@ from ._records import (
     InterleaveFrame,
     MIFrame,
     MIStats,
+    NoItem,
     PassFrame,
     RootFrame,
     SagaFrame,
@@ -764,8 +765,14 @@ class Interp:
         has_item = items is not None
         head = mi.head
         for index in range(start, stop):
-            item = items[index - item_base] if has_item else None  # type: ignore[index]
-            inst = InstanceFrame(mi, ip, index, item, has_item)
+            if has_item:
+                item = items[index - item_base]  # type: ignore[index]
+                if type(item) is NoItem:  # (a count= instance queued before added ones)
+                    inst = InstanceFrame(mi, ip, index, None, False)
+                else:
+                    inst = InstanceFrame(mi, ip, index, item, True)
+            else:
+                inst = InstanceFrame(mi, ip, index, None, False)
             inst.next = head  # inlined link(mi, inst)
             if head is not None:
                 head.prev = inst
@@ -911,10 +918,27 @@ class Interp:
         return f"mi {name!r} allows at most {bound} instances; it has {held}, so {count} more would exceed it"
 
     def add_instances(self, frame: MIFrame, items: list[Any]) -> None:
-        base = len(frame.outputs)
-        frame.outputs.extend([None] * len(items))
-        self._spawn_instances(frame, items, base, base + len(items), base)
-        self._trace_node("mi_instances_added", frame.ip, count=len(items))
+        """Start one instance per item: a chunk now, the rest by the mi's spawner (as an mi starts its own), and
+        all of them after the mi's instances still waiting to start."""
+        n = len(items)
+        base = len(frame.outputs)  # (== started + pending: every index handed out so far)
+        frame.outputs.extend([None] * n)
+        if frame.pending:
+            if frame.items is None:  # count= instances still to start: they keep their place, without items
+                frame.items = [NoItem()] * frame.pending
+            frame.items.extend(items)
+            frame.pending += n
+        else:
+            first = min(n, bc.SPAWN_CHUNK)
+            self._spawn_instances(frame, items, base, base + first, base)
+            if n > first:
+                frame.pending = n - first
+                frame.items = items
+                spawner = frame.spawner = Token(self.next_tid, frame.ip + 1, frame, frame.env)
+                self.next_tid += 1
+                link(frame, spawner)
+                self.ready.append(spawner)
+        self._trace_node("mi_instances_added", frame.ip, count=n)
 
     def close_instances(self, frame: MIFrame) -> None:
         frame.closed = True

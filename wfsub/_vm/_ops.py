@@ -405,7 +405,8 @@ def _op_mi_spawn(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     m._pause_gc()
     start = frame.started
     stop = start + min(frame.pending, bc.SPAWN_CHUNK)
-    m._spawn_instances(frame, frame.items, start, stop, 0)
+    items = frame.items
+    m._spawn_instances(frame, items, start, stop, len(frame.outputs) - len(items) if items is not None else 0)
     frame.pending -= stop - start
     if frame.pending:  # the next chunk once this one has had its turn
         tok.ip = ip

@@ -138,6 +138,12 @@ class Fifo(Record):
         return len(self.items) > self.head
 
 
+class NoItem(Record):
+    """In `MIFrame.items`: an instance to start without an item (made by count=), queued before added ones."""
+
+    __slots__ = ()
+
+
 class FoldedOutputs(Record):
     """The task outputs of a durable case already encoded for its digest: the head of `Interp.outputs` once they
     outgrew `FOLD_AT` (see `Machine.run`), so the digest at the next record hashes text made a burst at a time.
@@ -519,7 +525,8 @@ class MIFrame(Frame):
         self.completed = 0
         self.cancelled = 0
         self.pending = 0  # instances still to start (a big mi starts them SPAWN_CHUNK per vm step)
-        self.items: list[Any] | None = None  # the items of the instances still to start
+        # the items of the instances still to start: the last len(items) indexes of `outputs` (NoItem: none)
+        self.items: list[Any] | None = None
         self.spawner: Token | None = None  # the token that starts them, a child of this frame until done
 
     @property

@@ -49,6 +49,7 @@ from ._blocks import Block, Compensation, Instance, MIBlock, Pass, Root, Split, 
 from ._blocks import Interleave as InterleaveBlock
 
 ALL = -1
+NO_ITEM: Any = object()  # in MIBlock.items: a count= instance queued before added ones
 
 
 class Stats(NamedTuple):
@@ -512,10 +513,12 @@ class Engine:
         if n == 0:
             self.mi_check(block)
 
-    def start_instances(self, block: MIBlock, items: list[Any] | None, start: int, stop: int) -> None:
+    def start_instances(self, block: MIBlock, items: list[Any] | None, start: int, stop: int, base: int = 0) -> None:
+        """Start instances start..stop-1; instance i gets items[i - base] (none without items, or for NO_ITEM)."""
         body = block.term.body
         for index in range(start, stop):
-            inst = Instance(block, index, items[index] if items is not None else None, items is not None)
+            item = items[index - base] if items is not None else NO_ITEM
+            inst = Instance(block, index, None if item is NO_ITEM else item, item is not NO_ITEM)
             block.add(inst)
             self.spawn(inst, [(body, child_path(block.path, "", body))], inst)
         block.started += stop - start
@@ -759,7 +762,8 @@ class Engine:
         """A big mi's spawner: start the next chunk; queue again behind it while instances are left to start."""
         start = mi.started
         stop = start + min(mi.pending, SPAWN_CHUNK)
-        self.start_instances(mi, mi.items, start, stop)
+        items = mi.items  # the items of the last len(items) indexes handed out
+        self.start_instances(mi, items, start, stop, len(mi.outputs) - len(items) if items is not None else 0)
         mi.pending -= stop - start
         mi.remove(th)
         th.alive = False
@@ -811,14 +815,18 @@ class Engine:
             self.detach(mi)
 
     def add_instances(self, mi: MIBlock, items: list[Any]) -> None:
+        """A chunk starts now, the rest by the mi's spawner; all after the instances still waiting to start."""
         base = len(mi.outputs)
         mi.outputs.extend([None] * len(items))
-        body = mi.term.body
-        for offset, item in enumerate(items):
-            inst = Instance(mi, base + offset, item, True)
-            mi.add(inst)
-            self.spawn(inst, [(body, child_path(mi.path, "", body))], inst)
-        mi.started += len(items)
+        if mi.pending:
+            mi.items = [*(mi.items if mi.items is not None else [NO_ITEM] * mi.pending), *items]
+            mi.pending += len(items)
+            return
+        first = min(len(items), SPAWN_CHUNK)
+        self.start_instances(mi, items, base, base + first, base)
+        if len(items) > first:
+            mi.pending, mi.items = len(items) - first, items
+            mi.spawner = self.spawn(mi, [("mi_spawn", mi)], mi.env)
 
     def close_instances(self, mi: MIBlock) -> None:
         mi.closed = True
