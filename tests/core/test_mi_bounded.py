@@ -144,3 +144,11 @@ def test_items_added_while_count_instances_still_start_queue_behind_them() -> No
     m.add_instances("big", ["a", "b"])
     assert m.run(10**6).status == "done"
     assert m.data["out"] == [{"i": i, "it": "-"} for i in range(n)] + [{"i": n, "it": "a"}, {"i": n + 1, "it": "b"}]
+
+
+def test_instances_without_output_add_no_object_per_instance_to_the_collected_list() -> None:
+    """Instances that return nothing are collected as one shared empty dict: no object per instance to walk."""
+    m = Machine(wfsub.compile(mi(task(noop), count=1_000, collect="out")))
+    assert m.run(10**6).status == "done"
+    out = m.data["out"]
+    assert out == [{}] * 1_000 and len({id(o) for o in out}) == 1

@@ -81,6 +81,10 @@ _ARRIVE = int(Op.ARRIVE)
 
 
 _NO_EVENTS = cast("list[VmEvent]", ())  # the events of every untraced machine: never appended to (see Interp)
+# The output of an mi instance that completed without returning anything: one shared empty dict, never written
+# (case data changes only by returned updates). A million fresh ones would be a million objects in the outputs
+# list for every pass of the cyclic collector to walk: the event loop would wait for each.
+_EMPTY_OUT: dict[str, Any] = {}
 NO_OUT = cast("list[Any]", ())  # no requests this burst: shared, never appended to (a list is made for the first)
 
 
@@ -683,7 +687,7 @@ class Interp:
         completed = inst.arrived > 0
         if completed:
             out = inst.out
-            mi.outputs[inst.index] = out if out is not None else {}
+            mi.outputs[inst.index] = out if out is not None else _EMPTY_OUT
             mi.completed += 1
             if self.tl:
                 self._trace_node("mi_instance_done", mi.ip, index=inst.index)
