@@ -101,6 +101,7 @@ class Interp:
         "closing",
         "code",
         "digest",
+        "digest_hasher",
         "data",
         "effects",
         "ended",
@@ -199,6 +200,7 @@ class Interp:
         # digesting: (ip, output) of the tasks since the last take, after a FoldedOutputs once run() encoded some
         self.outputs: list[Any] | None = None
         self.digest = ""  # the running digest of task outputs (see Machine.take_digest)
+        self.digest_hasher: Any = None  # (FoldedOutputs, blake2b fed its pieces, pieces fed): see Machine._hasher
         # What the driver must start or stop after this burst. Most bursts have none: the lists are made when the
         # first request is and handed over by Machine.run, which puts NO_OUT back.
         self.out_effects: list[EffectRequest] = NO_OUT
@@ -686,8 +688,10 @@ class Interp:
         mi: Any = inst.parent
         completed = inst.arrived > 0
         if completed:
-            out = inst.out
-            mi.outputs[inst.index] = out if out is not None else _EMPTY_OUT
+            outputs = mi.outputs
+            if outputs:  # (an mi without collect= keeps none)
+                out = inst.out
+                outputs[inst.index] = out if out is not None else _EMPTY_OUT
             mi.completed += 1
             if self.tl:
                 self._trace_node("mi_instance_done", mi.ip, index=inst.index)
@@ -925,8 +929,9 @@ class Interp:
         """Start one instance per item: a chunk now, the rest by the mi's spawner (as an mi starts its own), and
         all of them after the mi's instances still waiting to start."""
         n = len(items)
-        base = len(frame.outputs)  # (== started + pending: every index handed out so far)
-        frame.outputs.extend([None] * n)
+        base = frame.started + frame.pending  # every index handed out so far
+        if frame.outputs or frame.spec.collect is not None:
+            frame.outputs.extend([None] * n)
         if frame.pending:
             if frame.items is None:  # count= instances still to start: they keep their place, without items
                 frame.items = [NoItem()] * frame.pending

@@ -369,7 +369,8 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     link(parent, frame)
     if spec.name is not None:
         m.regions.setdefault(spec.name, {})[frame] = None
-    frame.outputs = [None] * n
+    if spec.collect is not None:  # (without collect= the outputs are never read: none is kept)
+        frame.outputs = [None] * n
     first = min(n, bc.SPAWN_CHUNK)
     if first >= 128:
         m._pause_gc()
@@ -406,7 +407,7 @@ def _op_mi_spawn(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     start = frame.started
     stop = start + min(frame.pending, bc.SPAWN_CHUNK)
     items = frame.items
-    m._spawn_instances(frame, items, start, stop, len(frame.outputs) - len(items) if items is not None else 0)
+    m._spawn_instances(frame, items, start, stop, start + frame.pending - len(items) if items is not None else 0)
     frame.pending -= stop - start
     if frame.pending:  # the next chunk once this one has had its turn
         tok.ip = ip

@@ -148,15 +148,16 @@ class FoldedOutputs(Record):
     """The task outputs of a durable case already encoded for its digest: the head of `Interp.outputs` once they
     outgrew `FOLD_AT` (see `Machine.run`), so the digest at the next record hashes text made a burst at a time.
 
-    `pieces` are JSON texts of consecutive runs of (ip, output) pairs without their brackets; `ips` the tasks'
-    instructions, in order (for the node paths a divergence names).
+    `pieces` are JSON texts of consecutive runs of (ip, output) pairs without their brackets; `runs` the tasks'
+    instructions in order, run-length encoded as [ip, count, ip, count, ...] (for the node paths a divergence
+    names; an mi's million runs of one task are one run, not a million ints for the collector to walk).
     """
 
-    __slots__ = ("pieces", "ips")
+    __slots__ = ("pieces", "runs")
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
-        self.ips: list[int] = []
+        self.runs: list[int] = []
 
 
 def link(frame: Frame, child: Any) -> None:
@@ -525,7 +526,7 @@ class MIFrame(Frame):
         self.completed = 0
         self.cancelled = 0
         self.pending = 0  # instances still to start (a big mi starts them SPAWN_CHUNK per vm step)
-        # the items of the instances still to start: the last len(items) indexes of `outputs` (NoItem: none)
+        # the items of the instances still to start, the last len(items) of the started + pending (NoItem: none)
         self.items: list[Any] | None = None
         self.spawner: Token | None = None  # the token that starts them, a child of this frame until done
 
