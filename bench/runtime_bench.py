@@ -19,13 +19,14 @@ import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
-from wfsub import MemorySink, Substrate, TraceLevel, seq, task, wait
+from wfsub import MemorySink, Substrate, TraceLevel, mi, seq, task, wait
 
 from ._figures import percentile, record
 
 N_CASES = 10_000
 N_IDLE_MEMORY = 20_000
 N_ROUND_TRIPS = 2_000
+N_BIG_MI = 1_000_000
 REPEAT = 5
 
 THREE_TASKS = seq(
@@ -217,6 +218,30 @@ async def bare_round_trips(idle: int, trips: int) -> list[float]:
     return samples
 
 
+async def big_mi_loop_gap(n: int) -> float:
+    """The longest the event loop went unserved (seconds) while one case ran an n-instance mi of no-op tasks, seen
+    by a ticker task that only yields and notes the time between its turns."""
+    longest = 0.0
+    running = True
+
+    async def ticker() -> None:
+        nonlocal longest
+        last = time.perf_counter()
+        while running:
+            await anyio.lowlevel.checkpoint()
+            now = time.perf_counter()
+            longest = max(longest, now - last)
+            last = now
+
+    async with Substrate(trace_level="none", max_instances=n) as sub, anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await anyio.lowlevel.checkpoint()
+        handle = await sub.new_case(mi(task(lambda c: None, name="noop"), count=n, max=n))
+        await handle.result()
+        running = False
+    return longest
+
+
 # -- the figures -------------------------------------------------------------------------------------------------
 
 
@@ -265,6 +290,11 @@ async def _main(lines: list[str]) -> None:
         f"p99 {p99:7.1f} us (target <= 2000 us)  {verdict(p99 <= 2000)}"
     )
     lines.append(f"  bare anyio actor round trip     p50 {b50:6.1f} us, p99 {b99:7.1f} us ({p50 / b50:4.1f}x at p50)")
+    gap = record("mi_1m_loop_gap_ms", await big_mi_loop_gap(N_BIG_MI) * 1e3, "ms")
+    lines.append(
+        f"longest event-loop gap while a {N_BIG_MI:,}-instance mi runs  {gap:6.1f} ms (target <= 50 ms)  "
+        f"{verdict(gap <= 50)}"
+    )
     calls, where = await round_trip_calls(200)
     record("signal_round_trip_calls", calls, "calls")
     lines.append(

@@ -603,7 +603,7 @@ def compile_workflow(
                 compiled.append(name)
                 sub = lib[name]
                 sub_path = f"library[{name!r}].{sub.kind}"
-                e.context = sub_path
+                e.context = f"library[{name!r}]"  # (not sub_path: that is the path, so the context, of its top mi body)
                 e.term(sub, sub_path)
                 e.emit(Op.RET, -1, sub_path)
             e.args[ip] = e.const(CallSpec(name, e.entries[name]))

@@ -247,7 +247,32 @@ def test_every_record_class_round_trips_through_a_snapshot() -> None:
             else:
                 m.deliver_signal(sorted(r.signals)[0], 1)
     assert m.status == "done", m.error_message
+    seen |= _bulk_records()
     assert seen == set(record_classes())
+
+
+def _bulk_records() -> set[str]:
+    """The record types a snapshot holds while a big dynamic mi starts count= instances with items added behind
+    them, and while a durable case holds its task outputs encoded for the digest; each round-trips."""
+    from wfsub._program import SPAWN_CHUNK
+    from wfsub._vm._machine import FOLD_AT
+
+    n = FOLD_AT + 2 * SPAWN_CHUNK
+    m = Machine(wfsub.compile(mi(task(lambda c: {"i": c["index"]}), count=n, dynamic=True, name="grow")),
+                max_instances=2 * n)
+    m.digesting = True
+    seen: set[str] = set()
+    m.run(1)  # the first chunk, and the spawner queued behind it
+    m.add_instances("grow", ["added"])  # queued behind the count= instances still to start
+    while True:
+        snap = json.loads(json.dumps(m.snapshot()))
+        seen |= {obj["type"] for obj in snap["objects"]}
+        again = Machine.restore(m.program, snap)
+        assert json.loads(json.dumps(again.snapshot())) == snap
+        if m.run(1000).status != "yielded":
+            break
+    assert m.status == "done", m.error_message
+    return seen
 
 
 def test_every_event_kind_the_vm_emits_is_listed() -> None:

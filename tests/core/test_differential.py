@@ -11,15 +11,30 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wfsub
-from wfsub import SignalRejected
+from wfsub import (
+    SignalRejected,
+    add_instances,
+    call,
+    cancel_region,
+    close_instances,
+    complete_region,
+    mi,
+    par,
+    scope,
+    seq,
+    task,
+    xor,
+)
+from wfsub._program import SPAWN_CHUNK
 from wfsub._terms import Term
 from wfsub.lowlevel import Machine
 
-from .gen import Recorder, scripts, terms
+from .gen import Recorder, a_task, scripts, terms
 from .reference import Reference, Rejected
 
 
@@ -151,3 +166,85 @@ def test_vm_agrees_with_reference_interpreter(data: st.DataObject, quanta: int) 
     term = data.draw(terms(rec))
     script = data.draw(scripts(rec))
     check_agreement(term, rec, script, quanta, rec.library)
+
+
+# -- region steps written inside their own region, in the shapes a sliding window takes ----------------------------
+
+
+def _window(rec: Recorder, name: str, last: Term | None = None, *, width: int = 4) -> Term:
+    """A dynamic mi whose every instance runs a task, then adds the next instance (until `width`), then `last`."""
+    def next_item(ctx: Mapping[str, Any]) -> list[int]:
+        return [ctx["item"] + 1] if ctx["item"] + 1 < width else []
+
+    body = [a_task(rec), add_instances(name, items=next_item)]
+    if last is not None:
+        body.append(xor((lambda c: c["item"] == width - 1, last), default=a_task(rec)))
+    return mi(seq(*body), items=lambda c: [0], dynamic=True, name=name, collect=f"out_{name}")
+
+
+def _shapes(rec: Recorder) -> dict[str, tuple[Term, dict[str, Term]]]:
+    return {
+        "call": (call("Inner"), {"Inner": _window(rec, "inner")}),
+        "two calls": (par(call("Inner"), call("Inner")), {"Inner": _window(rec, "inner")}),
+        "nested": (mi(_window(rec, "inner"), count=2, collect="outer"), {}),
+        "nested in a call": (mi(call("Inner"), count=3, collect="outer"), {"Inner": _window(rec, "inner")}),
+        "close": (mi(_window(rec, "inner", close_instances("inner")), count=2), {}),
+        "complete": (mi(_window(rec, "inner", complete_region("inner"), width=3), count=2), {}),
+        "cancel": (
+            mi(scope("s", _window(rec, "inner", cancel_region("inner"), width=3), on_cancel=a_task(rec)), count=2),
+            {},
+        ),
+        "cancel a scope": (
+            mi(scope("s", seq(a_task(rec), cancel_region("s")), on_cancel=a_task(rec)), count=2), {}
+        ),
+        "complete via call": (
+            par(call("Inner"), call("Inner")), {"Inner": _window(rec, "inner", complete_region("inner"), width=3)}
+        ),
+    }
+
+
+@pytest.mark.parametrize("shape", list(_shapes(Recorder())))
+@pytest.mark.parametrize("quanta", [1, 1000])
+def test_region_step_inside_its_region_addresses_its_own_activation(shape: str, quanta: int) -> None:
+    """A region step inside its own mi or scope (reached by call, or nested in another mi) agrees with the reference."""
+    rec = Recorder()
+    term, library = _shapes(rec)[shape]
+    check_agreement(term, rec, [], quanta, library)
+    vm = Machine(wfsub.compile(term, library=library))
+    # never refused (a cancel of the mi the step runs in withdraws its own thread, and so the case's)
+    assert vm.run(10**6).status == ("cancelled" if shape == "cancel" else "done"), vm.error_message
+
+
+# -- an mi bigger than a spawn chunk: its instances start a chunk at a time, each chunk queued behind the last ------
+
+
+def _big_shapes(rec: Recorder) -> dict[str, Term]:
+    n = 2 * SPAWN_CHUNK + 7
+    fork = seq(task(lambda c: {"it": c.get("item", "-")}), a_task(rec), par(a_task(rec), a_task(rec)))
+    return {
+        "bodies that fork": par(mi(seq(a_task(rec), par(a_task(rec), a_task(rec))), count=n, collect="o"), a_task(rec)),
+        "until": mi(a_task(rec), count=n, join="all", until=lambda s: s.completed >= SPAWN_CHUNK + 3),
+        "first": seq(mi(a_task(rec), count=n, join="first", collect="o"), a_task(rec)),
+        "no join": seq(mi(seq(a_task(rec), a_task(rec)), count=n, join=None), a_task(rec)),
+        "items": mi(a_task(rec), items=lambda c: [f"i{k}" for k in range(n)], collect="o"),
+        "a big add": par(
+            mi(fork, items=lambda c: [], dynamic="open", name="m0", collect="o"),
+            seq(add_instances("m0", items=lambda c: [f"a{k}" for k in range(n)]), close_instances("m0")),
+        ),
+        "an add behind count= instances still starting": par(
+            mi(fork, count=n, dynamic=True, name="m0", collect="o"),
+            add_instances("m0", items=lambda c: [f"a{k}" for k in range(n)]),
+        ),
+        "an add behind items still starting": par(
+            mi(fork, items=lambda c: [f"i{k}" for k in range(n)], dynamic=True, name="m0", collect="o"),
+            add_instances("m0", items=lambda c: [f"a{k}" for k in range(7)]),
+        ),
+    }
+
+
+@pytest.mark.parametrize("shape", list(_big_shapes(Recorder())))
+@pytest.mark.parametrize("quanta", [1, 1000])
+def test_an_mi_bigger_than_a_chunk_agrees_with_the_reference(shape: str, quanta: int) -> None:
+    """Past one spawn chunk, the instances' run order, joins and until= see what the reference's do."""
+    rec = Recorder()
+    check_agreement(_big_shapes(rec)[shape], rec, [], quanta)

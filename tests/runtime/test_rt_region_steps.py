@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,8 +14,10 @@ from wfsub import (
     SignalRejected,
     Substrate,
     add_instances,
+    call,
     cancel_region,
     close_instances,
+    complete_region,
     effect,
     mi,
     par,
@@ -22,7 +25,9 @@ from wfsub import (
     seq,
     task,
     wait,
+    xor,
 )
+from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
 
@@ -103,3 +108,93 @@ async def test_close_instances_from_the_app_is_refused_for_a_closed_mi() -> None
         await sub.close_instances(handle.case_id, "jobs")
         with pytest.raises(SignalRejected, match=f"case '{handle.case_id}' cannot close instances of 'jobs'"):
             await sub.close_instances(handle.case_id, "jobs")
+
+
+# -- a sliding window: each instance of a dynamic mi adds the next one at its end ----------------------------------
+
+WIDTH = 3
+
+
+def _next_item(ctx: Mapping[str, Any]) -> list[int]:
+    return [ctx["item"] + 1] if ctx["item"] + 1 < WIDTH else []
+
+
+def _window(last: Any = None) -> Any:
+    """Each instance waits for its "go" signal, notes its item, adds the next instance; the last one runs `last`."""
+    body: list[Any] = [
+        wait("go"),
+        task(lambda c: {"seen": c["item"]}, name="note"),
+        add_instances("window", items=_next_item),
+    ]
+    if last is not None:
+        body.append(xor((lambda c: c["item"] == WIDTH - 1, last), default=task(lambda c: None, name="pass")))
+    return mi(seq(*body), items=lambda c: [0], dynamic=True, name="window", collect="outs")
+
+
+BATCHES = mi(call("Window"), count=2, collect="batches")
+SHAPES = {
+    "call": (call("Window"), {"Window": _window()}),
+    "nested": (mi(_window(), count=2, collect="batches"), {}),
+    "nested call": (BATCHES, {"Window": _window()}),
+    "close": (mi(_window(close_instances("window")), count=2, collect="batches"), {}),
+    "complete": (mi(_window(complete_region("window")), count=2, collect="batches"), {}),
+}
+GOES = {"call": WIDTH, "nested": 2 * WIDTH, "nested call": 2 * WIDTH, "close": 2 * WIDTH, "complete": 2 * WIDTH}
+
+
+def _expected(shape: str) -> dict[str, Any]:
+    window: list[Any] = [{"go": None, "seen": i} for i in range(WIDTH)]
+    if shape == "complete":  # the last instance completes the window from inside: it joins without that one
+        window[-1] = None
+    if shape == "call":
+        return {"outs": window}
+    return {"batches": [{"outs": window}] * 2}
+
+
+async def _drive(sub: Substrate, shape: str, case_id: str, restart_after: int | None = None) -> Any:
+    handle = await sub.new_case(shape, case_id=case_id)
+    for i in range(GOES[shape]):
+        if i == restart_after:
+            return None
+        await handle.signal("go")
+    return await handle.result()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_sliding_window_adds_to_its_own_activation(shape: str, backend: str) -> None:
+    """A window's instances add the next one to their own activation, reached by call or nested in another mi."""
+    term, library = SHAPES[shape]
+
+    async def main() -> Any:
+        async with Substrate(workflows={shape: term, **library}, trace_level="none") as sub:
+            return await _drive(sub, shape, "c")
+
+    assert anyio.run(main, backend=backend) == _expected(shape)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("shape", ["nested", "nested call", "complete"])
+async def test_a_durable_sliding_window_replays_to_the_same_activations(shape: str, kind: str, tmp_path: Path) -> None:
+    """Brought back from its store mid-way (its region steps replayed), a window goes on as the live case would."""
+    term, library = SHAPES[shape]
+    store: Any = MemoryStore() if kind == "memory" else str(tmp_path / "s.db")
+    workflows = {shape: term, **library}
+    async with Substrate(store=store, workflows=workflows, trace_level="none") as sub:
+        assert await _drive(sub, shape, "c", restart_after=GOES[shape] - 2) is None
+        await handle_settled(sub, "c")
+    async with Substrate(store=store, workflows=workflows, trace_level="none") as sub:
+        for _ in range(2):
+            await sub.signal("c", "go")
+        with anyio.fail_after(10):
+            while not sub.status("c").ended:  # noqa: ASYNC110 - the public API has no state-change event
+                await anyio.sleep(0.001)
+        assert sub.status("c").state == "done"
+        assert sub.data("c") == _expected(shape)
+
+
+async def handle_settled(sub: Substrate, case_id: str) -> None:
+    """Wait until the case waits for its next signal (the inputs so far are applied and journaled)."""
+    with anyio.fail_after(10):
+        while sub.status(case_id).state != "waiting_signal":  # noqa: ASYNC110 - no state-change event
+            await anyio.sleep(0.001)

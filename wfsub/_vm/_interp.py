@@ -40,6 +40,7 @@ from ._records import (
     InterleaveFrame,
     MIFrame,
     MIStats,
+    NoItem,
     PassFrame,
     RootFrame,
     SagaFrame,
@@ -80,6 +81,10 @@ _ARRIVE = int(Op.ARRIVE)
 
 
 _NO_EVENTS = cast("list[VmEvent]", ())  # the events of every untraced machine: never appended to (see Interp)
+# The output of an mi instance that completed without returning anything: one shared empty dict, never written
+# (case data changes only by returned updates). A million fresh ones would be a million objects in the outputs
+# list for every pass of the cyclic collector to walk: the event loop would wait for each.
+_EMPTY_OUT: dict[str, Any] = {}
 NO_OUT = cast("list[Any]", ())  # no requests this burst: shared, never appended to (a list is made for the first)
 
 
@@ -96,6 +101,7 @@ class Interp:
         "closing",
         "code",
         "digest",
+        "digest_hasher",
         "data",
         "effects",
         "ended",
@@ -191,8 +197,10 @@ class Interp:
         self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
         self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
-        self.outputs: list[tuple[int, Any]] | None = None  # digesting: (ip, output) of the tasks since the last take
+        # digesting: (ip, output) of the tasks since the last take, after a FoldedOutputs once run() encoded some
+        self.outputs: list[Any] | None = None
         self.digest = ""  # the running digest of task outputs (see Machine.take_digest)
+        self.digest_hasher: Any = None  # (FoldedOutputs, blake2b fed its pieces, pieces fed): see Machine._hasher
         # What the driver must start or stop after this burst. Most bursts have none: the lists are made when the
         # first request is and handed over by Machine.run, which puts NO_OUT back.
         self.out_effects: list[EffectRequest] = NO_OUT
@@ -680,8 +688,10 @@ class Interp:
         mi: Any = inst.parent
         completed = inst.arrived > 0
         if completed:
-            out = inst.out
-            mi.outputs[inst.index] = out if out is not None else {}
+            outputs = mi.outputs
+            if outputs:  # (an mi without collect= keeps none)
+                out = inst.out
+                outputs[inst.index] = out if out is not None else _EMPTY_OUT
             mi.completed += 1
             if self.tl:
                 self._trace_node("mi_instance_done", mi.ip, index=inst.index)
@@ -744,8 +754,8 @@ class Interp:
         if spec.cancel_remaining and mi.count:
             mi.cancelled += withdraw_instances(self, mi, "mi join fired")
         tok = self._spawn(mi.parent, spec.after, mi.env)
-        if spec.collect is not None:
-            self._store(mi.env, spec.collect, list(mi.outputs))
+        if spec.collect is not None:  # the list itself when no instance is left to write into it (no O(n) copy)
+            self._store(mi.env, spec.collect, list(mi.outputs) if mi.count else mi.outputs)
         self._trace_node("mi_joined", mi.ip, completed=mi.completed, cancelled=mi.cancelled, token=tok.tid)
         if mi.count == 0:
             self._close(mi, withdrawn=False)
@@ -763,8 +773,14 @@ class Interp:
         has_item = items is not None
         head = mi.head
         for index in range(start, stop):
-            item = items[index - item_base] if has_item else None  # type: ignore[index]
-            inst = InstanceFrame(mi, ip, index, item, has_item)
+            if has_item:
+                item = items[index - item_base]  # type: ignore[index]
+                if type(item) is NoItem:  # (a count= instance queued before added ones)
+                    inst = InstanceFrame(mi, ip, index, None, False)
+                else:
+                    inst = InstanceFrame(mi, ip, index, item, True)
+            else:
+                inst = InstanceFrame(mi, ip, index, None, False)
             inst.next = head  # inlined link(mi, inst)
             if head is not None:
                 head.prev = inst
@@ -910,10 +926,28 @@ class Interp:
         return f"mi {name!r} allows at most {bound} instances; it has {held}, so {count} more would exceed it"
 
     def add_instances(self, frame: MIFrame, items: list[Any]) -> None:
-        base = len(frame.outputs)
-        frame.outputs.extend([None] * len(items))
-        self._spawn_instances(frame, items, base, base + len(items), base)
-        self._trace_node("mi_instances_added", frame.ip, count=len(items))
+        """Start one instance per item: a chunk now, the rest by the mi's spawner (as an mi starts its own), and
+        all of them after the mi's instances still waiting to start."""
+        n = len(items)
+        base = frame.started + frame.pending  # every index handed out so far
+        if frame.outputs or frame.spec.collect is not None:
+            frame.outputs.extend([None] * n)
+        if frame.pending:
+            if frame.items is None:  # count= instances still to start: they keep their place, without items
+                frame.items = [NoItem()] * frame.pending
+            frame.items.extend(items)
+            frame.pending += n
+        else:
+            first = min(n, bc.SPAWN_CHUNK)
+            self._spawn_instances(frame, items, base, base + first, base)
+            if n > first:
+                frame.pending = n - first
+                frame.items = items
+                spawner = frame.spawner = Token(self.next_tid, frame.ip + 1, frame, frame.env)
+                self.next_tid += 1
+                link(frame, spawner)
+                self.ready.append(spawner)
+        self._trace_node("mi_instances_added", frame.ip, count=n)
 
     def close_instances(self, frame: MIFrame) -> None:
         frame.closed = True

@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -25,7 +25,7 @@ from .._errors import MachineStateError, SignalRejected
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from ._events import LEVELS, VmEvent
 from ._interp import NO_OUT, Interp
-from ._records import Frame, MIFrame, Token
+from ._records import FoldedOutputs, Frame, MIFrame, Token
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
@@ -41,6 +41,7 @@ def _from_vm(attribute: str, doc: str | None = None) -> Any:
 
 
 _BLOCKED, _FAILED = RunStatus.BLOCKED, RunStatus.FAILED
+FOLD_AT = 256  # a durable case's task outputs held raw between records before a burst encodes them (see run)
 _EFFECT_ID: Callable[[EffectRequest], int] = attrgetter("effect_id")
 _TIMER_ID: Callable[[TimerRequest], int] = attrgetter("timer_id")
 
@@ -146,9 +147,9 @@ class Machine:
         if on and vm.outputs is None:
             vm.outputs = []
         elif not on:
-            vm.outputs = None
+            vm.outputs = vm.digest_hasher = None
 
-    def take_digest(self) -> tuple[str, list[str]]:
+    def take_digest(self) -> tuple[str, Sequence[str]]:
         """The running digest after the tasks run since the last call, and those tasks' node paths.
 
         The digest chains: it hashes the previous digest with what each task returned (and where), so two runs
@@ -158,12 +159,25 @@ class Machine:
         """
         vm = self._vm
         outputs = vm.outputs or []
-        if outputs:
+        if not outputs:
+            return vm.digest, []
+        head = outputs[0]
+        if type(head) is not FoldedOutputs:
             h = hashlib.blake2b(vm.digest.encode(), digest_size=8)
-            h.update(json.dumps(outputs, sort_keys=True, separators=(",", ":"), default=repr).encode())
+            h.update(_encoded(outputs).encode())
             vm.digest = h.hexdigest()
             vm.outputs = []
-        return vm.digest, [vm.paths[ip] for ip, _ in outputs]
+            return vm.digest, _Paths(vm.paths, _runs([], outputs))
+        # the same bytes as the one-shot encoding of every pair: "[" + the pairs' texts joined by "," + "]"
+        raw = outputs[1:]
+        h = _hasher(vm, head).copy()
+        if raw:
+            h.update(("," + _encoded(raw)[1:-1]).encode())
+        h.update(b"]")
+        vm.digest = h.hexdigest()
+        vm.outputs = []
+        vm.digest_hasher = None
+        return vm.digest, _Paths(vm.paths, _runs(head.runs, raw))
 
     @property
     def next_effect_id(self) -> int:
@@ -185,6 +199,9 @@ class Machine:
         """Run up to `quanta` steps; report the outcome and what the driver must start or stop."""
         vm = self._vm
         steps = vm.run(quanta)
+        outputs = vm.outputs
+        if outputs is not None and len(outputs) > FOLD_AT:
+            _fold(vm, outputs)
         status = vm.status
         result = RunResult(status, steps)
         # Hand over the lists that hold something; the vm keeps its empty ones. A request withdrawn in the
@@ -372,6 +389,95 @@ class Machine:
     def __repr__(self) -> str:
         label = f" {self.case_id!r}" if self.case_id is not None else ""
         return f"<Machine{label} {self._vm.status} steps={self._vm.steps}>"
+
+
+def _encoded(pairs: Sequence[Any]) -> str:
+    return json.dumps(pairs, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _fold(vm: Interp, outputs: list[Any]) -> None:
+    """Encode and hash the raw (ip, output) pairs of a durable case for its digest now, into the FoldedOutputs at
+    the list's head: a case that runs a million tasks between two records encodes and hashes them a burst at a
+    time, not all at once when the record is made (the event loop would wait for it). Raw pairs are kept few (one
+    tuple each, alive until folded: many would wake the cyclic collector)."""
+    head = outputs[0]
+    if type(head) is FoldedOutputs:
+        raw = outputs[1:]
+    else:
+        raw, head = outputs[:], FoldedOutputs()
+    head.pieces.append(_encoded(raw)[1:-1])
+    _runs(head.runs, raw)
+    outputs[:] = [head]  # (in place: the hot loop's `outputs` is this list)
+    _hasher(vm, head)
+
+
+def _hasher(vm: Interp, head: FoldedOutputs) -> Any:
+    """A blake2b fed the digest so far, "[" and the folded pieces joined by ",": the digest's hash without its
+    end. Kept on the vm between bursts and fed each new piece; a snapshot does not hold it (a restored case makes
+    it again from the pieces, once)."""
+    state = vm.digest_hasher
+    if state is not None and state[0] is head:
+        _, h, fed = state
+    else:
+        h, fed = hashlib.blake2b(vm.digest.encode(), digest_size=8), 0
+    for piece in head.pieces[fed:]:
+        h.update(("," if fed else "[").encode() + piece.encode())
+        fed += 1
+    vm.digest_hasher = (head, h, fed)
+    return h
+
+
+def _runs(runs: list[int], pairs: Sequence[Any]) -> list[int]:
+    """Append the instructions of (ip, output) pairs to `runs` ([ip, count, ...], run-length encoded); return it."""
+    last = runs[-2] if runs else -1
+    for ip, _ in pairs:
+        if ip == last:
+            runs[-1] += 1
+        else:
+            runs += (ip, 1)
+            last = ip
+    return runs
+
+
+class _Paths(Sequence[str]):
+    """The node paths of the tasks a digest covers, made when read (only a replay's divergence reads them)."""
+
+    __slots__ = ("_paths", "_runs", "_ips")
+
+    def __init__(self, paths: Sequence[str], runs: list[int]) -> None:
+        self._paths = paths
+        self._runs = runs
+        self._ips: list[int] | None = None
+
+    @property
+    def ips(self) -> list[int]:
+        ips = self._ips
+        if ips is None:
+            runs = self._runs
+            ips = self._ips = [ip for i in range(0, len(runs), 2) for ip in (runs[i],) * runs[i + 1]]
+        return ips
+
+    def __len__(self) -> int:
+        return sum(self._runs[1::2])
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self._paths[ip] for ip in self.ips[index]]
+        return self._paths[self.ips[index]]
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == (list(other) if isinstance(other, Sequence) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def _check_level(level: str) -> None:

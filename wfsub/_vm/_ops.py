@@ -369,18 +369,19 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
     link(parent, frame)
     if spec.name is not None:
         m.regions.setdefault(spec.name, {})[frame] = None
-    frame.outputs = [None] * n
+    if spec.collect is not None:  # (without collect= the outputs are never read: none is kept)
+        frame.outputs = [None] * n
     first = min(n, bc.SPAWN_CHUNK)
     if first >= 128:
         m._pause_gc()
     m._spawn_instances(frame, items, 0, first, 0)
-    if n > first:  # the rest start SPAWN_CHUNK per step, before any instance runs (under FIFO)
+    if n > first:  # the rest start SPAWN_CHUNK per step, each chunk queued behind the one before (see below)
         frame.pending = n - first
         frame.items = items
         spawner = frame.spawner = Token(m.next_tid, ip + 1, frame, env)
         m.next_tid += 1
         link(frame, spawner)
-        m.ready.appendleft(spawner)
+        m.ready.append(spawner)
     if spec.need == 0:  # join=None: no synchronization, the thread goes on at once; the mi is detached work
         frame.fired = True
         m._detach_thread(frame)
@@ -395,15 +396,23 @@ def _op_mi(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
 
 
 def _op_mi_spawn(m: Interp, tok: Token, ip: int, spec: bc.MISpec) -> int:
-    """The spawner of a big mi: start the next chunk of instances; leave once all have started."""
+    """The spawner of a big mi: start the next chunk of instances; leave once all have started.
+
+    The spawner queues itself behind the chunk it started, so under FIFO the instances run in index order as
+    before, while only about a chunk of them is alive at a time (a million-instance mi of short bodies never
+    holds a million records: the collector's passes, which walk every live record, stay short).
+    """
     frame: Any = tok.frame
     m._pause_gc()
     start = frame.started
     stop = start + min(frame.pending, bc.SPAWN_CHUNK)
-    m._spawn_instances(frame, frame.items, start, stop, 0)
+    items = frame.items
+    m._spawn_instances(frame, items, start, stop, start + frame.pending - len(items) if items is not None else 0)
     frame.pending -= stop - start
-    if frame.pending:
-        return ip  # next step: the next chunk
+    if frame.pending:  # the next chunk once this one has had its turn
+        tok.ip = ip
+        m.ready.append(tok)
+        return -1
     frame.items = None
     frame.spawner = None
     unlink_thread(frame, tok)
@@ -518,8 +527,20 @@ def context(frame: Frame | None) -> Frame | None:
 
 
 def _region_activations(m: Interp, tok: Token, spec: bc.RegionStepSpec) -> list[Frame]:
+    """The activations a region step addresses: the one its thread runs in, when the step is written inside the
+    region (a scope's body, or a named mi's body, in the same workflow: a sliding window's instance adding the next
+    one); else, when the region is written in the same mi body or workflow as the step, those in the step's own mi
+    instance and call; else every live activation."""
     acts = m.live_activations(spec.name)
-    if spec.local and acts:  # only the activations in the step's own mi instance and call
+    if not acts:
+        return acts
+    mine = m.regions[spec.name]
+    frame: Frame | None = tok.frame
+    while frame is not None and type(frame) is not CallFrame:  # (a call's workflow is written elsewhere)
+        if frame.alive and frame in mine:
+            return [frame]
+        frame = frame.parent
+    if spec.local:  # only the activations in the step's own mi instance and call
         here = context(tok.frame)
         acts = [frame for frame in acts if context(frame.parent) is here]
     return acts

@@ -138,6 +138,28 @@ class Fifo(Record):
         return len(self.items) > self.head
 
 
+class NoItem(Record):
+    """In `MIFrame.items`: an instance to start without an item (made by count=), queued before added ones."""
+
+    __slots__ = ()
+
+
+class FoldedOutputs(Record):
+    """The task outputs of a durable case already encoded for its digest: the head of `Interp.outputs` once they
+    outgrew `FOLD_AT` (see `Machine.run`), so the digest at the next record hashes text made a burst at a time.
+
+    `pieces` are JSON texts of consecutive runs of (ip, output) pairs without their brackets; `runs` the tasks'
+    instructions in order, run-length encoded as [ip, count, ip, count, ...] (for the node paths a divergence
+    names; an mi's million runs of one task are one run, not a million ints for the collector to walk).
+    """
+
+    __slots__ = ("pieces", "runs")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.runs: list[int] = []
+
+
 def link(frame: Frame, child: Any) -> None:
     head = frame.head
     child.prev = None
@@ -504,7 +526,8 @@ class MIFrame(Frame):
         self.completed = 0
         self.cancelled = 0
         self.pending = 0  # instances still to start (a big mi starts them SPAWN_CHUNK per vm step)
-        self.items: list[Any] | None = None  # the items of the instances still to start
+        # the items of the instances still to start, the last len(items) of the started + pending (NoItem: none)
+        self.items: list[Any] | None = None
         self.spawner: Token | None = None  # the token that starts them, a child of this frame until done
 
     @property
@@ -534,7 +557,6 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         self.attached = True
         self.prev = None
         self.next = None
-        self.env = self
         self.alive = True
         self.ip = ip
         self.index = index
@@ -542,6 +564,17 @@ class InstanceFrame(Frame, Mapping[str, Any]):
         self.has_item = has_item
         self.out: dict[str, Any] | None = None
         self.arrived = 0
+
+    @property
+    def env(self) -> Mapping[str, Any]:
+        """The instance is its own data view. A property, not the slot set to `self`: a record referring to
+        itself is a reference cycle, which only the cyclic GC frees, so every finished instance would wait for
+        a collection (and a million of them make one long pause of the event loop)."""
+        return self
+
+    @env.setter
+    def env(self, value: Mapping[str, Any]) -> None:
+        pass  # (a snapshot restores every slot: this one is always the instance itself)
 
     def arrive(self, m: Interp, tok: Token) -> int:
         unlink_thread(self, tok)

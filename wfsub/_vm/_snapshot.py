@@ -204,5 +204,6 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     machine.out_timers = []
     machine.closing = None
     machine.gc_paused = False
+    machine.digest_hasher = None  # (made again from the folded outputs when needed)
     machine.workflow = None  # named only by `case_started`, long since emitted
     return machine

@@ -113,6 +113,9 @@ class MIBlock(Block):
         self.started = 0
         self.completed = 0
         self.cancelled = 0
+        self.pending = 0  # instances still to start (a big mi starts them a chunk at a time, as the vm does)
+        self.items: list[Any] | None = None  # the items of those
+        self.spawner: Thread | None = None  # the thread that starts them, a thread of this block until done
 
 
 class Instance(Block, Mapping[str, Any]):

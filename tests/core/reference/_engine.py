@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from wfsub._program import SPAWN_CHUNK  # how many instances a step starts: part of the order threads run in
 from wfsub._terms import (
     MI,
     AddInstances,
@@ -48,6 +49,7 @@ from ._blocks import Block, Compensation, Instance, MIBlock, Pass, Root, Split, 
 from ._blocks import Interleave as InterleaveBlock
 
 ALL = -1
+NO_ITEM: Any = object()  # in MIBlock.items: a count= instance queued before added ones
 
 
 class Stats(NamedTuple):
@@ -251,6 +253,8 @@ class Engine:
             block.done.append(item[1])
         elif kind == "loop_test":
             self.loop_test(th, item[1], item[2])
+        elif kind == "mi_spawn":
+            self.mi_spawn(th, item[1])
         else:
             raise AssertionError(kind)
 
@@ -493,7 +497,11 @@ class Engine:
         if t.name is not None:
             self.regions.setdefault(t.name, []).append(block)
         block.outputs = [None] * n
-        self.start_instances(block, items, 0, n)
+        first = min(n, SPAWN_CHUNK)
+        self.start_instances(block, items, 0, first)
+        if n > first:  # the rest start a chunk at a time, each chunk queued behind the one before
+            block.pending, block.items = n - first, items
+            block.spawner = self.spawn(block, [("mi_spawn", block)], th.env)
         if need == 0:  # no synchronization: the thread goes on; the mi is detached work
             block.fired = True
             self.detach(block)
@@ -505,10 +513,12 @@ class Engine:
         if n == 0:
             self.mi_check(block)
 
-    def start_instances(self, block: MIBlock, items: list[Any] | None, start: int, stop: int) -> None:
+    def start_instances(self, block: MIBlock, items: list[Any] | None, start: int, stop: int, base: int = 0) -> None:
+        """Start instances start..stop-1; instance i gets items[i - base] (none without items, or for NO_ITEM)."""
         body = block.term.body
         for index in range(start, stop):
-            inst = Instance(block, index, items[index - start] if items is not None else None, items is not None)
+            item = items[index - base] if items is not None else NO_ITEM
+            inst = Instance(block, index, None if item is NO_ITEM else item, item is not NO_ITEM)
             block.add(inst)
             self.spawn(inst, [(body, child_path(block.path, "", body))], inst)
         block.started += stop - start
@@ -570,7 +580,14 @@ class Engine:
         return block
 
     def step_regions(self, th: Thread, name: str, path: str) -> list[Block]:
+        """The activation the step runs in, if it runs inside one (within its own workflow); else those in its own
+        mi instance and call when the region is written in the step's mi body or workflow; else all."""
         acts = [b for b in self.regions.get(name, []) if b.alive]
+        block: Block | None = th.block
+        while acts and block is not None and not (isinstance(block, Pass) and block.role == "call"):
+            if any(b is block for b in acts):
+                return [block]
+            block = block.parent
         here_ctx = self.term_context(path)
         if acts and self.region_contexts.get(name, set()) == {here_ctx}:
             here = self.context(th.block)
@@ -741,14 +758,30 @@ class Engine:
             mi.threads -= 1
         self.mi_check(mi, completed=completed)
 
+    def mi_spawn(self, th: Thread, mi: MIBlock) -> None:
+        """A big mi's spawner: start the next chunk; queue again behind it while instances are left to start."""
+        start = mi.started
+        stop = start + min(mi.pending, SPAWN_CHUNK)
+        items = mi.items  # the items of the last len(items) indexes handed out
+        self.start_instances(mi, items, start, stop, len(mi.outputs) - len(items) if items is not None else 0)
+        mi.pending -= stop - start
+        mi.remove(th)
+        th.alive = False
+        if mi.pending:
+            mi.spawner = self.spawn(mi, [("mi_spawn", mi)], th.env)
+            return
+        mi.spawner, mi.items = None, None
+        self.mi_check(mi)
+
     def mi_check(self, mi: MIBlock, *, completed: bool = False) -> None:
         t: MI = mi.term
         if mi.fired:
             if not mi.kids and mi.alive and (mi.closed or t.dynamic != "open"):
                 self.close(mi, False)
             return
-        running = mi.threads
-        more = running > 0 or (t.dynamic == "open" and not mi.closed)
+        spawning = mi.spawner is not None
+        running = mi.threads - spawning
+        more = spawning or running > 0 or (t.dynamic == "open" and not mi.closed)
         until = False
         if completed and t.until is not None:
             try:
@@ -768,7 +801,9 @@ class Engine:
     def mi_fire(self, mi: MIBlock, compensate: bool = True) -> None:
         mi.fired = mi.closed = True
         if (mi.term.cancel_remaining or not compensate) and mi.kids:
-            mi.cancelled += self.withdraw_inside(mi, compensate, ("quiet",), keep_running=not compensate)
+            spawning = mi.spawner is not None
+            mi.spawner, mi.items, mi.pending = None, None, 0
+            mi.cancelled += self.withdraw_inside(mi, compensate, ("quiet",), keep_running=not compensate) - spawning
         parent = mi.parent
         assert parent is not None
         self.spawn(parent, list(mi.k), mi.env)
@@ -780,14 +815,18 @@ class Engine:
             self.detach(mi)
 
     def add_instances(self, mi: MIBlock, items: list[Any]) -> None:
+        """A chunk starts now, the rest by the mi's spawner; all after the instances still waiting to start."""
         base = len(mi.outputs)
         mi.outputs.extend([None] * len(items))
-        body = mi.term.body
-        for offset, item in enumerate(items):
-            inst = Instance(mi, base + offset, item, True)
-            mi.add(inst)
-            self.spawn(inst, [(body, child_path(mi.path, "", body))], inst)
-        mi.started += len(items)
+        if mi.pending:
+            mi.items = [*(mi.items if mi.items is not None else [NO_ITEM] * mi.pending), *items]
+            mi.pending += len(items)
+            return
+        first = min(len(items), SPAWN_CHUNK)
+        self.start_instances(mi, items, base, base + first, base)
+        if len(items) > first:
+            mi.pending, mi.items = len(items) - first, items
+            mi.spawner = self.spawn(mi, [("mi_spawn", mi)], mi.env)
 
     def close_instances(self, mi: MIBlock) -> None:
         mi.closed = True
