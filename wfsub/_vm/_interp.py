@@ -691,7 +691,11 @@ class Interp:
             outputs = mi.outputs
             if outputs:  # (an mi without collect= keeps none)
                 out = inst.out
-                outputs[inst.index] = out if out is not None else _EMPTY_OUT
+                if out is None:
+                    out = _EMPTY_OUT
+                elif inst.count:  # work it left behind writes on into inst.out: collect what it is now
+                    out = dict(out)  # (a copy only then: nothing else writes to an ended instance's output)
+                outputs[inst.index] = out
             mi.completed += 1
             if self.tl:
                 self._trace_node("mi_instance_done", mi.ip, index=inst.index)

@@ -746,7 +746,8 @@ class Engine:
         assert isinstance(mi, MIBlock)
         completed = inst.arrived > 0
         if completed:
-            mi.outputs[inst.index] = inst.out if inst.out is not None else {}
+            # a copy as the thread ends: work the instance left behind may write on into inst.out
+            mi.outputs[inst.index] = dict(inst.out) if inst.out is not None else {}
             mi.completed += 1
         else:
             mi.cancelled += 1
