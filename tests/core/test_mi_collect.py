@@ -1,5 +1,5 @@
 """`collect` copies each mi instance's output when that instance's thread ends: work the instance left running
-(a discriminator's loser, an inner mi without synchronization) writes on into the instance, never into the
+(a discriminator's loser, with its own steps and an mi's collect) writes on into the instance, never into the
 collected list, in a live run, after a snapshot and restore, and in the reference interpreter alike."""
 
 from __future__ import annotations
