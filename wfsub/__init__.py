@@ -32,6 +32,7 @@ from ._errors import CaseExists as CaseExists
 from ._errors import CaseFailed as CaseFailed
 from ._errors import CaseNotFound as CaseNotFound
 from ._errors import CompensationFailed as CompensationFailed
+from ._errors import EffectResultError as EffectResultError
 from ._errors import InvalidWorkflow as InvalidWorkflow
 from ._errors import LimitExceeded as LimitExceeded
 from ._errors import MachineStateError as MachineStateError
@@ -114,6 +115,7 @@ __all__ = [
     "Clock",
     "CompensationFailed",
     "EffectInfo",
+    "EffectResultError",
     "EffectStatus",
     "Failure",
     "InvalidWorkflow",

@@ -11,6 +11,8 @@
     │   ├── WaitTimeout      wait(..., timeout=) saw nothing arrive in time
     │   └── CompensationFailed  one or more compensations failed while a saga was compensated
     ├── RestoredError        an exception rebuilt from a snapshot or a journal (its type name and message)
+    ├── EffectResultError    an effect returned data its case cannot take (not a mapping, not JSON, too large);
+    │                        it is also a TypeError, and the effect is not retried for it
     ├── SignalRejected       an input the case cannot take in its current state
     ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
     ├── SnapshotMismatch     a snapshot was taken from a different program
@@ -266,6 +268,40 @@ class RestoredError(WfsubError):
         self.type_name = type_name
         self.message = message
         super().__init__(f"{type_name}: {message}")
+
+
+class EffectResultError(WfsubError, TypeError):
+    """An effect returned (it raised nothing) data its case cannot take: not a mapping of updates, not JSON for a
+    durable case, or more JSON than `max_payload_bytes`. The effect is not retried for it: an attempt that returns
+    the same data would be refused the same way. `problem` says what the data is and where in it."""
+
+    def __init__(self, name: str, path: str, problem: str, fix: str) -> None:
+        self.name = name
+        self.path = path
+        self.problem = problem
+        super().__init__(f"effect {name!r} at {path} returned {problem}: {fix} (a result like this is not retried)")
+
+    @classmethod
+    def not_json(cls, name: str, path: str, problem: str) -> EffectResultError:
+        return cls(name, path, f"data that is not JSON ({problem})",
+                   "a durable case keeps its data as JSON; return only dicts, lists, str, numbers, bool and None")
+
+    @classmethod
+    def too_large(cls, name: str, path: str, problem: str) -> EffectResultError:
+        return cls(name, path, "more data than its case may keep", problem)
+
+    @classmethod
+    def not_mapping(cls, name: str, path: str, got: object) -> EffectResultError:
+        return cls(name, path, type(got).__name__,
+                   "an effect must return a Mapping of updates to the case data, or None")
+
+
+def effect_failure_text(label: str, error: BaseException) -> str:
+    """Why an effect's step failed, as the case's failure says it: what the effect raised, or (an
+    `EffectResultError`, live or rebuilt from a journal) what it returned that its case could not take."""
+    if error_name(error) == EffectResultError.__name__:
+        return error_text(error)
+    return f"effect {label} raised {error_name(error)}: {error_text(error)}"
 
 
 def error_name(exc: BaseException) -> str:
