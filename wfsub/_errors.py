@@ -122,41 +122,51 @@ class SignalRejected(WfsubError):
     one of the constructors below, so the wording is the same wherever it is raised.
     """
 
-    def __init__(self, case_id: str | None, action: str, reason: str, *, path: str | None = None) -> None:
+    def __init__(
+        self, case_id: str | None, action: str, reason: str, *, path: str | None = None, shown: bool = True
+    ) -> None:
         self.case_id = case_id
         self.action = action
         self.reason = reason
         self.path = path
         self.errors: list[dict[str, object]] = []  # a payload that does not fit its model: pydantic's errors
         who = f"case {case_id!r}" if case_id is not None else "the case"
-        where = f" (at {path})" if path else ""
+        where = f" (at {path})" if path and shown else ""  # not shown: the action names it, or it says nothing
         super().__init__(f"{who} cannot {action}{where}: {reason}")
 
     @classmethod
     def ended(cls, case_id: str | None, action: str, state: str, path: str | None = None) -> SignalRejected:
         reason = f"it has already ended ({state}); check status(case_id) before sending it inputs"
-        return cls(case_id, action, reason, path=path)
+        return cls(case_id, action, reason, path=path, shown=False)  # the root's path would say nothing
 
     @classmethod
-    def unknown_signal(cls, case_id: str | None, name: str, known: Iterable[str], path: str) -> SignalRejected:
-        listed = ", ".join(sorted(known)) or "none"
+    def unknown_signal(
+        cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str]
+    ) -> SignalRejected:
+        """No wait of the workflow takes signal `name`. `known`: each signal the workflow waits for -> the node
+        paths of its waits; `waiting`: each signal a thread waits for now -> where it waits."""
+        listed = ", ".join(f"{n} at {' and '.join(paths)}" for n, paths in sorted(known.items())) or "none"
+        now = _waiting_now(waiting)
         return cls(
             case_id,
             f"take signal {name!r}",
-            f"the workflow never waits for signal {name!r} (it waits for: {listed}); check the signal name",
-            path=path,
+            f"the workflow never waits for signal {name!r} (it waits for: {listed}){now}; check the signal name",
         )
 
     @classmethod
     def invalid_payload(
-        cls, case_id: str | None, name: str, model: type, errors: Sequence[Mapping[str, object]], path: str
+        cls, case_id: str | None, name: str, model: type, errors: Sequence[Mapping[str, object]],
+        paths: Sequence[str], waiting: Mapping[str, str],
     ) -> SignalRejected:
+        """The payload of signal `name` does not fit the model of its wait (at `paths`)."""
         shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in errors)
+        now = "" if waiting.get(name) in paths else _waiting_now(waiting)
         rejected = cls(
             case_id,
-            f"take signal {name!r}",
-            f"its payload does not fit {model.__name__} ({shown}); send a payload that validates against it",
-            path=path,
+            f"take signal {name!r} at {' or '.join(paths)}",
+            f"its payload does not fit {model.__name__} ({shown}){now}; send a payload that validates against it",
+            path=paths[0] if paths else None,
+            shown=False,
         )
         rejected.errors = [dict(e) for e in errors]
         return rejected
@@ -183,6 +193,13 @@ class SignalRejected(WfsubError):
     def refused(cls, case_id: str | None, action: str, reason: str, path: str) -> SignalRejected:
         """Any other refusal of a region operation (the reason says why and what to do instead)."""
         return cls(case_id, action, reason, path=path)
+
+
+def _waiting_now(waiting: Mapping[str, str]) -> str:
+    """Where the case waits for signals now, as a clause of a refusal ("" when it waits for none)."""
+    if not waiting:
+        return "; the case waits for no signal now"
+    return "; the case waits now for " + ", ".join(f"signal {n!r} at {p}" for n, p in sorted(waiting.items()))
 
 
 NOTHING = object()
