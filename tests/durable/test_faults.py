@@ -324,7 +324,9 @@ async def test_an_effect_result_that_cannot_be_journaled_fails_like_a_raising_ef
             with pytest.raises(CaseFailed) as failed:
                 await sub.await_case(name)
             assert isinstance(failed.value.__cause__, EffectResultError) and text in str(failed.value.__cause__)
-            assert f"effect '{name}' at seq[0].effect returned" in str(failed.value) and "raised" not in str(failed.value)
+            said = str(failed.value)  # what it returned, where, and that it is not retried; never "raised"
+            assert f"effect '{name}' at seq[0].effect returned" in said and "not retried" in said
+            assert "raised" not in said
             record = (await sub.journal(name))[1]
             assert record.kind == "effect" and record.model_extra is not None
             assert "result" not in record.model_extra and text in record.model_extra["error"]["message"]

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import EffectResultError, RestoredError, StoreConflict, StoreError, SubstrateClosed, WfsubError, error_name
+from .._errors import (
+    EffectResultError,
+    RestoredError,
+    StoreConflict,
+    StoreError,
+    SubstrateClosed,
+    WfsubError,
+    error_name,
+)
 from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
