@@ -2,6 +2,7 @@
 
     WfsubError
     ├── InvalidWorkflow      a term failed validation; carries every issue found
+    ├── InvalidStartData     new_case data that does not fit its workflow's input model (also a ValueError)
     ├── CaseNotFound         no case with that id is registered
     ├── CaseExists           new_case was given an id that is already registered
     ├── CaseFailed           a step raised or a limit was hit; the step's exception is __cause__
@@ -60,6 +61,25 @@ class InvalidWorkflow(WfsubError):
         count = len(self.issues)
         super().__init__(
             f"invalid {what}: {count} issue{'s' if count != 1 else ''}\n" + "\n".join(lines)
+        )
+
+
+class InvalidStartData(WfsubError, ValueError):
+    """The data given to start a case does not fit the input model its workflow was registered with
+    (`Workflow(term, input=Model)`); `errors` are pydantic's, `workflow` the registered name. Nothing was started."""
+
+    def __init__(
+        self, workflow: str, model: type, errors: Sequence[Mapping[str, object]], case_id: str | None = None
+    ) -> None:
+        self.workflow = workflow
+        self.model = model
+        self.case_id = case_id
+        self.errors = [dict(e) for e in errors]
+        shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in errors)
+        which = f" {case_id!r}" if case_id is not None else ""
+        super().__init__(
+            f"cannot start case{which} of workflow {workflow!r}: its data does not fit {model.__name__} ({shown}); "
+            f"nothing was started: pass data that validates against {model.__name__}"
         )
 
 

@@ -106,8 +106,10 @@ class Target:
             name = names[0]
         if name not in self.registry:
             raise CliError(f"{self.spec} has no workflow {name!r}: it has {', '.join(names) or 'none'}")
+        from ..lowlevel import term_of
+
         versions = self.registry[name]
-        return name, versions[-1] if isinstance(versions, list | tuple) else versions
+        return name, term_of(versions[-1] if isinstance(versions, list | tuple) else versions)
 
     def program_for(self, row: CaseRow) -> tuple[Program, str | None]:
         """The program a case ran on (and a warning when only another version of it is at hand)."""
@@ -207,15 +209,16 @@ def load_redact(spec: str | None) -> Callable[[Any], Any]:
 
 
 def _is_versions(value: object) -> bool:
-    if isinstance(value, Term):
-        return True
-    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Term) for v in value)
+    """A `workflows=` entry: a term or a Workflow, or a non-empty list of them."""
+    from ..lowlevel import workflow_entries
+
+    return workflow_entries(value) is not None
 
 
 def _workflows_in(namespace: object) -> str:
     names = sorted(
         name for name, v in vars(namespace).items()
-        if not name.startswith("_") and (isinstance(v, Term) or (isinstance(v, Mapping) and v and
-                                                                 all(_is_versions(x) for x in v.values())))
+        if not name.startswith("_") and (_is_versions(v) or (isinstance(v, Mapping) and v and
+                                                              all(_is_versions(x) for x in v.values())))
     ) if hasattr(namespace, "__dict__") else []
     return f" (workflows there: {', '.join(names)})" if names else ""
