@@ -160,6 +160,16 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason, path=path, shown=False)  # the root's path would say nothing
 
     @classmethod
+    def suspended(cls, case_id: str | None, action: str, why: str | None) -> SignalRejected:
+        """The case is suspended: no registered version of its workflow can run it, so it takes no input but a
+        cancel."""
+        reason = (
+            f"it is suspended: no registered version of its workflow can run it ({why or 'no reason recorded'}); "
+            "register the version it started on (`wfsub replay` checks one before a deploy), or cancel it"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
     def unknown_signal(
         cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str]
     ) -> SignalRejected:

@@ -141,3 +141,17 @@ async def test_trace_shows_a_replayed_failure_as_the_steps_own_error(loans: Path
     line = next(line for line in ran.out.splitlines() if "effect_failed" in line)
     assert 'type="LedgerRejected"' in line and "amount 5000 over the limit" in line
     assert "RestoredError" not in ran.out
+
+
+async def test_the_command_reads_a_registry_of_workflow_entries(loans: Path) -> None:
+    """validate and graph take a dict whose entries are Workflow(term, input=Model), alone or among terms."""
+    (loans / "typedflows.py").write_text(
+        "import pydantic\nfrom wfsub import Workflow, seq, task, wait\n"
+        "class Loan(pydantic.BaseModel):\n    amount: int\n"
+        "flow = seq(wait('decision'))\n"
+        "WORKFLOWS = {'loan': [flow, Workflow(flow, input=Loan)], 'plain': Workflow(flow)}\n"
+    )
+    ran = await wfsub(loans, "validate", "typedflows:WORKFLOWS")
+    assert ran.code == 0 and "[loan]: valid" in ran.out and "[plain]: valid" in ran.out, ran.err
+    ran = await wfsub(loans, "graph", "typedflows:WORKFLOWS", "--name", "loan")
+    assert ran.code == 0 and "decision" in ran.out, ran.err

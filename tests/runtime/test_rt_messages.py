@@ -109,3 +109,16 @@ async def test_a_region_cancel_that_takes_the_last_thread_says_so() -> None:
     text = str(info.value)
     assert "cancel_region('decision') ended it" in text and "at seq[0].scope" in text
     assert "on_cancel=" in text and "root thread" not in text
+
+
+async def test_an_input_for_a_suspended_case_says_it_waits_for_a_version_and_why() -> None:
+    """A signal to a suspended case is refused saying no registered version can run it, the reason and the fix."""
+    store = MemoryStore()
+    async with Substrate(store=store, workflows={"loan": seq(wait("decision"))}) as sub:
+        await sub.new_case("loan", {}, case_id="L-1")
+    async with Substrate(store=store, workflows={"other": seq(wait("x"))}) as sub:
+        with pytest.raises(wfsub.SignalRejected) as info:
+            await sub.signal("L-1", "decision", 1)
+    text = str(info.value)
+    assert "cannot take signal 'decision': it is suspended: no registered version of its workflow" in text
+    assert "'loan'" in text and "register the version it started on" in text and "or cancel it" in text

@@ -6,7 +6,8 @@ is already a wfsub store (a mistyped path is an error, not a new empty store).
 
 `module:attribute` names a workflow the way `uvicorn` names an app: the module is imported with the current
 directory first on `sys.path`, and the attribute (dots walk into it) is a workflow term, or a mapping of name
--> term (or -> [older, ..., newest] versions), as a Substrate takes in `workflows=`.
+-> term or `Workflow(term, input=Model)` (or -> [older, ..., newest] versions of them), as a Substrate takes in
+`workflows=`.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def load_target(spec: str) -> Target:
         return Target(spec, None, value)
     raise CliError(
         f"{spec} is a {type(value).__name__}, not a workflow: point at a term built with wfsub's constructors "
-        "(seq, par, task, ...) or at a dict of name -> term as given to Substrate(workflows=...)"
+        "(seq, par, task, ...) or at a dict of name -> term (or Workflow) as given to Substrate(workflows=...)"
         f"{_workflows_in(module)}"
     )
 
