@@ -612,8 +612,11 @@ def withdrawn_reason(m: Machine, region: str | None) -> str:
             "on_cancel= takes its thread with it"
         )
     paths = " and ".join(m.program.region_paths.get(region, ()))
+    if m.program.regions.get(region) == "mi":
+        fix = "an mi takes its thread with it when cancelled; wrap it in scope(..., on_cancel=...) to go on after"
+    else:
+        fix = "a scope without on_cancel= takes its thread with it; give it on_cancel= to go on after"
     return (
         f"cancel_region({region!r}) ended it: region {region!r} (at {paths}) held every thread the case had left, "
-        "and a region without on_cancel= takes its thread with it; give the scope on_cancel= to go on after a "
-        "cancel, or cancel the whole case instead"
+        f"so they were withdrawn with it; {fix} a cancel, or cancel the whole case instead"
     )
