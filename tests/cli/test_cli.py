@@ -257,7 +257,7 @@ async def test_trace_and_replay_rebuild_cases_from_their_journals(here: Path) ->
 
         ran = await wfsub(here, "replay", "cases.db", "-w", "cliflows:WORKFLOWS", "--all")
         assert ran.code == 0, ran.err
-        assert ran.out.split() == ["ok", "u", "blocked", "ok", "t", "done"]
+        assert ran.out.split() == ["ok", "u", "waiting", "ok", "t", "done"]
         assert "2 of 2 cases replayed without divergence" in ran.err
 
         ran = await wfsub(here, "replay", "cases.db", "-w", "cliflows_v2:WORKFLOWS", "t")

@@ -407,7 +407,9 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
         except ReplayDivergence as exc:
             divergence = exc
     if divergence is None:
-        r.out.print(f"ok        {case_id}  {report.state}", markup=False)
+        # the vm's `blocked` is, for a person, a case that waits (for a signal, an effect or a timer)
+        reached = "waiting" if report.state == "blocked" else report.state
+        r.out.print(f"ok        {case_id}  {reached}", markup=False)
         return None
     r.out.print(f"DIVERGED  {case_id}  {divergence}", style="red", markup=False)
     if warning:
