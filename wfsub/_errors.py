@@ -212,6 +212,7 @@ class SignalRejected(WfsubError):
             f"no region {name!r} in this workflow (regions: {listed}); regions are made by scope(name, ...) "
             "and mi(..., name=...)",
             path=path,
+            shown=False,  # the root's path: no region of that name is anywhere
         )
 
     @classmethod

@@ -633,3 +633,12 @@ def test_deadlock_fails_the_case_with_what_waits() -> None:
     r = settle(m)
     assert r.status == "failed" and r.error_path == "par[1].when_milestone"
     assert "deadlock" in (r.error_message or "") and "milestone 'm'" in (r.error_message or "")
+
+
+def test_an_unknown_region_is_refused_without_the_root_as_its_place() -> None:
+    """A region operation on a name no scope or mi has lists the regions, with no `(at seq)` read as a place."""
+    m = machine(seq(scope("review", wait("go")), put("a", 1)))
+    settle(m)
+    with pytest.raises(SignalRejected) as info:
+        m.cancel_region("reveiw")
+    assert "cannot cancel region 'reveiw': no region 'reveiw' in this workflow (regions: review)" in str(info.value)
