@@ -107,10 +107,13 @@ class Target:
             name = names[0]
         if name not in self.registry:
             raise CliError(f"{self.spec} has no workflow {name!r}: it has {', '.join(names) or 'none'}")
+        versions = self.registry[name]
+        newest = versions[-1] if isinstance(versions, list | tuple) else versions
+        if isinstance(newest, Term):
+            return name, newest
         from ..lowlevel import term_of
 
-        versions = self.registry[name]
-        return name, term_of(versions[-1] if isinstance(versions, list | tuple) else versions)
+        return name, term_of(newest)
 
     def program_for(self, row: CaseRow) -> tuple[Program, str | None]:
         """The program a case ran on (and a warning when only another version of it is at hand)."""
@@ -211,6 +214,9 @@ def load_redact(spec: str | None) -> Callable[[Any], Any]:
 
 def _is_versions(value: object) -> bool:
     """A `workflows=` entry: a term or a Workflow, or a non-empty list of them."""
+    terms = value if isinstance(value, list | tuple) else [value]
+    if terms and all(isinstance(v, Term) for v in terms):
+        return True  # terms alone: no need to load the runtime, where Workflow lives
     from ..lowlevel import workflow_entries
 
     return workflow_entries(value) is not None
