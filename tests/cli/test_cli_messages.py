@@ -31,7 +31,9 @@ async def release(d):
 async def post(d):
     raise LedgerRejected("amount 5000 over the limit")
 
-loan = seq(saga((effect(reserve, name="reserve"), effect(release, name="release")), wait("decision")))
+loan = seq(saga((effect(reserve, name="reserve"), effect(release, name="release")),
+                (task(lambda d: {"held": True}, name="hold"), task(lambda d: {"held": False}, name="unhold")),
+                wait("decision")))
 regional = seq(scope("decision", saga((effect(reserve, name="reserve"), effect(release, name="release")),
                                       wait("decision"))))
 ledger = seq(saga((effect(reserve, name="reserve"), effect(release, name="release")), effect(post, name="post")))
@@ -108,10 +110,13 @@ async def test_show_lists_the_compensations_of_a_cancelled_case_with_their_outco
     for case_id in ("L-1", "G-1"):
         ran = await wfsub(loans, "show", "cases.db", case_id)
         line = next(line for line in ran.out.splitlines() if line.startswith("compensated"))
-        assert "release" in line and "done" in line and "seq[0].saga[0.compensation].effect" in line, ran.out
+        assert "release at seq[0].saga[0.compensation].effect: done" in line, ran.out
+    ran = await wfsub(loans, "show", "cases.db", "L-1")
+    assert "unhold: done" in ran.out  # a compensating task: named by the case's end
     shown = json.loads((await wfsub(loans, "show", "cases.db", "L-1", "--json")).out)
     assert shown["compensations"] == [
-        {"name": "release", "path": "seq[0].saga[0.compensation].effect", "outcome": "done", "error": None}
+        {"name": "release", "path": "seq[0].saga[0.compensation].effect", "outcome": "done", "error": None},
+        {"name": "unhold", "path": None, "outcome": "done", "error": None},
     ]
 
 

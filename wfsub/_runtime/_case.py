@@ -144,6 +144,7 @@ class CaseActor:
     signals: tuple[str, ...] = ()
     cancel_reason: str | None = None
     region_cancelled: str | None = None  # the last region cancelled by an input (it may take the case with it)
+    compensated: tuple[str, ...] = ()  # cancelled: the steps the cancel's compensations undid (its `end` keeps them)
     result: dict[str, Any] | None = None
     cause: BaseException | None = None
     traceback: str | None = None  # failed: the cause's traceback, formatted (the frames themselves are dropped)
@@ -486,6 +487,7 @@ class CaseActor:
         if m is not None:
             self.steps = m.steps
             self.final_data = m.data
+            self.compensated = m.compensated
             if self.journal is not None:
                 self.end_digest, _ = m.take_digest()  # the tasks run since the last input: `end` carries them
             if self.level != "none":

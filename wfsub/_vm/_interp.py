@@ -95,6 +95,7 @@ class Interp:
         "cancelling",
         "closing",
         "code",
+        "compensated",
         "digest",
         "data",
         "effects",
@@ -190,6 +191,7 @@ class Interp:
         self.cancelling = False  # a case cancel is compensating: a second cancel ends the case at once
         self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
         self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
+        self.compensated: tuple[str, ...] = ()  # cancelled: the steps the cancel's compensations undid, in order
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
         self.outputs: list[tuple[int, Any]] | None = None  # digesting: (ip, output) of the tasks since the last take
         self.digest = ""  # the running digest of task outputs (see Machine.take_digest)

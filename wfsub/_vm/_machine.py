@@ -91,6 +91,9 @@ class Machine:
     failure_record: dict[str, Any] | None = _from_vm(
         "failure_record", "Failed at a node: the error record {type, message, path, compensated, cause}."
     )
+    compensated: tuple[str, ...] = _from_vm(
+        "compensated", "Cancelled with compensation: the steps the cancel's compensations undid, in order."
+    )
 
     @property
     def trace_level(self) -> str:

@@ -141,7 +141,9 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         row = await case_row(s, case_id)
         records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
     status = status_of(row, lambda v: v)
-    ran = _compensations(records, status.failure.compensated if status.failure is not None else ())
+    end = records[-1] if records and records[-1].get("kind") == "end" else {}
+    named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
+    ran = _compensations(records, named)
     if as_json:
         shown = status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq,
                                                   "compensations": ran}
@@ -157,7 +159,7 @@ _COMPENSATION = re.compile(r"\[\d+\.compensation\]")
 
 def _compensations(records: list[dict[str, Any]], compensated: tuple[str, ...]) -> list[dict[str, Any]]:
     """The compensations a case's end ran, with their outcomes: each compensating effect the journal recorded
-    (done, or failed with its error), then each compensated step the failure names that was no effect."""
+    (done, or failed with its error), then each step its end names as compensated that was no effect."""
     ran: list[dict[str, Any]] = []
     for rec in records:
         if rec.get("kind") == "effect" and _COMPENSATION.search(str(rec.get("path", ""))):
