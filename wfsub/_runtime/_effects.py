@@ -121,7 +121,8 @@ async def call_effect(
                 attempt=attempt,
                 of=attempts,
                 delay=delay,
-                error=repr(exc),
+                error_type=type(exc).__name__,
+                error=str(exc),
             )
             await clock.sleep(delay)
 

@@ -303,7 +303,7 @@ class OTelSink:
         if error is not None:
             if isinstance(kind, str):  # the type and message apart (effect_failed)
                 message = error
-            else:  # repr(exc), as an effect_retry carries it
+            else:  # repr(exc), as events of earlier versions carried it
                 kind, message = _error_parts(error, "Exception")
             _record_error(effect.span, kind, message, end)
         effect.span.set_attribute("wfsub.outcome", outcome)
@@ -333,7 +333,8 @@ class OTelSink:
             self._start_effect(case, effect_id, str(name or _kind_of(event.path)), event.path, number, end)
             effect = case.effects[effect_id]
         delay = event.detail.get("delay")
-        self._end_effect(case, effect, end, "retried", error=str(event.detail.get("error", "the attempt failed")))
+        self._end_effect(case, effect, end, "retried", error=str(event.detail.get("error", "the attempt failed")),
+                         kind=event.detail.get("type"))
         number = (attempt if isinstance(attempt, int) else effect.attempt) + 1
         wait = float(delay) if isinstance(delay, int | float) and delay > 0 else 0.0
         self._start_effect(case, effect_id, effect.name, effect.path, number, end + _ns(wait))
