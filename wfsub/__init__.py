@@ -32,6 +32,8 @@ from ._errors import CaseExists as CaseExists
 from ._errors import CaseFailed as CaseFailed
 from ._errors import CaseNotFound as CaseNotFound
 from ._errors import CompensationFailed as CompensationFailed
+from ._errors import EffectResultError as EffectResultError
+from ._errors import InvalidStartData as InvalidStartData
 from ._errors import InvalidWorkflow as InvalidWorkflow
 from ._errors import LimitExceeded as LimitExceeded
 from ._errors import MachineStateError as MachineStateError
@@ -88,6 +90,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import Substrate as Substrate
     from ._runtime import SubstrateStatistics as SubstrateStatistics
     from ._runtime import TimerStatus as TimerStatus
+    from ._runtime import Workflow as Workflow
     from ._runtime import effect_info as effect_info
     from ._runtime import replay as replay
     from ._trace import CallbackSink as CallbackSink
@@ -114,8 +117,10 @@ __all__ = [
     "Clock",
     "CompensationFailed",
     "EffectInfo",
+    "EffectResultError",
     "EffectStatus",
     "Failure",
+    "InvalidStartData",
     "InvalidWorkflow",
     "JournalRecord",
     "JsonlSink",
@@ -144,6 +149,7 @@ __all__ = [
     "ValidationIssue",
     "WaitTimeout",
     "WfsubError",
+    "Workflow",
     "WorkflowNotRegistered",
     "add_instances",
     "call",
@@ -201,6 +207,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Substrate": ("._runtime", "Substrate"),
     "SubstrateStatistics": ("._runtime", "SubstrateStatistics"),
     "TimerStatus": ("._runtime", "TimerStatus"),
+    "Workflow": ("._runtime", "Workflow"),
     "effect_info": ("._runtime", "effect_info"),
     "replay": ("._runtime", "replay"),
     "CallbackSink": ("._trace", "CallbackSink"),

@@ -2,6 +2,7 @@
 
     WfsubError
     ├── InvalidWorkflow      a term failed validation; carries every issue found
+    ├── InvalidStartData     new_case data that does not fit its workflow's input model (also a ValueError)
     ├── CaseNotFound         no case with that id is registered
     ├── CaseExists           new_case was given an id that is already registered
     ├── CaseFailed           a step raised or a limit was hit; the step's exception is __cause__
@@ -11,6 +12,8 @@
     │   ├── WaitTimeout      wait(..., timeout=) saw nothing arrive in time
     │   └── CompensationFailed  one or more compensations failed while a saga was compensated
     ├── RestoredError        an exception rebuilt from a snapshot or a journal (its type name and message)
+    ├── EffectResultError    an effect returned data its case cannot take (not a mapping, not JSON, too large);
+    │                        it is also a TypeError, and the effect is not retried for it
     ├── SignalRejected       an input the case cannot take in its current state
     ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
     ├── SnapshotMismatch     a snapshot was taken from a different program
@@ -58,6 +61,25 @@ class InvalidWorkflow(WfsubError):
         count = len(self.issues)
         super().__init__(
             f"invalid {what}: {count} issue{'s' if count != 1 else ''}\n" + "\n".join(lines)
+        )
+
+
+class InvalidStartData(WfsubError, ValueError):
+    """The data given to start a case does not fit the input model its workflow was registered with
+    (`Workflow(term, input=Model)`); `errors` are pydantic's, `workflow` the registered name. Nothing was started."""
+
+    def __init__(
+        self, workflow: str, model: type, errors: Sequence[Mapping[str, object]], case_id: str | None = None
+    ) -> None:
+        self.workflow = workflow
+        self.model = model
+        self.case_id = case_id
+        self.errors = [dict(e) for e in errors]
+        shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in errors)
+        which = f" {case_id!r}" if case_id is not None else ""
+        super().__init__(
+            f"cannot start case{which} of workflow {workflow!r}: its data does not fit {model.__name__} ({shown}); "
+            f"nothing was started: pass data that validates against {model.__name__}"
         )
 
 
@@ -120,41 +142,61 @@ class SignalRejected(WfsubError):
     one of the constructors below, so the wording is the same wherever it is raised.
     """
 
-    def __init__(self, case_id: str | None, action: str, reason: str, *, path: str | None = None) -> None:
+    def __init__(
+        self, case_id: str | None, action: str, reason: str, *, path: str | None = None, shown: bool = True
+    ) -> None:
         self.case_id = case_id
         self.action = action
         self.reason = reason
         self.path = path
         self.errors: list[dict[str, object]] = []  # a payload that does not fit its model: pydantic's errors
         who = f"case {case_id!r}" if case_id is not None else "the case"
-        where = f" (at {path})" if path else ""
+        where = f" (at {path})" if path and shown else ""  # not shown: the action names it, or it says nothing
         super().__init__(f"{who} cannot {action}{where}: {reason}")
 
     @classmethod
     def ended(cls, case_id: str | None, action: str, state: str, path: str | None = None) -> SignalRejected:
         reason = f"it has already ended ({state}); check status(case_id) before sending it inputs"
-        return cls(case_id, action, reason, path=path)
+        return cls(case_id, action, reason, path=path, shown=False)  # the root's path would say nothing
 
     @classmethod
-    def unknown_signal(cls, case_id: str | None, name: str, known: Iterable[str], path: str) -> SignalRejected:
-        listed = ", ".join(sorted(known)) or "none"
+    def suspended(cls, case_id: str | None, action: str, why: str | None) -> SignalRejected:
+        """The case is suspended: no registered version of its workflow can run it, so it takes no input but a
+        cancel."""
+        reason = (
+            f"it is suspended: no registered version of its workflow can run it ({why or 'no reason recorded'}); "
+            "register the version it started on (`wfsub replay` checks one before a deploy), or cancel it"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
+    def unknown_signal(
+        cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str]
+    ) -> SignalRejected:
+        """No wait of the workflow takes signal `name`. `known`: each signal the workflow waits for -> the node
+        paths of its waits; `waiting`: each signal a thread waits for now -> where it waits."""
+        listed = ", ".join(f"{n} at {' and '.join(paths)}" for n, paths in sorted(known.items())) or "none"
+        now = _waiting_now(waiting)
         return cls(
             case_id,
             f"take signal {name!r}",
-            f"the workflow never waits for signal {name!r} (it waits for: {listed}); check the signal name",
-            path=path,
+            f"the workflow never waits for signal {name!r} (it waits for: {listed}){now}; check the signal name",
         )
 
     @classmethod
     def invalid_payload(
-        cls, case_id: str | None, name: str, model: type, errors: Sequence[Mapping[str, object]], path: str
+        cls, case_id: str | None, name: str, model: type, errors: Sequence[Mapping[str, object]],
+        paths: Sequence[str], waiting: Mapping[str, str],
     ) -> SignalRejected:
+        """The payload of signal `name` does not fit the model of its wait (at `paths`)."""
         shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in errors)
+        now = "" if waiting.get(name) in paths else _waiting_now(waiting)
         rejected = cls(
             case_id,
-            f"take signal {name!r}",
-            f"its payload does not fit {model.__name__} ({shown}); send a payload that validates against it",
-            path=path,
+            f"take signal {name!r} at {' or '.join(paths)}",
+            f"its payload does not fit {model.__name__} ({shown}){now}; send a payload that validates against it",
+            path=paths[0] if paths else None,
+            shown=False,
         )
         rejected.errors = [dict(e) for e in errors]
         return rejected
@@ -170,6 +212,7 @@ class SignalRejected(WfsubError):
             f"no region {name!r} in this workflow (regions: {listed}); regions are made by scope(name, ...) "
             "and mi(..., name=...)",
             path=path,
+            shown=False,  # the root's path: no region of that name is anywhere
         )
 
     @classmethod
@@ -181,6 +224,13 @@ class SignalRejected(WfsubError):
     def refused(cls, case_id: str | None, action: str, reason: str, path: str) -> SignalRejected:
         """Any other refusal of a region operation (the reason says why and what to do instead)."""
         return cls(case_id, action, reason, path=path)
+
+
+def _waiting_now(waiting: Mapping[str, str]) -> str:
+    """Where the case waits for signals now, as a clause of a refusal ("" when it waits for none)."""
+    if not waiting:
+        return "; the case waits for no signal now"
+    return "; the case waits now for " + ", ".join(f"signal {n!r} at {p}" for n, p in sorted(waiting.items()))
 
 
 NOTHING = object()
@@ -266,6 +316,40 @@ class RestoredError(WfsubError):
         self.type_name = type_name
         self.message = message
         super().__init__(f"{type_name}: {message}")
+
+
+class EffectResultError(WfsubError, TypeError):
+    """An effect returned (it raised nothing) data its case cannot take: not a mapping of updates, not JSON for a
+    durable case, or more JSON than `max_payload_bytes`. The effect is not retried for it: an attempt that returns
+    the same data would be refused the same way. `problem` says what the data is and where in it."""
+
+    def __init__(self, name: str, path: str, problem: str, fix: str) -> None:
+        self.name = name
+        self.path = path
+        self.problem = problem
+        super().__init__(f"effect {name!r} at {path} returned {problem}: {fix} (a result like this is not retried)")
+
+    @classmethod
+    def not_json(cls, name: str, path: str, problem: str) -> EffectResultError:
+        return cls(name, path, f"data that is not JSON ({problem})",
+                   "a durable case keeps its data as JSON; return only dicts, lists, str, numbers, bool and None")
+
+    @classmethod
+    def too_large(cls, name: str, path: str, problem: str) -> EffectResultError:
+        return cls(name, path, "more data than its case may keep", problem)
+
+    @classmethod
+    def not_mapping(cls, name: str, path: str, got: object) -> EffectResultError:
+        return cls(name, path, type(got).__name__,
+                   "an effect must return a Mapping of updates to the case data, or None")
+
+
+def effect_failure_text(label: str, error: BaseException) -> str:
+    """Why an effect's step failed, as the case's failure says it: what the effect raised, or (an
+    `EffectResultError`, live or rebuilt from a journal) what it returned that its case could not take."""
+    if error_name(error) == EffectResultError.__name__:
+        return error_text(error)
+    return f"effect {label} raised {error_name(error)}: {error_text(error)}"
 
 
 def error_name(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ Compile with `wfsub.compile(term)`.
 For tools that work on a store beside the Substrate that owns it (the `wfsub` command is one):
 `Workflows` (the registry of named workflows and their versions, as `Substrate(workflows=...)` builds it),
 `check_version` (whether a case's journal replays on a program as a Substrate on that version would decide),
+`workflow_entries` and `term_of` (the versions of one `workflows=` entry, and the term of each),
 `status_of` (a case's status from its stored row) and `check_input` (an input for a case, checked as its owner
 will check it, before it is put in the store's inbox).
 """
@@ -20,6 +21,8 @@ from ._runtime._inputs import check_input as check_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
 from ._runtime._registry import Workflows as Workflows
+from ._runtime._registry import entries as workflow_entries
+from ._runtime._registry import term_of as term_of
 from ._vm import Deterministic as Deterministic
 from ._vm import EffectRequest as EffectRequest
 from ._vm import Machine as Machine
@@ -50,6 +53,8 @@ __all__ = [
     "check_input",
     "check_version",
     "status_of",
+    "term_of",
+    "workflow_entries",
 ]
 
 

@@ -13,6 +13,7 @@ from ._runtime import ReplayReport as ReplayReport
 from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
 from ._runtime import TimerStatus as TimerStatus
+from ._runtime import Workflow as Workflow
 from ._runtime import effect_info as effect_info
 from ._runtime import replay as replay
 
@@ -30,6 +31,7 @@ __all__ = [
     "Substrate",
     "SubstrateStatistics",
     "TimerStatus",
+    "Workflow",
     "effect_info",
     "replay",
 ]

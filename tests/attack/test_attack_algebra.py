@@ -545,4 +545,6 @@ async def test_a_subclass_of_a_non_retryable_error_fails_at_once_after_earlier_r
         result = await handle.result(timeout=0)
         retries = trace_of(sink.for_case(handle.case_id), "effect_retry")
     assert len(calls) == 2 and result["why"] == "CardDeclined"
-    assert [(d["attempt"], d["delay"], d["error"]) for _, _, d in retries] == [(1, 1.0, "ConnectionError('down')")]
+    assert [(d["attempt"], d["delay"], d["type"], d["error"]) for _, _, d in retries] == [
+        (1, 1.0, "ConnectionError", "down")
+    ]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import wfsub
@@ -216,10 +217,43 @@ def test_wait_stores_payload_and_buffers_early_signal() -> None:
 
 
 def test_signal_for_a_name_never_waited_on_is_rejected() -> None:
-    """deliver_signal of an unknown name raises SignalRejected listing the known names."""
-    m = machine(wait("approve"))
-    with pytest.raises(SignalRejected, match=r"never waits for signal 'aprove' \(it waits for: approve\)"):
+    """deliver_signal of an unknown name raises SignalRejected naming each known signal's wait and where the
+    case waits now (never the workflow's root as if it were the place)."""
+    m = machine(seq(wait("first"), wait("approve")))
+    settle(m)
+    with pytest.raises(SignalRejected) as info:
         m.deliver_signal("aprove")
+    text = str(info.value)
+    assert "never waits for signal 'aprove'" in text and "approve at seq[1].wait" in text
+    assert "the case waits now for signal 'first' at seq[0].wait" in text and "(at seq)" not in text
+
+
+def test_a_payload_refusal_names_the_wait_and_where_the_case_waits() -> None:
+    """A payload its wait's model refuses names that wait's path and, when the case waits elsewhere, where."""
+
+    class Decision(pydantic.BaseModel):
+        approved: bool
+
+    m = machine(seq(wait("first"), wait("decision", model=Decision)))
+    settle(m)
+    with pytest.raises(SignalRejected) as info:
+        m.deliver_signal("decision", {"approved": "maybe"})
+    text = str(info.value)
+    assert "take signal 'decision' at seq[1].wait" in text and "does not fit Decision" in text
+    assert "waits now for signal 'first' at seq[0].wait" in text and info.value.path == "seq[1].wait"
+    m.deliver_signal("first")
+    settle(m)
+    with pytest.raises(SignalRejected) as info:
+        m.deliver_signal("decision", {"approved": "maybe"})
+    assert "at seq[1].wait" in str(info.value) and "waits now" not in str(info.value)
+
+
+def test_a_signal_to_an_ended_case_does_not_name_the_root_as_its_place() -> None:
+    """A signal to an ended machine says it ended, with no `(at seq)` that reads like a location."""
+    m = machine(seq(put("a", 1)))
+    settle(m)
+    with pytest.raises(SignalRejected, match=r"cannot take signal 'go': it has already ended \(done\)"):
+        m.deliver_signal("go")
 
 
 def test_defer_first_signal_wins_and_timer_is_cancelled() -> None:
@@ -599,3 +633,12 @@ def test_deadlock_fails_the_case_with_what_waits() -> None:
     r = settle(m)
     assert r.status == "failed" and r.error_path == "par[1].when_milestone"
     assert "deadlock" in (r.error_message or "") and "milestone 'm'" in (r.error_message or "")
+
+
+def test_an_unknown_region_is_refused_without_the_root_as_its_place() -> None:
+    """A region operation on a name no scope or mi has lists the regions, with no `(at seq)` read as a place."""
+    m = machine(seq(scope("review", wait("go")), put("a", 1)))
+    settle(m)
+    with pytest.raises(SignalRejected) as info:
+        m.cancel_region("reveiw")
+    assert "cannot cancel region 'reveiw': no region 'reveiw' in this workflow (regions: review)" in str(info.value)

@@ -20,6 +20,7 @@ import wfsub
 from wfsub import (
     CaseExists,
     CaseFailed,
+    EffectResultError,
     StoreError,
     Substrate,
     WorkflowNotRegistered,
@@ -318,17 +319,20 @@ async def test_an_effect_result_that_cannot_be_journaled_fails_like_a_raising_ef
         "caught": seq(scope("try", effect(dated_result, name="dated"), on_error=task(lambda c: {"recovered": True}))),
     }
     async with Substrate(store=MemoryStore(), workflows=flows, max_payload_bytes=1000) as sub:
-        for name, cause, text in (("dated", TypeError, "datetime is not JSON"), ("big", ValueError, "max_payload")):
+        for name, text in (("dated", "datetime is not JSON"), ("big", "max_payload")):
             await sub.new_case(name, {}, case_id=name)
             with pytest.raises(CaseFailed) as failed:
                 await sub.await_case(name)
-            assert isinstance(failed.value.__cause__, cause) and text in str(failed.value.__cause__)
+            assert isinstance(failed.value.__cause__, EffectResultError) and text in str(failed.value.__cause__)
+            said = str(failed.value)  # what it returned, where, and that it is not retried; never "raised"
+            assert f"effect '{name}' at seq[0].effect returned" in said and "not retried" in said
+            assert "raised" not in said
             record = (await sub.journal(name))[1]
             assert record.kind == "effect" and record.model_extra is not None
             assert "result" not in record.model_extra and text in record.model_extra["error"]["message"]
         await sub.new_case("caught", {}, case_id="caught")
         result = await sub.await_case("caught")
-        assert result["recovered"] is True and result["error"]["type"] == "TypeError"
+        assert result["recovered"] is True and result["error"]["type"] == "EffectResultError"
 
 
 async def test_durable_start_rules() -> None:

@@ -62,7 +62,7 @@ async def test_an_effect_that_exhausts_its_retries_is_caught_by_on_error_and_eac
         retries = trace_of(sink.for_case(handle.case_id), "effect_retry")
     assert len(calls) == 3
     assert [(d["attempt"], d["delay"]) for _, _, d in retries] == [(1, 2.0), (2, 6.0)]
-    assert all(d["error"] == "ConnectionError('down')" for _, _, d in retries)
+    assert all((d["type"], d["error"]) == ("ConnectionError", "down") for _, _, d in retries)
 
 
 async def test_cancel_runs_compensations_before_the_case_ends_cancelled() -> None:

@@ -101,7 +101,7 @@ async def test_effect_returning_a_non_mapping_fails_at_once() -> None:
         return 42
 
     async with running() as (sub, _, _):
-        with pytest.raises(CaseFailed, match="returned int; an effect must return a Mapping") as info:
+        with pytest.raises(CaseFailed, match="returned int: an effect must return a Mapping") as info:
             await (await sub.new_case(effect(wrong, retry=Retry(3)))).result()
     assert calls == 1
     assert isinstance(info.value.__cause__, TypeError)

@@ -8,6 +8,7 @@ from ._clock import VirtualClock as VirtualClock
 from ._effects import EffectInfo as EffectInfo
 from ._effects import effect_info as effect_info
 from ._journal import JournalRecord as JournalRecord
+from ._registry import Workflow as Workflow
 from ._replay import ReplayReport as ReplayReport
 from ._replay import replay as replay
 from ._status import CaseState as CaseState
@@ -34,6 +35,7 @@ __all__ = [
     "SubstrateStatistics",
     "TimerStatus",
     "VirtualClock",
+    "Workflow",
     "effect_info",
     "replay",
 ]

@@ -143,6 +143,8 @@ class CaseActor:
     steps: int = 0
     signals: tuple[str, ...] = ()
     cancel_reason: str | None = None
+    region_cancelled: str | None = None  # the last region cancelled by an input (it may take the case with it)
+    compensated: tuple[str, ...] = ()  # cancelled: the steps the cancel's compensations undid (its `end` keeps them)
     result: dict[str, Any] | None = None
     cause: BaseException | None = None
     traceback: str | None = None  # failed: the cause's traceback, formatted (the frames themselves are dropped)
@@ -414,6 +416,7 @@ class CaseActor:
             action = op.action
             if action is RegionAction.CANCEL:
                 m.cancel_region(op.name)
+                self.region_cancelled = op.name
             elif action is RegionAction.COMPLETE:
                 m.complete_region(op.name)
             elif action is RegionAction.ADD_INSTANCES:
@@ -458,7 +461,7 @@ class CaseActor:
             self.record = m.failure_record
             self._end_failed(r.error, r.error_path or "?", r.error_message or "the case failed")
         else:
-            self._end_cancelled(self.cancel_reason or "the root thread was withdrawn")
+            self._end_cancelled(self.cancel_reason or withdrawn_reason(m, self.region_cancelled))
 
     def _end_failed(self, cause: BaseException | None, path: str, message: str) -> None:
         if isinstance(cause, CaseFailed):  # a limit hit in the vm: keep its own cause, if any
@@ -484,6 +487,7 @@ class CaseActor:
         if m is not None:
             self.steps = m.steps
             self.final_data = m.data
+            self.compensated = m.compensated
             if self.journal is not None:
                 self.end_digest, _ = m.take_digest()  # the tasks run since the last input: `end` carries them
             if self.level != "none":
@@ -599,3 +603,22 @@ def _drop_frames(exc: BaseException | None) -> None:
         if isinstance(e, BaseExceptionGroup):
             todo.extend(e.exceptions)
 
+
+
+def withdrawn_reason(m: Machine, region: str | None) -> str:
+    """Why a case that nobody cancelled ended cancelled: every thread it had left was withdrawn with a region."""
+    if region is None:
+        return (
+            "every thread it had left was withdrawn, so nothing was left to run: a region it was in was cancelled "
+            "(a cancel_region step) or withdrawn (an mi whose join can no longer fire), and a region without "
+            "on_cancel= takes its thread with it"
+        )
+    paths = " and ".join(m.program.region_paths.get(region, ()))
+    if m.program.regions.get(region) == "mi":
+        fix = "an mi takes its thread with it when cancelled; wrap it in scope(..., on_cancel=...) to go on after"
+    else:
+        fix = "a scope without on_cancel= takes its thread with it; give it on_cancel= to go on after"
+    return (
+        f"cancel_region({region!r}) ended it: region {region!r} (at {paths}) held every thread the case had left, "
+        f"so they were withdrawn with it; {fix} a cancel, or cancel the whole case instead"
+    )

@@ -78,7 +78,8 @@ def _retrying(
     m = actor.machine
     if m is None or actor.level == "none":
         return
-    detail = {"effect_id": req.effect_id, "name": req.name, "attempt": attempt, "delay": delay, "error": repr(exc)}
+    detail = {"effect_id": req.effect_id, "name": req.name, "attempt": attempt, "delay": delay,
+              "type": type(exc).__name__, "error": str(exc)}  # the attempt's own error, as effect_failed shows one
     m.note("effect_retry", req.path, detail)
     events = m.take_events()
     if events:

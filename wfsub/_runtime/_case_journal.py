@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import RestoredError, StoreConflict, StoreError, SubstrateClosed, WfsubError, error_name
+from .._errors import (
+    EffectResultError,
+    RestoredError,
+    StoreConflict,
+    StoreError,
+    SubstrateClosed,
+    WfsubError,
+    error_name,
+)
 from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
@@ -164,11 +172,13 @@ def _record_for(actor: CaseActor, msg: Message, digest: str, now: float) -> dict
         path, name = actor.requested.get(msg.effect_id, ("?", "?"))
         if msg.error is None:
             try:
-                output, _ = as_journaled(msg.output, f"effect {name!r} result", limit)
+                output, _ = as_journaled(msg.output, "the result", limit)
                 return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name,
                                 result=output)
-            except (TypeError, ValueError) as exc:  # a result that cannot be journaled fails the effect
-                msg.error, msg.traceback = exc, None
+            except TypeError as exc:  # a result that cannot be journaled fails the effect (not retried)
+                msg.error, msg.traceback = EffectResultError.not_json(name, path, str(exc)), None
+            except ValueError as exc:
+                msg.error, msg.traceback = EffectResultError.too_large(name, path, str(exc)), None
         error = error_body(msg.error, msg.traceback)
         return j.record("effect", step, digest, now, effect_id=msg.effect_id, path=path, name=name, error=error)
     if kind is TimerFired:
@@ -333,7 +343,7 @@ async def _write_end_record(actor: CaseActor, j: CaseJournal) -> None:
             "record": actor.record,
         }
     end = end_record(j.seq + 1, now, actor.state.value, actor.end_digest, result=actor.final_data, error=error,
-                     reason=actor.cancel_reason)
+                     reason=actor.cancel_reason, compensated=actor.compensated)
     row = case_row(actor, actor.state)
     row.last_seq = end["seq"]
     row.ended_at = actor.ended_at

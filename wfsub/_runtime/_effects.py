@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from .._errors import EffectResultError
 from .._terms import Retry
 from .._trace import get_logger
 from ._clock import Clock
@@ -63,10 +64,6 @@ def effect_info() -> EffectInfo:
             "effect_info() is called outside an effect: call it from the async function given to effect()"
         )
     return info
-
-
-class EffectResultError(TypeError):
-    """An effect returned something other than a Mapping or None."""
 
 
 class StrayCancellation(Exception):
@@ -124,7 +121,8 @@ async def call_effect(
                 attempt=attempt,
                 of=attempts,
                 delay=delay,
-                error=repr(exc),
+                error_type=type(exc).__name__,
+                error=str(exc),
             )
             await clock.sleep(delay)
 
@@ -159,8 +157,5 @@ async def _attempt(
             "future or task that something else cancelled); it counts as a failed attempt"
         ) from exc
     if output is not None and not isinstance(output, Mapping):
-        raise EffectResultError(
-            f"effect {name!r} at {path} returned {type(output).__name__}; an effect must return a Mapping of "
-            f"updates to the case data, or None"
-        )
+        raise EffectResultError.not_mapping(name, path, output)
     return output

@@ -16,7 +16,8 @@ node) or a call that another node makes for one of its cases. Every door goes th
    limit); its owner takes it through step 1 and 2 again, as it takes any inbox row.
 
 Refusals are made by the builders in `wfsub._errors` (`bad_input`, `SignalRejected`), so a refusal reads the
-same from every door. `start` (the data of `new_case`) is checked by `start_data` here too.
+same from every door. `start` (the data of `new_case`) is checked by `start_data` here too, against the input
+model its workflow was registered with (`Workflow(term, input=Model)`), whichever door starts the case.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from .._errors import NOTHING, bad_input
+from .._errors import NOTHING, InvalidStartData, bad_input
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
 
@@ -203,8 +204,21 @@ def check_input(kind: str, body: Mapping[str, Any], *, request_id: str | None = 
     return inbox_body(shaped(kind, body, request_id), None)
 
 
-def start_data(data: object) -> dict[str, Any] | None:
-    """The data a case starts with: a mapping with str keys (a pydantic model is dumped), or None."""
+def start_data(
+    data: object, model: type[BaseModel] | None = None, workflow: str | None = None, case_id: str | None = None
+) -> dict[str, Any] | None:
+    """The data a case starts with: a mapping with str keys (a pydantic model is dumped), or None.
+
+    `model`: the input model its workflow was registered with (`Workflow(term, input=Model)`): the data must
+    validate against it (None counts as `{}`), else `InvalidStartData` with pydantic's errors; the case starts
+    with the model's JSON-mode dump."""
+    if model is not None:
+        given = data.model_dump(mode="json") if isinstance(data, BaseModel) else {} if data is None else data
+        try:
+            checked = model.model_validate(given)
+        except ValidationError as exc:
+            raise InvalidStartData(workflow or "?", model, exc.errors(include_url=False), case_id) from None
+        return checked.model_dump(mode="json")
     if data is None:
         return None
     if isinstance(data, BaseModel):

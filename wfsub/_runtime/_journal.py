@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -166,10 +166,11 @@ def input_record(seq: int, kind: str, step: int | None, now: float, digest: str 
 
 def end_record(
     seq: int, now: float, outcome: str, digest: str | None = None, *, result: Any = None,
-    error: dict[str, Any] | None = None, reason: str | None = None,
+    error: dict[str, Any] | None = None, reason: str | None = None, compensated: Sequence[str] = (),
 ) -> Record:
     """The `end` record of a case: its outcome with the final data (done), the error (failed) or the reason
-    (cancelled); `digest` covers the tasks run since the last input (None: none were run, or none are known)."""
+    (cancelled, with what its compensations undid when they ran); `digest` covers the tasks run since the last
+    input (None: none were run, or none are known)."""
     end: Record = {"seq": seq, "kind": "end", "time": now, "outcome": outcome, "digest": digest}
     if outcome == "done":
         end["result"] = result
@@ -177,6 +178,8 @@ def end_record(
         end["error"] = error
     else:
         end["reason"] = reason
+        if compensated:
+            end["compensated"] = list(compensated)
     return end
 
 

@@ -100,11 +100,11 @@ class CaseLoader:
         if self.store.shared and row.owner != self.owner:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
         if row.state == CaseState.SUSPENDED.value and self.workflows.find(row.fingerprint) is None:
-            reason = f"it is suspended (no registered version can run it): {row.suspended_reason}"
-            raise SignalRejected(case_id, what, reason)
+            raise SignalRejected.suspended(case_id, what, row.suspended_reason)
         loaded = await self.load(case_id)
-        if loaded is None:
-            raise SignalRejected(case_id, what, f"the case is {row.state}: {row.suspended_reason or ''}".strip())
+        if loaded is None:  # its journal does not replay on any registered version: it was suspended just now
+            stored = await self.store.row(case_id)
+            raise SignalRejected.suspended(case_id, what, stored.suspended_reason if stored is not None else None)
         return loaded
 
     async def load(self, case_id: str) -> CaseActor | None:

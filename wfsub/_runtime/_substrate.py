@@ -410,12 +410,13 @@ class Substrate:
                 "placement='any' queues a case for any node of a shared store (store='postgresql://...'); this "
                 "Substrate has no shared store: start the case here (the default placement)"
             )
-        start_data = inputs.start_data(data) if data is not None else None
         if timeout is not None:
             _positive(timeout, "timeout", allow_none=True)
         seed = None if scheduler == "deterministic" else self._seed_of(scheduler)
-        case_id = self._new_id(case_id)
+        asked, case_id = case_id, self._new_id(case_id)
         program, name = self._program(workflow)
+        model = self._workflows.input_of(program)
+        start_data = inputs.start_data(data, model, name, asked) if data is not None or model else None
         durable = self._store is not None
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)

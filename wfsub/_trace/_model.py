@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict
@@ -24,16 +24,22 @@ class TraceEvent(BaseModel):
     detail: dict[str, Any]
     time: float
 
+    @property
+    def iso_time(self) -> str | None:
+        """`time` as ISO 8601 in UTC with its zone (`2026-11-26T05:20:48.123+00:00`); None for a virtual clock's
+        own seconds, which name no date."""
+        if self.time < _WALL_CLOCK:
+            return None
+        return datetime.fromtimestamp(self.time, UTC).isoformat(timespec="milliseconds")
+
     def format(self) -> str:
         """One readable line: time, case, seq, kind, node path and detail.
 
-        Wall-clock times show as local `HH:MM:SS.mmm`; small times (a virtual clock) as seconds.
+        Wall-clock times show as ISO 8601 in UTC with its zone (`2026-11-26T05:20:48.123+00:00`); small times
+        (a virtual clock) as seconds.
         """
         detail = " ".join(f"{k}={_short(v)}" for k, v in self.detail.items())
-        if self.time >= _WALL_CLOCK:
-            when = datetime.fromtimestamp(self.time).strftime("%H:%M:%S.%f")[:-3]
-        else:
-            when = f"{self.time:10.3f}"
+        when = self.iso_time or f"{self.time:10.3f}"
         return f"{when:>12}  {self.case_id}  #{self.seq:<4d} {self.kind:<18} {self.path}  {detail}".rstrip()
 
 

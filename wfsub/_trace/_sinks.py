@@ -109,7 +109,8 @@ class JsonlSink:
 
 
 class StructlogSink:
-    """Logs each event through structlog (`event="trace"`, with kind, case_id, seq, path, detail)."""
+    """Logs each event through structlog (`event="trace"`, with kind, case_id, seq, path, detail, `time` in
+    seconds since the epoch and `time_iso`, the same as ISO 8601 with its zone, or None for a virtual clock)."""
 
     def __init__(self, logger: Any = None, *, level: str = "info") -> None:
         self._log = logger if logger is not None else get_logger("wfsub.trace")
@@ -118,7 +119,8 @@ class StructlogSink:
     async def write(self, events: Sequence[TraceEvent]) -> None:
         emit = getattr(self._log, self._level)
         for e in events:
-            emit("trace", kind=e.kind, case_id=e.case_id, seq=e.seq, path=e.path, detail=e.detail, time=e.time)
+            emit("trace", kind=e.kind, case_id=e.case_id, seq=e.seq, path=e.path, detail=e.detail, time=e.time,
+                 time_iso=e.iso_time)
 
     def __repr__(self) -> str:
         return f"StructlogSink(level={self._level!r})"

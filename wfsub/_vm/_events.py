@@ -38,7 +38,7 @@ MIN_KINDS: frozenset[str] = frozenset(
         "effect_failed",  # detail: effect_id, error
         "effect_discarded",  # a result arrived for a withdrawn token; detail: effect_id
         "effect_cancelled",  # an in-flight effect was withdrawn; detail: effect_id
-        "effect_retry",  # an attempt failed and the effect will be retried; detail: effect_id, attempt, delay, error
+        "effect_retry",  # an attempt failed and will be retried; detail: effect_id, attempt, delay, type, error
         "timer_armed",  # detail: timer_id, seconds
         "timer_fired",  # detail: timer_id
         "timer_cancelled",  # detail: timer_id

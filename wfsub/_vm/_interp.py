@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .. import _program as bc
-from .._errors import StepFailed, WaitTimeout, error_name, error_text
+from .._errors import StepFailed, WaitTimeout, effect_failure_text, error_name, error_text
 from .._json import output_problem
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
@@ -100,6 +100,7 @@ class Interp:
         "cancelling",
         "closing",
         "code",
+        "compensated",
         "digest",
         "digest_hasher",
         "data",
@@ -196,6 +197,7 @@ class Interp:
         self.cancelling = False  # a case cancel is compensating: a second cancel ends the case at once
         self.failing: tuple[int, BaseException, str, dict[str, Any]] | None = None  # an uncaught failure, undoing
         self.failure_record: dict[str, Any] | None = None  # the error record of a failed case
+        self.compensated: tuple[str, ...] = ()  # cancelled: the steps the cancel's compensations undid, in order
         self.blocking: dict[tuple[Frame | None, int], SplitFrame] = {}  # (context, par ip) -> current activation
         # digesting: (ip, output) of the tasks since the last take, after a FoldedOutputs once run() encoded some
         self.outputs: list[Any] | None = None
@@ -858,8 +860,9 @@ class Interp:
         ip = tok.ip
         label = self.program.labels[ip]
         if error is not None:
-            self._trace_node("effect_failed", ip, effect_id=effect_id, error=repr(error))
-            message = f"effect {label} raised {error_name(error)}: {error_text(error)}"
+            self._trace_node("effect_failed", ip, effect_id=effect_id, type=error_name(error),
+                             error=error_text(error))
+            message = effect_failure_text(label, error)
             step_failed(self, tok.frame, ip, error, message)
             return True
         if output is not None and not self._merge(tok, output, ip):

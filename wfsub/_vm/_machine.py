@@ -22,7 +22,7 @@ from typing import Any, TypeVar, overload
 from pydantic import ValidationError
 
 from .._errors import MachineStateError, SignalRejected
-from .._program import DEFAULT_MAX_INSTANCES, Program
+from .._program import DEFAULT_MAX_INSTANCES, DeferSpec, Program, WaitSpec
 from ._events import LEVELS, VmEvent
 from ._interp import NO_OUT, Interp
 from ._records import FoldedOutputs, Frame, MIFrame, Token
@@ -91,6 +91,9 @@ class Machine:
     error_message: str | None = _from_vm("error_message", "Failed: what happened.")
     failure_record: dict[str, Any] | None = _from_vm(
         "failure_record", "Failed at a node: the error record {type, message, path, compensated, cause}."
+    )
+    compensated: tuple[str, ...] = _from_vm(
+        "compensated", "Cancelled with compensation: the steps the cancel's compensations undid, in order."
     )
 
     @property
@@ -242,16 +245,33 @@ class Machine:
             self._check_open(f"take signal {name!r}")
         program = vm.program
         if name not in program.signals:
-            raise SignalRejected.unknown_signal(self.case_id, name, program.signals, program.root_path)
+            raise SignalRejected.unknown_signal(self.case_id, name, self._wait_paths(), self._waiting())
         model = program.signal_models.get(name)
         if model is None:
             return payload
         try:
             return model.model_validate(payload).model_dump(mode="json")  # type: ignore[attr-defined]
         except ValidationError as exc:
+            paths = self._wait_paths().get(name, [program.root_path])
             raise SignalRejected.invalid_payload(
-                self.case_id, name, model, exc.errors(include_url=False), program.root_path
+                self.case_id, name, model, exc.errors(include_url=False), paths, self._waiting()
             ) from None
+
+    def _wait_paths(self) -> dict[str, list[str]]:
+        """Each signal the workflow waits for -> the node paths of the waits and deferred choices that take it
+        (for a refusal's message: a walk over the program)."""
+        program = self._vm.program
+        found: dict[str, list[str]] = {}
+        for ip, (_, arg) in enumerate(program.code):
+            names = (arg.signal,) if isinstance(arg, WaitSpec) else arg.signals if isinstance(arg, DeferSpec) else ()
+            for name in names:
+                found.setdefault(name, []).append(program.paths[ip])
+        return found
+
+    def _waiting(self) -> dict[str, str]:
+        """Each signal a thread of the case waits for now -> the node path where the first such thread waits."""
+        vm = self._vm
+        return {name: vm.paths[vm.waiters[name].peek()[0].ip] for name in vm.awaited_signals()}
 
     def deliver_signal(self, name: str, payload: Any = None, *, checked: bool = False) -> None:
         """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient).

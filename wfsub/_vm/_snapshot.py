@@ -40,6 +40,7 @@ _STATE = (
     "cancelling",
     "failing",
     "failure_record",
+    "compensated",
     "blocking",
     "outputs",
     "digest",

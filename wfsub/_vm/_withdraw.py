@@ -372,6 +372,7 @@ def act(
     elif kind in ("quiet", "nested"):
         parent.child_gone(m, gone, False)
     elif kind == "case_cancelled":
+        m.compensated = tuple(compensated)
         kill_subtree(m, m.root)
         m._finish(CANCELLED, action[1])
     elif kind == "case_failed":

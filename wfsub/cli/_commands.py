@@ -139,12 +139,38 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
 
     async with opened(store) as s:
         row = await case_row(s, case_id)
+        records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
     status = status_of(row, lambda v: v)
+    end = records[-1] if records and records[-1].get("kind") == "end" else {}
+    named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
+    ran = _compensations(records, named)
     if as_json:
-        r.print_json(status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq},
-                     indent=2)
+        shown = status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq,
+                                                  "compensations": ran}
+        shown["timers"] = [r.with_iso(t, "due") for t in shown["timers"]]
+        shown["effects"] = [r.with_iso(e, "started_at", "retry_at") for e in shown["effects"]]
+        r.print_json(r.with_iso(shown, "started_at", "ended_at"), indent=2)
         return
-    r.out.print(r.status_table(status, row))
+    r.out.print(r.status_table(status, row, ran))
+
+
+_COMPENSATION = re.compile(r"\[\d+\.compensation\]")
+
+
+def _compensations(records: list[dict[str, Any]], compensated: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The compensations a case's end ran, with their outcomes: each compensating effect the journal recorded
+    (done, or failed with its error), then each step its end names as compensated that was no effect."""
+    ran: list[dict[str, Any]] = []
+    for rec in records:
+        if rec.get("kind") == "effect" and _COMPENSATION.search(str(rec.get("path", ""))):
+            error = rec.get("error")
+            ran.append({
+                "name": rec.get("name"), "path": rec.get("path"), "outcome": "failed" if error else "done",
+                "error": f"{error.get('type')}: {error.get('message')}" if error else None,
+            })
+    named = {c["name"] for c in ran}
+    ran += [{"name": n, "path": None, "outcome": "done", "error": None} for n in compensated if n not in named]
+    return ran
 
 
 @main.command()
@@ -168,7 +194,7 @@ async def journal(store: str, case_id: str) -> None:
         await case_row(s, case_id)
         records = await s.journal(case_id)
     for record in records:
-        r.print_json(record)
+        r.print_json(r.with_iso(record, "time"))
 
 
 @main.command()
@@ -196,7 +222,7 @@ async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec
     for event in report.events:
         event = event.model_copy(update={"detail": redact(event.detail)})
         if as_json:
-            r.out.out(event.model_dump_json(), highlight=False)
+            r.print_json(r.with_iso(event.model_dump(mode="json"), "time"))
         else:
             r.out.out(event.format(), highlight=False)
     if report.divergence is not None:
@@ -383,7 +409,9 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
         except ReplayDivergence as exc:
             divergence = exc
     if divergence is None:
-        r.out.print(f"ok        {case_id}  {report.state}", markup=False)
+        # the vm's `blocked` is, for a person, a case that waits (for a signal, an effect or a timer)
+        reached = "waiting" if report.state == "blocked" else report.state
+        r.out.print(f"ok        {case_id}  {reached}", markup=False)
         return None
     r.out.print(f"DIVERGED  {case_id}  {divergence}", style="red", markup=False)
     if warning:
@@ -528,11 +556,12 @@ async def dis(target: str, name: str | None) -> None:
 
 
 def _row_json(row: CaseRow) -> dict[str, Any]:
-    return {
+    return r.with_iso({
         "case_id": row.case_id, "workflow": row.workflow, "state": row.state, "started_at": row.started_at,
         "ended_at": row.ended_at, "order": row.order, "at": row.at, "signals": row.signals,
-        "effects": row.effects, "timers": row.timers,
-    }
+        "effects": row.effects, "timers": [r.with_iso(t, "due") for t in row.timers],
+        "suspended_reason": row.suspended_reason,
+    }, "started_at", "ended_at")
 
 
 

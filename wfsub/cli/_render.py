@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -24,20 +24,40 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 _WALL_CLOCK = 1e9  # seconds since the epoch: below it, a time is a virtual clock's own seconds
 
 
+def iso(t: float | None) -> str | None:
+    """A store time (seconds since the epoch) as ISO 8601 in UTC with its zone, `2026-11-26T05:20:48+00:00`;
+    None for no time or a virtual clock's own seconds (they name no date)."""
+    if t is None or t < _WALL_CLOCK:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
 def when(t: float | None) -> str:
-    """A store time for people: local date and time (a virtual clock's seconds as they are)."""
+    """A store time for people: ISO 8601 with its zone (a virtual clock's seconds as they are)."""
     if t is None:
         return "-"
-    if t < _WALL_CLOCK:
-        return f"{t:g}s"
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    return iso(t) or f"{t:g}s"
+
+
+def with_iso(record: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """A JSON record for scripts with, beside each epoch time in `keys`, its ISO 8601 form (`<key>_iso`)."""
+    out = dict(record)
+    for key in keys:
+        if key in out:
+            out[f"{key}_iso"] = iso(out[key])
+    return out
 
 
 def waiting_for(row: CaseRow) -> str:
-    """What a case waits for, in a few words: signals, effects in flight, timers."""
+    """What a case waits for, in a few words: signals, effects in flight, timers. A suspended case waits first
+    for a registered version of its workflow that can run it (and says why none can); what it waited for when
+    it was suspended comes after."""
     parts = [f"signal {name}" for name in row.signals]
     parts += [f"effect {e['name']}" for e in row.effects]
     parts += [f"timer {when(t['due'])}" for t in row.timers]
+    if row.state == "suspended":
+        first = f"a workflow version that can run it ({row.suspended_reason or 'no reason recorded'})"
+        return first + (f"; then {', '.join(parts)}" if parts else "")
     return ", ".join(parts)
 
 
@@ -56,7 +76,7 @@ def cases_table(rows: Sequence[CaseRow]) -> Table:
 _STATE_STYLE = {"done": "green", "failed": "red", "cancelled": "yellow", "suspended": "magenta"}
 
 
-def status_table(status: CaseStatus, row: CaseRow) -> Table:
+def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = ()) -> Table:
     """A case's status as two columns: what, and its value."""
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
@@ -65,6 +85,9 @@ def status_table(status: CaseStatus, row: CaseRow) -> Table:
     table.add_row("case", status.case_id)
     table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]})")
     table.add_row("state", Text(state, style=_STATE_STYLE.get(state, "")))
+    if status.suspended_reason is not None:  # first: until a version can run it, it waits for nothing else
+        table.add_row("suspended", Text(f"waits for a workflow version that can run it: {status.suspended_reason}",
+                                        style="magenta"))
     table.add_row("started", when(status.started_at))
     if status.ended_at is not None:
         table.add_row("ended", when(status.ended_at))
@@ -72,7 +95,8 @@ def status_table(status: CaseStatus, row: CaseRow) -> Table:
     if status.at:
         table.add_row("at", "\n".join(status.at))
     if status.signals:
-        table.add_row("waits for", "\n".join(f"signal {name!r}" for name in status.signals))
+        label = "then waits for" if status.suspended_reason is not None else "waits for"
+        table.add_row(label, "\n".join(f"signal {name!r}" for name in status.signals))
     for e in status.effects:
         table.add_row("effect", f"{e.name} #{e.effect_id} at {e.path}")
     for t in status.timers:
@@ -80,12 +104,10 @@ def status_table(status: CaseStatus, row: CaseRow) -> Table:
     if status.failure is not None:
         f = status.failure
         table.add_row("error", Text(f"{f.type} at {f.path}: {f.message}", style="red"))
-        if f.compensated:
-            table.add_row("compensated", ", ".join(f.compensated))
     if status.cancel_reason is not None:
         table.add_row("cancelled", status.cancel_reason)
-    if status.suspended_reason is not None:
-        table.add_row("suspended", Text(status.suspended_reason, style="magenta"))
+    if compensations:
+        table.add_row("compensated", Text("\n").join(_compensation(c) for c in compensations))
     return table
 
 
@@ -96,3 +118,11 @@ def json_text(value: Any, indent: int | None = None) -> str:
 def print_json(value: Any, indent: int | None = None) -> None:
     """JSON on stdout as plain text (no markup, no wrapping), one value per line unless indented."""
     out.out(json_text(value, indent), highlight=False)
+
+
+def _compensation(c: dict[str, Any]) -> Text:
+    """One compensation a case's end ran: its name, where, and how it went."""
+    where = f" at {c['path']}" if c["path"] else ""
+    if c["outcome"] == "failed":
+        return Text(f"{c['name']}{where}: failed ({c['error']})", style="red")
+    return Text(f"{c['name']}{where}: done")

@@ -6,7 +6,8 @@ is already a wfsub store (a mistyped path is an error, not a new empty store).
 
 `module:attribute` names a workflow the way `uvicorn` names an app: the module is imported with the current
 directory first on `sys.path`, and the attribute (dots walk into it) is a workflow term, or a mapping of name
--> term (or -> [older, ..., newest] versions), as a Substrate takes in `workflows=`.
+-> term or `Workflow(term, input=Model)` (or -> [older, ..., newest] versions of them), as a Substrate takes in
+`workflows=`.
 """
 
 from __future__ import annotations
@@ -96,7 +97,12 @@ class Target:
         if name not in self.registry:
             raise CliError(f"{self.spec} has no workflow {name!r}: it has {', '.join(names) or 'none'}")
         versions = self.registry[name]
-        return name, versions[-1] if isinstance(versions, list | tuple) else versions
+        newest = versions[-1] if isinstance(versions, list | tuple) else versions
+        if isinstance(newest, Term):
+            return name, newest
+        from ..lowlevel import term_of
+
+        return name, term_of(newest)
 
     def program_for(self, row: CaseRow) -> tuple[Program, str | None]:
         """The program a case ran on (and a warning when only another version of it is at hand)."""
@@ -179,7 +185,7 @@ def load_target(spec: str) -> Target:
         return Target(spec, None, value)
     raise CliError(
         f"{spec} is a {type(value).__name__}, not a workflow: point at a term built with wfsub's constructors "
-        "(seq, par, task, ...) or at a dict of name -> term as given to Substrate(workflows=...)"
+        "(seq, par, task, ...) or at a dict of name -> term (or Workflow) as given to Substrate(workflows=...)"
         f"{_workflows_in(module)}"
     )
 
@@ -196,15 +202,19 @@ def load_redact(spec: str | None) -> Callable[[Any], Any]:
 
 
 def _is_versions(value: object) -> bool:
-    if isinstance(value, Term):
-        return True
-    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Term) for v in value)
+    """A `workflows=` entry: a term or a Workflow, or a non-empty list of them."""
+    terms = value if isinstance(value, list | tuple) else [value]
+    if terms and all(isinstance(v, Term) for v in terms):
+        return True  # terms alone: no need to load the runtime, where Workflow lives
+    from ..lowlevel import workflow_entries
+
+    return workflow_entries(value) is not None
 
 
 def _workflows_in(namespace: object) -> str:
     names = sorted(
         name for name, v in vars(namespace).items()
-        if not name.startswith("_") and (isinstance(v, Term) or (isinstance(v, Mapping) and v and
-                                                                 all(_is_versions(x) for x in v.values())))
+        if not name.startswith("_") and (_is_versions(v) or (isinstance(v, Mapping) and v and
+                                                              all(_is_versions(x) for x in v.values())))
     ) if hasattr(namespace, "__dict__") else []
     return f" (workflows there: {', '.join(names)})" if names else ""

@@ -297,10 +297,14 @@ class OTelSink:
         case.effects[effect_id] = _Effect(span, start, effect_id, name, path, attempt)
 
     def _end_effect(
-        self, case: _Case, effect: _Effect, end: int, outcome: str, *, error: str | None = None, note: str = ""
+        self, case: _Case, effect: _Effect, end: int, outcome: str, *, error: str | None = None, note: str = "",
+        kind: object = None,
     ) -> None:
         if error is not None:
-            kind, message = _error_parts(error, "Exception")
+            if isinstance(kind, str):  # the type and message apart (effect_failed)
+                message = error
+            else:  # repr(exc), as events of earlier versions carried it
+                kind, message = _error_parts(error, "Exception")
             _record_error(effect.span, kind, message, end)
         effect.span.set_attribute("wfsub.outcome", outcome)
         if note:
@@ -329,7 +333,8 @@ class OTelSink:
             self._start_effect(case, effect_id, str(name or _kind_of(event.path)), event.path, number, end)
             effect = case.effects[effect_id]
         delay = event.detail.get("delay")
-        self._end_effect(case, effect, end, "retried", error=str(event.detail.get("error", "the attempt failed")))
+        self._end_effect(case, effect, end, "retried", error=str(event.detail.get("error", "the attempt failed")),
+                         kind=event.detail.get("type"))
         number = (attempt if isinstance(attempt, int) else effect.attempt) + 1
         wait = float(delay) if isinstance(delay, int | float) and delay > 0 else 0.0
         self._start_effect(case, effect_id, effect.name, effect.path, number, end + _ns(wait))
@@ -340,7 +345,8 @@ class OTelSink:
         self._effect_ended(case, event, "completed")
 
     def _effect_failed(self, case: _Case, event: TraceEvent) -> None:
-        self._effect_ended(case, event, "failed", str(event.detail.get("error", "the effect failed")))
+        detail = event.detail  # the effect's own error: its type and message
+        self._effect_ended(case, event, "failed", str(detail.get("error", "the effect failed")), detail.get("type"))
 
     def _effect_cancelled(self, case: _Case, event: TraceEvent) -> None:
         self._effect_ended(case, event, "cancelled")
@@ -348,10 +354,12 @@ class OTelSink:
     def _effect_discarded(self, case: _Case, event: TraceEvent) -> None:
         self._effect_ended(case, event, "discarded")
 
-    def _effect_ended(self, case: _Case, event: TraceEvent, outcome: str, error: str | None = None) -> None:
+    def _effect_ended(
+        self, case: _Case, event: TraceEvent, outcome: str, error: str | None = None, kind: object = None
+    ) -> None:
         effect = case.effects.get(event.detail.get("effect_id"))
         if effect is not None:
-            self._end_effect(case, effect, _ns(event.time), outcome, error=error)
+            self._end_effect(case, effect, _ns(event.time), outcome, error=error, kind=kind)
 
     # -- waits ---------------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
@@ -425,12 +425,17 @@ class _Drawings:
 def _drawings(workflows: Mapping[str, Any] | None) -> _Drawings:
     if workflows is not None and not isinstance(workflows, Mapping):
         raise TypeError(f"workflows must be a mapping of name -> workflow (or -> [versions]), got {workflows!r}")
+    from ...lowlevel import term_of, workflow_entries
+
     versions: dict[str, list[Term]] = {}
     for name, given in (workflows or {}).items():
-        terms = list(given) if isinstance(given, Sequence) and not isinstance(given, str) else [given]
-        if not terms or not all(isinstance(t, Term) for t in terms):
-            raise TypeError(f"workflows[{name!r}] must be a workflow term or a list of them, got {given!r}")
-        versions[str(name)] = terms
+        listed = workflow_entries(given)
+        if listed is None:
+            raise TypeError(
+                f"workflows[{name!r}] must be a workflow term or Workflow(term, input=Model), or a list of them, "
+                f"got {given!r}"
+            )
+        versions[str(name)] = [term_of(t) for t in listed]
     return _Drawings(versions)
 
 
