@@ -291,7 +291,7 @@ class Substrate:
         router = InboxRouter(store, loader, self._live, self._max_payload)
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
-            router.route, self._busy,
+            router.take, self._busy,
         )
         for row in await store.live():  # running, or with effects in flight: resumed now
             await loader.load_quietly(row.case_id)
