@@ -11,8 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseCancelled, Substrate, effect, mi, saga, scope, seq, task, wait
-from wfsub import StoreError
+from wfsub import CaseCancelled, StoreError, Substrate, effect, mi, saga, scope, seq, task, wait
 from wfsub._store import CaseWrite
 from wfsub.stores import InboxRow, SqliteStore, Store
 
