@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseCancelled, StoreError, Substrate, effect, mi, saga, scope, seq, task, wait
+from wfsub import CaseCancelled, SignalRejected, StoreError, Substrate, effect, mi, saga, scope, seq, task, wait
 from wfsub._store import CaseWrite
 from wfsub.stores import InboxRow, SqliteStore, Store
 
@@ -222,4 +222,35 @@ async def test_an_outside_input_whose_commit_failed_is_handed_over_again_and_app
             await taken(cli, inbox_id)
         assert store.failed == 1
         assert await sub.await_case("c") == {"go": 7, "done": True}
+        assert kinds(await sub.journal("c")) == ["start", "signal", "end"]
+
+
+async def test_a_signal_repeated_with_its_applied_request_id_answers_as_the_first_also_once_it_ended(
+    tmp_path: Path,
+) -> None:
+    """signal() again with the request_id of the signal that ended the case returns as the first call did."""
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c1")
+        await sub.signal("c1", "go", 1, request_id="r1")
+        assert await sub.await_case("c1") == {"go": 1, "done": True}
+        await sub.signal("c1", "go", 1, request_id="r1")
+        with pytest.raises(SignalRejected, match="ended"):
+            await sub.signal("c1", "go", 1, request_id="other")
+    async with Substrate(store=path, workflows=FLOWS) as sub:  # the case is in the store only now
+        await sub.signal("c1", "go", 1, request_id="r1")
+        assert kinds(await sub.journal("c1")) == ["start", "signal", "end"]
+
+
+async def test_an_outside_input_repeating_an_applied_request_id_is_taken_not_refused(tmp_path: Path) -> None:
+    """An inbox input whose request_id the (ended) case applied already is taken without a record, not refused."""
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c")
+        await sub.signal("c", "go", 1, request_id="r1")
+        await sub.await_case("c")
+        async with outside(SqliteStore(path)) as cli:
+            inbox_id = await cli.inbox_put("c", "signal", {"name": "go", "payload": 1}, request_id="r1",
+                                           created_at=1.0)
+            await taken(cli, inbox_id)
         assert kinds(await sub.journal("c")) == ["start", "signal", "end"]

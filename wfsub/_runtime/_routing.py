@@ -25,6 +25,14 @@ from ._status import FINAL
 _log = get_logger("wfsub.runtime")
 
 
+async def applied(store: Store | None, case_id: str, request_id: str | None) -> bool:
+    """Whether the case's journal holds an input with `request_id`: a call repeated with that id answers as the
+    first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
+    if store is None or request_id is None:
+        return False
+    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
+
+
 class InboxRouter:
     """Takes inbox rows for this Substrate's cases (see the module)."""
 
@@ -73,6 +81,9 @@ class InboxRouter:
             raise  # the store failed to load the case: the input is tried again, never refused for it
         except (WfsubError, TypeError, ValueError, KeyError) as exc:
             reason = str(exc)
+            if isinstance(exc, SignalRejected) and await applied(self.store, row.case_id, row.request_id):
+                await self.store.write(CaseWrite(row.case_id, inbox_done=[row.id]))  # a retried call: taken once
+                return
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
                 stored = await self.store.row(row.case_id)
                 if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)

@@ -74,7 +74,7 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._persist import Background, status_of
 from ._registry import Workflows
-from ._routing import InboxRouter
+from ._routing import InboxRouter, applied
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 
 _log = get_logger("wfsub.runtime")
@@ -541,11 +541,16 @@ class Substrate:
         `request_id` makes a retried call apply once."""
         msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, msg.what)
-        except Remote:
-            await self._to_inbox(case_id, msg)
-            return
-        await self._signal(actor, msg)
+            try:
+                actor = await self._live(case_id, msg.what)
+            except Remote:
+                await self._to_inbox(case_id, msg)
+                return
+            await self._signal(actor, msg)
+        except SignalRejected:
+            if not await applied(self._store, case_id, msg.request_id):
+                raise
+            # a retried call whose input was applied (it may have ended the case): answered as the first was
 
     async def _signal(self, actor: CaseActor, msg: Signal) -> None:
         """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
@@ -659,16 +664,21 @@ class Substrate:
     ) -> None:
         msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, msg.what)
-        except Remote:
-            await self._to_inbox(case_id, msg)
-            return
-        machine = actor.machine
-        if machine is None or actor.state in FINAL:
-            raise actor.ended_error(msg.what)
-        admit(msg, machine, None if actor.journal is None else self._max_payload)  # before anything is queued
-        msg.reply = Reply()
-        await self._ask(actor, msg)
+            try:
+                actor = await self._live(case_id, msg.what)
+            except Remote:
+                await self._to_inbox(case_id, msg)
+                return
+            machine = actor.machine
+            if machine is None or actor.state in FINAL:
+                raise actor.ended_error(msg.what)
+            admit(msg, machine, None if actor.journal is None else self._max_payload)  # before anything is queued
+            msg.reply = Reply()
+            await self._ask(actor, msg)
+        except SignalRejected:
+            if not await applied(self._store, case_id, msg.request_id):
+                raise
+            # a retried call whose input was applied (it may have ended the case): answered as the first was
 
     # -- outcomes -----------------------------------------------------------------------------------------------
 
