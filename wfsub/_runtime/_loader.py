@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from .._errors import CaseExists, CaseNotFound, ReplayDivergence, SignalRejected, StoreConflict, StoreError
-from .._store import CaseRow, CaseWrite, Store
+from .._store import CaseRow, CaseWrite, DamagedEntry, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
 from ._case import CaseActor
@@ -104,6 +104,7 @@ class CaseLoader:
             raise SignalRejected(case_id, what, reason)
         loaded = await self.load(case_id)
         if loaded is None:
+            row = await self.store.row(case_id) or row  # as it was marked when it could not be brought back
             raise SignalRejected(case_id, what, f"the case is {row.state}: {row.suspended_reason or ''}".strip())
         return loaded
 
@@ -125,10 +126,25 @@ class CaseLoader:
             return self.resume(loaded)
         except ReplayDivergence:
             return None  # suspended: its row says why
+        except DamagedEntry as exc:  # an entry of its own that cannot be read back: this case alone stops
+            await self.suspend_damaged(case_id, str(exc))
+            return None
+        except (StoreError, CaseNotFound):
+            raise
+        except Exception as exc:  # its journal does not replay (a record missing a field, a bug): this case alone
+            _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
+            await self.suspend_damaged(case_id, f"its journal could not be replayed: {type(exc).__name__}: {exc}")
+            return None
         finally:
             self.busy(-1)
             del self.loading[case_id]
             event.set()
+
+    async def suspend_damaged(self, case_id: str, reason: str) -> None:
+        """Mark a case that cannot be rebuilt suspended with the reason (kept intact: a repaired store resumes it)."""
+        row = await self.store.row(case_id)
+        if row is not None and not CaseState(row.state).ended:
+            await suspend(self.store, row, reason, self.redact)
 
     async def load_quietly(self, case_id: str) -> None:
         """Bring a case back for the background (recovery, due timers, version checks): a case that fails to come

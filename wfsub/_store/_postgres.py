@@ -136,11 +136,11 @@ from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
     decode_inbox,
+    decode_record,
     decode_row,
     decode_snapshot,
     decode_start,
     encode_write,
-    loads,
     page,
     second_end,
     seq_taken,
@@ -1018,7 +1018,8 @@ class PostgresStore(StoreBase):
                 start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_start"], case_id))
                 snapshot = decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id))
                 after = 0 if snapshot is None else snapshot.seq
-                records = [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
+                records = [decode_record(self._name, case_id, text)
+                           for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
                 return StoredCase(_row(found), start, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
@@ -1032,7 +1033,8 @@ class PostgresStore(StoreBase):
 
     async def journal(self, case_id: str) -> list[Record]:
         async def read(conn: Any) -> list[Record]:
-            return [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, -1)]
+            found = await conn.fetch(Q["journal_after"], case_id, -1)
+            return [decode_record(self._name, case_id, text) for (text,) in found]
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
 
