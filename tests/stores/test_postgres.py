@@ -413,3 +413,33 @@ async def test_calls_made_during_an_outage_wait_for_the_server_or_fail_after_ret
             assert [r["seq"] for r in await a.journal("c")] == [0, 1]
     finally:
         proxy.down()
+
+
+async def wait_running(marker: str) -> None:
+    """Wait until a statement whose text holds `marker` runs in the server (seen in pg_stat_activity)."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()"
+    with anyio.fail_after(10):
+        while not await anyio.to_thread.run_sync(_pg.fetchval, query, f"%{marker}%"):
+            await anyio.sleep(0.01)
+
+
+async def test_a_read_whose_connection_is_cut_mid_statement_is_retried(tmp_path: Path) -> None:
+    """A read in flight when its connection is cut (the driver has released it already) is retried, not raised."""
+    proxy = Proxy(_pg.database_dsn())
+    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=0.5)
+    try:
+        async with nodes(store, "A") as (a,):
+            async def slow(conn: Any) -> int:
+                found: int = await conn.fetchval("SELECT 7 /* cut-mid-read */ FROM pg_sleep(0.2)")
+                return found
+
+            async def cut() -> None:
+                await wait_running("cut-mid-read")
+                proxy.down()
+                proxy.up()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cut)
+                assert await a._read("a slow read", slow) == 7
+    finally:
+        proxy.down()

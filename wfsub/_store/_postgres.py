@@ -549,7 +549,10 @@ class PostgresStore(StoreBase):
                 kind = classify(exc)
                 if kind == "fatal":
                     raise fault(self._name, action, exc) from exc
-                conn.terminate()  # broken: the pool opens a new one at the next acquire
+                # Broken: the pool opens a new one at the next acquire. A connection lost mid-statement may have
+                # been released to the pool by the driver already, and then refuses terminate() (InterfaceError).
+                with contextlib.suppress(Exception):
+                    conn.terminate()
                 if kind == "unknown" and not idempotent:
                     raise CommitUnknown(
                         self._name,
