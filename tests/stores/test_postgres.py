@@ -419,7 +419,7 @@ async def wait_running(marker: str) -> None:
     """Wait until a statement whose text holds `marker` runs in the server (seen in pg_stat_activity)."""
     query = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()"
     with anyio.fail_after(10):
-        while not await anyio.to_thread.run_sync(_pg.fetchval, query, f"%{marker}%"):
+        while not await anyio.to_thread.run_sync(_pg.fetchval, query, f"%{marker}%"):  # noqa: ASYNC110 - the server
             await anyio.sleep(0.01)
 
 
