@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub._errors import CommitUnknown, StoreConflict, StoreError
+from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import CaseWrite
 from wfsub.stores import PostgresStore
 
@@ -297,16 +297,33 @@ class LosesAnswer:
         raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
 
-async def test_a_commit_whose_answer_was_lost_is_reported_and_its_retry_applies_once(tmp_path: Path) -> None:
-    """A group that committed but lost its answer raises CommitUnknown; the retry with its request_id is skipped."""
+async def test_a_commit_whose_answer_was_lost_is_answered_as_committed(tmp_path: Path) -> None:
+    """A group that committed but lost its answer is answered as it committed (read back); a retry applies once."""
     async with nodes(new_store(tmp_path), "A") as (a,):
-        await a.write(first_write("c"))
+        a._c.writer = LosesAnswer(a, commit=True)
+        assert await a.write(first_write("c")) == [True]  # a new case's start write
         a._c.writer = LosesAnswer(a, commit=True)
         change = CaseWrite("c", records=[signal(1, request_id="r1")], epoch=1)
-        with pytest.raises(CommitUnknown, match="it committed, but its answer was lost.*same request_id"):
-            await a.write(change)
+        assert await a.write(change) == [True]
         assert await a.write(change) == [False]  # it had committed: the retry is skipped
-        assert [r["seq"] for r in await a.journal("c")] == [0, 1]
+        a._c.writer = LosesAnswer(a, commit=True)
+        assert await a.write(CaseWrite("c", records=[signal(2), signal(3, request_id="r1")], epoch=1)) == [True, False]
+        a._c.writer = LosesAnswer(a, commit=True)
+        assert await a.write(CaseWrite("c", row=row("c", "waiting_signal", last_seq=2), epoch=1)) == []
+        assert [r["seq"] for r in await a.journal("c")] == [0, 1, 2]
+        found = await a.row("c")
+        assert found is not None and found.state == "waiting_signal"
+
+
+async def test_a_refused_write_in_a_group_whose_answer_was_lost_gets_its_own_refusal(tmp_path: Path) -> None:
+    """In a committed group whose answer was lost, a write that was refused (a seq taken) is answered StoreConflict."""
+    async with nodes(new_store(tmp_path), "A") as (a,):
+        await a.write(first_write("c"))
+        await a.write(CaseWrite("c", records=[signal(1)], epoch=1))
+        a._c.writer = LosesAnswer(a, commit=True)
+        with pytest.raises(StoreConflict, match="already has a record at seq 1"):
+            await a.write(CaseWrite("c", records=[signal(1, name="other")], epoch=1))
+        assert [r.get("name") for r in await a.journal("c")] == [None, "go"]
 
 
 async def test_a_group_lost_before_it_committed_is_sent_again(tmp_path: Path) -> None:

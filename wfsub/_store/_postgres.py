@@ -53,7 +53,11 @@ backoff (50 ms doubling to 1 s), for up to `retry_for` seconds; calls made meanw
 StoreError that says the database could not be reached. Reads are retried whatever failed. A write is retried
 only when it provably did not commit: the connection was closed before it was sent, or the server answered
 with an error (an aborted transaction). When the connection is lost after a group was sent and before its
-answer, nobody can tell whether it committed: each of its writes fails with `CommitUnknown` (a StoreError), so
+answer, the store ends the server process that ran it and looks up the group's commit token (written in its
+transaction): absent, the group did not commit and is sent again; present, each write of a case is answered as
+it went, read back (its records found at their seqs), or run again alone when it changed nothing or has no
+records (a row, a snapshot, inbox rows: idempotent). Only when the database cannot be asked within `retry_for`
+(and for an inbox input, whose id is not known then) does a write fail with `CommitUnknown` (a StoreError), so
 the caller retries with its `request_id` (applied once) or reads the case back. Nothing acknowledged is lost:
 a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and `prune` are not
 retried after an unknown outcome either (it is reported the same way); cases taken or claimed by such a call
@@ -672,6 +676,9 @@ class PostgresStore(StoreBase):
                     committed = await self._committed(token, backend, deadline)
                     if committed is False:
                         kind = "retry"  # provably not committed: the same group again
+                    elif committed and query == Q["write_group"]:
+                        await self._resolve(query, group, deadline)
+                        return
                     else:
                         what = (
                             "it committed, but its answer was lost with the connection"
@@ -709,6 +716,40 @@ class PostgresStore(StoreBase):
                     job.error = exc
             await self._trim_commits(conn)
             return
+
+    async def _resolve(self, query: str, group: list[Job], deadline: float) -> None:
+        """Each write of a group that committed with its answer lost: what it did, read back. A write's records
+        are all appended or none (its subtransaction): found at their seqs with the same text, it was applied (a
+        record skipped for its request_id is absent); with none found, it changed nothing (refused: fenced or a
+        broken rule, or each record a repeated request_id), and it is run again, alone, to get its own answer.
+        A write with no records (a row, a snapshot, inbox rows) is idempotent: run again, alone."""
+        again: list[Job] = []
+        for job in group:
+            args = job.work.args
+            case_id, seqs, texts = args[1], args[4], args[7]
+            if not seqs:
+                again.append(job)
+                continue
+            try:
+                conn = await self._writer_conn(deadline)
+                found = {seq: text for seq, text in await conn.fetch(Q["journal_at"], case_id, seqs)}
+            except Exception as exc:  # the server is gone again: the outcome stays unknown to the caller
+                self._drop_writer()
+                job.error = CommitUnknown(
+                    self._name,
+                    f"committing {job.label}: its group committed, but its answer was lost and the write's own "
+                    f"outcome could not be read back ({type(exc).__name__}: {exc}); retry it with the same "
+                    "request_id (applied once), or read the case back (load(), journal())",
+                )
+                job.error.__cause__ = exc
+                continue
+            appended = [found.get(seq) == text for seq, text in zip(seqs, texts, strict=True)]
+            if any(appended):
+                job.result = appended
+            else:
+                again.append(job)
+        for job in again:
+            await self._commit(query, [job])
 
     async def _committed(self, token: str, backend: tuple[Any, ...], deadline: float) -> bool | None:
         """Whether the group that carried `token` committed: True, False, or None (cannot tell by the deadline).
