@@ -45,6 +45,14 @@ class Remote(Exception):
         self.row = row
 
 
+class Existing(Exception):  # noqa: N818 (not an error: the answer of a repeated call)
+    """Internal: `new_case` met a stored case with its id, workflow and start data: an earlier call of the same
+    (its answer lost, say): the call answers with that case (`actor`: in memory here, or None)."""
+
+    def __init__(self, actor: CaseActor | None) -> None:
+        self.actor = actor
+
+
 class CaseLoader:
     """Brings durable cases into memory and lets them go (see the module)."""
 
@@ -206,6 +214,7 @@ class CaseLoader:
             try:
                 await self.store.queue_case(change)
             except StoreConflict:
+                await self.started_before(case_id, start)
                 raise CaseExists(case_id) from None
             return
         self.cases[case_id] = actor  # reserve the id while the start record is written
@@ -213,10 +222,26 @@ class CaseLoader:
             await self.store.write(change)
         except StoreConflict:  # an earlier run's case has this id: its start record is there
             self.cases.pop(case_id, None)
+            await self.started_before(case_id, start)
             raise CaseExists(case_id) from None
         except BaseException:
             self.cases.pop(case_id, None)
             raise
+
+    async def started_before(self, case_id: str, start: dict[str, Any]) -> None:
+        """Raise `Existing` when the stored case `case_id` started from the same workflow and data as `start`
+        (a repeated `new_case`, e.g. after a CommitUnknown): a live one of this node's is brought into memory."""
+        stored = await self.store.load(case_id)
+        if stored is None or stored.start.get("workflow") != start["workflow"]:
+            return
+        if stored.start.get("data") != start["data"]:
+            return
+        row = stored.row
+        mine = not self.store.shared or row.owner == self.owner
+        actor = None
+        if mine and not CaseState(row.state).ended:
+            actor = self.cases.get(case_id) or await self.load(case_id)
+        raise Existing(actor)
 
     async def end_suspended(
         self, row: CaseRow, reason: str, request_id: str | None, inbox_done: list[int] | None = None

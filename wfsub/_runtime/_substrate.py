@@ -69,7 +69,7 @@ from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled
-from ._loader import CaseLoader, Remote
+from ._loader import CaseLoader, Existing, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._persist import Background, status_of
@@ -431,7 +431,10 @@ class Substrate:
             assert self._loader is not None
             assert name is not None
             queued = placement == "any"
-            await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+            try:
+                await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+            except Existing as same:  # started by an earlier call with the same workflow and data
+                return CaseHandle(self, same.actor, case_id)
             if queued:
                 return CaseHandle(self, None, case_id)
         self._spawn(actor)
