@@ -33,6 +33,8 @@ from ._status import CaseState
 _log = get_logger("wfsub.runtime")
 
 EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
+SWEEP_EVERY = 30.0  # seconds between checks that every live case this node owns in the store is in memory
+SWEEP_RETRY = (0.5, 10.0)  # seconds before the check after a case failed to come back: first, then at most
 CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
 
 ActorFor = Callable[[str, Machine, float, "float | None", "str | None", "str | None"], CaseActor]
@@ -94,6 +96,7 @@ class CaseLoader:
         self.evicted_tracing: dict[str, tuple[str, tuple[TraceSink, ...]]] = {}
         self.parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
         self.effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
+        self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
 
     # -- bringing a case into memory -------------------------------------------------------------------------
 
@@ -159,8 +162,12 @@ class CaseLoader:
         back is logged, never a reason for the Substrate to stop."""
         try:
             await self.load(case_id)
-        except (StoreError, CaseNotFound) as exc:
+        except CaseNotFound as exc:
             _log.error("could not bring a case back from the store", case_id=case_id, error=str(exc))
+        except StoreError as exc:  # a passing fault, as far as we know: `sweep_loop` tries again
+            _log.error("could not bring a case back from the store; trying again shortly", case_id=case_id,
+                       error=str(exc))
+            self.missed.set()
         except Exception as exc:  # its journal does not replay (a damaged record, a bug): this case alone stops
             _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
             row = await self.store.row(case_id)
@@ -258,7 +265,49 @@ class CaseLoader:
 
     # -- what the Substrate runs beside its cases --------------------------------------------------------------
 
+    async def sweep_loop(self) -> None:
+        """Bring back the live cases this node owns in the store that are not in memory: those that failed to come
+        back (recovery, takeover, a claim) while the store failed, soon after (backing off while it still fails),
+        and every SWEEP_EVERY seconds any other (a takeover whose answer was lost, say). So no case stays owned and
+        not run. Real time, whatever clock the cases run on (as the lease)."""
+        delay = SWEEP_RETRY[0]
+        while True:
+            with anyio.move_on_after(SWEEP_EVERY):
+                await self.missed.wait()
+            if self.missed.is_set():
+                await anyio.sleep(delay)
+                delay = min(delay * 2, SWEEP_RETRY[1])
+                self.missed = anyio.Event()
+            else:
+                delay = SWEEP_RETRY[0]
+            if not self.is_open():
+                continue
+            try:
+                rows = await self.store.live()
+            except StoreError as exc:
+                _log.warning("could not list this node's live cases", error=str(exc))
+                self.missed.set()
+                continue
+            for row in rows:
+                if row.case_id in self.cases or row.case_id in self.loading:
+                    continue
+                if self.store.shared and row.owner != self.owner:
+                    continue
+                await self.load_quietly(row.case_id)
+
     async def check_versions(self) -> None:
+        """`check_versions_once`, tried again (backing off) while the store fails."""
+        delay = SWEEP_RETRY[0]
+        while True:
+            try:
+                await self.check_versions_once()
+                return
+            except StoreError as exc:
+                _log.warning("could not check the versions of stored cases; trying again", error=str(exc))
+                await anyio.sleep(delay)
+                delay = min(delay * 2, SWEEP_RETRY[1])
+
+    async def check_versions_once(self) -> None:
         """Parked cases recorded on a version that is not registered, and suspended ones whose version is
         registered again: checked now, in the background, so what a deploy does to cases in flight is known when
         it starts (`status` shows the stored state until a case's check is done)."""

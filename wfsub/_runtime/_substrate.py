@@ -296,6 +296,7 @@ class Substrate:
         for row in await store.live():  # running, or with effects in flight: resumed now
             await loader.load_quietly(row.case_id)
         case_tg.start_soon(loader.check_versions)
+        case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
         if store.shared:
             case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
