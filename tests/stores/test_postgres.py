@@ -18,6 +18,7 @@ import pytest
 
 from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import CaseWrite
+from wfsub._store._pgdriver import fault
 from wfsub.stores import PostgresStore
 
 from . import _pg
@@ -460,3 +461,34 @@ async def test_a_read_whose_connection_is_cut_mid_statement_is_retried(tmp_path:
                 assert await a._read("a slow read", slow) == 7
     finally:
         proxy.down()
+
+
+class OutageWhileOpening(PostgresStore):
+    """Its connection is lost `times` times while it checks its schema (after its first connection was made)."""
+
+    def __init__(self, *args: Any, times: int, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.times = times
+        self.attempts = 0
+
+    async def _prepare(self, conn: Any, owner: bool) -> None:
+        self.attempts += 1
+        if self.times > 0:
+            self.times -= 1
+            lost = ConnectionResetError("the server closed the connection (a test's outage)")
+            raise fault(self._name, f"checking the store's schema {self.schema!r}", lost) from lost
+        await super()._prepare(conn, owner)
+
+
+async def test_an_open_that_meets_an_outage_waits_it_out_then_fails_after_retry_for(tmp_path: Path) -> None:
+    """An outage met while opening is waited out (the open starts again); one longer than retry_for: StoreError."""
+    schema = _pg.emptied_schema()
+    store = OutageWhileOpening(_pg.database_dsn(), schema=schema, times=2, retry_for=10)
+    async with nodes(store, "A") as (a,):
+        assert store.attempts == 3
+        await a.write(first_write("c"))
+        assert (await a.nodes())[0].owner_id == "A"
+    failing = OutageWhileOpening(_pg.database_dsn(), schema=schema, times=10**6, retry_for=0.5)
+    with pytest.raises(StoreError, match="a test's outage"):
+        await failing.open(owner=True, owner_id="B")
+    assert failing.attempts > 1 and not failing._is_open()

@@ -50,7 +50,8 @@ group alone, so it fails alone.
 
 Connection loss. A connection that dropped (a restarted server, `pg_terminate_backend`) is replaced, with
 backoff (50 ms doubling to 1 s), for up to `retry_for` seconds; calls made meanwhile wait, then fail with a
-StoreError that says the database could not be reached. Reads are retried whatever failed. A write is retried
+StoreError that says the database could not be reached. `open()` waits an outage out the same way, starting
+again from its first connection. Reads are retried whatever failed (a connection lost mid-read included). A write is retried
 only when it provably did not commit: the connection was closed before it was sent, or the server answered
 with an error (an aborted transaction). When the connection is lost after a group was sent and before its
 answer, the store ends the server process that ran it and looks up the group's commit token (written in its
@@ -378,7 +379,40 @@ class PostgresStore(StoreBase):
         return error
 
     async def _open_async(self, owner: bool, owner_id: str) -> None:
+        """Open, waiting out an outage met on the way (a lost connection, a server restarting) for `retry_for`:
+        what was opened is dropped and the open starts again; any other error fails it at once."""
         deadline = time.monotonic() + self.retry_for
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                await self._open_once(owner, owner_id, deadline)
+                return
+            except Exception as exc:
+                cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+                if cause is None or classify(cause) == "fatal" or not await _backoff(delay, deadline):
+                    raise
+                _log.warning("store_open_retrying", store=self._name, error=str(exc))
+                await self._drop_opened()
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _drop_opened(self) -> None:
+        """What a failed open attempt left behind, dropped (the lease stays: the next attempt registers again)."""
+        c, self._c = self._c, _Conns()
+        if c.writer_task is not None and c.queue is not None:
+            c.queue.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(c.writer_task), self.connect_timeout)
+        for conn in (c.listener, c.writer):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.terminate()
+        if c.pool is not None:
+            with contextlib.suppress(Exception):
+                c.pool.terminate()
+        self._node = None
+        self._release_node_id()
+
+    async def _open_once(self, owner: bool, owner_id: str, deadline: float) -> None:
         conn = await self._connect_retrying("opening the store", deadline)
         try:
             await self._prepare(conn, owner)
