@@ -51,9 +51,9 @@ group alone, so it fails alone.
 Connection loss. A connection that dropped (a restarted server, `pg_terminate_backend`) is replaced, with
 backoff (50 ms doubling to 1 s), for up to `retry_for` seconds; calls made meanwhile wait, then fail with a
 StoreError that says the database could not be reached. `open()` waits an outage out the same way, starting
-again from its first connection. Reads are retried whatever failed (a connection lost mid-read included). A write is retried
-only when it provably did not commit: the connection was closed before it was sent, or the server answered
-with an error (an aborted transaction). When the connection is lost after a group was sent and before its
+again from its first connection. Reads are retried whatever failed (a connection lost mid-read included). A
+write is retried only when it provably did not commit: the connection was closed before it was sent, or the
+server answered with an error (an aborted transaction). When the connection is lost after a group was sent and before its
 answer, the store ends the server process that ran it and looks up the group's commit token (written in its
 transaction): absent, the group did not commit and is sent again; present, each write of a case is answered as
 it went, read back (its records found at their seqs), or run again alone when it changed nothing or has no
