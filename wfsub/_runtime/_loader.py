@@ -97,6 +97,7 @@ class CaseLoader:
         self.parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
         self.effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
+        self.missed_ids: set[str] = set()  # those cases
 
     # -- bringing a case into memory -------------------------------------------------------------------------
 
@@ -167,6 +168,7 @@ class CaseLoader:
         except StoreError as exc:  # a passing fault, as far as we know: `sweep_loop` tries again
             _log.error("could not bring a case back from the store; trying again shortly", case_id=case_id,
                        error=str(exc))
+            self.missed_ids.add(case_id)
             self.missed.set()
         except Exception as exc:  # its journal does not replay (a damaged record, a bug): this case alone stops
             _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
@@ -266,10 +268,11 @@ class CaseLoader:
     # -- what the Substrate runs beside its cases --------------------------------------------------------------
 
     async def sweep_loop(self) -> None:
-        """Bring back the live cases this node owns in the store that are not in memory: those that failed to come
-        back (recovery, takeover, a claim) while the store failed, soon after (backing off while it still fails),
-        and every SWEEP_EVERY seconds any other (a takeover whose answer was lost, say). So no case stays owned and
-        not run. Real time, whatever clock the cases run on (as the lease)."""
+        """Bring back the cases this node owns in the store that should be in memory and are not: those that
+        failed to come back (recovery, takeover, a claim, a due timer) while the store failed, soon after (backing
+        off while it still fails), and every SWEEP_EVERY seconds any live one (a takeover whose answer was lost,
+        say; not a suspended one: it waits for a version or a cancel). So no case stays owned and not run. Real
+        time, whatever clock the cases run on (as the lease)."""
         delay = SWEEP_RETRY[0]
         while True:
             with anyio.move_on_after(SWEEP_EVERY):
@@ -282,14 +285,17 @@ class CaseLoader:
                 delay = SWEEP_RETRY[0]
             if not self.is_open():
                 continue
+            missed, self.missed_ids = self.missed_ids, set()
             try:
-                rows = await self.store.live()
+                rows = [row for row in await self.store.live() if row.state != CaseState.SUSPENDED.value]
+                rows += [row for row in [await self.store.row(case_id) for case_id in missed] if row is not None]
             except StoreError as exc:
                 _log.warning("could not list this node's live cases", error=str(exc))
+                self.missed_ids |= missed
                 self.missed.set()
                 continue
             for row in rows:
-                if row.case_id in self.cases or row.case_id in self.loading:
+                if row.case_id in self.cases or row.case_id in self.loading or CaseState(row.state).ended:
                     continue
                 if self.store.shared and row.owner != self.owner:
                     continue

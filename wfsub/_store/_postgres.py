@@ -53,11 +53,11 @@ backoff (50 ms doubling to 1 s), for up to `retry_for` seconds; calls made meanw
 StoreError that says the database could not be reached. `open()` waits an outage out the same way, starting
 again from its first connection. Reads are retried whatever failed (a connection lost mid-read included). A
 write is retried only when it provably did not commit: the connection was closed before it was sent, or the
-server answered with an error (an aborted transaction). When the connection is lost after a group was sent and before its
-answer, the store ends the server process that ran it and looks up the group's commit token (written in its
-transaction): absent, the group did not commit and is sent again; present, each write of a case is answered as
-it went, read back (its records found at their seqs), or run again alone when it changed nothing or has no
-records (a row, a snapshot, inbox rows: idempotent). Only when the database cannot be asked within `retry_for`
+server answered with an error (an aborted transaction). When the connection is lost after a group was sent
+and before its answer, the store ends the server process that ran it and looks up the group's commit token
+(written in its transaction): absent, the group did not commit and is sent again; present, each write of a
+case is answered as it went, read back (its records found at their seqs), or run again alone when it changed
+nothing or has no records (a row, a snapshot, inbox rows: idempotent). Only when the database cannot be asked within `retry_for`
 (and for an inbox input, whose id is not known then) does a write fail with `CommitUnknown` (a StoreError), so
 the caller retries with its `request_id` (applied once) or reads the case back. Nothing acknowledged is lost:
 a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and `prune` are not
