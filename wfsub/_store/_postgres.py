@@ -57,12 +57,13 @@ server answered with an error (an aborted transaction). When the connection is l
 and before its answer, the store ends the server process that ran it and looks up the group's commit token
 (written in its transaction): absent, the group did not commit and is sent again; present, each write of a
 case is answered as it went, read back (its records found at their seqs), or run again alone when it changed
-nothing or has no records (a row, a snapshot, inbox rows: idempotent). Only when the database cannot be asked within `retry_for`
-(and for an inbox input, whose id is not known then) does a write fail with `CommitUnknown` (a StoreError), so
-the caller retries with its `request_id` (applied once) or reads the case back. Nothing acknowledged is lost:
-a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and `prune` are not
-retried after an unknown outcome either (it is reported the same way); cases taken or claimed by such a call
-are this node's and show up in `live()`, `due()` and `row()`.
+nothing or has no records (a row, a snapshot, inbox rows: idempotent). Only when the database cannot be asked
+within `retry_for` (and for an inbox input, whose id is not known then) does a write fail with `CommitUnknown`
+(a StoreError), so the caller retries with its `request_id` (applied once) or reads the case back. Nothing
+acknowledged is lost: a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and
+`prune` are not retried after an unknown outcome either (it is reported the same way); cases taken or claimed by
+such a call are this node's and show up in `live()`, `due()` and `row()` (the runtime's sweep of its live cases
+brings them back).
 
 Notifications. One connection LISTENs on `<schema>_changed`. The writes that others must see send a NOTIFY in
 their own transaction (delivered at commit): an inbox row (naming the case's owner, so only it wakes), an `end`,
