@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from wfsub import CaseExists, Substrate, seq, task, wait
+from wfsub import CaseExists, Substrate, effect, seq, task, wait
 from wfsub._store import CaseWrite
 from wfsub.stores import CommitUnknown, SqliteStore
 
@@ -47,3 +48,32 @@ async def test_new_case_repeated_after_commit_unknown_answers_with_the_case_that
         assert [r.kind for r in await sub.journal("c")] == ["start", "signal", "end"]
         with pytest.raises(CaseExists):
             await sub.new_case("wait", {"n": 2}, case_id="c")
+
+
+async def call_out(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"called": True}
+
+
+class LosesEffectAnswer(SqliteStore):
+    """Commits the first effect record it is given, then reports CommitUnknown for it, as a lost answer does."""
+
+    lost = 0
+
+    async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
+        appended = await super().write(change, wait=wait)
+        if not self.lost and any(r["kind"] == "effect" for r in change.records):
+            self.lost += 1
+            raise CommitUnknown(self.url, "committing an effect result: the connection was lost before its answer")
+        return appended
+
+
+async def test_a_case_whose_effect_result_answer_was_lost_comes_back_from_its_journal(tmp_path: Path) -> None:
+    """An effect result committed with its answer lost: the case's resend is refused (seq taken), and the case,
+    still this node's, is brought back from its journal and completes with one effect record."""
+    store = LosesEffectAnswer(tmp_path / "cases.db")
+    async with Substrate(store=store, workflows={"call": seq(effect(call_out), task(done))}) as sub:
+        await sub.new_case("call", {}, case_id="c")
+        with anyio.fail_after(30):
+            assert await sub.await_case("c") == {"called": True, "done": True}
+        assert store.lost == 1
+        assert [r.kind for r in await sub.journal("c")] == ["start", "effect", "end"]

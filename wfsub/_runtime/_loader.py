@@ -369,6 +369,9 @@ class CaseLoader:
     def left_memory(self, actor: CaseActor) -> None:
         if self.cases.get(actor.case_id) is actor:
             del self.cases[actor.case_id]
+        if actor.fenced:  # the store refused its journal: still this node's (a resend after a lost answer), the
+            self.missed_ids.add(actor.case_id)  # sweep brings it back from the journal; another node's, it skips it
+            self.missed.set()
         if not actor.fenced:
             self.counts["idle_evicted"] += 1
             if actor.sinks or actor.level != self.case_level:  # given by trace(): kept for when it comes back
