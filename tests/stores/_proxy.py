@@ -38,8 +38,8 @@ class Proxy:
             listener, self._listener = self._listener, None
             sockets, self._sockets = self._sockets, set()
         if listener is not None:
-            with contextlib.suppress(OSError):  # wakes the accepting thread, so the port is free for up() at once
-                listener.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it, so the port is freed
             listener.close()
         for sock in sockets:
             with contextlib.suppress(OSError):
