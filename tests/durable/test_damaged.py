@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import SignalRejected, StoreError, Substrate, seq, task, wait
+from wfsub import SignalRejected, StoreError, Substrate, loop, seq, task, wait
 
 from ._util import ROOT, wait_all_blocked
 
@@ -113,3 +113,25 @@ async def test_an_inbox_row_that_is_not_json_is_refused_and_the_substrate_goes_o
         await sub.signal("bad", "go", 1)
         assert await sub.await_case("bad") == {"go": 1, "done": True}
         await good_goes_on(sub)
+
+
+def count(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"n": ctx.get("n", 0) + 1}
+
+
+TICKS = {"ticks": seq(loop(seq(wait("tick"), task(count)), until=lambda c: c.get("n", 0) >= 40), task(done))}
+
+
+async def test_a_damaged_snapshot_is_not_used_and_the_whole_journal_is_replayed(tmp_path: Path) -> None:
+    """A snapshot that is not JSON is passed over: the case comes back from its whole journal and goes on."""
+    path = tmp_path / "cases.db"
+    async with Substrate(store=str(path), workflows=TICKS) as sub:
+        await sub.new_case("ticks", {}, case_id="c")
+        for _ in range(39):
+            await sub.signal("c", "tick")
+        await wait_all_blocked()
+    with closing(sqlite3.connect(path)) as conn, conn:
+        assert conn.execute("UPDATE snapshots SET state = '{cut' WHERE case_id = 'c'").rowcount >= 1
+    async with Substrate(store=str(path), workflows=TICKS) as sub:
+        await sub.signal("c", "tick")
+        assert await sub.await_case("c") == {"n": 40, "tick": None, "done": True}

@@ -265,7 +265,13 @@ def decode_start(store: str, case_id: str, text: str | None) -> Record:
 
 def decode_snapshot(case_id: str, found: Any) -> Snapshot | None:
     """A Snapshot from the columns of `snapshot_newest` (seq, format, bytecode, state), or None."""
-    return None if found is None else Snapshot(case_id, found[0], found[1], found[2], loads(found[3]))
+    if found is None:
+        return None
+    try:
+        state = loads(found[3])
+    except ValueError:  # damaged: as a snapshot of another version, it is not used (the whole journal is replayed)
+        return None
+    return Snapshot(case_id, found[0], found[1], found[2], state)
 
 
 def decode_inbox(found: Any) -> InboxRow:
