@@ -160,7 +160,8 @@ class CaseLoader:
 
     async def load_quietly(self, case_id: str) -> None:
         """Bring a case back for the background (recovery, due timers, version checks): a case that fails to come
-        back is logged, never a reason for the Substrate to stop."""
+        back is logged, never a reason for the Substrate to stop (one that cannot be rebuilt is suspended by
+        `load`; one the store failed to load is tried again by `sweep_loop`)."""
         try:
             await self.load(case_id)
         except CaseNotFound as exc:
@@ -170,12 +171,6 @@ class CaseLoader:
                        error=str(exc))
             self.missed_ids.add(case_id)
             self.missed.set()
-        except Exception as exc:  # its journal does not replay (a damaged record, a bug): this case alone stops
-            _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
-            row = await self.store.row(case_id)
-            if row is not None and not CaseState(row.state).ended:
-                reason = f"its journal could not be replayed: {type(exc).__name__}: {exc}"
-                await suspend(self.store, row, reason, self.redact)
 
     def resume(self, loaded: Loaded) -> CaseActor:
         row = loaded.row
