@@ -194,7 +194,27 @@ async def test_signal_reaches_the_live_owner_and_a_refusal_is_reported(here: Pat
         }
 
         ran = await wfsub(here, "signal", "cases.db", "o5", "approve", "--request-id", "r1")
+        assert ran.code == 0 and "recorded the signal 'approve'" in ran.err and "applied before" in ran.err
+        ran = await wfsub(here, "signal", "cases.db", "o5", "approve", "--request-id", "r2")
         assert ran.code == 1 and "has ended (done" in ran.err and "nothing was sent" in ran.err
+
+
+async def test_a_signal_sent_twice_at_once_with_one_request_id_is_recorded_for_both(here: Path) -> None:
+    """Two commands with the same request id at once: both say recorded (exit 0); the journal holds one signal."""
+    async with owner(here) as sub:
+        handle = await sub.new_case("order", {"amount": 5}, case_id="o6")
+        ran: list[Ran] = []
+
+        async def send() -> None:
+            ran.append(await wfsub(here, "signal", "cases.db", "o6", "approve", '"x"', "--request-id", "r2"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            tg.start_soon(send)
+        assert [r.code for r in ran] == [0, 0], [r.err for r in ran]
+        assert all("recorded the signal 'approve'" in r.err for r in ran)
+        assert (await handle.result())["approve"] == "x"
+        assert [r.kind for r in await sub.journal("o6")].count("signal") == 1
 
 
 async def test_inputs_queue_while_no_substrate_runs_and_apply_when_one_starts(here: Path) -> None:

@@ -336,7 +336,8 @@ async def test_an_effect_result_that_cannot_be_journaled_fails_like_a_raising_ef
 
 
 async def test_durable_start_rules() -> None:
-    """With a store: a term that is not registered, an id already stored (earlier run), a bad request_id: refused."""
+    """With a store: a term that is not registered, an id stored (earlier run) with other data, a bad request_id:
+    refused."""
     store = MemoryStore()
     async with Substrate(store=store, workflows=FLOWS) as sub:
         await sub.new_case("flow", {}, case_id="c")
@@ -344,7 +345,8 @@ async def test_durable_start_rules() -> None:
         with pytest.raises(WorkflowNotRegistered):
             await sub.new_case(seq(wait("go")), {})
         with pytest.raises(CaseExists):
-            await sub.new_case("flow", {}, case_id="c")
+            await sub.new_case("flow", {"other": "data"}, case_id="c")
+        assert (await sub.new_case("flow", {}, case_id="c")).case_id == "c"  # the same call again: that case
         with pytest.raises(TypeError, match="request_id"):
             await sub.signal("c", "go", 1, request_id="")
         with pytest.raises(ValueError, match="keeps no journal"):

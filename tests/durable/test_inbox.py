@@ -11,7 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseCancelled, Substrate, effect, mi, saga, scope, seq, task, wait
+from wfsub import CaseCancelled, SignalRejected, StoreError, Substrate, effect, mi, saga, scope, seq, task, wait
+from wfsub._store import CaseWrite
 from wfsub.stores import InboxRow, SqliteStore, Store
 
 from ._util import eventually, field, kinds, outside, wait_all_blocked
@@ -194,3 +195,62 @@ async def test_outside_add_instances_without_items_is_refused(tmp_path: Path) ->
             row = await cli.inbox_row(inbox_id)
         assert sub.status("c").state == "waiting_signal", sub.status("c").error  # got: failed
         assert row is not None and row.refused
+
+
+class _LockedOnce(SqliteStore):
+    """A SqliteStore whose first commit that moves inbox rows fails as a write lock held past the busy timeout does."""
+
+    failed = 0
+
+    async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
+        if change.inbox_done and not self.failed:
+            self.failed += 1
+            raise StoreError(self.url, "database is locked: another connection held the write lock too long")
+        return await super().write(change, wait=wait)
+
+
+async def test_an_outside_input_whose_commit_failed_is_handed_over_again_and_applied_once(tmp_path: Path) -> None:
+    """An inbox input the case failed to commit (StoreError) is handed to it again at a later poll, applied once."""
+    path = tmp_path / "cases.db"
+    store = _LockedOnce(path)
+    async with Substrate(store=store, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c")
+        await wait_all_blocked()
+        async with outside(SqliteStore(path)) as cli:
+            inbox_id = await cli.inbox_put("c", "signal", {"name": "go", "payload": 7}, request_id=None,
+                                           created_at=1.0)
+            await taken(cli, inbox_id)
+        assert store.failed == 1
+        assert await sub.await_case("c") == {"go": 7, "done": True}
+        assert kinds(await sub.journal("c")) == ["start", "signal", "end"]
+
+
+async def test_a_signal_repeated_with_its_applied_request_id_answers_as_the_first_also_once_it_ended(
+    tmp_path: Path,
+) -> None:
+    """signal() again with the request_id of the signal that ended the case returns as the first call did."""
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c1")
+        await sub.signal("c1", "go", 1, request_id="r1")
+        assert await sub.await_case("c1") == {"go": 1, "done": True}
+        await sub.signal("c1", "go", 1, request_id="r1")
+        with pytest.raises(SignalRejected, match="ended"):
+            await sub.signal("c1", "go", 1, request_id="other")
+    async with Substrate(store=path, workflows=FLOWS) as sub:  # the case is in the store only now
+        await sub.signal("c1", "go", 1, request_id="r1")
+        assert kinds(await sub.journal("c1")) == ["start", "signal", "end"]
+
+
+async def test_an_outside_input_repeating_an_applied_request_id_is_taken_not_refused(tmp_path: Path) -> None:
+    """An inbox input whose request_id the (ended) case applied already is taken without a record, not refused."""
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c")
+        await sub.signal("c", "go", 1, request_id="r1")
+        await sub.await_case("c")
+        async with outside(SqliteStore(path)) as cli:
+            inbox_id = await cli.inbox_put("c", "signal", {"name": "go", "payload": 1}, request_id="r1",
+                                           created_at=1.0)
+            await taken(cli, inbox_id)
+        assert kinds(await sub.journal("c")) == ["start", "signal", "end"]

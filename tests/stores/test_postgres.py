@@ -16,8 +16,9 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub._errors import CommitUnknown, StoreConflict, StoreError
+from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import CaseWrite
+from wfsub._store._pgdriver import fault
 from wfsub.stores import PostgresStore
 
 from . import _pg
@@ -297,16 +298,33 @@ class LosesAnswer:
         raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
 
-async def test_a_commit_whose_answer_was_lost_is_reported_and_its_retry_applies_once(tmp_path: Path) -> None:
-    """A group that committed but lost its answer raises CommitUnknown; the retry with its request_id is skipped."""
+async def test_a_commit_whose_answer_was_lost_is_answered_as_committed(tmp_path: Path) -> None:
+    """A group that committed but lost its answer is answered as it committed (read back); a retry applies once."""
     async with nodes(new_store(tmp_path), "A") as (a,):
-        await a.write(first_write("c"))
+        a._c.writer = LosesAnswer(a, commit=True)
+        assert await a.write(first_write("c")) == [True]  # a new case's start write
         a._c.writer = LosesAnswer(a, commit=True)
         change = CaseWrite("c", records=[signal(1, request_id="r1")], epoch=1)
-        with pytest.raises(CommitUnknown, match="it committed, but its answer was lost.*same request_id"):
-            await a.write(change)
+        assert await a.write(change) == [True]
         assert await a.write(change) == [False]  # it had committed: the retry is skipped
-        assert [r["seq"] for r in await a.journal("c")] == [0, 1]
+        a._c.writer = LosesAnswer(a, commit=True)
+        assert await a.write(CaseWrite("c", records=[signal(2), signal(3, request_id="r1")], epoch=1)) == [True, False]
+        a._c.writer = LosesAnswer(a, commit=True)
+        assert await a.write(CaseWrite("c", row=row("c", "waiting_signal", last_seq=2), epoch=1)) == []
+        assert [r["seq"] for r in await a.journal("c")] == [0, 1, 2]
+        found = await a.row("c")
+        assert found is not None and found.state == "waiting_signal"
+
+
+async def test_a_refused_write_in_a_group_whose_answer_was_lost_gets_its_own_refusal(tmp_path: Path) -> None:
+    """In a committed group whose answer was lost, a write that was refused (a seq taken) is answered StoreConflict."""
+    async with nodes(new_store(tmp_path), "A") as (a,):
+        await a.write(first_write("c"))
+        await a.write(CaseWrite("c", records=[signal(1)], epoch=1))
+        a._c.writer = LosesAnswer(a, commit=True)
+        with pytest.raises(StoreConflict, match="already has a record at seq 1"):
+            await a.write(CaseWrite("c", records=[signal(1, name="other")], epoch=1))
+        assert [r.get("name") for r in await a.journal("c")] == [None, "go"]
 
 
 async def test_a_group_lost_before_it_committed_is_sent_again(tmp_path: Path) -> None:
@@ -413,3 +431,64 @@ async def test_calls_made_during_an_outage_wait_for_the_server_or_fail_after_ret
             assert [r["seq"] for r in await a.journal("c")] == [0, 1]
     finally:
         proxy.down()
+
+
+async def wait_running(marker: str) -> None:
+    """Wait until a statement whose text holds `marker` runs in the server (seen in pg_stat_activity)."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()"
+    with anyio.fail_after(10):
+        while not await anyio.to_thread.run_sync(_pg.fetchval, query, f"%{marker}%"):  # noqa: ASYNC110 - the server
+            await anyio.sleep(0.01)
+
+
+async def test_a_read_whose_connection_is_cut_mid_statement_is_retried(tmp_path: Path) -> None:
+    """A read in flight when its connection is cut (the driver has released it already) is retried, not raised."""
+    proxy = Proxy(_pg.database_dsn())
+    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=0.5)
+    try:
+        async with nodes(store, "A") as (a,):
+            async def slow(conn: Any) -> int:
+                found: int = await conn.fetchval("SELECT 7 /* cut-mid-read */ FROM pg_sleep(0.2)")
+                return found
+
+            async def cut() -> None:
+                await wait_running("cut-mid-read")
+                proxy.down()
+                proxy.up()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cut)
+                assert await a._read("a slow read", slow) == 7
+    finally:
+        proxy.down()
+
+
+class OutageWhileOpening(PostgresStore):
+    """Its connection is lost `times` times while it checks its schema (after its first connection was made)."""
+
+    def __init__(self, *args: Any, times: int, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.times = times
+        self.attempts = 0
+
+    async def _prepare(self, conn: Any, owner: bool) -> None:
+        self.attempts += 1
+        if self.times > 0:
+            self.times -= 1
+            lost = ConnectionResetError("the server closed the connection (a test's outage)")
+            raise fault(self._name, f"checking the store's schema {self.schema!r}", lost) from lost
+        await super()._prepare(conn, owner)
+
+
+async def test_an_open_that_meets_an_outage_waits_it_out_then_fails_after_retry_for(tmp_path: Path) -> None:
+    """An outage met while opening is waited out (the open starts again); one longer than retry_for: StoreError."""
+    schema = _pg.emptied_schema()
+    store = OutageWhileOpening(_pg.database_dsn(), schema=schema, times=2, retry_for=10)
+    async with nodes(store, "A") as (a,):
+        assert store.attempts == 3
+        await a.write(first_write("c"))
+        assert (await a.nodes())[0].owner_id == "A"
+    failing = OutageWhileOpening(_pg.database_dsn(), schema=schema, times=10**6, retry_for=0.5)
+    with pytest.raises(StoreError, match="a test's outage"):
+        await failing.open(owner=True, owner_id="B")
+    assert failing.attempts > 1 and not failing._is_open()

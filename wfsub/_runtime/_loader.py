@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from .._errors import CaseExists, CaseNotFound, ReplayDivergence, SignalRejected, StoreConflict, StoreError
-from .._store import CaseRow, CaseWrite, Store
+from .._store import CaseRow, CaseWrite, DamagedEntry, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
 from ._case import CaseActor
@@ -33,6 +33,8 @@ from ._status import CaseState
 _log = get_logger("wfsub.runtime")
 
 EFFECT_ROW_AFTER = 0.1  # seconds a durable case waits on effects before its row records them
+SWEEP_EVERY = 30.0  # seconds between checks that every live case this node owns in the store is in memory
+SWEEP_RETRY = (0.5, 10.0)  # seconds before the check after a case failed to come back: first, then at most
 CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
 
 ActorFor = Callable[[str, Machine, float, "float | None", "str | None", "str | None"], CaseActor]
@@ -43,6 +45,14 @@ class Remote(Exception):
 
     def __init__(self, row: CaseRow) -> None:
         self.row = row
+
+
+class Existing(Exception):  # noqa: N818 (not an error: the answer of a repeated call)
+    """Internal: `new_case` met a stored case with its id, workflow and start data: an earlier call of the same
+    (its answer lost, say): the call answers with that case (`actor`: in memory here, or None)."""
+
+    def __init__(self, actor: CaseActor | None) -> None:
+        self.actor = actor
 
 
 class CaseLoader:
@@ -86,6 +96,8 @@ class CaseLoader:
         self.evicted_tracing: dict[str, tuple[str, tuple[TraceSink, ...]]] = {}
         self.parked: dict[str, float] = {}  # evict_after: parked durable cases in memory -> when they parked
         self.effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
+        self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
+        self.missed_ids: set[str] = set()  # those cases
 
     # -- bringing a case into memory -------------------------------------------------------------------------
 
@@ -102,9 +114,9 @@ class CaseLoader:
         if row.state == CaseState.SUSPENDED.value and self.workflows.find(row.fingerprint) is None:
             raise SignalRejected.suspended(case_id, what, row.suspended_reason)
         loaded = await self.load(case_id)
-        if loaded is None:  # its journal does not replay on any registered version: it was suspended just now
-            stored = await self.store.row(case_id)
-            raise SignalRejected.suspended(case_id, what, stored.suspended_reason if stored is not None else None)
+        if loaded is None:  # it could not be brought back (its journal does not replay, or is damaged): suspended now
+            row = await self.store.row(case_id) or row
+            raise SignalRejected.suspended(case_id, what, row.suspended_reason)
         return loaded
 
     async def load(self, case_id: str) -> CaseActor | None:
@@ -125,24 +137,39 @@ class CaseLoader:
             return self.resume(loaded)
         except ReplayDivergence:
             return None  # suspended: its row says why
+        except DamagedEntry as exc:  # an entry of its own that cannot be read back: this case alone stops
+            await self.suspend_damaged(case_id, str(exc))
+            return None
+        except (StoreError, CaseNotFound):
+            raise
+        except Exception as exc:  # its journal does not replay (a record missing a field, a bug): this case alone
+            _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
+            await self.suspend_damaged(case_id, f"its journal could not be replayed: {type(exc).__name__}: {exc}")
+            return None
         finally:
             self.busy(-1)
             del self.loading[case_id]
             event.set()
 
+    async def suspend_damaged(self, case_id: str, reason: str) -> None:
+        """Mark a case that cannot be rebuilt suspended with the reason (kept intact: a repaired store resumes it)."""
+        row = await self.store.row(case_id)
+        if row is not None and not CaseState(row.state).ended:
+            await suspend(self.store, row, reason, self.redact)
+
     async def load_quietly(self, case_id: str) -> None:
         """Bring a case back for the background (recovery, due timers, version checks): a case that fails to come
-        back is logged, never a reason for the Substrate to stop."""
+        back is logged, never a reason for the Substrate to stop (one that cannot be rebuilt is suspended by
+        `load`; one the store failed to load is tried again by `sweep_loop`)."""
         try:
             await self.load(case_id)
-        except (StoreError, CaseNotFound) as exc:
+        except CaseNotFound as exc:
             _log.error("could not bring a case back from the store", case_id=case_id, error=str(exc))
-        except Exception as exc:  # its journal does not replay (a damaged record, a bug): this case alone stops
-            _log.exception("could not rebuild a case from its journal; it is suspended", case_id=case_id)
-            row = await self.store.row(case_id)
-            if row is not None and not CaseState(row.state).ended:
-                reason = f"its journal could not be replayed: {type(exc).__name__}: {exc}"
-                await suspend(self.store, row, reason, self.redact)
+        except StoreError as exc:  # a passing fault, as far as we know: `sweep_loop` tries again
+            _log.error("could not bring a case back from the store; trying again shortly", case_id=case_id,
+                       error=str(exc))
+            self.missed_ids.add(case_id)
+            self.missed.set()
 
     def resume(self, loaded: Loaded) -> CaseActor:
         row = loaded.row
@@ -190,6 +217,7 @@ class CaseLoader:
             try:
                 await self.store.queue_case(change)
             except StoreConflict:
+                await self.started_before(case_id, start)
                 raise CaseExists(case_id) from None
             return
         self.cases[case_id] = actor  # reserve the id while the start record is written
@@ -197,10 +225,26 @@ class CaseLoader:
             await self.store.write(change)
         except StoreConflict:  # an earlier run's case has this id: its start record is there
             self.cases.pop(case_id, None)
+            await self.started_before(case_id, start)
             raise CaseExists(case_id) from None
         except BaseException:
             self.cases.pop(case_id, None)
             raise
+
+    async def started_before(self, case_id: str, start: dict[str, Any]) -> None:
+        """Raise `Existing` when the stored case `case_id` started from the same workflow and data as `start`
+        (a repeated `new_case`, e.g. after a CommitUnknown): a live one of this node's is brought into memory."""
+        stored = await self.store.load(case_id)
+        if stored is None or stored.start.get("workflow") != start["workflow"]:
+            return
+        if stored.start.get("data") != start["data"]:
+            return
+        row = stored.row
+        mine = not self.store.shared or row.owner == self.owner
+        actor = None
+        if mine and not CaseState(row.state).ended:
+            actor = self.cases.get(case_id) or await self.load(case_id)
+        raise Existing(actor)
 
     async def end_suspended(
         self, row: CaseRow, reason: str, request_id: str | None, inbox_done: list[int] | None = None
@@ -217,7 +261,53 @@ class CaseLoader:
 
     # -- what the Substrate runs beside its cases --------------------------------------------------------------
 
+    async def sweep_loop(self) -> None:
+        """Bring back the cases this node owns in the store that should be in memory and are not: those that
+        failed to come back (recovery, takeover, a claim, a due timer) while the store failed, soon after (backing
+        off while it still fails), and every SWEEP_EVERY seconds any live one (a takeover whose answer was lost,
+        say; not a suspended one: it waits for a version or a cancel). So no case stays owned and not run. Real
+        time, whatever clock the cases run on (as the lease)."""
+        delay = SWEEP_RETRY[0]
+        while True:
+            with anyio.move_on_after(SWEEP_EVERY):
+                await self.missed.wait()
+            if self.missed.is_set():
+                await anyio.sleep(delay)
+                delay = min(delay * 2, SWEEP_RETRY[1])
+                self.missed = anyio.Event()
+            else:
+                delay = SWEEP_RETRY[0]
+            if not self.is_open():
+                continue
+            missed, self.missed_ids = self.missed_ids, set()
+            try:
+                rows = [row for row in await self.store.live() if row.state != CaseState.SUSPENDED.value]
+                rows += [row for row in [await self.store.row(case_id) for case_id in missed] if row is not None]
+            except StoreError as exc:
+                _log.warning("could not list this node's live cases", error=str(exc))
+                self.missed_ids |= missed
+                self.missed.set()
+                continue
+            for row in rows:
+                if row.case_id in self.cases or row.case_id in self.loading or CaseState(row.state).ended:
+                    continue
+                if self.store.shared and row.owner != self.owner:
+                    continue
+                await self.load_quietly(row.case_id)
+
     async def check_versions(self) -> None:
+        """`check_versions_once`, tried again (backing off) while the store fails."""
+        delay = SWEEP_RETRY[0]
+        while True:
+            try:
+                await self.check_versions_once()
+                return
+            except StoreError as exc:
+                _log.warning("could not check the versions of stored cases; trying again", error=str(exc))
+                await anyio.sleep(delay)
+                delay = min(delay * 2, SWEEP_RETRY[1])
+
+    async def check_versions_once(self) -> None:
         """Parked cases recorded on a version that is not registered, and suspended ones whose version is
         registered again: checked now, in the background, so what a deploy does to cases in flight is known when
         it starts (`status` shows the stored state until a case's check is done)."""
@@ -273,6 +363,9 @@ class CaseLoader:
     def left_memory(self, actor: CaseActor) -> None:
         if self.cases.get(actor.case_id) is actor:
             del self.cases[actor.case_id]
+        if actor.fenced:  # the store refused its journal: still this node's (a resend after a lost answer), the
+            self.missed_ids.add(actor.case_id)  # sweep brings it back from the journal; another node's, it skips it
+            self.missed.set()
         if not actor.fenced:
             self.counts["idle_evicted"] += 1
             if actor.sinks or actor.level != self.case_level:  # given by trace(): kept for when it comes back

@@ -23,7 +23,7 @@ import anyio
 
 from .._errors import CaseNotFound, ReplayDivergence, StoreError
 from .._program import Program
-from .._store import CaseRow, CaseWrite, Record, Store
+from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
 from ._durable import CaseJournal, snapshot_of, usable
 from ._journal import end_record, input_record
@@ -256,7 +256,7 @@ class Background:
         deadline: Callable[[float], Any],
         in_memory: Mapping[str, CaseActor],
         load: Callable[[str], Any],
-        route_inbox: Callable[[Any], Any],
+        route_inbox: Callable[[list[InboxRow]], Awaitable[None]],
         busy: Callable[[int], None],
     ) -> None:
         self.store = store
@@ -300,7 +300,6 @@ class Background:
         cases, and on a shared store the cases that ended on other nodes (their awaiters here wake) and queued
         cases to claim. The store says when to look (`wait_changed`: SQLite's data_version, Postgres's NOTIFY)."""
         store = self.store
-        routing: set[int] = set()  # inbox rows handed to a case, not yet committed by it
         first = True
         while True:
             if not first:
@@ -315,20 +314,7 @@ class Background:
                 # The inbox is read whole each time (it holds only inputs not yet journaled): a shared store's ids
                 # can commit out of order (several writers), and an input the store failed to hand over is tried
                 # again at the next poll, without holding up the ones after it.
-                rows = await store.inbox_take(after=0)
-                routing &= {row.id for row in rows}
-                held: set[str] = set()  # cases whose input failed this poll: their later inputs wait (in order)
-                for row in rows:
-                    if row.id in routing or row.case_id in held:
-                        continue
-                    routing.add(row.id)
-                    try:
-                        await self.route_inbox(row)
-                    except StoreError as exc:  # acknowledged to its sender: never refused for a passing fault
-                        routing.discard(row.id)
-                        held.add(row.case_id)
-                        _log.warning("could not hand an inbox input to its case; trying again at the next poll",
-                                     case_id=row.case_id, kind=row.kind, error=str(exc))
+                await self.route_inbox(await store.inbox_take(after=0))
             except StoreError as exc:
                 _log.error("could not read the inbox", error=str(exc))
             finally:

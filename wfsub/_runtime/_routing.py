@@ -4,7 +4,9 @@ outside writer, another node) to its case, or marks it refused with the reason.
 An inbox row goes the route of every input (`_inputs`): shaped from its kind and body, then checked by its case
 (`admit`) and posted to the case's mailbox; the case journals it with its inbox id, which takes it out of the
 inbox in the same commit. Nothing an outside writer sends can fail the case or stop the Substrate: a refusal is
-marked on the row; a store error leaves the row for the next poll (`Background.changes_loop`).
+marked on the row; a store error leaves the row for the next poll (`Background.changes_loop`), whether it meets
+the loading of the case or the case's own commit of the input (the case answers the input's `Reply` then, and a
+row whose input was answered with an error is handed over again while it is still in the inbox).
 """
 
 from __future__ import annotations
@@ -17,10 +19,18 @@ from .._trace import get_logger
 from . import _inputs as inputs
 from ._case import CaseActor
 from ._loader import CaseLoader, Remote
-from ._mailbox import External
+from ._mailbox import External, Reply
 from ._status import FINAL
 
 _log = get_logger("wfsub.runtime")
+
+
+async def applied(store: Store | None, case_id: str, request_id: str | None) -> bool:
+    """Whether the case's journal holds an input with `request_id`: a call repeated with that id answers as the
+    first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
+    if store is None or request_id is None:
+        return False
+    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
 
 
 class InboxRouter:
@@ -33,6 +43,33 @@ class InboxRouter:
         self.loader = loader
         self.live = live  # the case's actor, in memory or loaded (`Substrate._live`)
         self.max_payload = max_payload
+        # Inbox rows handed to a case: answered None once committed (kept until a read no longer lists the row: a
+        # read begun before that commit may still list it), with an error when the case did not commit it.
+        self.moving: dict[int, Reply] = {}
+
+    async def take(self, rows: list[InboxRow]) -> None:
+        """Hand over the rows of one read of the inbox (all of it, in id order): each once, except that a row whose
+        case answered it with an error (a store fault at its commit, the case ended or moved meanwhile) is handed
+        over again. A row that fails here with StoreError holds its case's later rows until the next read."""
+        moving = self.moving
+        listed = {row.id for row in rows}
+        for inbox_id in [i for i in moving if i not in listed]:
+            del moving[inbox_id]
+        held: set[str] = set()
+        for row in rows:
+            if row.case_id in held:
+                continue
+            reply = moving.get(row.id)
+            if reply is not None:
+                if not reply.event.is_set() or reply.error is None:
+                    continue  # on its way into the journal, or in it already
+                del moving[row.id]
+            try:
+                await self.route(row)
+            except StoreError as exc:  # acknowledged to its sender: never refused for a passing fault
+                held.add(row.case_id)
+                _log.warning("could not hand an inbox input to its case; trying again at the next poll",
+                             case_id=row.case_id, kind=row.kind, error=str(exc))
 
     async def route(self, row: InboxRow) -> None:
         """Hand an inbox input to its case, or mark it refused with the reason."""
@@ -44,6 +81,9 @@ class InboxRouter:
             raise  # the store failed to load the case: the input is tried again, never refused for it
         except (WfsubError, TypeError, ValueError, KeyError) as exc:
             reason = str(exc)
+            if isinstance(exc, SignalRejected) and await applied(self.store, row.case_id, row.request_id):
+                await self.store.write(CaseWrite(row.case_id, inbox_done=[row.id]))  # a retried call: taken once
+                return
             if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
                 stored = await self.store.row(row.case_id)
                 if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)
@@ -56,6 +96,7 @@ class InboxRouter:
             _log.exception("could not take an input from the inbox", case_id=row.case_id, kind=row.kind)
             await self.store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, f"internal error: {exc!r}")]))
             return
+        msg.reply = self.moving[row.id] = Reply()
         actor.post(msg)
 
     async def message(self, row: InboxRow) -> tuple[CaseActor, External]:

@@ -69,12 +69,12 @@ from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled
-from ._loader import CaseLoader, Remote
+from ._loader import CaseLoader, Existing, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._persist import Background, status_of
 from ._registry import Workflows
-from ._routing import InboxRouter
+from ._routing import InboxRouter, applied
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 
 _log = get_logger("wfsub.runtime")
@@ -291,11 +291,12 @@ class Substrate:
         router = InboxRouter(store, loader, self._live, self._max_payload)
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
-            router.route, self._busy,
+            router.take, self._busy,
         )
         for row in await store.live():  # running, or with effects in flight: resumed now
             await loader.load_quietly(row.case_id)
         case_tg.start_soon(loader.check_versions)
+        case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
         if store.shared:
             case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
@@ -432,7 +433,10 @@ class Substrate:
             assert self._loader is not None
             assert name is not None
             queued = placement == "any"
-            await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+            try:
+                await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+            except Existing as same:  # started by an earlier call with the same workflow and data
+                return CaseHandle(self, same.actor, case_id)
             if queued:
                 return CaseHandle(self, None, case_id)
         self._spawn(actor)
@@ -542,11 +546,16 @@ class Substrate:
         `request_id` makes a retried call apply once."""
         msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, msg.what)
-        except Remote:
-            await self._to_inbox(case_id, msg)
-            return
-        await self._signal(actor, msg)
+            try:
+                actor = await self._live(case_id, msg.what)
+            except Remote:
+                await self._to_inbox(case_id, msg)
+                return
+            await self._signal(actor, msg)
+        except SignalRejected:
+            if not await applied(self._store, case_id, msg.request_id):
+                raise
+            # a retried call whose input was applied (it may have ended the case): answered as the first was
 
     async def _signal(self, actor: CaseActor, msg: Signal) -> None:
         """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
@@ -660,16 +669,21 @@ class Substrate:
     ) -> None:
         msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
         try:
-            actor = await self._live(case_id, msg.what)
-        except Remote:
-            await self._to_inbox(case_id, msg)
-            return
-        machine = actor.machine
-        if machine is None or actor.state in FINAL:
-            raise actor.ended_error(msg.what)
-        admit(msg, machine, None if actor.journal is None else self._max_payload)  # before anything is queued
-        msg.reply = Reply()
-        await self._ask(actor, msg)
+            try:
+                actor = await self._live(case_id, msg.what)
+            except Remote:
+                await self._to_inbox(case_id, msg)
+                return
+            machine = actor.machine
+            if machine is None or actor.state in FINAL:
+                raise actor.ended_error(msg.what)
+            admit(msg, machine, None if actor.journal is None else self._max_payload)  # before anything is queued
+            msg.reply = Reply()
+            await self._ask(actor, msg)
+        except SignalRejected:
+            if not await applied(self._store, case_id, msg.request_id):
+                raise
+            # a retried call whose input was applied (it may have ended the case): answered as the first was
 
     # -- outcomes -----------------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ._base import SCHEMA_VERSION as SCHEMA_VERSION
 from ._base import CaseRow as CaseRow
 from ._base import CaseWrite as CaseWrite
+from ._base import DamagedEntry as DamagedEntry
 from ._base import InboxRow as InboxRow
 from ._base import Owner as Owner
 from ._base import Record as Record

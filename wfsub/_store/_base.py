@@ -36,6 +36,20 @@ Every record has `seq` (0 for `start`, then 1, 2, ...) and `kind`; input records
 """
 
 
+class DamagedEntry(StoreError):
+    """An entry the store holds for a case cannot be read back (not JSON, a field every record has missing, the
+    `start` record gone): no retry mends it. The runtime suspends that case alone with this text (the Substrate and
+    the other cases go on); the fix is to restore the entry from a backup of the store, or to cancel the case."""
+
+    def __init__(self, store: str, case_id: str, what: str) -> None:
+        self.case_id = case_id
+        super().__init__(
+            store,
+            f"case {case_id!r} cannot be read back: {what}. The case is kept as it is, suspended; restore the store "
+            f"from a backup, or cancel the case (`wfsub cancel STORE {case_id}`: a suspended case ends at once)",
+        )
+
+
 @dataclass(slots=True)
 class CaseRow:
     """What a case is doing, as the store last recorded it: enough to list, show and wake cases."""
@@ -319,6 +333,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "CaseRow",
     "CaseWrite",
+    "DamagedEntry",
     "InboxRow",
     "Record",
     "Snapshot",

@@ -23,11 +23,13 @@ import anyio.lowlevel
 
 from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Owner, Record, Snapshot, StoredCase
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    decode_record,
     decode_row,
+    decode_start,
     encode_write,
     loads,
     no_start,
@@ -213,15 +215,15 @@ class MemoryStore(SingleNode):
         if case is None or case.row is None:
             return None
         if 0 not in case.journal:
-            raise StoreError(self._name, no_start(case_id))
+            raise DamagedEntry(self._name, case_id, no_start(case_id))
         snapshot = None
         after = 0
         if case.snapshots:
             after = max(case.snapshots)
             fmt, bytecode, state = case.snapshots[after]
             snapshot = Snapshot(case_id, after, fmt, bytecode, loads(state))
-        records = [loads(case.journal[seq]) for seq in sorted(case.journal) if seq > after]
-        return StoredCase(self._row(case), loads(case.journal[0]), snapshot, records)
+        records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
+        return StoredCase(self._row(case), decode_start(self._name, case_id, case.journal[0]), snapshot, records)
 
     async def row(self, case_id: str) -> CaseRow | None:
         await anyio.lowlevel.checkpoint()
@@ -236,7 +238,9 @@ class MemoryStore(SingleNode):
         self._check_open("read a journal")
         await anyio.lowlevel.checkpoint()
         case = self._cases.get(case_id)
-        return [] if case is None else [loads(case.journal[seq]) for seq in sorted(case.journal)]
+        if case is None:
+            return []
+        return [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal)]
 
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None

@@ -50,14 +50,20 @@ group alone, so it fails alone.
 
 Connection loss. A connection that dropped (a restarted server, `pg_terminate_backend`) is replaced, with
 backoff (50 ms doubling to 1 s), for up to `retry_for` seconds; calls made meanwhile wait, then fail with a
-StoreError that says the database could not be reached. Reads are retried whatever failed. A write is retried
-only when it provably did not commit: the connection was closed before it was sent, or the server answered
-with an error (an aborted transaction). When the connection is lost after a group was sent and before its
-answer, nobody can tell whether it committed: each of its writes fails with `CommitUnknown` (a StoreError), so
-the caller retries with its `request_id` (applied once) or reads the case back. Nothing acknowledged is lost:
-a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and `prune` are not
-retried after an unknown outcome either (it is reported the same way); cases taken or claimed by such a call
-are this node's and show up in `live()`, `due()` and `row()`.
+StoreError that says the database could not be reached. `open()` waits an outage out the same way, starting
+again from its first connection. Reads are retried whatever failed (a connection lost mid-read included). A
+write is retried only when it provably did not commit: the connection was closed before it was sent, or the
+server answered with an error (an aborted transaction). When the connection is lost after a group was sent
+and before its answer, the store ends the server process that ran it and looks up the group's commit token
+(written in its transaction): absent, the group did not commit and is sent again; present, each write of a
+case is answered as it went, read back (its records found at their seqs), or run again alone when it changed
+nothing or has no records (a row, a snapshot, inbox rows: idempotent). Only when the database cannot be asked
+within `retry_for` (and for an inbox input, whose id is not known then) does a write fail with `CommitUnknown`
+(a StoreError), so the caller retries with its `request_id` (applied once) or reads the case back. Nothing
+acknowledged is lost: a write returns only after Postgres confirmed its commit. `take_over`, `claim_queued` and
+`prune` are not retried after an unknown outcome either (it is reported the same way); cases taken or claimed by
+such a call are this node's and show up in `live()`, `due()` and `row()` (the runtime's sweep of its live cases
+brings them back).
 
 Notifications. One connection LISTENs on `<schema>_changed`. The writes that others must see send a NOTIFY in
 their own transaction (delivered at commit): an inbox row (naming the case's owner, so only it wakes), an `end`,
@@ -136,11 +142,11 @@ from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
     decode_inbox,
+    decode_record,
     decode_row,
     decode_snapshot,
     decode_start,
     encode_write,
-    loads,
     page,
     second_end,
     seq_taken,
@@ -374,7 +380,40 @@ class PostgresStore(StoreBase):
         return error
 
     async def _open_async(self, owner: bool, owner_id: str) -> None:
+        """Open, waiting out an outage met on the way (a lost connection, a server restarting) for `retry_for`:
+        what was opened is dropped and the open starts again; any other error fails it at once."""
         deadline = time.monotonic() + self.retry_for
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                await self._open_once(owner, owner_id, deadline)
+                return
+            except Exception as exc:
+                cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+                if cause is None or classify(cause) == "fatal" or not await _backoff(delay, deadline):
+                    raise
+                _log.warning("store_open_retrying", store=self._name, error=str(exc))
+                await self._drop_opened()
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _drop_opened(self) -> None:
+        """What a failed open attempt left behind, dropped (the lease stays: the next attempt registers again)."""
+        c, self._c = self._c, _Conns()
+        if c.writer_task is not None and c.queue is not None:
+            c.queue.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(c.writer_task), self.connect_timeout)
+        for conn in (c.listener, c.writer):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.terminate()
+        if c.pool is not None:
+            with contextlib.suppress(Exception):
+                c.pool.terminate()
+        self._node = None
+        self._release_node_id()
+
+    async def _open_once(self, owner: bool, owner_id: str, deadline: float) -> None:
         conn = await self._connect_retrying("opening the store", deadline)
         try:
             await self._prepare(conn, owner)
@@ -549,7 +588,10 @@ class PostgresStore(StoreBase):
                 kind = classify(exc)
                 if kind == "fatal":
                     raise fault(self._name, action, exc) from exc
-                conn.terminate()  # broken: the pool opens a new one at the next acquire
+                # Broken: the pool opens a new one at the next acquire. A connection lost mid-statement may have
+                # been released to the pool by the driver already, and then refuses terminate() (InterfaceError).
+                with contextlib.suppress(Exception):
+                    conn.terminate()
                 if kind == "unknown" and not idempotent:
                     raise CommitUnknown(
                         self._name,
@@ -669,6 +711,9 @@ class PostgresStore(StoreBase):
                     committed = await self._committed(token, backend, deadline)
                     if committed is False:
                         kind = "retry"  # provably not committed: the same group again
+                    elif committed and query == Q["write_group"]:
+                        await self._resolve(query, group, deadline)
+                        return
                     else:
                         what = (
                             "it committed, but its answer was lost with the connection"
@@ -706,6 +751,40 @@ class PostgresStore(StoreBase):
                     job.error = exc
             await self._trim_commits(conn)
             return
+
+    async def _resolve(self, query: str, group: list[Job], deadline: float) -> None:
+        """Each write of a group that committed with its answer lost: what it did, read back. A write's records
+        are all appended or none (its subtransaction): found at their seqs with the same text, it was applied (a
+        record skipped for its request_id is absent); with none found, it changed nothing (refused: fenced or a
+        broken rule, or each record a repeated request_id), and it is run again, alone, to get its own answer.
+        A write with no records (a row, a snapshot, inbox rows) is idempotent: run again, alone."""
+        again: list[Job] = []
+        for job in group:
+            args = job.work.args
+            case_id, seqs, texts = args[1], args[4], args[7]
+            if not seqs:
+                again.append(job)
+                continue
+            try:
+                conn = await self._writer_conn(deadline)
+                found = {seq: text for seq, text in await conn.fetch(Q["journal_at"], case_id, seqs)}
+            except Exception as exc:  # the server is gone again: the outcome stays unknown to the caller
+                self._drop_writer()
+                job.error = CommitUnknown(
+                    self._name,
+                    f"committing {job.label}: its group committed, but its answer was lost and the write's own "
+                    f"outcome could not be read back ({type(exc).__name__}: {exc}); retry it with the same "
+                    "request_id (applied once), or read the case back (load(), journal())",
+                )
+                job.error.__cause__ = exc
+                continue
+            appended = [found.get(seq) == text for seq, text in zip(seqs, texts, strict=True)]
+            if any(appended):
+                job.result = appended
+            else:
+                again.append(job)
+        for job in again:
+            await self._commit(query, [job])
 
     async def _committed(self, token: str, backend: tuple[Any, ...], deadline: float) -> bool | None:
         """Whether the group that carried `token` committed: True, False, or None (cannot tell by the deadline).
@@ -1018,7 +1097,8 @@ class PostgresStore(StoreBase):
                 start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_start"], case_id))
                 snapshot = decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id))
                 after = 0 if snapshot is None else snapshot.seq
-                records = [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
+                records = [decode_record(self._name, case_id, text)
+                           for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
                 return StoredCase(_row(found), start, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
@@ -1032,7 +1112,8 @@ class PostgresStore(StoreBase):
 
     async def journal(self, case_id: str) -> list[Record]:
         async def read(conn: Any) -> list[Record]:
-            return [loads(text) for (text,) in await conn.fetch(Q["journal_after"], case_id, -1)]
+            found = await conn.fetch(Q["journal_after"], case_id, -1)
+            return [decode_record(self._name, case_id, text) for (text,) in found]
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot
+from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Record, Snapshot
 
 LIVE_STATES = frozenset({"initializing", "running", "waiting_effect"})
 """A case in one of these states (or with an effect in flight) is resumed at once by recovery: `live()`."""
@@ -132,7 +132,12 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         ended_at, last_seq, next_due, detail = (
             params["ended_at"], params["last_seq"], params["next_due"], params["detail"]
         )
-    extra = loads(detail)
+    try:
+        extra = loads(detail)
+        fields = {name: extra[name] for name in _DETAIL}
+    except (ValueError, TypeError, KeyError) as exc:  # edited or damaged: the case alone is shown suspended
+        return _damaged_row(order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq,
+                            next_due, exc)
     return CaseRow(
         case_id=case_id,
         workflow=workflow,
@@ -144,8 +149,36 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         last_seq=last_seq,
         next_due=next_due,
         order=order,
-        **{name: extra[name] for name in _DETAIL},
+        **fields,
     )
+
+
+def _damaged_row(
+    order: int, case_id: str, workflow: str, fingerprint: str, state: str, started_at: float, updated_at: float,
+    ended_at: float | None, last_seq: int, next_due: float | None, exc: Exception,
+) -> CaseRow:
+    """The row of a case whose detail column cannot be read: suspended (unless it ended) with the reason; its
+    journal, the source of truth, is untouched, and the case's next write of its row mends it."""
+    why = f"its case row in the store is damaged (the detail column: {type(exc).__name__}: {exc})"
+    ended = state in ("done", "failed", "cancelled")
+    return CaseRow(
+        case_id=case_id, workflow=workflow, fingerprint=fingerprint, state=state if ended else "suspended",
+        started_at=started_at, updated_at=updated_at, ended_at=ended_at, last_seq=last_seq, next_due=next_due,
+        order=order, suspended_reason=None if ended else f"{why}; restore the store from a backup, or cancel the case",
+    )
+
+
+def decode_record(store: str, case_id: str, text: str) -> Record:
+    """One journal record as stored (a DamagedEntry when it is not a JSON object with `seq` and `kind`)."""
+    try:
+        record = loads(text)
+    except ValueError as exc:
+        raise DamagedEntry(store, case_id, f"a journal record is not valid JSON ({exc})") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or not isinstance(
+        record.get("kind"), str
+    ):
+        raise DamagedEntry(store, case_id, f"a journal record lacks its int `seq` or str `kind`: {text[:200]!r}")
+    return record
 
 
 def encode_snapshot(store: str, snapshot: Snapshot) -> EncodedSnapshot:
@@ -226,17 +259,26 @@ def page(state: str | None, workflow: str | None, limit: int, before: int | None
 def decode_start(store: str, case_id: str, text: str | None) -> Record:
     """The `start` record of a case whose row was found (a StoreError when the journal lacks it)."""
     if text is None:
-        raise StoreError(store, no_start(case_id))
-    start: Record = loads(text)
-    return start
+        raise DamagedEntry(store, case_id, no_start(case_id))
+    return decode_record(store, case_id, text)
 
 
 def decode_snapshot(case_id: str, found: Any) -> Snapshot | None:
     """A Snapshot from the columns of `snapshot_newest` (seq, format, bytecode, state), or None."""
-    return None if found is None else Snapshot(case_id, found[0], found[1], found[2], loads(found[3]))
+    if found is None:
+        return None
+    try:
+        state = loads(found[3])
+    except ValueError:  # damaged: as a snapshot of another version, it is not used (the whole journal is replayed)
+        return None
+    return Snapshot(case_id, found[0], found[1], found[2], state)
 
 
 def decode_inbox(found: Any) -> InboxRow:
     """An InboxRow from the columns of `inbox_take` / `inbox_row` (id first)."""
     inbox_id, case_id, kind, body, request_id, created_at, refused = found
-    return InboxRow(int(inbox_id), case_id, kind, loads(body), request_id, float(created_at), refused)
+    try:
+        fields = loads(body)
+    except ValueError:  # edited or damaged: the text itself, which its case refuses (a body must be a dict)
+        fields = body
+    return InboxRow(int(inbox_id), case_id, kind, fields, request_id, float(created_at), refused)

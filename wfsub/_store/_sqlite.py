@@ -59,11 +59,11 @@ from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
     decode_inbox,
+    decode_record,
     decode_row,
     decode_snapshot,
     decode_start,
     encode_write,
-    loads,
     page,
     second_end,
     seq_taken,
@@ -460,7 +460,7 @@ class SqliteStore(SingleNode):
             snapshot = decode_snapshot(case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone())
             after = 0 if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
-            records = [loads(text) for (text,) in rows]
+            records = [decode_record(self.path, case_id, text) for (text,) in rows]
             return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
@@ -485,7 +485,7 @@ class SqliteStore(SingleNode):
     async def journal(self, case_id: str) -> list[Record]:
         def read(conn: sqlite3.Connection) -> list[Record]:
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": -1})
-            return [loads(text) for (text,) in rows]
+            return [decode_record(self.path, case_id, text) for (text,) in rows]
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
 

@@ -261,8 +261,9 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
     """Send signal NAME with a JSON PAYLOAD to a case."""
     body = _checked("signal", {"name": name, "payload": _payload(payload)}, request_id)
     async with opened(store) as s:
-        row = await _steerable(s, case_id, f"signal {name!r}")
-        await _post(s, row, "signal", body, request_id, wait, patience, f"signal {name!r}")
+        row = await _steerable(s, case_id, f"signal {name!r}", request_id)
+        if row is not None:
+            await _post(s, row, "signal", body, request_id, wait, patience, f"signal {name!r}")
 
 
 @main.command()
@@ -288,11 +289,13 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
         body = _checked("cancel_region", {"region": region}, request_id)
     async with opened(store) as s:
         if region is None:
-            row = await _steerable(s, case_id, "cancel")
-            await _post(s, row, "cancel", body, request_id, wait, patience, "cancel")
+            row = await _steerable(s, case_id, "cancel", request_id)
+            if row is not None:
+                await _post(s, row, "cancel", body, request_id, wait, patience, "cancel")
         else:
-            row = await _steerable(s, case_id, f"cancel region {region!r}")
-            await _post(s, row, "cancel_region", body, request_id, wait, patience, f"cancel of region {region!r}")
+            row = await _steerable(s, case_id, f"cancel region {region!r}", request_id)
+            if row is not None:
+                await _post(s, row, "cancel_region", body, request_id, wait, patience, f"cancel of region {region!r}")
 
 
 def _reason(value: str) -> str:
@@ -315,12 +318,17 @@ def _checked(kind: str, body: dict[str, Any], request_id: str | None) -> dict[st
         raise click.UsageError(str(exc)) from None
 
 
-async def _steerable(store: Store, case_id: str, what: str) -> CaseRow:
+async def _steerable(store: Store, case_id: str, what: str, request_id: str | None) -> CaseRow | None:
+    """The row of a case that can take `what`; None when `request_id` was applied already (said so: a retried
+    command answers as the first did, also when that input ended the case)."""
     from .. import CaseState
 
     row = await case_row(store, case_id)
     state = CaseState(row.state)
     if state.ended:
+        if request_id is not None and any(rec.get("request_id") == request_id for rec in await store.journal(case_id)):
+            r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
+            return None
         raise CliError(
             f"case {case_id!r} has ended ({state.value} at {r.when(row.ended_at)}): it takes no {what}; nothing "
             "was sent"

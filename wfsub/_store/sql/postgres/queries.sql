@@ -72,6 +72,11 @@ FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
 -- Insert an input into the inbox (and NOTIFY its case's owner); returns its id. The last parameter: as above.
 SELECT inbox_put($1, $2, $3, $4, $5, $6, $7);
 
+-- name: journal_at
+-- A case's records at the given seqs (seq, record): read back, after its group committed with its answer lost,
+-- to learn what one write of that group did.
+SELECT seq, record FROM journal WHERE case_id = $1 AND seq = ANY ($2::bigint[]);
+
 -- name: commit_known
 -- Whether the group that carried this token committed (asked after its connection was lost).
 SELECT EXISTS (SELECT 1 FROM commits WHERE token = $1);
