@@ -102,8 +102,11 @@ async def journal_inbox(actor: CaseActor) -> None:
     if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
         await lease.wait()
     try:
+        if actor.stale is not None:  # another node took the case while this one could not tell: nothing is ours
+            raise actor.stale
         appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
     except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
+        actor.fenced = True  # (before the answers: a caller that hears of it sends the input to the owner)
         for msg, _ in entries:
             actor.answer(msg, exc)
         raise Fenced(exc) from exc

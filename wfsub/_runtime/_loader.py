@@ -19,16 +19,16 @@ from .._errors import CaseExists, CaseNotFound, ReplayDivergence, SignalRejected
 from .._store import CaseRow, CaseWrite, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
-from ._case import CaseActor
+from ._case import CaseActor, moved_away
 from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
 from ._durable import CaseJournal
 from ._journal import start_record
 from ._mailbox import TimerFired
-from ._nodes import Lease
+from ._nodes import LIVE, Lease
 from ._persist import Loaded, end_suspended, rebuild, suspend
 from ._registry import Workflows
-from ._status import CaseState
+from ._status import FINAL, CaseState
 
 _log = get_logger("wfsub.runtime")
 
@@ -214,6 +214,47 @@ class CaseLoader:
                 raise
             if inbox_done:
                 await self.store.write(CaseWrite(row.case_id, inbox_done=inbox_done))
+
+    # -- many nodes: cases taken over, by this node or from it ---------------------------------------------------
+
+    async def taken(self, row: CaseRow) -> None:
+        """A case this node has just taken over (its epoch bumped). An actor of it still in memory is never
+        trusted: it holds an older epoch (this node had the case before a pause and lost it meanwhile), so it
+        leaves memory without writing. The case is then brought back at the new epoch if it was running; a
+        parked one comes back on its next input or due timer."""
+        self.drop_stale(row)
+        if row.state in LIVE or row.effects:
+            await self.load_quietly(row.case_id)
+
+    def drop_stale(self, row: CaseRow) -> bool:
+        """Whether the actor in memory of the case of `row` held it at an older epoch or for another owner (it
+        leaves memory then, writing nothing; the next input or load makes a fresh one)."""
+        actor = self.cases.get(row.case_id)
+        if actor is None or actor.journal is None or actor.state in FINAL:
+            return False
+        if row.owner == self.owner and actor.journal.epoch >= row.epoch:
+            return False
+        del self.cases[row.case_id]
+        self.parked.pop(row.case_id, None)
+        actor.fence(moved_away(self.store.url, row.case_id))
+        _log.warning("case left memory: another node took it over", case_id=row.case_id, owner=row.owner,
+                     epoch=row.epoch)
+        return True
+
+    async def recheck(self) -> bool:
+        """After this node's lease may have run out: the actors of cases it no longer holds (another owner, a newer
+        epoch) leave memory. False when the store could not be read (the node stays paused and checks again)."""
+        for case_id, actor in list(self.cases.items()):
+            if actor.journal is None or actor.state in FINAL:
+                continue
+            try:
+                row = await self.store.row(case_id)
+            except StoreError as exc:
+                _log.warning("could not check which cases this node still holds", case_id=case_id, error=str(exc))
+                return False
+            if row is not None and self.cases.get(case_id) is actor:
+                self.drop_stale(row)
+        return True
 
     # -- what the Substrate runs beside its cases --------------------------------------------------------------
 
