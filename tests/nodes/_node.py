@@ -1,8 +1,8 @@
 """A node process of the many-nodes tests: `python -m tests.nodes._node DSN SCHEMA NODE_ID FIRST COUNT [WORKFLOW]`.
 
 It starts cases c{FIRST}..c{FIRST+COUNT-1} of WORKFLOW ("order" unless named) on itself, prints `started`,
-then serves (its own cases, cases it takes
-over, inputs through the inbox) until its stdin closes, or until it is killed.
+then serves (its own cases, cases it takes over, inputs through the inbox) until its stdin closes, or until it
+is killed.
 """
 
 from __future__ import annotations
