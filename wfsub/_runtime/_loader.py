@@ -99,7 +99,7 @@ class CaseLoader:
             raise SignalRejected.ended(case_id, what, row.state)
         if self.store.shared and row.owner != self.owner:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
-        if row.state == CaseState.SUSPENDED.value and self.workflows.find(row.fingerprint) is None:
+        if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
             reason = f"it is suspended (no registered version can run it): {row.suspended_reason}"
             raise SignalRejected(case_id, what, reason)
         loaded = await self.load(case_id)
@@ -259,9 +259,10 @@ class CaseLoader:
     # -- what the Substrate runs beside its cases --------------------------------------------------------------
 
     async def check_versions(self) -> None:
-        """Parked cases recorded on a version that is not registered, and suspended ones whose version is
-        registered again: checked now, in the background, so what a deploy does to cases in flight is known when
-        it starts (`status` shows the stored state until a case's check is done)."""
+        """Parked cases recorded on a version that is not registered, and suspended ones that a registered version
+        may run now (their own, or one their journal migrates to): checked now, in the background, so what a
+        deploy does to cases in flight is known when it starts (`status` shows the stored state until a case's
+        check is done)."""
         for state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.SUSPENDED.value):
             before: int | None = None
             while True:
@@ -271,10 +272,19 @@ class CaseLoader:
                 for row in rows:
                     if self.store.shared and row.owner != self.owner:
                         continue  # another node's case (or a queued one): its owner checks it
-                    registered = self.workflows.find(row.fingerprint) is not None
-                    if row.case_id not in self.cases and registered == (state == CaseState.SUSPENDED.value):
+                    if row.case_id in self.cases:
+                        continue
+                    if state == CaseState.SUSPENDED.value:
+                        if self.may_run(row):  # its version, or one it may migrate to: tried again
+                            await self.load_quietly(row.case_id)
+                    elif self.workflows.find(row.fingerprint) is None:
                         await self.load_quietly(row.case_id)
                 before = rows[-1].order
+
+    def may_run(self, row: CaseRow) -> bool:
+        """Whether a registered version may run a suspended case: its own, or (its journal decides, when it is
+        replayed) any registered version of its workflow."""
+        return self.workflows.find(row.fingerprint) is not None or bool(self.workflows.versions.get(row.workflow))
 
     async def claim_queued(self) -> None:
         """Claim cases queued with placement="any" whose version this node runs, and start them here."""

@@ -8,10 +8,12 @@ Parked cases (waiting for a signal or a timer) stay in the store until an input 
 recovery does not replay a million parked cases at start.
 
 Versions. A case runs on the registered version whose fingerprint it recorded. If none matches, it is replayed
-against the newest version of its workflow; it migrates (a `version` record and a fresh snapshot) only if the
-whole journal applies without divergence and the new version's in-flight effects and armed timers match what the
-case row recorded (ids, node paths, names). Otherwise it is `suspended`, with the divergence in its status, and
-kept intact until a matching version is registered. A suspended case can still be cancelled: it ends at once.
+against the registered versions of its workflow, newest first; it migrates (a `version` record and a fresh
+snapshot) to the first whose replay applies the whole journal without divergence and whose in-flight effects and
+armed timers match what the case row recorded (ids, node paths, names). Otherwise it is `suspended`, with the
+newest version's divergence in its status, and kept intact until a version that can run it is registered (its
+own, or one it migrates to: each start of a Substrate tries again). A suspended case can still be cancelled: it
+ends at once.
 """
 
 from __future__ import annotations
@@ -94,7 +96,9 @@ async def migrate(
     store: Store, workflows: Workflows, row: CaseRow, start: Record, trace_level: str, max_instances: int,
     redact: Callable[[Any], Any] = _same,
 ) -> Loaded:
-    """Replay a case recorded on an unregistered version against the newest version of its workflow."""
+    """Replay a case recorded on an unregistered version against the registered versions of its workflow, newest
+    first: it migrates to the first its whole journal applies to (suspended, with the newest's divergence, if
+    none does)."""
     versions = workflows.versions.get(row.workflow)
     if not versions:
         reason = (
@@ -103,13 +107,18 @@ async def migrate(
         )
         await suspend(store, row, reason, redact)
         raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
-    program = versions[-1]
-    try:
-        replayer = check_version(program, row, [start, *await _after_start(store, row.case_id)], max_instances,
-                                 trace_level)
-    except ReplayDivergence as exc:
-        await suspend(store, row, str(exc), redact)
-        raise
+    records = [start, *await _after_start(store, row.case_id)]
+    newest: ReplayDivergence | None = None
+    for program in reversed(versions):
+        try:
+            replayer = check_version(program, row, records, max_instances, trace_level)
+            break
+        except ReplayDivergence as exc:
+            newest = newest or exc
+    else:
+        assert newest is not None
+        await suspend(store, row, str(newest), redact)
+        raise newest
     journal = _journal(store, row, start, replayer)
     m = replayer.machine
     digest, _ = m.take_digest()
