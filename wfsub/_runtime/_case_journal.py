@@ -269,6 +269,7 @@ def parked_in_store(actor: CaseActor) -> None:
         snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in actor.armed.items()})
         j.since_snapshot = 0
     row = case_row(actor, actor.state)
+    row.digest, _ = m.take_digest()  # the tasks run since the last record: a reload must find them the same
     j.row_parked = True
     actor.shared.busy += 1
     _spawn_store_write(actor, CaseWrite(actor.case_id, [], row, snapshot, epoch=j.epoch), j.seq)
@@ -283,8 +284,11 @@ def write_waiting_row(actor: CaseActor) -> None:
     assert j is not None
 
     j.row_parked = True  # the row says it waits: the next input's commit records it running again
+    row = case_row(actor, actor.state)
+    if actor.machine is not None:
+        row.digest, _ = actor.machine.take_digest()  # (as a parked row's)
     actor.shared.busy += 1
-    _spawn_store_write(actor, CaseWrite(actor.case_id, [], case_row(actor, actor.state), epoch=j.epoch), j.seq)
+    _spawn_store_write(actor, CaseWrite(actor.case_id, [], row, epoch=j.epoch), j.seq)
 
 
 def _spawn_store_write(actor: CaseActor, change: Any, seq: int) -> None:
@@ -376,7 +380,9 @@ async def evict_now(actor: CaseActor) -> bool:
     snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in actor.armed.items()}) if j.since_snapshot else None
     if snapshot is not None or j.parked_row_at != j.seq:  # else the row written when it parked says it all
         try:
-            await j.store.write(CaseWrite(actor.case_id, [], case_row(actor, actor.state), snapshot, epoch=j.epoch))
+            row = case_row(actor, actor.state)
+            row.digest, _ = m.take_digest()  # (as a parked row's)
+            await j.store.write(CaseWrite(actor.case_id, [], row, snapshot, epoch=j.epoch))
         except StoreError as exc:
             _log.warning("could not evict an idle case; it stays in memory", case_id=actor.case_id, error=str(exc))
             return False

@@ -104,6 +104,7 @@ class CaseLoader:
             raise SignalRejected(case_id, what, reason)
         loaded = await self.load(case_id)
         if loaded is None:
+            row = await self.store.row(case_id) or row  # suspended by the load: its row says why
             raise SignalRejected(case_id, what, f"the case is {row.state}: {row.suspended_reason or ''}".strip())
         return loaded
 

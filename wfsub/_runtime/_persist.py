@@ -84,6 +84,7 @@ async def rebuild(
             # On to where the live case was after its last record: blocked again, with the same effects in flight
             # and timers armed (tasks re-run; nothing external happens). Inputs waiting for it then apply there.
             replayer.run()
+            _same_tasks_as_parked(row, replayer)
         except ReplayDivergence as exc:
             await suspend(store, row, str(exc), redact)
             raise
@@ -151,6 +152,23 @@ def check_version(
     if program.fingerprint != row.fingerprint and parked:
         _same_requests(row, replayer)
     return replayer
+
+
+_PARKED_ROWS = (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.WAITING_EFFECT.value)
+
+
+def _same_tasks_as_parked(row: CaseRow, replayer: Replayer) -> None:
+    """The tasks run after the last record, replayed, gave what they gave before the case parked: a row written
+    when the case parked carries their digest (no record does until the next input), so a task that reads a
+    clock, randomness or global state cannot hand the case other data silently."""
+    if row.digest is None or row.state not in _PARKED_ROWS or row.last_seq != replayer.seq:
+        return
+    digest, tasks = replayer.machine.take_digest()
+    if digest != row.digest:
+        raise ReplayDivergence(
+            row.case_id, row.last_seq, "parked", f"task outputs with digest {row.digest} when the case parked",
+            f"the tasks gave digest {digest}", tasks,
+        )
 
 
 def _same_requests(row: CaseRow, replayer: Replayer) -> None:

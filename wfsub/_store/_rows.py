@@ -24,7 +24,7 @@ PARKED_STATES = frozenset({"waiting_signal", "waiting_timer"})
 SNAPSHOTS_KEPT = 2
 """Snapshots kept per case: the newest, and one before it in case the newest cannot be used."""
 
-_DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
+_DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason", "digest")
 
 
 # One encoder, made once: json.dumps with non-default options builds a new JSONEncoder at every call.
@@ -140,7 +140,7 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         last_seq=last_seq,
         next_due=next_due,
         order=order,
-        **{name: extra[name] for name in _DETAIL},
+        **{name: extra.get(name) for name in _DETAIL},
     )
 
 
