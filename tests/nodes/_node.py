@@ -2,11 +2,12 @@
 
 It starts cases c{FIRST}..c{FIRST+COUNT-1} of WORKFLOW ("order" unless named) on itself, prints `started`,
 then serves (its own cases, cases it takes over, inputs through the inbox) until its stdin closes, or until it
-is killed.
+is killed. Its lease: WFSUB_TEST_LEASE seconds (2 unless set).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import anyio
@@ -18,7 +19,8 @@ from ._flows import FLOWS
 
 
 async def main(dsn: str, schema: str, node_id: str, first: int, count: int, workflow: str) -> None:
-    store = PostgresStore(dsn, schema=schema, lease_seconds=2.0)
+    lease = float(os.environ.get("WFSUB_TEST_LEASE", "2.0"))
+    store = PostgresStore(dsn, schema=schema, lease_seconds=lease)
     async with Substrate(store=store, workflows=FLOWS, node_id=node_id, trace_level="none") as sub:
         for i in range(first, first + count):
             await sub.new_case(workflow, {"n": i}, case_id=f"c{i}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from wfsub import Substrate
+from wfsub import StoreError, Substrate
 from wfsub.stores import PostgresStore
 
 from ..stores import _pg
@@ -164,3 +164,31 @@ async def test_a_node_cut_off_past_its_lease_drops_its_stale_cases_and_takes_the
                 for i in (1, 2):
                     row = await operator.row(f"c{i}")
                     assert row is not None and row.owner == "a" and row.epoch == 3 and row.state == "done"
+
+
+async def test_a_node_restarted_under_its_id_after_kill_9_opens_at_once_and_runs_its_cases() -> None:
+    """A node process killed with SIGKILL, restarted under its id, opens at once (long before its 60 s lease
+    runs out) and runs its own cases; a live holder of the id is still refused."""
+    schema = _pg.new_schema()
+    long_lease = {"WFSUB_TEST_LEASE": "60"}
+    with node_process(_pg.database_dsn(), schema, "n", 2, env=long_lease) as first:
+        async with Operator(schema) as operator:
+            with anyio.fail_after(20):
+                while (await owners(operator, "c0", "c1")) != ["n", "n"]:  # noqa: ASYNC110 - another process
+                    await anyio.sleep(0.05)
+            second = Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=FLOWS, node_id="n")
+            with pytest.raises(StoreError):  # its holder is alive: refused
+                await second.__aenter__()
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+            started = time.monotonic()
+            with node_process(_pg.database_dsn(), schema, "n", 0, env=long_lease):
+                assert time.monotonic() - started < 30  # its predecessor's lease had 60 s to run
+                nodes = await operator.nodes()
+                assert [node.owner_id for node in nodes] == ["n"]
+                for i in range(2):
+                    await operator.inbox_put(f"c{i}", "signal", {"name": "go"}, request_id=f"go-{i}",
+                                             created_at=time.time())
+                with anyio.fail_after(20):
+                    while len(await operator.cases(state="done", limit=10)) < 2:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
