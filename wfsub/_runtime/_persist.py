@@ -128,6 +128,7 @@ async def migrate(
     journal.fingerprint = program.fingerprint
     row.fingerprint = program.fingerprint
     row.last_seq = journal.seq
+    row.digest = digest  # the new version's tasks, as the `version` record has them
     snapshot = snapshot_of(m, journal, {tid: due for tid, (_, due) in replayer.timers.items()})
     await store.write(CaseWrite(row.case_id, [record], row, snapshot, epoch=journal.epoch))
     _log.info("case migrated to a new version", case_id=row.case_id, to=program.fingerprint[:16])
