@@ -192,3 +192,29 @@ async def test_a_node_restarted_under_its_id_after_kill_9_opens_at_once_and_runs
                 with anyio.fail_after(20):
                     while len(await operator.cases(state="done", limit=10)) < 2:  # noqa: ASYNC110
                         await anyio.sleep(0.05)
+
+
+async def test_a_takeover_never_trusts_an_actor_of_an_older_epoch() -> None:
+    """A case this node takes over while its actor of an older epoch is still in memory: that actor leaves,
+    writing nothing, and the case runs on at the new epoch."""
+    # The race a lapsed renewal's check can miss: the case was taken by another node and given back meanwhile.
+    schema = _pg.new_schema()
+    store = PostgresStore(_pg.database_dsn(), schema=schema, lease_seconds=2.0)
+    async with Substrate(store=store, workflows=FLOWS, node_id="a") as a:
+        await a.new_case("order", {"n": 0}, case_id="c0")
+        with anyio.fail_after(20):
+            while a.status("c0").state != "waiting_signal":  # noqa: ASYNC110 - the case's own pace
+                await anyio.sleep(0.02)
+        loader = a._loader
+        assert loader is not None
+        stale = loader.cases["c0"]
+        _pg.fetchval(f'UPDATE "{schema}".cases SET epoch = epoch + 2 WHERE case_id = $1', "c0")
+        row = await store.row("c0")
+        assert row is not None and row.epoch == 3
+        await loader.taken(row)
+        assert loader.cases.get("c0") is not stale
+        with anyio.fail_after(20):
+            await a.signal("c0", "go", request_id="go-0")
+            assert (await a.await_case("c0"))["done"]
+        epochs = [epoch for _, epoch in await store.journal_epochs("c0")]
+        assert epochs[-1] == 3 and epochs == sorted(epochs), epochs
