@@ -1,15 +1,19 @@
 """Many nodes on a shared store (Postgres): this node's lease, the cases it takes over or claims, and the time.
 
 Each Substrate on a shared store is a node with an id (`Substrate(node_id=...)`, random by default). Its lease
-(in database time) is renewed every third of the store's `lease_seconds`. A node that has not managed to renew
-for half a lease stops journaling and starting effects until it renews again: by then another node may take its
-cases over, and the store's fencing (owner and epoch checked in every write) refuses whatever it would write;
-pausing first keeps it from running effects it can no longer record.
+(in database time) is renewed every third of the store's `lease_seconds`. A node that has not renewed for half
+a lease, on its own monotonic clock (`Lease`: cut off from the store, or paused), stops journaling and starting
+effects, retry attempts included, until it renews again: by then another node may take its cases over, and the
+store's fencing (owner and epoch checked in every write) refuses whatever it would write; pausing first keeps it
+from running effects it can no longer record. A renewal that comes back after the lease may have run out is not
+taken as if nothing happened: the node first drops the actors of the cases it no longer holds at their epoch.
 
 Every third of a lease the node also takes over the cases of nodes whose lease expired (the store bumps their
 epochs and never gives one case to two nodes) and resumes those that were running or had effects in flight; the
-parked ones come back through the due-time index and the inbox, like parked cases after a restart. A node that
-restarts with the same `node_id` finds its own cases (its lease was renewed, or is taken again at once).
+parked ones come back through the due-time index and the inbox, like parked cases after a restart; an actor of
+such a case still in memory (an older epoch) leaves first. A node that restarts with the same `node_id` finds its
+own cases at once (the store gives a node id to a new process when its holder's lease ran out or its holder is
+dead).
 
 Time: acceptance times and due times are database time, so node clocks may drift: the node's clock is the local
 clock plus the offset the last renewal measured.
