@@ -179,3 +179,32 @@ async def test_a_case_whose_workflow_name_is_gone_is_suspended_with_the_register
         await eventually(lambda: sub.status("c").state == "suspended")
         reason = sub.status("c").suspended_reason or ""
         assert "'wf'" in reason and "other" in reason
+
+
+async def test_a_suspended_case_resumes_on_a_compatible_version_deployed_alone() -> None:
+    """A case suspended by an incompatible version resumes, migrated, once a compatible one is registered alone."""
+    store, clock = MemoryStore(), VirtualClock(T0)
+    await started(store, clock, "c")
+    async with Substrate(store=store, workflows={"wf": V3_RENAMED}, clock=clock) as sub:
+        await clock.advance(0)
+        await eventually(lambda: sub.status("c").state == "suspended")
+    async with Substrate(store=store, workflows={"wf": V2_COMPATIBLE}, clock=clock) as sub:
+        await clock.advance(0)
+        await eventually(lambda: sub.status("c").state == "waiting_signal")
+        await sub.signal("c", "y", 1)
+        assert await sub.await_case("c") == {"a": 1, "x": "c", "y": 1, "b": True}
+        assert kinds(await sub.journal("c")) == ["start", "signal", "version", "signal", "end"]
+
+
+async def test_a_suspended_case_is_signalled_once_a_compatible_version_is_registered_beside_an_incompatible_one(
+) -> None:
+    """With an incompatible newest version and a compatible older one registered, a suspended case migrates to
+    the compatible one when an input brings it back."""
+    store, clock = MemoryStore(), VirtualClock(T0)
+    await started(store, clock, "c")
+    async with Substrate(store=store, workflows={"wf": V3_RENAMED}, clock=clock) as sub:
+        await clock.advance(0)
+        await eventually(lambda: sub.status("c").state == "suspended")
+    async with Substrate(store=store, workflows={"wf": [V2_COMPATIBLE, V3_RENAMED]}, clock=clock) as sub:
+        await sub.signal("c", "y", 1)
+        assert await sub.await_case("c") == {"a": 1, "x": "c", "y": 1, "b": True}

@@ -6,9 +6,11 @@ Skipped unless WFSUB_TEST_POSTGRES names a server (see _pg.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import CaseWrite
 from wfsub._store._pgdriver import fault
+from wfsub._store._postgres import _process_name
 from wfsub.stores import PostgresStore
 
 from . import _pg
@@ -45,6 +48,30 @@ def sql(store: PostgresStore, text: str, *args: Any) -> Any:
 def expire(store: PostgresStore, node: str) -> None:
     """The node's lease runs out now (as if it had stopped renewing)."""
     sql(store, "UPDATE S.nodes SET lease_until = S.db_now() - 1 WHERE node_id = $1", node)
+
+
+@contextmanager
+def connected_as(name: str) -> Iterator[None]:
+    """A connection named `name` (application_name) held open meanwhile, from a thread of its own: a live node
+    process's connection, as the database sees it."""
+    ready, done = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(_pg.database_dsn(), server_settings={"application_name": name})
+        ready.set()
+        await asyncio.get_running_loop().run_in_executor(None, done.wait)
+        await conn.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(hold(),))
+    thread.start()
+    try:
+        assert ready.wait(30)
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def terminate(pids: list[int]) -> int:
@@ -146,7 +173,8 @@ async def test_renew_lease_extends_it_and_fails_once_the_node_id_is_someone_else
         sql(a, "UPDATE S.nodes SET pid = pid + 1 WHERE node_id = 'A'")  # another process holds "A" now
         with pytest.raises(StoreError, match="cannot renew the lease of node 'A'"):
             await a.renew_lease()
-        with pytest.raises(StoreError, match=r"another live process holds that node id \(pid"):
+        alive = connected_as(_process_name("A", a._pid + 1, a._host))  # that process is alive (connected)
+        with alive, pytest.raises(StoreError, match=r"another live process holds that node id \(pid"):
             await twin(a).open(owner=True, owner_id="A")
 
 

@@ -157,6 +157,7 @@ class CaseActor:
     order: int = 0  # the paging key of `cases()` (durable cases: the store's, kept in the journal)
     evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
     fenced: bool = False  # durable: it left memory because the store refused its journal (another owner has it)
+    stale: StoreConflict | None = None  # durable: another node took the case over (see `fence`)
     end_digest: str | None = None  # durable: the digest of the task outputs up to the end
     recorded: bool = False  # ended, and (durable) its `end` record written: its outcome can be handed out
     on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
@@ -267,6 +268,8 @@ class CaseActor:
                 self.shared.busy -= 1
                 await wake.wait()  # post() clears `parked` and counts us busy again
                 self.wake = None
+                if self.stale is not None:
+                    raise Fenced(self.stale) from self.stale
                 if self.evicting and not self.inbox and await evict_now(self):
                     return None
                 self.wakeups += 1
@@ -313,6 +316,17 @@ class CaseActor:
         """Ask a parked durable case to leave memory (it checks again, then writes what a reload needs)."""
         if self.parked and self.wake is not None:
             self.evicting = True
+            self.parked = False
+            self.shared.busy += 1
+            self.wake.set()
+
+    def fence(self, cause: StoreConflict) -> None:
+        """Another node took the case over while this node could not tell (paused, cut off from the store):
+        leave memory without writing anything more, before the next write or effect attempt (a parked case
+        wakes to leave now). `cause` is what inputs that reach it meanwhile are answered with."""
+        self.stale = cause
+        self.fenced = True
+        if self.parked and self.wake is not None:
             self.parked = False
             self.shared.busy += 1
             self.wake.set()

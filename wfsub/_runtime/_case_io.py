@@ -92,12 +92,23 @@ def _attempting(actor: CaseActor, effect_id: int, attempt: int) -> None:
     actor.retry_at.pop(effect_id, None)
 
 
+async def _may_attempt(actor: CaseActor) -> None:
+    """Return when an attempt of an effect may start: no attempt starts while this node's lease is in doubt (it
+    may have lost its cases), none once the case is known to be another node's (it is leaving memory: its task
+    group cancels the effect)."""
+    lease = actor.shared.lease
+    if lease is not None and not lease.ok:
+        await lease.wait()
+    if actor.stale is not None:
+        await anyio.sleep_forever()
+
+
 async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelScope) -> None:
     actor.starting(-1)
     lease = actor.shared.lease
-    if lease is not None and not lease.ok:  # no new effect while this node may have lost its cases
+    if (lease is not None and not lease.ok) or actor.stale is not None:  # no new effect while the case may be lost
         with scope:
-            await lease.wait()
+            await _may_attempt(actor)
         if scope.cancel_called:
             return
     running = actor.running_effects
@@ -118,6 +129,7 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
                 case_id=actor.case_id,
                 on_retry=lambda attempt, delay, exc: _retrying(actor, req, info, attempt, delay, exc),
                 on_attempt=lambda attempt: _attempting(actor, req.effect_id, attempt),
+                may_attempt=None if lease is None else lambda: _may_attempt(actor),
             )
         except PASS_THROUGH:
             raise

@@ -110,8 +110,11 @@ async def journal_inbox(actor: CaseActor) -> None:
     if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
         await lease.wait()
     try:
+        if actor.stale is not None:  # another node took the case while this one could not tell: nothing is ours
+            raise actor.stale
         appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
     except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
+        actor.fenced = True  # (before the answers: a caller that hears of it sends the input to the owner)
         for msg, _ in entries:
             actor.answer(msg, exc)
         raise Fenced(exc) from exc
@@ -276,6 +279,7 @@ def parked_in_store(actor: CaseActor) -> None:
         snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in actor.armed.items()})
         j.since_snapshot = 0
     row = case_row(actor, actor.state)
+    row.digest, _ = m.take_digest()  # the tasks run since the last record: a reload must find them the same
     j.row_parked = True
     actor.shared.busy += 1
     _spawn_store_write(actor, CaseWrite(actor.case_id, [], row, snapshot, epoch=j.epoch), j.seq)
@@ -290,8 +294,11 @@ def write_waiting_row(actor: CaseActor) -> None:
     assert j is not None
 
     j.row_parked = True  # the row says it waits: the next input's commit records it running again
+    row = case_row(actor, actor.state)
+    if actor.machine is not None:
+        row.digest, _ = actor.machine.take_digest()  # (as a parked row's)
     actor.shared.busy += 1
-    _spawn_store_write(actor, CaseWrite(actor.case_id, [], case_row(actor, actor.state), epoch=j.epoch), j.seq)
+    _spawn_store_write(actor, CaseWrite(actor.case_id, [], row, epoch=j.epoch), j.seq)
 
 
 def _spawn_store_write(actor: CaseActor, change: Any, seq: int) -> None:
@@ -383,7 +390,9 @@ async def evict_now(actor: CaseActor) -> bool:
     snapshot = snapshot_of(m, j, {tid: due for tid, (_, due) in actor.armed.items()}) if j.since_snapshot else None
     if snapshot is not None or j.parked_row_at != j.seq:  # else the row written when it parked says it all
         try:
-            await j.store.write(CaseWrite(actor.case_id, [], case_row(actor, actor.state), snapshot, epoch=j.epoch))
+            row = case_row(actor, actor.state)
+            row.digest, _ = m.take_digest()  # (as a parked row's)
+            await j.store.write(CaseWrite(actor.case_id, [], row, snapshot, epoch=j.epoch))
         except StoreError as exc:
             _log.warning("could not evict an idle case; it stays in memory", case_id=actor.case_id, error=str(exc))
             return False

@@ -87,11 +87,13 @@ async def call_effect(
     case_id: str,
     on_retry: Callable[[int, float, BaseException], None] | None = None,
     on_attempt: Callable[[int], None] | None = None,
+    may_attempt: Callable[[], Awaitable[None]] | None = None,
 ) -> Mapping[str, Any] | None:
     """Run the effect to completion (with its retries) and return its output; raise its last exception.
 
     `on_retry(attempt, delay, error)` is called before each backoff (the case traces it), `on_attempt(attempt)`
-    as each attempt starts (the case's status shows it).
+    as each attempt starts (the case's status shows it). `may_attempt()` is awaited before each retry: a durable
+    case's node holds its retries there while its lease is in doubt.
     """
     attempts = retry.max_attempts if retry is not None else 1
     attempt = 0
@@ -125,6 +127,8 @@ async def call_effect(
                 error=str(exc),
             )
             await clock.sleep(delay)
+            if may_attempt is not None:
+                await may_attempt()
 
 
 async def _attempt(

@@ -19,16 +19,16 @@ from .._errors import CaseExists, CaseNotFound, ReplayDivergence, SignalRejected
 from .._store import CaseRow, CaseWrite, DamagedEntry, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
-from ._case import CaseActor
+from ._case import CaseActor, moved_away
 from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
 from ._durable import CaseJournal
 from ._journal import start_record
 from ._mailbox import TimerFired
-from ._nodes import Lease
+from ._nodes import LIVE, Lease
 from ._persist import Loaded, end_suspended, rebuild, suspend
 from ._registry import Workflows
-from ._status import CaseState
+from ._status import FINAL, CaseState
 
 _log = get_logger("wfsub.runtime")
 
@@ -111,7 +111,7 @@ class CaseLoader:
             raise SignalRejected.ended(case_id, what, row.state)
         if self.store.shared and row.owner != self.owner:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
-        if row.state == CaseState.SUSPENDED.value and self.workflows.find(row.fingerprint) is None:
+        if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
             raise SignalRejected.suspended(case_id, what, row.suspended_reason)
         loaded = await self.load(case_id)
         if loaded is None:  # it could not be brought back (its journal does not replay, or is damaged): suspended now
@@ -259,6 +259,47 @@ class CaseLoader:
             if inbox_done:
                 await self.store.write(CaseWrite(row.case_id, inbox_done=inbox_done))
 
+    # -- many nodes: cases taken over, by this node or from it ---------------------------------------------------
+
+    async def taken(self, row: CaseRow) -> None:
+        """A case this node has just taken over (its epoch bumped). An actor of it still in memory is never
+        trusted: it holds an older epoch (this node had the case before a pause and lost it meanwhile), so it
+        leaves memory without writing. The case is then brought back at the new epoch if it was running; a
+        parked one comes back on its next input or due timer."""
+        self.drop_stale(row)
+        if row.state in LIVE or row.effects:
+            await self.load_quietly(row.case_id)
+
+    def drop_stale(self, row: CaseRow) -> bool:
+        """Whether the actor in memory of the case of `row` held it at an older epoch or for another owner (it
+        leaves memory then, writing nothing; the next input or load makes a fresh one)."""
+        actor = self.cases.get(row.case_id)
+        if actor is None or actor.journal is None or actor.state in FINAL:
+            return False
+        if row.owner == self.owner and actor.journal.epoch >= row.epoch:
+            return False
+        del self.cases[row.case_id]
+        self.parked.pop(row.case_id, None)
+        actor.fence(moved_away(self.store.url, row.case_id))
+        _log.warning("case left memory: another node took it over", case_id=row.case_id, owner=row.owner,
+                     epoch=row.epoch)
+        return True
+
+    async def recheck(self) -> bool:
+        """After this node's lease may have run out: the actors of cases it no longer holds (another owner, a newer
+        epoch) leave memory. False when the store could not be read (the node stays paused and checks again)."""
+        for case_id, actor in list(self.cases.items()):
+            if actor.journal is None or actor.state in FINAL:
+                continue
+            try:
+                row = await self.store.row(case_id)
+            except StoreError as exc:
+                _log.warning("could not check which cases this node still holds", case_id=case_id, error=str(exc))
+                return False
+            if row is not None and self.cases.get(case_id) is actor:
+                self.drop_stale(row)
+        return True
+
     # -- what the Substrate runs beside its cases --------------------------------------------------------------
 
     async def sweep_loop(self) -> None:
@@ -308,9 +349,10 @@ class CaseLoader:
                 delay = min(delay * 2, SWEEP_RETRY[1])
 
     async def check_versions_once(self) -> None:
-        """Parked cases recorded on a version that is not registered, and suspended ones whose version is
-        registered again: checked now, in the background, so what a deploy does to cases in flight is known when
-        it starts (`status` shows the stored state until a case's check is done)."""
+        """Parked cases recorded on a version that is not registered, and suspended ones that a registered version
+        may run now (their own, or one their journal migrates to): checked now, in the background, so what a
+        deploy does to cases in flight is known when it starts (`status` shows the stored state until a case's
+        check is done)."""
         for state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.SUSPENDED.value):
             before: int | None = None
             while True:
@@ -320,10 +362,19 @@ class CaseLoader:
                 for row in rows:
                     if self.store.shared and row.owner != self.owner:
                         continue  # another node's case (or a queued one): its owner checks it
-                    registered = self.workflows.find(row.fingerprint) is not None
-                    if row.case_id not in self.cases and registered == (state == CaseState.SUSPENDED.value):
+                    if row.case_id in self.cases:
+                        continue
+                    if state == CaseState.SUSPENDED.value:
+                        if self.may_run(row):  # its version, or one it may migrate to: tried again
+                            await self.load_quietly(row.case_id)
+                    elif self.workflows.find(row.fingerprint) is None:
                         await self.load_quietly(row.case_id)
                 before = rows[-1].order
+
+    def may_run(self, row: CaseRow) -> bool:
+        """Whether a registered version may run a suspended case: its own, or (its journal decides, when it is
+        replayed) any registered version of its workflow."""
+        return self.workflows.find(row.fingerprint) is not None or bool(self.workflows.versions.get(row.workflow))
 
     async def claim_queued(self) -> None:
         """Claim cases queued with placement="any" whose version this node runs, and start them here."""

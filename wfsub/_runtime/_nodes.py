@@ -1,15 +1,19 @@
 """Many nodes on a shared store (Postgres): this node's lease, the cases it takes over or claims, and the time.
 
 Each Substrate on a shared store is a node with an id (`Substrate(node_id=...)`, random by default). Its lease
-(in database time) is renewed every third of the store's `lease_seconds`. A node that has not managed to renew
-for half a lease stops journaling and starting effects until it renews again: by then another node may take its
-cases over, and the store's fencing (owner and epoch checked in every write) refuses whatever it would write;
-pausing first keeps it from running effects it can no longer record.
+(in database time) is renewed every third of the store's `lease_seconds`. A node that has not renewed for half
+a lease, on its own monotonic clock (`Lease`: cut off from the store, or paused), stops journaling and starting
+effects, retry attempts included, until it renews again: by then another node may take its cases over, and the
+store's fencing (owner and epoch checked in every write) refuses whatever it would write; pausing first keeps it
+from running effects it can no longer record. A renewal that comes back after the lease may have run out is not
+taken as if nothing happened: the node first drops the actors of the cases it no longer holds at their epoch.
 
 Every third of a lease the node also takes over the cases of nodes whose lease expired (the store bumps their
 epochs and never gives one case to two nodes) and resumes those that were running or had effects in flight; the
-parked ones come back through the due-time index and the inbox, like parked cases after a restart. A node that
-restarts with the same `node_id` finds its own cases (its lease was renewed, or is taken again at once).
+parked ones come back through the due-time index and the inbox, like parked cases after a restart; an actor of
+such a case still in memory (an older epoch) leaves first. A node that restarts with the same `node_id` finds its
+own cases at once (the store gives a node id to a new process when its holder's lease ran out or its holder is
+dead).
 
 Time: acceptance times and due times are database time, so node clocks may drift: the node's clock is the local
 clock plus the offset the last renewal measured.
@@ -17,13 +21,14 @@ clock plus the offset the last renewal measured.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 
 import anyio
 
 from .._errors import StoreError
-from .._store import Store
+from .._store import CaseRow, Store
 from .._trace import get_logger
 from ._clock import RealClock
 from ._status import CaseState
@@ -45,24 +50,36 @@ class DatabaseClock(RealClock):
 
 
 class Lease:
-    """Whether this node may journal and start effects: `wait()` returns at once while its lease is fresh."""
+    """Whether this node may journal and start effects: `wait()` returns at once while its lease is fresh.
+
+    Fresh means renewed less than half a lease ago on this process's own monotonic clock (`fresh_until`, set at
+    each renewal from the time the renewal was sent): a node that cannot renew, or was paused, finds it stale the
+    moment it looks, whatever its loops managed to do meanwhile. A store without leases never goes stale."""
 
     def __init__(self) -> None:
-        self.ok = True
+        self.fresh_until = math.inf
+        self._ok = True
         self._back = anyio.Event()
+
+    @property
+    def ok(self) -> bool:
+        if self._ok and time.monotonic() >= self.fresh_until:
+            self.lost()
+        return self._ok
 
     async def wait(self) -> None:
         while not self.ok:
             await self._back.wait()
 
     def lost(self) -> None:
-        if self.ok:
-            self.ok = False
+        if self._ok:
+            self._ok = False
             self._back = anyio.Event()
 
-    def renewed(self) -> None:
-        if not self.ok:
-            self.ok = True
+    def renewed(self, fresh_until: float) -> None:
+        self.fresh_until = fresh_until
+        if not self._ok and time.monotonic() < fresh_until:
+            self._ok = True
             self._back.set()
 
 
@@ -74,18 +91,27 @@ class Node:
         store: Store,
         lease: Lease,
         clock: DatabaseClock | None,
-        load: Callable[[str], Awaitable[None]],
+        taken: Callable[[CaseRow], Awaitable[None]],
+        recheck: Callable[[], Awaitable[bool]],
         lease_seconds: float,
     ) -> None:
         self.store = store
         self.lease = lease
         self.clock = clock
-        self.load = load
+        self.taken = taken  # a case this node took over: stale actors of it go, a live one is resumed
+        self.recheck = recheck  # after a lapse: drop the actors of cases this node no longer holds at their epoch
         self.lease_seconds = lease_seconds
-        self.renewed_at = time.monotonic()
+        self.renewed_at = time.monotonic()  # when the last renewal that succeeded was sent (the store just opened)
+        lease.renewed(self.renewed_at + lease_seconds / 2)
 
     async def renew(self) -> None:
-        """Renew the lease now (at start, and then every third of a lease)."""
+        """Renew the lease now (at start, and then every third of a lease).
+
+        A renewal that comes back after the lease may have run out (a lease since the last renewal was sent, on
+        this process's monotonic clock: the database's expiry is no earlier) is not taken as if nothing happened:
+        other nodes may have taken this node's cases meanwhile, so the actors of cases it no longer holds at their
+        epoch leave memory before the node journals or starts effects again."""
+        sent = time.monotonic()
         try:
             database_now = await self.store.renew_lease()
         except StoreError as exc:
@@ -98,10 +124,15 @@ class Node:
                     )
                 self.lease.lost()
             return
-        self.renewed_at = time.monotonic()
+        lapsed = time.monotonic() - self.renewed_at >= self.lease_seconds
         if self.clock is not None:
             self.clock.offset = database_now - time.time()
-        self.lease.renewed()
+        if lapsed:
+            self.lease.lost()  # (it may still look fresh to a caller that has not looked since)
+            if not await self.recheck():
+                return  # the check could not read the store: no renewal counts until one can
+        self.renewed_at = sent
+        self.lease.renewed(sent + self.lease_seconds / 2)
 
     async def lease_loop(self) -> None:
         while True:
@@ -125,7 +156,6 @@ class Node:
             if rows:
                 _log.info("took over cases of nodes whose lease expired", count=len(rows))
             for row in rows:
-                if row.state in LIVE or row.effects:
-                    await self.load(row.case_id)
+                await self.taken(row)
             if len(rows) < TAKEOVER_BATCH:
                 return

@@ -8,10 +8,12 @@ Parked cases (waiting for a signal or a timer) stay in the store until an input 
 recovery does not replay a million parked cases at start.
 
 Versions. A case runs on the registered version whose fingerprint it recorded. If none matches, it is replayed
-against the newest version of its workflow; it migrates (a `version` record and a fresh snapshot) only if the
-whole journal applies without divergence and the new version's in-flight effects and armed timers match what the
-case row recorded (ids, node paths, names). Otherwise it is `suspended`, with the divergence in its status, and
-kept intact until a matching version is registered. A suspended case can still be cancelled: it ends at once.
+against the registered versions of its workflow, newest first; it migrates (a `version` record and a fresh
+snapshot) to the first whose replay applies the whole journal without divergence and whose in-flight effects and
+armed timers match what the case row recorded (ids, node paths, names). Otherwise it is `suspended`, with the
+newest version's divergence in its status, and kept intact until a version that can run it is registered (its
+own, or one it migrates to: each start of a Substrate tries again). A suspended case can still be cancelled: it
+ends at once.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ async def rebuild(
             # On to where the live case was after its last record: blocked again, with the same effects in flight
             # and timers armed (tasks re-run; nothing external happens). Inputs waiting for it then apply there.
             replayer.run()
+            _same_tasks_as_parked(row, replayer)
         except ReplayDivergence as exc:
             await suspend(store, row, str(exc), redact)
             raise
@@ -94,7 +97,9 @@ async def migrate(
     store: Store, workflows: Workflows, row: CaseRow, start: Record, trace_level: str, max_instances: int,
     redact: Callable[[Any], Any] = _same,
 ) -> Loaded:
-    """Replay a case recorded on an unregistered version against the newest version of its workflow."""
+    """Replay a case recorded on an unregistered version against the registered versions of its workflow, newest
+    first: it migrates to the first its whole journal applies to (suspended, with the newest's divergence, if
+    none does)."""
     versions = workflows.versions.get(row.workflow)
     if not versions:
         reason = (
@@ -103,13 +108,18 @@ async def migrate(
         )
         await suspend(store, row, reason, redact)
         raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
-    program = versions[-1]
-    try:
-        replayer = check_version(program, row, [start, *await _after_start(store, row.case_id)], max_instances,
-                                 trace_level)
-    except ReplayDivergence as exc:
-        await suspend(store, row, str(exc), redact)
-        raise
+    records = [start, *await _after_start(store, row.case_id)]
+    newest: ReplayDivergence | None = None
+    for program in reversed(versions):
+        try:
+            replayer = check_version(program, row, records, max_instances, trace_level)
+            break
+        except ReplayDivergence as exc:
+            newest = newest or exc
+    else:
+        assert newest is not None
+        await suspend(store, row, str(newest), redact)
+        raise newest
     journal = _journal(store, row, start, replayer)
     m = replayer.machine
     digest, _ = m.take_digest()
@@ -118,6 +128,7 @@ async def migrate(
     journal.fingerprint = program.fingerprint
     row.fingerprint = program.fingerprint
     row.last_seq = journal.seq
+    row.digest = digest  # the new version's tasks, as the `version` record has them
     snapshot = snapshot_of(m, journal, {tid: due for tid, (_, due) in replayer.timers.items()})
     await store.write(CaseWrite(row.case_id, [record], row, snapshot, epoch=journal.epoch))
     _log.info("case migrated to a new version", case_id=row.case_id, to=program.fingerprint[:16])
@@ -142,6 +153,23 @@ def check_version(
     if program.fingerprint != row.fingerprint and parked:
         _same_requests(row, replayer)
     return replayer
+
+
+_PARKED_ROWS = (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.WAITING_EFFECT.value)
+
+
+def _same_tasks_as_parked(row: CaseRow, replayer: Replayer) -> None:
+    """The tasks run after the last record, replayed, gave what they gave before the case parked: a row written
+    when the case parked carries their digest (no record does until the next input), so a task that reads a
+    clock, randomness or global state cannot hand the case other data silently."""
+    if row.digest is None or row.state not in _PARKED_ROWS or row.last_seq != replayer.seq:
+        return
+    digest, tasks = replayer.machine.take_digest()
+    if digest != row.digest:
+        raise ReplayDivergence(
+            row.case_id, row.last_seq, "parked", f"task outputs with digest {row.digest} when the case parked",
+            f"the tasks gave digest {digest}", tasks,
+        )
 
 
 def _same_requests(row: CaseRow, replayer: Replayer) -> None:

@@ -54,6 +54,7 @@ from .._errors import (
     CaseNotFound,
     RestoredError,
     SignalRejected,
+    StoreConflict,
     SubstrateClosed,
     WorkflowNotRegistered,
 )
@@ -64,7 +65,7 @@ from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
-from ._case import CaseActor, CaseEvicted, Shared, moved_away
+from ._case import CaseActor, CaseEvicted, Shared
 from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
 from ._inputs import admit
@@ -283,8 +284,7 @@ class Substrate:
             is_open=lambda: self._phase == "open",
         )
         if store.shared:
-            lease_seconds = store.lease_seconds
-            node = self._node = Node(store, self._lease, clock, loader.load_quietly, lease_seconds)
+            node = self._node = Node(store, self._lease, clock, loader.taken, loader.recheck, store.lease_seconds)
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
@@ -594,12 +594,19 @@ class Substrate:
             except CaseEvicted:  # it left memory after we found it: bring it back and send again
                 try:
                     actor = await self._live(actor.case_id, msg.what)
-                except Remote:  # fenced: another node has it now; the caller resends, through the inbox
-                    raise moved_away(self._store.url if self._store else "?", actor.case_id) from None
+                except Remote:  # fenced: another node has it now: the input goes to it through the inbox
+                    msg.reply = None
+                    await self._to_inbox(actor.case_id, msg)
+                    return
                 if actor.machine is not None:  # brought back on another version, maybe: its own check again
                     admit(msg, actor.machine, self._max_payload)
         await reply.event.wait()
         if reply.error is not None:
+            if actor.fenced and isinstance(reply.error, StoreConflict) and self._store is not None \
+                    and self._store.shared:  # nothing was recorded: the case's owner takes it, through the inbox
+                msg.reply = None
+                await self._to_inbox(actor.case_id, msg)
+                return
             raise reply.error
 
     async def cancel(

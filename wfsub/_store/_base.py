@@ -71,6 +71,7 @@ class CaseRow:
     error: dict[str, Any] | None = None  # failed: {"type", "message", "path", "traceback"}
     cancel_reason: str | None = None
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
+    digest: str | None = None  # parked rows: the digest of the task outputs so far (a reload must reach it)
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite

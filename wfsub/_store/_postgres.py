@@ -73,7 +73,8 @@ are lost while it is disconnected: the caller re-reads then. A lost connection t
 not report (no RST) is noticed only by polling: the runtime should wait at most about a second at a time.
 
 Nodes, leases, fencing. `open(owner=True, owner_id=NODE)` registers NODE with a lease until database now +
-`lease_seconds` (refused only when another live process holds the same node id); `renew_lease()` extends it;
+`lease_seconds` (refused only when another live process holds the same node id: its lease holds and its
+connections are open, named after its node id, pid and host); `renew_lease()` extends it;
 `close()` gives it up at once so that other nodes may take its cases over without waiting. Lease expiry is
 database time, so node clocks may drift. A case row names its owner node and an epoch (1 when started, 0 while
 queued, +1 at each takeover); every write for an existing case checks both under the row lock and fails alone
@@ -105,6 +106,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -265,6 +267,7 @@ class PostgresStore(StoreBase):
         self._node: str | None = None  # this node's id when opened as an owner
         self._sender = ""  # who this store object's NOTIFYs come from
         self._pid, self._host = os.getpid(), socket.gethostname()
+        self._app = "wfsub"  # the application_name of its connections (a node's names its process: node_register)
         self._flag_lock = threading.Lock()
         self._changed_flag = False
         self._wait_flag = False
@@ -293,6 +296,7 @@ class PostgresStore(StoreBase):
             raise ValueError(f"owner_id={owner_id!r}: pass a non-empty str of at most 200 characters naming the "
                              "opener (a node id)")
         self._opening = True
+        self._app = _process_name(owner_id, self._pid, self._host) if owner else "wfsub"
         self._closing = False
         self._c = _Conns()
         self._ended = set()
@@ -355,7 +359,7 @@ class PostgresStore(StoreBase):
         return await self._asyncpg.connect(
             self._driver_dsn,
             timeout=self.connect_timeout,
-            server_settings={"search_path": self.schema, "application_name": "wfsub"},
+            server_settings={"search_path": self.schema, "application_name": self._app},
         )
 
     async def _connect_retrying(self, action: str, deadline: float) -> Any:
@@ -426,7 +430,7 @@ class PostgresStore(StoreBase):
         try:
             c.pool = await self._asyncpg.create_pool(
                 self._driver_dsn, min_size=1, max_size=self.readers, timeout=self.connect_timeout,
-                server_settings={"search_path": self.schema, "application_name": "wfsub"},
+                server_settings={"search_path": self.schema, "application_name": self._app},
             )
             c.writer = await self._connect()
             c.writer_backend = await c.writer.fetchrow(Q["backend_me"])
@@ -1219,6 +1223,13 @@ async def _backoff(delay: float, deadline: float) -> bool:
         return False
     await asyncio.sleep(min(delay, left))
     return True
+
+
+def _process_name(node_id: str, pid: int, host: str) -> str:
+    """The application_name of a node process's connections, by which the database tells a live holder of a node
+    id from a dead one (node_register computes the same from the nodes row)."""
+    tag = hashlib.md5(f"{node_id} {pid} {host}".encode(), usedforsecurity=False).hexdigest()[:16]
+    return f"wfsub {tag}"
 
 
 def _first(found: Any) -> Any:

@@ -29,6 +29,8 @@ NO_ORDER = 2**63 - 1
 """`before` of the first page of `cases()`: above every case_order."""
 
 _DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
+_LATER_DETAIL = ("digest",)
+"""Detail fields added after the first layout: a row written before them reads them as None."""
 
 
 # One encoder, made once: json.dumps with non-default options builds a new JSONEncoder at every call.
@@ -101,7 +103,7 @@ def row_flags(row: CaseRow) -> tuple[bool, bool]:
 
 def encode_row(store: str, row: CaseRow) -> EncodedRow:
     live, parked = row_flags(row)
-    detail = {name: getattr(row, name) for name in _DETAIL}
+    detail = {name: getattr(row, name) for name in (*_DETAIL, *_LATER_DETAIL)}
     return EncodedRow(
         {
             "case_id": row.case_id,
@@ -135,6 +137,7 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
     try:
         extra = loads(detail)
         fields = {name: extra[name] for name in _DETAIL}
+        fields.update({name: extra.get(name) for name in _LATER_DETAIL})
     except (ValueError, TypeError, KeyError) as exc:  # edited or damaged: the case alone is shown suspended
         return _damaged_row(order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq,
                             next_due, exc)

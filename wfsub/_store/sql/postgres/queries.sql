@@ -32,10 +32,18 @@ SELECT db_now();
 
 -- name: node_register
 -- Take or renew this node's lease, unless another live process holds the same node id; returns database time.
+-- A holder is live while its lease holds and it has a connection open: each connection of a node process is
+-- named (application_name) 'wfsub ' and the first 16 hex digits of md5('NODE PID HOST'), so a holder killed
+-- without closing (kill -9, a crash) gives its node id up as soon as the server has seen its connections close.
 INSERT INTO nodes (node_id, pid, host, since, lease_until) VALUES ($1, $2, $3, db_now(), db_now() + $4)
 ON CONFLICT (node_id) DO UPDATE SET
     pid = excluded.pid, host = excluded.host, since = excluded.since, lease_until = excluded.lease_until
 WHERE nodes.lease_until <= db_now() OR (nodes.pid = excluded.pid AND nodes.host = excluded.host)
+    OR NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+          AND a.application_name = 'wfsub ' || left(md5(nodes.node_id || ' ' || nodes.pid || ' ' || nodes.host), 16)
+    )
 RETURNING lease_until - $4;
 
 -- name: node_fence_earlier
