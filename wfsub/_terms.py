@@ -169,16 +169,37 @@ class Term:
         return iter(())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Retry:
     """Retry policy of an effect: after failed attempt i (from 1) wait initial * multiplier**(i-1), capped at
-    max_interval, then try again, up to max_attempts in all. An exception in `non_retryable` fails at once."""
+    max_interval, then try again, up to max_attempts in all (None: no count limit). With `max_elapsed=` seconds,
+    no attempt starts later than that after the first attempt started: the last failure is the effect's. An
+    exception in `non_retryable` fails at once."""
 
-    max_attempts: int = 3
+    max_attempts: int | None = 3
     initial: float = 0.1
     multiplier: float = 2.0
     max_interval: float = 30.0
     non_retryable: tuple[type[BaseException], ...] = ()  # these fail the effect at once, without retrying
+    max_elapsed: float | None = None  # seconds from the first attempt's start; None: no time limit
+
+    def __repr__(self) -> str:
+        # `max_elapsed` is shown only when set: the text is part of the fingerprint, so a policy written before
+        # the field existed keeps the fingerprint its stored cases recorded.
+        shown = [
+            f"max_attempts={self.max_attempts!r}", f"initial={self.initial!r}", f"multiplier={self.multiplier!r}",
+            f"max_interval={self.max_interval!r}", f"non_retryable={self.non_retryable!r}",
+        ]
+        if self.max_elapsed is not None:
+            shown.append(f"max_elapsed={self.max_elapsed!r}")
+        return f"Retry({', '.join(shown)})"
+
+    def gives_up(self, attempt: int, elapsed: float, delay: float) -> bool:
+        """Whether attempt `attempt` (from 1), failed `elapsed` seconds after the first attempt started, is the
+        last: the count is reached, or the next attempt would start after `max_elapsed`."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return True
+        return self.max_elapsed is not None and elapsed + delay > self.max_elapsed
 
     def delay(self, attempt: int) -> float:
         """Backoff before retry number `attempt` (1 = the wait after the first failure), never above the cap.

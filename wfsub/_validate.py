@@ -257,20 +257,38 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.retry is not None:
-        r = t.retry
-        if not isinstance(r, Retry):
-            c.add(path, f"retry must be Retry(...), got {r!r}")
-        elif not _is_int(r.max_attempts) or r.max_attempts < 1:
-            c.add(path, f"Retry.max_attempts={r.max_attempts!r} must be an int >= 1")
-        elif not all(_is_number(v) and v >= 0 for v in (r.initial, r.multiplier, r.max_interval)):
-            c.add(path, "Retry.initial, multiplier and max_interval must be non-negative numbers")
-        elif r.max_interval > MAX_SECONDS:
-            c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
-        if isinstance(r, Retry) and not (
-            isinstance(r.non_retryable, tuple)
-            and all(isinstance(e, type) and issubclass(e, BaseException) for e in r.non_retryable)
-        ):
-            c.add(path, f"Retry.non_retryable must be a tuple of exception classes, got {r.non_retryable!r}")
+        _check_retry(c, t.retry, path)
+
+
+def _check_retry(c: _Checker, r: object, path: str) -> None:
+    """Every problem of a retry policy, each with the value given and what to write instead."""
+    if not isinstance(r, Retry):
+        c.add(path, f"retry must be Retry(...), got {r!r}")
+        return
+    if r.max_attempts is not None and (not _is_int(r.max_attempts) or r.max_attempts < 1):
+        c.add(path, f"Retry.max_attempts={r.max_attempts!r} must be an int >= 1, or None to retry without a count "
+                    "limit")
+    bad = [name for name in ("initial", "multiplier", "max_interval") if not (
+        _is_number(getattr(r, name)) and getattr(r, name) >= 0)]
+    if bad:
+        shown = ", ".join(f"{name}={getattr(r, name)!r}" for name in bad)
+        c.add(path, f"Retry {shown}: initial, multiplier and max_interval must be non-negative finite numbers")
+    elif r.max_interval > MAX_SECONDS:
+        c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
+    if r.max_elapsed is not None:
+        if not _is_number(r.max_elapsed) or r.max_elapsed <= 0:
+            c.add(path, f"Retry.max_elapsed={r.max_elapsed!r} must be a positive number of seconds, or None for no "
+                        "time limit")
+        else:
+            _at_most_max_seconds(c, path, "Retry.max_elapsed", r.max_elapsed)
+    if r.max_attempts is None and not bad and r.initial == 0 and r.max_elapsed is None:
+        c.add(path, "Retry(max_attempts=None, initial=0) would retry a failing effect forever without a pause: "
+                    "give initial > 0 (a backoff), max_elapsed=seconds, or a max_attempts count")
+    if not (
+        isinstance(r.non_retryable, tuple)
+        and all(isinstance(e, type) and issubclass(e, BaseException) for e in r.non_retryable)
+    ):
+        c.add(path, f"Retry.non_retryable must be a tuple of exception classes, got {r.non_retryable!r}")
 
 
 def _nonempty(c: _Checker, items: object, path: str, what: str) -> bool:

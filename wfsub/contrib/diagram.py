@@ -41,6 +41,7 @@ import typing
 from collections.abc import Mapping as _Mapping
 from dataclasses import dataclass as _dataclass
 
+from ..terms import Retry as _Retry
 from ..terms import Term as _Term
 from ..terms import branch_name as _branch_name
 from ..terms import child_path as _child_path
@@ -340,7 +341,13 @@ class _Diagram:
             notes.append(f"timeout {_number(t.timeout)}s")
         if t.retry is not None:
             attempts = _attr(t.retry, "max_attempts")
-            notes.append(f"retry ×{_number(attempts)}" if attempts is not None else f"retry {_repr(t.retry)}")
+            elapsed = _attr(t.retry, "max_elapsed")
+            if attempts is None and isinstance(t.retry, _Retry):  # no count limit
+                notes.append("retry ∞" if elapsed is None else f"retry ≤{_number(elapsed)}s")
+            elif attempts is not None:
+                notes.append(f"retry ×{_number(attempts)}" + (f" ≤{_number(elapsed)}s" if elapsed is not None else ""))
+            else:
+                notes.append(f"retry {_repr(t.retry)}")
         label = "\n".join([f"effect: {name}", *([", ".join(notes)] if notes else [])])
         node = self.node("effect", label)
         return _Frag(node, [(node, None)])
