@@ -16,6 +16,8 @@ kept intact until a matching version is registered. A suspended case can still b
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -268,10 +270,21 @@ class Background:
         self.route_inbox = route_inbox
         self.busy = busy
         self.nudge = anyio.Event()
+        self.sleeping_until = math.inf  # the earliest due time the due loop will look at the store by
+
+    def wake(self, due: float) -> None:
+        """A case left memory with a timer (or deadline) due at `due`: look again now if that comes before what the
+        due loop sleeps until (one comparison per eviction: a burst of evictions wakes it once, if at all)."""
+        if due < self.sleeping_until:
+            self.sleeping_until = due
+            self.nudge.set()
 
     async def due_loop(self) -> None:
         """Bring back parked cases (not in memory) whose timer or deadline is due; they fire it at once."""
         while True:
+            # A fresh nudge before reading: a case leaving memory while the store is read wakes the wait below.
+            self.nudge = anyio.Event()
+            self.sleeping_until = math.inf
             self.busy(1)
             try:
                 now = self.now()
@@ -284,12 +297,18 @@ class Background:
                 upcoming = None
             finally:
                 self.busy(-1)
-            wait = DUE_POLL if upcoming is None else min(DUE_POLL, max(0.0, upcoming - self.now()))
-            if wait <= 0:
-                wait = DUE_POLL  # due but in memory: its own timer fires it
-            with self.deadline(wait):
-                await self.nudge.wait()
-            self.nudge = anyio.Event()
+            # Wake when the next due time comes (on the case clock), when nudged, or after DUE_POLL seconds of real
+            # time (what others changed in the store). The poll is real time whatever the clock, so a VirtualClock
+            # advanced by a year fires this loop once per due time in that year, not once per DUE_POLL.
+            wait = None if upcoming is None else upcoming - self.now()
+            with anyio.move_on_after(DUE_POLL):
+                if wait is None or wait <= 0:  # none, or due but in memory: its own timer fires it
+                    await self.nudge.wait()
+                else:
+                    assert upcoming is not None
+                    self.sleeping_until = min(self.sleeping_until, upcoming)
+                    with self.deadline(wait):
+                        await self.nudge.wait()
 
     async def changes_loop(
         self,
