@@ -17,7 +17,6 @@ kept intact until a matching version is registered. A suspended case can still b
 from __future__ import annotations
 
 import math
-
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
