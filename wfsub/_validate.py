@@ -391,8 +391,11 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
         c.add(path, f"signal name must be a non-empty str, got {t.signal!r}")
     if t.into is not None and not isinstance(t.into, str):
         c.add(path, f"into must be a str key, got {t.into!r}")
-    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
-        c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds, or None to wait without limit")
+    if callable(t.timeout):
+        _timer_fn(c, path, "timeout", t.timeout)
+    elif t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
+        c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds (or a function of ctx returning "
+                    "one), or None to wait without limit")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.model is not None:
@@ -418,17 +421,42 @@ def _check_defer(c: _Checker, t: Defer, path: str) -> None:
     if (t.timeout is None) != (t.on_timeout is None):
         missing = "on_timeout=" if t.on_timeout is None else "timeout="
         c.add(path, f"timeout and on_timeout go together: add {missing}")
-    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
-        c.add(path, f"timeout={t.timeout!r} must be a non-negative number of seconds")
+    if callable(t.timeout):
+        _timer_fn(c, path, "timeout", t.timeout)
+    elif t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
+        c.add(path, f"timeout={t.timeout!r} must be a non-negative number of seconds (or a function of ctx "
+                    "returning one)")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
 
 
 def _check_sleep(c: _Checker, t: Sleep, path: str) -> None:
-    if not _is_number(t.seconds) or t.seconds < 0:
-        c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number")
+    if t.until is not None:
+        if t.seconds is not None:
+            c.add(path, f"sleep takes seconds or until=, not both (got {t.seconds!r} and until={t.until!r}): "
+                        "keep the one that says when the timer falls due")
+        if callable(t.until):
+            _timer_fn(c, path, "until", t.until)
+        else:
+            c.add(path, f"until={t.until!r} must be a function of ctx returning epoch seconds or an ISO 8601 time with "
+                        "a timezone (for a fixed length, use sleep(seconds))")
+    elif t.seconds is None:
+        c.add(path, "sleep needs seconds (a number, or a function of ctx returning one) or until= (a function of ctx "
+                    "returning epoch seconds or an ISO 8601 time with a timezone)")
+    elif callable(t.seconds):
+        _timer_fn(c, path, "seconds", t.seconds)
+    elif not _is_number(t.seconds) or t.seconds < 0:
+        c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number, or a function of ctx returning one")
     else:
         _at_most_max_seconds(c, path, "sleep seconds", t.seconds)
+
+
+def _timer_fn(c: _Checker, path: str, what: str, fn: object) -> None:
+    """A timer computed from the data: the vm calls it synchronously when the step starts."""
+    if _is_async(fn):
+        c.add(path, f"{what}={_name_of(fn)} is an async function: the vm computes a timer from the case data "
+                    "synchronously when the step starts; use a plain function (fetch what it needs with an effect "
+                    "before the step)")
 
 
 def _at_most_max_seconds(c: _Checker, path: str, what: str, seconds: float | None) -> None:
