@@ -35,3 +35,69 @@ async def test_advancing_a_year_fires_the_clock_a_bounded_number_of_times(
         await clock.advance(1)
         assert await handle.result() == {"woke": True}
     assert clock.fired <= 10, f"{clock.fired} clock firings for one timer"
+
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def due_in(ctx: Any) -> Any:
+    return ctx["wait_for"]
+
+
+def due_at(ctx: Any) -> Any:
+    return ctx["until"]
+
+
+def shifted(ctx: Any) -> dict[str, Any]:
+    return {"wait_for": ctx["wait_for"] * 2}  # data changed after the timer started: the timer keeps its length
+
+
+FROM_DATA = seq(
+    sleep(due_in), task(shifted), sleep(until=due_at), task(lambda c: {"woke": True}, name="woke")
+)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_year_long_timer_from_data_completes_with_bounded_firings(kind: str, tmp_path: Path) -> None:
+    """sleep(until=fn) a year ahead on a durable store: done after the year, with a handful of clock firings."""
+    clock = VirtualClock(start=T0)
+    wf = seq(sleep(until=due_at), task(lambda c: {"woke": True}, name="woke"))
+    async with Substrate(store=store_for(kind, tmp_path), clock=clock, workflows={"w": wf}) as sub:
+        handle = await sub.new_case("w", {"until": "2028-01-15T08:00:00+00:00"})
+        await clock.advance(0)
+        assert [t.due for t in handle.status().timers] == [T0 + YEAR]
+        await clock.advance(YEAR)
+        assert (await handle.result())["woke"] is True
+    assert clock.fired <= 10, f"{clock.fired} clock firings for one timer"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_timers_from_data_keep_their_due_times_across_a_restart(kind: str, tmp_path: Path) -> None:
+    """Timers computed from data are re-armed after a restart at the due times computed when they started, and the
+    journal replays without divergence (replay recomputes the same values)."""
+    from wfsub import replay
+    from wfsub.stores import MemoryStore as Memory
+
+    store: Any = Memory() if kind == "memory" else str(tmp_path / "cases.db")
+    clock = VirtualClock(start=T0)
+    data = {"wait_for": 100, "until": "2027-01-15T09:00:00Z"}
+    async with Substrate(store=store, clock=clock, workflows={"w": FROM_DATA}) as sub:
+        handle = await sub.new_case("w", data, case_id="c")
+        await clock.advance(0)
+        assert [t.due for t in handle.status().timers] == [T0 + 100]
+    clock = VirtualClock(start=T0 + 50)
+    async with Substrate(store=store, clock=clock, workflows={"w": FROM_DATA}) as sub:
+        await clock.advance(0)
+        assert [t.due for t in sub.status("c").timers] == [T0 + 100]
+        await clock.advance(50)
+        assert [t.due for t in sub.status("c").timers] == [T0 + 3600]  # until=, not the changed wait_for
+    clock = VirtualClock(start=T0 + 100)
+    async with Substrate(store=store, clock=clock, workflows={"w": FROM_DATA}) as sub:
+        await clock.advance(0)
+        assert [t.due for t in sub.status("c").timers] == [T0 + 3600]
+        await clock.advance(3500)
+        assert await sub.await_case("c") == {"wait_for": 200, "until": data["until"], "woke": True}
+        journal = await sub.journal("c")
+    report = replay(FROM_DATA, journal)
+    assert report.divergence is None and report.state == "done"
+    assert [r.kind for r in journal] == ["start", "timer", "timer", "end"]
