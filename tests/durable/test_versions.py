@@ -179,3 +179,47 @@ async def test_a_case_whose_workflow_name_is_gone_is_suspended_with_the_register
         await eventually(lambda: sub.status("c").state == "suspended")
         reason = sub.status("c").suspended_reason or ""
         assert "'wf'" in reason and "other" in reason
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_version_running_another_effect_than_the_one_in_flight_suspends_the_case(
+    kind: str, tmp_path: Path
+) -> None:
+    """A case blocked inside effect charge_v1 (its row lists it) reopened with only charge_v2 is suspended with a
+    divergence naming both effects, never run on charge_v2; the old version registered again finishes it."""
+    calls: list[str] = []
+    gate = anyio.Event()
+
+    async def charge_v1(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        calls.append("v1")
+        await gate.wait()
+        return {"charged": "v1"}
+
+    async def charge_v2(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        calls.append("v2")
+        return {"charged": "v2"}
+
+    old = seq(task(a_one), effect(charge_v1))
+    new = seq(task(a_one), effect(charge_v2))
+    store: Any = MemoryStore() if kind == "memory" else str(tmp_path / "cases.db")
+    clock = VirtualClock(T0)
+    async with Substrate(store=store, workflows={"wf": old}, clock=clock) as sub:
+        await sub.new_case("wf", {}, case_id="c")
+        await clock.advance(1)  # past the moment the row records the effect in flight
+    async with outside(store) as reader:
+        row = await reader.row("c")
+        assert row is not None and row.state == "waiting_effect"
+        assert [(e["path"], e["name"]) for e in row.effects] == [("seq[1].effect", "charge_v1")]
+    async with Substrate(store=store, workflows={"wf": new}, clock=clock) as sub:
+        await clock.advance(0)
+        await eventually(lambda: sub.status("c").state == "suspended")
+        reason = sub.status("c").suspended_reason
+        assert reason is not None
+        assert "effects in flight: effect 1 'charge_v1' at seq[1].effect" in reason
+        assert "effect 1: in flight 'charge_v1' at seq[1].effect, the new version has 'charge_v2' at seq[1].effect" in reason
+    assert calls == ["v1"]
+    gate.set()
+    async with Substrate(store=store, workflows={"wf": [old, new]}, clock=clock) as sub:
+        assert await sub.await_case("c") == {"a": 1, "charged": "v1"}
+        assert "version" not in kinds(await sub.journal("c"))
+    assert calls == ["v1", "v1"]

@@ -130,35 +130,73 @@ def check_version(
     trace_level: str = "none",
 ) -> Replayer:
     """The case replayed on `program`, or the ReplayDivergence that suspends it there, as a migration decides:
-    the whole journal applies, and (for a case parked on another version: its row lists what was in flight; a
-    running row is not so exact) the effects and timers then in flight are the ones its row recorded. A
-    Substrate migrates by it; `wfsub replay` checks it before a deploy."""
+    the whole journal applies, and the effects and timers then in flight are the ones its row recorded (see
+    `_same_requests`). A Substrate migrates by it; `wfsub replay` checks it before a deploy."""
     replayer = Replayer(program, records[0], trace_level=trace_level, max_instances=max_instances)
     for record in records[1:]:
         replayer.apply(record)
     if records[-1].get("kind") == "end":
         return replayer
     replayer.run()
-    parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
-    if program.fingerprint != row.fingerprint and parked:
-        _same_requests(row, replayer)
+    if program.fingerprint != row.fingerprint:
+        _same_requests(row, replayer, records)
     return replayer
 
 
-def _same_requests(row: CaseRow, replayer: Replayer) -> None:
-    """After a migration replay, the effects in flight and the timers armed must be the ones the row recorded."""
-    want_effects = sorted((e["effect_id"], e["path"], e["name"]) for e in row.effects)
-    have_effects = sorted((eid, req.path, req.name) for eid, req in replayer.effects.items())
-    want_timers = sorted((t["timer_id"], t["path"]) for t in row.timers)
-    have_timers = sorted((tid, timer.path) for tid, (timer, _) in replayer.timers.items())
-    if want_effects != have_effects or want_timers != have_timers:
-        raise ReplayDivergence(
-            row.case_id,
-            row.last_seq,
-            "version",
-            f"effects {want_effects} and timers {want_timers} in flight, as recorded",
-            f"the new version has effects {have_effects} and timers {have_timers}",
-        )
+_WAITING = (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.WAITING_EFFECT.value)
+
+
+def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> None:
+    """After a migration replay, the effects in flight and the timers armed must be the ones the row recorded
+    (ids, node paths, effect names): a version that would run another effect in place of one in flight (whose
+    side effect may be under way) or arm another timer is not the case's.
+
+    A row written where the case waits (for a signal, a timer or effects) after the journal's last record lists
+    exactly what was in flight. Any other row (a running case) was written before its last inputs were applied:
+    then each effect and timer it lists that no later record answered must still be in flight, as it recorded.
+    """
+    have_effects = {eid: (req.path, req.name) for eid, req in replayer.effects.items()}
+    have_timers = {tid: timer.path for tid, (timer, _) in replayer.timers.items()}
+    exact = row.state in _WAITING and row.last_seq == records[-1].get("seq")
+    if exact:
+        want_effects = {e["effect_id"]: (e["path"], e["name"]) for e in row.effects}
+        want_timers = {t["timer_id"]: t["path"] for t in row.timers}
+    else:
+        answered = {(r.get("kind"), r.get("effect_id"), r.get("timer_id")) for r in records}
+        want_effects = {
+            e["effect_id"]: (e["path"], e["name"]) for e in row.effects
+            if ("effect", e["effect_id"], None) not in answered
+        }
+        want_timers = {t["timer_id"]: t["path"] for t in row.timers if ("timer", None, t["timer_id"]) not in answered}
+        have_effects = {eid: v for eid, v in have_effects.items() if eid in want_effects}
+        have_timers = {tid: v for tid, v in have_timers.items() if tid in want_timers}
+    if want_effects == have_effects and want_timers == have_timers:
+        return
+
+    def effects(found: Mapping[int, tuple[str, str]]) -> str:
+        return ", ".join(f"effect {eid} {name!r} at {path}" for eid, (path, name) in sorted(found.items())) or "none"
+
+    def timers(found: Mapping[int, str]) -> str:
+        return ", ".join(f"timer {tid} at {path}" for tid, path in sorted(found.items())) or "none"
+
+    differs = []
+    for eid in sorted(want_effects.keys() | have_effects.keys()):
+        was, now = want_effects.get(eid), have_effects.get(eid)
+        if was != now:
+            said = "nothing" if was is None else f"{was[1]!r} at {was[0]}"
+            runs = "nothing" if now is None else f"{now[1]!r} at {now[0]}"
+            differs.append(f"effect {eid}: in flight {said}, the new version has {runs}")
+    for tid in sorted(want_timers.keys() | have_timers.keys()):
+        if want_timers.get(tid) != have_timers.get(tid):
+            differs.append(f"timer {tid}: armed at {want_timers.get(tid) or 'nothing'}, the new version has "
+                           f"{have_timers.get(tid) or 'nothing'}")
+    raise ReplayDivergence(
+        row.case_id,
+        row.last_seq,
+        "version",
+        f"effects in flight: {effects(want_effects)}; timers armed: {timers(want_timers)} (as the case recorded)",
+        f"the new version has effects {effects(have_effects)} and timers {timers(have_timers)} ({'; '.join(differs)})",
+    )
 
 
 async def _after_start(store: Store, case_id: str) -> list[Record]:
