@@ -216,7 +216,8 @@ async def test_a_version_running_another_effect_than_the_one_in_flight_suspends_
         reason = sub.status("c").suspended_reason
         assert reason is not None
         assert "effects in flight: effect 1 'charge_v1' at seq[1].effect" in reason
-        assert "effect 1: in flight 'charge_v1' at seq[1].effect, the new version has 'charge_v2' at seq[1].effect" in reason
+        differs = "effect 1: in flight 'charge_v1' at seq[1].effect, the new version has 'charge_v2' at seq[1].effect"
+        assert differs in reason
     assert calls == ["v1"]
     gate.set()
     async with Substrate(store=store, workflows={"wf": [old, new]}, clock=clock) as sub:

@@ -186,10 +186,12 @@ def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> N
             said = "nothing" if was is None else f"{was[1]!r} at {was[0]}"
             runs = "nothing" if now is None else f"{now[1]!r} at {now[0]}"
             differs.append(f"effect {eid}: in flight {said}, the new version has {runs}")
-    for tid in sorted(want_timers.keys() | have_timers.keys()):
-        if want_timers.get(tid) != have_timers.get(tid):
-            differs.append(f"timer {tid}: armed at {want_timers.get(tid) or 'nothing'}, the new version has "
-                           f"{have_timers.get(tid) or 'nothing'}")
+    differs.extend(
+        f"timer {tid}: armed at {want_timers.get(tid) or 'nothing'}, the new version has "
+        f"{have_timers.get(tid) or 'nothing'}"
+        for tid in sorted(want_timers.keys() | have_timers.keys())
+        if want_timers.get(tid) != have_timers.get(tid)
+    )
     raise ReplayDivergence(
         row.case_id,
         row.last_seq,
