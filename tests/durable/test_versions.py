@@ -224,3 +224,41 @@ async def test_a_version_running_another_effect_than_the_one_in_flight_suspends_
         assert await sub.await_case("c") == {"a": 1, "charged": "v1"}
         assert "version" not in kinds(await sub.journal("c"))
     assert calls == ["v1", "v1"]
+
+
+async def test_a_running_row_is_checked_for_the_effects_it_listed_that_no_record_answered() -> None:
+    """A row written before its last inputs were applied (a running case): each effect it lists that the journal
+    did not answer must be in flight on the new version with the same name; answered ones no longer count."""
+    from wfsub import compile as compile_
+    from wfsub._runtime._persist import check_version
+
+    gate = anyio.Event()
+
+    async def charge_v1(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        await gate.wait()
+        return {"charged": 1}
+
+    async def charge_v2(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"charged": 2}
+
+    old = seq(effect(charge_v1), wait("go"), effect(charge_v1))
+    new = seq(effect(charge_v2), wait("go"), effect(charge_v2))
+    store, clock = MemoryStore(), VirtualClock(T0)
+    async with Substrate(store=store, workflows={"wf": old}, clock=clock) as sub:
+        await sub.new_case("wf", {}, case_id="c")
+        await clock.advance(1)
+    async with outside(store) as reader:
+        row = await reader.row("c")
+        records = await reader.journal("c")
+    assert row is not None and [e["name"] for e in row.effects] == ["charge_v1"]
+    row.state = "running"
+    with pytest.raises(wfsub.ReplayDivergence, match="effect 1: in flight 'charge_v1' at seq\\[0\\].effect, the new "
+                                                     "version has 'charge_v2' at seq\\[0\\].effect"):
+        check_version(compile_(new), row, records)
+    gate.set()
+    async with Substrate(store=store, workflows={"wf": old}, clock=clock) as sub:
+        await eventually(lambda: sub.status("c").state == "waiting_signal")
+    async with outside(store) as reader:
+        answered = await reader.journal("c")
+    assert [r["kind"] for r in answered] == ["start", "effect"]
+    check_version(compile_(new), row, answered)  # the listed effect was answered: nothing of it is in flight
