@@ -71,28 +71,45 @@ async def test_a_year_long_timer_from_data_completes_with_bounded_firings(kind: 
     assert clock.fired <= 10, f"{clock.fired} clock firings for one timer"
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def reopenable(kind: str, tmp_path: Path) -> Any:
+    """A function giving the same store each time it is called (a new Postgres store object on one schema)."""
+    if kind == "memory":
+        memory = MemoryStore()
+        return lambda: memory
+    if kind == "sqlite":
+        return lambda: str(tmp_path / "cases.db")
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    return lambda: PostgresStore(dsn, schema=schema)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 async def test_timers_from_data_keep_their_due_times_across_a_restart(kind: str, tmp_path: Path) -> None:
     """Timers computed from data are re-armed after a restart at the due times computed when they started, and the
     journal replays without divergence (replay recomputes the same values)."""
     from wfsub import replay
-    from wfsub.stores import MemoryStore as Memory
 
-    store: Any = Memory() if kind == "memory" else str(tmp_path / "cases.db")
+    store = reopenable(kind, tmp_path)
+    same_node: dict[str, Any] = {"node_id": "n1"} if kind == "postgres" else {}  # the restarted node owns its cases
     clock = VirtualClock(start=T0)
     data = {"wait_for": 100, "until": "2027-01-15T09:00:00Z"}
-    async with Substrate(store=store, clock=clock, workflows={"w": FROM_DATA}) as sub:
+    async with Substrate(store=store(), clock=clock, workflows={"w": FROM_DATA}, **same_node) as sub:
         handle = await sub.new_case("w", data, case_id="c")
         await clock.advance(0)
         assert [t.due for t in handle.status().timers] == [T0 + 100]
     clock = VirtualClock(start=T0 + 50)
-    async with Substrate(store=store, clock=clock, workflows={"w": FROM_DATA}) as sub:
+    async with Substrate(store=store(), clock=clock, workflows={"w": FROM_DATA}, **same_node) as sub:
         await clock.advance(0)
         assert [t.due for t in sub.status("c").timers] == [T0 + 100]
         await clock.advance(50)
         assert [t.due for t in sub.status("c").timers] == [T0 + 3600]  # until=, not the changed wait_for
     clock = VirtualClock(start=T0 + 100)
-    async with Substrate(store=store, clock=clock, workflows={"w": FROM_DATA}) as sub:
+    async with Substrate(store=store(), clock=clock, workflows={"w": FROM_DATA}, **same_node) as sub:
         await clock.advance(0)
         assert [t.due for t in sub.status("c").timers] == [T0 + 3600]
         await clock.advance(3500)
