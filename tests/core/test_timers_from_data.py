@@ -174,3 +174,16 @@ def test_validate_checks_timer_arguments_with_paths_and_fixes() -> None:
     assert "use a plain function" in message
     assert "slow is an async function" in issues(wait("x", timeout=slow))[0]
 
+
+
+def test_a_snapshot_from_before_timer_values_existed_restores() -> None:
+    """A snapshot written before computed timer values were kept restores with none (its timers were constant)."""
+    program = wfsub.compile(seq(sleep(5), put("woke", True)))
+    m = Machine(program)
+    settle(m)
+    snap = m.snapshot()
+    del snap["state"]["timer_values"]
+    restored = Machine.restore(program, snap)
+    assert [(t.seconds, t.at) for t in restored.pending_requests()[1]] == [(5.0, None)]
+    restored.fire_timer(1)
+    assert settle(restored).status == "done"
