@@ -139,8 +139,9 @@ def canonical(term: object) -> str:
     def emit(value: object) -> None:
         if isinstance(value, Term):
             out.append(value.kind + "(")
+            added = value._added
             for f in value.__dataclass_fields__:
-                if f != "_hash":
+                if f != "_hash" and f != "_added" and not (f in added and getattr(value, f) is None):
                     emit(getattr(value, f))
                     out.append(",")
             out.append(")")
@@ -334,7 +335,7 @@ def _emit_wait(e: _Emitter, t: Wait, path: str) -> None:
     e.signals.add(t.signal)
     if not t.transient:
         e.persistent.add(t.signal)
-    timeout = None if t.timeout is None else float(t.timeout)
+    timeout = _timer_operand(t.timeout)
     if t.model is not None:
         e.signal_models[t.signal] = t.model
     e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal, t.transient, timeout)), path)
@@ -358,11 +359,23 @@ def _emit_defer(e: _Emitter, t: Defer, path: str) -> None:
     end = e.here()
     for j in jumps:
         e.args[j] = end
-    e.set_const(slot, DeferSpec(tuple(names), tuple(targets), t.timeout, timeout_target))
+    e.set_const(slot, DeferSpec(tuple(names), tuple(targets), _timer_operand(t.timeout), timeout_target))
+
+
+def _timer_operand(value: Any) -> Any:
+    """A timer's length in a spec: seconds as a float, or the function of the data the vm calls when the step
+    starts (None stays None)."""
+    return value if value is None or callable(value) else float(value)
 
 
 def _emit_sleep(e: _Emitter, t: Sleep, path: str) -> None:
-    e.emit(Op.SLEEP, e.const(SleepSpec(float(t.seconds))), path)
+    if t.until is not None:
+        spec = SleepSpec(0.0, t.until, until=True)
+    elif callable(t.seconds):
+        spec = SleepSpec(0.0, t.seconds)
+    else:
+        spec = SleepSpec(float(t.seconds))
+    e.emit(Op.SLEEP, e.const(spec), path)
 
 
 def _emit_scope(e: _Emitter, t: Scope, path: str) -> None:

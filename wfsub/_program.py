@@ -187,14 +187,14 @@ class WaitSpec:
     signal: str
     into: str
     transient: bool  # only a signal that arrives while waiting wakes it; it never takes a buffered one
-    timeout: float | None = None  # seconds; then a WaitTimeout failure at the wait
+    timeout: float | Callable[..., Any] | None = None  # seconds or fn(ctx) -> seconds; then a WaitTimeout failure
 
 
 @dataclass(frozen=True, slots=True)
 class DeferSpec:
     signals: tuple[str, ...]
     targets: tuple[int, ...]
-    timeout: float | None
+    timeout: float | Callable[..., Any] | None  # seconds or fn(ctx) -> seconds
     timeout_target: int
 
 
@@ -260,7 +260,11 @@ class CallSpec:
 
 @dataclass(frozen=True, slots=True)
 class SleepSpec:
+    """sleep: `seconds`, or (with `fn`) fn(ctx) -> seconds, or (with `until`) fn(ctx) -> a point in time."""
+
     seconds: float
+    fn: Callable[..., Any] | None = None
+    until: bool = False
 
 
 @dataclass(frozen=True, slots=True)

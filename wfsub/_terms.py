@@ -117,6 +117,9 @@ class Term:
 
     kind: ClassVar[str] = "term"
     _positional: ClassVar[tuple[str, ...]] = ()
+    # Fields a kind gained after its first release: the fingerprint's text leaves each out while it holds None, so a
+    # workflow that does not use it keeps the fingerprint its stored cases recorded.
+    _added: ClassVar[tuple[str, ...]] = ()
     _star: ClassVar[str | None] = None  # field shown as *args
     _hash: int = field(init=False, repr=False, compare=False)
 
@@ -169,16 +172,37 @@ class Term:
         return iter(())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Retry:
     """Retry policy of an effect: after failed attempt i (from 1) wait initial * multiplier**(i-1), capped at
-    max_interval, then try again, up to max_attempts in all. An exception in `non_retryable` fails at once."""
+    max_interval, then try again, up to max_attempts in all (None: no count limit). With `max_elapsed=` seconds,
+    no attempt starts later than that after the first attempt started: the last failure is the effect's. An
+    exception in `non_retryable` fails at once."""
 
-    max_attempts: int = 3
+    max_attempts: int | None = 3
     initial: float = 0.1
     multiplier: float = 2.0
     max_interval: float = 30.0
     non_retryable: tuple[type[BaseException], ...] = ()  # these fail the effect at once, without retrying
+    max_elapsed: float | None = None  # seconds from the first attempt's start; None: no time limit
+
+    def __repr__(self) -> str:
+        # `max_elapsed` is shown only when set: the text is part of the fingerprint, so a policy written before
+        # the field existed keeps the fingerprint its stored cases recorded.
+        shown = [
+            f"max_attempts={self.max_attempts!r}", f"initial={self.initial!r}", f"multiplier={self.multiplier!r}",
+            f"max_interval={self.max_interval!r}", f"non_retryable={self.non_retryable!r}",
+        ]
+        if self.max_elapsed is not None:
+            shown.append(f"max_elapsed={self.max_elapsed!r}")
+        return f"Retry({', '.join(shown)})"
+
+    def gives_up(self, attempt: int, elapsed: float, delay: float) -> bool:
+        """Whether attempt `attempt` (from 1), failed `elapsed` seconds after the first attempt started, is the
+        last: the count is reached, or the next attempt would start after `max_elapsed`."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return True
+        return self.max_elapsed is not None and elapsed + delay > self.max_elapsed
 
     def delay(self, attempt: int) -> float:
         """Backoff before retry number `attempt` (1 = the wait after the first failure), never above the cap.
@@ -325,7 +349,17 @@ class Defer(Term):
 class Sleep(Term):
     kind = "sleep"
     _positional = ("seconds",)
-    seconds: Any
+    _added = ("until",)
+    seconds: Any = None  # a number, or fn(ctx) -> seconds
+    until: Any = None  # fn(ctx) -> epoch seconds or an ISO 8601 time with a timezone
+
+    def _repr_parts(self) -> Iterator[str | _Sub]:
+        if self.until is not None and self.seconds is None:
+            yield "sleep(until="
+            yield _Sub(self.until)
+            yield ")"
+        else:
+            yield from Term._repr_parts(self)
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -655,12 +689,13 @@ def wait(
     *,
     into: str | None = None,
     transient: bool = False,
-    timeout: float | None = None,
+    timeout: float | Callable[[Mapping[str, Any]], float] | None = None,
     model: type | None = None,
 ) -> Term:
     """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24).
 
-    `timeout=` seconds: when nothing arrived in time, `WaitTimeout` is a failure at this node. `model=` (a pydantic
+    `timeout=` seconds (or a function of the case data returning them, called when the wait starts): when nothing
+    arrived in time, `WaitTimeout` is a failure at this node. `model=` (a pydantic
     model class): a payload is validated when it is sent (an invalid one is refused with SignalRejected carrying
     pydantic's errors, and nothing changes) and stored as the model's JSON-mode dump.
     """
@@ -668,16 +703,31 @@ def wait(
 
 
 def defer(
-    branches: Mapping[str, Term], *, timeout: float | None = None, on_timeout: Term | None = None
+    branches: Mapping[str, Term],
+    *,
+    timeout: float | Callable[[Mapping[str, Any]], float] | None = None,
+    on_timeout: Term | None = None,
 ) -> Term:
-    """Deferred choice: the first signal named (or the timeout) picks its branch; the rest are withdrawn."""
+    """Deferred choice: the first signal named (or the timeout) picks its branch; the rest are withdrawn.
+
+    `timeout=` seconds, or a function of the case data returning them (called when the choice starts).
+    """
     shaped: Any = tuple(branches.items()) if isinstance(branches, Mapping) else branches
     return Defer(shaped, timeout, on_timeout)
 
 
-def sleep(seconds: float) -> Term:
-    """A durable timer: park for `seconds` of the runtime's clock."""
-    return Sleep(seconds)
+def sleep(
+    seconds: float | Callable[[Mapping[str, Any]], float] | None = None,
+    *,
+    until: Callable[[Mapping[str, Any]], float | str] | None = None,
+) -> Term:
+    """A durable timer: park for `seconds` of the runtime's clock, or until the time `until(ctx)` returns.
+
+    `seconds` is a number, or a function of the case data returning one; `until=fn` returns epoch seconds or an
+    ISO 8601 time with a timezone (`"2027-01-01T09:00:00+01:00"`). The vm calls the function when the step starts,
+    so replay computes the same timer; a value that is not a finite number or a valid time fails the step.
+    """
+    return Sleep(seconds, until)
 
 
 def scope(

@@ -257,20 +257,38 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.retry is not None:
-        r = t.retry
-        if not isinstance(r, Retry):
-            c.add(path, f"retry must be Retry(...), got {r!r}")
-        elif not _is_int(r.max_attempts) or r.max_attempts < 1:
-            c.add(path, f"Retry.max_attempts={r.max_attempts!r} must be an int >= 1")
-        elif not all(_is_number(v) and v >= 0 for v in (r.initial, r.multiplier, r.max_interval)):
-            c.add(path, "Retry.initial, multiplier and max_interval must be non-negative numbers")
-        elif r.max_interval > MAX_SECONDS:
-            c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
-        if isinstance(r, Retry) and not (
-            isinstance(r.non_retryable, tuple)
-            and all(isinstance(e, type) and issubclass(e, BaseException) for e in r.non_retryable)
-        ):
-            c.add(path, f"Retry.non_retryable must be a tuple of exception classes, got {r.non_retryable!r}")
+        _check_retry(c, t.retry, path)
+
+
+def _check_retry(c: _Checker, r: object, path: str) -> None:
+    """Every problem of a retry policy, each with the value given and what to write instead."""
+    if not isinstance(r, Retry):
+        c.add(path, f"retry must be Retry(...), got {r!r}")
+        return
+    if r.max_attempts is not None and (not _is_int(r.max_attempts) or r.max_attempts < 1):
+        c.add(path, f"Retry.max_attempts={r.max_attempts!r} must be an int >= 1, or None to retry without a count "
+                    "limit")
+    bad = [name for name in ("initial", "multiplier", "max_interval") if not (
+        _is_number(getattr(r, name)) and getattr(r, name) >= 0)]
+    if bad:
+        shown = ", ".join(f"{name}={getattr(r, name)!r}" for name in bad)
+        c.add(path, f"Retry {shown}: initial, multiplier and max_interval must be non-negative finite numbers")
+    elif r.max_interval > MAX_SECONDS:
+        c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
+    if r.max_elapsed is not None:
+        if not _is_number(r.max_elapsed) or r.max_elapsed <= 0:
+            c.add(path, f"Retry.max_elapsed={r.max_elapsed!r} must be a positive number of seconds, or None for no "
+                        "time limit")
+        else:
+            _at_most_max_seconds(c, path, "Retry.max_elapsed", r.max_elapsed)
+    if r.max_attempts is None and not bad and r.initial == 0 and r.max_elapsed is None:
+        c.add(path, "Retry(max_attempts=None, initial=0) would retry a failing effect forever without a pause: "
+                    "give initial > 0 (a backoff), max_elapsed=seconds, or a max_attempts count")
+    if not (
+        isinstance(r.non_retryable, tuple)
+        and all(isinstance(e, type) and issubclass(e, BaseException) for e in r.non_retryable)
+    ):
+        c.add(path, f"Retry.non_retryable must be a tuple of exception classes, got {r.non_retryable!r}")
 
 
 def _nonempty(c: _Checker, items: object, path: str, what: str) -> bool:
@@ -373,8 +391,11 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
         c.add(path, f"signal name must be a non-empty str, got {t.signal!r}")
     if t.into is not None and not isinstance(t.into, str):
         c.add(path, f"into must be a str key, got {t.into!r}")
-    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
-        c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds, or None to wait without limit")
+    if callable(t.timeout):
+        _timer_fn(c, path, "timeout", t.timeout)
+    elif t.timeout is not None and (not _is_number(t.timeout) or t.timeout <= 0):
+        c.add(path, f"timeout={t.timeout!r} must be a positive number of seconds (or a function of ctx returning "
+                    "one), or None to wait without limit")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.model is not None:
@@ -400,17 +421,42 @@ def _check_defer(c: _Checker, t: Defer, path: str) -> None:
     if (t.timeout is None) != (t.on_timeout is None):
         missing = "on_timeout=" if t.on_timeout is None else "timeout="
         c.add(path, f"timeout and on_timeout go together: add {missing}")
-    if t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
-        c.add(path, f"timeout={t.timeout!r} must be a non-negative number of seconds")
+    if callable(t.timeout):
+        _timer_fn(c, path, "timeout", t.timeout)
+    elif t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
+        c.add(path, f"timeout={t.timeout!r} must be a non-negative number of seconds (or a function of ctx "
+                    "returning one)")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
 
 
 def _check_sleep(c: _Checker, t: Sleep, path: str) -> None:
-    if not _is_number(t.seconds) or t.seconds < 0:
-        c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number")
+    if t.until is not None:
+        if t.seconds is not None:
+            c.add(path, f"sleep takes seconds or until=, not both (got {t.seconds!r} and until={t.until!r}): "
+                        "keep the one that says when the timer falls due")
+        if callable(t.until):
+            _timer_fn(c, path, "until", t.until)
+        else:
+            c.add(path, f"until={t.until!r} must be a function of ctx returning epoch seconds or an ISO 8601 time with "
+                        "a timezone (for a fixed length, use sleep(seconds))")
+    elif t.seconds is None:
+        c.add(path, "sleep needs seconds (a number, or a function of ctx returning one) or until= (a function of ctx "
+                    "returning epoch seconds or an ISO 8601 time with a timezone)")
+    elif callable(t.seconds):
+        _timer_fn(c, path, "seconds", t.seconds)
+    elif not _is_number(t.seconds) or t.seconds < 0:
+        c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number, or a function of ctx returning one")
     else:
         _at_most_max_seconds(c, path, "sleep seconds", t.seconds)
+
+
+def _timer_fn(c: _Checker, path: str, what: str, fn: object) -> None:
+    """A timer computed from the data: the vm calls it synchronously when the step starts."""
+    if _is_async(fn):
+        c.add(path, f"{what}={_name_of(fn)} is an async function: the vm computes a timer from the case data "
+                    "synchronously when the step starts; use a plain function (fetch what it needs with an effect "
+                    "before the step)")
 
 
 def _at_most_max_seconds(c: _Checker, path: str, what: str, seconds: float | None) -> None:

@@ -857,3 +857,34 @@ async def test_a_running_case_status_at_highlights_where_its_threads_are() -> No
     assert set(status.at) == {"seq[1].par[0].wait", "seq[1].par[2].wait"}
     mm, dot = draw(term, highlight=status.at)
     assert mm.marked == {mm.at(p) for p in status.at} == dot.marked
+
+
+def test_timers_from_data_and_unlimited_retries_are_labelled_by_their_functions() -> None:
+    """sleep(fn), sleep(until=fn) and timeout=fn show the function's name; Retry(None) shows ∞ or its time bound."""
+
+    def due_in(ctx: Any) -> float:
+        return 5.0
+
+    def due_at(ctx: Any) -> str:
+        return "2027-01-01T00:00:00Z"
+
+    wf = seq(
+        sleep(due_in),
+        sleep(until=due_at),
+        wait("approved", timeout=due_in),
+        defer({"accept": t("book")}, timeout=due_in, on_timeout=t("expire")),
+        effect(charge, retry=Retry(None, initial=1)),
+        effect(charge, retry=Retry(None, initial=1, max_elapsed=3600)),
+        effect(charge, retry=Retry(5, max_elapsed=60)),
+    )
+    mm, dot = draw(wf)
+    assert mm.label("seq[0].sleep") == "timer: due_in()"
+    assert mm.label("seq[1].sleep") == "timer: until due_at()"
+    assert mm.label("seq[2].wait") == "signal: approved\ntimeout due_in()"
+    assert mm.label("seq[3].defer") == "event-based\n(defer)\ntimeout due_in()"
+    assert "timer: due_in()" in {mm.nodes[d]["label"] for d, _ in mm.out(mm.at("seq[3].defer"))}
+    assert mm.label("seq[4].effect") == "effect: charge\nretry ∞"
+    assert mm.label("seq[5].effect") == "effect: charge\nretry ≤3600s"
+    assert mm.label("seq[6].effect") == "effect: charge\nretry ×5 ≤60s"
+    for path in ("seq[0].sleep", "seq[1].sleep"):
+        assert mm.nodes[mm.at(path)]["shape"] == "event" and dot.nodes[dot.at(path)]["shape"] == "doublecircle"

@@ -71,6 +71,25 @@ async def _work(ctx: Mapping[str, Any]) -> None:
     return None
 
 
+# Timers from data: lengths and times computed from the data the tasks wrote, now and then invalid (a string, zero
+# for a wait's timeout, a naive time), so both sides must fail the step at the same node.
+
+
+def data_seconds(ctx: Mapping[str, Any]) -> Any:
+    x = ctx.get("x", 0)
+    return "soon" if x % 7 == 6 else float(x % 3)
+
+
+def data_timeout(ctx: Mapping[str, Any]) -> Any:
+    x = ctx.get("x", 0)
+    return 0 if x % 6 == 5 else 1 + x % 4
+
+
+def data_until(ctx: Mapping[str, Any]) -> Any:
+    x = ctx.get("x", 0)
+    return f"2027-01-0{1 + x % 9}T00:00:00" + ("" if x % 5 == 4 else "Z")
+
+
 def a_task(rec: Recorder, fails: bool = False) -> Term:
     i = rec.fresh()
 
@@ -95,10 +114,10 @@ def _leaf(rec: Recorder) -> st.SearchStrategy[Term]:
     if "wait" in k:
         options.append(st.builds(
             lambda s, tr, to: wait(s, transient=tr, timeout=to),
-            st.sampled_from(SIGNALS), st.booleans(), st.sampled_from([None, None, 5.0]),
+            st.sampled_from(SIGNALS), st.booleans(), st.sampled_from([None, None, 5.0, data_timeout]),
         ))
     if "sleep" in k:
-        options.append(st.just(sleep(1.0)))
+        options.append(st.sampled_from([sleep(1.0), sleep(1.0), sleep(data_seconds), sleep(until=data_until)]))
     if "call" in k:
         options.append(st.builds(rec.callee))
     if "terminate" in k:
@@ -195,7 +214,8 @@ def terms(rec: Recorder, max_leaves: int = 14) -> st.SearchStrategy[Term]:
             names = draw(st.lists(st.sampled_from(SIGNALS), min_size=1, max_size=2, unique=True))
             branches = {name: draw(children) for name in names}
             if draw(st.booleans()):
-                return defer(branches, timeout=3.0, on_timeout=draw(children))
+                timeout = draw(st.sampled_from([3.0, 3.0, data_timeout]))
+                return defer(branches, timeout=timeout, on_timeout=draw(children))
             return defer(branches)
 
         @st.composite

@@ -58,6 +58,7 @@ class VmSide:
         self.quanta = quanta
         self.effects: dict[int, str] = {}
         self.timers: set[int] = set()
+        self.lengths: dict[int, tuple[float, float | None]] = {}  # every timer asked for: (seconds, epoch due)
         self.status = "yielded"
         self.error: tuple[str | None, str | None] = (None, None)
         self.signals: tuple[str, ...] = ()
@@ -67,6 +68,7 @@ class VmSide:
             r = self.m.run(self.quanta)
             self.effects.update({x.effect_id: x.path for x in r.effects})
             self.timers |= {x.timer_id for x in r.timers}
+            self.lengths.update({x.timer_id: (x.seconds, x.at) for x in r.timers})
             for eid in r.cancelled_effects:
                 self.effects.pop(eid, None)
             self.timers -= set(r.cancelled_timers)
@@ -129,6 +131,7 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         assert normalized(vm.m.data) == normalized(ref.data), context
         assert vm.effects == ref.effects(), context
         assert sorted(vm.timers) == ref.timers(), context
+        assert {tid: vm.lengths[tid] for tid in vm.timers} == ref.timer_lengths(), context
         assert sorted(vm.signals) == ref.awaited(), context
         if status != "running" or not actions:
             return

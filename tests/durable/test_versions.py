@@ -208,3 +208,86 @@ async def test_a_suspended_case_is_signalled_once_a_compatible_version_is_regist
     async with Substrate(store=store, workflows={"wf": [V2_COMPATIBLE, V3_RENAMED]}, clock=clock) as sub:
         await sub.signal("c", "y", 1)
         assert await sub.await_case("c") == {"a": 1, "x": "c", "y": 1, "b": True}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_version_running_another_effect_than_the_one_in_flight_suspends_the_case(
+    kind: str, tmp_path: Path
+) -> None:
+    """A case blocked inside effect charge_v1 (its row lists it) reopened with only charge_v2 is suspended with a
+    divergence naming both effects, never run on charge_v2; the old version registered again finishes it."""
+    calls: list[str] = []
+    gate = anyio.Event()
+
+    async def charge_v1(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        calls.append("v1")
+        await gate.wait()
+        return {"charged": "v1"}
+
+    async def charge_v2(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        calls.append("v2")
+        return {"charged": "v2"}
+
+    old = seq(task(a_one), effect(charge_v1))
+    new = seq(task(a_one), effect(charge_v2))
+    store: Any = MemoryStore() if kind == "memory" else str(tmp_path / "cases.db")
+    clock = VirtualClock(T0)
+    async with Substrate(store=store, workflows={"wf": old}, clock=clock) as sub:
+        await sub.new_case("wf", {}, case_id="c")
+        await clock.advance(1)  # past the moment the row records the effect in flight
+    async with outside(store) as reader:
+        row = await reader.row("c")
+        assert row is not None and row.state == "waiting_effect"
+        assert [(e["path"], e["name"]) for e in row.effects] == [("seq[1].effect", "charge_v1")]
+    async with Substrate(store=store, workflows={"wf": new}, clock=clock) as sub:
+        await clock.advance(0)
+        await eventually(lambda: sub.status("c").state == "suspended")
+        reason = sub.status("c").suspended_reason
+        assert reason is not None
+        assert "effects in flight: effect 1 'charge_v1' at seq[1].effect" in reason
+        differs = "effect 1: in flight 'charge_v1' at seq[1].effect, the new version has 'charge_v2' at seq[1].effect"
+        assert differs in reason
+    assert calls == ["v1"]
+    gate.set()
+    async with Substrate(store=store, workflows={"wf": [old, new]}, clock=clock) as sub:
+        assert await sub.await_case("c") == {"a": 1, "charged": "v1"}
+        assert "version" not in kinds(await sub.journal("c"))
+    assert calls == ["v1", "v1"]
+
+
+async def test_a_running_row_is_checked_for_the_effects_it_listed_that_no_record_answered() -> None:
+    """A row written before its last inputs were applied (a running case): each effect it lists that the journal
+    did not answer must be in flight on the new version with the same name; answered ones no longer count."""
+    from wfsub import compile as compile_
+    from wfsub._runtime._persist import check_version
+
+    gate = anyio.Event()
+
+    async def charge_v1(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        await gate.wait()
+        return {"charged": 1}
+
+    async def charge_v2(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"charged": 2}
+
+    old = seq(effect(charge_v1), wait("go"), effect(charge_v1))
+    new = seq(effect(charge_v2), wait("go"), effect(charge_v2))
+    store, clock = MemoryStore(), VirtualClock(T0)
+    async with Substrate(store=store, workflows={"wf": old}, clock=clock) as sub:
+        await sub.new_case("wf", {}, case_id="c")
+        await clock.advance(1)
+    async with outside(store) as reader:
+        row = await reader.row("c")
+        records = await reader.journal("c")
+    assert row is not None and [e["name"] for e in row.effects] == ["charge_v1"]
+    row.state = "running"
+    with pytest.raises(wfsub.ReplayDivergence, match="effect 1: in flight 'charge_v1' at seq\\[0\\].effect, the new "
+                                                     "version has 'charge_v2' at seq\\[0\\].effect"):
+        check_version(compile_(new), row, records)
+    gate.set()
+    async with Substrate(store=store, workflows={"wf": old}, clock=clock) as sub:
+        await eventually(lambda: sub.status("c").state == "waiting_signal")
+    async with outside(store) as reader:
+        answered = await reader.journal("c")
+    assert [r["kind"] for r in answered] == ["start", "effect"]
+    check_version(compile_(new), row, answered)  # the listed effect was answered: nothing of it is in flight

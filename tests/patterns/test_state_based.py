@@ -52,6 +52,20 @@ def test_wcp16_deferred_choice_timeout_takes_on_timeout_and_withdraws_the_signal
     assert (r.status, r.signals, rec.steps, case.data) == ("done", (), ["expired", "after"], {})
 
 
+def test_wcp16_deferred_choice_timeout_from_data_is_computed_when_the_choice_starts() -> None:
+    """WCP16 with timeout=fn: the timer's length is read from the data the case has when the choice starts."""
+    rec = Recorder()
+
+    def offer_seconds(ctx: Any) -> Any:
+        return ctx["offer_seconds"]
+
+    case = Case(_approval(rec, timeout=offer_seconds, on_timeout=rec.step("expired")), {"offer_seconds": 900})
+    (timer,) = case.run().timers
+    assert timer.seconds == 900.0
+    r = case.fire(timer.timer_id)
+    assert (r.status, rec.steps) == ("done", ["expired", "after"])
+
+
 def test_wcp16_a_signal_decision_cancels_the_timeout_timer() -> None:
     """WCP16 edge: when a signal decides, the deferred choice's timer is reported cancelled."""
     rec = Recorder()

@@ -183,3 +183,100 @@ async def test_effect_withdrawn_in_the_burst_that_requested_it_never_starts() ->
         await handle.signal("go")
         assert await handle.result() == {"quick": True, "go": None}
     assert (rec.calls, rec.cancelled, rec.steps) == ([], [], ["quick"])
+
+
+async def test_retry_without_a_count_limit_retries_until_success() -> None:
+    """Retry(max_attempts=None) keeps retrying a failing effect, backing off on the clock, until it succeeds."""
+    async with running() as (sub, clock, _):
+        attempts: list[float] = []
+
+        async def flaky(ctx: Any) -> dict[str, Any]:
+            attempts.append(clock.now())
+            if len(attempts) < 12:
+                raise ConnectionError("gateway busy")
+            return {"paid": True}
+
+        wf = effect(flaky, retry=Retry(max_attempts=None, initial=1.0, multiplier=2.0, max_interval=4.0))
+        handle = await sub.new_case(wf)
+        await clock.advance(1000)
+        assert await handle.result() == {"paid": True}
+    assert attempts[:5] == [0.0, 1.0, 3.0, 7.0, 11.0]  # 1, 2, 4, then capped at 4
+    assert len(attempts) == 12
+
+
+async def test_retry_max_elapsed_bounds_unlimited_retries() -> None:
+    """With max_elapsed, no attempt starts later than that after the first one started; the last error is the case's."""
+    async with running() as (sub, clock, _):
+        attempts: list[float] = []
+
+        async def broken(ctx: Any) -> None:
+            attempts.append(clock.now())
+            raise ConnectionError(f"down at {clock.now():g}")
+
+        wf = effect(broken, retry=Retry(max_attempts=None, initial=2.0, multiplier=1.0, max_elapsed=7.0))
+        handle = await sub.new_case(wf)
+        await clock.advance(100)
+        with pytest.raises(CaseFailed) as caught:
+            await handle.result()
+    assert attempts == [0.0, 2.0, 4.0, 6.0]  # the next one would start at 8 > 7
+    assert str(caught.value.__cause__) == "down at 6"
+
+
+async def test_retry_count_and_elapsed_bound_together_stop_at_the_first_reached() -> None:
+    """max_attempts and max_elapsed together: whichever is reached first ends the retries."""
+    async with running() as (sub, clock, _):
+        attempts: list[float] = []
+
+        async def broken(ctx: Any) -> None:
+            attempts.append(clock.now())
+            raise ConnectionError("down")
+
+        handle = await sub.new_case(effect(broken, retry=Retry(max_attempts=3, initial=1.0, max_elapsed=100.0)))
+        await clock.advance(100)
+        with pytest.raises(CaseFailed):
+            await handle.result()
+    assert attempts == [0.0, 1.0, 3.0]
+
+
+def test_retry_arguments_are_validated_with_their_values_and_the_fix() -> None:
+    """validate reports each bad Retry argument at the effect's path, with the value given and what to write."""
+    from wfsub import validate
+
+    async def charge(ctx: Any) -> None:
+        return None
+
+    def messages(retry: Any) -> list[str]:
+        return [f"{i.path}: {i.message}" for i in validate(seq(task(lambda c: None), effect(charge, retry=retry)))]
+
+    assert messages(Retry(max_attempts=None, initial=1.0)) == []
+    assert messages(Retry(max_attempts=None, max_elapsed=60)) == []
+    assert messages(Retry(max_attempts=0)) == [
+        "seq[1].effect: Retry.max_attempts=0 must be an int >= 1, or None to retry without a count limit"
+    ]
+    assert messages(Retry(max_attempts=None, max_elapsed=-1)) == [
+        "seq[1].effect: Retry.max_elapsed=-1 must be a positive number of seconds, or None for no time limit"
+    ]
+    assert messages(Retry(initial=float("nan"), multiplier=-2)) == [
+        "seq[1].effect: Retry initial=nan, multiplier=-2: initial, multiplier and max_interval must be non-negative "
+        "finite numbers"
+    ]
+    (forever,) = messages(Retry(max_attempts=None, initial=0))
+    assert "retry a failing effect forever without a pause" in forever and "max_elapsed=seconds" in forever
+    assert "Retry.max_elapsed=10000000000.0 is longer" in messages(Retry(max_elapsed=1e10))[0]
+    assert messages(Retry(max_attempts=True)) == [  # type: ignore[arg-type]
+        "seq[1].effect: Retry.max_attempts=True must be an int >= 1, or None to retry without a count limit"
+    ]
+
+
+def test_retry_repr_and_fingerprint_leave_out_an_unset_max_elapsed() -> None:
+    """A Retry written without max_elapsed reads (and fingerprints) as it did before the field existed."""
+    from wfsub import compile as compile_
+
+    assert repr(Retry(3)) == "Retry(max_attempts=3, initial=0.1, multiplier=2.0, max_interval=30.0, non_retryable=())"
+    assert repr(Retry(None, max_elapsed=5)).endswith("non_retryable=(), max_elapsed=5)")
+
+    async def charge(ctx: Any) -> None:
+        return None
+
+    bounded = compile_(effect(charge, retry=Retry(3, max_elapsed=5))).fingerprint
+    assert compile_(effect(charge, retry=Retry(3))).fingerprint != bounded

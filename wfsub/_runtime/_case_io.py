@@ -38,7 +38,7 @@ def start_io(actor: CaseActor, r: RunResult, tg: TaskGroup) -> None:
     for req in r.effects:
         _start_effect(actor, req, tg)
     for timer in r.timers:
-        _arm(actor, timer.timer_id, timer.path, base + timer.seconds, tg)
+        _arm(actor, timer.timer_id, timer.path, timer.due(base), tg)
 
 
 def _start_effect(actor: CaseActor, req: EffectRequest, tg: TaskGroup) -> None:

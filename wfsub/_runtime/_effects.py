@@ -97,6 +97,7 @@ async def call_effect(
     """
     attempts = retry.max_attempts if retry is not None else 1
     attempt = 0
+    first_start = clock.now()
     while True:
         attempt += 1
         if on_attempt is not None:
@@ -110,9 +111,11 @@ async def call_effect(
         except anyio.get_cancelled_exc_class():
             raise  # _attempt let through only a cancellation the runtime issued
         except BaseException as exc:  # a failed attempt (see the module docstring)
-            if retry is None or attempt >= attempts or isinstance(exc, retry.non_retryable):
+            if retry is None or isinstance(exc, retry.non_retryable):
                 raise
             delay = retry.delay(attempt)
+            if retry.gives_up(attempt, clock.now() - first_start, delay):
+                raise
             if on_retry is not None:
                 on_retry(attempt, delay, exc)
             _log.info(

@@ -98,6 +98,10 @@ class CaseLoader:
         self.effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
         self.missed_ids: set[str] = set()  # those cases
+        # The loops below sleep on the case clock only until their next entry falls due, and on these events while
+        # they have none: a VirtualClock advanced by a year fires them once per entry, not once per period.
+        self.effect_waits_added = anyio.Event()
+        self.parked_added = anyio.Event()
 
     # -- bringing a case into memory -------------------------------------------------------------------------
 
@@ -387,15 +391,20 @@ class CaseLoader:
     def waits_on_effects(self, actor: CaseActor) -> None:
         assert actor.journal is not None
         self.effect_waits.append((self.clock.now(), actor, actor.journal.seq))
+        self.effect_waits_added.set()
 
     async def effect_rows(self) -> None:
         """Record in its row what a case waits for once it has waited EFFECT_ROW_AFTER seconds on effects. A
         quick effect is answered first and costs nothing; a slow one shows in `status` and `wfsub show`."""
         waits = self.effect_waits
         while True:
-            await self.clock.sleep(EFFECT_ROW_AFTER)
-            cutoff = self.clock.now() - EFFECT_ROW_AFTER
-            while waits and waits[0][0] <= cutoff:
+            if not waits:
+                self.effect_waits_added = anyio.Event()
+                await self.effect_waits_added.wait()
+                continue
+            await self.clock.sleep(max(0.0, waits[0][0] + EFFECT_ROW_AFTER - self.clock.now()))
+            now = self.clock.now()
+            while waits and waits[0][0] + EFFECT_ROW_AFTER <= now:
                 _, actor, seq = waits.popleft()
                 j = actor.journal
                 if (
@@ -410,6 +419,7 @@ class CaseLoader:
         parked = self.parked
         parked.pop(actor.case_id, None)  # to the end: the dict stays in order of parking
         parked[actor.case_id] = self.clock.now()
+        self.parked_added.set()
 
     def left_memory(self, actor: CaseActor) -> None:
         if self.cases.get(actor.case_id) is actor:
@@ -427,11 +437,16 @@ class CaseLoader:
         """Every so often, ask the cases parked for `after` seconds to leave memory (oldest first)."""
         parked = self.parked
         while True:
-            await self.clock.sleep(min(max(after / 2, 0.05), 1.0))
-            cutoff = self.clock.now() - after
+            if not parked:
+                self.parked_added = anyio.Event()
+                await self.parked_added.wait()
+                continue
+            # The oldest entry is first (a case parking again moves to the end): sleep until it is due.
+            await self.clock.sleep(max(0.0, next(iter(parked.values())) + after - self.clock.now()))
+            now = self.clock.now()
             while parked:
                 case_id, since = next(iter(parked.items()))
-                if since > cutoff:
+                if since + after > now:
                     break
                 del parked[case_id]
                 actor = self.cases.get(case_id)

@@ -18,6 +18,7 @@ ends at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -140,18 +141,16 @@ def check_version(
     trace_level: str = "none",
 ) -> Replayer:
     """The case replayed on `program`, or the ReplayDivergence that suspends it there, as a migration decides:
-    the whole journal applies, and (for a case parked on another version: its row lists what was in flight; a
-    running row is not so exact) the effects and timers then in flight are the ones its row recorded. A
-    Substrate migrates by it; `wfsub replay` checks it before a deploy."""
+    the whole journal applies, and the effects and timers then in flight are the ones its row recorded (see
+    `_same_requests`). A Substrate migrates by it; `wfsub replay` checks it before a deploy."""
     replayer = Replayer(program, records[0], trace_level=trace_level, max_instances=max_instances)
     for record in records[1:]:
         replayer.apply(record)
     if records[-1].get("kind") == "end":
         return replayer
     replayer.run()
-    parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
-    if program.fingerprint != row.fingerprint and parked:
-        _same_requests(row, replayer)
+    if program.fingerprint != row.fingerprint:
+        _same_requests(row, replayer, records)
     return replayer
 
 
@@ -172,20 +171,59 @@ def _same_tasks_as_parked(row: CaseRow, replayer: Replayer) -> None:
         )
 
 
-def _same_requests(row: CaseRow, replayer: Replayer) -> None:
-    """After a migration replay, the effects in flight and the timers armed must be the ones the row recorded."""
-    want_effects = sorted((e["effect_id"], e["path"], e["name"]) for e in row.effects)
-    have_effects = sorted((eid, req.path, req.name) for eid, req in replayer.effects.items())
-    want_timers = sorted((t["timer_id"], t["path"]) for t in row.timers)
-    have_timers = sorted((tid, timer.path) for tid, (timer, _) in replayer.timers.items())
-    if want_effects != have_effects or want_timers != have_timers:
-        raise ReplayDivergence(
-            row.case_id,
-            row.last_seq,
-            "version",
-            f"effects {want_effects} and timers {want_timers} in flight, as recorded",
-            f"the new version has effects {have_effects} and timers {have_timers}",
-        )
+def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> None:
+    """After a migration replay, the effects in flight and the timers armed must be the ones the row recorded
+    (ids, node paths, effect names): a version that would run another effect in place of one in flight (whose
+    side effect may be under way) or arm another timer is not the case's.
+
+    A row written where the case waits (for a signal, a timer or effects) after the journal's last record lists
+    exactly what was in flight. Any other row (a running case) was written before its last inputs were applied:
+    then each effect and timer it lists that no later record answered must still be in flight, as it recorded.
+    """
+    have_effects = {eid: (req.path, req.name) for eid, req in replayer.effects.items()}
+    have_timers = {tid: timer.path for tid, (timer, _) in replayer.timers.items()}
+    exact = row.state in _PARKED_ROWS and row.last_seq == records[-1].get("seq")
+    if exact:
+        want_effects = {e["effect_id"]: (e["path"], e["name"]) for e in row.effects}
+        want_timers = {t["timer_id"]: t["path"] for t in row.timers}
+    else:
+        answered = {(r.get("kind"), r.get("effect_id"), r.get("timer_id")) for r in records}
+        want_effects = {
+            e["effect_id"]: (e["path"], e["name"]) for e in row.effects
+            if ("effect", e["effect_id"], None) not in answered
+        }
+        want_timers = {t["timer_id"]: t["path"] for t in row.timers if ("timer", None, t["timer_id"]) not in answered}
+        have_effects = {eid: v for eid, v in have_effects.items() if eid in want_effects}
+        have_timers = {tid: v for tid, v in have_timers.items() if tid in want_timers}
+    if want_effects == have_effects and want_timers == have_timers:
+        return
+
+    def effects(found: Mapping[int, tuple[str, str]]) -> str:
+        return ", ".join(f"effect {eid} {name!r} at {path}" for eid, (path, name) in sorted(found.items())) or "none"
+
+    def timers(found: Mapping[int, str]) -> str:
+        return ", ".join(f"timer {tid} at {path}" for tid, path in sorted(found.items())) or "none"
+
+    differs = []
+    for eid in sorted(want_effects.keys() | have_effects.keys()):
+        was, now = want_effects.get(eid), have_effects.get(eid)
+        if was != now:
+            said = "nothing" if was is None else f"{was[1]!r} at {was[0]}"
+            runs = "nothing" if now is None else f"{now[1]!r} at {now[0]}"
+            differs.append(f"effect {eid}: in flight {said}, the new version has {runs}")
+    differs.extend(
+        f"timer {tid}: armed at {want_timers.get(tid) or 'nothing'}, the new version has "
+        f"{have_timers.get(tid) or 'nothing'}"
+        for tid in sorted(want_timers.keys() | have_timers.keys())
+        if want_timers.get(tid) != have_timers.get(tid)
+    )
+    raise ReplayDivergence(
+        row.case_id,
+        row.last_seq,
+        "version",
+        f"effects in flight: {effects(want_effects)}; timers armed: {timers(want_timers)} (as the case recorded)",
+        f"the new version has effects {effects(have_effects)} and timers {timers(have_timers)} ({'; '.join(differs)})",
+    )
 
 
 async def _after_start(store: Store, case_id: str) -> list[Record]:
@@ -296,10 +334,21 @@ class Background:
         self.route_inbox = route_inbox
         self.busy = busy
         self.nudge = anyio.Event()
+        self.sleeping_until = math.inf  # the earliest due time the due loop will look at the store by
+
+    def wake(self, due: float) -> None:
+        """A case left memory with a timer (or deadline) due at `due`: look again now if that comes before what the
+        due loop sleeps until (one comparison per eviction: a burst of evictions wakes it once, if at all)."""
+        if due < self.sleeping_until:
+            self.sleeping_until = due
+            self.nudge.set()
 
     async def due_loop(self) -> None:
         """Bring back parked cases (not in memory) whose timer or deadline is due; they fire it at once."""
         while True:
+            # A fresh nudge before reading: a case leaving memory while the store is read wakes the wait below.
+            self.nudge = anyio.Event()
+            self.sleeping_until = math.inf
             self.busy(1)
             try:
                 now = self.now()
@@ -312,12 +361,18 @@ class Background:
                 upcoming = None
             finally:
                 self.busy(-1)
-            wait = DUE_POLL if upcoming is None else min(DUE_POLL, max(0.0, upcoming - self.now()))
-            if wait <= 0:
-                wait = DUE_POLL  # due but in memory: its own timer fires it
-            with self.deadline(wait):
-                await self.nudge.wait()
-            self.nudge = anyio.Event()
+            # Wake when the next due time comes (on the case clock), when nudged, or after DUE_POLL seconds of real
+            # time (what others changed in the store). The poll is real time whatever the clock, so a VirtualClock
+            # advanced by a year fires this loop once per due time in that year, not once per DUE_POLL.
+            wait = None if upcoming is None else upcoming - self.now()
+            with anyio.move_on_after(DUE_POLL):
+                if wait is None or wait <= 0:  # none, or due but in memory: its own timer fires it
+                    await self.nudge.wait()
+                else:
+                    assert upcoming is not None
+                    self.sleeping_until = min(self.sleeping_until, upcoming)
+                    with self.deadline(wait):
+                        await self.nudge.wait()
 
     async def changes_loop(
         self,

@@ -86,7 +86,7 @@ class Replayer:
                 self.effects[req.effect_id] = req
                 self.requested.add(req.effect_id)
             for timer in timers:
-                self.timers[timer.timer_id] = (timer, due.get(timer.timer_id, self.time + timer.seconds))
+                self.timers[timer.timer_id] = (timer, due.get(timer.timer_id, timer.due(self.time)))
                 self.armed.add(timer.timer_id)
         self.machine.digesting = True
         self.last: RunResult | None = None
@@ -99,7 +99,7 @@ class Replayer:
             self.effects[req.effect_id] = req
             self.requested.add(req.effect_id)
         for timer in r.timers:
-            self.timers[timer.timer_id] = (timer, self.time + timer.seconds)
+            self.timers[timer.timer_id] = (timer, timer.due(self.time))
             self.armed.add(timer.timer_id)
         for eid in r.cancelled_effects:
             self.effects.pop(eid, None)

@@ -302,7 +302,15 @@ class Substrate:
             case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
         else:
             case_tg.start_soon(background.changes_loop)
-        shared.on_evict = loader.left_memory
+        def left_memory(actor: CaseActor) -> None:
+            loader.left_memory(actor)
+            dues = [due for _, due in actor.armed.values()]
+            if actor.deadline is not None:
+                dues.append(actor.deadline)
+            if dues:
+                background.wake(min(dues))  # its timers are now the due loop's to watch
+
+        shared.on_evict = left_memory
         shared.on_effect_wait = loader.waits_on_effects
         case_tg.start_soon(loader.effect_rows)
         if self._evict_after is not None:

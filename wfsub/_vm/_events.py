@@ -39,7 +39,7 @@ MIN_KINDS: frozenset[str] = frozenset(
         "effect_discarded",  # a result arrived for a withdrawn token; detail: effect_id
         "effect_cancelled",  # an in-flight effect was withdrawn; detail: effect_id
         "effect_retry",  # an attempt failed and will be retried; detail: effect_id, attempt, delay, type, error
-        "timer_armed",  # detail: timer_id, seconds
+        "timer_armed",  # detail: timer_id, seconds (sleep(until=): at, the epoch due)
         "timer_fired",  # detail: timer_id
         "timer_cancelled",  # detail: timer_id
         "timer_stale",  # a firing arrived for a withdrawn timer; detail: timer_id

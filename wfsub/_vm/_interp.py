@@ -141,6 +141,7 @@ class Interp:
         "status",
         "steps",
         "timers",
+        "timer_values",
         "tl",
         "waiters",
     )
@@ -186,6 +187,9 @@ class Interp:
         self.root = RootFrame(None, self.root_env, 0)
         self.effects: dict[int, Token] = {}
         self.timers: dict[int, Token] = {}
+        # Timers whose length the data gave (sleep(fn), sleep(until=), timeout=fn): timer id -> (seconds, epoch due
+        # or None), as computed when the step started; entries of timers no longer armed are pruned (see _ops._arm).
+        self.timer_values: dict[int, tuple[float, float | None]] = {}
         self.waiters: dict[str, Fifo] = {}  # of (token, wait id)
         self.buffered: dict[str, Fifo] = {}  # of (arrival seq, payload)
         self.regions: dict[str, dict[Frame, None]] = {}
@@ -642,6 +646,7 @@ class Interp:
         self.ms_waiters.clear()
         self.effects.clear()
         self.timers.clear()
+        self.timer_values.clear()
 
     def _joined(self, frame: SplitFrame, first: bool) -> None:
         if self.tl and first:
@@ -882,12 +887,14 @@ class Interp:
             return False
         self._trace_node("timer_fired", tok.ip, timer_id=timer_id)
         op, spec = self.code[tok.ip]
+        computed = self.timer_values.pop(timer_id, None)
         if tok.wk == WK_TIMER:
             tok.ip += 1
         elif op == Op.WAIT:  # nothing arrived in time: a failure at the wait
             tok.wk = WK_NONE
             tok.aux = 0
-            message = f"wait({spec.signal!r}) saw no signal within its timeout of {spec.timeout:g}s"
+            seconds = spec.timeout if computed is None else computed[0]
+            message = f"wait({spec.signal!r}) saw no signal within its timeout of {seconds:g}s"
             refuse(self, tok.frame, tok.ip, message, WaitTimeout)
             return True
         else:  # a deferred choice timed out: the signal branches are withdrawn
@@ -967,6 +974,10 @@ class Interp:
             effects.append(effect_request(self, eid, tok, tok.ip, self.code[tok.ip][1]))
         timers = []
         for timer_id, tok in self.timers.items():
+            computed = self.timer_values.get(timer_id)
+            if computed is not None:
+                timers.append(TimerRequest(timer_id, computed[0], self.paths[tok.ip], computed[1]))
+                continue
             spec = self.code[tok.ip][1]
             seconds = spec.seconds if isinstance(spec, bc.SleepSpec) else spec.timeout
             timers.append(TimerRequest(timer_id, seconds, self.paths[tok.ip]))

@@ -11,14 +11,17 @@ and failures are the functions of `_withdraw.py`; the nets' handlers live with t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .. import _program as bc
 from .._errors import LimitExceeded
 from .._program import ALL, Op
+from .._terms import MAX_SECONDS
 from ._net import NetFrame, _op_net, _op_net_exit
 from ._records import (
     WK_BLOCKED,
@@ -227,6 +230,13 @@ def _park_signal(m: Interp, tok: Token, ip: int, names: Sequence[str]) -> None:
 
 
 def _op_wait(m: Interp, tok: Token, ip: int, spec: bc.WaitSpec) -> int:
+    timeout = spec.timeout
+    computed = False
+    if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed from the data as the wait starts
+        timeout = _seconds_from_data(m, tok, ip, timeout, "wait timeout", positive=True)
+        if timeout is None:
+            return -1
+        computed = True
     buffered = None if spec.transient else m.buffered.get(spec.signal)
     if buffered:
         _, payload = buffered.popleft()
@@ -234,23 +244,38 @@ def _op_wait(m: Interp, tok: Token, ip: int, spec: bc.WaitSpec) -> int:
         m._trace_node("signal_consumed", ip, signal=spec.signal, buffered=True)
         return ip + 1
     _park_signal(m, tok, ip, (spec.signal,))
-    if spec.timeout is not None:
-        tok.aux = _arm(m, ip, spec.timeout, tok)
+    if timeout is not None:
+        tok.aux = _arm(m, ip, timeout, tok, computed)
     return -1
 
 
-def _arm(m: Interp, ip: int, seconds: float, tok: Token) -> int:
+def _arm(m: Interp, ip: int, seconds: float, tok: Token, computed: bool = False, at: float | None = None) -> int:
     timer_id = m.next_timer
     m.next_timer = timer_id + 1
     m.timers[timer_id] = tok
     if type(m.out_timers) is not list:
         m.out_timers = []
-    m.out_timers.append(TimerRequest(timer_id, seconds, m.paths[ip]))
-    m._trace_node("timer_armed", ip, timer_id=timer_id, seconds=seconds)
+    m.out_timers.append(TimerRequest(timer_id, seconds, m.paths[ip], at))
+    if computed:  # kept for pending_requests and messages; pruned of withdrawn timers as it grows (amortised O(1))
+        values = m.timer_values
+        values[timer_id] = (seconds, at)
+        if len(values) > 2 * len(m.timers) + 16:
+            m.timer_values = {tid: v for tid, v in values.items() if tid in m.timers}
+    if at is None:
+        m._trace_node("timer_armed", ip, timer_id=timer_id, seconds=seconds)
+    else:
+        m._trace_node("timer_armed", ip, timer_id=timer_id, at=at)
     return timer_id
 
 
 def _op_defer(m: Interp, tok: Token, ip: int, spec: bc.DeferSpec) -> int:
+    timeout = spec.timeout
+    computed = False
+    if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed as the choice starts
+        timeout = _seconds_from_data(m, tok, ip, timeout, "defer timeout", positive=False)
+        if timeout is None:
+            return -1
+        computed = True
     best = None
     for i, name in enumerate(spec.signals):  # the earliest buffered signal among the names decides
         buffered = m.buffered.get(name)
@@ -263,16 +288,100 @@ def _op_defer(m: Interp, tok: Token, ip: int, spec: bc.DeferSpec) -> int:
         m._trace_node("deferred_choice", ip, chosen=name, buffered=True)
         return spec.targets[best[1]]
     _park_signal(m, tok, ip, spec.signals)
-    if spec.timeout is not None:
-        tok.aux = _arm(m, ip, spec.timeout, tok)
+    if timeout is not None:
+        tok.aux = _arm(m, ip, timeout, tok, computed)
     return -1
 
 
 def _op_sleep(m: Interp, tok: Token, ip: int, spec: bc.SleepSpec) -> int:
     tok.ip = ip
+    fn = spec.fn
+    if fn is None:
+        tok.wk = WK_TIMER
+        tok.wid = _arm(m, ip, spec.seconds, tok)
+        return -1
+    if spec.until:
+        at = _time_from_data(m, tok, ip, fn)
+        if at is None:
+            return -1
+        tok.wk = WK_TIMER
+        tok.wid = _arm(m, ip, 0.0, tok, True, at)
+        return -1
+    seconds = _seconds_from_data(m, tok, ip, fn, "sleep seconds", positive=False)
+    if seconds is None:
+        return -1
     tok.wk = WK_TIMER
-    tok.wid = _arm(m, ip, spec.seconds, tok)
+    tok.wid = _arm(m, ip, seconds, tok, True)
     return -1
+
+
+# -- timers from the case data: computed when the step starts (replay computes the same), checked here -------------
+
+
+def _fn_label(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _call_timer_fn(m: Interp, tok: Token, ip: int, fn: Callable[..., Any], what: str) -> tuple[bool, Any]:
+    try:
+        return True, fn(tok.env)
+    except PASS_THROUGH:
+        raise
+    except BaseException as exc:  # see PASS_THROUGH: the function's failure is a failure at the step
+        step_failed(m, tok.frame, ip, exc, f"{what} function {_fn_label(fn)} raised {type(exc).__name__}: {exc}")
+        return False, None
+
+
+def _seconds_from_data(
+    m: Interp, tok: Token, ip: int, fn: Callable[..., Any], what: str, *, positive: bool
+) -> float | None:
+    """fn(ctx) as a timer's length in seconds, or None after failing the step with what was wrong and the fix."""
+    ok, value = _call_timer_fn(m, tok, ip, fn, what)
+    if not ok:
+        return None
+    bound = "> 0" if positive else ">= 0"
+    if type(value) not in (int, float) or not math.isfinite(value):
+        problem = f"returned {value!r} ({type(value).__name__}), not a finite number of seconds"
+    elif value < 0 or (positive and value == 0):
+        problem = f"returned {value!r}: the seconds must be {bound}"
+    elif value > MAX_SECONDS:
+        problem = f"returned {value!r}: more than the longest timer wfsub arms ({MAX_SECONDS:g} s, about 31 years)"
+    else:
+        return float(value)
+    refuse(m, tok.frame, ip, f"{what} function {_fn_label(fn)} {problem}; return an int or float {bound}")
+    return None
+
+
+def _time_from_data(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> float | None:
+    """until(ctx) as epoch seconds, or None after failing the step. Epoch seconds, an ISO 8601 string with a
+    timezone or an aware datetime; a naive time is refused (its meaning would depend on the machine's zone)."""
+    ok, value = _call_timer_fn(m, tok, ip, fn, "sleep until")
+    if not ok:
+        return None
+    fix = "return epoch seconds or an ISO 8601 time with a timezone, such as '2027-01-01T09:00:00+00:00'"
+    problem = None
+    if type(value) in (int, float):
+        if math.isfinite(value):
+            return float(value)
+        problem = f"returned {value!r}, not a finite number of epoch seconds"
+    elif isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            problem = f"returned {value!r}, which is not an ISO 8601 time"
+        else:
+            if when.tzinfo is None or when.utcoffset() is None:
+                problem = f"returned {value!r}, a time without a timezone (add 'Z' or an offset such as '+00:00')"
+            else:
+                return when.timestamp()
+    elif isinstance(value, datetime) and value.tzinfo is not None and value.utcoffset() is not None:
+        return value.timestamp()
+    elif isinstance(value, datetime):
+        problem = f"returned {value!r}, a datetime without a timezone"
+    else:
+        problem = f"returned {value!r} ({type(value).__name__}), not a time"
+    refuse(m, tok.frame, ip, f"sleep until function {_fn_label(fn)} {problem}; {fix}")
+    return None
 
 
 def _op_scope(m: Interp, tok: Token, ip: int, spec: bc.ScopeSpec) -> int:

@@ -24,8 +24,14 @@ class EffectRequest:
 
 @dataclass(slots=True)
 class TimerRequest:
-    """Arm a timer; report back with `fire_timer(timer_id)` after `seconds`."""
+    """Arm a timer; report back with `fire_timer(timer_id)` after `seconds`, or at epoch time `at` when it is set
+    (`sleep(until=)`: a point in time the data named, the same on replay)."""
 
     timer_id: int
     seconds: float
     path: str
+    at: float | None = None
+
+    def due(self, base: float) -> float:
+        """When it falls due, for a driver whose timers count from `base` (the time of the last input applied)."""
+        return self.at if self.at is not None else base + self.seconds

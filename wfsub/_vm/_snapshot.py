@@ -52,6 +52,7 @@ _STATE = (
     "root",
     "effects",
     "timers",
+    "timer_values",
     "waiters",
     "buffered",
     "regions",
@@ -62,6 +63,10 @@ _STATE = (
     "out_cancel_effects",
     "out_cancel_timers",
 )
+
+
+_ADDED: dict[str, Any] = {"timer_values": dict}
+"""State added after the snapshot format's first release: an older snapshot lacks it and gets this empty value."""
 
 
 def _slots(cls: type) -> list[str]:
@@ -194,7 +199,7 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     machine.root_env = root_env
     for name in _STATE:
         if name != "data":
-            setattr(machine, name, dec(state[name]))
+            setattr(machine, name, dec(state[name]) if name in state else _ADDED[name]())
     machine.status = RunStatus(machine.status)
     machine.trace_level = snap["trace_level"]
     machine.scheduler = scheduler_from_state(snap["scheduler"])

@@ -14,7 +14,8 @@ What is drawn how (the same in both formats):
     defer                     event-based gateway with one signal event per branch and a timer event
     loop                      a gateway with the condition and a thick back edge labelled with it
     mi                        a cluster between an MI split (|||, count or items) and an MI join (its policy)
-    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout), "timer"
+    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout), "timer" (a
+                              timer computed from the data is labelled by its function: "timer: until due_at()")
     scope / saga              clusters; on_error and on_cancel leave through boundary events on dashed edges,
                               each saga step's compensation hangs off it on a dashed "compensate" edge
     interleave                gateways "interleave (one at a time)"; order pairs as dashed "before" edges
@@ -41,6 +42,7 @@ import typing
 from collections.abc import Mapping as _Mapping
 from dataclasses import dataclass as _dataclass
 
+from ..terms import Retry as _Retry
 from ..terms import Term as _Term
 from ..terms import branch_name as _branch_name
 from ..terms import child_path as _child_path
@@ -154,6 +156,15 @@ def _str(value: object) -> str:
 def _number(value: object) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return f"{value:g}"
+    return _repr(value)
+
+
+def _span(value: object) -> str:
+    """A timer's length: `60s`, or `due_in()` when a function computes it from the case data."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:g}s"
+    if callable(value):
+        return f"{_fn_name(value)}()"
     return _repr(value)
 
 
@@ -340,7 +351,13 @@ class _Diagram:
             notes.append(f"timeout {_number(t.timeout)}s")
         if t.retry is not None:
             attempts = _attr(t.retry, "max_attempts")
-            notes.append(f"retry ×{_number(attempts)}" if attempts is not None else f"retry {_repr(t.retry)}")
+            elapsed = _attr(t.retry, "max_elapsed")
+            if attempts is None and isinstance(t.retry, _Retry):  # no count limit
+                notes.append("retry ∞" if elapsed is None else f"retry ≤{_number(elapsed)}s")
+            elif attempts is not None:
+                notes.append(f"retry ×{_number(attempts)}" + (f" ≤{_number(elapsed)}s" if elapsed is not None else ""))
+            else:
+                notes.append(f"retry {_repr(t.retry)}")
         label = "\n".join([f"effect: {name}", *([", ".join(notes)] if notes else [])])
         node = self.node("effect", label)
         return _Frag(node, [(node, None)])
@@ -350,14 +367,16 @@ class _Diagram:
         if t.into is not None:
             lines.append(f"into {_name(t.into)}")
         if t.timeout is not None:
-            lines.append(f"timeout {_number(t.timeout)}s")
+            lines.append(f"timeout {_span(t.timeout)}")
         if t.transient is True:
             lines.append("transient")
         node = self.node("event", "\n".join(lines))
         return _Frag(node, [(node, None)])
 
     def _sleep(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
-        node = self.node("event", f"timer: {_number(t.seconds)}s")
+        until = _attr(t, "until")
+        when = f"until {_span(until)}" if until is not None else _span(t.seconds)
+        node = self.node("event", f"timer: {when}")
         return _Frag(node, [(node, None)])
 
     def _call(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
@@ -474,7 +493,7 @@ class _Diagram:
         return _Frag(test, [(test, "done")])
 
     def _defer(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
-        timeout = f"\ntimeout {_number(t.timeout)}s" if t.timeout is not None else ""
+        timeout = f"\ntimeout {_span(t.timeout)}" if t.timeout is not None else ""
         head = self.node("event_gateway", f"event-based\n(defer){timeout}")
         tail = self.node("gateway", "XOR", role="join")
         by_sel = {sel: frag for sel, frag, _ in kids}
@@ -491,7 +510,7 @@ class _Diagram:
                 self.edge(event, frag.entry)
                 self.connect(frag.exits, tail)
         if t.timeout is not None or "timeout" in by_sel:
-            when = _number(t.timeout) + "s" if t.timeout is not None else "?"
+            when = _span(t.timeout) if t.timeout is not None else "?"
             timer = self.node("event", f"timer: {when}", role="timeout")
             self.edge(head, timer)
             handler = by_sel.get("timeout")

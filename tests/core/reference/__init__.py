@@ -67,6 +67,10 @@ class Reference:
     def timers(self) -> list[int]:
         return sorted(self.e.timers)
 
+    def timer_lengths(self) -> dict[int, tuple[float, float | None]]:
+        """Armed timers: id -> (seconds, epoch due or None), as computed when their step started."""
+        return {tid: self.e.lengths[tid] for tid in self.e.timers}
+
     def awaited(self) -> list[str]:
         return self.e.awaited() if self.e.status == "running" else []
 

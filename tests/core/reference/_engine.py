@@ -9,13 +9,16 @@ queued at the back.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from wfsub._program import SPAWN_CHUNK  # how many instances a step starts: part of the order threads run in
 from wfsub._terms import (
+    MAX_SECONDS,
     MI,
     AddInstances,
     Call,
@@ -100,6 +103,7 @@ class Engine:
         self.next_wid = 1
         self.effects: dict[int, Thread] = {}
         self.timers: dict[int, Thread] = {}
+        self.lengths: dict[int, tuple[float, float | None]] = {}  # timer id -> (seconds, epoch due or None)
         self.waiters: dict[str, deque[tuple[Thread, int]]] = {}
         self.buffered: dict[str, deque[tuple[int, Any]]] = {}
         self.arrivals = 0
@@ -530,25 +534,60 @@ class Engine:
         th.park, th.wid, th.at = "effect", eid, (t, path)
 
     def do_sleep(self, th: Thread, t: Sleep, path: str) -> None:
-        th.park, th.wid, th.at = "timer", self.arm(th), (t, path)
+        if t.until is not None:
+            length: tuple[float, float | None] = (0.0, self.epoch(th, t.until, path))
+        else:
+            length = (self.seconds(th, t.seconds, path, positive=False), None)
+        th.park, th.wid, th.at = "timer", self.arm(th, length), (t, path)
 
-    def arm(self, th: Thread) -> int:
+    def arm(self, th: Thread, length: tuple[float, float | None]) -> int:
         tid = self.next_timer
         self.next_timer += 1
         self.timers[tid] = th
+        self.lengths[tid] = length
         return tid
 
+    # Timers from data, written from the contract, not from the vm: a number of seconds (finite, >= 0, > 0 for a
+    # wait's timeout, at most MAX_SECONDS); a point in time as epoch seconds or an ISO 8601 string with a timezone.
+
+    def seconds(self, th: Thread, value: Any, path: str, *, positive: bool) -> float:
+        if not callable(value):
+            return float(value)
+        got = self.call(value, self.env_view(th.env), path)
+        number = isinstance(got, int | float) and not isinstance(got, bool) and math.isfinite(got)
+        if not number or got < 0 or (positive and got == 0) or got > MAX_SECONDS:
+            raise Failure("StepFailed", path, f"timer length {got!r}")
+        return float(got)
+
+    def epoch(self, th: Thread, fn: Any, path: str) -> float:
+        got = self.call(fn, self.env_view(th.env), path)
+        if isinstance(got, int | float) and not isinstance(got, bool) and math.isfinite(got):
+            return float(got)
+        when = None
+        if isinstance(got, str):
+            try:
+                when = datetime.fromisoformat(got)
+            except ValueError:
+                when = None
+        elif isinstance(got, datetime):
+            when = got
+        if when is None or when.utcoffset() is None:
+            raise Failure("StepFailed", path, f"timer time {got!r}")
+        return when.timestamp()
+
     def do_wait(self, th: Thread, t: Wait, path: str) -> None:
+        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=True)
         q = None if t.transient else self.buffered.get(t.signal)
         if q:
             _, payload = q.popleft()
             self.store(th.env, {t.into or t.signal: payload})
             return
         self.park_signal(th, t, path, [t.signal])
-        if t.timeout is not None:
-            th.timeout = self.arm(th)
+        if timeout is not None:
+            th.timeout = self.arm(th, (timeout, None))
 
     def do_defer(self, th: Thread, t: Defer, path: str) -> None:
+        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=False)
         best: tuple[int, int] | None = None
         for i, (name, _) in enumerate(t.branches):
             q = self.buffered.get(name)
@@ -561,8 +600,8 @@ class Engine:
             self.push(th, branch, path, name)
             return
         self.park_signal(th, t, path, [name for name, _ in t.branches])
-        if t.timeout is not None:
-            th.timeout = self.arm(th)
+        if timeout is not None:
+            th.timeout = self.arm(th, (timeout, None))
 
     def park_signal(self, th: Thread, t: Any, path: str, names: list[str]) -> None:
         wid = self.next_wid

@@ -1,0 +1,120 @@
+"""Durable timers: advancing a VirtualClock over a long span costs what falls due in it; timers computed from the
+case data keep their due times across a restart and are recomputed the same by replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wfsub import Substrate, seq, sleep, task
+from wfsub.stores import MemoryStore
+from wfsub.testing import VirtualClock
+
+YEAR = 365 * 86400.0
+
+
+def store_for(kind: str, tmp_path: Path) -> Any:
+    return MemoryStore() if kind == "memory" else str(tmp_path / "cases.db")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("evict_after", [None, 60.0])
+async def test_advancing_a_year_fires_the_clock_a_bounded_number_of_times(
+    kind: str, evict_after: float | None, tmp_path: Path
+) -> None:
+    """A year-long timer on a durable store completes with a handful of clock firings, whatever the span's length."""
+    clock = VirtualClock()
+    wf = seq(sleep(YEAR), task(lambda c: {"woke": True}))
+    async with Substrate(store=store_for(kind, tmp_path), clock=clock, workflows={"w": wf},
+                         evict_after=evict_after) as sub:
+        handle = await sub.new_case("w")
+        await clock.advance(YEAR - 1)
+        assert not handle.done()
+        await clock.advance(1)
+        assert await handle.result() == {"woke": True}
+    assert clock.fired <= 10, f"{clock.fired} clock firings for one timer"
+
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def due_in(ctx: Any) -> Any:
+    return ctx["wait_for"]
+
+
+def due_at(ctx: Any) -> Any:
+    return ctx["until"]
+
+
+def shifted(ctx: Any) -> dict[str, Any]:
+    return {"wait_for": ctx["wait_for"] * 2}  # data changed after the timer started: the timer keeps its length
+
+
+FROM_DATA = seq(
+    sleep(due_in), task(shifted), sleep(until=due_at), task(lambda c: {"woke": True}, name="woke")
+)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_year_long_timer_from_data_completes_with_bounded_firings(kind: str, tmp_path: Path) -> None:
+    """sleep(until=fn) a year ahead on a durable store: done after the year, with a handful of clock firings."""
+    clock = VirtualClock(start=T0)
+    wf = seq(sleep(until=due_at), task(lambda c: {"woke": True}, name="woke"))
+    async with Substrate(store=store_for(kind, tmp_path), clock=clock, workflows={"w": wf}) as sub:
+        handle = await sub.new_case("w", {"until": "2028-01-15T08:00:00+00:00"})
+        await clock.advance(0)
+        assert [t.due for t in handle.status().timers] == [T0 + YEAR]
+        await clock.advance(YEAR)
+        assert (await handle.result())["woke"] is True
+    assert clock.fired <= 10, f"{clock.fired} clock firings for one timer"
+
+
+def reopenable(kind: str, tmp_path: Path) -> Any:
+    """A function giving the same store each time it is called (a new Postgres store object on one schema)."""
+    if kind == "memory":
+        memory = MemoryStore()
+        return lambda: memory
+    if kind == "sqlite":
+        return lambda: str(tmp_path / "cases.db")
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    return lambda: PostgresStore(dsn, schema=schema)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+async def test_timers_from_data_keep_their_due_times_across_a_restart(kind: str, tmp_path: Path) -> None:
+    """Timers computed from data are re-armed after a restart at the due times computed when they started, and the
+    journal replays without divergence (replay recomputes the same values)."""
+    from wfsub import replay
+
+    store = reopenable(kind, tmp_path)
+    same_node: dict[str, Any] = {"node_id": "n1"} if kind == "postgres" else {}  # the restarted node owns its cases
+    clock = VirtualClock(start=T0)
+    data = {"wait_for": 100, "until": "2027-01-15T09:00:00Z"}
+    async with Substrate(store=store(), clock=clock, workflows={"w": FROM_DATA}, **same_node) as sub:
+        handle = await sub.new_case("w", data, case_id="c")
+        await clock.advance(0)
+        assert [t.due for t in handle.status().timers] == [T0 + 100]
+    clock = VirtualClock(start=T0 + 50)
+    async with Substrate(store=store(), clock=clock, workflows={"w": FROM_DATA}, **same_node) as sub:
+        await clock.advance(0)
+        assert [t.due for t in sub.status("c").timers] == [T0 + 100]
+        await clock.advance(50)
+        assert [t.due for t in sub.status("c").timers] == [T0 + 3600]  # until=, not the changed wait_for
+    clock = VirtualClock(start=T0 + 100)
+    async with Substrate(store=store(), clock=clock, workflows={"w": FROM_DATA}, **same_node) as sub:
+        await clock.advance(0)
+        assert [t.due for t in sub.status("c").timers] == [T0 + 3600]
+        await clock.advance(3500)
+        assert await sub.await_case("c") == {"wait_for": 200, "until": data["until"], "woke": True}
+        journal = await sub.journal("c")
+    report = replay(FROM_DATA, journal)
+    assert report.divergence is None and report.state == "done"
+    assert [r.kind for r in journal] == ["start", "timer", "timer", "end"]
