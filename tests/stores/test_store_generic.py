@@ -6,14 +6,15 @@ from __future__ import annotations
 import math
 import os
 import time
+from pathlib import Path
 
 import anyio
 import pytest
 from structlog.testing import capture_logs
 
 from wfsub import WfsubError
-from wfsub._errors import StoreError
-from wfsub._store import CaseWrite, MemoryStore, Store
+from wfsub._errors import StoreConflict, StoreError
+from wfsub._store import CaseWrite, MemoryStore, ProgramSummary, SqliteStore, Store
 
 from ._helpers import end, first_write, opened, row, signal, snapshot, snapshot_count, start, twin
 
@@ -497,6 +498,37 @@ async def test_single_node_stores_have_no_leases_takeovers_or_queue(store: Store
     async with opened(store):
         assert await store.take_over() == [] and await store.claim_queued(["fp-1"], 10) == []
         assert abs(await store.renew_lease() - time.time()) < 5 and abs(await store.database_time() - time.time()) < 5
+        if isinstance(store, SqliteStore):  # other processes queue cases for its owner: see tests/processes
+            return
         with pytest.raises(StoreError, match="placement='any' needs a shared store"):
             await store.queue_case(first_write("a"))
         assert await store.row("a") is None
+
+
+async def test_a_sqlite_owner_claims_the_cases_queued_for_it(tmp_path: Path) -> None:
+    """A case queued on SQLite (by a process that does not own the file) is claimed once, by its version's owner."""
+    path = tmp_path / "q.db"
+    async with opened(SqliteStore(path), owner=False) as outside:
+        await outside.queue_case(first_write("a"))
+        assert await outside.claim_queued(["fp-1"], 10) == []  # only the owner claims
+        with pytest.raises(StoreConflict):
+            await outside.queue_case(first_write("a"))
+    async with opened(SqliteStore(path)) as owner:
+        assert await owner.live() == []  # queued: not resumed by recovery until claimed
+        assert await owner.claim_queued(["another-version"], 10) == []
+        assert await owner.claim_queued(["fp-1"], 10) == ["a"]
+        assert await owner.claim_queued(["fp-1"], 10) == []
+        assert [row.case_id for row in await owner.live()] == ["a"]
+
+
+async def test_program_summaries_are_kept_once_per_fingerprint(store: Store) -> None:
+    """put_program keeps the first summary of a fingerprint; newest_program gives the last version registered."""
+    async with opened(store):
+        assert await store.program("fp-a") is None and await store.newest_program("order") is None
+        await store.put_program(ProgramSummary("fp-a", "order", {"signals": {"go": None}}))
+        await store.put_program(ProgramSummary("fp-a", "order", {"signals": {}}))
+        await store.put_program(ProgramSummary("fp-b", "order", {"signals": {"stop": None}}))
+        first = await store.program("fp-a")
+        assert first is not None and first.summary == {"signals": {"go": None}}
+        newest = await store.newest_program("order")
+        assert newest is not None and newest.fingerprint == "fp-b"
