@@ -332,6 +332,9 @@ class Substrate:
                 _log.info("the owner of the store has ended; this Substrate owns it now", store=store.url)
                 self._outside = None
                 await self._open_durable(store, case_tg)
+                for event in self._end_events.values():  # awaiters re-read their rows: an owner now wakes them
+                    event.set()
+                self._end_events.clear()
                 raise _Owned
 
         async def watch() -> None:
