@@ -13,8 +13,6 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-import pytest
-
 from ._http import BOUND, Server, call
 
 N = 30  # loans
