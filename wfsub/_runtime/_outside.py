@@ -74,6 +74,8 @@ class Outside:
         if row is None:
             row = await self.row(case_id)
         if CaseState(row.state).ended:
+            if await applied(self.store, case_id, msg.request_id):
+                return  # a retried call whose input was applied (and ended the case): what it returned first
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
@@ -114,6 +116,13 @@ class Outside:
             await same_start(self.store, case_id, name, journaled)
             return False
         return True
+
+
+async def applied(store: Store, case_id: str, request_id: str | None) -> bool:
+    """Whether the journal of a case holds an input with this request id (a retry of a call that was applied)."""
+    if request_id is None:
+        return False
+    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
 
 
 async def check_case_input(

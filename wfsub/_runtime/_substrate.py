@@ -75,7 +75,7 @@ from ._journal import JournalRecord, as_journaled
 from ._loader import CaseLoader, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
-from ._outside import EndWatcher, Outside, same_start, start_differs
+from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
 from ._registry import Workflows
 from ._routing import InboxRouter
@@ -731,6 +731,8 @@ class Substrate:
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
             if row is not None and CaseState(row.state).ended:
+                if await applied(self._store, case_id, msg.request_id):
+                    return  # a retried cancel that was applied (and ended the case): what it returned first
                 raise SignalRejected.ended(case_id, msg.what, row.state)
         try:
             actor = await self._live(case_id, msg.what)
@@ -745,6 +747,8 @@ class Substrate:
             await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
+            if self._store is not None and await applied(self._store, actor.case_id, msg.request_id):
+                return  # a retried cancel that was applied (and ended the case): what it returned first
             raise actor.ended_error(msg.what)
         if actor.journal is None:
             actor.post(msg)
