@@ -61,7 +61,7 @@ from .._errors import (
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, Store
+from .._store import CaseRow, SqliteStore, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
@@ -292,7 +292,7 @@ class Substrate:
     async def _open_store(self, store: Store) -> bool:
         """Open the store as its owner, or (a single-node store owned by another process, `standby=True`) as a
         standby: True for a standby."""
-        if store.shared or not self._standby_ok:
+        if store.shared or not self._standby_ok or not isinstance(store, SqliteStore):  # (standbys: SQLite)
             await store.open(owner=True, owner_id=self._owner)  # raises StoreError for a second owner
             return False
         try:
