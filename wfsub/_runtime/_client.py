@@ -134,8 +134,9 @@ class Client:
                 "to get a fresh one"
             )
         name, fingerprint = await door.version(workflow)
-        deadline = None if timeout is None else _now() + timeout
-        await door.start(name, fingerprint, start_data, case_id, deadline, seed)
+        now = await self._store.database_time() if self._store.shared else _now()  # times a case's timers count from
+        deadline = None if timeout is None else now + timeout
+        await door.start(name, fingerprint, start_data, case_id, deadline, seed, now)
         return ClientHandle(self, case_id)
 
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:

@@ -100,11 +100,12 @@ class Outside:
 
     async def start(
         self, name: str, fingerprint: str, data: dict[str, Any] | None, case_id: str, deadline: float | None,
-        seed: int | None,
+        seed: int | None, now: float | None = None,
     ) -> bool:
-        """Queue a new case for the owner; False when `case_id` is that same case already (nothing written)."""
+        """Queue a new case for the owner; False when `case_id` is that same case already (nothing written).
+        `now`: its start time (default: this process's clock; a shared store's clients give database time)."""
         journaled, _ = as_journaled(data or {}, "data", self.max_payload)
-        now = self.now()
+        now = self.now() if now is None else now
         start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now)
         row = CaseRow(
             case_id=case_id, workflow=name, fingerprint=fingerprint, state=CaseState.RUNNING.value, started_at=now,
