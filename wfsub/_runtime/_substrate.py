@@ -519,7 +519,8 @@ class Substrate:
             self._starting[case_id] = (name, start_data or {})
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
-            except CaseExists:
+            except CaseExists:  # an earlier run's case has this id
+                self._starting.pop(case_id, None)
                 return await self._same_start(case_id, name, start_data)
             finally:
                 self._starting.pop(case_id, None)
