@@ -2,10 +2,11 @@
 
 MemoryStore and SqliteStore are single-node stores: one Substrate owns every case in them, so there is no lease
 to renew, nothing to take over, no queue of cases for any node, and the local clock is the store's clock.
-`wait_changed` polls a cheap check (`_poll_changed`: SQLite's data_version, a flag in memory), 1 ms after the
-previous look and then less often, doubling up to every `WAIT_POLL` seconds: an input written by another process
-(the `wfsub` command, a client, a standby) is noticed within a few ms, and an idle store costs a few us of checks
-100 times a second. It keeps its own mark, so it never consumes what `changed()` reports.
+`wait_changed` polls a cheap check (`_poll_changed`: SQLite's data_version, a flag in memory), never sooner than
+1 ms after its call (a busy store changes at every commit), then less often, doubling up to every `WAIT_POLL`
+seconds: an input written by another process (the `wfsub` command, a client, a standby) is noticed within a few
+ms, and an idle store costs a few us of checks 100 times a second. It keeps its own mark, so it never consumes
+what `changed()` reports.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SingleNode(StoreBase):
     async def wait_changed(self, timeout: float) -> None:  # noqa: ASYNC109 (a polling bound, not a deadline)
         deadline = time.monotonic() + timeout
         pause = WAIT_FIRST
+        await anyio.sleep(min(WAIT_FIRST, timeout))  # a busy store changes at every commit: look at most every ms
         while not self._poll_changed():
             left = deadline - time.monotonic()
             if left <= 0:

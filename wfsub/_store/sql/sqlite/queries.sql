@@ -235,3 +235,7 @@ SELECT fingerprint, workflow, summary FROM programs WHERE workflow = :workflow O
 -- name: cases_queued_any
 -- Whether a queued case waits that the owner can claim (one step into the partial index cases_queued).
 SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_each(:fingerprints)) LIMIT 1;
+
+-- name: inbox_any
+-- Whether any input waits in the inbox (one step into the partial index inbox_pending).
+SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
