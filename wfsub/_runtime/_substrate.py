@@ -330,8 +330,8 @@ class Substrate:
             self._standby_since = time.monotonic()
             if self._phase == "open" and await store.take_ownership(self._owner):
                 _log.info("the owner of the store has ended; this Substrate owns it now", store=store.url)
-                self._outside = None
                 await self._open_durable(store, case_tg)
+                self._outside = None  # (calls made meanwhile went through the store: the owner takes them)
                 for event in self._end_events.values():  # awaiters re-read their rows: an owner now wakes them
                     event.set()
                 self._end_events.clear()
