@@ -94,8 +94,11 @@ async def test_a_client_starts_steers_reads_and_awaits_cases_of_another_process(
             assert kinds.count("start") == 1 and kinds[-1] == "end"
 
 
-async def test_a_client_queues_while_no_owner_runs_and_the_next_owner_runs_it(tmp_path: Path) -> None:
+async def test_a_client_queues_while_no_owner_runs_and_the_next_owner_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With no owner, a client's start and signal wait in the store; the Substrate that opens it next runs them."""
+    monkeypatch.setenv("LOANS_LOG", str(tmp_path / "runs.jsonl"))
     path = str(tmp_path / "loans.db")
     async with Substrate(store=path, workflows={"loan": loan}):  # registers the workflow's summary, then leaves
         pass
@@ -106,7 +109,6 @@ async def test_a_client_queues_while_no_owner_runs_and_the_next_owner_runs_it(tm
         await client.signal("q1", "approve", {"by": "ann"})
         with pytest.raises(TimeoutError, match="has not ended"):
             await client.await_case("q1", timeout=0)
-        os.environ.setdefault("LOANS_LOG", str(tmp_path / "runs.jsonl"))
         async with anyio.create_task_group() as tg:
             done = anyio.Event()
 
@@ -121,9 +123,11 @@ async def test_a_client_queues_while_no_owner_runs_and_the_next_owner_runs_it(tm
             done.set()
 
 
-async def test_two_callers_at_once_start_one_case_and_cancel_it_once(tmp_path: Path) -> None:
+async def test_two_callers_at_once_start_one_case_and_cancel_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two clients starting the same case at once get one case; two cancels with one request id apply once."""
-    os.environ.setdefault("LOANS_LOG", str(tmp_path / "runs.jsonl"))
+    monkeypatch.setenv("LOANS_LOG", str(tmp_path / "runs.jsonl"))
     path = str(tmp_path / "loans.db")
     async with Substrate(store=path, workflows={"loan": loan}) as sub, Client(path) as a, Client(path) as b:
         for n in range(10):

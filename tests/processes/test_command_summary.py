@@ -33,10 +33,10 @@ def inbox(path: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A store whose owner started case `l1` (waiting for its approval) and `gone` (cancelled), then closed."""
     path = tmp_path / "loans.db"
-    os.environ.setdefault("LOANS_LOG", str(tmp_path / "runs.jsonl"))
+    monkeypatch.setenv("LOANS_LOG", str(tmp_path / "runs.jsonl"))
 
     async def prepare() -> None:
         async with Substrate(store=str(path), workflows={"loan": loan}) as sub:
