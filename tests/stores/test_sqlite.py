@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import wfsub
-from wfsub._errors import StoreError
+from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite
 from wfsub._store import _group as group_module
 from wfsub._store import _sqlite as sqlite_module
@@ -733,3 +733,19 @@ async def test_a_page_of_cases_is_an_index_read_among_100000(tmp_path: Path) -> 
         page = vm_steps(conn, QUERIES["cases_page"], params)
         deep_page = vm_steps(conn, QUERIES["cases_page_state"], {**params, "before": 500})
         assert page * 50 < scan and deep_page * 50 < scan, (page, deep_page, scan)
+
+
+async def test_a_sqlite_owner_claims_the_cases_queued_for_it(tmp_path: Path) -> None:
+    """A case queued on SQLite (by a process that does not own the file) is claimed once, by its version's owner."""
+    path = tmp_path / "q.db"
+    async with opened(SqliteStore(path), owner=False) as outside:
+        await outside.queue_case(first_write("a"))
+        assert await outside.claim_queued(["fp-1"], 10) == []  # only the owner claims
+        with pytest.raises(StoreConflict):
+            await outside.queue_case(first_write("a"))
+    async with opened(SqliteStore(path)) as owner:
+        assert await owner.live() == []  # queued: not resumed by recovery until claimed
+        assert await owner.claim_queued(["another-version"], 10) == []
+        assert await owner.claim_queued(["fp-1"], 10) == ["a"]
+        assert await owner.claim_queued(["fp-1"], 10) == []
+        assert [row.case_id for row in await owner.live()] == ["a"]

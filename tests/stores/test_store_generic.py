@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from pathlib import Path
 
 import anyio
 import pytest
 from structlog.testing import capture_logs
 
 from wfsub import WfsubError
-from wfsub._errors import StoreConflict, StoreError
+from wfsub._errors import StoreError
 from wfsub._store import CaseWrite, MemoryStore, ProgramSummary, SqliteStore, Store
 
 from ._helpers import end, first_write, opened, row, signal, snapshot, snapshot_count, start, twin
@@ -503,22 +502,6 @@ async def test_single_node_stores_have_no_leases_takeovers_or_queue(store: Store
         with pytest.raises(StoreError, match="placement='any' needs a shared store"):
             await store.queue_case(first_write("a"))
         assert await store.row("a") is None
-
-
-async def test_a_sqlite_owner_claims_the_cases_queued_for_it(tmp_path: Path) -> None:
-    """A case queued on SQLite (by a process that does not own the file) is claimed once, by its version's owner."""
-    path = tmp_path / "q.db"
-    async with opened(SqliteStore(path), owner=False) as outside:
-        await outside.queue_case(first_write("a"))
-        assert await outside.claim_queued(["fp-1"], 10) == []  # only the owner claims
-        with pytest.raises(StoreConflict):
-            await outside.queue_case(first_write("a"))
-    async with opened(SqliteStore(path)) as owner:
-        assert await owner.live() == []  # queued: not resumed by recovery until claimed
-        assert await owner.claim_queued(["another-version"], 10) == []
-        assert await owner.claim_queued(["fp-1"], 10) == ["a"]
-        assert await owner.claim_queued(["fp-1"], 10) == []
-        assert [row.case_id for row in await owner.live()] == ["a"]
 
 
 async def test_program_summaries_are_kept_once_per_fingerprint(store: Store) -> None:
