@@ -2,7 +2,8 @@
 
     uvicorn examples.fastapi_orders:app          (pip install fastapi uvicorn; cases in orders.db)
 
-    POST /orders                          start an order (201; 409 if the id is taken; 422 if the body is bad)
+    POST /orders                          start an order (201, also for the same order sent again; 409 if the id
+                                          is another order's; 422 if the body is bad)
     GET  /orders?state=&limit=            the orders, newest first
     GET  /orders/{id}                     where it is: state, threads, waits, error (404 if unknown)
     GET  /orders/{id}/data                its data now (the final data once ended)

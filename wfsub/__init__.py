@@ -80,6 +80,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import CaseHandle as CaseHandle
     from ._runtime import CaseState as CaseState
     from ._runtime import CaseStatus as CaseStatus
+    from ._runtime import Client as Client
     from ._runtime import Clock as Clock
     from ._runtime import EffectInfo as EffectInfo
     from ._runtime import EffectStatus as EffectStatus
@@ -114,6 +115,7 @@ __all__ = [
     "CaseNotFound",
     "CaseState",
     "CaseStatus",
+    "Client",
     "Clock",
     "CompensationFailed",
     "EffectInfo",
@@ -197,6 +199,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "CaseHandle": ("._runtime", "CaseHandle"),
     "CaseState": ("._runtime", "CaseState"),
     "CaseStatus": ("._runtime", "CaseStatus"),
+    "Client": ("._runtime", "Client"),
     "Clock": ("._runtime", "Clock"),
     "EffectInfo": ("._runtime", "EffectInfo"),
     "EffectStatus": ("._runtime", "EffectStatus"),

@@ -98,13 +98,20 @@ class CaseNotFound(WfsubError, KeyError):
 
 
 class CaseExists(WfsubError):
-    """new_case was given a case id that is already registered."""
+    """new_case was given a case id that is already registered (for a durable case: with another workflow or other
+    start data; the same start again returns the existing case)."""
 
-    def __init__(self, case_id: str) -> None:
+    def __init__(self, case_id: str, differs: str | None = None) -> None:
         self.case_id = case_id
-        super().__init__(
-            f"case {case_id!r} already exists: pass another case_id, or omit it to get a fresh one"
-        )
+        self.differs = differs  # durable cases: what differs from the existing case's start (its workflow, data)
+        if differs is None:
+            text = f"case {case_id!r} already exists: pass another case_id, or omit it to get a fresh one"
+        else:
+            text = (
+                f"case {case_id!r} already exists with {differs}: a start repeated with the same workflow and "
+                "start data returns the existing case; pass another case_id for another case"
+            )
+        super().__init__(text)
 
 
 class CaseFailed(WfsubError):

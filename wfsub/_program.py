@@ -335,6 +335,17 @@ class NetNodeSpec:
 # -- the program ---------------------------------------------------------------------------------------------
 
 
+def signal_waits(program: Program) -> dict[str, list[str]]:
+    """Each signal a workflow waits for -> the node paths of the waits and deferred choices that take it (for the
+    messages that refuse a signal: the vm's, and the program summary's for a case no process here runs)."""
+    found: dict[str, list[str]] = {}
+    for ip, (_, arg) in enumerate(program.code):
+        names = (arg.signal,) if isinstance(arg, WaitSpec) else arg.signals if isinstance(arg, DeferSpec) else ()
+        for name in names:
+            found.setdefault(name, []).append(program.paths[ip])
+    return found
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Program:
     """A compiled workflow: immutable, shared by every case of the term."""

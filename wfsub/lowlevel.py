@@ -8,8 +8,9 @@ For tools that work on a store beside the Substrate that owns it (the `wfsub` co
 `Workflows` (the registry of named workflows and their versions, as `Substrate(workflows=...)` builds it),
 `check_version` (whether a case's journal replays on a program as a Substrate on that version would decide),
 `workflow_entries` and `term_of` (the versions of one `workflows=` entry, and the term of each),
-`status_of` (a case's status from its stored row) and `check_input` (an input for a case, checked as its owner
-will check it, before it is put in the store's inbox).
+`status_of` (a case's status from its stored row), `check_input` (an input for a case, checked as its owner
+will check it, before it is put in the store's inbox) and `check_case_input` (the same input checked against the
+program summary of the case's recorded version, as the owner would refuse it, even while no owner runs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
 from ._runtime._inputs import check_input as check_input
+from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
 from ._runtime._registry import Workflows as Workflows
@@ -50,6 +52,7 @@ __all__ = [
     "TimerRequest",
     "VmEvent",
     "Workflows",
+    "check_case_input",
     "check_input",
     "check_version",
     "status_of",

@@ -3,6 +3,7 @@
 from ._runtime import CaseHandle as CaseHandle
 from ._runtime import CaseState as CaseState
 from ._runtime import CaseStatus as CaseStatus
+from ._runtime import Client as Client
 from ._runtime import Clock as Clock
 from ._runtime import EffectInfo as EffectInfo
 from ._runtime import EffectStatus as EffectStatus
@@ -21,6 +22,7 @@ __all__ = [
     "CaseHandle",
     "CaseState",
     "CaseStatus",
+    "Client",
     "Clock",
     "EffectInfo",
     "EffectStatus",

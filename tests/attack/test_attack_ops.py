@@ -670,7 +670,8 @@ async def test_a_signal_sent_while_the_owner_closes_is_applied_by_the_next_owner
             while sub.status("b").signals != ("go2",):  # noqa: ASYNC110
                 await anyio.sleep(0.02)
         assert sub.data("b") == {"go": "late"}
-        await sub.cancel("a", compensate=False)
+        if not sub.status("a").ended:  # (its effect may have finished by now: a cancel of an ended case is refused)
+            await sub.cancel("a", compensate=False)
 
 
 async def test_refused_store_commands_create_or_change_no_file(here: Path) -> None:
@@ -870,7 +871,7 @@ async def test_cancelling_an_order_twice_still_refunds_it(store_env: None) -> No
 
 
 async def test_orders_started_at_once_and_started_twice(store_env: None) -> None:
-    """Ten orders started concurrently all start; the same id posted twice at once gives one 201 and one 409."""
+    """Ten orders started concurrently all start; the same order posted twice at once is one order, 201 twice."""
     async with serving() as client:
         codes: list[int] = []
 
@@ -882,7 +883,7 @@ async def test_orders_started_at_once_and_started_twice(store_env: None) -> None
                 tg.start_soon(start, f"B-{i}")
             tg.start_soon(start, "twice")
             tg.start_soon(start, "twice")
-        assert sorted(codes) == [201] * 11 + [409]
+        assert sorted(codes) == [201] * 12
         listed = (await client.get("/orders", params={"limit": 100})).json()
         assert len(listed) == 11
 

@@ -40,8 +40,9 @@ from ._util import ROOT, child_cmd, child_report, kinds, outside
 
 
 async def enter_fails(store: Any) -> StoreError:
+    """A Substrate that may not wait as a standby (standby=False) refused on a store another one owns."""
     with pytest.raises(StoreError) as caught:
-        async with Substrate(store=store, workflows=_flows.WORKFLOWS):
+        async with Substrate(store=store, workflows=_flows.WORKFLOWS, standby=False):
             pass  # pragma: no cover
     return caught.value
 
@@ -155,7 +156,7 @@ async def test_a_full_disk_refuses_new_inputs_keeps_acknowledged_cases_and_the_s
 
 
 async def test_a_second_substrate_on_the_same_store_is_refused_naming_the_owner(tmp_path: Path) -> None:
-    """A second Substrate on a store in use (same process: a file, or a MemoryStore) gets StoreError naming it."""
+    """A second Substrate (standby=False) on a store in use (same process: a file, a MemoryStore): StoreError."""
     path = str(tmp_path / "cases.db")
     memory = MemoryStore()
     for store in (path, memory):
@@ -171,7 +172,7 @@ async def test_a_second_substrate_on_the_same_store_is_refused_naming_the_owner(
 
 
 def test_a_substrate_in_another_process_owns_the_store_until_it_ends(tmp_path: Path) -> None:
-    """Another process's Substrate owns the file (StoreError naming its pid) until it is killed."""
+    """Another process's Substrate owns the file (standby=False: StoreError naming its pid) until it is killed."""
     path = tmp_path / "cases.db"
     holder = subprocess.Popen(child_cmd("hold", str(path)), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -336,17 +337,16 @@ async def test_an_effect_result_that_cannot_be_journaled_fails_like_a_raising_ef
 
 
 async def test_durable_start_rules() -> None:
-    """With a store: a term that is not registered, an id stored (earlier run) with other data, a bad request_id:
-    refused."""
+    """With a store: a term not registered, an id stored (earlier run) with other data, a bad request_id: refused."""
     store = MemoryStore()
     async with Substrate(store=store, workflows=FLOWS) as sub:
         await sub.new_case("flow", {}, case_id="c")
     async with Substrate(store=store, workflows=FLOWS) as sub:
         with pytest.raises(WorkflowNotRegistered):
             await sub.new_case(seq(wait("go")), {})
-        with pytest.raises(CaseExists):
-            await sub.new_case("flow", {"other": "data"}, case_id="c")
-        assert (await sub.new_case("flow", {}, case_id="c")).case_id == "c"  # the same call again: that case
+        with pytest.raises(CaseExists, match="other start data"):
+            await sub.new_case("flow", {"n": 1}, case_id="c")
+        assert (await sub.new_case("flow", {}, case_id="c")).case_id == "c"  # the same start again: that case
         with pytest.raises(TypeError, match="request_id"):
             await sub.signal("c", "go", 1, request_id="")
         with pytest.raises(ValueError, match="keeps no journal"):

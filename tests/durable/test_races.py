@@ -56,14 +56,14 @@ FLOWS = {
 
 
 async def test_concurrent_new_case_with_one_id_starts_one_case(tmp_path: Path, counted: Counted) -> None:
-    """Five new_case calls with the same id at once: one starts the case, the others get CaseExists; one actor."""
+    """new_case with one id six times at once: five with equal data get one case (one actor), one CaseExists."""
     async with Substrate(store=str(tmp_path / "cases.db"), workflows=FLOWS) as sub:
         outcomes: list[str] = []
 
-        async def start() -> None:
+        async def start(data: dict[str, int]) -> None:
             try:
-                await sub.new_case("effect_then_wait", {}, case_id="same")
-                outcomes.append("started")
+                handle = await sub.new_case("effect_then_wait", data, case_id="same")
+                outcomes.append(f"started {handle.case_id}")
             except CaseExists:
                 outcomes.append("exists")
             except wfsub.WfsubError as exc:
@@ -71,8 +71,9 @@ async def test_concurrent_new_case_with_one_id_starts_one_case(tmp_path: Path, c
 
         async with anyio.create_task_group() as tg:
             for _ in range(5):
-                tg.start_soon(start)
-        assert sorted(outcomes) == ["exists"] * 4 + ["started"], outcomes  # got 4 StoreError 'seq 0 taken'
+                tg.start_soon(start, {})
+            tg.start_soon(start, {"other": 1})
+        assert sorted(outcomes) == ["exists"] + ["started same"] * 5, outcomes
         counted.release.set()
         await sub.signal("same", "go", 1)
         assert await sub.await_case("same") == {"counted": True, "go": 1}

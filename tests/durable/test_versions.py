@@ -162,7 +162,8 @@ async def test_a_suspended_case_can_be_cancelled_and_ends_at_once(tmp_path: Path
         journal = await sub.journal("c")
         assert kinds(journal) == ["start", "signal", "cancel", "end"]
         assert field(journal[-1], "outcome") == "cancelled" and field(journal[2], "request_id") == "cancel-c"
-        await sub.cancel("c")  # ended: nothing to do
+        with pytest.raises(SignalRejected, match="already ended"):
+            await sub.cancel("c")  # ended: refused, as a signal is
         async with outside(store) as cli:
             inbox_id = await cli.inbox_put("d", "cancel", {"reason": "ops"}, request_id=None, created_at=clock.now())
             await eventually(lambda: sub.status("d").ended)

@@ -84,12 +84,14 @@ async def test_an_order_runs_from_start_to_shipped_through_the_api(store_env: No
 
 
 async def test_bad_requests_map_to_404_409_and_422_and_change_nothing(store_env: None) -> None:
-    """Unknown ids 404, a taken id or an unknown signal 409, bad bodies and a payload off its model 422."""
+    """Unknown ids 404, an id taken by another order or an unknown signal 409, bad bodies and a bad payload 422."""
     async with serving() as client:
         assert (await client.post("/orders", json=ORDER)).status_code == 201
         await until(client, "A-1", "waiting_signal")
 
-        response = await client.post("/orders", json=ORDER)
+        assert (await client.post("/orders", json=ORDER)).status_code == 201  # a retried start: the same order
+        other = {**ORDER, "lines": [{"sku": "desk", "qty": 1, "price": 90.0}]}
+        response = await client.post("/orders", json=other)
         assert response.status_code == 409 and "A-1" in response.json()["detail"]
         bad = {"order_id": "A-2", "lines": [{"sku": "lamp", "qty": 0, "price": 10.0}]}
         assert (await client.post("/orders", json=bad)).status_code == 422

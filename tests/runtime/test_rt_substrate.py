@@ -240,7 +240,7 @@ async def test_case_timeout_cancels_the_case() -> None:
 
 
 async def test_cancel_cancels_effects_and_awaiters_get_case_cancelled() -> None:
-    """cancel() withdraws the case's work at once; awaiters get CaseCancelled; cancelling again is a no-op."""
+    """cancel() withdraws the case's work at once; awaiters get CaseCancelled; cancelling again is SignalRejected."""
     async with running() as (sub, clock, _):
         rec = Recorder(clock)
         handle = await sub.new_case(rec.effect("work", hang=True))
@@ -248,7 +248,8 @@ async def test_cancel_cancels_effects_and_awaiters_get_case_cancelled() -> None:
         await handle.cancel()
         with pytest.raises(CaseCancelled, match="was cancelled: cancelled"):
             await sub.await_case(handle.case_id)
-        await sub.cancel(handle.case_id)
+        with pytest.raises(SignalRejected, match="cannot cancel: it has already ended"):
+            await sub.cancel(handle.case_id)
         assert handle.status().state == "cancelled"
     assert rec.cancelled == ["work"]
 

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from wfsub._errors import StoreConflict, StoreError
-from wfsub._store import CaseWrite
+from wfsub._store import SCHEMA_VERSION, CaseWrite
 from wfsub._store._pgdriver import fault
 from wfsub._store._postgres import _process_name
 from wfsub.stores import PostgresStore
@@ -394,7 +394,8 @@ async def test_a_newer_schema_version_is_refused_and_left_untouched(tmp_path: Pa
     async with opened(store):
         pass
     sql(store, "UPDATE S.meta SET value = '99' WHERE key = 'version'")
-    with pytest.raises(StoreError, match=r"layout version 99, newer than this wfsub reads \(up to 1\).*Upgrade"):
+    newer = rf"layout version 99, newer than this wfsub reads \(up to {SCHEMA_VERSION}\).*Upgrade"
+    with pytest.raises(StoreError, match=newer):
         await twin(store).open(owner=True, owner_id="A")
     assert sql(store, "SELECT value FROM S.meta WHERE key = 'version'") == "99"
 
@@ -412,7 +413,7 @@ async def test_a_schema_that_is_not_a_wfsub_store_is_refused(tmp_path: Path) -> 
 
 
 async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp_path: Path) -> None:
-    """Two nodes opening a new schema at once build it once; meta names wfsub and version 1."""
+    """Two nodes opening a new schema at once build it once; meta names wfsub and the layout version."""
     store = new_store(tmp_path, fresh=True)
     both = [store, twin(store)]
     try:
@@ -420,7 +421,7 @@ async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp
             for each, name in zip(both, "AB"):
                 tg.start_soon(partial(each.open, owner=True, owner_id=name))
         assert sql(store, "SELECT value FROM S.meta WHERE key = 'application'") == "wfsub"
-        assert sql(store, "SELECT value FROM S.meta WHERE key = 'version'") == "1"
+        assert sql(store, "SELECT value FROM S.meta WHERE key = 'version'") == str(SCHEMA_VERSION)
         assert sql(store, "SELECT count(*) FROM S.nodes") == 2
     finally:
         for each in both:

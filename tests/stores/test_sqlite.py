@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import wfsub
-from wfsub._errors import StoreError
+from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite
 from wfsub._store import _group as group_module
 from wfsub._store import _sqlite as sqlite_module
@@ -145,10 +145,10 @@ async def test_a_file_built_by_a_layout_1_schema_opens_with_its_cases(tmp_path: 
 
 
 def future_layout(tmp_path: Path, migration: str) -> type[SqliteStore]:
-    """A SqliteStore of a library one layout version ahead: migration 0002 (text given) after the released ones."""
+    """A SqliteStore of a library one layout version ahead: one more migration (text given) after the released ones."""
     folder = tmp_path / "sql_v2"
     shutil.copytree(SQL, folder)
-    (folder / "migrations" / "0002_case_tags.sql").write_text(migration)
+    (folder / "migrations" / NEXT_MIGRATION).write_text(migration)
 
     class FutureStore(SqliteStore):
         _layout = load_layout(folder, SCHEMA_VERSION + 1)
@@ -156,11 +156,12 @@ def future_layout(tmp_path: Path, migration: str) -> type[SqliteStore]:
     return FutureStore
 
 
+NEXT_MIGRATION = f"{SCHEMA_VERSION + 1:04d}_case_tags.sql"
 TAGS = "ALTER TABLE cases ADD COLUMN tags TEXT;\nCREATE INDEX cases_by_tags ON cases (tags);\n"
 
 
 async def test_an_owner_migrates_an_older_file_and_keeps_its_cases(tmp_path: Path) -> None:
-    """A file of layout 1 opened by a library at layout 2: migration 0002 runs, user_version 2, cases intact."""
+    """A file of the current layout opened by a library one layout ahead: its migration runs, cases intact."""
     path = tmp_path / "s.db"
     async with opened(SqliteStore(path)) as store:
         await store.write(first_write("a"))
@@ -195,7 +196,7 @@ async def test_a_failing_migration_leaves_the_file_at_its_version(tmp_path: Path
     async with opened(SqliteStore(path)) as store:
         await store.write(first_write("a"))
     broken = future_layout(tmp_path, "ALTER TABLE cases ADD COLUMN tags TEXT;\nALTER TABLE nowhere ADD COLUMN x;\n")
-    with pytest.raises(StoreError, match=r"0002_case_tags\.sql.*no such table: nowhere") as caught:
+    with pytest.raises(StoreError, match=rf"{SCHEMA_VERSION + 1:04d}_case_tags\.sql.*no such table: nowhere") as caught:
         await broken(path).open(owner=True, owner_id="future")
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
     with closing(raw(path)) as conn:
@@ -206,12 +207,14 @@ async def test_a_failing_migration_leaves_the_file_at_its_version(tmp_path: Path
 
 
 def test_migrations_must_be_numbered_without_gaps(tmp_path: Path) -> None:
-    """A migrations folder with a gap (0001, 0003) is refused when the layout is loaded."""
+    """A migrations folder with a gap (one number skipped after the last) is refused when the layout is loaded."""
     folder = tmp_path / "sql"
     shutil.copytree(SQL, folder)
-    (folder / "migrations" / "0003_later.sql").write_text("SELECT 1;\n")
-    with pytest.raises(ValueError, match=r"numbered \[1, 3\]: expected 1\.\.3"):
-        load_layout(folder, 3)
+    after = SCHEMA_VERSION + 2
+    (folder / "migrations" / f"{after:04d}_later.sql").write_text("SELECT 1;\n")
+    numbers = ", ".join(str(n) for n in [*range(1, SCHEMA_VERSION + 1), after])
+    with pytest.raises(ValueError, match=rf"numbered \[{numbers}\]: expected 1\.\.{after}"):
+        load_layout(folder, after)
 
 
 # -- the queries file --------------------------------------------------------------------------------------------
@@ -730,3 +733,19 @@ async def test_a_page_of_cases_is_an_index_read_among_100000(tmp_path: Path) -> 
         page = vm_steps(conn, QUERIES["cases_page"], params)
         deep_page = vm_steps(conn, QUERIES["cases_page_state"], {**params, "before": 500})
         assert page * 50 < scan and deep_page * 50 < scan, (page, deep_page, scan)
+
+
+async def test_a_sqlite_owner_claims_the_cases_queued_for_it(tmp_path: Path) -> None:
+    """A case queued on SQLite (by a process that does not own the file) is claimed once, by its version's owner."""
+    path = tmp_path / "q.db"
+    async with opened(SqliteStore(path), owner=False) as outside:
+        await outside.queue_case(first_write("a"))
+        assert await outside.claim_queued(["fp-1"], 10) == []  # only the owner claims
+        with pytest.raises(StoreConflict):
+            await outside.queue_case(first_write("a"))
+    async with opened(SqliteStore(path)) as owner:
+        assert await owner.live() == []  # queued: not resumed by recovery until claimed
+        assert await owner.claim_queued(["another-version"], 10) == []
+        assert await owner.claim_queued(["fp-1"], 10) == ["a"]
+        assert await owner.claim_queued(["fp-1"], 10) == []
+        assert [row.case_id for row in await owner.live()] == ["a"]

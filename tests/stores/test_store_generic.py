@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from wfsub import WfsubError
 from wfsub._errors import StoreError
-from wfsub._store import CaseWrite, MemoryStore, Store
+from wfsub._store import CaseWrite, MemoryStore, ProgramSummary, SqliteStore, Store
 
 from ._helpers import end, first_write, opened, row, signal, snapshot, snapshot_count, start, twin
 
@@ -497,6 +497,21 @@ async def test_single_node_stores_have_no_leases_takeovers_or_queue(store: Store
     async with opened(store):
         assert await store.take_over() == [] and await store.claim_queued(["fp-1"], 10) == []
         assert abs(await store.renew_lease() - time.time()) < 5 and abs(await store.database_time() - time.time()) < 5
+        if isinstance(store, SqliteStore):  # other processes queue cases for its owner: see tests/processes
+            return
         with pytest.raises(StoreError, match="placement='any' needs a shared store"):
             await store.queue_case(first_write("a"))
         assert await store.row("a") is None
+
+
+async def test_program_summaries_are_kept_once_per_fingerprint(store: Store) -> None:
+    """put_program keeps the first summary of a fingerprint; newest_program gives the last version registered."""
+    async with opened(store):
+        assert await store.program("fp-a") is None and await store.newest_program("order") is None
+        await store.put_program(ProgramSummary("fp-a", "order", {"signals": {"go": None}}))
+        await store.put_program(ProgramSummary("fp-a", "order", {"signals": {}}))
+        await store.put_program(ProgramSummary("fp-b", "order", {"signals": {"stop": None}}))
+        first = await store.program("fp-a")
+        assert first is not None and first.summary == {"signals": {"go": None}}
+        newest = await store.newest_program("order")
+        assert newest is not None and newest.fingerprint == "fp-b"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._client import Client as Client
 from ._clock import Clock as Clock
 from ._clock import RealClock as RealClock
 from ._clock import VirtualClock as VirtualClock
@@ -24,6 +25,7 @@ __all__ = [
     "CaseHandle",
     "CaseState",
     "CaseStatus",
+    "Client",
     "Clock",
     "EffectInfo",
     "EffectStatus",

@@ -15,6 +15,10 @@ node) or a call that another node makes for one of its cases. Every door goes th
    For a case on another node, `inbox_body(msg, limit)` is what goes to the inbox instead (JSON, within the
    limit); its owner takes it through step 1 and 2 again, as it takes any inbox row.
 
+3. For a case that no process here runs (the `wfsub` command, a `wfsub.Client`, a standby Substrate), before the
+   input is written to the inbox: `against_summary(msg, summary, case_id)` checks it against the program summary
+   of the case's recorded version (`_summary`), with the same refusals the owner would make.
+
 Refusals are made by the builders in `wfsub._errors` (`bad_input`, `SignalRejected`), so a refusal reads the
 same from every door. `start` (the data of `new_case`) is checked by `start_data` here too, against the input
 model its workflow was registered with (`Workflow(term, input=Model)`), whichever door starts the case.
@@ -27,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._errors import NOTHING, InvalidStartData, bad_input
+from .._errors import NOTHING, InvalidStartData, SignalRejected, bad_input
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
+from ._summary import model_name, payload_errors
 
 if TYPE_CHECKING:
     from .._vm import Machine
@@ -166,6 +171,46 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
         if limit is not None and msg.items is not None:
             msg.items, _ = as_journaled(msg.items, f"add_instances({msg.name!r}) items", limit)
     # a cancel needs nothing of the case: it is refused only once the case has ended
+
+
+def against_summary(
+    msg: External, summary: Mapping[str, Any], case_id: str, models: Mapping[str, type] | None = None
+) -> None:
+    """The owner's refusal of an input, made from the program summary of the case's version (see the module):
+    an unknown signal or region, or a payload that does not fit its model. `models`: the version's own payload
+    models when this process has the program registered (a standby): the payload is then checked by the model
+    itself, exactly as the owner will; otherwise against its JSON Schema."""
+    root = str(summary.get("root", ""))
+    if type(msg) is Signal:
+        assert isinstance(msg, Signal)
+        signals = summary.get("signals") or {}
+        waits = summary.get("waits") or {}  # (a summary written before it listed them has none)
+        if msg.name not in signals:
+            known = {name: list(waits.get(name) or ["?"]) for name in signals}
+            raise SignalRejected.unknown_signal(case_id, msg.name, known, {})
+        paths = list(waits.get(msg.name) or [root])
+        model = (models or {}).get(msg.name)
+        if model is not None:
+            try:
+                model.model_validate(msg.payload)  # type: ignore[attr-defined]
+            except ValidationError as exc:
+                raise SignalRejected.invalid_payload(
+                    case_id, msg.name, model, exc.errors(include_url=False), paths, {}
+                ) from None
+            return
+        schema = signals[msg.name]
+        if isinstance(schema, Mapping):
+            errors = payload_errors(schema, msg.payload)
+            if errors:
+                named = type(model_name(schema), (), {})
+                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, {})
+    elif type(msg) is RegionOp:
+        assert isinstance(msg, RegionOp)
+        regions = summary.get("regions") or {}
+        if msg.name not in regions:
+            action = msg.action.value
+            raise SignalRejected.unknown_region(case_id, f"{action} {msg.name!r}", msg.name, regions, root)
+    # a cancel needs nothing of the program: it is refused only once the case has ended
 
 
 def inbox_body(msg: External, limit: int | None) -> dict[str, Any]:

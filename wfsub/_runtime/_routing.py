@@ -20,17 +20,10 @@ from . import _inputs as inputs
 from ._case import CaseActor
 from ._loader import CaseLoader, Remote
 from ._mailbox import External, Reply
+from ._outside import applied
 from ._status import FINAL
 
 _log = get_logger("wfsub.runtime")
-
-
-async def applied(store: Store | None, case_id: str, request_id: str | None) -> bool:
-    """Whether the case's journal holds an input with `request_id`: a call repeated with that id answers as the
-    first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
-    if store is None or request_id is None:
-        return False
-    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
 
 
 class InboxRouter:

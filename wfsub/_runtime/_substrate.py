@@ -13,7 +13,9 @@ Decisions written down here:
   mailbox is full); with a store, once its record is committed and applied. `cancel_region`, `complete_region`,
   `add_instances` and `close_instances` wait until the case has applied them, so an operation the case cannot
   take raises `SignalRejected` in the caller; with a store, `cancel` waits for its record too.
-- `cancel` of a case that has already ended does nothing.
+- `cancel` of a case that has already ended raises `SignalRejected`, as `signal` does.
+- A standby (SQLite, while another process owns the file; see `_outside`) runs no case: its inputs and new cases
+  go to the owner through the store, its reads read the store; when the owner ends it takes ownership.
 - Ended cases keep their result in memory for `await_case`, `status` and `data`, up to `retain_ended` of them
   (oldest dropped first; without a store a dropped id raises `CaseNotFound`; with one, it is read from the store).
   A `CaseHandle` keeps its own case's outcome regardless.
@@ -55,11 +57,12 @@ from .._errors import (
     RestoredError,
     SignalRejected,
     StoreConflict,
+    StoreError,
     SubstrateClosed,
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, Store
+from .._store import CaseRow, SqliteStore, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
@@ -73,13 +76,16 @@ from ._journal import JournalRecord, as_journaled
 from ._loader import CaseLoader, Existing, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
+from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
 from ._registry import Workflows
-from ._routing import InboxRouter, applied
+from ._routing import InboxRouter
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
+from ._summary import summary_of
 
 _log = get_logger("wfsub.runtime")
 
+TAKEOVER_EVERY = 0.2  # seconds between a standby's looks at whether the owner's lock is free
 ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
 
 PROGRAM_CACHE_SIZE = 1024
@@ -151,6 +157,9 @@ class Substrate:
       restarts with the same id finds its cases at once; others take a dead node's cases over after its lease.
     - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
       messages and tracebacks in `status`), never to the journal.
+    - `standby`: a SQLite store that another live process owns makes this Substrate a standby (True, the
+      default): it sends its inputs and new cases to the owner through the store, reads cases from the store,
+      runs none, and takes ownership when the owner ends. False: a StoreError naming the owner instead.
     """
 
     def __init__(
@@ -172,6 +181,7 @@ class Substrate:
         redact: Callable[[Any], Any] | None = None,
         evict_after: float | None = None,
         node_id: str | None = None,
+        standby: bool = True,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -238,6 +248,12 @@ class Substrate:
         self._background: Background | None = None
         self._loader: CaseLoader | None = None  # with a store: brings durable cases into memory, lets them go
         self._detach_clock: Any = None
+        if not isinstance(standby, bool):
+            raise TypeError(f"standby must be True or False, got {standby!r}")
+        self._standby_ok = standby
+        self._outside: Outside | None = None  # while a standby: its door to the owner through the store
+        self._standby_since = 0.0
+        self._starting: dict[str, tuple[str, dict[str, Any]]] = {}  # case id -> (workflow, data) being started
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -245,8 +261,9 @@ class Substrate:
     async def __aenter__(self) -> Substrate:
         if self._phase != "new":
             raise RuntimeError("a Substrate can be entered only once; make a new Substrate instead")
+        standby = False
         if self._store is not None:
-            await self._store.open(owner=True, owner_id=self._owner)  # raises StoreError for a second owner
+            standby = await self._open_store(self._store)
         hub = self._hub = TraceHub(
             self._sinks, buffer=self._trace_buffer, sink_buffer=self._trace_buffer, redact=self._redact
         )
@@ -263,11 +280,69 @@ class Substrate:
         self._phase = "open"
         if self._store is not None:
             try:
-                await self._open_durable(self._store, case_tg)
+                await self._register_summaries(self._store)
+                if standby:
+                    self._open_standby(self._store, case_tg)
+                else:
+                    await self._open_durable(self._store, case_tg)
             except BaseException:
                 await self.__aexit__(None, None, None)
                 raise
         return self
+
+    async def _open_store(self, store: Store) -> bool:
+        """Open the store as its owner, or (a single-node store owned by another process, `standby=True`) as a
+        standby: True for a standby."""
+        if store.shared or not self._standby_ok or not isinstance(store, SqliteStore):  # (standbys: SQLite)
+            await store.open(owner=True, owner_id=self._owner)  # raises StoreError for a second owner
+            return False
+        try:
+            await store.open(owner=False, owner_id=self._owner)
+        except StoreError:  # an older layout only an owner migrates, ...: as an owner, or its error
+            await store.open(owner=True, owner_id=self._owner)
+            return False
+        try:
+            return not await store.take_ownership(self._owner)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.close()
+            raise
+
+    async def _register_summaries(self, store: Store) -> None:
+        """Write the summary of every registered version (once per fingerprint: the store keeps the first)."""
+        for fingerprint, (name, program) in self._workflows.by_fingerprint.items():
+            if await store.program(fingerprint) is None:
+                await store.put_program(summary_of(name, program))
+
+    @property
+    def standby(self) -> bool:
+        """Whether this Substrate is a standby now (another process owns its store; see the class)."""
+        return self._outside is not None
+
+    def _open_standby(self, store: Store, case_tg: TaskGroup) -> None:
+        self._outside = Outside(store, self._workflows, self._max_payload, self._clock.now)
+        self._standby_since = time.monotonic()
+        watcher = EndWatcher(store, self._end_events)
+        _log.info("store owned by another process; this Substrate is a standby", store=store.url)
+
+        async def tick() -> None:
+            if time.monotonic() - self._standby_since < TAKEOVER_EVERY:
+                return
+            self._standby_since = time.monotonic()
+            if self._phase == "open" and await store.take_ownership(self._owner):
+                _log.info("the owner of the store has ended; this Substrate owns it now", store=store.url)
+                await self._open_durable(store, case_tg)
+                self._outside = None  # (calls made meanwhile went through the store: the owner takes them)
+                for event in self._end_events.values():  # awaiters re-read their rows: an owner now wakes them
+                    event.set()
+                self._end_events.clear()
+                raise _Owned
+
+        async def watch() -> None:
+            with contextlib.suppress(_Owned):
+                await watcher.run(tick)
+
+        case_tg.start_soon(watch)
 
     async def _open_durable(self, store: Store, case_tg: TaskGroup) -> None:
         shared = self._shared
@@ -300,8 +375,9 @@ class Substrate:
         case_tg.start_soon(background.due_loop)
         if store.shared:
             case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
-        else:
-            case_tg.start_soon(background.changes_loop)
+        else:  # cases started by a standby or a client are queued for this owner
+            case_tg.start_soon(background.changes_loop, loader.claim_queued)
+
         def left_memory(actor: CaseActor) -> None:
             loader.left_memory(actor)
             dues = [due for _, due in actor.armed.values()]
@@ -422,15 +498,25 @@ class Substrate:
         if timeout is not None:
             _positive(timeout, "timeout", allow_none=True)
         seed = None if scheduler == "deterministic" else self._seed_of(scheduler)
-        asked, case_id = case_id, self._new_id(case_id)
         program, name = self._program(workflow)
         model = self._workflows.input_of(program)
-        start_data = inputs.start_data(data, model, name, asked) if data is not None or model else None
+        start_data = inputs.start_data(data, model, name, case_id) if data is not None or model else None
         durable = self._store is not None
+        try:
+            case_id = self._new_id(case_id)
+        except CaseExists:
+            if not durable:
+                raise
+            assert isinstance(case_id, str)
+            return await self._same_start(case_id, name, start_data)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
         deadline = None if timeout is None else now + timeout
+        if self._outside is not None:  # a standby: the owner runs it
+            assert name is not None
+            await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed)
+            return CaseHandle(self, None, case_id)
         level = self._case_level()
         machine = Machine(
             program, start_data, scheduler=None if seed is None else Seeded(seed), trace_level=level,
@@ -441,14 +527,45 @@ class Substrate:
             assert self._loader is not None
             assert name is not None
             queued = placement == "any"
+            self._starting[case_id] = (name, start_data or {})
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
+            except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
+                self._starting.pop(case_id, None)
+                return await self._same_start(case_id, name, start_data)
+            finally:
+                self._starting.pop(case_id, None)
             if queued:
                 return CaseHandle(self, None, case_id)
         self._spawn(actor)
         return CaseHandle(self, actor)
+
+    async def _same_start(self, case_id: str, name: str | None, data: Mapping[str, Any] | None) -> CaseHandle:
+        """A start repeated with the id of an existing durable case: its handle if it is the same start (nothing is
+        written), else CaseExists naming what differs."""
+        assert self._store is not None
+        journaled, _ = as_journaled(dict(data or {}), "data", self._max_payload)
+        starting = self._starting.get(case_id)
+        if starting is not None:  # another call is writing its start record now
+            start_differs(case_id, starting[0], starting[1], name, journaled)
+        else:
+            await same_start(self._store, case_id, name, journaled)
+        actor = self._cases.get(case_id)
+        return CaseHandle(self, actor) if actor is not None else CaseHandle(self, None, case_id)
+
+    def handle(self, case_id: str) -> CaseHandle:
+        """A handle to an existing case (CaseNotFound if there is none): in memory, or in the store."""
+        self._check_open("get a case's handle")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        actor = self._cases.get(case_id)
+        if actor is not None and not actor.evicted:
+            return CaseHandle(self, actor)
+        if self._store is None or self._row_now(case_id) is None:
+            raise CaseNotFound(case_id)
+        return CaseHandle(self, None, case_id)
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":
@@ -538,6 +655,11 @@ class Substrate:
         actor = self._cases.get(case_id)
         if actor is not None:
             return actor
+        if self._outside is not None:  # a standby: checked against the store, then through the inbox
+            row = await self._outside.row(case_id)
+            if CaseState(row.state).ended:
+                raise SignalRejected.ended(case_id, what, row.state)
+            raise Remote(row)
         if self._loader is None:
             raise CaseNotFound(case_id)
         return await self._loader.live(case_id, what)
@@ -556,8 +678,8 @@ class Substrate:
         try:
             try:
                 actor = await self._live(case_id, msg.what)
-            except Remote:
-                await self._to_inbox(case_id, msg)
+            except Remote as remote:
+                await self._to_inbox(case_id, msg, remote.row)
                 return
             await self._signal(actor, msg)
         except SignalRejected:
@@ -582,14 +704,13 @@ class Substrate:
         msg.reply = Reply()
         await self._ask(actor, msg)
 
-    async def _to_inbox(self, case_id: str, msg: External) -> None:
-        """An input for a case another node owns: into the store's inbox, acknowledged once committed (its owner
-        is woken by the store and journals it; a refusal is marked on the inbox row)."""
+    async def _to_inbox(self, case_id: str, msg: External, row: CaseRow) -> None:
+        """An input for a case another process owns: checked against its version's summary, then into the store's
+        inbox, acknowledged once committed (its owner is woken by the store and journals it; a refusal is marked
+        on the inbox row)."""
         assert self._store is not None
-        body = inputs.inbox_body(msg, self._max_payload)
-        await self._store.inbox_put(
-            case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self._clock.now()
-        )
+        outside = self._outside or Outside(self._store, self._workflows, self._max_payload, self._clock.now)
+        await outside.send(case_id, msg, row)
 
     async def _ask(self, actor: CaseActor, msg: External) -> None:
         """Send an input and wait for its answer (committed and applied, or refused)."""
@@ -602,9 +723,9 @@ class Substrate:
             except CaseEvicted:  # it left memory after we found it: bring it back and send again
                 try:
                     actor = await self._live(actor.case_id, msg.what)
-                except Remote:  # fenced: another node has it now: the input goes to it through the inbox
+                except Remote as remote:  # fenced: another node has it now: the input goes to it through the inbox
                     msg.reply = None
-                    await self._to_inbox(actor.case_id, msg)
+                    await self._to_inbox(actor.case_id, msg, remote.row)
                     return
                 if actor.machine is not None:  # brought back on another version, maybe: its own check again
                     admit(msg, actor.machine, self._max_payload)
@@ -612,8 +733,11 @@ class Substrate:
         if reply.error is not None:
             if actor.fenced and isinstance(reply.error, StoreConflict) and self._store is not None \
                     and self._store.shared:  # nothing was recorded: the case's owner takes it, through the inbox
+                row = await self._store.row(actor.case_id)
+                if row is None:
+                    raise reply.error
                 msg.reply = None
-                await self._to_inbox(actor.case_id, msg)
+                await self._to_inbox(actor.case_id, msg, row)
                 return
             raise reply.error
 
@@ -632,18 +756,17 @@ class Substrate:
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
-            if row is not None and mine and row.state == CaseState.SUSPENDED.value:  # else: the owner's inbox
-                assert self._loader is not None
-                await self._loader.end_suspended(row, msg.reason, msg.request_id)
+            if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
+                await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
             if row is not None and CaseState(row.state).ended:
-                return
+                if await applied(self._store, case_id, msg.request_id):
+                    return  # a retried cancel that was applied (and ended the case): what it returned first
+                raise SignalRejected.ended(case_id, msg.what, row.state)
         try:
             actor = await self._live(case_id, msg.what)
-        except SignalRejected:
-            return  # ended already: nothing to do
-        except Remote:
-            await self._to_inbox(case_id, msg)
+        except Remote as remote:
+            await self._to_inbox(case_id, msg, remote.row)
             return
         await self._cancel(actor, msg)
 
@@ -653,13 +776,14 @@ class Substrate:
             await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
-            return
+            if self._store is not None and await applied(self._store, actor.case_id, msg.request_id):
+                return  # a retried cancel that was applied (and ended the case): what it returned first
+            raise actor.ended_error(msg.what)
         if actor.journal is None:
             actor.post(msg)
             return
         msg.reply = Reply()
-        with contextlib.suppress(SignalRejected):  # it ended meanwhile: nothing to cancel
-            await self._ask(actor, msg)
+        await self._ask(actor, msg)
 
     async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         """Withdraw all work of the named region (a scope or a named mi) of a case, compensating what is inside."""
@@ -686,8 +810,8 @@ class Substrate:
         try:
             try:
                 actor = await self._live(case_id, msg.what)
-            except Remote:
-                await self._to_inbox(case_id, msg)
+            except Remote as remote:
+                await self._to_inbox(case_id, msg, remote.row)
                 return
             machine = actor.machine
             if machine is None or actor.state in FINAL:
@@ -924,6 +1048,10 @@ class Substrate:
     def __repr__(self) -> str:
         store = f" store={self._store.url}" if self._store is not None else ""
         return f"<Substrate {self._phase} cases={len(self._cases)} trace_level={self._level!r}{store}>"
+
+
+class _Owned(Exception):
+    """Internal: a standby took ownership of its store (its watch ends)."""
 
 
 def _not_ended(case_id: str) -> str:

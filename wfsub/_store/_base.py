@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -109,6 +109,17 @@ class Owner:
     pid: int | None
     host: str | None
     since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSummary:
+    """What one registered program version can take, as its registering Substrate wrote it (see
+    `wfsub._runtime._summary`): `summary` is JSON: {"signals": {name: JSON Schema or None}, "updates": {...},
+    "regions": {name: "scope" | "mi"}, "root": the workflow's root node path}."""
+
+    fingerprint: str
+    workflow: str
+    summary: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -281,6 +292,24 @@ class Store(Protocol):
         """The Substrate that owns the store now (None: none is running), as far as the store can tell."""
         ...
 
+    async def take_ownership(self, owner_id: str) -> bool:
+        """A store opened with owner=False becomes the owner if nobody owns it now (a standby Substrate whose
+        owner has gone); False if someone does. Single-node stores only: a shared store raises StoreError (its
+        nodes own cases, not the store)."""
+        ...
+
+    async def put_program(self, summary: ProgramSummary) -> None:
+        """Record a program version's summary, once per fingerprint (a second call for it changes nothing)."""
+        ...
+
+    async def program(self, fingerprint: str) -> ProgramSummary | None:
+        """The summary of a program version (None: no Substrate registered it with this store yet)."""
+        ...
+
+    async def newest_program(self, workflow: str) -> ProgramSummary | None:
+        """The summary of the version of `workflow` registered last (None: none registered)."""
+        ...
+
 
 class StoreBase(Store):
     """What every backend shares: the checks around `open()` and `close()`, and their errors, built once.
@@ -336,6 +365,8 @@ __all__ = [
     "CaseWrite",
     "DamagedEntry",
     "InboxRow",
+    "Owner",
+    "ProgramSummary",
     "Record",
     "Snapshot",
     "Store",

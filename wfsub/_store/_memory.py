@@ -23,7 +23,7 @@ import anyio.lowlevel
 
 from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Owner, Record, Snapshot, StoredCase
+from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Owner, ProgramSummary, Record, Snapshot, StoredCase
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -77,6 +77,7 @@ class MemoryStore(SingleNode):
         self._owner: str | None = None
         self._changed = False
         self._wait_mark = False  # wait_changed's own flag (it never consumes changed())
+        self._programs: dict[str, ProgramSummary] = {}  # by fingerprint, in registration order
 
     def __repr__(self) -> str:
         return f"MemoryStore(cases={len(self._cases)}, open={self._open})"
@@ -179,6 +180,30 @@ class MemoryStore(SingleNode):
     async def owner(self) -> Owner | None:
         await anyio.lowlevel.checkpoint()
         return None if self._owner is None else Owner(self._owner, os.getpid(), None, None)
+
+    async def take_ownership(self, owner_id: str) -> bool:
+        self._check_open("take ownership")
+        await anyio.lowlevel.checkpoint()
+        if self._owner is not None:
+            return False
+        self._owner = owner_id
+        return True
+
+    async def put_program(self, summary: ProgramSummary) -> None:
+        self._check_open("record a program summary")
+        await anyio.lowlevel.checkpoint()
+        self._programs.setdefault(summary.fingerprint, summary)
+
+    async def program(self, fingerprint: str) -> ProgramSummary | None:
+        self._check_open("read a program summary")
+        await anyio.lowlevel.checkpoint()
+        return self._programs.get(fingerprint)
+
+    async def newest_program(self, workflow: str) -> ProgramSummary | None:
+        self._check_open("read a program summary")
+        await anyio.lowlevel.checkpoint()
+        found = [summary for summary in self._programs.values() if summary.workflow == workflow]
+        return found[-1] if found else None
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         self._check_open("prune")

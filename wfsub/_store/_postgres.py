@@ -126,7 +126,7 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, StoreBase, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoreBase, StoredCase
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
@@ -149,6 +149,7 @@ from ._rows import (
     decode_snapshot,
     decode_start,
     encode_write,
+    loads,
     page,
     second_end,
     seq_taken,
@@ -960,6 +961,28 @@ class PostgresStore(StoreBase):
 
         return await loop.call(self._pooled("claiming queued cases", run, idempotent=False), cancel=False)
 
+    async def take_ownership(self, owner_id: str) -> bool:
+        await anyio.lowlevel.checkpoint()
+        raise StoreError(
+            self._name, "take_ownership is for a store one Substrate owns (SQLite): on Postgres every node owns "
+            "cases under its lease; open a Substrate on it as a node instead"
+        )
+
+    async def put_program(self, summary: ProgramSummary) -> None:
+        text = to_json(self._name, f"the summary of {summary.workflow!r}", summary.summary)
+
+        async def run(conn: Any) -> None:
+            await conn.execute(Q["program_put"], summary.fingerprint, summary.workflow, text)
+
+        loop = self._running("record a program summary")
+        await loop.call(self._pooled(f"recording the summary of workflow {summary.workflow!r}", run))
+
+    async def program(self, fingerprint: str) -> ProgramSummary | None:
+        return await self._read("reading a program summary", partial(_program, Q["program_get"], fingerprint))
+
+    async def newest_program(self, workflow: str) -> ProgramSummary | None:
+        return await self._read("reading a program summary", partial(_program, Q["program_newest"], workflow))
+
     async def database_time(self) -> float:
         async def run(conn: Any) -> float:
             return float(await conn.fetchval(Q["db_now"]))
@@ -1284,3 +1307,8 @@ async def _page(state: str | None, workflow: str | None, limit: int, before: int
 
 
 __all__ = ["PostgresStore"]
+
+
+async def _program(query: str, key: str, conn: Any) -> ProgramSummary | None:
+    found = await conn.fetchrow(query, key)
+    return None if found is None else ProgramSummary(str(found[0]), str(found[1]), loads(found[2]))

@@ -2,8 +2,11 @@
 
 MemoryStore and SqliteStore are single-node stores: one Substrate owns every case in them, so there is no lease
 to renew, nothing to take over, no queue of cases for any node, and the local clock is the store's clock.
-`wait_changed` polls a cheap check (`_poll_changed`: SQLite's data_version, a flag in memory) every
-`WAIT_POLL` seconds; it keeps its own mark, so it never consumes what `changed()` reports.
+`wait_changed` polls a cheap check (`_poll_changed`: SQLite's data_version, a flag in memory), never sooner than
+1 ms after its call (a busy store changes at every commit), then less often, doubling up to every `WAIT_POLL`
+seconds: an input written by another process (the `wfsub` command, a client, a standby) is noticed within a few
+ms, and an idle store costs a few us of checks 100 times a second. It keeps its own mark, so it never consumes
+what `changed()` reports.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import anyio.lowlevel
 from .._errors import StoreError
 from ._base import CaseRow, CaseWrite, StoreBase
 
-WAIT_POLL = 0.2  # seconds between two checks in `wait_changed` (the runtime's inbox poll is the same)
+WAIT_FIRST = 0.001  # seconds from `wait_changed`'s first check to its second
+WAIT_POLL = 0.01  # seconds between two checks in `wait_changed` at most
 
 
 class SingleNode(StoreBase):
@@ -32,11 +36,14 @@ class SingleNode(StoreBase):
 
     async def wait_changed(self, timeout: float) -> None:  # noqa: ASYNC109 (a polling bound, not a deadline)
         deadline = time.monotonic() + timeout
+        pause = WAIT_FIRST
+        await anyio.sleep(min(WAIT_FIRST, timeout))  # a busy store changes at every commit: look at most every ms
         while not self._poll_changed():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            await anyio.sleep(min(WAIT_POLL, left))
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, WAIT_POLL)
         await anyio.lowlevel.checkpoint()
 
     def drain_ended(self) -> set[str] | None:

@@ -44,16 +44,17 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, Record, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -64,6 +65,7 @@ from ._rows import (
     decode_snapshot,
     decode_start,
     encode_write,
+    loads,
     page,
     second_end,
     seq_taken,
@@ -347,9 +349,104 @@ class SqliteStore(SingleNode):
         return StoreError(
             self.path,
             f"cannot take ownership: the store is owned by {who}. One Substrate owns a store file at a time: {stop} "
-            "and open again; or open with owner=False to read the store and post inputs without owning it (as the "
-            "`wfsub` command does); or give this Substrate another file",
+            "and open again; or leave `standby` at its default (True) so that this Substrate waits as a standby "
+            "(it sends inputs to the owner and takes over when the owner ends); or use `wfsub.Client(store)` to "
+            "start, steer and read cases without owning the store; or give this Substrate another file",
         )
+
+    async def take_ownership(self, owner_id: str) -> bool:
+        """Become the owner if the OS lock is free (the owner closed or died): a new epoch, the layout migrated if
+        it is older, and a writer that keeps the owner row's heartbeat."""
+        self._running("take ownership")
+        if self._lock is not None:
+            return True
+        if OwnerLock(self.path).held():  # cheap: no file is created, nothing is waited for
+            return False
+        with anyio.CancelScope(shield=True):  # half a takeover would hold the lock with no owner row
+            taken: bool = await anyio.to_thread.run_sync(self._take_ownership_sync, owner_id)
+        return taken
+
+    def _take_ownership_sync(self, owner_id: str) -> bool:
+        lock = OwnerLock(self.path)
+        if not lock.acquire():
+            return False  # another standby won
+        watch = self._watch
+        old = self._writer
+        try:
+            assert watch is not None
+            assert old is not None
+            self._prepare(watch, True)
+            epoch = self._take_ownership(watch, owner_id)
+            writer = Writer(
+                self.path, self._writer_connection, heartbeat=partial(_heartbeat, epoch),
+                heartbeat_every=HEARTBEAT_EVERY, batch=_apply_writes,
+            )
+            writer.start()
+        except BaseException:
+            lock.release()
+            raise
+        self._lock, self._epoch, self._writer = lock, epoch, writer
+        old.stop()  # commits what was queued on it, then closes its connection
+        return True
+
+    async def queue_case(self, change: CaseWrite) -> None:
+        """A case started by a process that does not own the file: its `start` record and a row marked queued,
+        for the owner to claim (`claim_queued`). StoreConflict if the case id is taken."""
+        writer = self._running("queue a case")
+        encoded = encode_write(self.path, change)
+        if not encoded.records or encoded.records[0].seq != 0 or encoded.row is None:
+            raise StoreError(
+                self.path, f"queue_case for case {change.case_id!r} needs the case's start write: its `start` "
+                "record (seq 0) and its row"
+            )
+        job = Job(partial(_apply_queue, encoded), f"queued case {encoded.case_id!r}", wait=True)
+        writer.submit(job)
+        await job.outcome()
+
+    async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
+        writer = self._running("claim queued cases")
+        if self._lock is None or not fingerprints or limit <= 0:
+            return []  # only the owner runs cases
+        params = {"fingerprints": to_json(self.path, "fingerprints", list(fingerprints)), "limit": limit}
+        assert self._watch is not None
+        try:  # on the calling thread: one step into a partial index, so an owner polls it at every change
+            if self._watch.execute(Q["cases_queued_any"], params).fetchone() is None:
+                return []
+        except sqlite3.Error as exc:
+            raise fault(self.path, "looking for queued cases", exc) from exc
+        job = Job(partial(_apply_claim, params), "claiming queued cases", wait=True)
+        writer.submit(job)
+        claimed: list[str] = await job.outcome()
+        return claimed
+
+    async def put_program(self, summary: ProgramSummary) -> None:
+        writer = self._running("record a program summary")
+        params = {
+            "fingerprint": summary.fingerprint, "workflow": summary.workflow,
+            "summary": to_json(self.path, f"the summary of {summary.workflow!r}", summary.summary),
+            "now": time.time(),
+        }
+        job = Job(partial(_apply_program, params), f"the summary of workflow {summary.workflow!r}", wait=True)
+        writer.submit(job)
+        await job.outcome()
+
+    async def program(self, fingerprint: str) -> ProgramSummary | None:
+        return await self._read(
+            "reading a program summary", self._program_reader("program_get", {"fingerprint": fingerprint})
+        )
+
+    async def newest_program(self, workflow: str) -> ProgramSummary | None:
+        return await self._read(
+            "reading a program summary", self._program_reader("program_newest", {"workflow": workflow})
+        )
+
+    @staticmethod
+    def _program_reader(query: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], ProgramSummary | None]:
+        def read(conn: sqlite3.Connection) -> ProgramSummary | None:
+            found = conn.execute(Q[query], params).fetchone()
+            return None if found is None else ProgramSummary(str(found[0]), str(found[1]), loads(found[2]))
+
+        return read
 
     async def owner(self) -> Owner | None:
         """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
@@ -533,6 +630,16 @@ class SqliteStore(SingleNode):
             self._running("read the inbox")
             return []
 
+        watch = self._watch
+        if watch is not None:
+            try:  # on the calling thread: an owner looks at every change, and the inbox is empty most of the time
+                empty = watch.execute(Q["inbox_any"], {"after": after}).fetchone() is None
+            except sqlite3.Error as exc:
+                raise fault(self.path, "reading the inbox", exc) from exc
+            if empty:
+                await anyio.lowlevel.checkpoint()
+                return []
+
         def read(conn: sqlite3.Connection) -> list[InboxRow]:
             return [decode_inbox(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
 
@@ -635,6 +742,25 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
             conn.execute(Q["inbox_refuse"], {"id": inbox_id, "reason": reason})
         outcomes.append([True] * len(change.records))
     return outcomes
+
+
+def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    start = change.records[0]
+    params = {"case_id": change.case_id, "seq": 0, "kind": start.kind, "request_id": None, "record": start.text}
+    try:
+        conn.execute(Q["record_append"], params)
+    except sqlite3.IntegrityError as exc:
+        raise Refused(seq_taken(change.case_id, 0)) from exc
+    assert change.row is not None
+    conn.execute(Q["case_queue"], change.row.params)
+
+
+def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
+    return [str(case_id) for (case_id,) in conn.execute(Q["cases_claim"], params).fetchall()]
+
+
+def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
+    conn.execute(Q["program_put"], params)
 
 
 def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:

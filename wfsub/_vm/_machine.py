@@ -22,7 +22,7 @@ from typing import Any, TypeVar, overload
 from pydantic import ValidationError
 
 from .._errors import MachineStateError, SignalRejected
-from .._program import DEFAULT_MAX_INSTANCES, DeferSpec, Program, WaitSpec
+from .._program import DEFAULT_MAX_INSTANCES, Program, signal_waits
 from ._events import LEVELS, VmEvent
 from ._interp import NO_OUT, Interp
 from ._records import FoldedOutputs, Frame, MIFrame, Token
@@ -258,15 +258,8 @@ class Machine:
             ) from None
 
     def _wait_paths(self) -> dict[str, list[str]]:
-        """Each signal the workflow waits for -> the node paths of the waits and deferred choices that take it
-        (for a refusal's message: a walk over the program)."""
-        program = self._vm.program
-        found: dict[str, list[str]] = {}
-        for ip, (_, arg) in enumerate(program.code):
-            names = (arg.signal,) if isinstance(arg, WaitSpec) else arg.signals if isinstance(arg, DeferSpec) else ()
-            for name in names:
-                found.setdefault(name, []).append(program.paths[ip])
-        return found
+        """Each signal the workflow waits for -> the node paths of the waits that take it (for a refusal)."""
+        return signal_waits(self._vm.program)
 
     def _waiting(self) -> dict[str, str]:
         """Each signal a thread of the case waits for now -> the node path where the first such thread waits."""

@@ -338,7 +338,15 @@ async def _steerable(store: Store, case_id: str, what: str, request_id: str | No
 
 async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], request_id: str | None, wait: bool,
                 patience: float, what: str) -> None:
-    """Put an input in the inbox; with `wait`, follow it until the owner records or refuses it."""
+    """Check an input against the case's program summary, put it in the inbox; with `wait`, follow it until the
+    owner records or refuses it."""
+    from .. import SignalRejected
+    from ..lowlevel import check_case_input
+
+    try:
+        await check_case_input(store, row, kind, body, request_id)
+    except SignalRejected as exc:  # refused as the owner would refuse it, even while no owner runs
+        raise CliError(f"case {row.case_id!r} refused the {what}: {exc}; nothing was sent") from None
     inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=request_id, created_at=time.time())
     owner = await store.owner()
     if owner is None:

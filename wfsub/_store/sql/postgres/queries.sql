@@ -216,3 +216,16 @@ WITH gone AS (
     DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING 1
 )
 SELECT count(*) FROM cases_gone;
+
+-- name: program_put
+-- A program version's summary, once per fingerprint (a second registration keeps the first).
+INSERT INTO programs (fingerprint, workflow, summary, registered_at) VALUES ($1, $2, $3, db_now())
+ON CONFLICT (fingerprint) DO NOTHING;
+
+-- name: program_get
+-- One program version's summary.
+SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = $1;
+
+-- name: program_newest
+-- The newest registered version of a workflow.
+SELECT fingerprint, workflow, summary FROM programs WHERE workflow = $1 ORDER BY program_order DESC LIMIT 1;

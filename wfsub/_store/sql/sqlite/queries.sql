@@ -203,3 +203,39 @@ DELETE FROM inbox WHERE case_id = :case_id;
 -- name: prune_case
 -- A pruned case's row.
 DELETE FROM cases WHERE case_id = :case_id;
+
+-- name: case_queue
+-- A case started by a process that does not own the file: its row, marked queued, for the owner to claim.
+INSERT INTO cases (case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+                   live, parked, detail, queued)
+VALUES (:case_id, :workflow, :fingerprint, :state, :started_at, :updated_at, :ended_at, :last_seq, :next_due,
+        0, 0, :detail, 1);
+
+-- name: cases_claim
+-- The owner claims the queued cases whose version it runs: live from now on (recovery resumes them).
+UPDATE cases SET queued = 0, live = 1
+WHERE case_order IN (SELECT case_order FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_each(:fingerprints))
+                     ORDER BY case_order LIMIT :limit)
+RETURNING case_id;
+
+-- name: program_put
+-- A program version's summary, once per fingerprint (a second registration keeps the first).
+INSERT INTO programs (fingerprint, workflow, summary, program_order, registered_at)
+VALUES (:fingerprint, :workflow, :summary, (SELECT coalesce(max(program_order), 0) + 1 FROM programs), :now)
+ON CONFLICT (fingerprint) DO NOTHING;
+
+-- name: program_get
+-- One program version's summary.
+SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = :fingerprint;
+
+-- name: program_newest
+-- The newest registered version of a workflow.
+SELECT fingerprint, workflow, summary FROM programs WHERE workflow = :workflow ORDER BY program_order DESC LIMIT 1;
+
+-- name: cases_queued_any
+-- Whether a queued case waits that the owner can claim (one step into the partial index cases_queued).
+SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_each(:fingerprints)) LIMIT 1;
+
+-- name: inbox_any
+-- Whether any input waits in the inbox (one step into the partial index inbox_pending).
+SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;

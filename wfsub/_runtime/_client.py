@@ -1,0 +1,289 @@
+"""`Client`: start, steer and read the cases of a store from a process that runs none of them (a script, an
+admin tool, another service), on SQLite or Postgres.
+
+    async with wfsub.Client("orders.db") as client:
+        handle = await client.new_case("order", {"items": items}, case_id="order-42")
+        await client.signal("order-42", "approve", {"by": "ann"})
+        result = await handle.result()
+
+A client opens its store without owning it (SQLite: no file lock; Postgres: no lease) and never takes over: its
+inputs and new cases go to the owner through the store (see `_outside`), checked first against the program
+summary of the case's version as the owner would check them; its reads read the store. Every method is a
+coroutine. A new case starts on the newest version of its workflow that a Substrate registered with the store.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from pydantic import BaseModel
+
+from .._errors import CaseNotFound, SubstrateClosed
+from .._store import Store
+from .._store import open_store as _open_store
+from .._vm import Scheduler, Seeded
+from . import _inputs as inputs
+from ._journal import JournalRecord
+from ._mailbox import RegionAction
+from ._outside import EndWatcher, Outside
+from ._persist import status_of
+from ._status import CaseState, CaseStatus
+from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
+
+
+def _no_redaction(value: Any) -> Any:
+    return value
+
+
+class Client:
+    """A door to the cases of a store for a process that runs none of them (see the module).
+
+    - `store`: a path or `sqlite:///path`, `postgresql://...`, or a store object.
+    - `max_payload_bytes`: the largest JSON size of start data, a signal payload or `add_instances` items sent.
+    """
+
+    def __init__(self, store: Any, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD) -> None:
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
+            raise ValueError(f"max_payload_bytes must be an int >= 1, got {max_payload_bytes!r}")
+        opened = _open_store(store)
+        if opened is None:
+            raise ValueError(
+                "a Client needs a store: pass a path or sqlite:///path, postgresql://..., or a store object (a "
+                "Substrate without a store keeps its cases in its own memory, out of reach of other processes)"
+            )
+        self._store: Store = opened
+        self._max_payload = max_payload_bytes
+        self._id = f"client-{secrets.token_hex(6)}"
+        self._phase = "new"
+        self._outside: Outside | None = None
+        self._watcher: EndWatcher | None = None
+        self._tg: TaskGroup | None = None
+
+    async def __aenter__(self) -> Client:
+        if self._phase != "new":
+            raise RuntimeError("a Client can be entered only once; make a new Client instead")
+        await self._store.open(owner=False, owner_id=self._id)
+        self._outside = Outside(self._store, None, self._max_payload, _now)
+        self._watcher = EndWatcher(self._store)
+        tg = self._tg = anyio.create_task_group()
+        await tg.__aenter__()
+        tg.start_soon(self._watcher.run)
+        self._phase = "open"
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if self._phase != "open":
+            return None
+        self._phase = "closed"
+        assert self._tg is not None
+        assert self._watcher is not None
+        self._watcher.close()  # awaiters: SubstrateClosed
+        self._tg.cancel_scope.cancel()
+        try:
+            await self._tg.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._store.close()
+        return None
+
+    def _door(self, what: str) -> Outside:
+        if self._phase != "open" or self._outside is None:
+            raise SubstrateClosed(f"{what} (a Client works inside `async with wfsub.Client(store) as client:`)")
+        return self._outside
+
+    # -- starting and steering ---------------------------------------------------------------------------------
+
+    async def new_case(
+        self,
+        workflow: str,
+        data: Mapping[str, Any] | BaseModel | None = None,
+        *,
+        case_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
+        scheduler: str | Scheduler = "deterministic",
+    ) -> CaseHandle:
+        """Start a case of the registered workflow `workflow` (its newest version registered with the store);
+        returns once its start is committed (the owner runs it). With the `case_id` of an existing case: the same
+        workflow and start data give back that case (nothing is written), else CaseExists naming what differs."""
+        door = self._door("start a case")
+        start_data = inputs.start_data(data)
+        if timeout is not None:
+            _positive(timeout, "timeout", allow_none=True)
+        seed = None
+        if scheduler != "deterministic":
+            if not isinstance(scheduler, Seeded):
+                raise TypeError(
+                    f"scheduler must be 'deterministic' or Seeded(seed) (from wfsub.lowlevel), got {scheduler!r}"
+                )
+            seed = scheduler.seed
+        if case_id is None:
+            case_id = f"case-{secrets.token_hex(8)}"
+        elif not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        elif not case_id or case_id != case_id.strip():
+            raise ValueError(
+                f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
+                "to get a fresh one"
+            )
+        name, fingerprint = await door.version(workflow)
+        now = await self._store.database_time() if self._store.shared else _now()  # times a case's timers count from
+        deadline = None if timeout is None else now + timeout
+        await door.start(name, fingerprint, start_data, case_id, deadline, seed, now)
+        return ClientHandle(self, case_id)
+
+    async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
+        """Send signal `name` (with `payload`); returns once it is in the store's inbox (the owner applies it)."""
+        door = self._door("send a signal")
+        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        await door.send(case_id, msg)
+
+    async def cancel(
+        self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None
+    ) -> None:
+        """Cancel a case (see Substrate.cancel); SignalRejected if it has ended."""
+        door = self._door("cancel a case")
+        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
+        await door.send(case_id, msg)
+
+    async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
+        await self._region(case_id, RegionAction.CANCEL, region, None, request_id)
+
+    async def complete_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
+        await self._region(case_id, RegionAction.COMPLETE, region, None, request_id)
+
+    async def add_instances(
+        self, case_id: str, region: str, items: Sequence[Any], *, request_id: str | None = None
+    ) -> None:
+        await self._region(case_id, RegionAction.ADD_INSTANCES, region, items, request_id)
+
+    async def close_instances(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
+        await self._region(case_id, RegionAction.CLOSE_INSTANCES, region, None, request_id)
+
+    async def _region(
+        self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
+    ) -> None:
+        door = self._door(action.value)
+        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
+        await door.send(case_id, msg)
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    async def handle(self, case_id: str) -> CaseHandle:
+        """A handle to an existing case (CaseNotFound if there is none)."""
+        await self._door("get a case's handle").row(case_id)
+        return ClientHandle(self, case_id)
+
+    async def status(self, case_id: str) -> CaseStatus:
+        """The case's status as the store last recorded it."""
+        return status_of(await self._door("read a case's status").row(case_id), _no_redaction)
+
+    async def data(self, case_id: str) -> dict[str, Any]:
+        """The case's data as the store last recorded it (the final data once it has ended)."""
+        return dict((await self._door("read a case's data").row(case_id)).data or {})
+
+    async def cases(
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[CaseStatus]:
+        """Cases newest first, filtered by state and workflow name, at most `limit` (page with `before`)."""
+        self._door("list cases")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if state is not None and state not in CaseState.__members__.values():
+            known = ", ".join(s.value for s in CaseState)
+            raise ValueError(f"state must be one of {known} (or None), got {state!r}")
+        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before)
+        return [status_of(row, _no_redaction) for row in rows]
+
+    async def journal(self, case_id: str) -> list[JournalRecord]:
+        """Every record of the case's journal, in order."""
+        self._door("read a journal")
+        records = await self._store.journal(case_id)
+        if not records:
+            raise CaseNotFound(case_id)
+        return [JournalRecord.model_validate(r) for r in records]
+
+    async def await_case(
+        self, case_id: str, timeout: float | None = None, *, model: type[BaseModel] | None = None  # noqa: ASYNC109
+    ) -> Any:
+        """The case's final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or
+        TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting."""
+        _check_await_timeout(timeout)
+        door = self._door("await a case")
+        if timeout is None:
+            return _validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
+        if timeout == 0:
+            return _validated(case_id, await self._wait_end(door, case_id, check_only=True), model)
+        with anyio.move_on_after(timeout):
+            return _validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
+        raise TimeoutError(
+            f"case {case_id!r} did not end within {timeout:g}s; it goes on running (await it again, or cancel it)"
+        )
+
+    async def _wait_end(self, door: Outside, case_id: str, *, check_only: bool) -> dict[str, Any]:
+        watcher = self._watcher
+        assert watcher is not None
+        while True:
+            event = watcher.event(case_id)  # before the read: an end committed after it wakes us
+            row = await door.row(case_id)
+            if CaseState(row.state).ended:
+                return _row_outcome(row)
+            if check_only:
+                raise TimeoutError(
+                    f"case {case_id!r} has not ended; it goes on running (await it again, or cancel it)"
+                )
+            await event.wait()
+            if self._phase != "open":
+                raise SubstrateClosed(f"await case {case_id!r}: the Client was closed")
+
+    def __repr__(self) -> str:
+        return f"<Client {self._phase} store={self._store.url}>"
+
+
+class ClientHandle(CaseHandle):
+    """A `CaseHandle` of a Client: the same methods, answered through the store."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client, case_id: str) -> None:  # (no Substrate behind it)
+        self._client = client
+        self._actor = None
+        self.case_id = case_id
+
+    async def result(self, timeout: float | None = None, *, model: type[BaseModel] | None = None) -> Any:  # noqa: ASYNC109
+        return await self._client.await_case(self.case_id, timeout, model=model)
+
+    def status(self) -> CaseStatus:
+        row = self._client._store.read_row(self.case_id)
+        if row is None:
+            raise CaseNotFound(self.case_id)
+        return status_of(row, _no_redaction)
+
+    def data(self) -> dict[str, Any]:
+        row = self._client._store.read_row(self.case_id)
+        if row is None:
+            raise CaseNotFound(self.case_id)
+        return dict(row.data or {})
+
+    def done(self) -> bool:
+        return self.status().ended
+
+    async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
+        await self._client.signal(self.case_id, name, payload, request_id=request_id)
+
+    async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
+        await self._client.cancel(self.case_id, compensate, reason=reason)
+
+    async def close_instances(self, region: str) -> None:
+        await self._client.close_instances(self.case_id, region)
+
+
+def _now() -> float:
+    return time.time()

@@ -1,0 +1,223 @@
+"""The door of a process that runs no case of a store: a standby Substrate (SQLite, while another process owns
+the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
+
+- An input (signal, cancel, region operation) is checked against the case's row (unknown id: `CaseNotFound`;
+  ended: `SignalRejected`) and against the program summary of its recorded version (`_inputs.against_summary`),
+  then written to the store's inbox; the call returns once that row is committed. The owner applies it.
+- A new case is a `start` record and a row marked queued (`Store.queue_case`), written in one transaction; the
+  owner claims it (`Store.claim_queued`: on SQLite the owner, on Postgres the first node that runs its version)
+  and runs it. The version is the caller's own registered program (a standby) or the newest version of that
+  workflow whose summary the store holds (a client).
+- A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and equal start data give
+  back that case, and write nothing; anything else is `CaseExists` naming what differs.
+- Waiting for a case to end: `EndWatcher` looks at the store when it changes (a cheap check: SQLite's
+  `data_version`, Postgres's NOTIFY) and re-reads the rows of the cases awaited, waking those that ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+
+from .._errors import CaseExists, CaseNotFound, SignalRejected, StoreConflict, StoreError, WorkflowNotRegistered
+from .._store import CaseRow, CaseWrite, ProgramSummary, Store
+from .._trace import get_logger
+from . import _inputs as inputs
+from ._journal import as_journaled, start_record
+from ._mailbox import External
+from ._registry import Workflows
+from ._status import CaseState
+from ._summary import summary_of
+
+_log = get_logger("wfsub.runtime")
+
+CHANGE_WAIT = 0.25  # seconds an EndWatcher waits for a change before it looks again (a fallback, and its beat)
+RECHECK_EVERY = 2.0  # seconds between re-reads of every awaited row whatever the store says (a lost NOTIFY)
+
+
+class Outside:
+    """Starting and steering cases of a store from a process that runs none of them (see the module)."""
+
+    def __init__(self, store: Store, workflows: Workflows | None, max_payload: int, now: Callable[[], float]) -> None:
+        self.store = store
+        self.workflows = workflows  # a standby's registered programs (None: a client has none)
+        self.max_payload = max_payload
+        self.now = now
+        self._summaries: dict[str, ProgramSummary | None] = {}  # by fingerprint (a summary never changes)
+
+    async def summary(self, fingerprint: str) -> tuple[Mapping[str, Any] | None, Mapping[str, type] | None]:
+        """The summary of a program version, and its payload models when this process has it registered."""
+        if self.workflows is not None:
+            found = self.workflows.find(fingerprint)
+            if found is not None:
+                return summary_of(found[0], found[1]).summary, found[1].signal_models
+        if fingerprint not in self._summaries:
+            self._summaries[fingerprint] = await self.store.program(fingerprint)
+        known = self._summaries[fingerprint]
+        if known is None:  # not recorded yet (a store written before summaries): the owner checks it alone
+            return None, None
+        return known.summary, None
+
+    async def row(self, case_id: object) -> CaseRow:
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        row = await self.store.row(case_id)
+        if row is None:
+            raise CaseNotFound(case_id)
+        return row
+
+    async def send(self, case_id: str, msg: External, row: CaseRow | None = None) -> None:
+        """Check an input as the owner would, then write it to the inbox (returns once committed)."""
+        if row is None:
+            row = await self.row(case_id)
+        if CaseState(row.state).ended:
+            if await applied(self.store, case_id, msg.request_id):
+                return  # a retried call whose input was applied (and ended the case): what it returned first
+            raise SignalRejected.ended(case_id, msg.what, row.state)
+        summary, models = await self.summary(row.fingerprint)
+        if summary is not None:
+            inputs.against_summary(msg, summary, case_id, models)
+        body = inputs.inbox_body(msg, self.max_payload)
+        await self.store.inbox_put(
+            case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
+        )
+
+    async def version(self, workflow: str) -> tuple[str, str]:
+        """(name, fingerprint) of the version a new case of `workflow` starts on."""
+        if self.workflows is not None:
+            return workflow, self.workflows.newest(workflow).fingerprint  # WorkflowNotRegistered if unknown
+        if not isinstance(workflow, str):
+            raise TypeError(
+                f"a client starts cases by their registered workflow name (a str), got {type(workflow).__name__}"
+            )
+        found = await self.store.newest_program(workflow)
+        if found is None:
+            raise WorkflowNotRegistered(workflow, [])
+        return workflow, found.fingerprint
+
+    async def start(
+        self, name: str, fingerprint: str, data: dict[str, Any] | None, case_id: str, deadline: float | None,
+        seed: int | None, now: float | None = None,
+    ) -> bool:
+        """Queue a new case for the owner; False when `case_id` is that same case already (nothing written).
+        `now`: its start time (default: this process's clock; a shared store's clients give database time)."""
+        journaled, _ = as_journaled(data or {}, "data", self.max_payload)
+        now = self.now() if now is None else now
+        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now)
+        row = CaseRow(
+            case_id=case_id, workflow=name, fingerprint=fingerprint, state=CaseState.RUNNING.value, started_at=now,
+            updated_at=now, data=dict(journaled),
+        )
+        try:
+            await self.store.queue_case(CaseWrite(case_id, [start], row))
+        except StoreConflict:
+            await same_start(self.store, case_id, name, journaled)
+            return False
+        return True
+
+
+async def applied(store: Store | None, case_id: str, request_id: str | None) -> bool:
+    """Whether the case's journal holds an input with `request_id`: a call repeated with that id answers as the
+    first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
+    if store is None or request_id is None:
+        return False
+    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
+
+
+async def check_case_input(
+    store: Store, row: CaseRow, kind: str, body: Mapping[str, Any], request_id: str | None = None
+) -> None:
+    """Check an input for an existing case as its owner would, against the program summary of the version the
+    case recorded (`wfsub.lowlevel`; the `wfsub` command runs it before writing to the inbox): SignalRejected for
+    an unknown signal or region, or a payload that does not fit its model. A version without a summary in the
+    store is left to the owner."""
+    msg = inputs.shaped(kind, body, request_id, case_id=row.case_id)
+    found = await store.program(row.fingerprint)
+    if found is not None:
+        inputs.against_summary(msg, found.summary, row.case_id)
+
+
+async def same_start(store: Store, case_id: str, workflow: str | None, data: Mapping[str, Any] | None) -> None:
+    """Return if the existing case `case_id` is the start asked for again; CaseExists naming what differs if it
+    is another. A case whose start record is not committed yet is another caller's start in flight: equal."""
+    loaded = await store.load(case_id)
+    if loaded is not None:
+        start = loaded.start
+        start_differs(case_id, start.get("workflow"), start.get("data"), workflow, data)
+
+
+def start_differs(
+    case_id: str, had_workflow: object, had_data: Mapping[str, Any] | None, workflow: str | None,
+    data: Mapping[str, Any] | None,
+) -> None:
+    """CaseExists naming what differs between an existing case's start and a start asked for with its id."""
+    differs = []
+    if had_workflow != workflow:
+        differs.append(f"workflow {had_workflow!r} (this call: {workflow!r})")
+    before = dict(had_data or {})
+    now = dict(data or {})
+    if before != now:
+        keys = sorted({k for k in (*before, *now) if before.get(k, _NONE) != now.get(k, _NONE)})
+        differs.append(f"other start data (keys that differ: {', '.join(map(repr, keys))})")
+    if differs:
+        raise CaseExists(case_id, " and ".join(differs))
+
+
+_NONE = object()
+
+
+class EndWatcher:
+    """Wakes the awaiters of cases that run elsewhere when their case ends (see the module)."""
+
+    def __init__(self, store: Store, events: dict[str, anyio.Event] | None = None) -> None:
+        self.store = store
+        self.events: dict[str, anyio.Event] = {} if events is None else events  # awaited case id -> its wake-up
+        self._recheck_at = 0.0
+
+    def event(self, case_id: str) -> anyio.Event:
+        event = self.events.get(case_id)
+        if event is None:
+            event = self.events[case_id] = anyio.Event()
+        return event
+
+    def close(self) -> None:
+        for event in self.events.values():
+            event.set()
+        self.events.clear()
+
+    async def run(self, tick: Callable[[], Any] | None = None) -> None:
+        """Look at the awaited rows each time the store changes; `tick` runs at every look (a standby tries to
+        take ownership there)."""
+        store = self.store
+        while True:
+            await store.wait_changed(CHANGE_WAIT)
+            if tick is not None:
+                await tick()
+            await self.look()
+
+    async def look(self) -> None:
+        if not self.events:
+            return
+        store = self.store
+        ended = store.drain_ended() if store.shared else None
+        now = time.monotonic()
+        if ended is not None and now >= self._recheck_at:
+            ended = None
+        if ended is None:
+            self._recheck_at = now + RECHECK_EVERY
+        for case_id in list(self.events):
+            if ended is not None and case_id not in ended:
+                continue
+            try:
+                row = await store.row(case_id)
+            except StoreError as exc:
+                _log.warning("could not read an awaited case's row; looking again at the next change",
+                             case_id=case_id, error=str(exc))
+                continue
+            if row is None or CaseState(row.state).ended:
+                event = self.events.pop(case_id, None)
+                if event is not None:
+                    event.set()
