@@ -178,7 +178,7 @@ class SignalRejected(WfsubError):
 
     @classmethod
     def unknown_signal(
-        cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str]
+        cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str] | None
     ) -> SignalRejected:
         """No wait of the workflow takes signal `name`. `known`: each signal the workflow waits for -> the node
         paths of its waits; `waiting`: each signal a thread waits for now -> where it waits."""
@@ -193,11 +193,11 @@ class SignalRejected(WfsubError):
     @classmethod
     def invalid_payload(
         cls, case_id: str | None, name: str, model: type, errors: Sequence[Mapping[str, object]],
-        paths: Sequence[str], waiting: Mapping[str, str],
+        paths: Sequence[str], waiting: Mapping[str, str] | None,
     ) -> SignalRejected:
         """The payload of signal `name` does not fit the model of its wait (at `paths`)."""
         shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in errors)
-        now = "" if waiting.get(name) in paths else _waiting_now(waiting)
+        now = "" if waiting is None or waiting.get(name) in paths else _waiting_now(waiting)
         rejected = cls(
             case_id,
             f"take signal {name!r} at {' or '.join(paths)}",
@@ -233,8 +233,11 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason, path=path)
 
 
-def _waiting_now(waiting: Mapping[str, str]) -> str:
-    """Where the case waits for signals now, as a clause of a refusal ("" when it waits for none)."""
+def _waiting_now(waiting: Mapping[str, str] | None) -> str:
+    """Where the case waits for signals now, as a clause of a refusal (None: not known where the refusal is made,
+    as for a case no process here runs: nothing is said)."""
+    if waiting is None:
+        return ""
     if not waiting:
         return "; the case waits for no signal now"
     return "; the case waits now for " + ", ".join(f"signal {n!r} at {p}" for n, p in sorted(waiting.items()))

@@ -137,6 +137,10 @@ BEGIN
         DELETE FROM {SHARED}.nodes;
         DELETE FROM {SHARED}.commits;
     END IF;
+    IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = '{SHARED}' AND c.relname = 'programs') THEN
+        DELETE FROM {SHARED}.programs;
+    END IF;
 END
 $$
 """

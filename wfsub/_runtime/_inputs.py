@@ -187,7 +187,7 @@ def against_summary(
         waits = summary.get("waits") or {}  # (a summary written before it listed them has none)
         if msg.name not in signals:
             known = {name: list(waits.get(name) or ["?"]) for name in signals}
-            raise SignalRejected.unknown_signal(case_id, msg.name, known, {})
+            raise SignalRejected.unknown_signal(case_id, msg.name, known, None)  # (where it waits: not known here)
         paths = list(waits.get(msg.name) or [root])
         model = (models or {}).get(msg.name)
         if model is not None:
@@ -195,7 +195,7 @@ def against_summary(
                 model.model_validate(msg.payload)  # type: ignore[attr-defined]
             except ValidationError as exc:
                 raise SignalRejected.invalid_payload(
-                    case_id, msg.name, model, exc.errors(include_url=False), paths, {}
+                    case_id, msg.name, model, exc.errors(include_url=False), paths, None
                 ) from None
             return
         schema = signals[msg.name]
@@ -203,7 +203,7 @@ def against_summary(
             errors = payload_errors(schema, msg.payload)
             if errors:
                 named = type(model_name(schema), (), {})
-                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, {})
+                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, None)
     elif type(msg) is RegionOp:
         assert isinstance(msg, RegionOp)
         regions = summary.get("regions") or {}
