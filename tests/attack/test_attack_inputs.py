@@ -264,3 +264,37 @@ async def test_another_nodes_case_refuses_what_its_program_refuses_as_a_local_ca
             await send(owner)  # the owner's own answer
         with pytest.raises(SignalRejected):
             await send(other)
+
+
+# -- the web inspector's signal form -----------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="the inspector's signal form with a deeply nested JSON payload answers 500 "
+                   "(contrib/web/_app.py _act catches json.JSONDecodeError and (WfsubError, ValueError, TypeError), "
+                   "not the RecursionError of json.loads or of the payload's check); one 600 deep is taken and the "
+                   "case page then answers 500 (the case's data cannot be copied: _runtime/_journal.py _copied)")
+@pytest.mark.parametrize("depth", [600, 5_000])
+async def test_the_inspectors_signal_form_refuses_a_deeply_nested_payload_with_a_message(depth: int) -> None:
+    """A payload nested too deep for the case is answered 400 with a message on the case page, never a 500; one
+    it takes leaves the case page readable."""
+    pytest.importorskip("starlette", reason="the web extra (starlette) is not installed")
+    import httpx
+
+    from wfsub.contrib import web
+    from wfsub.contrib.web import _app as web_app
+    from wfsub.stores import MemoryStore
+
+    async with Substrate(store=MemoryStore(), workflows=WORKFLOWS) as sub:
+        handle = await _started(sub)
+        transport = httpx.ASGITransport(app=web.app(sub, workflows=WORKFLOWS), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://inspector") as client:
+            assert (await client.get("/")).status_code == 200
+            form = {"csrf": client.cookies.get(web_app.CSRF_COOKIE) or "", "action": "signal", "name": "go",
+                    "payload": "[" * depth + "]" * depth}
+            sent = await client.post(f"/case/{handle.case_id}", data=form)
+            if sent.status_code == 303:  # taken: the case page shows the case with it
+                page = await client.get(sent.headers["location"])
+                assert page.status_code == 200, page.status_code
+                return
+        assert sent.status_code == 400, sent.status_code
+        assert handle.status().signals == ("go",)
