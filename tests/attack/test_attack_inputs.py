@@ -188,15 +188,22 @@ async def _outside_writer(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
         yield s
 
 
-@pytest.mark.xfail(strict=True, reason="Store.inbox_put does not check request_id: the memory store keeps int 5, "
-                   "SQLite silently stores '5' (accepted later), Postgres fails with a StoreError about a DataError")
+@pytest.mark.xfail(strict=True, reason="Store.inbox_put does not check its arguments' types: the memory store keeps "
+                   "int 5, SQLite silently stores '5' (a request id then accepted, a case id then matched), Postgres "
+                   "fails with a StoreError about a DataError (_store/_memory.py, _sqlite.py, _postgres.py inbox_put)")
 @pytest.mark.parametrize("kind", STORE_PARAMS)
-@pytest.mark.parametrize("request_id", [5, 1.5, b"r1"])
-async def test_inbox_put_refuses_a_request_id_that_is_not_a_str(tmp_path: Path, kind: str, request_id: Any) -> None:
-    """Every backend refuses a request id that is not a str with the TypeError the API gives, writing nothing."""
+@pytest.mark.parametrize(("argument", "value"), [
+    ("request_id", 5), ("request_id", 1.5), ("request_id", b"r1"), ("case_id", 5), ("input_kind", 5),
+])
+async def test_inbox_put_refuses_arguments_of_the_wrong_type(tmp_path: Path, kind: str, argument: str,
+                                                             value: Any) -> None:
+    """Every backend refuses a request id, case id or input kind that is not a str with a TypeError naming the
+    argument (as the API and check_input do), writing nothing."""
+    given: dict[str, Any] = {"case_id": "c1", "input_kind": "signal", "request_id": None, argument: value}
     async with _outside_writer(kind, tmp_path) as store:
-        with pytest.raises(TypeError, match="request_id must be a non-empty str"):
-            await store.inbox_put("c1", "signal", {"name": "go"}, request_id=request_id, created_at=0.0)
+        with pytest.raises(TypeError, match=argument.removeprefix("input_")):
+            await store.inbox_put(given["case_id"], given["input_kind"], {"name": "go"},
+                                  request_id=given["request_id"], created_at=0.0)
         assert await store.inbox_take() == []
 
 
