@@ -24,7 +24,7 @@ import pytest
 
 import wfsub
 from wfsub import CaseCancelled, CaseFailed, CaseState, Substrate, SubstrateClosed, compile, replay, seq, task, wait
-from wfsub.stores import SqliteStore, StoreError
+from wfsub.stores import SqliteStore, StoreError, open_store
 
 from ..durable._util import eventually
 from ..stores import _pg
@@ -313,3 +313,20 @@ async def test_cases_recovered_from_the_store_never_make_the_live_count_negative
             await sub.await_case(f"c{i}")
         stats = sub.statistics()
         assert stats.cases_done == 3 and stats.cases_live == 0, stats
+
+
+# -- specs open_store cannot mean --------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="open_store takes a blank path, and 'memory:?...' or 'sqlite:cases.db' (a "
+                   "scheme without '//'), as a SQLite file of that name in the current directory, where it refuses "
+                   "'' and 'memory://' (_store/_open.py open_store: the scheme is matched only with '://' or alone, "
+                   "and only '' is refused as a path)")
+@pytest.mark.parametrize("spec", ["   ", "memory:?shared=1", "sqlite:cases.db", "postgresql:cases"])
+def test_a_spec_that_names_no_store_is_refused_not_made_a_file(tmp_path: Path, spec: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blank spec, or a known scheme written without '//', is refused with StoreError saying how to write it,
+    never taken for a file name (a Substrate would create that file in the current directory)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match="memory:|sqlite://|postgresql://|path"):
+        open_store(spec)
