@@ -32,8 +32,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_first_use_from_many_threads_at_once_gives_every_thread_the_same_objects() -> None:
-    """Sixteen threads reaching every lazy name and submodule of a fresh `import wfsub` at the same moment all get
-    the objects of their home modules, and `from wfsub import *` then binds every name of __all__."""
+    """Sixteen threads' first use of every lazy name gets the same objects; `import *` binds __all__."""
     ran = _python("""
         import sys, threading
         import wfsub
@@ -64,8 +63,7 @@ def test_first_use_from_many_threads_at_once_gives_every_thread_the_same_objects
 def test_the_apps_structlog_gets_wfsubs_events_whether_configured_before_or_after_the_import(
     configured: str
 ) -> None:
-    """An app that configures structlog before or after `import wfsub` receives a failed case's event through its
-    own processors (the runtime loaded on first use finds the app's configuration either way)."""
+    """A failed case's event reaches the app's structlog configured before or after `import wfsub`."""
     ran = _python(f"""
         import asyncio
         import structlog
@@ -127,8 +125,7 @@ async def main() -> None:
 
 
 def test_mypy_strict_reads_the_lazy_names_as_their_real_types(tmp_path: Path) -> None:
-    """mypy --strict checks a program written against `wfsub`, `wfsub.lowlevel` and `wfsub.stores` with the names'
-    real types: the one wrong line is the only error (a lazy name typed as Any would hide it)."""
+    """mypy --strict on a user program sees the lazy names' real types (its one wrong line is caught)."""
     script = tmp_path / "app.py"
     script.write_text(USER_SCRIPT)
     ran = subprocess.run(
@@ -149,8 +146,7 @@ def _boom(ctx: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_case_status_and_journal_survive_pickling() -> None:
-    """A CaseStatus (of a failed and of a waiting case) and the journal records of a durable case come back equal
-    from pickle, as a program sending them to another process needs."""
+    """A CaseStatus (failed, waiting) and a durable case's journal come back equal from pickle."""
     async with Substrate(store=wfsub.stores.MemoryStore(), workflows={"w": seq(wait("go"), task(_step)),
                                                                    "f": task(_boom)}) as sub:
         failed = await sub.new_case("f")
@@ -194,7 +190,6 @@ ERRORS = [
                    "defines no __reduce__ and passes only the message to Exception.__init__")
 @pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
 def test_every_public_error_survives_pickling(error: Exception) -> None:
-    """An error pickled (as a process pool, a task queue or multiprocessing does) comes back of its type, with the
-    same message and fields."""
+    """Every public error comes back from pickle of its type, with its message and fields."""
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)

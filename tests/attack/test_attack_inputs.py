@@ -78,8 +78,7 @@ async def _through_inbox(path: Path, case_id: str, kind: str, body: Mapping[str,
 
 
 async def test_an_oversized_payload_is_refused_alike_by_the_api_a_handle_and_the_inbox(tmp_path: Path) -> None:
-    """A signal payload over max_payload_bytes is refused naming the limit by the API and a handle, and its inbox
-    row is marked refused with the same text; the case still waits for it."""
+    """A payload over max_payload_bytes gets the same refusal from the API, a handle and the inbox."""
     async with _durable(tmp_path, max_payload_bytes=1_000) as (sub, path):
         payload = "x" * 5_000
         answers = []
@@ -107,8 +106,7 @@ async def test_an_oversized_payload_is_refused_alike_by_the_api_a_handle_and_the
 async def test_a_deeply_nested_payload_is_refused_with_a_message_not_a_recursion_error(
     tmp_path: Path, door: str
 ) -> None:
-    """A payload nested thousands of levels deep is refused with a TypeError or ValueError that names the value
-    and the fix, as every other payload the store cannot keep is."""
+    """A payload nested thousands deep is refused with a TypeError/ValueError naming it, not RecursionError."""
     payload = _nested(5_000)
     async with _durable(tmp_path) as (sub, _):
         handle = await _started(sub)
@@ -149,8 +147,7 @@ async def test_a_nested_payload_that_is_accepted_can_be_read_back(tmp_path: Path
 @pytest.mark.xfail(strict=True, reason="`wfsub signal` with a deeply nested JSON PAYLOAD crashes with a Python "
                    "traceback: cli/_commands.py _payload catches only JSONDecodeError, not json's RecursionError")
 def test_the_command_refuses_a_deeply_nested_payload_with_a_usage_error(tmp_path: Path) -> None:
-    """`wfsub signal STORE CASE NAME PAYLOAD` with a payload nested past what it can read is a usage error (exit
-    status 2, no traceback), before any store is opened."""
+    """`wfsub signal` with a too deeply nested PAYLOAD is a usage error (status 2), not a traceback."""
     payload = "[" * 20_000 + "]" * 20_000
     done = subprocess.run(
         [sys.executable, "-m", "wfsub", "signal", str(tmp_path / "none.db"), "c1", "go", payload],
@@ -164,8 +161,7 @@ def test_the_command_refuses_a_deeply_nested_payload_with_a_usage_error(tmp_path
                    "go into the journal and the case row from the API and the inbox (_runtime/_inputs.py reason)")
 @pytest.mark.parametrize("door", ["api", "inbox"])
 async def test_a_cancel_reason_larger_than_the_payload_limit_is_refused(tmp_path: Path, door: str) -> None:
-    """A cancel whose reason alone is larger than max_payload_bytes is refused naming the limit, as a payload that
-    size is, and the case goes on."""
+    """A cancel reason larger than max_payload_bytes is refused naming the limit, as such a payload is."""
     async with _durable(tmp_path, max_payload_bytes=1_000) as (sub, path):
         handle = await _started(sub)
         reason = "r" * 100_000
@@ -197,8 +193,7 @@ async def _outside_writer(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
 ])
 async def test_inbox_put_refuses_arguments_of_the_wrong_type(tmp_path: Path, kind: str, argument: str,
                                                              value: Any) -> None:
-    """Every backend refuses a request id, case id or input kind that is not a str with a TypeError naming the
-    argument (as the API and check_input do), writing nothing."""
+    """Every backend's inbox_put refuses a non-str request id, case id or kind with a TypeError."""
     given: dict[str, Any] = {"case_id": "c1", "input_kind": "signal", "request_id": None, argument: value}
     async with _outside_writer(kind, tmp_path) as store:
         with pytest.raises(TypeError, match=argument.removeprefix("input_")):
@@ -252,8 +247,7 @@ TYPED = {"w": seq(wait("go"), wait("typed", model=_Typed), scope("review", wait(
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 @pytest.mark.parametrize("bad", ["unknown signal", "model refuses", "unknown region"])
 async def test_another_nodes_case_refuses_what_its_program_refuses_as_a_local_case_does(bad: str) -> None:
-    """What the owner's program refuses (an unknown signal or region, a payload the wait's model refuses) is
-    refused with SignalRejected by the sending node too, as it is for a case of its own, not acknowledged."""
+    """What a case's program refuses is refused by another node's call too, as by its owner's."""
     schema = _pg.emptied_schema()
 
     def store() -> PostgresStore:
@@ -282,8 +276,7 @@ async def test_another_nodes_case_refuses_what_its_program_refuses_as_a_local_ca
                    "case page then answers 500 (the case's data cannot be copied: _runtime/_journal.py _copied)")
 @pytest.mark.parametrize("depth", [600, 5_000])
 async def test_the_inspectors_signal_form_refuses_a_deeply_nested_payload_with_a_message(depth: int) -> None:
-    """A payload nested too deep for the case is answered 400 with a message on the case page, never a 500; one
-    it takes leaves the case page readable."""
+    """The inspector answers a too deeply nested payload with 400, and a case holding one is shown."""
     pytest.importorskip("starlette", reason="the web extra (starlette) is not installed")
     import httpx
 
@@ -319,8 +312,7 @@ async def test_the_inspectors_signal_form_refuses_a_deeply_nested_payload_with_a
 ], ids=["cancel", "signal"])
 async def test_a_field_an_input_does_not_have_is_refused_not_dropped(tmp_path: Path, kind: str,
                                                                      body: dict[str, Any]) -> None:
-    """check_input and the owner of the inbox refuse a body with a field its kind does not have, naming it and the
-    fields the kind takes, instead of applying the input without it."""
+    """check_input and the inbox refuse a body field its kind does not have instead of dropping it."""
     with pytest.raises((TypeError, ValueError), match=next(iter(set(body) - {"reason", "name", "region"}))):
         check_input(kind, body)
     async with _durable(tmp_path) as (sub, path):

@@ -107,8 +107,7 @@ def _env() -> dict[str, str]:
 
 
 async def test_a_store_of_the_older_layout_opens_and_its_cases_go_on(old_store: tuple[Path, Any]) -> None:
-    """A store written before the layout came from migrations: ended cases keep their outcome and journal, the
-    waiting ones take their signals, the input queued in its inbox is applied, and new cases start beside them."""
+    """A store of the older layout opens: outcomes, journals, queued inputs and waiting cases go on."""
     path, flows = old_store
     async with Substrate(store=SqliteStore(path), workflows=flows.WORKFLOWS) as sub:
         with anyio.fail_after(20):
@@ -156,8 +155,7 @@ def test_the_command_reads_and_steers_a_store_of_the_older_layout(old_store: tup
 
 
 def test_the_command_on_a_directory_or_a_text_file_says_so(tmp_path: Path) -> None:
-    """A directory, or a file that is not SQLite, given as STORE: exit status 1, the reason and the fix, no
-    traceback, and the file left as it was."""
+    """`wfsub` on a directory or a text file exits 1 saying why, with no traceback, the file untouched."""
     (tmp_path / "cases").mkdir()
     (tmp_path / "notes.db").write_text("not a database\n")
     ran = _command(tmp_path, "cases", "cases")
@@ -241,8 +239,7 @@ def _store_of(kind: str, tmp_path: Path) -> Any:
                    "skips every answer, and close_live (line ~353) answers only what is still in actor.inbox")
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP)])
 async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path: Path, kind: str) -> None:
-    """Signals sent just before the Substrate leaves its `async with` each end, acknowledged or refused with
-    SubstrateClosed, and the journal agrees: an acknowledged signal is journaled, a refused one is not."""
+    """Signals in flight when a durable Substrate closes are answered, and the journal agrees."""
     flows = {"w": seq(wait("go"), task(_done))}
     store = _store_of(kind, tmp_path)
     answered: dict[str, str] = {}
@@ -279,8 +276,7 @@ async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path
                    "second for as long as it runs, a missing owner table fails with 'no such table: owner'")
 @pytest.mark.parametrize("table", ["inbox", "owner", "journal"])
 async def test_a_store_missing_one_of_its_tables_is_refused_at_open(tmp_path: Path, table: str) -> None:
-    """A store whose layout lacks a table of its version is refused when it opens, naming the table and the fix
-    (restore the file), rather than failing later, call by call."""
+    """A store missing a table of its layout version is refused at open, naming the table."""
     path = tmp_path / "c.db"
     async with Substrate(store=SqliteStore(path), workflows={"w": seq(wait("go"), task(_done))}) as sub:
         await sub.new_case("w")
@@ -299,8 +295,7 @@ async def test_a_store_missing_one_of_its_tables_is_refused_at_open(tmp_path: Pa
                    "end: _runtime/_substrate.py statistics computes started - ended, and a recovered case is counted "
                    "when it ends but never as started (nor live) on the Substrate that recovered it")
 async def test_cases_recovered_from_the_store_never_make_the_live_count_negative(tmp_path: Path) -> None:
-    """Cases that were waiting when the store was last closed count as live on the Substrate that takes them up
-    again, so that once they end its live count is 0, not minus their number."""
+    """Cases recovered from the store end without making statistics().cases_live negative."""
     flows = {"w": seq(wait("go"), task(_done))}
     async with Substrate(store=SqliteStore(tmp_path / "c.db"), workflows=flows) as sub:
         for i in range(3):
@@ -325,8 +320,7 @@ async def test_cases_recovered_from_the_store_never_make_the_live_count_negative
 @pytest.mark.parametrize("spec", ["   ", "memory:?shared=1", "sqlite:cases.db", "postgresql:cases"])
 def test_a_spec_that_names_no_store_is_refused_not_made_a_file(tmp_path: Path, spec: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A blank spec, or a known scheme written without '//', is refused with StoreError saying how to write it,
-    never taken for a file name (a Substrate would create that file in the current directory)."""
+    """A blank spec or a scheme without '//' is refused by open_store, never taken for a file name."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreError, match="memory:|sqlite://|postgresql://|path"):
         open_store(spec)
