@@ -239,11 +239,6 @@ class _Typed(pydantic.BaseModel):
 TYPED = {"w": seq(wait("go"), wait("typed", model=_Typed), scope("review", wait("then")), task(_done))}
 
 
-@pytest.mark.xfail(strict=True, reason="an input for a case another node owns is acknowledged once in the inbox "
-                   "even when the case's program refuses it (unknown signal, a payload its wait's model refuses, "
-                   "an unknown region): the caller hears 'done' and the owner marks the row refused, which no API "
-                   "shows; Substrate.signal/_region (_runtime/_substrate.py) send to _to_inbox on Remote without "
-                   "the program check the row's fingerprint allows")
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 @pytest.mark.parametrize("bad", ["unknown signal", "model refuses", "unknown region"])
 async def test_another_nodes_case_refuses_what_its_program_refuses_as_a_local_case_does(bad: str) -> None:

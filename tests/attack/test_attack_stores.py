@@ -134,9 +134,18 @@ async def test_a_store_of_the_older_layout_opens_and_its_cases_go_on(old_store: 
 
 
 def test_the_command_reads_and_steers_a_store_of_the_older_layout(old_store: tuple[Path, Any]) -> None:
-    """`wfsub cases`, `show`, `journal`, `data`, `replay --all` and `signal` work on a store of the older layout."""
-    path, _ = old_store
+    """On a store of the older layout the command says to open it with a Substrate first (only an owner migrates);
+    then `cases`, `show`, `journal`, `data`, `replay --all` and `signal` work."""
+    path, flows = old_store
     here = path.parent
+    ran = _command(here, "cases", "cases.db")
+    assert ran.returncode == 1 and "start the Substrate with this wfsub first" in ran.stderr, ran.stderr
+
+    async def migrate() -> None:
+        async with Substrate(store=SqliteStore(path), workflows=flows.WORKFLOWS):
+            pass
+
+    anyio.run(migrate)
     ran = _command(here, "cases", "cases.db")
     assert ran.returncode == 0, ran.stderr
     assert all(case in ran.stdout for case in ("o0", "o1", "o2", "o3", "f1"))
