@@ -9,11 +9,11 @@ queued, so a value that cannot be stored fails in the caller with a StoreError, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StoreError
+from .._json import decode, encode
 from ._base import CaseRow, CaseWrite, InboxRow, Record, Snapshot
 
 LIVE_STATES = frozenset({"initializing", "running", "waiting_effect"})
@@ -31,9 +31,10 @@ NO_ORDER = 2**63 - 1
 _DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
 
 
-# One encoder, made once: json.dumps with non-default options builds a new JSONEncoder at every call.
-dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
-loads = json.loads
+# msgspec's encoder and decoder where they answer exactly as the stdlib's (see `_json`): the text differs only in
+# how some floats are spelt, which every decoder reads back the same; records already on disk decode as before.
+dumps = encode
+loads = decode
 
 
 @dataclass(slots=True)
