@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import RestoredError, StoreConflict, StoreError, SubstrateClosed, WfsubError, error_name
-from .._store import CaseRow, CaseWrite
+from .._store import CaseRow, CaseWrite, Record
 from .._trace import get_logger
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
-from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
+from ._journal import ERROR_TEXT_LIMIT, as_journaled, copy_value, end_record, error_body
 from ._mailbox import Cancel, EffectDone, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import CaseState
 
@@ -39,6 +39,7 @@ _CANCELLED = CaseState.CANCELLED
 _WAITING_EFFECT = CaseState.WAITING_EFFECT
 _WAITING_SIGNAL = CaseState.WAITING_SIGNAL
 _WAITING_TIMER = CaseState.WAITING_TIMER
+_ENDED = frozenset({"done", "failed", "cancelled"})  # a burst's status when the case has ended
 
 
 class Fenced(Exception):
@@ -53,8 +54,74 @@ def _request(msg: Any) -> dict[str, Any]:
 async def durable_burst(actor: CaseActor, drain: bool = True) -> RunResult:
     if drain:
         while actor.inbox:
+            if _own_only(actor.inbox):
+                return await _journal_ahead(actor)
             await journal_inbox(actor)
     return actor.vm_burst()
+
+
+def _own_only(inbox: list[Message]) -> bool:
+    """Only the case's own inputs (effect results, timer firings): nobody outside waits for their answer."""
+    for msg in inbox:
+        kind = type(msg)
+        if kind is not EffectDone and kind is not TimerFired:
+            return False
+    return True
+
+
+async def _journal_ahead(actor: CaseActor) -> RunResult:
+    """The case's own inputs, applied and run before their commit, so that when they end the case their records
+    go in the same write as its `end` (one commit instead of two).
+
+    Safe because nothing outside the case sees them before they are committed: they answer nobody, and the
+    case's awaiters are released only once `write_end` has committed them with the `end`. When the case goes
+    on instead, they are committed before the burst's effects and timers start. The values applied are copies
+    of the records' own (the tasks that run next may change the data they land in; the records must stay as
+    applied until encoded). A commit that fails is tried again until it lands (as the case's own inputs always
+    were): the case cannot go back to before it applied them.
+    """
+    j = actor.journal
+    m = actor.machine
+    assert j is not None
+    assert m is not None
+    batch, actor.inbox = actor.inbox, []
+    actor.took_mailbox()
+    digest, _ = m.take_digest()
+    now = actor.shared.clock.now()
+    records = [_record_for(actor, msg, digest, now) for msg in batch]  # own inputs: never refused
+    row = _running_row(actor) if j.row_parked else None
+    lease = actor.shared.lease
+    if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
+        await lease.wait()
+    actor.unwritten = records  # from here on, whatever ends the case writes them first (`write_end`)
+    j.time = records[-1]["time"]
+    for msg, record in zip(batch, records, strict=True):
+        _apply_record(actor, msg, record, copy=True)
+    r = actor.vm_burst()
+    if r.status not in _ENDED:
+        await _commit_applied(actor, j, records, row)
+        actor.unwritten = None
+    return r
+
+
+async def _commit_applied(
+    actor: CaseActor, j: CaseJournal, records: list[Record], row: CaseRow | None, *, shield: bool = False
+) -> None:
+    """Commit input records already applied, trying again until they land (see `_journal_ahead`); a refusal
+    for good (another owner) raises Fenced. `shield`: the commit is waited for even by a cancelled case."""
+    while True:
+        try:
+            if shield:
+                with anyio.CancelScope(shield=True):
+                    await j.commit(records, row=row)
+            else:  # a cancelled case closes: the write still lands with its group, or the case is replayed
+                await j.commit(records, row=row)
+            return
+        except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
+            raise Fenced(exc) from exc
+        except StoreError as exc:
+            _log.error("could not journal inputs; retrying the case's own", case_id=actor.case_id, error=str(exc))
+        await anyio.sleep(_STORE_RETRY)
 
 
 async def journal_inbox(actor: CaseActor) -> None:
@@ -189,8 +256,9 @@ def _record_for(actor: CaseActor, msg: Message, digest: str, now: float) -> dict
     return j.record(msg.action.kind, step, digest, now, **fields)
 
 
-def _apply_record(actor: CaseActor, msg: Message, record: dict[str, Any]) -> None:
-    """Apply an input as decoded from its record: the live run sees exactly what a replay will."""
+def _apply_record(actor: CaseActor, msg: Message, record: dict[str, Any], copy: bool = False) -> None:
+    """Apply an input as decoded from its record: the live run sees exactly what a replay will (`copy`: a copy
+    of the record's values, for a record not yet encoded)."""
     kind = type(msg)
     if kind is Signal:
         assert isinstance(msg, Signal)
@@ -198,7 +266,7 @@ def _apply_record(actor: CaseActor, msg: Message, record: dict[str, Any]) -> Non
     elif kind is EffectDone:
         assert isinstance(msg, EffectDone)
         if "result" in record:
-            msg.output = record["result"]
+            msg.output = copy_value(record["result"]) if copy else record["result"]
         else:  # the live run keeps the exception itself (CaseFailed.__cause__); the vm reads its type and text
             msg.output = None
             if msg.error is None:
@@ -322,6 +390,7 @@ async def write_end(actor: CaseActor) -> None:
 
 
 async def _write_end_record(actor: CaseActor, j: CaseJournal) -> None:
+    inputs = actor.unwritten or []  # inputs applied ahead of their commit (`_journal_ahead`): they go first
     now = actor.shared.clock.now()
     error = None
     if actor.state is _FAILED:
@@ -340,6 +409,15 @@ async def _write_end_record(actor: CaseActor, j: CaseJournal) -> None:
     row.error = actor.shared.redact(end.get("error"))  # the row is read by people (wfsub show); the journal not
     row.cancel_reason = actor.cancel_reason if actor.state is _CANCELLED else None
     row.at, row.signals, row.effects, row.timers, row.next_due = [], [], [], [], None
+    if inputs:
+        try:
+            await _commit_applied(actor, j, [*inputs, end], row, shield=True)
+        except anyio.get_cancelled_exc_class():  # closing before its last inputs landed: the case stays live
+            actor.state = _RUNNING  # (in the store it has not ended: its awaiters hear SubstrateClosed)
+            raise
+        actor.unwritten = None
+        j.seq += 1
+        return
     try:
         with anyio.CancelScope(shield=True):
             await j.commit([end], row=row)

@@ -84,6 +84,11 @@ def copy_data(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def copy_value(value: Any) -> Any:
+    """A copy of a value of case data that shares no dict or list with it (see `copy_data`)."""
+    return _copied(value)
+
+
 def _copied(value: Any) -> Any:
     kind = type(value)
     if kind in _ATOMS:

@@ -86,6 +86,16 @@ class Job:
 
 
 _asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
+try:  # anyio does without sniffio, and then runs on asyncio only (trio needs it)
+    from sniffio import thread_local as _sniffed  # its `name` is set by a library that says which it is (trio)
+except ImportError:  # pragma: no cover
+    _sniffed = None  # type: ignore[assignment]
+
+
+def _on_asyncio(loop: object) -> bool:
+    """Whether the task running now is asyncio's (`loop`, the running asyncio loop or None), without sniffio's
+    six calls: a loop runs, and no other library (trio, as a guest on it) says it runs the task."""
+    return loop is not None and (_sniffed is None or _sniffed.name is None)
 _last: tuple[object, EventLoopToken] | None = None  # the asyncio loop last seen, and its token
 
 
@@ -100,7 +110,7 @@ def _waiter() -> tuple[EventLoopToken, Any]:
     global _last
     loop = _asyncio_loop()
     last = _last
-    if loop is not None and last is not None and last[0] is loop:
+    if last is not None and last[0] is loop and _on_asyncio(loop):
         return last[1], asyncio.Event()
     token = anyio.lowlevel.current_token()
     if loop is not None and token.native_token is loop:
