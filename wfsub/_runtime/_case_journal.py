@@ -9,6 +9,10 @@ the vm's check, their JSON as journaled), so a record is built from the message 
 store when it parks on a signal or a timer (its case row, without waiting for the commit) and when it ends (an
 `end` record, waited for).
 
+The case's own inputs (effect results, timer firings: nobody outside waits for them) are applied and run before
+their commit instead, so that when they end the case their records go in the same write as its `end` (one commit
+fewer per case); when the case goes on, they are committed before anything else it does (`_journal_ahead`).
+
 These are functions over the actor (`_case.CaseActor`), which calls them where its coroutine reaches them.
 """
 
