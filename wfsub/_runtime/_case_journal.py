@@ -77,12 +77,13 @@ async def _journal_ahead(actor: CaseActor) -> RunResult:
     """The case's own inputs, applied and run before their commit, so that when they end the case their records
     go in the same write as its `end` (one commit instead of two).
 
-    Safe because nothing outside the case sees them before they are committed: they answer nobody, and the
-    case's awaiters are released only once `write_end` has committed them with the `end`. When the case goes
-    on instead, they are committed before the burst's effects and timers start. The values applied are copies
-    of the records' own (the tasks that run next may change the data they land in; the records must stay as
-    applied until encoded). A commit that fails is tried again until it lands (as the case's own inputs always
-    were): the case cannot go back to before it applied them.
+    Safe because nothing outside the case acts on them before they are committed: they answer nobody, the
+    case's awaiters are released only once `write_end` has committed them with the `end`, and when the case
+    goes on they are committed before the burst's effects and timers start (a `status()` or `data()` read in
+    between shows the case as it stands in memory, as it does a task's output before the next record). The
+    values applied are copies of the records' own (the tasks that run next may change the data they land in;
+    the records must stay as applied until encoded). A commit that fails is tried again until it lands (as the
+    case's own inputs always were): the case cannot go back to before it applied them.
     """
     j = actor.journal
     m = actor.machine
