@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import wfsub._store._group as group_module
 import wfsub._store._sqlite as sqlite_store
 import wfsub._store._writer as writer_module
 
@@ -95,7 +96,7 @@ class Probe:
         probe = self
         self._replace(S, "encode_write", self._timed("loop: encode (records, row to JSON)"))
         self._replace(S, "_apply_writes", self._timed("writer: SQL execute (records, rows)"))
-        self._replace(W, "_wake", self._timed("loop: wake callback (events set)"))
+        self._replace(group_module, "_wake", self._timed("loop: wake callback (events set)"))
         self._replace(W.Writer, "_linger", self._timed("writer: linger for the loop's turn"))
 
         def make_init(init: Any) -> Any:
@@ -195,7 +196,7 @@ class Probe:
         self._replace(W.Writer, "submit", make_submit)
         self._replace(W.Writer, "_take", make_take)
         self._replace(W.Writer, "_together", make_together)
-        self._replace(W.Writer, "_deliver", make_deliver)
+        self._replace(group_module.GroupQueue, "deliver", make_deliver)
         self._replace(W.Job, "outcome", make_outcome)
         self._replace(W.Writer, "start", make_start)
         self._replace(S.SqliteStore, "_writer_connection", make_connection)

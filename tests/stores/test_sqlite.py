@@ -304,8 +304,14 @@ async def test_writes_queued_during_a_commit_go_into_one_transaction(tmp_path: P
         assert len(await store.cases(limit=1000)) == 102
 
 
-async def test_a_refused_write_in_a_group_fails_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
+async def test_a_refused_write_in_a_group_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_statement: bool
+) -> None:
     """A second `end` breaks the batched group: it is redone one write at a time, and that write alone fails."""
+    if not one_statement:  # an SQLite before 3.38: one executemany per table
+        monkeypatch.setattr(sqlite_module, "JSON_EACH", False)
+        monkeypatch.setattr(sqlite_module, "JSON_ROWS", False)
     store = SqliteStore(tmp_path / "s.db")
     outcomes: dict[str, Any] = {}
 
@@ -338,8 +344,14 @@ async def test_a_refused_write_in_a_group_fails_alone(tmp_path: Path) -> None:
         assert ended is not None and ended.state == "done"
 
 
-async def test_a_group_of_good_writes_commits_in_one_batched_pass(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
+async def test_a_group_of_good_writes_commits_in_one_batched_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_statement: bool
+) -> None:
     """Writes that break no rule commit together without being redone; records and rows keep their order."""
+    if not one_statement:  # an SQLite before 3.38: one executemany per table
+        monkeypatch.setattr(sqlite_module, "JSON_EACH", False)
+        monkeypatch.setattr(sqlite_module, "JSON_ROWS", False)
     store = SqliteStore(tmp_path / "s.db")
     async with opened(store):
         writer = store._writer
@@ -362,8 +374,14 @@ async def test_a_group_of_good_writes_commits_in_one_batched_pass(tmp_path: Path
         assert [r.case_id for r in await store.cases()] == ["b", "plug", "a"]
 
 
-async def test_a_retried_request_in_a_group_is_skipped_and_the_others_appended(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
+async def test_a_retried_request_in_a_group_is_skipped_and_the_others_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_statement: bool
+) -> None:
     """A retried request_id sends its batched group back one write at a time: it is skipped, the others appended."""
+    if not one_statement:  # an SQLite before 3.38: one executemany per table
+        monkeypatch.setattr(sqlite_module, "JSON_EACH", False)
+        monkeypatch.setattr(sqlite_module, "JSON_ROWS", False)
     store = SqliteStore(tmp_path / "s.db")
     outcomes: dict[str, Any] = {}
 
@@ -387,6 +405,25 @@ async def test_a_retried_request_in_a_group_is_skipped_and_the_others_appended(t
         assert writer.redone == 1
         assert outcomes == {"retry": [False], "fresh": [True], "other": [True]}
         assert [r.get("request_id") for r in await store.journal("a")] == [None, "r1", "r2"]
+
+
+async def test_rows_written_in_one_statement_keep_every_float_exactly(tmp_path: Path) -> None:
+    """A group's rows go through JSON in one statement: their times come back as the very same doubles."""
+    import random
+
+    rng = random.Random(7)
+    times = [rng.uniform(0, 2e9) for _ in range(200)]
+    times += [rng.random() * 10.0 ** rng.randint(-300, 300) for _ in range(200)]
+    times += [0.0, -0.0, 5e-324, 1.7976931348623157e308, 0.1, 1e16, 1 / 3]
+    store = SqliteStore(tmp_path / "s.db")
+    async with opened(store):
+        async with anyio.create_task_group() as tg:
+            for i, t in enumerate(times):
+                tg.start_soon(store.write, first_write(f"c{i}", started_at=t, next_due=-t, ended_at=t / 3))
+        for i, t in enumerate(times):
+            found = await store.row(f"c{i}")
+            assert found is not None
+            assert (found.started_at, found.updated_at, found.next_due, found.ended_at) == (t, t, -t, t / 3), i
 
 
 async def test_jobs_that_are_not_case_writes_keep_their_place_in_a_batched_group(tmp_path: Path) -> None:

@@ -29,10 +29,11 @@ the store, and its in-memory awaiters get SubstrateClosed.
 
 from __future__ import annotations
 
+import asyncio
 import traceback as tb
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -109,6 +110,35 @@ def moved_away(store: str, case_id: str) -> StoreConflict:
     )
 
 
+class Wake(Protocol):
+    """What a parked actor waits on: anyio's Event, or the backend's own (see `wake_event`)."""
+
+    def set(self) -> None: ...
+
+    async def wait(self) -> Any: ...
+
+
+_asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
+try:  # anyio does without sniffio, and then runs on asyncio only (trio needs it)
+    from sniffio import thread_local as _sniffed  # its `name` is set by a library that says which it is (trio)
+except ImportError:  # pragma: no cover
+    _sniffed = None  # type: ignore[assignment]
+
+
+def _on_asyncio(loop: object) -> bool:
+    """Whether the task running now is asyncio's (`loop`, the running asyncio loop or None), without sniffio's
+    six calls: a loop runs, and no other library (trio, as a guest on it) says it runs the task."""
+    return loop is not None and (_sniffed is None or _sniffed.name is None)
+
+
+def wake_event() -> Wake:
+    """A new Event for the running loop: asyncio's own on asyncio (`anyio.Event()` asks sniffio first, six calls
+    for each park), anyio's elsewhere."""
+    if _on_asyncio(_asyncio_loop()):
+        return asyncio.Event()
+    return anyio.Event()
+
+
 @dataclass(slots=True, eq=False)
 class CaseActor:
     """One case: its machine, mailbox, outcome and the coroutine that drives it (`run`)."""
@@ -124,7 +154,7 @@ class CaseActor:
     inbox: list[Message] = field(default_factory=list)
     external: int = 0  # external messages queued (bounded by mailbox_size)
     parked: bool = False
-    wake: anyio.Event | None = None
+    wake: Wake | None = None
     space: list[anyio.Event] | None = None  # senders waiting for room in the mailbox
     tg: TaskGroup | None = None
     scopes: dict[tuple[bool, int], anyio.CancelScope] | None = None  # (is_timer, id) -> its cancel scope
@@ -215,7 +245,11 @@ class CaseActor:
             if self.state not in FINAL:
                 message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
                 self._end_failed(exc, "case actor", message)
-                await write_end(self)
+                try:
+                    await write_end(self)
+                except Fenced as fenced:  # another owner has the case: it ends it
+                    _log.warning("case end not recorded: the store refused its journal", case_id=self.case_id,
+                                 error=str(fenced.__cause__))
         finally:
             if self.evicted:
                 self.machine = None
@@ -263,7 +297,7 @@ class CaseActor:
                 self._set_waiting_state()
                 if durable:
                     parked_in_store(self)
-                self.wake = wake = anyio.Event()
+                self.wake = wake = wake_event()
                 self.parked = True
                 self.shared.busy -= 1
                 await wake.wait()  # post() clears `parked` and counts us busy again

@@ -112,8 +112,7 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
         if scope.cancel_called:
             return
     running = actor.running_effects
-    running[req.effect_id] = req
-    actor.attempts[req.effect_id] = (1, actor.shared.clock.now())
+    running[req.effect_id] = req  # (its attempt and start time: `_attempting`, as `call_effect` starts it)
     info = EffectInfo(actor.case_id, req.effect_id, req.name, req.path, 1)
     token = current_effect.set(info)
     with scope:

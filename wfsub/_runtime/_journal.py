@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .._json import json_problem
+from .._json import journaled, json_problem
 from .._store import Record
 
 INPUT_KINDS = frozenset(
@@ -108,13 +108,10 @@ def as_journaled(value: Any, where: str, limit: int | None = None) -> tuple[Any,
     as it stands. Only a value that does not (a model, a tuple, an int key, a NaN, a datetime) takes the walk that
     converts models and tuples and names the first offending path.
     """
-    try:
-        text = _dumps(value)
-        size = len(text) if text.isascii() else len(text.encode())
-        decoded = json.loads(text)
-        if decoded != value or type(decoded) is not type(value):
-            raise ValueError("not plain JSON")
-    except (TypeError, ValueError, RecursionError):
+    fast = journaled(value)
+    if fast is not None:
+        decoded, size = fast
+    else:
         problem = json_problem(value, where)  # first: it names cycles, surrogates and keys before anything else
         if problem is not None and not _models_in(value):
             raise TypeError(problem) from None

@@ -25,6 +25,7 @@ executes together. What stays the same everywhere is here:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections import deque
@@ -32,7 +33,6 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
@@ -60,8 +60,12 @@ class Job:
         self.prompt = False  # queued after the previous group was delivered: its task writes as soon as woken
         self.result: Any = None
         self.error: StoreError | None = None
-        self.event = anyio.Event() if wait else None
-        self.token: EventLoopToken | None = anyio.lowlevel.current_token() if wait else None
+        self.token: EventLoopToken | None
+        self.event: Any  # the backend's own Event (asyncio.Event or trio.Event): set on its loop by `_wake`
+        if wait:
+            self.token, self.event = _waiter()
+        else:
+            self.token = self.event = None
         self.waiting = False  # a task waits in `outcome()`
         self.then: Callable[[], None] | None = None  # what its task does first once woken (see `_wake`)
 
@@ -79,6 +83,42 @@ class Job:
         if self.error is not None:
             raise self.error
         return self.result
+
+
+_asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
+try:  # anyio does without sniffio, and then runs on asyncio only (trio needs it)
+    from sniffio import thread_local as _sniffed  # its `name` is set by a library that says which it is (trio)
+except ImportError:  # pragma: no cover
+    _sniffed = None  # type: ignore[assignment]
+
+
+def _on_asyncio(loop: object) -> bool:
+    """Whether the task running now is asyncio's (`loop`, the running asyncio loop or None), without sniffio's
+    six calls: a loop runs, and no other library (trio, as a guest on it) says it runs the task."""
+    return loop is not None and (_sniffed is None or _sniffed.name is None)
+_last: tuple[object, EventLoopToken] | None = None  # the asyncio loop last seen, and its token
+
+
+def _waiter() -> tuple[EventLoopToken, Any]:
+    """The running loop's token and a new Event of its backend, for a job's waiter.
+
+    `anyio.Event()` and `anyio.lowlevel.current_token()` each ask sniffio which library runs (about 4 us the
+    pair); a job takes the token of the asyncio loop it last saw when it runs on that loop again, and makes the
+    backend's own Event (anyio's is a wrapper around it). Under trio (or a loop seen for the first time) anyio
+    answers, and the Event is trio's own.
+    """
+    global _last
+    loop = _asyncio_loop()
+    last = _last
+    if last is not None and last[0] is loop and _on_asyncio(loop):
+        return last[1], asyncio.Event()
+    token = anyio.lowlevel.current_token()
+    if loop is not None and token.native_token is loop:
+        _last = (loop, token)
+        return token, asyncio.Event()
+    import trio  # the only other backend anyio has; imported already, since it runs
+
+    return token, trio.Event()
 
 
 def call_soon_on(token: EventLoopToken, fn: Callable[..., None], *args: Any) -> None:

@@ -9,11 +9,11 @@ queued, so a value that cannot be stored fails in the caller with a StoreError, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StoreError
+from .._json import decode, encode
 from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Record, Snapshot
 
 LIVE_STATES = frozenset({"initializing", "running", "waiting_effect"})
@@ -33,9 +33,10 @@ _LATER_DETAIL = ("digest",)
 """Detail fields added after the first layout: a row written before them reads them as None."""
 
 
-# One encoder, made once: json.dumps with non-default options builds a new JSONEncoder at every call.
-dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
-loads = json.loads
+# msgspec's encoder and decoder where they answer exactly as the stdlib's (see `_json`): the text differs only in
+# how some floats are spelt, which every decoder reads back the same; records already on disk decode as before.
+dumps = encode
+loads = decode
 
 
 @dataclass(slots=True)

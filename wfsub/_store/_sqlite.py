@@ -39,7 +39,9 @@ every `HEARTBEAT_EVERY` seconds (with a group it commits anyway, or alone when i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import platform
 import socket
 import sqlite3
 import threading
@@ -52,6 +54,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import msgspec
 
 from .._errors import StoreError
 from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
@@ -83,6 +86,28 @@ SYNCHRONOUS = ("full", "normal")
 
 Q = QUERIES
 T = TypeVar("T")
+
+_X87 = frozenset({"x86_64", "i386", "i686"})  # (not "AMD64": Windows, where long double is double)
+JSON_EACH = sqlite3.sqlite_version_info >= (3, 38, 0)
+"""The SQLite library has `json_each` and `->>` built in: a group's records go in one statement (`records_append`);
+before 3.38, one `executemany`."""
+JSON_ROWS = JSON_EACH and (sqlite3.sqlite_version_info >= (3, 43, 0) or platform.machine() in _X87)
+"""A group's case rows go in one statement too (`cases_put`) where SQLite reads a float's shortest text back to
+the same double: from 3.43 (exact text-to-float conversion) or where its conversion has x87 long doubles."""
+_array = msgspec.json.Encoder().encode  # a group's records or rows as one JSON array (str, int, None: exact)
+_RECORD = ("case_id", "seq", "kind", "request_id", "record")
+_ROW = ("case_id", "workflow", "fingerprint", "state", "started_at", "updated_at", "ended_at", "last_seq",
+        "next_due", "live", "parked", "detail")  # the columns of `case_put` and `cases_put`, in order
+_TIMES = ("started_at", "updated_at", "ended_at", "next_due")
+
+
+def _exact(row: Mapping[str, Any]) -> bool:
+    """The row's floats survive JSON (a NaN or an infinity would come back null)."""
+    for name in _TIMES:
+        value = row[name]
+        if value is not None and not math.isfinite(value):
+            return False
+    return True
 
 
 class SqliteStore(SingleNode):
@@ -721,16 +746,24 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     count says so but not which: `Redo` asks for the writes one at a time, where each record says.
     """
     records = [
-        {"case_id": change.case_id, "seq": record.seq, "kind": record.kind, "request_id": record.request_id,
-         "record": record.text}
+        (change.case_id, record.seq, record.kind, record.request_id, record.text)
         for change in changes
         for record in change.records
     ]
-    if records and conn.executemany(Q["record_append"], records).rowcount != len(records):
-        raise Redo
+    if records:
+        if JSON_EACH:  # one call: each sqlite3 call (and each row of an executemany) is a round trip of the GIL
+            appended = conn.execute(Q["records_append"], {"records": _array(records).decode()}).rowcount
+        else:
+            named = (dict(zip(_RECORD, record, strict=True)) for record in records)
+            appended = conn.executemany(Q["record_append"], named).rowcount
+        if appended != len(records):
+            raise Redo
     rows = [change.row.params for change in changes if change.row is not None]
     if rows:
-        conn.executemany(Q["case_put"], rows)
+        if JSON_ROWS and all(_exact(row) for row in rows):
+            conn.execute(Q["cases_put"], {"rows": _array([[row[c] for c in _ROW] for row in rows]).decode()})
+        else:
+            conn.executemany(Q["case_put"], rows)
     outcomes = []
     for change in changes:
         if change.snapshot is not None:

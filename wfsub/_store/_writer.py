@@ -17,9 +17,11 @@ writer); this module is the thread, its bell, its lingering, and how a group is 
 
 Group commit. A write that arrives while a commit runs goes into the next transaction: under load a commit
 carries every write that arrived during the previous one, and the loop never touches the disk. A group is
-applied with no savepoint, a run of case writes as one `executemany` for their records and one for their rows
-(every sqlite3 call is a round trip of the GIL). When a job breaks a rule (a second `end`, a seq written twice)
-or fewer records are appended than sent (a retried request_id: the count cannot say which), the group is rolled
+applied with no savepoint, a run of case writes as one statement for their records and one for their rows, each
+a JSON array read by `json_each` (`_sqlite._apply_writes`): every sqlite3 call, and every row of an
+`executemany`, gives up the GIL and must win it back from a busy loop, so a group costs four calls (BEGIN, records,
+rows, COMMIT) however many writes it carries. When a job breaks a rule (a second `end`, a seq written twice) or
+fewer records are appended than sent (a retried request_id: the count cannot say which), the group is rolled
 back and redone a job at a time, each in a savepoint: that job alone fails (or reports its skipped record).
 
 The hand-off. The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so
@@ -34,9 +36,14 @@ already (else the writer sleeps: a lone writer pays nothing), the writer waits, 
 has run the tasks of prompt writes (queued after the previous group was delivered): `_wake` wakes those first,
 and the first other waiter (or a callback) says "turned". A starter then gets one commit per case.
 
-Throughput is bound by the GIL, not the disk: the loop and the writer take turns (the writer needs the GIL
-between its sqlite3 calls and to wake the loop after the fsync), so a case costs the loop's work plus a commit.
-`bench/durable_bench.py`'s three-effect cases, one starter, run at about 1,100-1,600 cases/s on 2 cores.
+What bounds throughput. A three-effect case makes five waited writes (its start, three effect results, its
+`end`: an input reaches the vm only once its record is committed, so none rides with the next). With one starter
+the loop and the disk take turns: each case's writes ride about one group commit, and the loop, having run every
+task those writes woke, waits for that commit's fsync with nothing else to do, so a case costs the loop's CPU (the
+vm and actor as in memory, plus the durable path: records, rows, encoding, the hand-off and the wake-up) plus most
+of one fsync. With many starters the commits overlap the loop's work and the loop's CPU is the bound, with its
+garbage collections (many live containers) the largest single part after the vm. `python -m bench durable` prints,
+under each target it misses, where a case's microseconds go.
 
 Errors. A cancelled waiter's write is still committed (or refused) with its group. An error of the transaction
 itself (disk full, I/O, a busy file) fails every job of the group with a StoreError, and the thread goes on to

@@ -85,12 +85,34 @@ INSERT INTO journal (case_id, seq, kind, request_id, record)
 VALUES (:case_id, :seq, :kind, :request_id, :record)
 ON CONFLICT (case_id, request_id) WHERE request_id IS NOT NULL DO NOTHING;
 
+-- name: records_append
+-- A group's records in one statement: a JSON array of [case_id, seq, kind, request_id, record] (one sqlite3 call
+-- however many records; `record_append` for each, in order). `WHERE true` tells the parser that ON CONFLICT is
+-- the upsert's, not a join's.
+INSERT INTO journal (case_id, seq, kind, request_id, record)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 FROM json_each(:records) WHERE true
+ON CONFLICT (case_id, request_id) WHERE request_id IS NOT NULL DO NOTHING;
+
 -- name: case_put
 -- Insert or replace a case row; `case_order` is assigned at the insert and kept by every replace.
 INSERT INTO cases (case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
                    live, parked, detail)
 VALUES (:case_id, :workflow, :fingerprint, :state, :started_at, :updated_at, :ended_at, :last_seq, :next_due,
         :live, :parked, :detail)
+ON CONFLICT (case_id) DO UPDATE SET
+    workflow = excluded.workflow, fingerprint = excluded.fingerprint, state = excluded.state,
+    started_at = excluded.started_at, updated_at = excluded.updated_at, ended_at = excluded.ended_at,
+    last_seq = excluded.last_seq, next_due = excluded.next_due, live = excluded.live, parked = excluded.parked,
+    detail = excluded.detail;
+
+-- name: cases_put
+-- A group's case rows in one statement: a JSON array of rows, each its `case_put` columns in that order (one
+-- sqlite3 call however many rows; `case_put` for each, in order, so the last row of a case wins).
+INSERT INTO cases (case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+                   live, parked, detail)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
+       value ->> 8, value ->> 9, value ->> 10, value ->> 11
+FROM json_each(:rows) WHERE true
 ON CONFLICT (case_id) DO UPDATE SET
     workflow = excluded.workflow, fingerprint = excluded.fingerprint, state = excluded.state,
     started_at = excluded.started_at, updated_at = excluded.updated_at, ended_at = excluded.ended_at,
