@@ -181,10 +181,6 @@ def _done(ctx: Mapping[str, Any]) -> dict[str, Any]:
     return {"done": True}
 
 
-@pytest.mark.xfail(strict=True, reason="SQLite: one write that fails to bind (inbox_put with a dict request_id) "
-                   "fails every write of its group: the Substrate's signals to other cases get its StoreError "
-                   "(_store/_writer.py _commit fails the whole group; _together redoes one by one only for a "
-                   "broken rule; SqliteStore.inbox_put queues request_id unchecked)")
 async def test_one_bad_write_does_not_fail_the_writes_grouped_with_it(tmp_path: Path) -> None:
     """A write that cannot be stored fails alone: the signals committed in the same group as it succeed."""
     store = SqliteStore(tmp_path / "c.db")
@@ -242,10 +238,6 @@ def _store_of(kind: str, tmp_path: Path) -> Any:
     return lambda: wfsub.stores.PostgresStore(_pg.database_dsn(), schema=schema)
 
 
-@pytest.mark.xfail(strict=True, reason="a signal whose commit is in flight when the Substrate closes is committed "
-                   "but its sender never hears back and waits for ever: _runtime/_case_journal.py journal_inbox "
-                   "awaits j.commit() (line ~105) with the batch taken out of actor.inbox; the cancellation "
-                   "skips every answer, and close_live (line ~353) answers only what is still in actor.inbox")
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP)])
 async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path: Path, kind: str) -> None:
     """Signals in flight when a durable Substrate closes are answered, and the journal agrees."""
