@@ -202,18 +202,11 @@ async def test_one_bad_write_does_not_fail_the_writes_grouped_with_it(tmp_path: 
 # -- a closed store ----------------------------------------------------------------------------------------------
 
 
-_GERUND = pytest.mark.xfail(
-    strict=True, reason="a closed SQLite or Postgres store says 'cannot reading the row of case ...' (its reads pass "
-    "a gerund to _running -> StoreBase._not_open 'cannot {action}'), where the memory store says 'cannot read a "
-    "case row'",
-)
-
-
 _POSTGRES_SKIP = [] if _pg.ENABLED else [pytest.mark.skip(reason=_pg.SKIP_REASON)]
 
 
 @pytest.mark.parametrize("kind", [
-    "memory", pytest.param("sqlite", marks=_GERUND), pytest.param("postgres", marks=[_GERUND, *_POSTGRES_SKIP]),
+    "memory", "sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP),
 ])
 async def test_a_closed_store_says_what_could_not_be_done_in_a_sentence(tmp_path: Path, kind: str) -> None:
     """Every call on a closed store raises StoreError 'cannot <verb> ...: the store is not open' and the fix."""
