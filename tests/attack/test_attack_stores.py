@@ -264,10 +264,6 @@ async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path
 # -- a damaged layout --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a file with wfsub's application id and layout version but without one of "
-                   "its tables opens: SqliteStore._check_header (_store/_sqlite.py) checks the id and the version "
-                   "only; a missing inbox then makes the Substrate log 'could not read the inbox' several times a "
-                   "second for as long as it runs, a missing owner table fails with 'no such table: owner'")
 @pytest.mark.parametrize("table", ["inbox", "owner", "journal"])
 async def test_a_store_missing_one_of_its_tables_is_refused_at_open(tmp_path: Path, table: str) -> None:
     """A store missing a table of its layout version is refused at open, naming the table."""
