@@ -303,10 +303,6 @@ async def test_cases_recovered_from_the_store_never_make_the_live_count_negative
 # -- specs open_store cannot mean --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="open_store takes a blank path, and 'memory:?...' or 'sqlite:cases.db' (a "
-                   "scheme without '//'), as a SQLite file of that name in the current directory, where it refuses "
-                   "'' and 'memory://' (_store/_open.py open_store: the scheme is matched only with '://' or alone, "
-                   "and only '' is refused as a path)")
 @pytest.mark.parametrize("spec", ["   ", "memory:?shared=1", "sqlite:cases.db", "postgresql:cases"])
 def test_a_spec_that_names_no_store_is_refused_not_made_a_file(tmp_path: Path, spec: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
