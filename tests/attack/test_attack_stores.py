@@ -281,9 +281,6 @@ async def test_a_store_missing_one_of_its_tables_is_refused_at_open(tmp_path: Pa
 # -- cases a Substrate took from its store -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="statistics().cases_live goes negative once cases recovered from the store "
-                   "end: _runtime/_substrate.py statistics computes started - ended, and a recovered case is counted "
-                   "when it ends but never as started (nor live) on the Substrate that recovered it")
 async def test_cases_recovered_from_the_store_never_make_the_live_count_negative(tmp_path: Path) -> None:
     """Cases recovered from the store end without making statistics().cases_live negative."""
     flows = {"w": seq(wait("go"), task(_done))}
