@@ -234,6 +234,16 @@ def _store_of(kind: str, tmp_path: Path) -> Any:
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP)])
 async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path: Path, kind: str) -> None:
     """Signals in flight when a durable Substrate closes are answered, and the journal agrees."""
+    await _close_with_signals_in_flight(tmp_path, kind)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP)])
+def test_signals_in_flight_when_the_substrate_closes_are_answered_on_trio(tmp_path: Path, kind: str) -> None:
+    """On trio too, signals in flight when a durable Substrate closes are answered, and the journal agrees."""
+    anyio.run(_close_with_signals_in_flight, tmp_path, kind, backend="trio")
+
+
+async def _close_with_signals_in_flight(tmp_path: Path, kind: str) -> None:
     flows = {"w": seq(wait("go"), task(_done))}
     store = _store_of(kind, tmp_path)
     answered: dict[str, str] = {}

@@ -9,6 +9,9 @@
     "postgresql://...", "postgres://..."   PostgresStore (options in the query: ?schema=&lease_seconds=...)
     a store object                itself
 
+A blank spec, and a backend's scheme written without its '//' ('sqlite:cases.db', 'memory:?x=1'), name no
+store: they are refused, never taken for a file name.
+
 `existing=True` (the `wfsub` command) opens only a store that is there already: a file or schema that a
 Substrate created (a mistyped path is then an error, not a new empty store), never a memory store, which lives
 inside one process. A backend is one entry of `BACKENDS`: its URL scheme and a factory.
