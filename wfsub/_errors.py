@@ -43,7 +43,20 @@ class _Issue(Protocol):
 
 
 class WfsubError(Exception):
-    """Base class of every error wfsub raises on purpose."""
+    """Base class of every error wfsub raises on purpose.
+
+    Every one pickles (a process pool or a task queue carries them): it comes back of its type, with its
+    message and attributes as they were, without its `__init__` being called again (which takes other
+    arguments than the message, and would word the message again)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (type(self), self.args), self.__dict__ or None
+
+
+def _rebuilt(cls: type[WfsubError], args: tuple[object, ...]) -> WfsubError:
+    """An error from its pickle: `BaseException.__new__` sets its args (its message); unpickling then sets its
+    attributes."""
+    return cls.__new__(cls, *args)
 
 
 def _where(loc: object) -> str:

@@ -181,13 +181,14 @@ ERRORS = [
     StoreError("cases.db", "the disk is full"),
     StoreConflict("cases.db", "another owner"),
     CommitUnknown("cases.db", "the answer was lost"),
+    wfsub.InvalidWorkflow([wfsub.ValidationIssue(path="seq[0]", message="an empty seq")]),
+    wfsub.InvalidStartData("orders", dict, [{"loc": ("sku",), "msg": "Field required"}], "c1"),
+    wfsub.EffectResultError.not_json("charge", "seq[0].task", "a set"),
+    wfsub.MachineStateError("no effect 7 is pending"),
+    wfsub.SnapshotMismatch("another program"),
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="wfsub's errors do not survive pickle: those whose __init__ takes more than "
-                   "the message fail to unpickle (TypeError: missing arguments), the others come back with their "
-                   "message wrapped again ('case \"case 'c1' was cancelled: ...\" was cancelled'); _errors.py "
-                   "defines no __reduce__ and passes only the message to Exception.__init__")
 @pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
 def test_every_public_error_survives_pickling(error: Exception) -> None:
     """Every public error comes back from pickle of its type, with its message and fields."""

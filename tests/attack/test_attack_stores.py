@@ -181,10 +181,6 @@ def _done(ctx: Mapping[str, Any]) -> dict[str, Any]:
     return {"done": True}
 
 
-@pytest.mark.xfail(strict=True, reason="SQLite: one write that fails to bind (inbox_put with a dict request_id) "
-                   "fails every write of its group: the Substrate's signals to other cases get its StoreError "
-                   "(_store/_writer.py _commit fails the whole group; _together redoes one by one only for a "
-                   "broken rule; SqliteStore.inbox_put queues request_id unchecked)")
 async def test_one_bad_write_does_not_fail_the_writes_grouped_with_it(tmp_path: Path) -> None:
     """A write that cannot be stored fails alone: the signals committed in the same group as it succeed."""
     store = SqliteStore(tmp_path / "c.db")
@@ -206,18 +202,11 @@ async def test_one_bad_write_does_not_fail_the_writes_grouped_with_it(tmp_path: 
 # -- a closed store ----------------------------------------------------------------------------------------------
 
 
-_GERUND = pytest.mark.xfail(
-    strict=True, reason="a closed SQLite or Postgres store says 'cannot reading the row of case ...' (its reads pass "
-    "a gerund to _running -> StoreBase._not_open 'cannot {action}'), where the memory store says 'cannot read a "
-    "case row'",
-)
-
-
 _POSTGRES_SKIP = [] if _pg.ENABLED else [pytest.mark.skip(reason=_pg.SKIP_REASON)]
 
 
 @pytest.mark.parametrize("kind", [
-    "memory", pytest.param("sqlite", marks=_GERUND), pytest.param("postgres", marks=[_GERUND, *_POSTGRES_SKIP]),
+    "memory", "sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP),
 ])
 async def test_a_closed_store_says_what_could_not_be_done_in_a_sentence(tmp_path: Path, kind: str) -> None:
     """Every call on a closed store raises StoreError 'cannot <verb> ...: the store is not open' and the fix."""
@@ -242,13 +231,19 @@ def _store_of(kind: str, tmp_path: Path) -> Any:
     return lambda: wfsub.stores.PostgresStore(_pg.database_dsn(), schema=schema)
 
 
-@pytest.mark.xfail(strict=True, reason="a signal whose commit is in flight when the Substrate closes is committed "
-                   "but its sender never hears back and waits for ever: _runtime/_case_journal.py journal_inbox "
-                   "awaits j.commit() (line ~105) with the batch taken out of actor.inbox; the cancellation "
-                   "skips every answer, and close_live (line ~353) answers only what is still in actor.inbox")
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP)])
 async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path: Path, kind: str) -> None:
     """Signals in flight when a durable Substrate closes are answered, and the journal agrees."""
+    await _close_with_signals_in_flight(tmp_path, kind)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=_POSTGRES_SKIP)])
+def test_signals_in_flight_when_the_substrate_closes_are_answered_on_trio(tmp_path: Path, kind: str) -> None:
+    """On trio too, signals in flight when a durable Substrate closes are answered, and the journal agrees."""
+    anyio.run(_close_with_signals_in_flight, tmp_path, kind, backend="trio")
+
+
+async def _close_with_signals_in_flight(tmp_path: Path, kind: str) -> None:
     flows = {"w": seq(wait("go"), task(_done))}
     store = _store_of(kind, tmp_path)
     answered: dict[str, str] = {}
@@ -279,10 +274,6 @@ async def test_signals_in_flight_when_the_substrate_closes_are_answered(tmp_path
 # -- a damaged layout --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a file with wfsub's application id and layout version but without one of "
-                   "its tables opens: SqliteStore._check_header (_store/_sqlite.py) checks the id and the version "
-                   "only; a missing inbox then makes the Substrate log 'could not read the inbox' several times a "
-                   "second for as long as it runs, a missing owner table fails with 'no such table: owner'")
 @pytest.mark.parametrize("table", ["inbox", "owner", "journal"])
 async def test_a_store_missing_one_of_its_tables_is_refused_at_open(tmp_path: Path, table: str) -> None:
     """A store missing a table of its layout version is refused at open, naming the table."""
@@ -300,9 +291,6 @@ async def test_a_store_missing_one_of_its_tables_is_refused_at_open(tmp_path: Pa
 # -- cases a Substrate took from its store -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="statistics().cases_live goes negative once cases recovered from the store "
-                   "end: _runtime/_substrate.py statistics computes started - ended, and a recovered case is counted "
-                   "when it ends but never as started (nor live) on the Substrate that recovered it")
 async def test_cases_recovered_from_the_store_never_make_the_live_count_negative(tmp_path: Path) -> None:
     """Cases recovered from the store end without making statistics().cases_live negative."""
     flows = {"w": seq(wait("go"), task(_done))}
@@ -322,10 +310,6 @@ async def test_cases_recovered_from_the_store_never_make_the_live_count_negative
 # -- specs open_store cannot mean --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="open_store takes a blank path, and 'memory:?...' or 'sqlite:cases.db' (a "
-                   "scheme without '//'), as a SQLite file of that name in the current directory, where it refuses "
-                   "'' and 'memory://' (_store/_open.py open_store: the scheme is matched only with '://' or alone, "
-                   "and only '' is refused as a path)")
 @pytest.mark.parametrize("spec", ["   ", "memory:?shared=1", "sqlite:cases.db", "postgresql:cases"])
 def test_a_spec_that_names_no_store_is_refused_not_made_a_file(tmp_path: Path, spec: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,11 +108,19 @@ async def journal_inbox(actor: CaseActor) -> None:
     row = _running_row(actor) if j.row_parked else None
     lease = actor.shared.lease
     if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
-        await lease.wait()
+        try:
+            await lease.wait()
+        except anyio.get_cancelled_exc_class():  # closing with nothing written: close_live answers the inbox
+            j.seq = seq
+            j.request_ids.difference_update(fresh_ids)
+            actor.inbox[:0] = [msg for msg, _ in entries]
+            raise
     try:
         if actor.stale is not None:  # another node took the case while this one could not tell: nothing is ours
             raise actor.stale
-        appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
+        with anyio.CancelScope(shield=True):  # the store commits a write whose waiter is cancelled all the same:
+            # a closing Substrate waits for the outcome, so each sender hears whether its input was journaled
+            appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
     except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
         actor.fenced = True  # (before the answers: a caller that hears of it sends the input to the owner)
         for msg, _ in entries:

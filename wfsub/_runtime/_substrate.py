@@ -254,7 +254,8 @@ class Substrate:
         self._outside: Outside | None = None  # while a standby: its door to the owner through the store
         self._standby_since = 0.0
         self._starting: dict[str, tuple[str, dict[str, Any]]] = {}  # case id -> (workflow, data) being started
-        self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0}
+        self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
+                        "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -613,6 +614,7 @@ class Substrate:
             actor.order = next(self._orders)
         self._cases[actor.case_id] = actor
         self._counts["started"] += 1
+        self._counts["live"] += 1
         shared.busy += 1
         self._case_tg.start_soon(actor.run)
 
@@ -1006,13 +1008,15 @@ class Substrate:
             actor.machine.trace_level = effective
 
     def statistics(self) -> SubstrateStatistics:
-        """Counters: cases started, live, ended by outcome, retained, evicted; trace events, drops, sink errors."""
+        """Counters: cases started, live, ended by outcome, retained, evicted; trace events, drops, sink errors.
+
+        `cases_live` counts the cases this Substrate runs now: those it started, recovered from its store or
+        brought back into memory, until they end or leave memory (evicted while idle, or the Substrate closed)."""
         c = self._counts
-        ended = c["done"] + c["failed"] + c["cancelled"]
         stats = self._hub.stats if self._hub is not None else None
         return SubstrateStatistics(
             cases_started=c["started"],
-            cases_live=c["started"] - ended,
+            cases_live=c["live"],
             cases_done=c["done"],
             cases_failed=c["failed"],
             cases_cancelled=c["cancelled"],
@@ -1026,6 +1030,7 @@ class Substrate:
         )
 
     def _on_end(self, actor: CaseActor) -> None:
+        self._counts["live"] -= 1  # (every actor spawned calls this once, when it exits)
         if actor.closed or actor.evicted:
             return  # it stays live in the store (closed with the Substrate, or evicted while idle)
         if self._loader is not None:

@@ -337,7 +337,7 @@ class StoreBase(Store):
     def _not_open(self, action: str) -> StoreError:
         """The error of a call before `open()` or after `close()`."""
         return StoreError(
-            self._store_name(), f"cannot {action}: the store is not open; call `await store.open(owner=..., "
+            self._store_name(), f"cannot {_verb(action)}: the store is not open; call `await store.open(owner=..., "
             "owner_id=...)` first (a Substrate opens its store when it starts)"
         )
 
@@ -347,7 +347,21 @@ class StoreBase(Store):
 
     def _closing_error(self, action: str) -> StoreError:
         """The error of a call that meets the store while `close()` is taking it down."""
-        return StoreError(self._store_name(), f"cannot {action}: the store is closing")
+        return StoreError(self._store_name(), f"cannot {_verb(action)}: the store is closing")
+
+
+_VERBS = {
+    "reading": "read", "loading": "load", "listing": "list", "polling": "poll", "waiting": "wait",
+    "taking": "take", "claiming": "claim", "recording": "record", "renewing": "renew", "writing": "write",
+    "committing": "commit", "putting": "put", "queueing": "queue", "pruning": "prune", "draining": "drain",
+}
+
+
+def _verb(action: str) -> str:
+    """An action as `cannot ...` says it: a backend names a read by its gerund, which its other errors begin
+    with ("reading the row of case 'c1': ..."), so "reading the row of case 'c1'" becomes "read the row ..."."""
+    first, space, rest = action.partition(" ")
+    return _VERBS.get(first, first) + space + rest
 
 
 def require_store(store: object) -> Store:

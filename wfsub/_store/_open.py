@@ -9,6 +9,9 @@
     "postgresql://...", "postgres://..."   PostgresStore (options in the query: ?schema=&lease_seconds=...)
     a store object                itself
 
+A blank spec, and a backend's scheme written without its '//' ('sqlite:cases.db', 'memory:?x=1'), name no
+store: they are refused, never taken for a file name.
+
 `existing=True` (the `wfsub` command) opens only a store that is there already: a file or schema that a
 Substrate created (a mistyped path is then an error, not a new empty store), never a memory store, which lives
 inside one process. A backend is one entry of `BACKENDS`: its URL scheme and a factory.
@@ -75,6 +78,9 @@ BACKENDS: dict[str, Callable[[str, bool], Store]] = {
 }
 
 
+_FORMS = "a file path ('cases.db'), 'sqlite:///cases.db', 'postgresql://user@host/dbname' or 'memory:'"
+
+
 @overload
 def open_store(spec: None, *, existing: bool = False) -> None: ...
 @overload
@@ -97,13 +103,19 @@ def open_store(spec: object, *, existing: bool = False) -> Store | None:
         if not isinstance(spec, str):
             return SqliteStore(text, create=create)  # a Path is always a file path
         scheme = text.split(":", 1)[0].lower() if ":" in text else ""
-        if scheme in BACKENDS and (text.lower().startswith(f"{scheme}://") or text.lower() == f"{scheme}:"):
-            return BACKENDS[scheme](text, create)
+        if scheme in BACKENDS:
+            if text.lower().startswith(f"{scheme}://") or text.lower() == f"{scheme}:":
+                return BACKENDS[scheme](text, create)
+            raise StoreError(  # 'sqlite:cases.db' is a mistyped URL, not a file of that name
+                repr(text), f"it names the {scheme} backend but is not one of its forms: write {_FORMS}"
+            )
         if "://" in text:
             known = ", ".join(f"{name}://" for name in BACKENDS if name != "memory")
             raise StoreError(text, f"no store backend for {scheme!r}: use a file path, {known}, or memory:")
-        if not text:
-            raise StoreError("''", "an empty store path: give a file path such as 'cases.db', or None for no store")
+        if not text.strip():
+            raise StoreError(
+                repr(text), f"an empty store path names no store: write {_FORMS}, or pass None for no store"
+            )
         return SqliteStore(text, create=create)
     if isinstance(spec, Store):
         return spec

@@ -42,6 +42,7 @@ import contextlib
 import math
 import os
 import platform
+import re
 import socket
 import sqlite3
 import threading
@@ -85,6 +86,7 @@ HEARTBEAT_EVERY = 30.0  # seconds between two refreshes of the owner row's heart
 SYNCHRONOUS = ("full", "normal")
 
 Q = QUERIES
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", re.IGNORECASE | re.MULTILINE)
 T = TypeVar("T")
 
 _X87 = frozenset({"x86_64", "i386", "i686"})  # (not "AMD64": Windows, where long double is double)
@@ -256,14 +258,16 @@ class SqliteStore(SingleNode):
 
     # -- the layout ------------------------------------------------------------------------------------------
 
-    def _header(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+    def _header(self, conn: sqlite3.Connection) -> tuple[int, int, set[str]]:
         app = conn.execute(Q["pragma_application_id"]).fetchone()[0]
         version = conn.execute(Q["pragma_user_version"]).fetchone()[0]
-        tables = conn.execute(Q["count_tables"]).fetchone()[0]
-        return app, version, tables
+        names = {str(name) for (name,) in conn.execute(Q["schema_names"])}
+        return app, version, names
 
-    def _check_header(self, app: int, version: int, tables: int) -> None:
-        if app == 0 and version == 0 and tables == 0:
+    def _check_header(self, app: int, version: int, tables: set[str]) -> None:
+        """Refuse a file that is not a wfsub store of a layout this wfsub reads, or that lacks a table of it;
+        `tables`: the names of what the file holds (its tables, indexes, ...)."""
+        if app == 0 and version == 0 and not tables:
             if not self.create:
                 raise StoreError(
                     self.path, "this file is empty, not a wfsub store: check the path (give the file a Substrate "
@@ -289,6 +293,21 @@ class SqliteStore(SingleNode):
             raise StoreError(
                 self.path, "the file carries wfsub's application id but no layout version: it was damaged or "
                 "written by hand; restore it from a backup or start a new file",
+            )
+        made: list[str] = []  # the tables migrations 1..version create, in order
+        for target in range(1, version + 1):
+            for statement in self._layout.migrations[target].statements:
+                created = _CREATE_TABLE.search(statement)
+                if created and created.group(1) not in made:
+                    made.append(created.group(1))
+        missing = [name for name in made if name not in tables]
+        if missing:
+            listed = ", ".join(repr(name) for name in missing)
+            raise StoreError(
+                self.path,
+                f"the file carries wfsub's application id and layout version {version} but lacks the table"
+                f"{'s' if len(missing) > 1 else ''} {listed} of that layout (it has {', '.join(made)}): it was "
+                "damaged or changed by hand; restore it from a backup or start a new file",
             )
 
     def _prepare(self, conn: sqlite3.Connection, owner: bool) -> None:

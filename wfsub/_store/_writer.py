@@ -20,9 +20,10 @@ carries every write that arrived during the previous one, and the loop never tou
 applied with no savepoint, a run of case writes as one statement for their records and one for their rows, each
 a JSON array read by `json_each` (`_sqlite._apply_writes`): every sqlite3 call, and every row of an
 `executemany`, gives up the GIL and must win it back from a busy loop, so a group costs four calls (BEGIN, records,
-rows, COMMIT) however many writes it carries. When a job breaks a rule (a second `end`, a seq written twice) or
-fewer records are appended than sent (a retried request_id: the count cannot say which), the group is rolled
-back and redone a job at a time, each in a savepoint: that job alone fails (or reports its skipped record).
+rows, COMMIT) however many writes it carries. When a job breaks a rule (a second `end`, a seq written twice),
+fails on its own (a value that cannot be bound), or fewer records are appended than sent (a retried request_id:
+the count cannot say which), the group is rolled back and redone a job at a time, each in a savepoint: that job
+alone fails (or reports its skipped record).
 
 The hand-off. The thread sleeps on the bell only with nothing to do, and only then does `submit` ring it, so
 jobs queued while a group commits or while the writer lingers cost no thread wake-up (a thread woken from the
@@ -81,9 +82,14 @@ class Redo(Exception):
     """Raised by a batch when it cannot tell each job's outcome: the group is redone one job at a time."""
 
 
-# Errors that concern one job: its savepoint is rolled back and the rest of the group goes on. Any other error
-# (OperationalError: full, I/O, busy; DatabaseError: corrupt) ends the whole transaction.
-_ONE_JOB = (Refused, sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, OverflowError)
+# Errors of the transaction itself (OperationalError: full, I/O, busy; InternalError; DatabaseError: corrupt):
+# they end the whole transaction and fail the group. Any other error concerns one job (a broken rule, a value
+# that cannot be bound or encoded): its savepoint is rolled back, it fails alone, the rest of the group goes on.
+_WHOLE_GROUP = (sqlite3.OperationalError, sqlite3.InternalError)
+
+
+def _one_job(exc: Exception) -> bool:
+    return not isinstance(exc, _WHOLE_GROUP) and type(exc) is not sqlite3.DatabaseError
 
 
 _RING = object()  # a bell token: work for a sleeping writer (or `stop()`, or the last turn)
@@ -250,8 +256,9 @@ class Writer:
     def _together(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> bool:
         """The group in one pass with no savepoints, runs of batchable jobs in one statement per table.
 
-        False when a job broke a rule (or a batch could not tell each job's outcome): the transaction is rolled
-        back and nothing of the group is kept, so `_one_by_one` can redo it. Any other error propagates.
+        False when a job failed on its own (a broken rule, a value that cannot be bound) or a batch could not tell
+        each job's outcome: the transaction is rolled back and nothing of the group is kept, so `_one_by_one` can
+        redo it. An error of the transaction itself propagates.
         """
         conn.execute(BEGIN)
         results: list[Any] = []
@@ -265,7 +272,9 @@ class Writer:
                         results += batch(conn, [job.batch for job in jobs])
                     else:
                         results.append(jobs[0].work(conn))
-        except (*_ONE_JOB, Redo):
+        except Exception as exc:  # a job's error (or Redo): the group is redone a job at a time
+            if not _one_job(exc):
+                raise
             conn.execute(ROLLBACK)
             return False
         if beat and self._heartbeat is not None:
@@ -276,13 +285,15 @@ class Writer:
         return True
 
     def _one_by_one(self, conn: sqlite3.Connection, group: list[Job], beat: bool) -> None:
-        """The group with a savepoint per job: a job that breaks a rule is undone alone and fails alone."""
+        """The group with a savepoint per job: a job that fails on its own is undone alone and fails alone."""
         conn.execute(BEGIN)
         for job in group:
             conn.execute(SAVEPOINT)
             try:
                 job.result = job.work(conn)
-            except _ONE_JOB as exc:
+            except Exception as exc:
+                if not _one_job(exc):
+                    raise
                 conn.execute(UNDO)
                 job.result = None
                 job.error = _refusal(self.path, job, exc)

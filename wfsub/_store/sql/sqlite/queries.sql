@@ -58,9 +58,9 @@ PRAGMA user_version;
 -- Changes when another connection commits: `changed()`.
 PRAGMA data_version;
 
--- name: count_tables
--- Whether the file holds anything yet (a new file holds nothing).
-SELECT count(*) FROM sqlite_master;
+-- name: schema_names
+-- The names of what the file holds (a new file holds nothing): a store missing one of its tables is refused.
+SELECT name FROM sqlite_master;
 
 -- name: owner_get
 -- Who owns the file now (or last did).
