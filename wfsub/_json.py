@@ -64,6 +64,35 @@ def json_problem(value: Any, where: str) -> str | None:
     return None
 
 
+MAX_DEPTH = 200
+"""How deep an input may nest lists and dicts (a payload, add_instances items, start data): well under Python's
+recursion limit, so every walk a value takes on its way (copies, pydantic, encoders) can follow it."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests lists, tuples and dicts more than `limit` levels deep. A walk with an explicit stack:
+    any depth; a value that contains itself is not followed round (`json_problem` names it where JSON is due)."""
+    if not isinstance(value, list | tuple | dict):
+        return False
+    stack: list[tuple[Any, int, bool]] = [(value, 1, False)]
+    active: set[int] = set()  # the containers on the path from the root to the one being looked at
+    while stack:
+        v, depth, leaving = stack.pop()
+        if leaving:
+            active.discard(id(v))
+            continue
+        if depth > limit:
+            return True
+        if id(v) in active:
+            continue
+        active.add(id(v))
+        stack.append((v, depth, True))
+        inner = depth + 1
+        inside = v.values() if isinstance(v, dict) else v
+        stack.extend((x, inner, False) for x in inside if isinstance(x, list | tuple | dict))
+    return False
+
+
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _fast_encode = msgspec.json.Encoder().encode
 _fast_decode = msgspec.json.Decoder().decode

@@ -243,6 +243,11 @@ def _payload(value: str | None) -> Any:
             "'\"approved\"', or give an object such as '{\"ok\": true}'",
             param_hint="PAYLOAD",
         ) from exc
+    except RecursionError:  # (JSON nested deeper than the parser follows: far deeper than an input may nest)
+        from .._errors import too_deep
+        from .._json import MAX_DEPTH
+
+        raise click.BadParameter(str(too_deep("the payload", MAX_DEPTH)), param_hint="PAYLOAD") from None
 
 
 @main.command()

@@ -26,6 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import wfsub
 from wfsub import CaseNotFound, CaseState, CaseStatus, JournalRecord, SignalRejected, Term, WfsubError
 
+from ..._errors import too_deep
+from ..._json import MAX_DEPTH
 from . import _view
 from ._live import Live, sig_hash
 
@@ -289,6 +291,8 @@ class _Inspector:
                 except json.JSONDecodeError as exc:
                     return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
                             'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400
+                except RecursionError:  # nested deeper than the parser follows: far deeper than an input may nest
+                    return str(too_deep("the payload", MAX_DEPTH)), True, 400
                 await self.source.signal(case_id, name, payload)
                 return "", False, 200
             if action == "cancel":
