@@ -26,6 +26,7 @@ model its workflow was registered with (`Workflow(term, input=Model)`), whicheve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,17 @@ def shallow(value: Any, what: str, case_id: str | None = None) -> Any:
     checked here once, at its door: deeper data would fail with RecursionError in the walks it takes later)."""
     if nested_too_deep(value, MAX_DEPTH):
         raise too_deep(what, MAX_DEPTH, case_id=case_id)
+    return value
+
+
+def loads_input(text: str | bytes, what: str = "the payload", case_id: str | None = None) -> Any:
+    """The value of an input's JSON text (the command's PAYLOAD, the inspector's form): `json.loads`, but text
+    nested deeper than the parser follows (far deeper than `MAX_DEPTH`) is refused as `shallow` refuses a value,
+    not with RecursionError. Text that is not JSON raises `json.JSONDecodeError` (a ValueError) as it does."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep(what, MAX_DEPTH, case_id=case_id) from None
     return value
 
 

@@ -25,9 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import wfsub
 from wfsub import CaseNotFound, CaseState, CaseStatus, JournalRecord, SignalRejected, Term, WfsubError
+from wfsub.lowlevel import loads_input
 
-from ..._errors import too_deep
-from ..._json import MAX_DEPTH
 from . import _view
 from ._live import Live, sig_hash
 
@@ -287,12 +286,10 @@ class _Inspector:
                     return "the signal needs a name: type the name the case waits for", True, 400
                 text = form.get("payload", "").strip()
                 try:
-                    payload = json.loads(text) if text else None
+                    payload = loads_input(text, "the payload") if text else None  # (too deep: a ValueError)
                 except json.JSONDecodeError as exc:
                     return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
                             'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400
-                except RecursionError:  # nested deeper than the parser follows: far deeper than an input may nest
-                    return str(too_deep("the payload", MAX_DEPTH)), True, 400
                 await self.source.signal(case_id, name, payload)
                 return "", False, 200
             if action == "cancel":
