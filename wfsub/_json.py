@@ -113,10 +113,15 @@ def encode(value: Any) -> str:
 
 def output_problem(value: Any, where: str) -> str | None:
     """`json_problem`, fast for the common case: a value that encodes and decodes back equal (all in C) is JSON;
-    only one that does not (a tuple, an int key, a datetime, a NaN, a cycle) takes the walk."""
+    only one that does not (a tuple, an int key, a datetime, a NaN, a cycle, data nested too deep for the C
+    encoders) takes the walk, and then a value nested deeper than `MAX_DEPTH` is refused as an input is."""
     try:
         if _fast_decode(_fast_encode(value)) == value:  # the encode refuses lone surrogates (its output is UTF-8)
             return None
     except Exception:  # RecursionError, UnicodeEncodeError, msgspec.EncodeError: the walk names the problem
         pass
-    return json_problem(value, where)
+    problem = json_problem(value, where)
+    if problem is None and too_deep(value):
+        return (f"{where}: nested deeper than {MAX_DEPTH} levels of lists and dicts, the most a durable case's data "
+                "may nest (it is encoded, digested and copied by walks that follow it); flatten it")
+    return problem

@@ -20,7 +20,8 @@ import anyio
 import pydantic
 import pytest
 
-from wfsub import CaseHandle, SignalRejected, Substrate, scope, seq, task, wait
+from wfsub import CaseFailed, CaseHandle, SignalRejected, Substrate, scope, seq, task, wait
+from wfsub._json import MAX_DEPTH
 from wfsub.lowlevel import check_input
 from wfsub.stores import InboxRow, PostgresStore, SqliteStore, Store, open_store
 
@@ -293,3 +294,62 @@ async def test_a_field_an_input_does_not_have_is_refused_not_dropped(tmp_path: P
         row = await _through_inbox(path, handle.case_id, kind, body)
         assert row is not None and row.refused is not None
         assert handle.status().signals == ("go",)
+
+
+def test_an_unknown_field_is_refused_naming_the_fields_the_kind_takes() -> None:
+    """The refusal of an unknown body field names it, the input's kind and the fields that kind takes."""
+    with pytest.raises(TypeError) as info:
+        check_input("cancel", {"reason": "customer asked", "compensat": False})
+    assert "a cancel input has no field 'compensat'" in str(info.value)
+    assert "its fields are 'reason', 'compensate'" in str(info.value)
+    with pytest.raises(TypeError, match="a close_instances input has no field 'item'.*its fields are 'region'"):
+        check_input("close_instances", {"region": "r", "item": 1})
+
+
+# -- the depth limit -------------------------------------------------------------------------------------------
+
+
+async def test_a_payload_max_depth_deep_is_taken_and_one_level_more_is_refused(tmp_path: Path) -> None:
+    """A payload exactly MAX_DEPTH deep is taken and read back; one level deeper is refused saying what, where, fix."""
+    async with _durable(tmp_path) as (sub, _):
+        handle = await _started(sub)
+        with pytest.raises(ValueError) as info:
+            await handle.signal("go", {"tree": _nested(MAX_DEPTH)})
+        message = str(info.value)
+        assert f"the payload of signal 'go': nested deeper than {MAX_DEPTH} levels" in message
+        assert repr(handle.case_id) in message and "flatten it" in message
+        await handle.signal("go", _nested(MAX_DEPTH))
+        await handle.signal("then")
+        with anyio.fail_after(10):
+            result = await handle.result()
+        assert result["go"] == _nested(MAX_DEPTH)
+
+
+async def test_a_task_output_deeper_than_any_input_is_readable_in_memory_and_refused_by_a_durable_case(
+    tmp_path: Path,
+) -> None:
+    """A case in memory may hold data of any depth and hands it out; a durable case fails the task with a message."""
+
+    def deep(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"deep": _nested(5_000)}
+
+    async with Substrate() as sub:
+        handle = await sub.new_case(seq(task(deep)))
+        with anyio.fail_after(10):
+            result = await handle.result()
+        assert type(result["deep"]) is list and type(handle.data()["deep"]) is list
+        assert result["deep"] is not handle.data()["deep"]  # (a copy each time)
+    async with Substrate(store=SqliteStore(tmp_path / "c.db"), workflows={"deep": seq(task(deep))}) as sub:
+        handle = await sub.new_case("deep")
+        with anyio.fail_after(10), pytest.raises(CaseFailed, match=f"nested deeper than {MAX_DEPTH} levels"):
+            await handle.result()
+
+
+@pytest.mark.parametrize("kind", STORE_PARAMS)
+async def test_inbox_put_refuses_a_body_nested_too_deep_to_encode(tmp_path: Path, kind: str) -> None:
+    """A body nested deeper than JSON encoders follow is refused by inbox_put with a message, not RecursionError."""
+    async with _outside_writer(kind, tmp_path) as store:
+        with pytest.raises(ValueError, match=f"at most {MAX_DEPTH} levels"):
+            await store.inbox_put("c1", "signal", {"name": "go", "payload": _nested(5_000)}, request_id=None,
+                                  created_at=0.0)
+        assert await store.inbox_take() == []

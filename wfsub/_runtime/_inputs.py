@@ -6,8 +6,10 @@ API (`Substrate.signal`, a `CaseHandle`, ...), the store's inbox (the `wfsub` co
 node) or a call that another node makes for one of its cases. Every door goes the same route:
 
 1. `shaped(kind, body, ...)` (or, from the API, `signal`, `cancel`, `region`, which build the same message
-   without a dict) checks what can be checked without the case (the kind, field types, a blank reason, items
-   that are not a list) and returns the mailbox message. Nothing is queued or written before it has passed.
+   without a dict) checks what can be checked without the case (the kind, a field the kind does not have, field
+   types, a blank reason, items that are not a list, data nested deeper than `MAX_DEPTH`: `shallow`) and returns
+   the mailbox message. Nothing is queued or written before it has passed. A cancel reason is bounded by a durable
+   case's `max_payload_bytes` as a payload is (`bounded_reason`, where the limit is known).
 2. At the case: `admit(msg, machine, limit)` runs the vm's own check once (`Machine.check_signal`, whose answer
    is the payload as stored; `Machine.check_region`) and, for a durable case (`limit` given), turns what the
    message carries into the JSON its journal record will give back (`as_journaled`, once). The actor then
