@@ -69,11 +69,33 @@ MAX_DEPTH = 200
 recursion limit, so every walk a value takes on its way (copies, pydantic, encoders) can follow it."""
 
 
+_NESTS = (list, tuple, dict)
+
+
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests lists, tuples and dicts more than `limit` levels deep. A walk with an explicit stack:
-    any depth; a value that contains itself is not followed round (`json_problem` names it where JSON is due)."""
-    if not isinstance(value, list | tuple | dict):
+    """Whether `value` nests lists, tuples and dicts more than `limit` levels deep. No recursion: any depth.
+
+    A walk level by level (a wide level: each container once, however often it is held there), which costs little
+    for the usual shallow value; a value found deeper than `limit` is walked again along its paths, so that one
+    that contains itself (a cycle, which only a case in memory may hold) is not counted as too deep."""
+    if not isinstance(value, _NESTS):
         return False
+    level: list[Any] = [value]
+    depth = 1
+    while True:
+        below: list[Any] = []
+        for v in level:
+            below += [x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, _NESTS)]
+        if not below:
+            return False
+        depth += 1
+        if depth > limit:
+            return _deeper_along_paths(value, limit)
+        level = list({id(x): x for x in below}.values()) if len(below) > 64 else below  # (a value held twice)
+
+
+def _deeper_along_paths(value: Any, limit: int) -> bool:
+    """`too_deep` along each path from the root, a container met again on its own path not followed round."""
     stack: list[tuple[Any, int, bool]] = [(value, 1, False)]
     active: set[int] = set()  # the containers on the path from the root to the one being looked at
     while stack:
@@ -87,9 +109,8 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
             continue
         active.add(id(v))
         stack.append((v, depth, True))
-        inner = depth + 1
         inside = v.values() if isinstance(v, dict) else v
-        stack.extend((x, inner, False) for x in inside if isinstance(x, list | tuple | dict))
+        stack.extend((x, depth + 1, False) for x in inside if isinstance(x, _NESTS))
     return False
 
 

@@ -181,10 +181,6 @@ def _done(ctx: Mapping[str, Any]) -> dict[str, Any]:
     return {"done": True}
 
 
-@pytest.mark.xfail(strict=True, reason="SQLite: one write that fails to bind (inbox_put with a dict request_id) "
-                   "fails every write of its group: the Substrate's signals to other cases get its StoreError "
-                   "(_store/_writer.py _commit fails the whole group; _together redoes one by one only for a "
-                   "broken rule; SqliteStore.inbox_put queues request_id unchecked)")
 async def test_one_bad_write_does_not_fail_the_writes_grouped_with_it(tmp_path: Path) -> None:
     """A write that cannot be stored fails alone: the signals committed in the same group as it succeed."""
     store = SqliteStore(tmp_path / "c.db")

@@ -1155,8 +1155,8 @@ class CaseHandle:
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)
         else:
-            if type(name) is str and name and request_id is None:  # `inputs.signal`'s checks, passed inline
-                await self._sub._signal(actor, Signal(name, inputs.signal_payload(name, payload, self.case_id)))
+            if type(name) is str and name and request_id is None and not isinstance(payload, list | tuple | dict):
+                await self._sub._signal(actor, Signal(name, payload))  # `inputs.signal`'s checks, passed inline
             else:
                 await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
 
