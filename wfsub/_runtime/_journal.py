@@ -86,12 +86,28 @@ def copy_data(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _copied(value: Any) -> Any:
-    """A copy of one value of case data: dicts and lists copied with an explicit stack (any depth: a task of a
-    case in memory may return data nested deeper than an input may be), sharing kept as it was (a list held twice
-    is copied once, a value that holds itself is copied holding its copy)."""
+    try:
+        return _copied_nested(value)
+    except RecursionError:  # deeper than Python's recursion follows, or a value that holds itself
+        return _copied_deep(value)
+
+
+def _copied_nested(value: Any) -> Any:
     kind = type(value)
     if kind in _ATOMS:
         return value
+    if kind is dict:
+        return {key: _copied_nested(v) for key, v in value.items()}
+    if kind is list:
+        return [_copied_nested(v) for v in value]
+    return _other(value)
+
+
+def _copied_deep(value: Any) -> Any:
+    """`_copied` with an explicit stack: any depth (a task of a case in memory may return data nested deeper than
+    an input may be), sharing kept as it was (a list held twice is copied once, a value that holds itself is
+    copied holding its copy)."""
+    kind = type(value)
     if kind is not dict and kind is not list:
         return _other(value)
     top: Any = {} if kind is dict else []
