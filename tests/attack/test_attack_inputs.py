@@ -349,7 +349,7 @@ async def test_a_task_output_deeper_than_any_input_is_readable_in_memory_and_ref
 async def test_inbox_put_refuses_a_body_nested_too_deep_to_encode(tmp_path: Path, kind: str) -> None:
     """A body nested deeper than JSON encoders follow is refused by inbox_put with a message, not RecursionError."""
     async with _outside_writer(kind, tmp_path) as store:
-        with pytest.raises(ValueError, match=f"at most {MAX_DEPTH} levels"):
+        with pytest.raises(ValueError, match=f"nested deeper than {MAX_DEPTH} levels"):
             await store.inbox_put("c1", "signal", {"name": "go", "payload": _nested(5_000)}, request_id=None,
                                   created_at=0.0)
         assert await store.inbox_take() == []

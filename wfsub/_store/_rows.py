@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import StoreError
+from .._errors import StoreError, bad_input, too_deep
 from .._json import MAX_DEPTH, json_problem
 from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Record, Snapshot
 
@@ -93,20 +93,17 @@ def inbox_text(store: str, case_id: object, kind: object, body: object, request_
     ):
         if (value is not None or name != "request_id") and (type(value) is not str or not value):
             also = " (or None)" if name == "request_id" else ""
-            raise TypeError(f"inbox_put: {name} must be a non-empty str{also}, got {type(value).__name__} "
-                            f"{value!r}: {fix}")
+            raise bad_input(f"inbox_put: {name} must be a non-empty str{also}", value, fix=fix)
     what = f"the {kind} input for case {case_id!r}"
     if not isinstance(body, Mapping):
-        raise TypeError(f"inbox_put: the body of {what} must be a dict of the input's fields, got "
-                        f"{type(body).__name__} {body!r}: e.g. {{'name': 'approve', 'payload': {{...}}}} for a "
-                        "signal, {'reason': 'customer asked'} for a cancel")
+        raise bad_input(f"inbox_put: the body of {what} must be a dict of the input's fields", body,
+                        fix="e.g. {'name': 'approve', 'payload': {...}} for a signal, {'reason': 'customer asked'} "
+                        "for a cancel")
     fields = dict(body)
     try:
         text = to_json(store, what, fields)
-    except RecursionError:
-        raise ValueError(f"inbox_put: {what} is nested too deep to encode as JSON: an input nests lists and dicts "
-                         f"at most {MAX_DEPTH} levels deep; flatten it or keep it elsewhere and pass a "
-                         "reference") from None
+    except RecursionError:  # (deeper than the encoder follows: far deeper than an input may nest)
+        raise too_deep(f"inbox_put: {what}", MAX_DEPTH) from None
     if loads(text) != fields:  # (tuples read back as lists; a key that is not a str comes back changed)
         problem = json_problem(fields, "body")
         if problem is not None:
