@@ -271,6 +271,18 @@ def bad_input(
     return error(f"{problem}{got}{where}: {fix}")
 
 
+def too_deep(what: str, limit: int, *, case_id: str | None = None) -> ValueError:
+    """The refusal of an input (a payload, items, start data) nested deeper than `limit` levels of lists and
+    dicts: JSON that deep is walked recursively on its way (copies, models, encoders) and would fail there."""
+    error = bad_input(
+        f"{what}: nested deeper than {limit} levels of lists and dicts, the most an input may nest", NOTHING,
+        case_id=case_id, error=ValueError,
+        fix="flatten it (e.g. a list of records that name their parent) or keep it elsewhere and pass a reference",
+    )
+    assert isinstance(error, ValueError)
+    return error
+
+
 class MachineStateError(WfsubError):
     """A vm input was given in a state that cannot take it."""
 

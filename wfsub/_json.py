@@ -64,6 +64,56 @@ def json_problem(value: Any, where: str) -> str | None:
     return None
 
 
+MAX_DEPTH = 200
+"""How deep an input may nest lists and dicts (a payload, add_instances items, start data): well under Python's
+recursion limit, so every walk a value takes on its way (copies, pydantic, encoders) can follow it."""
+
+
+_NESTS = (list, tuple, dict)
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests lists, tuples and dicts more than `limit` levels deep. No recursion: any depth.
+
+    A walk level by level (a wide level: each container once, however often it is held there), which costs little
+    for the usual shallow value; a value found deeper than `limit` is walked again along its paths, so that one
+    that contains itself (a cycle, which only a case in memory may hold) is not counted as too deep."""
+    if not isinstance(value, _NESTS):
+        return False
+    level: list[Any] = [value]
+    depth = 1
+    while True:
+        below: list[Any] = []
+        for v in level:
+            below += [x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, _NESTS)]
+        if not below:
+            return False
+        depth += 1
+        if depth > limit:
+            return _deeper_along_paths(value, limit)
+        level = list({id(x): x for x in below}.values()) if len(below) > 64 else below  # (a value held twice)
+
+
+def _deeper_along_paths(value: Any, limit: int) -> bool:
+    """`too_deep` along each path from the root, a container met again on its own path not followed round."""
+    stack: list[tuple[Any, int, bool]] = [(value, 1, False)]
+    active: set[int] = set()  # the containers on the path from the root to the one being looked at
+    while stack:
+        v, depth, leaving = stack.pop()
+        if leaving:
+            active.discard(id(v))
+            continue
+        if depth > limit:
+            return True
+        if id(v) in active:
+            continue
+        active.add(id(v))
+        stack.append((v, depth, True))
+        inside = v.values() if isinstance(v, dict) else v
+        stack.extend((x, depth + 1, False) for x in inside if isinstance(x, _NESTS))
+    return False
+
+
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _fast_encode = msgspec.json.Encoder().encode
 _fast_decode = msgspec.json.Decoder().decode
@@ -106,10 +156,15 @@ def journaled(value: Any) -> tuple[Any, int] | None:
 
 def output_problem(value: Any, where: str) -> str | None:
     """`json_problem`, fast for the common case: a value that encodes and decodes back equal (all in C) is JSON;
-    only one that does not (a tuple, an int key, a datetime, a NaN, a cycle) takes the walk."""
+    only one that does not (a tuple, an int key, a datetime, a NaN, a cycle, data nested too deep for the C
+    encoders) takes the walk, and then a value nested deeper than `MAX_DEPTH` is refused as an input is."""
     try:
         if _fast_decode(_fast_encode(value)) == value:  # the encode refuses lone surrogates (its output is UTF-8)
             return None
     except Exception:  # RecursionError, UnicodeEncodeError, msgspec.EncodeError: the walk names the problem
         pass
-    return json_problem(value, where)
+    problem = json_problem(value, where)
+    if problem is None and too_deep(value):
+        return (f"{where}: nested deeper than {MAX_DEPTH} levels of lists and dicts, the most a durable case's data "
+                "may nest (it is encoded, digested and copied by walks that follow it); flatten it")
+    return problem

@@ -10,7 +10,8 @@ For tools that work on a store beside the Substrate that owns it (the `wfsub` co
 `workflow_entries` and `term_of` (the versions of one `workflows=` entry, and the term of each),
 `status_of` (a case's status from its stored row), `check_input` (an input for a case, checked as its owner
 will check it, before it is put in the store's inbox) and `check_case_input` (the same input checked against the
-program summary of the case's recorded version, as the owner would refuse it, even while no owner runs).
+program summary of the case's recorded version, as the owner would refuse it, even while no owner runs), and
+`loads_input` (the JSON text of an input's value read, refused with a message when it nests too deep).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
 from ._runtime._inputs import check_input as check_input
+from ._runtime._inputs import loads_input as loads_input
 from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
@@ -55,6 +57,7 @@ __all__ = [
     "check_case_input",
     "check_input",
     "check_version",
+    "loads_input",
     "status_of",
     "term_of",
     "workflow_entries",

@@ -2,8 +2,9 @@
 `wfsub` command): the same bad input gets the same answer, nothing is silently changed, and a refusal says what,
 where and the fix.
 
-Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the
-others pin behaviour that held up.
+The first tests pin behaviour that held up; the others pin faults it found, fixed since: an input nested deeper
+than `MAX_DEPTH` refused with a message from every door, case data of any depth readable, unknown body fields
+refused, `Store.inbox_put` checking its arguments, a cancel reason bounded as a payload is.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import anyio
 import pydantic
 import pytest
 
-from wfsub import CaseHandle, SignalRejected, Substrate, scope, seq, task, wait
+from wfsub import CaseFailed, CaseHandle, SignalRejected, Substrate, scope, seq, task, wait
+from wfsub._json import MAX_DEPTH
 from wfsub.lowlevel import check_input
 from wfsub.stores import InboxRow, PostgresStore, SqliteStore, Store, open_store
 
@@ -97,11 +99,9 @@ async def test_an_oversized_payload_is_refused_alike_by_the_api_a_handle_and_the
         assert len(set(answers)) == 1 and "5,002 bytes" in answers[0]
 
 
-# -- faults ------------------------------------------------------------------------------------------------------
+# -- faults found, fixed -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a deeply nested payload escapes as a bare RecursionError (no what, where "
-                   "or fix) from the API, a handle, check_input, new_case data and add_instances")
 @pytest.mark.parametrize("door", ["api", "handle", "check_input", "start_data"])
 async def test_a_deeply_nested_payload_is_refused_with_a_message_not_a_recursion_error(
     tmp_path: Path, door: str
@@ -125,8 +125,6 @@ async def test_a_deeply_nested_payload_is_refused_with_a_message_not_a_recursion
         assert handle.status().signals == ("go",)
 
 
-@pytest.mark.xfail(strict=True, reason="a payload nested ~500+ deep is accepted, and then the case's data() and "
-                   "result() raise RecursionError for ever (_runtime/_journal.py _copied recurses two frames a level)")
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "sqlite"])
 async def test_a_nested_payload_that_is_accepted_can_be_read_back(tmp_path: Path, durable: bool) -> None:
     """A payload the door accepts comes back from data() and result(): it is refused at the door, or readable."""
@@ -144,8 +142,6 @@ async def test_a_nested_payload_that_is_accepted_can_be_read_back(tmp_path: Path
         assert result["go"] == payload and handle.data()["go"] == payload
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub signal` with a deeply nested JSON PAYLOAD crashes with a Python "
-                   "traceback: cli/_commands.py _payload catches only JSONDecodeError, not json's RecursionError")
 def test_the_command_refuses_a_deeply_nested_payload_with_a_usage_error(tmp_path: Path) -> None:
     """`wfsub signal` with a too deeply nested PAYLOAD is a usage error (status 2), not a traceback."""
     payload = "[" * 20_000 + "]" * 20_000
@@ -157,8 +153,6 @@ def test_the_command_refuses_a_deeply_nested_payload_with_a_usage_error(tmp_path
     assert done.returncode == 2 and "PAYLOAD" in done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="a cancel reason is not bounded by max_payload_bytes: megabytes of free text "
-                   "go into the journal and the case row from the API and the inbox (_runtime/_inputs.py reason)")
 @pytest.mark.parametrize("door", ["api", "inbox"])
 async def test_a_cancel_reason_larger_than_the_payload_limit_is_refused(tmp_path: Path, door: str) -> None:
     """A cancel reason larger than max_payload_bytes is refused naming the limit, as such a payload is."""
@@ -184,9 +178,6 @@ async def _outside_writer(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
         yield s
 
 
-@pytest.mark.xfail(strict=True, reason="Store.inbox_put does not check its arguments' types: the memory store keeps "
-                   "int 5, SQLite silently stores '5' (a request id then accepted, a case id then matched), Postgres "
-                   "fails with a StoreError about a DataError (_store/_memory.py, _sqlite.py, _postgres.py inbox_put)")
 @pytest.mark.parametrize("kind", STORE_PARAMS)
 @pytest.mark.parametrize(("argument", "value"), [
     ("request_id", 5), ("request_id", 1.5), ("request_id", b"r1"), ("case_id", 5), ("input_kind", 5),
@@ -202,8 +193,6 @@ async def test_inbox_put_refuses_arguments_of_the_wrong_type(tmp_path: Path, kin
         assert await store.inbox_take() == []
 
 
-@pytest.mark.xfail(strict=True, reason="Store.inbox_put turns int keys of a payload into str keys without a word "
-                   "(json.dumps in _store/_rows.py to_json), where the API refuses them")
 @pytest.mark.parametrize("kind", STORE_PARAMS)
 async def test_inbox_put_does_not_silently_turn_int_keys_into_str_keys(tmp_path: Path, kind: str) -> None:
     """A payload with int keys is refused by the inbox as by the API; it is never stored with its keys changed."""
@@ -216,9 +205,6 @@ async def test_inbox_put_does_not_silently_turn_int_keys_into_str_keys(tmp_path:
         assert await store.inbox_take() == []
 
 
-@pytest.mark.xfail(strict=True, reason="Store.inbox_put with a body that is not a dict fails in dict(body) with "
-                   "'cannot convert dictionary update sequence element #0 to a sequence' (or stores a list of "
-                   "pairs as a dict) instead of naming the body")
 @pytest.mark.parametrize("kind", STORE_PARAMS)
 @pytest.mark.parametrize("body", [[1], [("name", "go")]], ids=["list", "pairs"])
 async def test_inbox_put_refuses_a_body_that_is_not_a_mapping_naming_it(tmp_path: Path, kind: str,
@@ -265,10 +251,6 @@ async def test_another_nodes_case_refuses_what_its_program_refuses_as_a_local_ca
 # -- the web inspector's signal form -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the inspector's signal form with a deeply nested JSON payload answers 500 "
-                   "(contrib/web/_app.py _act catches json.JSONDecodeError and (WfsubError, ValueError, TypeError), "
-                   "not the RecursionError of json.loads or of the payload's check); one 600 deep is taken and the "
-                   "case page then answers 500 (the case's data cannot be copied: _runtime/_journal.py _copied)")
 @pytest.mark.parametrize("depth", [600, 5_000])
 async def test_the_inspectors_signal_form_refuses_a_deeply_nested_payload_with_a_message(depth: int) -> None:
     """The inspector answers a too deeply nested payload with 400, and a case holding one is shown."""
@@ -298,9 +280,6 @@ async def test_the_inspectors_signal_form_refuses_a_deeply_nested_payload_with_a
 # -- fields an input does not have -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="an inbox body's unknown fields are dropped without a word: a misspelled "
-                   "'compensate' leaves the default True (the compensations run), a misspelled 'payload' sends "
-                   "None; _runtime/_inputs.py shaped reads body.get(<field>) and ignores every other key")
 @pytest.mark.parametrize(("kind", "body"), [
     ("cancel", {"reason": "customer asked", "compensat": False}),
     ("signal", {"name": "go", "paylod": {"by": "ann"}}),
@@ -315,3 +294,62 @@ async def test_a_field_an_input_does_not_have_is_refused_not_dropped(tmp_path: P
         row = await _through_inbox(path, handle.case_id, kind, body)
         assert row is not None and row.refused is not None
         assert handle.status().signals == ("go",)
+
+
+def test_an_unknown_field_is_refused_naming_the_fields_the_kind_takes() -> None:
+    """The refusal of an unknown body field names it, the input's kind and the fields that kind takes."""
+    with pytest.raises(TypeError) as info:
+        check_input("cancel", {"reason": "customer asked", "compensat": False})
+    assert "a cancel input has no field 'compensat'" in str(info.value)
+    assert "its fields are 'reason', 'compensate'" in str(info.value)
+    with pytest.raises(TypeError, match="a close_instances input has no field 'item'.*its fields are 'region'"):
+        check_input("close_instances", {"region": "r", "item": 1})
+
+
+# -- the depth limit -------------------------------------------------------------------------------------------
+
+
+async def test_a_payload_max_depth_deep_is_taken_and_one_level_more_is_refused(tmp_path: Path) -> None:
+    """A payload exactly MAX_DEPTH deep is taken and read back; one level deeper is refused saying what, where, fix."""
+    async with _durable(tmp_path) as (sub, _):
+        handle = await _started(sub)
+        with pytest.raises(ValueError) as info:
+            await handle.signal("go", {"tree": _nested(MAX_DEPTH)})
+        message = str(info.value)
+        assert f"the payload of signal 'go': nested deeper than {MAX_DEPTH} levels" in message
+        assert repr(handle.case_id) in message and "flatten it" in message
+        await handle.signal("go", _nested(MAX_DEPTH))
+        await handle.signal("then")
+        with anyio.fail_after(10):
+            result = await handle.result()
+        assert result["go"] == _nested(MAX_DEPTH)
+
+
+async def test_a_task_output_deeper_than_any_input_is_readable_in_memory_and_refused_by_a_durable_case(
+    tmp_path: Path,
+) -> None:
+    """A case in memory may hold data of any depth and hands it out; a durable case fails the task with a message."""
+
+    def deep(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"deep": _nested(5_000)}
+
+    async with Substrate() as sub:
+        handle = await sub.new_case(seq(task(deep)))
+        with anyio.fail_after(10):
+            result = await handle.result()
+        assert type(result["deep"]) is list and type(handle.data()["deep"]) is list
+        assert result["deep"] is not handle.data()["deep"]  # (a copy each time)
+    async with Substrate(store=SqliteStore(tmp_path / "c.db"), workflows={"deep": seq(task(deep))}) as sub:
+        handle = await sub.new_case("deep")
+        with anyio.fail_after(10), pytest.raises(CaseFailed, match=f"nested deeper than {MAX_DEPTH} levels"):
+            await handle.result()
+
+
+@pytest.mark.parametrize("kind", STORE_PARAMS)
+async def test_inbox_put_refuses_a_body_nested_too_deep_to_encode(tmp_path: Path, kind: str) -> None:
+    """A body nested deeper than JSON encoders follow is refused by inbox_put with a message, not RecursionError."""
+    async with _outside_writer(kind, tmp_path) as store:
+        with pytest.raises(ValueError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            await store.inbox_put("c1", "signal", {"name": "go", "payload": _nested(5_000)}, request_id=None,
+                                  created_at=0.0)
+        assert await store.inbox_take() == []

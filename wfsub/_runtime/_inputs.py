@@ -6,8 +6,10 @@ API (`Substrate.signal`, a `CaseHandle`, ...), the store's inbox (the `wfsub` co
 node) or a call that another node makes for one of its cases. Every door goes the same route:
 
 1. `shaped(kind, body, ...)` (or, from the API, `signal`, `cancel`, `region`, which build the same message
-   without a dict) checks what can be checked without the case (the kind, field types, a blank reason, items
-   that are not a list) and returns the mailbox message. Nothing is queued or written before it has passed.
+   without a dict) checks what can be checked without the case (the kind, a field the kind does not have, field
+   types, a blank reason, items that are not a list, data nested deeper than `MAX_DEPTH`: `shallow`) and returns
+   the mailbox message. Nothing is queued or written before it has passed. A cancel reason is bounded by a durable
+   case's `max_payload_bytes` as a payload is (`bounded_reason`, where the limit is known).
 2. At the case: `admit(msg, machine, limit)` runs the vm's own check once (`Machine.check_signal`, whose answer
    is the payload as stored; `Machine.check_region`) and, for a durable case (`limit` given), turns what the
    message carries into the JSON its journal record will give back (`as_journaled`, once). The actor then
@@ -26,12 +28,15 @@ model its workflow was registered with (`Workflow(term, input=Model)`), whicheve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._errors import NOTHING, InvalidStartData, SignalRejected, bad_input
+from .._errors import NOTHING, InvalidStartData, SignalRejected, bad_input, too_deep
+from .._json import MAX_DEPTH
+from .._json import too_deep as nested_too_deep
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
 from ._summary import model_name, payload_errors
@@ -43,6 +48,49 @@ KINDS = ("signal", "cancel", *ACTION_OF_KIND)
 """Every input kind a case takes from outside, as the inbox and the journal spell them."""
 
 DEFAULT_REASON = "cancelled"
+
+FIELDS = {"signal": ("name", "payload"), "cancel": ("reason", "compensate"), "add_instances": ("region", "items")}
+"""The body fields each input kind takes (a region kind not named here takes `region` only)."""
+
+
+def shallow(value: Any, what: str, case_id: str | None = None) -> Any:
+    """`value` as given, if it nests lists and dicts at most `MAX_DEPTH` levels deep (every input with data is
+    checked here once, at its door: deeper data would fail with RecursionError in the walks it takes later)."""
+    if nested_too_deep(value, MAX_DEPTH):
+        raise too_deep(what, MAX_DEPTH, case_id=case_id)
+    return value
+
+
+def loads_input(text: str | bytes, what: str = "the payload", case_id: str | None = None) -> Any:
+    """The value of an input's JSON text (the command's PAYLOAD, the inspector's form): `json.loads`, but text
+    nested deeper than the parser follows (far deeper than `MAX_DEPTH`) is refused as `shallow` refuses a value,
+    not with RecursionError. Text that is not JSON raises `json.JSONDecodeError` (a ValueError) as it does."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep(what, MAX_DEPTH, case_id=case_id) from None
+    return value
+
+
+def signal_payload(name: str, payload: Any, case_id: str | None = None) -> Any:
+    """`shallow` for a signal's payload (a container is walked; anything else costs a type check)."""
+    if isinstance(payload, list | tuple | dict):
+        shallow(payload, f"the payload of signal {name!r}", case_id)
+    return payload
+
+
+def bounded_reason(msg: Cancel, limit: int | None, case_id: str | None = None) -> None:
+    """A cancel reason within `limit` (a durable case's `max_payload_bytes`) as JSON, as a payload is: it is kept
+    in the case's journal and status."""
+    if limit is not None and len(msg.reason) * 6 + 2 > limit:  # (6: the most bytes of JSON a character takes)
+        _, size = as_journaled(msg.reason, "the cancel reason", None)
+        if size > limit:
+            raise bad_input(
+                f"the cancel reason is {size:,} bytes of JSON, more than max_payload_bytes={limit:,}", NOTHING,
+                case_id=case_id, error=ValueError,
+                fix="give a short reason people will read and keep the details elsewhere (a file, a ticket "
+                "system) with a reference in the reason, or raise Substrate(max_payload_bytes=...)",
+            )
 
 
 def request_id(value: object, case_id: str | None = None) -> str | None:
@@ -105,7 +153,7 @@ def signal(
         name = signal_name(name, case_id)
     if rid is not None:
         rid = request_id(rid, case_id)
-    return Signal(name, payload, reply, 0, rid)
+    return Signal(name, signal_payload(name, payload, case_id), reply, 0, rid)
 
 
 def cancel(
@@ -123,7 +171,7 @@ def region(
     name = region_name(name, case_id)
     listed = None
     if action is RegionAction.ADD_INSTANCES:
-        listed = plain(items(given, case_id))
+        listed = plain(shallow(items(given, case_id), f"the items of add_instances({name!r})", case_id))
     elif given is not None:
         raise bad_input(f"{action.kind} takes no items", given, case_id=case_id,
                         fix="only add_instances takes items")
@@ -138,6 +186,17 @@ def shaped(
         raise bad_input(f"the body of a {kind} input must be a dict of its fields", body, case_id=case_id,
                         fix="e.g. {'name': 'approve', 'payload': {...}} for a signal")
     msg: External
+    if kind in FIELDS or kind in ACTION_OF_KIND:
+        assert isinstance(kind, str)
+        takes = FIELDS.get(kind, ("region",))
+        unknown = [key for key in body if key not in takes and not (key == "items" and kind in ACTION_OF_KIND)]
+        if unknown:  # (an `items` of another region kind: `region` says only add_instances takes items)
+            named = ", ".join(repr(key) for key in unknown)
+            raise bad_input(
+                f"a {kind} input has no field{'s' if len(unknown) > 1 else ''} {named}", NOTHING, case_id=case_id,
+                fix=f"its fields are {', '.join(repr(field) for field in takes)}: check the spelling (a field it "
+                "does not have would otherwise be left unused)",
+            )
     if kind == "signal":
         msg = signal(body.get("name"), body.get("payload"), rid, case_id)
     elif kind == "cancel":
@@ -170,7 +229,7 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
         machine.check_region(msg.action.value, msg.name)
         if limit is not None and msg.items is not None:
             msg.items, _ = as_journaled(msg.items, f"add_instances({msg.name!r}) items", limit)
-    # a cancel needs nothing of the case: it is refused only once the case has ended
+    # a cancel needs nothing of the case (its reason's size: `bounded_reason`): it is refused once the case ended
 
 
 def against_summary(
@@ -221,6 +280,7 @@ def inbox_body(msg: External, limit: int | None) -> dict[str, Any]:
         return {"name": msg.name, "payload": payload}
     if type(msg) is Cancel:
         assert isinstance(msg, Cancel)
+        bounded_reason(msg, limit)
         return {"reason": msg.reason, "compensate": msg.compensate}
     assert isinstance(msg, RegionOp)
     if msg.items is None:
@@ -257,6 +317,8 @@ def start_data(
     `model`: the input model its workflow was registered with (`Workflow(term, input=Model)`): the data must
     validate against it (None counts as `{}`), else `InvalidStartData` with pydantic's errors; the case starts
     with the model's JSON-mode dump."""
+    if isinstance(data, Mapping):
+        shallow(data, f"the data of new_case({workflow!r})" if workflow else "the case's start data", case_id)
     if model is not None:
         given = data.model_dump(mode="json") if isinstance(data, BaseModel) else {} if data is None else data
         try:

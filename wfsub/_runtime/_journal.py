@@ -29,7 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .._json import journaled, json_problem
+from .._errors import too_deep as too_deep_error
+from .._json import MAX_DEPTH, journaled, json_problem, too_deep
 from .._store import Record
 
 INPUT_KINDS = frozenset(
@@ -85,16 +86,59 @@ def copy_data(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _copied(value: Any) -> Any:
+    try:
+        return _copied_nested(value)
+    except RecursionError:  # deeper than Python's recursion follows, or a value that holds itself
+        return _copied_deep(value)
+
+
+def _copied_nested(value: Any) -> Any:
     kind = type(value)
     if kind in _ATOMS:
         return value
     if kind is dict:
-        return {key: _copied(v) for key, v in value.items()}
+        return {key: _copied_nested(v) for key, v in value.items()}
     if kind is list:
-        return [_copied(v) for v in value]
+        return [_copied_nested(v) for v in value]
+    return _other(value)
+
+
+def _copied_deep(value: Any) -> Any:
+    """`_copied` with an explicit stack: any depth (a task of a case in memory may return data nested deeper than
+    an input may be), sharing kept as it was (a list held twice is copied once, a value that holds itself is
+    copied holding its copy)."""
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        return _other(value)
+    top: Any = {} if kind is dict else []
+    copies: dict[int, Any] = {id(value): top}
+    stack: list[tuple[Any, Any]] = [(value, top)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if type(source) is dict else enumerate(source)
+        is_dict = type(target) is dict
+        for key, v in pairs:
+            vkind = type(v)
+            if vkind in _ATOMS:
+                new = v
+            elif vkind is dict or vkind is list:
+                new = copies.get(id(v))
+                if new is None:
+                    new = copies[id(v)] = {} if vkind is dict else []
+                    stack.append((v, new))
+            else:
+                new = _other(v)
+            if is_dict:
+                target[key] = new
+            else:
+                target.append(new)
+    return top
+
+
+def _other(value: Any) -> Any:
     try:
         return copy.deepcopy(value)
-    except Exception:  # copy raises whatever the object's __reduce_ex__ raises (TypeError for a lock)
+    except Exception:  # copy raises whatever the object's __reduce_ex__ raises (TypeError for a lock, RecursionError)
         return value
 
 
@@ -112,6 +156,8 @@ def as_journaled(value: Any, where: str, limit: int | None = None) -> tuple[Any,
     if fast is not None:
         decoded, size = fast
     else:
+        if too_deep(value):  # (inputs are refused deeper at their door: this is for any other value)
+            raise too_deep_error(where, MAX_DEPTH) from None
         problem = json_problem(value, where)  # first: it names cycles, surrogates and keys before anything else
         if problem is not None and not _models_in(value):
             raise TypeError(problem) from None

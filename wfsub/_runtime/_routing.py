@@ -19,7 +19,7 @@ from .._trace import get_logger
 from . import _inputs as inputs
 from ._case import CaseActor
 from ._loader import CaseLoader, Remote
-from ._mailbox import External, Reply
+from ._mailbox import Cancel, External, Reply
 from ._outside import applied
 from ._status import FINAL
 
@@ -95,6 +95,8 @@ class InboxRouter:
     async def message(self, row: InboxRow) -> tuple[CaseActor, External]:
         """The case's actor and the message an inbox row stands for, checked as the API checks its own calls."""
         msg = inputs.shaped(row.kind, row.body, row.request_id, case_id=row.case_id, inbox_id=row.id)
+        if type(msg) is Cancel:  # (before the case is looked up: a suspended case's cancel keeps its reason too)
+            inputs.bounded_reason(msg, self.max_payload, row.case_id)
         actor = await self.live(row.case_id, msg.what)
         machine = actor.machine
         if machine is None or actor.state in FINAL:

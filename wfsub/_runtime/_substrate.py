@@ -759,6 +759,7 @@ class Substrate:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
+                inputs.bounded_reason(msg, self._max_payload, case_id)
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
             if row is not None and CaseState(row.state).ended:
@@ -784,6 +785,7 @@ class Substrate:
         if actor.journal is None:
             actor.post(msg)
             return
+        inputs.bounded_reason(msg, self._max_payload, actor.case_id)  # (`admit` of a cancel: its reason's size)
         msg.reply = Reply()
         await self._ask(actor, msg)
 
@@ -1158,8 +1160,8 @@ class CaseHandle:
         if actor is None:
             await self._sub.signal(self.case_id, name, payload, request_id=request_id)
         else:
-            if type(name) is str and name and request_id is None:  # `inputs.signal`'s checks, passed inline
-                await self._sub._signal(actor, Signal(name, payload))
+            if type(name) is str and name and request_id is None and not isinstance(payload, list | tuple | dict):
+                await self._sub._signal(actor, Signal(name, payload))  # `inputs.signal`'s checks, passed inline
             else:
                 await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
 

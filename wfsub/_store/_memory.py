@@ -31,11 +31,11 @@ from ._rows import (
     decode_row,
     decode_start,
     encode_write,
+    inbox_text,
     loads,
     no_start,
     second_end,
     seq_taken,
-    to_json,
 )
 from ._single import SingleNode
 
@@ -170,7 +170,7 @@ class MemoryStore(SingleNode):
         self, case_id: str, kind: str, body: Mapping[str, Any], *, request_id: str | None, created_at: float
     ) -> int:
         self._check_open("put an input in the inbox")
-        text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
+        text = inbox_text(self._name, case_id, kind, body, request_id)
         inbox_id, self._next_inbox = self._next_inbox, self._next_inbox + 1
         self._inbox[inbox_id] = _Inbox(case_id, kind, text, request_id, created_at)
         self._changed = self._wait_mark = True

@@ -149,6 +149,7 @@ from ._rows import (
     decode_snapshot,
     decode_start,
     encode_write,
+    inbox_text,
     loads,
     page,
     second_end,
@@ -894,7 +895,7 @@ class PostgresStore(StoreBase):
         self, case_id: str, kind: str, body: Mapping[str, Any], *, request_id: str | None, created_at: float
     ) -> int:
         self._running("put an input in the inbox")
-        text = to_json(self._name, f"the {kind} input for case {case_id!r}", dict(body))
+        text = inbox_text(self._name, case_id, kind, body, request_id)
         args = (self._sender, case_id, kind, text, request_id, float(created_at))
         job = Job(_Statement(Q["inbox_put"], args, _first), f"an inbox input for case {case_id!r}", wait=True)
         self._submit(job)

@@ -9,11 +9,12 @@ queued, so a value that cannot be stored fails in the caller with a StoreError, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import StoreError
-from .._json import decode, encode
+from .._errors import StoreError, bad_input, too_deep
+from .._json import MAX_DEPTH, decode, encode, json_problem
 from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Record, Snapshot
 
 LIVE_STATES = frozenset({"initializing", "running", "waiting_effect"})
@@ -76,6 +77,38 @@ def to_json(store: str, what: str, value: object) -> str:
             f"cannot store {what}: {exc}; a store keeps JSON (dict with str keys, list, str, int, finite float, "
             "bool, None): convert the value before it reaches the case data or the record",
         ) from exc
+
+
+def inbox_text(store: str, case_id: object, kind: object, body: object, request_id: object) -> str:
+    """The checked arguments of `inbox_put`, every backend's: the JSON text of `body`. TypeError naming the
+    argument for a case id, kind or request id that is not a str, a body that is not a dict, or a key a JSON
+    encoder would turn into a str without a word (the input's owner would take another payload than was given);
+    StoreError for a value that is not JSON."""
+    for name, value, fix in (
+        ("case_id", case_id, "pass the id of the case the input is for, e.g. 'order-42'"),
+        ("kind", kind, "pass one of signal, cancel, cancel_region, complete_region, add_instances, "
+         "close_instances"),
+        ("request_id", request_id, "pass None, or the same str each time the input is sent again (it applies "
+         "once)"),
+    ):
+        if (value is not None or name != "request_id") and (type(value) is not str or not value):
+            also = " (or None)" if name == "request_id" else ""
+            raise bad_input(f"inbox_put: {name} must be a non-empty str{also}", value, fix=fix)
+    what = f"the {kind} input for case {case_id!r}"
+    if not isinstance(body, Mapping):
+        raise bad_input(f"inbox_put: the body of {what} must be a dict of the input's fields", body,
+                        fix="e.g. {'name': 'approve', 'payload': {...}} for a signal, {'reason': 'customer asked'} "
+                        "for a cancel")
+    fields = dict(body)
+    try:
+        text = to_json(store, what, fields)
+    except RecursionError:  # (deeper than the encoder follows: far deeper than an input may nest)
+        raise too_deep(f"inbox_put: {what}", MAX_DEPTH) from None
+    if loads(text) != fields:  # (tuples read back as lists; a key that is not a str comes back changed)
+        problem = json_problem(fields, "body")
+        if problem is not None:
+            raise TypeError(f"inbox_put: {what}: {problem}")
+    return text
 
 
 def encode_record(store: str, case_id: str, index: int, record: Record) -> EncodedRecord:

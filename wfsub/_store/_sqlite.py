@@ -69,6 +69,7 @@ from ._rows import (
     decode_snapshot,
     decode_start,
     encode_write,
+    inbox_text,
     loads,
     page,
     second_end,
@@ -537,7 +538,7 @@ class SqliteStore(SingleNode):
         params = {
             "case_id": case_id,
             "kind": kind,
-            "body": to_json(self.path, f"the {kind} input for case {case_id!r}", dict(body)),
+            "body": inbox_text(self.path, case_id, kind, body, request_id),
             "request_id": request_id,
             "created_at": created_at,
         }

@@ -235,14 +235,18 @@ async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec
 def _payload(value: str | None) -> Any:
     if value is None:
         return None
+    from ..lowlevel import loads_input
+
     try:
-        return json.loads(value)
+        return loads_input(value, "the payload")
     except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"{value!r} is not JSON ({exc.msg} at column {exc.colno}): quote text as a JSON string, e.g. "
             "'\"approved\"', or give an object such as '{\"ok\": true}'",
             param_hint="PAYLOAD",
         ) from exc
+    except ValueError as exc:  # nested deeper than an input may be
+        raise click.BadParameter(str(exc), param_hint="PAYLOAD") from None
 
 
 @main.command()

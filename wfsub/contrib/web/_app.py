@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import wfsub
 from wfsub import CaseNotFound, CaseState, CaseStatus, JournalRecord, SignalRejected, Term, WfsubError
+from wfsub.lowlevel import loads_input
 
 from . import _view
 from ._live import Live, sig_hash
@@ -285,7 +286,7 @@ class _Inspector:
                     return "the signal needs a name: type the name the case waits for", True, 400
                 text = form.get("payload", "").strip()
                 try:
-                    payload = json.loads(text) if text else None
+                    payload = loads_input(text, "the payload") if text else None  # (too deep: a ValueError)
                 except json.JSONDecodeError as exc:
                     return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
                             'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400
