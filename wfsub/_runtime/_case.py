@@ -50,6 +50,7 @@ from .._errors import (
     WfsubError,
     error_name,
 )
+from .._store._group import asyncio_loop, on_asyncio
 from .._trace import TraceSink, get_logger
 from ._case_io import case_timer, restart, start_io
 from ._case_journal import Fenced, close_live, durable_burst, evict_now, parked_in_store, write_end
@@ -118,23 +119,10 @@ class Wake(Protocol):
     async def wait(self) -> Any: ...
 
 
-_asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
-try:  # anyio does without sniffio, and then runs on asyncio only (trio needs it)
-    from sniffio import thread_local as _sniffed  # its `name` is set by a library that says which it is (trio)
-except ImportError:  # pragma: no cover
-    _sniffed = None  # type: ignore[assignment]
-
-
-def _on_asyncio(loop: object) -> bool:
-    """Whether the task running now is asyncio's (`loop`, the running asyncio loop or None), without sniffio's
-    six calls: a loop runs, and no other library (trio, as a guest on it) says it runs the task."""
-    return loop is not None and (_sniffed is None or _sniffed.name is None)
-
-
 def wake_event() -> Wake:
     """A new Event for the running loop: asyncio's own on asyncio (`anyio.Event()` asks sniffio first, six calls
     for each park), anyio's elsewhere."""
-    if _on_asyncio(_asyncio_loop()):
+    if on_asyncio(asyncio_loop()):  # (the test the store's group commit makes for its events)
         return asyncio.Event()
     return anyio.Event()
 

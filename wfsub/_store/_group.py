@@ -85,14 +85,14 @@ class Job:
         return self.result
 
 
-_asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
+asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
 try:  # anyio does without sniffio, and then runs on asyncio only (trio needs it)
     from sniffio import thread_local as _sniffed  # its `name` is set by a library that says which it is (trio)
 except ImportError:  # pragma: no cover
     _sniffed = None  # type: ignore[assignment]
 
 
-def _on_asyncio(loop: object) -> bool:
+def on_asyncio(loop: object) -> bool:
     """Whether the task running now is asyncio's (`loop`, the running asyncio loop or None), without sniffio's
     six calls: a loop runs, and no other library (trio, as a guest on it) says it runs the task."""
     return loop is not None and (_sniffed is None or _sniffed.name is None)
@@ -108,9 +108,9 @@ def _waiter() -> tuple[EventLoopToken, Any]:
     answers, and the Event is trio's own.
     """
     global _last
-    loop = _asyncio_loop()
+    loop = asyncio_loop()
     last = _last
-    if last is not None and last[0] is loop and _on_asyncio(loop):
+    if last is not None and last[0] is loop and on_asyncio(loop):
         return last[1], asyncio.Event()
     token = anyio.lowlevel.current_token()
     if loop is not None and token.native_token is loop:
