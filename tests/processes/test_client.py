@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 import wfsub
 from wfsub import CaseExists, CaseNotFound, Client, SignalRejected, Substrate
@@ -154,3 +155,26 @@ async def test_two_callers_at_once_start_one_case_and_cancel_it_once(
             await a.cancel(f"t{n}", request_id=f"stop-{n}")  # a retry of an applied cancel: as the first returned
             kinds = [r.kind for r in await sub.journal(f"t{n}")]
             assert kinds.count("start") == 1 and kinds.count("cancel") == 1 and kinds[-1] == "end", kinds
+
+
+class _Application(BaseModel):
+    amount: int
+    applicant: str
+
+
+async def test_a_client_refuses_a_start_that_does_not_fit_the_workflows_input_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The input model's JSON Schema goes into the program summary: a client refuses a bad start with no owner
+    running, with the owner's InvalidStartData wording, and starts a good one."""
+    monkeypatch.setenv("LOANS_LOG", str(tmp_path / "runs.jsonl"))
+    path = str(tmp_path / "loans.db")
+    async with Substrate(store=path, workflows={"loan": wfsub.Workflow(loan, input=_Application)}):
+        pass
+    async with Client(path) as client:
+        with pytest.raises(wfsub.InvalidStartData, match=r"does not fit _Application \(applicant: Field required\)"):
+            await client.new_case("loan", {"amount": 3}, case_id="bad")
+        with pytest.raises(CaseNotFound):
+            await client.status("bad")  # nothing was written
+        await client.new_case("loan", {"amount": 3, "applicant": "ann"}, case_id="good")
+        assert (await client.status("good")).case_id == "good"

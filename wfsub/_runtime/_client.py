@@ -134,6 +134,9 @@ class Client:
                 "to get a fresh one"
             )
         name, fingerprint = await door.version(workflow)
+        found = await self._store.program(fingerprint)
+        if found is not None:  # its input model, as the owner checks it (`Workflow(term, input=Model)`)
+            inputs.start_against_summary(start_data, found.summary, name, case_id)
         now = await self._store.database_time() if self._store.shared else _now()  # times a case's timers count from
         deadline = None if timeout is None else now + timeout
         await door.start(name, fingerprint, start_data, case_id, deadline, seed, now)

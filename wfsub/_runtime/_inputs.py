@@ -341,3 +341,17 @@ def start_data(
                 f"case data keys must be str (steps read them as ctx[key]), got {type(key).__name__} {key!r}"
             )
     return dict(data)
+
+
+def start_against_summary(
+    data: dict[str, Any] | None, summary: Mapping[str, Any], workflow: str, case_id: str | None
+) -> None:
+    """A start checked against the input model its version was registered with, from the program summary's JSON
+    Schema (for a process that does not have the workflow registered: a `wfsub.Client`): InvalidStartData with
+    the errors pydantic would give, as the owner's `start_data` refuses it."""
+    schema = summary.get("input")
+    if not isinstance(schema, Mapping):
+        return
+    errors = payload_errors(schema, {} if data is None else data)
+    if errors:
+        raise InvalidStartData(workflow, type(model_name(schema), (), {}), errors, case_id)

@@ -29,8 +29,9 @@ from .._store import ProgramSummary
 UPDATES: dict[str, Any] = {}  # a program's updates: none yet (the key is kept so a summary's shape holds)
 
 
-def summary_of(name: str, program: Program) -> ProgramSummary:
-    """The summary of a registered program version."""
+def summary_of(name: str, program: Program, input_model: type | None = None) -> ProgramSummary:
+    """The summary of a registered program version (`input_model`: the model its start data must fit, from
+    `Workflow(term, input=Model)`: its JSON Schema is kept, so a client refuses a bad start as the owner would)."""
     signals: dict[str, Any] = {}
     for signal in sorted(program.signals):
         model = program.signal_models.get(signal)
@@ -38,6 +39,7 @@ def summary_of(name: str, program: Program) -> ProgramSummary:
         signals[signal] = schema() if callable(schema) else None
     summary = {
         "workflow": name,
+        "input": _schema_of(input_model),
         "root": program.root_path,
         "signals": signals,
         "waits": signal_waits(program),  # each signal -> the node paths of the waits that take it (for refusals)
@@ -45,6 +47,11 @@ def summary_of(name: str, program: Program) -> ProgramSummary:
         "regions": dict(sorted(program.regions.items())),
     }
     return ProgramSummary(program.fingerprint, name, summary)
+
+
+def _schema_of(model: type | None) -> dict[str, Any] | None:
+    schema = getattr(model, "model_json_schema", None)
+    return schema() if callable(schema) else None
 
 
 def model_name(schema: Mapping[str, Any]) -> str:
