@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import (
+    CommitUnknown,
     EffectResultError,
     RestoredError,
     StoreConflict,
@@ -125,6 +126,11 @@ async def journal_inbox(actor: CaseActor) -> None:
         actor.fenced = True  # (before the answers: a caller that hears of it sends the input to the owner)
         for msg, _ in entries:
             actor.answer(msg, exc)
+        raise Fenced(exc) from exc
+    except CommitUnknown as exc:  # written or not, this process cannot tell: the journal decides, so the case
+        actor.fenced = True  # leaves memory and is read back from it (`CaseLoader.left_memory`: the sweep)
+        for msg, _ in entries:
+            actor.answer(msg, exc)  # (a caller retries with its request_id: applied once)
         raise Fenced(exc) from exc
     except StoreError as exc:
         j.seq = seq  # nothing was written: the numbers are free again
