@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -318,3 +320,19 @@ async def test_jsonl_sink_writes_the_iso_time_beside_the_epoch(tmp_path: Path) -
     for line in path.read_text().splitlines():
         rec = json.loads(line)
         assert isinstance(rec["time"], float) and ISO.fullmatch(rec["time_iso"])
+
+
+@pytest.mark.xfail(strict=True, reason="`wfsub cancel --region` prints only \"done: case 'reg' recorded the cancel of "
+                   "region 'R'\" though that cancel ended the whole case; the why is only in `show`: "
+                   "wfsub/cli/_commands.py:369")
+async def test_the_region_cancel_command_says_the_cancel_ended_the_case_and_why(tmp_path: Path) -> None:
+    """`wfsub cancel --region R` on a region holding the rest of the case says the case ended, and why."""
+    db = tmp_path / "cases.db"
+    async with Substrate(store=db, workflows=W) as sub:
+        await _settled(await sub.new_case("reg", {}, case_id="reg"), "waiting_signal")
+        proc = await anyio.run_process([sys.executable, "-m", "wfsub", "cancel", str(db), "reg", "--region", "R"],
+                                       check=False, env={**os.environ, "COLUMNS": "300"})
+        await _settled(sub.handle("reg"), "cancelled")
+    said = proc.stderr.decode() + proc.stdout.decode()
+    assert proc.returncode == 0 and "region 'R'" in said
+    assert "held every thread" in said
