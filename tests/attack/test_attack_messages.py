@@ -258,6 +258,27 @@ def test_trace_shows_replayed_failures_by_their_own_type(store: tuple[Path, dict
     assert code == 0 and 'type="Declined"' in out and "card 42 declined" in out and "RestoredError" not in out
 
 
+@pytest.mark.xfail(strict=True, reason="`wfsub trace` cuts every detail value at 60 characters whatever the width "
+                   "or --level: a non-JSON result's failure reads \"returned data that is no...\", losing 'not JSON', "
+                   "the value's path and the fix (only --json has them): wfsub/_trace/_model.py:54")
+def test_trace_text_keeps_the_words_of_a_non_json_result_failure(store: tuple[Path, dict[str, str]]) -> None:
+    """`wfsub trace --level full` shows that the effect's result was not JSON, and the fix."""
+    db, _ = store
+    code, out = run("trace", str(db), "bad", "--workflow", WREF, "--level", "full")
+    assert code == 0 and 'type="EffectResultError"' in out
+    assert "not JSON" in out and ".isoformat()" in out
+
+
+def test_trace_json_keeps_the_non_json_result_failure_whole(store: tuple[Path, dict[str, str]]) -> None:
+    """`wfsub trace --json` carries the failure's whole message: not JSON, the path, the fix, not retried."""
+    db, _ = store
+    code, out = run("trace", str(db), "bad", "--workflow", WREF, "--json")
+    failures = [json.loads(line) for line in out.splitlines() if json.loads(line)["kind"] == "failure"]
+    assert code == 0 and failures
+    error = failures[0]["detail"]["error"]
+    assert "not JSON" in error and 'result["when"]' in error and "not retried" in error
+
+
 def test_a_region_cancel_that_ends_the_case_says_which_and_why(store: tuple[Path, dict[str, str]]) -> None:
     """`wfsub show` of a case its region's cancel ended names the region and why it ended the case."""
     db, _ = store
