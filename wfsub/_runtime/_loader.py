@@ -357,6 +357,7 @@ class CaseLoader:
         may run now (their own, or one their journal migrates to): checked now, in the background, so what a
         deploy does to cases in flight is known when it starts (`status` shows the stored state until a case's
         check is done)."""
+        tried: set[str] = set()  # a case tried once (parked, then found suspended) is not tried again in this pass
         for state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.SUSPENDED.value):
             before: int | None = None
             while True:
@@ -366,8 +367,9 @@ class CaseLoader:
                 for row in rows:
                     if self.store.shared and row.owner != self.owner:
                         continue  # another node's case (or a queued one): its owner checks it
-                    if row.case_id in self.cases:
+                    if row.case_id in self.cases or row.case_id in tried:
                         continue
+                    tried.add(row.case_id)
                     if state == CaseState.SUSPENDED.value:
                         if self.may_run(row):  # its version, or one it may migrate to: tried again
                             await self.load_quietly(row.case_id)

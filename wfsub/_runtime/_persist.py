@@ -247,9 +247,12 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
 async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any], Any] = _same) -> None:
     """Keep a case that no registered version can run intact, marked suspended with the reason (redacted: the
     row is what people read)."""
-    row.state = CaseState.SUSPENDED.value
-    row.suspended_reason = str(redact(reason))
     try:
+        current = await store.row(row.case_id)  # read again just before: a cancel may have ended it meanwhile
+        if current is None or CaseState(current.state).ended or current.last_seq != row.last_seq:
+            return  # ended or moved on since `row` was read: its row says so, nothing to mark
+        row.state = CaseState.SUSPENDED.value
+        row.suspended_reason = str(redact(reason))
         await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))
     except StoreError as exc:
         _log.error("could not mark a case suspended", case_id=row.case_id, error=str(exc))
