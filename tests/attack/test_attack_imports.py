@@ -2,8 +2,7 @@
 structlog before and after the import, type checkers reading the same names, and the public objects a program
 hands to another process (pickled errors and statuses).
 
-Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the
-others pin behaviour that held up.
+Each test pins either a fault the attack found (now fixed) or behaviour that held up.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 sql/postgres, SQLite's layout from its migrations): stores written by the older layout, errors in the middle of
 a group, a closed store, and the command on what is not a store.
 
-Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the
-others pin behaviour that held up.
+Each test pins either a fault the attack found (now fixed) or behaviour that held up.
 """
 
 from __future__ import annotations
