@@ -118,8 +118,10 @@ class CaseLoader:
         if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
             raise SignalRejected.suspended(case_id, what, row.suspended_reason)
         loaded = await self.load(case_id)
-        if loaded is None:  # it could not be brought back (its journal does not replay, or is damaged): suspended now
-            row = await self.store.row(case_id) or row
+        if loaded is None:  # it could not be brought back: suspended now (its journal does not replay, or is
+            row = await self.store.row(case_id) or row  # damaged), or the store failed to load it (tried again)
+            if row.state != CaseState.SUSPENDED.value:
+                raise StoreError(self.store.url, f"case {case_id!r} could not be brought back now; try again")
             raise SignalRejected.suspended(case_id, what, row.suspended_reason)
         return loaded
 

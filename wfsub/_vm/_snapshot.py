@@ -65,7 +65,7 @@ _STATE = (
 )
 
 
-_ADDED: dict[str, Any] = {"timer_values": dict}
+_ADDED: dict[str, Any] = {"timer_values": dict, "compensated": tuple}
 """State added after the snapshot format's first release: an older snapshot lacks it and gets this empty value."""
 
 
