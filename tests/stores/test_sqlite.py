@@ -156,8 +156,8 @@ def future_layout(tmp_path: Path, migration: str) -> type[SqliteStore]:
     return FutureStore
 
 
-NEXT_MIGRATION = f"{SCHEMA_VERSION + 1:04d}_case_tags.sql"
-TAGS = "ALTER TABLE cases ADD COLUMN tags TEXT;\nCREATE INDEX cases_by_tags ON cases (tags);\n"
+NEXT_MIGRATION = f"{SCHEMA_VERSION + 1:04d}_case_notes.sql"
+TAGS = "ALTER TABLE cases ADD COLUMN notes TEXT;\nCREATE INDEX cases_by_notes ON cases (notes);\n"
 
 
 async def test_an_owner_migrates_an_older_file_and_keeps_its_cases(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ async def test_an_owner_migrates_an_older_file_and_keeps_its_cases(tmp_path: Pat
         assert [r["seq"] for r in await store.journal("a")] == [0]
     with closing(raw(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
-        assert "tags" in [col[1] for col in conn.execute("PRAGMA table_info(cases)")]
+        assert "notes" in [col[1] for col in conn.execute("PRAGMA table_info(cases)")]
         migrated = layout_of(conn)
     fresh = tmp_path / "fresh.db"
     async with opened(future(fresh)):
@@ -195,13 +195,13 @@ async def test_a_failing_migration_leaves_the_file_at_its_version(tmp_path: Path
     path = tmp_path / "s.db"
     async with opened(SqliteStore(path)) as store:
         await store.write(first_write("a"))
-    broken = future_layout(tmp_path, "ALTER TABLE cases ADD COLUMN tags TEXT;\nALTER TABLE nowhere ADD COLUMN x;\n")
-    with pytest.raises(StoreError, match=rf"{SCHEMA_VERSION + 1:04d}_case_tags\.sql.*no such table: nowhere") as caught:
+    broken = future_layout(tmp_path, "ALTER TABLE cases ADD COLUMN notes TEXT;\nALTER TABLE nowhere ADD COLUMN x;\n")
+    with pytest.raises(StoreError, match=rf"{SCHEMA_VERSION + 1:04d}_case_notes\.sql.*no such table: nowhere") as caught:
         await broken(path).open(owner=True, owner_id="future")
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
     with closing(raw(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        assert "tags" not in [col[1] for col in conn.execute("PRAGMA table_info(cases)")]
+        assert "notes" not in [col[1] for col in conn.execute("PRAGMA table_info(cases)")]
     async with opened(SqliteStore(path)) as store:
         assert await store.journal("a") == [start("a")]
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -75,6 +75,8 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    tags: dict[str, str] = field(default_factory=dict)  # read only: the `tags` of the case's `start` record
+    forked_from: str | None = None  # read only: the case this one was forked from (its `start` record says)
 
 
 @dataclass(slots=True)
@@ -198,7 +200,9 @@ class Store(Protocol):
         ...
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseRow]:
         """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
         ...
@@ -208,9 +212,17 @@ class Store(Protocol):
         ...
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseRow]:
-        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`."""
+        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`: every
+        filter given holds (`wfsub._store._listing.Listing` says each)."""
+        ...
+
+    async def delete(self, case_id: str) -> bool:
+        """Remove an ended case (its row, journal, snapshots, inbox rows and tags) in one transaction; False (and
+        nothing removed) when there is no such case or it has no `end` record."""
         ...
 
     async def live(self) -> list[CaseRow]:
@@ -354,6 +366,7 @@ _VERBS = {
     "reading": "read", "loading": "load", "listing": "list", "polling": "poll", "waiting": "wait",
     "taking": "take", "claiming": "claim", "recording": "record", "renewing": "renew", "writing": "write",
     "committing": "commit", "putting": "put", "queueing": "queue", "pruning": "prune", "draining": "drain",
+    "deleting": "delete",
 }
 
 

@@ -128,6 +128,7 @@ from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoreBase, StoredCase
 from ._group import GroupQueue, Job, by_key, call_soon_on
+from ._listing import Listing
 from ._pgdriver import (
     FIXES,
     UNREACHABLE,
@@ -148,10 +149,10 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    decode_tags,
     encode_write,
     inbox_text,
     loads,
-    page,
     second_end,
     seq_taken,
     to_json,
@@ -903,6 +904,14 @@ class PostgresStore(StoreBase):
         self._signal(own=True)
         return inbox_id
 
+    async def delete(self, case_id: str) -> bool:
+        async def run(conn: Any) -> bool:
+            count: int = await conn.fetchval(Q["delete"], case_id)
+            return count > 0
+
+        loop = self._running("delete a case")
+        return await loop.call(self._pooled(f"deleting case {case_id!r}", run, idempotent=False), cancel=False)
+
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         async def run(conn: Any) -> int:
             count: int = await conn.fetchval(Q["prune"], float(ended_before), limit)
@@ -1154,21 +1163,27 @@ class PostgresStore(StoreBase):
         return await self._read(f"reading the journal epochs of case {case_id!r}", read)
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", partial(_page, state, workflow, limit, before))
+        return await self._read("listing cases", partial(_listed, listing))
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
         """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before))
+        return self._read_sync("listing cases", partial(_listed, listing))
 
     async def live(self) -> list[CaseRow]:
         if self._node is None:
@@ -1287,6 +1302,8 @@ def _row(found: Any) -> CaseRow:
     row = decode_row(found[0], tuple(found[:11]))
     row.owner = found[11]
     row.epoch = int(found[12])
+    if len(found) > 13:
+        row.tags, row.forked_from = decode_tags(found[13]), found[14]
     return row
 
 
@@ -1302,9 +1319,9 @@ def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
     return read
 
 
-async def _page(state: str | None, workflow: str | None, limit: int, before: int | None, conn: Any) -> list[CaseRow]:
-    query, params = page(state, workflow, limit, before)
-    return [_row(found) for found in await conn.fetch(Q[query], *params.values())]
+async def _listed(listing: Listing, conn: Any) -> list[CaseRow]:
+    sql, args = listing.postgres()
+    return [_row(found) for found in await conn.fetch(sql, *args)]
 
 
 __all__ = ["PostgresStore"]

@@ -158,10 +158,13 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
 
 def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
     """A CaseRow from the columns of `case_row` (a tuple in query order: order first) or from encoded params."""
+    tags_text = forked_from = None
     if isinstance(params, tuple):
         _, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail = (
-            params
+            params[:11]
         )
+        if len(params) > 11:  # (the columns of layout 3: what the `start` record says, read only)
+            tags_text, forked_from = params[11], params[12]
     else:
         case_id, workflow, fingerprint = params["case_id"], params["workflow"], params["fingerprint"]
         state, started_at, updated_at = params["state"], params["started_at"], params["updated_at"]
@@ -186,7 +189,39 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         last_seq=last_seq,
         next_due=next_due,
         order=order,
+        tags=decode_tags(tags_text),
+        forked_from=forked_from,
         **fields,
+    )
+
+
+def decode_tags(text: str | None) -> dict[str, str]:
+    """A row's `tags` column (JSON of the start record's tags; None: none) as a dict of str to str."""
+    if not text:
+        return {}
+    try:
+        found = loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(key): value for key, value in found.items() if isinstance(value, str)}
+
+
+def start_meta(text: str) -> tuple[str | None, str | None]:
+    """(tags as JSON text or None, forked_from) of a `start` record's text: what a row's read-only columns
+    hold (MemoryStore derives them as the SQL stores' triggers do)."""
+    try:
+        start = loads(text)
+    except ValueError:
+        return None, None
+    if not isinstance(start, dict):
+        return None, None
+    tags = start.get("tags")
+    origin = start.get("forked_from")
+    return (
+        dumps(tags) if isinstance(tags, dict) else None,
+        origin.get("case_id") if isinstance(origin, dict) else None,
     )
 
 

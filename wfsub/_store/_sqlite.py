@@ -60,6 +60,7 @@ import msgspec
 from .._errors import StoreError
 from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
+from ._listing import Listing
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -71,7 +72,6 @@ from ._rows import (
     encode_write,
     inbox_text,
     loads,
-    page,
     second_end,
     seq_taken,
     to_json,
@@ -554,6 +554,13 @@ class SqliteStore(SingleNode):
         count: int = await job.outcome()
         return count
 
+    async def delete(self, case_id: str) -> bool:
+        writer = self._running("delete a case")
+        job = Job(partial(_apply_delete, case_id), f"deleting case {case_id!r}", wait=True)
+        writer.submit(job)
+        deleted: bool = await job.outcome()
+        return deleted
+
     # -- reads -----------------------------------------------------------------------------------------------
 
     async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -638,21 +645,36 @@ class SqliteStore(SingleNode):
         return read
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before)))
+        return await self._read("listing cases", self._listed(listing))
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
         """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before)))
+        return self._read_sync("listing cases", self._listed(listing))
+
+    @staticmethod
+    def _listed(listing: Listing) -> Callable[[sqlite3.Connection], list[CaseRow]]:
+        sql, params = listing.sqlite()
+
+        def read(conn: sqlite3.Connection) -> list[CaseRow]:
+            return [decode_row(found[0], found) for found in conn.execute(sql, params)]
+
+        return read
 
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
@@ -829,6 +851,14 @@ def _apply_prune(ended_before: float, limit: int | None, conn: sqlite3.Connectio
         for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
             conn.execute(Q[query], {"case_id": case_id})
     return len(gone)
+
+
+def _apply_delete(case_id: str, conn: sqlite3.Connection) -> bool:
+    if conn.execute(Q["delete_select"], {"case_id": case_id}).fetchone() is None:
+        return False
+    for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
+        conn.execute(Q[query], {"case_id": case_id})
+    return True
 
 
 def _heartbeat(epoch: int, conn: sqlite3.Connection) -> None:
