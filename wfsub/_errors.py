@@ -190,6 +190,25 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def not_ended(cls, case_id: str | None, action: str, state: str) -> SignalRejected:
+        """A case that has not ended cannot be deleted (or otherwise treated as over)."""
+        reason = (
+            f"it has not ended (it is {state}); only an ended case can be deleted: cancel it first "
+            "(`cancel(case_id)`), or wait for it to end"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
+    def not_retryable(cls, case_id: str | None, state: str, why: str | None = None) -> SignalRejected:
+        """`retry` of a case that is not failed (nor suspended as a poison case), or whose failure compensated."""
+        if why is None:
+            why = (
+                f"it is {state}, and retry re-opens a failed case (or one suspended after too many recoveries); "
+                "check status(case_id).state"
+            )
+        return cls(case_id, "be retried", why)
+
+    @classmethod
     def unknown_signal(
         cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str] | None
     ) -> SignalRejected:

@@ -355,3 +355,59 @@ def start_against_summary(
     errors = payload_errors(schema, {} if data is None else data)
     if errors:
         raise InvalidStartData(workflow, type(model_name(schema), (), {}), errors, case_id)
+
+
+MAX_TAGS = 16
+"""The most tags a case may carry."""
+
+MAX_TAG_KEY = 100
+MAX_TAG_VALUE = 500
+"""The longest tag key and value, in characters."""
+
+
+def tags(value: object, case_id: str | None = None) -> dict[str, str]:
+    """The tags of `new_case(..., tags=)` (and `cases(tags=)`): a dict of str to str, at most `MAX_TAGS`, keys
+    non-empty; each from every door (API, client, standby, command) before anything is written."""
+    if value is None:
+        return {}
+    fix = "pass a dict of str to str, e.g. tags={'customer': 'c-17'}"
+    if not isinstance(value, Mapping):
+        raise bad_input("tags must be a dict of str to str", value, case_id=case_id, fix=fix)
+    if len(value) > MAX_TAGS:
+        raise bad_input(f"a case takes at most {MAX_TAGS} tags, {len(value)} were given", NOTHING, case_id=case_id,
+                        error=ValueError, fix="keep the tags you search by; put the rest in the case's data")
+    checked: dict[str, str] = {}
+    for key, tag in value.items():
+        if not isinstance(key, str) or not key:
+            raise bad_input("tag keys must be non-empty str", key, case_id=case_id, fix=fix)
+        if not isinstance(tag, str):
+            raise bad_input(f"tag {key!r}: tag values must be str", tag, case_id=case_id,
+                            fix=f"pass the value as text, e.g. tags={{{key!r}: str(value)}}")
+        if len(key) > MAX_TAG_KEY or len(tag) > MAX_TAG_VALUE:
+            raise bad_input(f"tag {key[:40]!r}: a key has at most {MAX_TAG_KEY} characters and a value at most "
+                            f"{MAX_TAG_VALUE}", NOTHING, case_id=case_id, error=ValueError,
+                            fix="tags are short keys to find cases by; keep long text in the case's data")
+        checked[key] = tag
+    return checked
+
+
+def listing(
+    *, limit: object, before: object, tags_given: object, id_prefix: object, started_after: object,
+    started_before: object,
+) -> dict[str, Any]:
+    """The filters of `cases()` beyond state and workflow, checked (a ValueError or TypeError naming the filter)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise bad_input("cases(): limit must be an int >= 1", limit, error=ValueError, fix="e.g. limit=100")
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
+        raise bad_input("cases(): before must be the `order` of a case of the previous page (an int >= 1)", before,
+                        error=ValueError, fix="pass page[-1].order")
+    if id_prefix is not None and (not isinstance(id_prefix, str) or not id_prefix):
+        raise bad_input("cases(): id_prefix must be a non-empty str", id_prefix,
+                        fix="pass the start of the case ids to list, e.g. id_prefix='order-'")
+    for name, when in (("started_after", started_after), ("started_before", started_before)):
+        if when is not None and (isinstance(when, bool) or not isinstance(when, int | float)
+                                 or when != when or when in (float("inf"), float("-inf"))):
+            raise bad_input(f"cases(): {name} must be a time in seconds (the clock's, e.g. time.time())", when,
+                            fix=f"e.g. {name}=time.time() - 3600")
+    return {"tags": tags(tags_given), "id_prefix": id_prefix, "started_after": started_after,
+            "started_before": started_before}

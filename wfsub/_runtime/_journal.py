@@ -3,7 +3,8 @@
 A case is a deterministic function of its program, its start data and its inputs at their positions in the run
 (the vm step count at which each was applied), so its journal holds exactly those:
 
-    start            {seq: 0, kind, case_id, workflow, fingerprint, data, scheduler, deadline, time}
+    start            {seq: 0, kind, case_id, workflow, fingerprint, data, scheduler, deadline, time, tags?,
+                      forked_from? {case_id, seq}}
     signal           {seq, kind, step, time, digest, name, payload, request_id?}
     effect           {seq, kind, step, time, digest, effect_id, path, name, result | error}
     timer            {seq, kind, step, time, digest, timer_id, path}
@@ -194,12 +195,16 @@ def _models_in(value: Any) -> bool:
 
 def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
-    deadline: float | None, now: float,
+    deadline: float | None, now: float, tags: Mapping[str, str] | None = None,
 ) -> Record:
-    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed))."""
+    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)) and
+    its tags (kept only when there are some, so an untagged start reads as before)."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
-    return {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
-            "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
+                     "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    if tags:
+        start["tags"] = dict(tags)
+    return start
 
 
 def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:

@@ -100,13 +100,13 @@ class Outside:
 
     async def start(
         self, name: str, fingerprint: str, data: dict[str, Any] | None, case_id: str, deadline: float | None,
-        seed: int | None, now: float | None = None,
+        seed: int | None, now: float | None = None, tags: Mapping[str, str] | None = None,
     ) -> bool:
         """Queue a new case for the owner; False when `case_id` is that same case already (nothing written).
         `now`: its start time (default: this process's clock; a shared store's clients give database time)."""
         journaled, _ = as_journaled(data or {}, "data", self.max_payload)
         now = self.now() if now is None else now
-        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now)
+        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now, tags)
         row = CaseRow(
             case_id=case_id, workflow=name, fingerprint=fingerprint, state=CaseState.RUNNING.value, started_at=now,
             updated_at=now, data=dict(journaled),

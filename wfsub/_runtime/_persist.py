@@ -311,6 +311,8 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         failure=failure,
         suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),
         order=row.order or None,
+        tags=dict(row.tags),
+        forked_from=row.forked_from,
     )
 
 

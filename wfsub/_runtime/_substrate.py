@@ -62,7 +62,7 @@ from .._errors import (
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, SqliteStore, Store
+from .._store import CaseRow, Listing, SqliteStore, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
@@ -480,15 +480,18 @@ class Substrate:
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
         placement: str = "here",
+        tags: Mapping[str, str] | None = None,
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
         With a store the workflow must be registered, the data must be JSON, and the call returns once the case's
         `start` record is durable. `scheduler`: "deterministic" (the default) or `Seeded(seed)` (recorded, so a
         replay makes the same choices). `placement="any"` (a shared store): the case is queued for the first node
-        that claims it (one that has its version registered); the handle follows it wherever it runs.
+        that claims it (one that has its version registered); the handle follows it wherever it runs. `tags`: str
+        to str, at most 16, to find the case by (`cases(tags=...)`); kept in its `start` record and its status.
         """
         self._check_open("start a case")
+        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
         if placement == "any" and (self._store is None or not self._store.shared):
@@ -516,7 +519,8 @@ class Substrate:
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
-            await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed)
+            await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed,
+                                      tags=case_tags)
             return CaseHandle(self, None, case_id)
         level = self._case_level()
         machine = Machine(
@@ -524,6 +528,7 @@ class Substrate:
             case_id=case_id, max_instances=self._max_instances, workflow=name,
         )
         actor = self._actor(case_id, machine, now, deadline, name, level)
+        actor.tags = case_tags or None
         if durable:
             assert self._loader is not None
             assert name is not None
@@ -913,35 +918,37 @@ class Substrate:
         return self._get(case_id).data()
 
     def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseStatus]:
-        """Cases newest first, filtered by state and workflow name, at most `limit`. Page with `before`: pass the
-        `order` of the last case of the previous page. A case in memory is reported (and filtered) as it is now;
-        one that is not, as the store last recorded it."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        """Cases newest first, at most `limit`, those that pass every filter given: `state`, `workflow` name,
+        every pair of `tags`, `id_prefix` (the id starts with it), `started_after` < start time <= `started_before`.
+        Page with `before`: pass the `order` of the last case of the previous page. A case in memory is reported
+        (and filtered by state) as it is now; one that is not, as the store last recorded it."""
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
-            raise ValueError(
-                f"before must be the `order` of a case of the previous page (an int >= 1), got {before!r}: "
-                "pass page[-1].order"
-            )
+        filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
+                                 started_after=started_after, started_before=started_before)
         if self._store is None:
             found = []
+            match = Listing(state, workflow, limit, before, **filters)
             for actor in reversed(self._cases.values()):
                 if before is not None and actor.order >= before:
                     continue
-                if (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow):
-                    found.append(actor.status())
+                now = actor.status()
+                row = CaseRow(now.case_id, actor.workflow or "", "", now.state.value, now.started_at, 0.0,
+                              tags=now.tags)
+                if match.matches(actor.order, row):
+                    found.append(now)
                     if len(found) == limit:
                         break
             return found
         store = self._store
         listed: list[CaseStatus] = []
         seen: set[str] = set()
-        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before):
+        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before, **filters):
             seen.add(row.case_id)
             live = self._cases.get(row.case_id)
             if live is None or live.exited or live.journal is None:
@@ -952,11 +959,13 @@ class Substrate:
             if state is None or now.state == state:  # else it has moved on since its row was written
                 listed.append(now)
         if state is not None:  # cases in memory in that state whose row has not caught up yet
+            match = Listing(state, workflow, limit, None, **filters)
             for actor in list(self._cases.values()):
                 j = actor.journal
                 if (
                     j is None or actor.exited or actor.case_id in seen or actor.state.value != state
-                    or (workflow is not None and actor.workflow != workflow)
+                    or not match.matches(0, CaseRow(actor.case_id, actor.workflow or "", "", state,
+                                                    actor.started_at, 0.0, tags=dict(actor.tags or {})))
                 ):
                     continue
                 if not j.order:
@@ -990,6 +999,34 @@ class Substrate:
         if self._store is None:
             return 0
         return await self._store.prune(cutoff)
+
+    async def delete(self, case_id: str) -> None:
+        """Remove an ended case at once: its journal, row, snapshots and tags (`await_case` then raises
+        CaseNotFound). CaseNotFound for no such case; SignalRejected for a case that has not ended."""
+        self._check_open("delete a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        actor = self._cases.get(case_id)
+        if actor is not None and not actor.evicted:
+            if actor.state not in FINAL:
+                raise SignalRejected.not_ended(case_id, "be deleted", actor.state.value)
+            if actor.journal is not None and not actor.recorded:  # its `end` record is being written
+                if actor.on_recorded is None:
+                    actor.on_recorded = anyio.Event()
+                await actor.on_recorded.wait()
+        if self._store is None or (actor is not None and actor.journal is None):
+            if self._cases.pop(case_id, None) is None:
+                raise CaseNotFound(case_id)
+            return
+        row = await self._store.row(case_id)
+        if row is None:
+            self._cases.pop(case_id, None)
+            raise CaseNotFound(case_id)
+        if not CaseState(row.state).ended:
+            raise SignalRejected.not_ended(case_id, "be deleted", row.state)
+        if not await self._store.delete(case_id):
+            raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+        self._cases.pop(case_id, None)
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:
         """Set one case's trace level and, with `sink`, send that case's events to `sink` as well."""
