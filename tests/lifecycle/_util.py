@@ -12,7 +12,9 @@ from wfsub.stores import MemoryStore, PostgresStore
 
 from ..stores import _pg
 
-KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON))]
+KINDS = [
+    "memory", "sqlite", pytest.param("postgres", marks=pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)),
+]
 """Every store a lifecycle feature is tested on."""
 
 

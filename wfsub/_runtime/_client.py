@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from .._errors import CaseNotFound, SubstrateClosed
+from .._errors import CaseNotFound, SignalRejected, SubstrateClosed
 from .._store import Store
 from .._store import open_store as _open_store
 from .._vm import Scheduler, Seeded
@@ -109,11 +109,14 @@ class Client:
         case_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
+        tags: Mapping[str, str] | None = None,
     ) -> CaseHandle:
         """Start a case of the registered workflow `workflow` (its newest version registered with the store);
         returns once its start is committed (the owner runs it). With the `case_id` of an existing case: the same
-        workflow and start data give back that case (nothing is written), else CaseExists naming what differs."""
+        workflow and start data give back that case (nothing is written), else CaseExists naming what differs.
+        `tags` as for `Substrate.new_case`."""
         door = self._door("start a case")
+        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
         start_data = inputs.start_data(data)
         if timeout is not None:
             _positive(timeout, "timeout", allow_none=True)
@@ -139,7 +142,7 @@ class Client:
             inputs.start_against_summary(start_data, found.summary, name, case_id)
         now = await self._store.database_time() if self._store.shared else _now()  # times a case's timers count from
         deadline = None if timeout is None else now + timeout
-        await door.start(name, fingerprint, start_data, case_id, deadline, seed, now)
+        await door.start(name, fingerprint, start_data, case_id, deadline, seed, now, tags=case_tags)
         return ClientHandle(self, case_id)
 
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
@@ -193,17 +196,25 @@ class Client:
         return dict((await self._door("read a case's data").row(case_id)).data or {})
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseStatus]:
-        """Cases newest first, filtered by state and workflow name, at most `limit` (page with `before`)."""
+        """Cases newest first, filtered as `Substrate.cases` filters them, at most `limit` (page with `before`)."""
         self._door("list cases")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
-        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before)
+        filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
+                                 started_after=started_after, started_before=started_before)
+        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
         return [status_of(row, _no_redaction) for row in rows]
+
+    async def delete(self, case_id: str) -> None:
+        """Remove an ended case at once (see `Substrate.delete`); SignalRejected for one that has not ended."""
+        row = await self._door("delete a case").row(case_id)
+        if not CaseState(row.state).ended or not await self._store.delete(case_id):
+            raise SignalRejected.not_ended(case_id, "be deleted", row.state)
 
     async def journal(self, case_id: str) -> list[JournalRecord]:
         """Every record of the case's journal, in order."""

@@ -110,20 +110,26 @@ def main() -> None:
 @click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only cases of this registered workflow.")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="Cases per page.")
 @click.option("--before", type=click.IntRange(min=1), metavar="ORDER", help="The page after a case's order.")
+@click.option("--tag", "tag_pairs", multiple=True, metavar="KEY=VALUE",
+              help="Only cases tagged so (repeat: every tag must match).")
+@click.option("--id-prefix", metavar="TEXT", help="Only cases whose id starts with this.")
 @AS_JSON
 @_run
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
-                as_json: bool) -> None:
+                tag_pairs: tuple[str, ...], id_prefix: str | None, as_json: bool) -> None:
     """List cases, newest first."""
+    tags = _tags(tag_pairs)
     async with opened(store) as s:
-        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before)
+        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before, tags=tags,
+                             id_prefix=id_prefix or None)
     if as_json:
         for row in rows:
             r.print_json(_row_json(row))
     elif rows:
         r.out.print(r.cases_table(rows))
     else:
-        r.err.print("no cases" + (" match" if state or workflow or before else " in the store"))
+        filtered = state or workflow or before or tags or id_prefix
+        r.err.print("no cases" + (" match" if filtered else " in the store"))
     if len(rows) == limit:
         r.err.print(f"more: --before {rows[-1].order}", style="dim")
 
@@ -497,6 +503,33 @@ async def prune(store: str, older_than: str) -> None:
     r.err.print(f"pruned {total} case{'s' if total != 1 else ''} that ended before {r.when(cutoff)}")
 
 
+@main.command()
+@STORE
+@click.argument("case_id")
+@_run
+async def delete(store: str, case_id: str) -> None:
+    """Remove one ended case (journal, row, snapshots, tags) from the store at once."""
+    async with opened(store) as s:
+        row = await case_row(s, case_id)
+        if row.ended_at is None or not await s.delete(case_id):
+            raise CliError(
+                f"case {case_id!r} has not ended (it is {row.state}): only an ended case can be deleted; cancel it "
+                f"first (`wfsub cancel {store} {case_id}`)"
+            )
+    r.err.print(f"deleted case {case_id!r}")
+
+
+def _tags(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--tag KEY=VALUE` options as a dict (a usage error names a pair without `=`)."""
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise click.UsageError(f"--tag {pair!r}: give KEY=VALUE, e.g. --tag customer=c-17")
+        tags[key] = value
+    return tags
+
+
 PRUNE_BATCH = 500  # cases removed per transaction: the owner's writes interleave between batches
 
 
@@ -580,7 +613,7 @@ def _row_json(row: CaseRow) -> dict[str, Any]:
         "case_id": row.case_id, "workflow": row.workflow, "state": row.state, "started_at": row.started_at,
         "ended_at": row.ended_at, "order": row.order, "at": row.at, "signals": row.signals,
         "effects": row.effects, "timers": [r.with_iso(t, "due") for t in row.timers],
-        "suspended_reason": row.suspended_reason,
+        "suspended_reason": row.suspended_reason, "tags": row.tags, "forked_from": row.forked_from,
     }, "started_at", "ended_at")
 
 
