@@ -364,7 +364,7 @@ async def _write_end_record(actor: CaseActor, j: CaseJournal) -> None:
             "record": actor.record,
         }
     end = end_record(j.seq + 1, now, actor.state.value, actor.end_digest, result=actor.final_data, error=error,
-                     reason=actor.cancel_reason, compensated=actor.compensated)
+                     reason=actor.cancel_reason, compensated=actor.compensated, run=j.run)
     row = case_row(actor, actor.state)
     row.last_seq = end["seq"]
     row.ended_at = actor.ended_at

@@ -43,6 +43,7 @@ class CaseJournal:
     order: int = 0
     epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
     request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
+    run: int = 0  # retries of the case so far (`Substrate.retry`): its next `end` carries it
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""
@@ -73,6 +74,8 @@ def snapshot_of(machine: Machine, journal: CaseJournal, timers: Mapping[int, flo
     journal is replayed on recovery: slower, never wrong)."""
     state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers),
              "request_ids": sorted(journal.request_ids)}
+    if journal.run:
+        state["run"] = journal.run
     try:
         json.dumps(state, allow_nan=False)
     except (TypeError, ValueError):

@@ -13,7 +13,12 @@ A case is a deterministic function of its program, its start data and its inputs
                      {seq, kind, step, time, digest, region, request_id?}
     add_instances    {seq, kind, step, time, digest, region, items, request_id?}
     version          {seq, kind, step, time, digest, from, to}
-    end              {seq, kind, time, outcome, result? | error? | reason?}
+    retry            {seq, kind, step, time, digest, run, ended?, redo}
+    end              {seq, kind, time, outcome, result? | error? | reason?, run?}
+
+A `retry` (`Substrate.retry`) re-opens a failed case: a replay drops the `end` at seq `ended` and the effect
+outcomes at the seqs in `redo` (the failed effect runs again), then applies the records after the retry. `run`
+counts the retries so far; an `end` after a retry carries it, so a case still ends once per run.
 
 `digest` is the running digest of the task outputs since the previous record (`Machine.take_digest`), so a task
 that is not deterministic is caught at the first record after it. Tasks and the region steps inside a workflow
@@ -36,7 +41,7 @@ from .._store import Record
 
 INPUT_KINDS = frozenset(
     {"signal", "effect", "timer", "cancel", "cancel_region", "complete_region", "add_instances", "close_instances",
-     "version"}
+     "version", "retry"}
 )
 ERROR_TEXT_LIMIT = 8_000  # stored error messages and tracebacks are cut to this many characters
 
@@ -212,9 +217,23 @@ def input_record(seq: int, kind: str, step: int | None, now: float, digest: str 
     return {"seq": seq, "kind": kind, "step": step, "time": now, "digest": digest, **fields}
 
 
+def effective(records: Sequence[Record]) -> list[Record]:
+    """The records a replay applies, in order: each `retry` drops the `end` it re-opened and the effect outcomes
+    it runs again (see the module docstring); every other record as it is."""
+    dropped: set[int] = set()
+    for record in records:
+        if record.get("kind") == "retry":
+            if record.get("ended") is not None:
+                dropped.add(int(record["ended"]))
+            dropped.update(int(seq) for seq in record.get("redo") or ())
+    if not dropped:
+        return list(records)
+    return [record for record in records if int(record.get("seq", -1)) not in dropped]
+
+
 def end_record(
     seq: int, now: float, outcome: str, digest: str | None = None, *, result: Any = None,
-    error: dict[str, Any] | None = None, reason: str | None = None, compensated: Sequence[str] = (),
+    error: dict[str, Any] | None = None, reason: str | None = None, compensated: Sequence[str] = (), run: int = 0,
 ) -> Record:
     """The `end` record of a case: its outcome with the final data (done), the error (failed) or the reason
     (cancelled, with what its compensations undid when they ran); `digest` covers the tasks run since the last
@@ -228,6 +247,8 @@ def end_record(
         end["reason"] = reason
         if compensated:
             end["compensated"] = list(compensated)
+    if run:
+        end["run"] = run
     return end
 
 

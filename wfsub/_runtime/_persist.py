@@ -29,7 +29,7 @@ from .._program import Program
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
 from ._durable import CaseJournal, snapshot_of, usable
-from ._journal import end_record, input_record
+from ._journal import effective, end_record, input_record
 from ._registry import Workflows
 from ._replay import Replayer
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
@@ -80,7 +80,7 @@ async def rebuild(
             max_instances=max_instances,
         )
         try:
-            for record in records:
+            for record in effective(records):
                 replayer.apply(record)
             # On to where the live case was after its last record: blocked again, with the same effects in flight
             # and timers armed (tasks re-run; nothing external happens). Inputs waiting for it then apply there.
@@ -144,6 +144,7 @@ def check_version(
     the whole journal applies, and the effects and timers then in flight are the ones its row recorded (see
     `_same_requests`). A Substrate migrates by it; `wfsub replay` checks it before a deploy."""
     replayer = Replayer(program, records[0], trace_level=trace_level, max_instances=max_instances)
+    records = effective(records)
     for record in records[1:]:
         replayer.apply(record)
     if records[-1].get("kind") == "end":
@@ -240,6 +241,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
+    journal.run = replayer.run_count
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
     return journal
 
@@ -265,7 +267,8 @@ async def end_suspended(
     """Cancel a suspended case: it ends at once, with no compensation (no program can run it)."""
     asked = {} if request_id is None else {"request_id": request_id}
     cancel = input_record(row.last_seq + 1, "cancel", None, now, None, reason=reason, compensate=False, **asked)
-    end = end_record(row.last_seq + 2, now, "cancelled", reason=reason)
+    runs = sum(1 for record in await store.journal(row.case_id) if record.get("kind") == "retry")
+    end = end_record(row.last_seq + 2, now, "cancelled", reason=reason, run=runs)
     row.state = CaseState.CANCELLED.value
     row.ended_at = now
     row.cancel_reason = reason

@@ -62,12 +62,13 @@ from .._errors import (
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, Listing, SqliteStore, Store
+from .._store import CaseRow, CaseWrite, Listing, SqliteStore, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
+from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
 from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
@@ -999,6 +1000,80 @@ class Substrate:
         if self._store is None:
             return 0
         return await self._store.prune(cutoff)
+
+    async def retry(self, case_id: str) -> CaseHandle:
+        """Re-open a failed case at the step that failed: a `retry` record is journaled and that step runs again,
+        on the case's version or the one it migrates to (so a fix registered since applies); an effect whose
+        final outcome failed the case starts again. Also re-opens a case suspended after too many recoveries
+        (`max_recoveries`). Returns its handle (`result()` waits for the next end).
+
+        SignalRejected (with the reason) for a case that is not failed, or whose failure ran compensations."""
+        self._check_open("retry a case")
+        store, loader = self._owned_store("retry a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        actor = await self._settled(case_id)
+        if actor is not None and actor.state not in FINAL and not actor.evicted:
+            raise SignalRejected.not_retryable(case_id, actor.state.value)
+        row = await store.row(case_id)
+        if row is None:
+            raise CaseNotFound(case_id)
+        if store.shared and row.owner not in (None, self._owner):
+            raise SignalRejected.not_retryable(
+                case_id, row.state, f"node {row.owner!r} owns it: retry it there (or once that node has gone)"
+            )
+        record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
+        try:
+            await lifecycle.reopen(store, row, record)
+        except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
+            now = await store.row(case_id)
+            raise SignalRejected.not_retryable(case_id, now.state if now is not None else row.state) from None
+        if self._cases.get(case_id) is actor and actor is not None:
+            del self._cases[case_id]  # the ended run leaves memory: awaiters wait for the next end
+        await loader.load(case_id)
+        return self.handle(case_id)
+
+    async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
+        """Start a new case whose journal is the journal of `case_id` up to and including record `at` (its
+        `start` names the origin: `status().forked_from`; it keeps the origin's tags), replayed, then live.
+        ValueError for an `at` the journal does not hold (compaction may have removed it: the message names the
+        first record still kept)."""
+        self._check_open("fork a case")
+        store, loader = self._owned_store("fork a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        new_id = self._new_id(new_case_id)
+        origin = await store.row(case_id)
+        if origin is None:
+            raise CaseNotFound(case_id)
+        now = self._clock.now()
+        records = lifecycle.fork_records(case_id, await store.journal(case_id), at, new_id, now)
+        row = lifecycle.fork_row(origin, new_id, int(records[-1]["seq"]), now)
+        try:
+            await store.write(CaseWrite(new_id, records, row))
+        except StoreConflict:
+            raise CaseExists(new_id) from None
+        await loader.load(new_id)
+        return self.handle(new_id)
+
+    def _owned_store(self, what: str) -> tuple[Store, CaseLoader]:
+        """The store and loader of an owning Substrate (retry and fork replay cases here, so they run here)."""
+        if self._store is None:
+            raise ValueError(f"cannot {what}: a Substrate without a store keeps no journal; pass store=...")
+        if self._loader is None:
+            raise ValueError(
+                f"cannot {what} from a standby: the process that owns the store runs cases; call it there"
+            )
+        return self._store, self._loader
+
+    async def _settled(self, case_id: str) -> CaseActor | None:
+        """The case's actor in memory (None: none), once the `end` record of an ended one is written."""
+        actor = self._cases.get(case_id)
+        if actor is not None and actor.journal is not None and actor.state in FINAL and not actor.recorded:
+            if actor.on_recorded is None:
+                actor.on_recorded = anyio.Event()
+            await actor.on_recorded.wait()
+        return actor
 
     async def delete(self, case_id: str) -> None:
         """Remove an ended case at once: its journal, row, snapshots and tags (`await_case` then raises

@@ -142,6 +142,8 @@ class MemoryStore(SingleNode):
                 if ended:
                     raise StoreConflict(self._name, second_end(change.case_id, record.seq))
                 ended = True
+            elif record.kind == "retry":  # a failed case re-opened: its next run ends once too
+                ended = False
             if record.request_id is not None:
                 seen_ids.add(record.request_id)
             seqs.add(record.seq)

@@ -291,8 +291,8 @@ def encode_write(store: str, change: CaseWrite) -> EncodedWrite:
 
 def second_end(case_id: str, seq: int) -> str:
     return (
-        f"case {case_id!r} already has its `end` record: the `end` at seq {seq} was refused (a case ends once, "
-        "and only its owner writes `end`). This write was not applied; the other writes committed with it were"
+        f"case {case_id!r} already has its `end` record: the `end` at seq {seq} was refused (a case ends once per "
+        "run, and only its owner writes `end`). This write was not applied; the other writes committed with it were"
     )
 
 

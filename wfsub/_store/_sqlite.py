@@ -764,7 +764,7 @@ def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
             text = str(exc)
             if "journal.seq" in text:
                 raise Refused(seq_taken(change.case_id, record.seq)) from exc
-            if record.kind == "end" and "journal.case_id" in text:
+            if record.kind == "end" and ("journal.case_id" in text or "journal_one_end" in text):
                 raise Refused(second_end(change.case_id, record.seq)) from exc
             raise
         appended.append(cursor.rowcount == 1)

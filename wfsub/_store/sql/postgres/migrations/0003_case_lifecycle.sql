@@ -1,4 +1,4 @@
--- Migration 3: case tags and the origin of forked cases, for listing and status.
+-- Migration 3: the case lifecycle: tags and the origin of forked cases (listing, status), and retried cases.
 --
 -- A case's tags ({str: str}) and the case it was forked from are fields of its `start` record, the source of
 -- truth. When a case row is first inserted (its `start` record is always written before it, in the same
@@ -29,3 +29,9 @@ $$;
 
 CREATE TRIGGER cases_tags_from_start BEFORE INSERT ON cases
 FOR EACH ROW EXECUTE FUNCTION cases_tags_from_start();
+
+-- A case ends once per run: a `retry` record re-opens a failed case, and the `end` of each later run carries
+-- `run` (the retries so far), so the unique index on ends is by case and run.
+DROP INDEX journal_one_end;
+CREATE UNIQUE INDEX journal_one_end ON journal (case_id, (coalesce((record::jsonb ->> 'run')::bigint, 0)))
+WHERE kind = 'end';

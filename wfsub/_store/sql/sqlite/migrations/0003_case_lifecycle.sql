@@ -1,4 +1,4 @@
--- Migration 3: case tags and the origin of forked cases, for listing and status.
+-- Migration 3: the case lifecycle: tags and the origin of forked cases (listing, status), and retried cases.
 --
 -- A case's tags ({str: str}) and the case it was forked from are fields of its `start` record, the source of
 -- truth. When a case row is first inserted (its `start` record is always written before it, in the same
@@ -37,3 +37,8 @@ END;
 
 -- `cases(id_prefix=...)`, `cases(started_after=..., started_before=...)`.
 CREATE INDEX cases_by_started ON cases (started_at);
+
+-- A case ends once per run: a `retry` record re-opens a failed case, and the `end` of each later run carries
+-- `run` (the retries so far), so the unique index on ends is by case and run.
+DROP INDEX journal_one_end;
+CREATE UNIQUE INDEX journal_one_end ON journal (case_id, coalesce(json_extract(record, '$.run'), 0)) WHERE kind = 'end';
