@@ -209,6 +209,11 @@ class SignalRejected(WfsubError):
         return cls(case_id, "be retried", why)
 
     @classmethod
+    def refused_by_owner(cls, case_id: str | None, action: str, reason: str) -> SignalRejected:
+        """A `retry` or `fork` sent through the store's inbox that the owning Substrate refused (its words)."""
+        return cls(case_id, action, f"the Substrate that owns it refused: {reason}")
+
+    @classmethod
     def unknown_signal(
         cls, case_id: str | None, name: str, known: Mapping[str, Sequence[str]], waiting: Mapping[str, str] | None
     ) -> SignalRejected:

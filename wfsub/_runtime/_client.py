@@ -210,6 +210,26 @@ class Client:
         rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
         return [status_of(row, _no_redaction) for row in rows]
 
+    async def retry(self, case_id: str) -> CaseHandle:
+        """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no
+        owner runs). SignalRejected with the reason when it cannot be retried."""
+        door = self._door("retry a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        await door.lifecycle(case_id, "retry", {})
+        return ClientHandle(self, case_id)
+
+    async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
+        """A new case from the journal of `case_id` up to record `at` (see `Substrate.fork`): its owner does it;
+        returns once done (or queued while no owner runs)."""
+        door = self._door("fork a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        body = inputs.fork_body(at, new_case_id, case_id)
+        body["new_case_id"] = new_id = new_case_id or f"case-{secrets.token_hex(8)}"
+        await door.lifecycle(case_id, "fork", body)
+        return ClientHandle(self, new_id)
+
     async def delete(self, case_id: str) -> None:
         """Remove an ended case at once (see `Substrate.delete`); SignalRejected for one that has not ended."""
         row = await self._door("delete a case").row(case_id)

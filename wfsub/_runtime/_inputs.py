@@ -411,3 +411,21 @@ def listing(
                             fix=f"e.g. {name}=time.time() - 3600")
     return {"tags": tags(tags_given), "id_prefix": id_prefix, "started_after": started_after,
             "started_before": started_before}
+
+
+LIFECYCLE_KINDS = ("retry", "fork")
+"""Inbox kinds that are not inputs of a case but asks of its owner: `retry` (body {}) and `fork` (body {"at": seq,
+"new_case_id": id or None}); the owner does them as `Substrate.retry` and `Substrate.fork` do."""
+
+
+def fork_body(at: object, new_case_id: object, case_id: str | None = None) -> dict[str, Any]:
+    """The arguments of a fork, checked: `at` an int seq >= 0, `new_case_id` None or a visible str."""
+    if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+        raise bad_input("fork: at must be the seq of a record of the case (an int >= 0)", at, case_id=case_id,
+                        fix="pass at= the seq of a record `journal(case_id)` lists")
+    if new_case_id is not None and (
+        not isinstance(new_case_id, str) or not new_case_id or new_case_id != new_case_id.strip()
+    ):
+        raise bad_input("fork: new_case_id must be a non-empty str without leading or trailing spaces (or None)",
+                        new_case_id, case_id=case_id, fix="pass a visible id, or omit it to get a fresh one")
+    return {"at": at, "new_case_id": new_case_id}

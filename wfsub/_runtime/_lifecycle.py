@@ -95,7 +95,7 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
     return record
 
 
-async def reopen(store: Store, row: CaseRow, record: Record) -> None:
+async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[int] | None = None) -> None:
     """Commit the retry record with the case's row running again (recovery resumes it from here if this
     process stops before it is loaded)."""
     row.state = CaseState.RUNNING.value
@@ -106,7 +106,8 @@ async def reopen(store: Store, row: CaseRow, record: Record) -> None:
     row.last_seq = int(record["seq"])
     row.updated_at = float(record["time"])
     row.digest = None
-    await store.write(CaseWrite(row.case_id, [record], row, epoch=row.epoch or None))
+    await store.write(CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()),
+                                epoch=row.epoch or None))
 
 
 def fork_records(

@@ -10,6 +10,8 @@ the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
   workflow whose summary the store holds (a client).
 - A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and equal start data give
   back that case, and write nothing; anything else is `CaseExists` naming what differs.
+- A `retry` or `fork` is checked against the stored journal as the owner checks it, written to the inbox (kinds
+  `retry`, `fork`) and followed until the owner has done it or refused it (its reason raised as SignalRejected).
 - Waiting for a case to end: `EndWatcher` looks at the store when it changes (a cheap check: SQLite's
   `data_version`, Postgres's NOTIFY) and re-reads the rows of the cases awaited, waking those that ended.
 """
@@ -27,6 +29,7 @@ from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 from ._journal import as_journaled, start_record
+from ._lifecycle import fork_records, retry_record
 from ._mailbox import External
 from ._registry import Workflows
 from ._status import CaseState
@@ -35,6 +38,7 @@ from ._summary import summary_of
 _log = get_logger("wfsub.runtime")
 
 CHANGE_WAIT = 0.25  # seconds an EndWatcher waits for a change before it looks again (a fallback, and its beat)
+LIFECYCLE_POLL = 0.02  # seconds between looks at a `retry` or `fork` inbox row until its owner has done it
 RECHECK_EVERY = 2.0  # seconds between re-reads of every awaited row whatever the store says (a lost NOTIFY)
 
 
@@ -84,6 +88,31 @@ class Outside:
         await self.store.inbox_put(
             case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
         )
+
+    async def lifecycle(self, case_id: str, kind: str, body: dict[str, Any]) -> None:
+        """A `retry` or `fork` of a case for its owner: checked against the store as the owner checks it, written to
+        the inbox, then followed until the owner has done it (or refused it: SignalRejected with its reason). With
+        no owner running, it returns once queued (the next owner does it)."""
+        row = await self.row(case_id)
+        records = await self.store.journal(case_id)
+        if kind == "retry":
+            retry_record(case_id, row, records, self.now())
+        else:
+            new_id = body.get("new_case_id") or "new"
+            fork_records(case_id, records, body["at"], new_id, self.now())
+            if body.get("new_case_id") and await self.store.row(new_id) is not None:
+                raise CaseExists(new_id)
+        inbox_id = await self.store.inbox_put(case_id, kind, body, request_id=None, created_at=self.now())
+        if not self.store.shared and await self.store.owner() is None:
+            return
+        action = "be retried" if kind == "retry" else "be forked"
+        while True:
+            found = await self.store.inbox_row(inbox_id)
+            if found is None:
+                return
+            if found.refused is not None:
+                raise SignalRejected.refused_by_owner(case_id, action, found.refused)
+            await anyio.sleep(LIFECYCLE_POLL)
 
     async def version(self, workflow: str) -> tuple[str, str]:
         """(name, fingerprint) of the version a new case of `workflow` starts on."""

@@ -62,7 +62,7 @@ from .._errors import (
     WorkflowNotRegistered,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, CaseWrite, Listing, SqliteStore, Store
+from .._store import CaseRow, CaseWrite, InboxRow, Listing, SqliteStore, Store
 from .._store import open_store as _open_store
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
@@ -366,6 +366,7 @@ class Substrate:
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
         router = InboxRouter(store, loader, self._live, self._max_payload)
+        router.lifecycle = self._lifecycle_input
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
@@ -1009,9 +1010,15 @@ class Substrate:
 
         SignalRejected (with the reason) for a case that is not failed, or whose failure ran compensations."""
         self._check_open("retry a case")
-        store, loader = self._owned_store("retry a case")
         if not isinstance(case_id, str):
             raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        if self._outside is not None:  # a standby: the owner retries it
+            await self._outside.lifecycle(case_id, "retry", {})
+            return CaseHandle(self, None, case_id)
+        return await self._retry(case_id, [])
+
+    async def _retry(self, case_id: str, inbox_done: list[int]) -> CaseHandle:
+        store, loader = self._owned_store("retry a case")
         actor = await self._settled(case_id)
         if actor is not None and actor.state not in FINAL and not actor.evicted:
             raise SignalRejected.not_retryable(case_id, actor.state.value)
@@ -1024,7 +1031,7 @@ class Substrate:
             )
         record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
         try:
-            await lifecycle.reopen(store, row, record)
+            await lifecycle.reopen(store, row, record, inbox_done)
         except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
             now = await store.row(case_id)
             raise SignalRejected.not_retryable(case_id, now.state if now is not None else row.state) from None
@@ -1039,9 +1046,18 @@ class Substrate:
         ValueError for an `at` the journal does not hold (compaction may have removed it: the message names the
         first record still kept)."""
         self._check_open("fork a case")
-        store, loader = self._owned_store("fork a case")
         if not isinstance(case_id, str):
             raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        body = inputs.fork_body(at, new_case_id, case_id)
+        if self._outside is not None:  # a standby: the owner forks it
+            if new_case_id is None:
+                body["new_case_id"] = new_case_id = f"case-{self._prefix}-{next(self._ids)}"
+            await self._outside.lifecycle(case_id, "fork", body)
+            return CaseHandle(self, None, new_case_id)
+        return await self._fork(case_id, at, new_case_id, [])
+
+    async def _fork(self, case_id: str, at: int, new_case_id: str | None, inbox_done: list[int]) -> CaseHandle:
+        store, loader = self._owned_store("fork a case")
         new_id = self._new_id(new_case_id)
         origin = await store.row(case_id)
         if origin is None:
@@ -1050,11 +1066,21 @@ class Substrate:
         records = lifecycle.fork_records(case_id, await store.journal(case_id), at, new_id, now)
         row = lifecycle.fork_row(origin, new_id, int(records[-1]["seq"]), now)
         try:
-            await store.write(CaseWrite(new_id, records, row))
+            await store.write(CaseWrite(new_id, records, row, inbox_done=inbox_done))
         except StoreConflict:
             raise CaseExists(new_id) from None
         await loader.load(new_id)
         return self.handle(new_id)
+
+    async def _lifecycle_input(self, row: InboxRow) -> None:
+        """A `retry` or `fork` someone else wrote to the inbox (the command, a client, a standby): done here,
+        its inbox row taken out in the same write (a refusal is raised for the router to mark on the row)."""
+        body = row.body if isinstance(row.body, dict) else {}
+        if row.kind == "retry":
+            await self._retry(row.case_id, [row.id])
+        else:
+            checked = inputs.fork_body(body.get("at"), body.get("new_case_id"), row.case_id)
+            await self._fork(row.case_id, checked["at"], checked.get("new_case_id"), [row.id])
 
     def _owned_store(self, what: str) -> tuple[Store, CaseLoader]:
         """The store and loader of an owning Substrate (retry and fork replay cases here, so they run here)."""

@@ -506,6 +506,81 @@ async def prune(store: str, older_than: str) -> None:
 @main.command()
 @STORE
 @click.argument("case_id")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the owner has re-opened the case (or refused).")
+@click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="With --wait: seconds to wait.")
+@_run
+async def retry(store: str, case_id: str, wait: bool, patience: float) -> None:
+    """Re-open a failed case at the step that failed (the owning Substrate runs it again)."""
+    async with opened(store) as s:
+        row = await case_row(s, case_id)
+        await _lifecycle(s, row, "retry", {}, wait, patience, "retry")
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
+@click.option("--at", "at", type=click.IntRange(min=0), required=True, metavar="SEQ",
+              help="The last record of the case's journal the fork keeps (`wfsub journal` lists them).")
+@click.option("--id", "new_case_id", metavar="NEW_ID", help="The new case's id (default: a fresh one).")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the owner has started the fork (or refused).")
+@click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="With --wait: seconds to wait.")
+@_run
+async def fork(store: str, case_id: str, at: int, new_case_id: str | None, wait: bool, patience: float) -> None:
+    """Start a new case from a case's journal up to record SEQ (the owning Substrate replays it, then runs it)."""
+    import secrets
+
+    new_id = new_case_id or f"case-{secrets.token_hex(8)}"
+    async with opened(store) as s:
+        row = await case_row(s, case_id)
+        await _lifecycle(s, row, "fork", {"at": at, "new_case_id": new_id}, wait, patience, f"fork {new_id!r}")
+
+
+async def _lifecycle(store: Store, row: CaseRow, kind: str, body: dict[str, Any], wait: bool, patience: float,
+                     what: str) -> None:
+    """A retry or fork checked as the owner checks it, put in the inbox, and (`wait`) followed until done."""
+    from .. import CaseExists, SignalRejected
+    from ..lowlevel import fork_records, retry_record
+
+    try:
+        if kind == "retry":
+            retry_record(row.case_id, row, await store.journal(row.case_id), time.time())
+        else:
+            fork_records(row.case_id, await store.journal(row.case_id), body["at"], body["new_case_id"], time.time())
+            if await store.row(body["new_case_id"]) is not None:
+                raise CaseExists(body["new_case_id"])
+    except (SignalRejected, CaseExists, ValueError) as exc:
+        raise CliError(f"{exc}; nothing was sent") from None
+    inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=None, created_at=time.time())
+    owner = await store.owner()
+    if owner is None:
+        r.err.print(f"queued: no Substrate owns {store.url} now; the {what} of case {row.case_id!r} is done when "
+                    "one opens the store")
+        return
+    if not wait:
+        r.err.print(f"sent: the {what} of case {row.case_id!r} is in the inbox of {owner.owner_id!r}")
+        return
+    with anyio.move_on_after(patience):
+        while True:
+            found = await store.inbox_row(inbox_id)
+            if found is None:
+                r.err.print(f"done: the {what} of case {row.case_id!r}")
+                return
+            if found.refused is not None:
+                raise CliError(f"the owner refused the {what} of case {row.case_id!r}: {found.refused}")
+            await anyio.sleep(WAIT_POLL)
+    raise CliError(
+        f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and is "
+        "done when the owner takes it (check that the Substrate is running and not stuck)"
+    )
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
 @_run
 async def delete(store: str, case_id: str) -> None:
     """Remove one ended case (journal, row, snapshots, tags) from the store at once."""
