@@ -54,3 +54,49 @@ async def test_delete_removes_an_ended_case_and_refuses_a_live_one(here: Path) -
         assert [json.loads(line)["case_id"] for line in ran.out.splitlines()] == ["live"]
         ran = await wfsub(here, "delete", "cases.db", "done")
         assert ran.code == 1 and "no case 'done'" in ran.err
+
+
+BROKEN = """
+from wfsub import seq, task, wait
+
+FIXED = False
+
+def step(d):
+    if not FIXED:
+        raise RuntimeError("not fixed yet")
+    return {"fixed": True}
+
+WORKFLOWS = {"flaky": seq(task(step), wait("go"))}
+"""
+
+
+async def test_retry_and_fork_through_the_owner(tmp_path: Path) -> None:
+    """`wfsub retry` re-opens a failed case and `wfsub fork --at N --id NEW` starts a fork, both done by the owner;
+    a refusal (a case that is not failed, an `at` past the journal) is reported with nothing sent."""
+    import importlib
+    import sys
+
+    from wfsub import Substrate
+
+    (tmp_path / "brokenflows.py").write_text(BROKEN)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        flows = importlib.import_module("brokenflows")
+        async with Substrate(store=tmp_path / "cases.db", workflows=flows.WORKFLOWS) as sub:
+            await sub.new_case("flaky", case_id="c1")
+            with pytest.raises(Exception, match="not fixed yet"):
+                await sub.await_case("c1")
+            flows.FIXED = True
+            ran = await wfsub(tmp_path, "retry", "cases.db", "c1")
+            assert ran.code == 0 and "done: the retry of case 'c1'" in ran.err, ran.err
+            assert sub.status("c1").state in ("running", "waiting_signal")
+            ran = await wfsub(tmp_path, "retry", "cases.db", "c1")
+            assert ran.code == 1 and "cannot be retried: it is" in ran.err and "nothing was sent" in ran.err
+            ran = await wfsub(tmp_path, "fork", "cases.db", "c1", "--at", "0", "--id", "c2")
+            assert ran.code == 0 and "done: the fork 'c2' of case 'c1'" in ran.err, ran.err
+            assert sub.status("c2").forked_from == "c1"
+            ran = await wfsub(tmp_path, "fork", "cases.db", "c1", "--at", "99")
+            assert ran.code == 1 and "has no record 99" in ran.err
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("brokenflows", None)

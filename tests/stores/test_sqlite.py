@@ -196,7 +196,8 @@ async def test_a_failing_migration_leaves_the_file_at_its_version(tmp_path: Path
     async with opened(SqliteStore(path)) as store:
         await store.write(first_write("a"))
     broken = future_layout(tmp_path, "ALTER TABLE cases ADD COLUMN notes TEXT;\nALTER TABLE nowhere ADD COLUMN x;\n")
-    with pytest.raises(StoreError, match=rf"{SCHEMA_VERSION + 1:04d}_case_notes\.sql.*no such table: nowhere") as caught:
+    failed = rf"{SCHEMA_VERSION + 1:04d}_case_notes\.sql.*no such table: nowhere"
+    with pytest.raises(StoreError, match=failed) as caught:
         await broken(path).open(owner=True, owner_id="future")
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
     with closing(raw(path)) as conn:
