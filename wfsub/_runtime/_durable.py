@@ -44,6 +44,7 @@ class CaseJournal:
     epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
     request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
     run: int = 0  # retries of the case so far (`Substrate.retry`): its next `end` carries it
+    recovered: dict[str, int] | None = None  # the row's count of recoveries without a new record (poison cases)
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""

@@ -9,8 +9,12 @@ step of the last record kept (no task runs between them, so its digest is that r
 retries: each later `end` carries it, so a case still ends once per run. A case whose failure ran compensations
 is refused: its undoing already happened, and running the failed step again would run on over it.
 
-A case suspended after too many recoveries without progress (a poison case, `Substrate(max_recoveries=)`) is
-re-opened the same way, with nothing dropped: its `retry` record is progress, so it is recovered again.
+Poison cases. Recovery counts, in the case row (`recovered: {seq, count}`), the times it brought a live case back
+while its journal stood at the same last record: a case that kills (or hangs) its process each time it runs
+journals nothing new between recoveries. Past `max_recoveries` it is suspended with that reason instead of being
+recovered again (its effects and timers are no longer listed, so the next start leaves it alone). `retry`
+re-opens it the same way as a failed case, with nothing dropped: its `retry` record is a new record, so the count
+starts again.
 
 Fork. A fork is a new case whose journal is the origin's records up to and including `at`, with its `start`
 record naming the origin (`forked_from: {case_id, seq}`) and keeping the origin's tags; it is written in one
@@ -21,10 +25,12 @@ taken where the origin was suspended or had ended runs on from there: an `end` r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._errors import SignalRejected
 from .._store import CaseRow, CaseWrite, Record, Store
 from ._journal import INPUT_KINDS, effective
+from ._persist import suspend
 from ._status import CaseState
 
 POISON = "recovered"
@@ -95,6 +101,28 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
     return record
 
 
+async def recovering(store: Store, row: CaseRow, max_recoveries: int, redact: Any) -> bool:
+    """Count one more recovery of a live case (written to its row); False, with the case suspended as a poison
+    case, when that would be more than `max_recoveries` in a row with no new record in its journal."""
+    stored = await store.load(row.case_id)
+    if stored is None:
+        return False
+    if stored.records:
+        last = int(stored.records[-1]["seq"])
+    else:
+        last = stored.snapshot.seq if stored.snapshot is not None else 0
+    mark = row.recovered or {}
+    count = int(mark.get("count", 0)) + 1 if mark.get("seq") == last else 1
+    row = stored.row
+    if count > max_recoveries:
+        row.effects, row.timers, row.next_due = [], [], None  # not live any more: the next start leaves it alone
+        await suspend(store, row, poison_reason(count - 1, last), redact)
+        return False
+    row.recovered = {"seq": last, "count": count}
+    await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))
+    return True
+
+
 async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[int] | None = None) -> None:
     """Commit the retry record with the case's row running again (recovery resumes it from here if this
     process stops before it is loaded)."""
@@ -106,6 +134,7 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
     row.last_seq = int(record["seq"])
     row.updated_at = float(record["time"])
     row.digest = None
+    row.recovered = None
     await store.write(CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()),
                                 epoch=row.epoch or None))
 

@@ -242,6 +242,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
     journal.run = replayer.run_count
+    journal.recovered = row.recovered
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
     return journal
 

@@ -93,6 +93,10 @@ PROGRAM_CACHE_SIZE = 1024
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
 
 
+DEFAULT_MAX_RECOVERIES = 5
+"""`Substrate(max_recoveries=)`: recoveries in a row without a new journal record before a case is suspended."""
+
+
 def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -158,6 +162,9 @@ class Substrate:
       restarts with the same id finds its cases at once; others take a dead node's cases over after its lease.
     - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
       messages and tracebacks in `status`), never to the journal.
+    - `max_recoveries`: with a store, how many times in a row recovery brings back a live case whose journal got
+      no new record since the last time (it kills or hangs its process each time it runs) before the case is
+      `suspended` with that reason instead (a poison case; `retry` re-opens it after a fix).
     - `standby`: a SQLite store that another live process owns makes this Substrate a standby (True, the
       default): it sends its inputs and new cases to the owner through the store, reads cases from the store,
       runs none, and takes ownership when the owner ends. False: a StoreError naming the owner instead.
@@ -183,6 +190,7 @@ class Substrate:
         evict_after: float | None = None,
         node_id: str | None = None,
         standby: bool = True,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -192,6 +200,7 @@ class Substrate:
             (trace_buffer, "trace_buffer"),
             (max_instances, "max_instances"),
             (max_payload_bytes, "max_payload_bytes"),
+            (max_recoveries, "max_recoveries"),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -229,6 +238,7 @@ class Substrate:
         self._shutdown_timeout = shutdown_timeout
         self._max_instances = max_instances
         self._max_payload = max_payload_bytes
+        self._max_recoveries = max_recoveries
         self._redact = _guarded(redact) if redact is not None else _no_redaction
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
@@ -371,8 +381,14 @@ class Substrate:
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
         )
-        for row in await store.live():  # running, or with effects in flight: resumed now
-            await loader.load_quietly(row.case_id)
+        for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
+            try:
+                again = await lifecycle.recovering(store, row, self._max_recoveries, self._redact)
+            except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
+                _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
+                again = True
+            if again:
+                await loader.load_quietly(row.case_id)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)

@@ -75,6 +75,7 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    recovered: dict[str, int] | None = None  # {"seq", "count"}: recoveries in a row with the journal at `seq`
     tags: dict[str, str] = field(default_factory=dict)  # read only: the `tags` of the case's `start` record
     forked_from: str | None = None  # read only: the case this one was forked from (its `start` record says)
 
