@@ -31,6 +31,10 @@ Decisions written down here:
   (at most `shutdown_timeout` seconds) and close the sinks.
 - `status`, `data` and `cases` are synchronous: for a case in memory they copy what the actor holds; for a durable
   case that is not in memory they read its row from the store on the calling thread (a small indexed read).
+- `retry` and `fork` (see `_lifecycle`) write their records and then load the case as recovery does; they run on
+  the Substrate that owns the store (a standby sends them to the owner through the inbox). A retried case that no
+  registered version can run is suspended, its status says why, until one is registered. `delete` refuses a case
+  that has not ended.
 """
 
 from __future__ import annotations
