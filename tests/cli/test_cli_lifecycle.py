@@ -37,6 +37,8 @@ async def test_cases_by_tag_and_id_prefix(here: Path) -> None:  # noqa: F811
         assert ran.code == 0 and "no cases match" in ran.err
         ran = await wfsub(here, "cases", "cases.db", "--tag", "customer")
         assert ran.code == 2 and "give KEY=VALUE" in ran.err
+        ran = await wfsub(here, "show", "cases.db", "o-1")
+        assert ran.code == 0 and "customer=c-17, tier=gold" in ran.out, ran.out
 
 
 async def test_delete_removes_an_ended_case_and_refuses_a_live_one(here: Path) -> None:  # noqa: F811
@@ -95,6 +97,8 @@ async def test_retry_and_fork_through_the_owner(tmp_path: Path) -> None:
             ran = await wfsub(tmp_path, "fork", "cases.db", "c1", "--at", "0", "--id", "c2")
             assert ran.code == 0 and "done: the fork 'c2' of case 'c1'" in ran.err, ran.err
             assert sub.status("c2").forked_from == "c1"
+            ran = await wfsub(tmp_path, "show", "cases.db", "c2")
+            assert ran.code == 0 and "forked from" in ran.out and " c1" in ran.out, ran.out
             ran = await wfsub(tmp_path, "fork", "cases.db", "c1", "--at", "99")
             assert ran.code == 1 and "has no record 99" in ran.err
     finally:

@@ -85,9 +85,15 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     table.add_row("case", status.case_id)
     table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]})")
     table.add_row("state", Text(state, style=_STATE_STYLE.get(state, "")))
-    if status.suspended_reason is not None:  # first: until a version can run it, it waits for nothing else
+    if status.suspended_reason is not None and status.suspended_reason.startswith("recovered "):  # a poison case
+        table.add_row("suspended", Text(status.suspended_reason, style="magenta"))
+    elif status.suspended_reason is not None:  # first: until a version can run it, it waits for nothing else
         table.add_row("suspended", Text(f"waits for a workflow version that can run it: {status.suspended_reason}",
                                         style="magenta"))
+    if status.forked_from is not None:
+        table.add_row("forked from", status.forked_from)
+    if status.tags:
+        table.add_row("tags", ", ".join(f"{key}={value}" for key, value in sorted(status.tags.items())))
     table.add_row("started", when(status.started_at))
     if status.ended_at is not None:
         table.add_row("ended", when(status.ended_at))
