@@ -82,8 +82,11 @@ class Listing:
         if self.started_before is not None:
             where.append("started_at <= :started_before")
             params["started_before"] = self.started_before
+        # state and workflow: the state's index, as the listing of both always took (a
+        # state is the rarer filter in a busy store: most cases are done)
+        hint = " INDEXED BY cases_by_state" if self.state is not None and self.workflow is not None else ""
         sql = (
-            f"SELECT {SQLITE_COLUMNS} FROM cases WHERE {' AND '.join(where)} "
+            f"SELECT {SQLITE_COLUMNS} FROM cases{hint} WHERE {' AND '.join(where)} "
             "ORDER BY case_order DESC LIMIT :limit"
         )
         return sql, params

@@ -1,5 +1,5 @@
 """What every backend shares: JSON encoding of records and rows, the rules that classify a case row, and the
-decoding of what reads return (`page`, `decode_start`, `decode_snapshot`, `decode_inbox`).
+decoding of what reads return (`decode_start`, `decode_snapshot`, `decode_inbox`).
 
 A store keeps records and row fields as JSON text, so every backend (memory included) accepts exactly the same
 values: JSON types and finite floats (as in JSON, int dict keys come back as str: the runtime checks that
@@ -312,20 +312,6 @@ def no_start(case_id: str) -> str:
 
 
 # -- reads -------------------------------------------------------------------------------------------------------
-
-
-def page(state: str | None, workflow: str | None, limit: int, before: int | None) -> tuple[str, dict[str, Any]]:
-    """The named query of one page of `cases()` (newest first) and its parameters, in the order the Postgres
-    statements number them ($1 before, $2 limit, $3 state, $4 workflow); SQLite binds them by name."""
-    params: dict[str, Any] = {"before": NO_ORDER if before is None else before, "limit": limit}
-    query = "cases_page"
-    if state is not None:
-        params["state"] = state
-        query += "_state"
-    if workflow is not None:
-        params["workflow"] = workflow
-        query += "_workflow"
-    return query, params
 
 
 def decode_start(store: str, case_id: str, text: str | None) -> Record:

@@ -148,26 +148,6 @@ SELECT seq, epoch FROM journal WHERE case_id = $1 ORDER BY seq;
 -- name: snapshot_newest
 SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = $1 ORDER BY seq DESC LIMIT 1;
 
--- name: cases_page
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE case_order < $1 ORDER BY case_order DESC LIMIT $2;
-
--- name: cases_page_state
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE case_order < $1 AND state = $3 ORDER BY case_order DESC LIMIT $2;
-
--- name: cases_page_workflow
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE case_order < $1 AND workflow = $3 ORDER BY case_order DESC LIMIT $2;
-
--- name: cases_page_state_workflow
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE case_order < $1 AND state = $3 AND workflow = $4 ORDER BY case_order DESC LIMIT $2;
-
 -- name: cases_live_owned
 -- The rows recovery resumes at once: this node's, oldest first (partial index cases_live).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,

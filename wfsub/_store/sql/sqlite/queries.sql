@@ -169,31 +169,6 @@ SELECT record FROM journal WHERE case_id = :case_id AND seq > :after ORDER BY se
 -- The newest snapshot of a case.
 SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = :case_id ORDER BY seq DESC LIMIT 1;
 
--- name: cases_page
--- A page of case rows, newest first: a walk down the primary key from `:before`.
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
-       tags, forked_from
-FROM cases WHERE case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
--- name: cases_page_state
--- A page of the case rows in one state, newest first (index cases_by_state).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
-       tags, forked_from
-FROM cases WHERE state = :state AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
--- name: cases_page_workflow
--- A page of the case rows of one workflow, newest first (index cases_by_workflow).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
-       tags, forked_from
-FROM cases WHERE workflow = :workflow AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
--- name: cases_page_state_workflow
--- A page of the case rows in one state of one workflow, newest first.
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
-       tags, forked_from
-FROM cases INDEXED BY cases_by_state
-WHERE state = :state AND workflow = :workflow AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
 -- name: cases_live
 -- The rows recovery resumes at once, oldest first (partial index cases_live).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
