@@ -24,7 +24,7 @@ taken where the origin was suspended or had ended runs on from there: an `end` r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import SignalRejected
@@ -54,6 +54,22 @@ def _last_input(records: Sequence[Record]) -> tuple[int, str]:
     return 0, ""
 
 
+def _handled_failure(record: Mapping[str, Any], before_end: Sequence[Record]) -> str | None:
+    """What the failure's withdrawal ran, if it ran anything that leaves a trace (None: nothing): a compensation
+    that failed (anywhere in the chain of causes), or a cancel handler or compensation effect whose outcome is the
+    last record before the `end` (it ran while the case was failing)."""
+    cause: Mapping[str, Any] | None = record
+    while cause:
+        if cause.get("type") == "CompensationFailed" or cause.get("compensated"):
+            return "compensations, and one failed"
+        cause = cause.get("cause") if isinstance(cause.get("cause"), Mapping) else None
+    last = before_end[-1] if before_end else {}
+    path = str(last.get("path", ""))
+    if last.get("kind") == "effect" and ("[on_cancel]" in path or "compensation]" in path):
+        return f"its cancel handlers ({last.get('name')} at {path})"
+    return None
+
+
 def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) -> Record:
     """The `retry` record that re-opens a failed (or poison-suspended) case, or SignalRejected saying why it
     cannot be retried."""
@@ -77,6 +93,13 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
                 f"its failure already ran compensations ({', '.join(map(str, compensated))}): running the "
                 "failed step again would go on over that undoing; start a new case (or fork this one from a record "
                 "before the failure: `fork(case_id, at=seq)`)",
+            )
+        handled = _handled_failure(error.get("record") or {}, records[:-1])
+        if handled is not None:
+            raise SignalRejected.not_retryable(
+                case_id, state,
+                f"its failure already ran {handled}: running the failed step again would go on over what they did; "
+                "start a new case (or fork this one from a record before the failure: `fork(case_id, at=seq)`)",
             )
         ended = int(end["seq"])
         path = error.get("path")
