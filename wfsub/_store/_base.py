@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreError
 
 SCHEMA_VERSION = 2
+REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -75,6 +76,10 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    migrated_from: str | None = None  # the fingerprint the case ran on before its latest migration
+    # The latest inbox inputs the owner refused for this case, newest first (at most REFUSED_KEPT): read from the
+    # inbox's refused rows by the single-row reads (`row`, `read_row`, `load`), never written through the row.
+    refused: list[InboxRow] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -374,6 +379,7 @@ def require_store(store: object) -> Store:
 
 
 __all__ = [
+    "REFUSED_KEPT",
     "SCHEMA_VERSION",
     "CaseRow",
     "CaseWrite",

@@ -126,7 +126,17 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoreBase, StoredCase
+from ._base import (
+    REFUSED_KEPT,
+    CaseRow,
+    CaseWrite,
+    InboxRow,
+    Owner,
+    ProgramSummary,
+    Record,
+    StoreBase,
+    StoredCase,
+)
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
@@ -1127,7 +1137,7 @@ class PostgresStore(StoreBase):
                 after = 0 if snapshot is None else snapshot.seq
                 records = [decode_record(self._name, case_id, text)
                            for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                return StoredCase(_row(found), start, snapshot, records)
+                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -1292,7 +1302,15 @@ def _row(found: Any) -> CaseRow:
 
 async def _case_row(case_id: str, conn: Any) -> CaseRow | None:
     found = await conn.fetchrow(Q["case_row"], case_id)
-    return None if found is None else _row(found)
+    return None if found is None else await _with_refused(conn, _row(found))
+
+
+async def _with_refused(conn: Any, row: CaseRow) -> CaseRow:
+    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
+    found = await conn.fetch(Q["inbox_refused"], row.case_id, REFUSED_KEPT)
+    if found:
+        row.refused = [decode_inbox(tuple(one)) for one in found]
+    return row
 
 
 def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:

@@ -58,7 +58,7 @@ import anyio.to_thread
 import msgspec
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
+from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -603,7 +603,7 @@ class SqliteStore(SingleNode):
             after = 0 if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [decode_record(self.path, case_id, text) for (text,) in rows]
-            return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
+            return StoredCase(_with_refused(conn, decode_row(found[0], found)), start_record, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -620,7 +620,7 @@ class SqliteStore(SingleNode):
     def _row_reader(case_id: str) -> Callable[[sqlite3.Connection], CaseRow | None]:
         def read(conn: sqlite3.Connection) -> CaseRow | None:
             found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
-            return None if found is None else decode_row(found[0], found)
+            return None if found is None else _with_refused(conn, decode_row(found[0], found))
 
         return read
 
@@ -814,6 +814,14 @@ def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
 
 def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
     conn.execute(Q["program_put"], params)
+
+
+def _with_refused(conn: sqlite3.Connection, row: CaseRow) -> CaseRow:
+    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
+    found = conn.execute(Q["inbox_refused"], {"case_id": row.case_id, "limit": REFUSED_KEPT}).fetchall()
+    if found:
+        row.refused = [decode_inbox(one) for one in found]
+    return row
 
 
 def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:

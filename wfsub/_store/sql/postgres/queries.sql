@@ -130,6 +130,11 @@ WHERE refused IS NULL AND id > $1 ORDER BY id LIMIT $2;
 -- name: inbox_row
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = $1;
 
+-- name: inbox_refused
+-- The latest inputs the owner refused for a case, newest first.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE case_id = $1 AND refused IS NOT NULL ORDER BY id DESC LIMIT $2;
+
 -- name: case_row
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch

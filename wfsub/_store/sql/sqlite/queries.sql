@@ -151,6 +151,11 @@ WHERE refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 -- One inbox row.
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = :id;
 
+-- name: inbox_refused
+-- The latest inputs the owner refused for a case, newest first.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE case_id = :case_id AND refused IS NOT NULL ORDER BY id DESC LIMIT :limit;
+
 -- name: case_row
 -- One case row.
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
