@@ -412,16 +412,23 @@ class SqliteStore(SingleNode):
         return taken
 
     def _take_ownership_sync(self, owner_id: str) -> bool:
+        """On a worker thread, with a connection of its own: the event loop goes on polling `changed()` and the
+        inbox on the watch connection meanwhile (one sqlite3 connection is never used by two threads at once)."""
         lock = OwnerLock(self.path)
         if not lock.acquire():
             return False  # another standby won
-        watch = self._watch
         old = self._writer
         try:
-            assert watch is not None
             assert old is not None
-            self._prepare(watch, True)
-            epoch = self._take_ownership(watch, owner_id)
+            try:
+                conn = self._connect()
+            except sqlite3.Error as exc:
+                raise fault(self.path, "taking ownership", exc) from exc
+            try:
+                self._prepare(conn, True)
+                epoch = self._take_ownership(conn, owner_id)
+            finally:
+                conn.close()
             writer = Writer(
                 self.path, self._writer_connection, heartbeat=partial(_heartbeat, epoch),
                 heartbeat_every=HEARTBEAT_EVERY, batch=_apply_writes,
