@@ -30,6 +30,7 @@ from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
 from ._durable import CaseJournal, snapshot_of, usable
 from ._journal import end_record, input_record
+from ._queued import checked_start
 from ._refusals import refused_inputs
 from ._registry import Workflows
 from ._replay import Replayer
@@ -63,10 +64,11 @@ def _same(value: Any) -> Any:
 
 async def rebuild(
     store: Store, workflows: Workflows, case_id: str, trace_level: str, max_instances: int,
-    redact: Callable[[Any], Any] = _same,
+    redact: Callable[[Any], Any] = _same, now: float | None = None,
 ) -> Loaded:
     """Rebuild a case that has not ended from the store (raising CaseNotFound, or ReplayDivergence with the case
-    then marked suspended in the store)."""
+    then marked suspended in the store). `now`: a case whose journal holds only its start has its start data
+    checked by its input model first (`_queued`: StartRefused once it is failed for it)."""
     stored = await store.load(case_id)
     if stored is None:
         raise CaseNotFound(case_id)
@@ -74,6 +76,8 @@ async def rebuild(
     found = workflows.find(row.fingerprint)
     if found is not None:
         program = found[1]
+        if now is not None and stored.snapshot is None and not stored.records and not row.ended_at:
+            start = await checked_start(store, workflows, row, start, program, now)
         snapshot = stored.snapshot if usable(stored.snapshot) else None
         records = stored.records if snapshot is not None else await _after_start(store, case_id)
         replayer = Replayer(

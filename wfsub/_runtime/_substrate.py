@@ -360,6 +360,7 @@ class Substrate:
             actor_for=self._actor, spawn=self._spawn, counts=self._counts, busy=self._busy,
             is_open=lambda: self._phase == "open",
         )
+        loader.ended_here = lambda case_id: self._ended_elsewhere({case_id})
         if store.shared:
             node = self._node = Node(store, self._lease, clock, loader.taken, loader.recheck, store.lease_seconds)
             await node.renew()

@@ -278,6 +278,12 @@ class Store(Protocol):
         StoreError: placement="any" needs a shared store."""
         ...
 
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        """Replace the `start` record of a case whose journal holds nothing else yet (a queued case its owner just
+        claimed: its start data as the input model of its workflow gives it). StoreConflict if the journal holds
+        more. Single-node stores without queued cases raise StoreError."""
+        ...
+
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         """Claim up to `limit` queued cases whose fingerprint is one of `fingerprints` (oldest first; never one
         another node claims); they become this node's at epoch 1. Returns their ids. Single-node stores: []."""

@@ -158,6 +158,7 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    encode_record,
     encode_write,
     inbox_text,
     loads,
@@ -978,6 +979,19 @@ class PostgresStore(StoreBase):
             self._name, "take_ownership is for a store one Substrate owns (SQLite): on Postgres every node owns "
             "cases under its lease; open a Substrate on it as a node instead"
         )
+
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        text = encode_record(self._name, case_id, 0, start).text
+
+        async def run(conn: Any) -> str:
+            done: str = await conn.execute(Q["journal_start_replace"], case_id, text)
+            return done
+
+        loop = self._running("replace a start record")
+        done = await loop.call(self._pooled(f"replacing the start record of case {case_id!r}", run))
+        if done != "UPDATE 1":
+            raise StoreConflict(self._name, f"case {case_id!r}: its start record cannot be replaced: its journal "
+                                "holds more than its start")
 
     async def put_program(self, summary: ProgramSummary) -> None:
         text = to_json(self._name, f"the summary of {summary.workflow!r}", summary.summary)

@@ -57,7 +57,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import StoreError
+from .._errors import StoreConflict, StoreError
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
@@ -68,6 +68,7 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    encode_record,
     encode_write,
     inbox_text,
     loads,
@@ -455,6 +456,16 @@ class SqliteStore(SingleNode):
         writer.submit(job)
         await job.outcome()
 
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        writer = self._running("replace a start record")
+        encoded = encode_record(self.path, case_id, 0, start)
+        params = {"case_id": case_id, "record": encoded.text}
+        job = Job(partial(_apply_replace_start, params), f"the start record of case {case_id!r}", wait=True)
+        writer.submit(job)
+        if not await job.outcome():
+            raise StoreConflict(self.path, f"case {case_id!r}: its start record cannot be replaced: its journal "
+                                "holds more than its start")
+
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         writer = self._running("claim queued cases")
         if self._lock is None or not fingerprints or limit <= 0:
@@ -813,6 +824,10 @@ def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
         raise Refused(seq_taken(change.case_id, 0)) from exc
     assert change.row is not None
     conn.execute(Q["case_queue"], change.row.params)
+
+
+def _apply_replace_start(params: dict[str, Any], conn: sqlite3.Connection) -> bool:
+    return conn.execute(Q["journal_start_replace"], params).rowcount == 1
 
 
 def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:

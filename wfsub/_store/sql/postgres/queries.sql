@@ -140,6 +140,11 @@ SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at
        detail, owner, epoch
 FROM cases WHERE case_id = $1;
 
+-- name: journal_start_replace
+-- Replace the `start` record of a case whose journal holds nothing else (a queued case just claimed).
+UPDATE journal SET record = $2
+WHERE case_id = $1 AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = $1 AND seq > 0);
+
 -- name: journal_start
 SELECT record FROM journal WHERE case_id = $1 AND seq = 0;
 

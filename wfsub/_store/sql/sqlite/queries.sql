@@ -165,6 +165,11 @@ FROM cases WHERE case_id = :case_id;
 -- The `start` record of a case (seq 0).
 SELECT record FROM journal WHERE case_id = :case_id AND seq = 0;
 
+-- name: journal_start_replace
+-- Replace the `start` record of a case whose journal holds nothing else (a queued case just claimed).
+UPDATE journal SET record = :record
+WHERE case_id = :case_id AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = :case_id AND seq > 0);
+
 -- name: journal_after
 -- The records of a case after a seq, in order.
 SELECT record FROM journal WHERE case_id = :case_id AND seq > :after ORDER BY seq;
