@@ -1,6 +1,6 @@
 """Calls safe to repeat, made by two callers at once: a start with one case id, a signal and a cancel with one
-`request_id`, sent at the same moment by two Clients, or by a Client and the owning Substrate, have one effect
-and give both callers the same answer (SQLite and Postgres)."""
+`request_id`, sent at the same moment by two Clients, by a Client and the owning Substrate, or by the owner and a
+standby, have one effect and give both callers the same answer (SQLite and Postgres)."""
 
 from __future__ import annotations
 
@@ -110,3 +110,30 @@ async def test_the_owner_and_a_client_signal_and_cancel_at_once_with_one_request
             await sub.await_case("o2", timeout=BOUND)
         assert [r.kind for r in await sub.journal("o2")].count("cancel") == 1
         assert RUNS == ["o1"]
+
+
+async def test_the_owner_and_a_standby_start_signal_and_cancel_at_once(tmp_path: Path) -> None:
+    """On one SQLite file, the owning Substrate and a standby start one case id, signal it with one request_id and
+    cancel another with one request_id at the same moments: one start, one signal, one payment, one cancel."""
+    RUNS.clear()
+    path = str(tmp_path / "loans.db")
+    async with Substrate(store=path, workflows=FLOWS) as owner, Substrate(store=path, workflows=FLOWS) as standby:
+        assert standby.standby and not owner.standby
+        started = await both(lambda: owner.new_case("loan", {"id": "s1"}, case_id="s1"),
+                             lambda: standby.new_case("loan", {"id": "s1"}, case_id="s1"))
+        assert [h.case_id for h in started] == ["s1", "s1"]  # type: ignore[attr-defined]
+        answers = await both(lambda: owner.signal("s1", "approve", {"by": "cy"}, request_id="sig-s"),
+                             lambda: standby.signal("s1", "approve", {"by": "cy"}, request_id="sig-s"))
+        assert answers == [None, None]
+        assert await standby.await_case("s1", timeout=BOUND) == {"id": "s1", "approve": {"by": "cy"}, "paid": True}
+        assert [r.kind for r in await owner.journal("s1")] == ["start", "signal", "effect", "end"]
+        assert RUNS == ["s1"]
+
+        await standby.new_case("loan", {"id": "s2"}, case_id="s2")
+        answers = await both(lambda: owner.cancel("s2", reason="gone", request_id="cancel-s"),
+                             lambda: standby.cancel("s2", reason="gone", request_id="cancel-s"))
+        assert answers == [None, None]
+        with pytest.raises(CaseCancelled, match="gone"):
+            await owner.await_case("s2", timeout=BOUND)
+        assert [r.kind for r in await owner.journal("s2")].count("cancel") == 1
+        assert RUNS == ["s1"]
