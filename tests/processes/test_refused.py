@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from wfsub import Client, RefusedInput, Substrate, seq, task, wait
 from wfsub.stores import MemoryStore, PostgresStore, SqliteStore, Store
@@ -144,3 +144,50 @@ def test_wfsub_show_prints_the_refused_inputs(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=60, check=True)
     [refused] = json.loads(as_json.stdout)["refused"]
     assert refused["name"] == "aprove" and refused["request_id"] == "rid-7" and refused["time"] == 1_800_000_000.0
+
+
+class Signed(BaseModel):
+    by: str
+
+    @field_validator("by")
+    @classmethod
+    def lower(cls, value: str) -> str:  # a rule the JSON Schema does not carry: the command lets it through
+        if value != value.lower():
+            raise ValueError("must be lower case")
+        return value
+
+
+SIGNED = {"loan": seq(wait("approve", model=Signed), task(done))}
+
+
+def test_a_payload_the_command_queued_and_the_owner_refuses_is_logged_shown_and_listed(tmp_path: Path) -> None:
+    """`wfsub signal` with no owner running queues a payload its JSON Schema takes; the owner's model refuses it
+    when the owner opens the store: a WARNING, `status().refused`, and `wfsub show` say so."""
+    path = tmp_path / "cases.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "400"}
+
+    async def start() -> None:
+        async with Substrate(store=SqliteStore(path), workflows=SIGNED) as sub:
+            await sub.new_case("loan", {}, case_id="c1")
+
+    anyio.run(start)
+    sent = subprocess.run([sys.executable, "-m", "wfsub", "signal", str(path), "c1", "approve", '{"by": "ANN"}',
+                           "--request-id", "cmd-1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert sent.returncode == 0 and "queued" in sent.stderr, sent.stderr
+
+    async def owner() -> tuple[RefusedInput, ...]:
+        async with Substrate(store=SqliteStore(path), workflows=SIGNED) as sub:
+            await eventually(lambda: sub.status("c1").refused, BOUND, 0.01)
+            return sub.status("c1").refused
+
+    with structlog.testing.capture_logs() as logs:
+        [refused] = anyio.run(owner)
+    assert (refused.kind, refused.name, refused.request_id) == ("signal", "approve", "cmd-1")
+    assert "payload does not fit Signed (by: Value error, must be lower case)" in refused.reason, refused.reason
+    [logged] = warnings(logs)
+    assert (logged["case_id"], logged["name"], logged["reason"]) == ("c1", "approve", refused.reason)
+    shown = subprocess.run([sys.executable, "-m", "wfsub", "show", str(path), "c1"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60, check=True)
+    text = " ".join(shown.stdout.split())
+    assert "refused signal 'approve' sent" in text and "(request_id cmd-1)" in text, shown.stdout
+    assert "must be lower case" in text, shown.stdout
