@@ -1,6 +1,7 @@
 """Refused inputs are never silent: an input written to the store's inbox while no owner runs (a misspelled
-signal) is refused by the owner that opens the store next; the refusal is logged at WARNING, listed in
-`status().refused` (of the owner, after a restart, and of a Client) and printed by `wfsub show`."""
+signal from a raw inbox writer, or a payload `wfsub signal` queued that the wait's model refuses) is refused by
+the owner that opens the store next; the refusal is logged at WARNING, listed in `status().refused` (of the
+owner, after a restart, and of a Client) and printed by `wfsub show`."""
 
 from __future__ import annotations
 
