@@ -59,6 +59,7 @@ from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._refusals import durable_fields
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
@@ -626,6 +627,7 @@ class CaseActor:
             order=(self.journal.order if self.journal is not None else self.order) or None,
             tags=dict(self.tags) if self.tags else {},
             forked_from=self.forked_from,
+            **({} if self.journal is None else durable_fields(self.journal)),
         )
 
 

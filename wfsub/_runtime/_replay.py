@@ -223,8 +223,16 @@ class Replayer:
                 pass  # refused in the live run too: an input refused at its step changes nothing
         elif kind == "retry":
             self.run_count = int(rec.get("run") or self.run_count + 1)
-        # "version": a migration; the records after it were made by the version being replayed
-        # "retry": the failed run it re-opens was dropped (`effective`); the case goes on from here
+            # the failed run it re-opens was dropped (`effective`); the case goes on from here
+        elif kind == "version":  # a migration: the records after it were made by the version being replayed, and
+            self.pin_timers(rec.get("timers") or {})  # the timers armed before it keep their due times
+
+    def pin_timers(self, dues: Mapping[str, Any]) -> None:
+        """Give armed timers the due times a `version` record carries (timer id -> due)."""
+        for key, due in dues.items():
+            armed = self.timers.get(int(key))
+            if armed is not None:
+                self.timers[int(key)] = (armed[0], float(due))
 
     def check_end(self, rec: Mapping[str, Any]) -> None:
         self.run()
