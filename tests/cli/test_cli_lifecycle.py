@@ -91,7 +91,7 @@ async def test_retry_and_fork_through_the_owner(tmp_path: Path) -> None:
             flows.FIXED = True
             ran = await wfsub(tmp_path, "retry", "cases.db", "c1")
             assert ran.code == 0 and "done: the retry of case 'c1'" in ran.err, ran.err
-            assert sub.status("c1").state in ("running", "waiting_signal")
+            assert sub.status("c1").state in ("initializing", "running", "waiting_signal")
             ran = await wfsub(tmp_path, "retry", "cases.db", "c1")
             assert ran.code == 1 and "cannot be retried: it is" in ran.err and "nothing was sent" in ran.err
             ran = await wfsub(tmp_path, "fork", "cases.db", "c1", "--at", "0", "--id", "c2")
