@@ -49,7 +49,7 @@ from ._records import (
     unlink_thread,
 )
 from ._requests import EffectRequest, TimerRequest
-from ._updates import op_reply, take_buffered, take_head, took
+from ._updates import _op_reply, take_buffered, take_head, took
 from ._result import RunStatus
 from ._withdraw import cancel_region, complete_region, handler_finished, kill_subtree, refuse, step_failed
 
@@ -838,7 +838,7 @@ HANDLERS: tuple[Handler, ...] = _table(
         Op.LOOP_BACK: _op_loop_back,
         Op.WAIT: _op_wait,
         Op.DEFER: _op_defer,
-        Op.REPLY: op_reply,
+        Op.REPLY: _op_reply,
         Op.SLEEP: _op_sleep,
         Op.SCOPE: _op_scope,
         Op.LEAVE: _op_leave,

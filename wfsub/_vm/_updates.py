@@ -190,7 +190,7 @@ def answer(m: Interp, tok: Token, ip: int, name: str, uid: str, fn: Callable[...
     return True
 
 
-def op_reply(m: Interp, tok: Token, ip: int, spec: bc.ReplySpec) -> int:
+def _op_reply(m: Interp, tok: Token, ip: int, spec: bc.ReplySpec) -> int:
     """REPLY: answer the update `spec.name` this thread owes (the oldest); a thread that owes none passes by."""
     st = m.updates
     if st is not None:
