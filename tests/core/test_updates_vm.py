@@ -134,7 +134,8 @@ def test_buffered_input_is_checked_when_a_wait_takes_it() -> None:
     m.fire_timer(r.timers[0].timer_id)
     assert settle(m).status == "done" and m.data["n"] == 3
     answers = m.take_answers()
-    assert answers[0][:3] == ("bad", "refused", "add") and "positive int" in answers[0][3]
+    assert answers[0][:3] == ("bad", "refused", "add") and "positive int" in answers[0][3][0]
+    assert answers[0][3][1] == "seq[1].wait"
     assert len(answers) == 1  # the plain signal taken has no answer
 
 
@@ -208,7 +209,7 @@ def test_reply_that_is_not_json_fails_the_step() -> None:
     settle(m)
     m.deliver_update("go", None, "u")
     answers = m.take_answers()
-    assert answers[0][:3] == ("u", "error", "go") and "no JSON value" in answers[0][3]
+    assert answers[0][:3] == ("u", "error", "go") and "no JSON value" in answers[0][3][0]
     assert settle(m).status == "done" and m.data["caught"] is True
 
 

@@ -59,6 +59,9 @@ from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._updates import Updates
+from ._updates import at_end as updates_at_end
+from ._updates import dispatch as dispatch_answers
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
@@ -181,6 +184,7 @@ class CaseActor:
     on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
+    updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -311,6 +315,9 @@ class CaseActor:
             events = m.take_events()
             if events:
                 self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+        answers = m.take_answers()
+        if answers:
+            dispatch_answers(self, answers)
         return r
 
     def _set_waiting_state(self) -> None:
@@ -412,7 +419,11 @@ class CaseActor:
         if kind is Signal:
             assert isinstance(msg, Signal)
             try:
-                m.deliver_signal(msg.name, msg.payload, checked=True)  # checked at its door (`_inputs`)
+                if msg.update:
+                    assert msg.request_id is not None
+                    m.deliver_update(msg.name, msg.payload, msg.request_id, checked=True)
+                else:
+                    m.deliver_signal(msg.name, msg.payload, checked=True)  # checked at its door (`_inputs`)
             except SignalRejected as exc:  # the case ended while the signal was queued
                 _log.info("signal discarded", case_id=self.case_id, signal=msg.name, reason=str(exc))
                 if msg.reply is not None:
@@ -530,6 +541,11 @@ class CaseActor:
                 events = m.take_events()
                 if events:
                     self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+            answers = m.take_answers()
+            if answers:
+                dispatch_answers(self, answers)
+        if self.updates is not None:
+            updates_at_end(self)
         self.machine = None
         self.signals = ()
         if self.armed:

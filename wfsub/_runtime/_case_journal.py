@@ -34,6 +34,7 @@ from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
 from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
 from ._mailbox import Cancel, EffectDone, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._status import CaseState
+from ._updates import row_answers
 
 if TYPE_CHECKING:
     from .._vm import RunResult
@@ -183,6 +184,9 @@ def _record_for(actor: CaseActor, msg: Message, digest: str, now: float) -> dict
         assert isinstance(msg, Signal)
         if m.ended:
             raise actor.ended_error(msg.what)
+        if msg.update:  # replay delivers it as an update again (its id: the request id), to compute its answer
+            return j.record("signal", step, digest, now, name=msg.name, payload=msg.payload, update=True,
+                            **_request(msg))
         return j.record("signal", step, digest, now, name=msg.name, payload=msg.payload, **_request(msg))
     if kind is EffectDone:
         assert isinstance(msg, EffectDone)
@@ -261,6 +265,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         next_due=min(dues) if dues else None,
         data=dict(m.data) if m is not None else actor.final_data,
         order=j.order,
+        answers=row_answers(actor),
     )
 
 

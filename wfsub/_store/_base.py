@@ -75,6 +75,10 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    # The answers of the case's latest updates, by update id: {id: [kind, value]} (see `_runtime._updates`). Not
+    # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
+    # or a call retried after a crash, finds its answer.
+    answers: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ effect requests are), and a replayed case computes them again. Buffered update i
 (kept in `UpdateState`, snapshotted) so a restored case still answers them.
 
 Each answer is `(update id or None, kind, name, value)`, kind one of "answer" (value: the JSON value),
-"refused" (value: the refusal text; also for a plain signal, id None, so the runtime can log it), "error"
-(value: the failure text of a reply function) and "ended".
+"refused" (value: [the refusal text, the node path]; also for a plain signal, id None, so the runtime can log
+it), "error" (value: [the failure text of a reply function, the node path]) and "ended".
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def buffer_id(m: Interp, name: str, uid: str) -> None:
 
 
 def _refused(m: Interp, ip: int, name: str, uid: str | None, refusal: str) -> None:
-    state(m).answers.append((uid, "refused", name, f"{refusal} (at {m.paths[ip]})"))
+    state(m).answers.append((uid, "refused", name, [refusal, m.paths[ip]]))
     if m.tl:
         m.emit("signal_dropped", m.paths[ip], {"signal": name, "reason": refusal})
 
@@ -175,14 +175,14 @@ def answer(m: Interp, tok: Token, ip: int, name: str, uid: str, fn: Callable[...
         raise
     except BaseException as exc:  # see PASS: the failure is a failure at the step
         text = reply_failed(name, fn, f"raised {type(exc).__name__}: {exc}")
-        state(m).answers.append((uid, "error", name, text))
+        state(m).answers.append((uid, "error", name, [text, m.paths[ip]]))
         tok.ip = ip
         refuse(m, tok.frame, ip, text)
         return False
     problem = output_problem(value, "its answer")
     if problem is not None:
         text = reply_failed(name, fn, f"returned no JSON value ({problem}); return dicts, lists, str, numbers")
-        state(m).answers.append((uid, "error", name, text))
+        state(m).answers.append((uid, "error", name, [text, m.paths[ip]]))
         tok.ip = ip
         refuse(m, tok.frame, ip, text)
         return False
