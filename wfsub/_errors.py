@@ -267,6 +267,28 @@ class SignalRejected(WfsubError):
         return cls(case_id, f"take update {name!r}", f"it answers no update of that name (updates: {listed}); {fix}")
 
 
+def update_timeout(case_id: str, name: str, timeout: float) -> TimeoutError:
+    """An update call waited `timeout` seconds without an answer (the update stays with the case)."""
+    return TimeoutError(
+        f"update {name!r} of case {case_id!r} got no answer within {timeout:g}s; the case keeps the update: call "
+        "again with the same request_id to wait for its answer"
+    )
+
+
+def answer_gone(case_id: str, name: str, request_id: str, kept: int) -> SignalRejected:
+    """A repeated update whose first call was applied long ago: its answer is no longer kept."""
+    return SignalRejected(
+        case_id, f"take update {name!r}",
+        f"request_id {request_id!r} was applied before, and its answer is no longer kept (a case keeps the answers "
+        f"of its latest {kept} updates); send a new update with a new request_id",
+    )
+
+
+def owner_refused(case_id: str, action: str, reason: str) -> SignalRejected:
+    """The owner refused an input that came through the inbox (the reason it marked on the inbox row)."""
+    return SignalRejected(case_id, action, f"the case's owner refused it: {reason}")
+
+
 def check_failed(fn: object, exc: BaseException) -> str:
     """The refusal text when a `check=` function itself raised: the input is refused, with what went wrong."""
     label = getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -96,7 +96,7 @@ def test_update_to_a_name_nobody_answers_is_refused() -> None:
 
 
 def test_check_refuses_before_anything_is_stored() -> None:
-    """check= refuses a signal with its text (SignalRejected.reason) and the wait goes on waiting; a good one is taken."""
+    """check= refuses with its text (SignalRejected.reason) and the wait goes on waiting; a good one is taken."""
     m = machine(seq(wait("add", check=positive, reply=total), task(add)), {"n": 1})
     settle(m)
     with pytest.raises(SignalRejected) as info:

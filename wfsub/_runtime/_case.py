@@ -59,10 +59,10 @@ from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 from ._updates import Updates
 from ._updates import at_end as updates_at_end
 from ._updates import dispatch as dispatch_answers
-from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
@@ -100,6 +100,7 @@ class Shared:
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
+    updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
 
 
 class CaseEvicted(Exception):

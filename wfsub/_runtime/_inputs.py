@@ -50,7 +50,10 @@ KINDS = ("signal", "update", "cancel", *ACTION_OF_KIND)
 
 DEFAULT_REASON = "cancelled"
 
-FIELDS = {"signal": ("name", "payload"), "update": ("name", "payload"), "cancel": ("reason", "compensate"), "add_instances": ("region", "items")}
+FIELDS = {
+    "signal": ("name", "payload"), "update": ("name", "payload"), "cancel": ("reason", "compensate"),
+    "add_instances": ("region", "items"),
+}
 """The body fields each input kind takes (a region kind not named here takes `region` only)."""
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from .._program import Program, signal_waits
 from .._store import ProgramSummary
 
+
 def summary_of(name: str, program: Program, input_model: type | None = None) -> ProgramSummary:
     """The summary of a registered program version (`input_model`: the model its start data must fit, from
     `Workflow(term, input=Model)`: its JSON Schema is kept, so a client refuses a bad start as the owner would)."""

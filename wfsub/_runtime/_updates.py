@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import CaseCancelled, CaseFailed, SignalRejected, StepFailed
+from .._errors import CaseCancelled, CaseFailed, CaseNotFound, SignalRejected, StepFailed, owner_refused
 from .._trace import get_logger
 
 if TYPE_CHECKING:
-    from .._store import CaseRow
+    from .._store import CaseRow, Store
     from ._case import CaseActor
 
 _log = get_logger("wfsub.runtime")
@@ -83,9 +83,15 @@ class Updates:
 
 
 def of(actor: CaseActor) -> Updates:
+    """The case's updates. Shared by every actor the case has in this process (`Shared.updates`, by case id, while
+    the case lives): a caller waiting while the case leaves memory is answered by the actor that brings it back."""
     found = actor.updates
     if found is None:
-        found = actor.updates = Updates()
+        table = actor.shared.updates
+        found = table.get(actor.case_id)
+        if found is None:
+            found = table[actor.case_id] = Updates()
+        actor.updates = found
     return found
 
 
@@ -106,6 +112,7 @@ def at_end(actor: CaseActor) -> None:
         return
     for uid in list(found.pending):
         found.keep(uid, [ENDED, None])
+    actor.shared.updates.pop(actor.case_id, None)  # (the actor keeps them: a retried call reads them there)
 
 
 def restore(actor: CaseActor, row: CaseRow, replayed: Iterable[tuple[str | None, str, str, Any]]) -> None:
@@ -156,3 +163,26 @@ def row_outcome(row: CaseRow) -> None:
         raise CaseFailed(row.case_id, str(error.get("path", "?")), str(error.get("message", "")))
     if row.state == "cancelled":
         raise CaseCancelled(row.case_id, row.cancel_reason or "cancelled")
+
+
+POLL_FIRST = 0.002
+POLL_MOST = 0.05
+
+
+async def remote_answer(store: Store, case_id: str, name: str, uid: str, inbox_id: int) -> Any:
+    """The answer to update `uid` of a case another process owns: read from its row once the owner has written
+    it (polling, a few ms apart at first); the owner's refusal of the inbox row `inbox_id` is raised."""
+    delay = POLL_FIRST
+    while True:
+        row = await store.row(case_id)
+        if row is None:
+            raise CaseNotFound(case_id)
+        found, value = row_result(row, name, uid)
+        if found:
+            return value
+        if inbox_id:
+            pending = await store.inbox_row(inbox_id)
+            if pending is not None and pending.refused:
+                raise owner_refused(case_id, f"take update {name!r}", pending.refused)
+        await anyio.sleep(delay)
+        delay = min(2 * delay, POLL_MOST)

@@ -52,9 +52,9 @@ from ._records import (
     unlink_thread,
 )
 from ._requests import EffectRequest, TimerRequest
-from ._updates import UpdateState, buffer_id, settle, state, take_waiting
 from ._result import RunStatus
 from ._schedulers import DETERMINISTIC, Scheduler
+from ._updates import UpdateState, buffer_id, settle, state, take_waiting
 from ._withdraw import (
     cancel_case,
     cancel_region,

@@ -30,7 +30,7 @@ from ._requests import EffectRequest, TimerRequest
 from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
 from ._snapshot import give, take
-from ._updates import take_answers, waiting_check
+from ._updates import owes, take_answers, waiting_check
 
 _R = TypeVar("_R", EffectRequest, TimerRequest)
 
@@ -292,6 +292,10 @@ class Machine:
             vm.signal(name, payload, update_id)
             return
         vm.signal(name, self.check_update(name, payload), update_id)
+
+    def owes(self, update_id: str) -> bool:
+        """Whether update `update_id` is buffered or owed by a thread: the case will answer it."""
+        return owes(self._vm, update_id)
 
     def take_answers(self) -> list[tuple[str | None, str, str, Any]]:
         """The answers the last bursts and inputs produced, oldest first, each (update id or None, kind, name,

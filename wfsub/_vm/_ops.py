@@ -49,8 +49,8 @@ from ._records import (
     unlink_thread,
 )
 from ._requests import EffectRequest, TimerRequest
-from ._updates import _op_reply, take_buffered, take_head, took
 from ._result import RunStatus
+from ._updates import _op_reply, take_buffered, take_head, took
 from ._withdraw import cancel_region, complete_region, handler_finished, kill_subtree, refuse, step_failed
 
 if TYPE_CHECKING:

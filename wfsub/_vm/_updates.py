@@ -233,3 +233,10 @@ def take_answers(m: Interp) -> list[tuple[str | None, str, str, Any]]:
         return []
     out, st.answers = st.answers, []
     return out
+
+
+def owes(m: Interp, uid: str) -> bool:
+    st = m.updates
+    if st is None:
+        return False
+    return uid in st.ids.values() or any(entry[2] == uid for entry in st.owing)
