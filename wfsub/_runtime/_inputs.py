@@ -262,12 +262,12 @@ def against_summary(
         assert isinstance(msg, Signal)
         signals = summary.get("signals") or {}
         waits = summary.get("waits") or {}  # (a summary written before it listed them has none)
-        if msg.name not in signals:
-            known = {name: list(waits.get(name) or ["?"]) for name in signals}
-            raise SignalRejected.unknown_signal(case_id, msg.name, known, None)  # (where it waits: not known here)
         updates = summary.get("updates")
         if msg.update and updates is not None and msg.name not in updates:
             raise SignalRejected.not_an_update(case_id, msg.name, updates, signals)
+        if msg.name not in signals:
+            known = {name: list(waits.get(name) or ["?"]) for name in signals}
+            raise SignalRejected.unknown_signal(case_id, msg.name, known, None)  # (where it waits: not known here)
         paths = list(waits.get(msg.name) or [root])
         model = (models or {}).get(msg.name)
         if model is not None:
