@@ -113,3 +113,28 @@ async def test_client_update_through_the_inbox(tmp_path: Path) -> None:
                 await (await client.handle("c1")).update("add", -4)
             assert await client.update("c1", "add", 1) == 3
         assert (await sub.await_case("c1"))["n"] == 4
+
+
+async def test_standby_update_answered_by_the_owner(tmp_path: Path) -> None:
+    """A standby's update (and a handle's) goes to the owner through the inbox and returns the owner's answer;
+    repeated request ids answer as the first call, also two at once; refusals come back as SignalRejected."""
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=WORKFLOWS) as owner, Substrate(store=path, workflows=WORKFLOWS) as sub:
+        assert sub.standby and not owner.standby
+        handle = await sub.new_case("counter", {"n": 1}, case_id="s1")
+        with pytest.raises(SignalRejected, match="answers no update of that name"):
+            await sub.update("s1", "start")
+        got: list[Any] = []
+
+        async def call() -> None:
+            got.append(await sub.update("s1", "add", 2, request_id="t1"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            tg.start_soon(call)
+        assert got == [3, 3]
+        with pytest.raises(SignalRejected, match="positive int"):
+            await handle.update("add", -1)
+        assert await handle.update("add", 3) == 3
+        assert await sub.await_case("s1") == {"n": 6, "add": 3}
+        assert kinds(await owner.journal("s1")).count("signal") == 2
