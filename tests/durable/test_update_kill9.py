@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from wfsub import Substrate
@@ -23,8 +24,9 @@ async def test_update_retried_after_sigkill_gets_its_answer(tmp_path: Path, when
     """After the owner is SIGKILLed (inside the reply, or after answering), a new owner answers the retried update
     with the same answer, and the journal holds the update once."""
     path = str(tmp_path / "cases.db")
-    done = subprocess.run([sys.executable, "-m", "tests.durable._updates_child", path, when], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, check=False)
+    argv = [sys.executable, "-m", "tests.durable._updates_child", path, when]
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                                                                 timeout=60, check=False))
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
     if when == "after-answer":
         assert json.loads(done.stdout.strip().splitlines()[-1]) == {"n": 42}

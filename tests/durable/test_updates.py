@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from wfsub import Client, SignalRejected, Substrate, reply, seq, task, wait
-from wfsub.testing import VirtualClock
 from wfsub.stores import Store
+from wfsub.testing import VirtualClock
 
 from ..stores._helpers import STORE_PARAMS, make_store, twin
 from ._util import kinds

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from wfsub import (
@@ -162,7 +163,7 @@ def test_case_failing_or_cancelled_before_answering(backend: str) -> None:
 
                 tg.start_soon(call)
                 while h2.status().state != "waiting_effect":
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
                 await h2.cancel(reason="customer left")
             assert isinstance(got[0], CaseCancelled) and "customer left" in str(got[0])
 

@@ -89,6 +89,10 @@ class Reference:
         while q:
             th, wid = q.popleft()
             if e.waiting(th, "signal", wid):
+                refusal = e.check(th.at[0], name, th.env, payload)
+                if refusal is not None:  # the waiting thread's check= says no: it goes on waiting, nothing changes
+                    q.appendleft((th, wid))
+                    raise Rejected(refusal)
                 self._wake(th, name, payload)
                 return
         if name in e.persistent:

@@ -575,33 +575,54 @@ class Engine:
             raise Failure("StepFailed", path, f"timer time {got!r}")
         return when.timestamp()
 
+    @staticmethod
+    def check(t: Any, name: str, env: Any, payload: Any) -> str | None:
+        """The check= of a wait (or of a defer's branch `name`) on the thread's data and the payload: a refusal or
+        None. A check that raises or returns something else than None or a str refuses too."""
+        fn = t.check if isinstance(t, Wait) else dict(t.check or ()).get(name)
+        if fn is None:
+            return None
+        try:
+            said = fn(env, payload)
+        except Exception as exc:
+            return f"check raised {exc!r}"
+        return said if said is None or isinstance(said, str) else f"check returned {said!r}"
+
     def do_wait(self, th: Thread, t: Wait, path: str) -> None:
-        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=True)
         q = None if t.transient else self.buffered.get(t.signal)
-        if q:
+        while q:  # the oldest buffered signal its check takes; refused ones are dropped
             _, payload = q.popleft()
-            self.store(th.env, {t.into or t.signal: payload})
-            return
+            if self.check(t, t.signal, th.env, payload) is None:
+                self.store(th.env, {t.into or t.signal: payload})
+                return
+        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=True)  # only to park
         self.park_signal(th, t, path, [t.signal])
         if timeout is not None:
             th.timeout = self.arm(th, (timeout, None))
 
     def do_defer(self, th: Thread, t: Defer, path: str) -> None:
-        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=False)
-        best: tuple[int, int] | None = None
-        for i, (name, _) in enumerate(t.branches):
-            q = self.buffered.get(name)
-            if q and (best is None or q[0][0] < best[0]):
-                best = (q[0][0], i)
-        if best is not None:
+        while True:
+            best: tuple[int, int] | None = None
+            for i, (name, _) in enumerate(t.branches):
+                q = self.buffered.get(name)
+                if q and (best is None or q[0][0] < best[0]):
+                    best = (q[0][0], i)
+            if best is None:
+                break
             name, branch = t.branches[best[1]]
             _, payload = self.buffered[name].popleft()
+            if self.check(t, name, th.env, payload) is not None:
+                continue  # refused: dropped, the earliest of the rest decides
             self.store(th.env, {name: payload})
             self.push(th, branch, path, name)
             return
+        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=False)  # only to park
         self.park_signal(th, t, path, [name for name, _ in t.branches])
         if timeout is not None:
             th.timeout = self.arm(th, (timeout, None))
+
+    def do_reply(self, th: Thread, t: Any, path: str) -> None:
+        """A reply step answers an update the thread owes; the reference takes no updates, so it passes by."""
 
     def park_signal(self, th: Thread, t: Any, path: str, names: list[str]) -> None:
         wid = self.next_wid
