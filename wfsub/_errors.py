@@ -254,6 +254,16 @@ class SignalRejected(WfsubError):
         return rejected
 
     @classmethod
+    def as_update(cls, refused: SignalRejected, name: str) -> SignalRejected:
+        """A signal's refusal said of the update `name` that was refused for the same reason."""
+        action = refused.action
+        if action.startswith("take signal"):
+            action = "take update" + action[len("take signal"):]
+        again = cls(refused.case_id, action, refused.reason, path=refused.path, shown=False)
+        again.errors = refused.errors
+        return again
+
+    @classmethod
     def not_an_update(
         cls, case_id: str | None, name: str, updates: Iterable[str], known: Iterable[str]
     ) -> SignalRejected:

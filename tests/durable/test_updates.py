@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+import wfsub
 from wfsub import Client, SignalRejected, Substrate, reply, seq, task, wait
 from wfsub.stores import Store
 from wfsub.testing import VirtualClock
@@ -138,3 +139,23 @@ async def test_standby_update_answered_by_the_owner(tmp_path: Path) -> None:
         assert await handle.update("add", 3) == 3
         assert await sub.await_case("s1") == {"n": 6, "add": 3}
         assert kinds(await owner.journal("s1")).count("signal") == 2
+
+
+async def test_program_summary_lists_updates_with_their_schema(tmp_path: Path) -> None:
+    """The program summary lists each update name with its payload model's JSON Schema (None without a model)."""
+    from pydantic import BaseModel
+
+    class Item(BaseModel):
+        sku: int
+
+    flows = {"cart": seq(wait("add_item", model=Item, reply=lambda c: 1), wait("note"), reply("note", n_of))}
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=flows) as sub:
+        handle = await sub.new_case("cart", {"n": 0}, case_id="k")
+        fingerprint = wfsub.compile(flows["cart"]).fingerprint
+        summary = (await sub._store.program(fingerprint)).summary  # type: ignore[union-attr]
+        assert sorted(summary["updates"]) == ["add_item", "note"]
+        assert summary["updates"]["add_item"]["properties"]["sku"]["type"] == "integer"
+        assert summary["updates"]["note"] is None
+        with pytest.raises(SignalRejected, match="take update 'add_item'.*does not fit Item"):
+            await handle.update("add_item", {"sku": "x"})

@@ -232,3 +232,21 @@ def test_defer_update_replied_in_branch(backend: str) -> None:
             assert await h.update("approve", "ann") == {"ok": True}
 
     run(backend, main)
+
+
+def test_buffered_signal_refused_when_taken_is_logged() -> None:
+    """A buffered signal that the taking wait's check refuses is dropped with a WARNING naming case, name, reason."""
+    import structlog
+
+    async def main() -> None:
+        with structlog.testing.capture_logs() as logs:
+            async with running() as (sub, clock, _):
+                h = await sub.new_case(seq(sleep(1), wait("add", check=positive), wait("end")), {})
+                await h.signal("add", -2)
+                await clock.advance(1)
+                assert h.status().state == "waiting_signal" and "add" not in h.data()
+        refused = [e for e in logs if e["event"] == "input refused by its wait's check"]
+        assert refused and refused[0]["log_level"] == "warning" and refused[0]["name"] == "add"
+        assert refused[0]["case_id"] == h.case_id and "positive int" in refused[0]["reason"]
+
+    run("asyncio", main)

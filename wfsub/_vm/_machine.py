@@ -277,10 +277,7 @@ class Machine:
         try:
             return self.check_signal(name, payload)
         except SignalRejected as exc:
-            if exc.action.startswith("take signal"):
-                exc.action = "take update" + exc.action[len("take signal"):]
-                exc.args = (str(exc).replace(f"take signal {name!r}", f"take update {name!r}", 1),)
-            raise
+            raise SignalRejected.as_update(exc, name) from None
 
     def deliver_update(self, name: str, payload: Any, update_id: str, *, checked: bool = False) -> None:
         """An update arrives: as `deliver_signal`, and its answer comes out in `take_answers()` under
