@@ -159,3 +159,18 @@ async def test_program_summary_lists_updates_with_their_schema(tmp_path: Path) -
         assert summary["updates"]["note"] is None
         with pytest.raises(SignalRejected, match="take update 'add_item'.*does not fit Item"):
             await handle.update("add_item", {"sku": "x"})
+
+
+async def test_client_refuses_an_unknown_update_with_no_owner_running(tmp_path: Path) -> None:
+    """With no Substrate running, a Client refuses an update name the case's version never answers (from the
+    program summary), and a name it answers times out waiting, queued for the owner, which answers it later."""
+    path = str(tmp_path / "cases.db")
+    async with Substrate(store=path, workflows=WORKFLOWS) as sub:
+        await sub.new_case("counter", {"n": 1}, case_id="c1")
+    async with Client(path) as client:
+        with pytest.raises(SignalRejected, match="answers no update of that name.*updates: 'add'"):
+            await client.update("c1", "ad", 1)
+        with pytest.raises(TimeoutError, match="got no answer within"):
+            await client.update("c1", "add", 1, request_id="q1", timeout=0.2)
+    async with Substrate(store=path, workflows=WORKFLOWS) as sub:
+        assert await sub.update("c1", "add", 1, request_id="q1") == 2
