@@ -259,7 +259,8 @@ class SignalRejected(WfsubError):
         action = refused.action
         if action.startswith("take signal"):
             action = "take update" + action[len("take signal"):]
-        again = cls(refused.case_id, action, refused.reason, path=refused.path, shown=False)
+        shown = refused.path is not None and f" (at {refused.path}):" in str(refused)
+        again = cls(refused.case_id, action, refused.reason, path=refused.path, shown=shown)
         again.errors = refused.errors
         return again
 

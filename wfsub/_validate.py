@@ -178,11 +178,18 @@ class _Checker:
             self.case.milestones.add(term.name)
         elif isinstance(term, WhenMilestone) and isinstance(term.name, str):
             self.case.whens.append((term.name, path))
+        split = isinstance(term, _SPLITS)  # its children run as threads of their own
+        before = set(self.waited) if split else None
         for selector, child in children(term):
             handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
             self.handlers += handler
+            outer = set(self.waited) if split or handler else None
             self.walk(child, child_path(path, selector, child))
             self.handlers -= handler
+            if outer is not None:  # a wait in another thread answers no reply of this one
+                self.waited = outer
+        if before is not None:  # the threads a split started end at its join: their updates are answered there
+            self.waited = before
         if held:
             self.held.pop()
 
@@ -474,12 +481,17 @@ def _check_defer(c: _Checker, t: Defer, path: str) -> None:
         c.waited.update(p[0] for p in t.branches if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str))
 
 
+_SPLITS = (Par, MI, Interleave, MultiChoice, Net)
+"""Terms whose children run as threads of their own: a `reply` answers only what a wait of its own thread took."""
+
+
 def _check_reply(c: _Checker, t: Reply, path: str) -> None:
     if not isinstance(t.name, str) or not t.name:
         c.add(path, f"reply needs the update's name (a non-empty str), got {t.name!r}")
     elif t.name not in c.waited:
-        c.add(path, f"reply({t.name!r}) answers an update no earlier wait takes: put wait({t.name!r}) before it in "
-                    "the same thread, or fix the name")
+        c.add(path, f"reply({t.name!r}) answers an update no earlier wait of its thread takes (a wait in another "
+                    f"branch of a par, mi or net does not count): put wait({t.name!r}) before it in the same thread, "
+                    "or fix the name")
     if not callable(t.fn):
         c.add(path, f"reply fn must be a function of ctx returning the update's answer (a JSON value), got {t.fn!r}")
 

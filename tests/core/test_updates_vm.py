@@ -246,7 +246,7 @@ def test_validate_reply_and_checks() -> None:
     for a signal it does not take, each at its node path with the fix."""
     issues = validate(seq(reply("nope", lambda ctx: 1), wait("go", check="x"), reply("go", 3)))  # type: ignore[arg-type]
     got = [(i.path, i.message) for i in issues]
-    assert any(p == "seq[0].reply" and "no earlier wait takes" in msg and "wait('nope')" in msg for p, msg in got)
+    assert any(p == "seq[0].reply" and "no earlier wait of its thread takes" in msg and "wait('nope')" in msg for p, msg in got)
     assert any(p == "seq[1].wait" and "check=" in msg and "must be a function" in msg for p, msg in got)
     assert any(p == "seq[2].reply" and "reply fn must be a function" in msg for p, msg in got)
     issues = validate(defer({"a": task(lambda ctx: None)}, model={"b": int}, check={"a": 5}))  # type: ignore[dict-item]
@@ -271,3 +271,16 @@ def test_step_failed_type_for_bad_reply() -> None:
     m.deliver_update("go", None, "u")
     assert settle(m).status == "failed"
     assert isinstance(m.error, StepFailed) and "ZeroDivisionError" in str(m.error)
+
+
+def test_validate_reply_looks_at_its_own_thread() -> None:
+    """A reply after a wait in another par branch, or after the par that held the wait, is refused; a reply after
+    an xor or scope whose body took it (same thread) is accepted."""
+    from wfsub import par, xor
+
+    bad = validate(seq(par(wait("u"), reply("u", n_is)), reply("u", n_is)))
+    assert [i.path for i in bad] == ["seq[0].par[1].reply", "seq[1].reply"]
+    assert "no earlier wait of its thread takes" in bad[0].message
+    good = seq(xor((lambda c: True, wait("u")), default=task(add)), scope("s", task(add)), reply("u", n_is))
+    assert validate(good) == []
+    assert validate(par(seq(wait("u"), reply("u", n_is)), wait("v"))) == []
