@@ -246,7 +246,8 @@ def test_validate_reply_and_checks() -> None:
     for a signal it does not take, each at its node path with the fix."""
     issues = validate(seq(reply("nope", lambda ctx: 1), wait("go", check="x"), reply("go", 3)))  # type: ignore[arg-type]
     got = [(i.path, i.message) for i in issues]
-    assert any(p == "seq[0].reply" and "no earlier wait of its thread takes" in msg and "wait('nope')" in msg for p, msg in got)
+    assert any(p == "seq[0].reply" and "no earlier wait of its thread takes" in msg and "wait('nope')" in msg
+               for p, msg in got)
     assert any(p == "seq[1].wait" and "check=" in msg and "must be a function" in msg for p, msg in got)
     assert any(p == "seq[2].reply" and "reply fn must be a function" in msg for p, msg in got)
     issues = validate(defer({"a": task(lambda ctx: None)}, model={"b": int}, check={"a": 5}))  # type: ignore[dict-item]
