@@ -55,7 +55,7 @@ async def test_update_answer_survives_a_restart(store: Store) -> None:
         assert await h.update("add", 2, request_id="r1") == 3
         journal = await sub.journal("c1")
         update = [r for r in journal if r.kind == "signal"][0]
-        assert update.model_dump().get("update") is True and update.request_id == "r1"
+        assert update.model_dump().get("update") is True and update.model_dump().get("request_id") == "r1"
     async with Substrate(store=twin(store), workflows=WORKFLOWS, clock=VirtualClock()) as sub:
         assert await sub.update("c1", "add", 2, request_id="r1") == 3
         assert sub.data("c1")["n"] == 3
