@@ -738,13 +738,12 @@ class Substrate:
         updates = of_actor(actor)
         first = uid not in updates.pending and uid not in updates.answers
         waiter = updates.waiter(uid)
-        if first:
-            journal = actor.journal
-            if journal is not None and uid in journal.request_ids and not (
-                actor.machine is not None and actor.machine.owes(uid)
-            ):  # applied before, its answer no longer kept
+        journal = actor.journal
+        if first and journal is not None and uid in journal.request_ids:  # applied before: nothing is sent again
+            if not (actor.machine is not None and actor.machine.owes(uid)):  # and its answer is no longer kept
                 updates.pending.pop(uid, None)
                 raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT)
+        elif first:
             try:
                 if actor.state in FINAL:
                     raise actor.ended_error(msg.what)
