@@ -308,6 +308,8 @@ def scripts(rec: Recorder, max_size: int = 12) -> st.SearchStrategy[list[tuple[A
         actions.append(st.tuples(st.just("cancel"), st.booleans()))
         actions.append(st.tuples(st.sampled_from(["cancel_region", "complete_region"]),
                                  st.sampled_from(REGIONS + MIS)))
+    if "updates" in k:
+        actions.append(st.tuples(st.just("update"), st.sampled_from(SIGNALS), st.integers(0, 9)))
     if "dynamic" in k:
         actions.append(st.tuples(st.just("add_instances"), st.sampled_from(MIS),
                                  st.lists(st.integers(0, 9), max_size=2)))

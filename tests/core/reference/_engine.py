@@ -48,6 +48,7 @@ from wfsub._terms import (
     child_path,
 )
 
+from . import _updates
 from ._blocks import Block, Compensation, Instance, MIBlock, Pass, Root, Split, Thread, Undo
 from ._blocks import Interleave as InterleaveBlock
 
@@ -115,6 +116,11 @@ class Engine:
         self.blocking: dict[tuple[Any, str], Split] = {}
         self.signals: set[str] = set()
         self.persistent: set[str] = set()
+        self.updates: set[str] = set()  # names an update can be sent to (a wait with reply=, a reply step)
+        self.replies: set[str] = set()  # names a reply step answers
+        self.owing: list[list[Any]] = []  # [thread, name, update id] (see _updates)
+        self.buffer_ids: dict[int, str] = {}  # arrival number of a buffered update -> its id
+        self.answers: list[tuple[str | None, str, str, Any]] = []
         self.region_names: set[str] = set()
         self.region_contexts: dict[str, set[str]] = {}
         self._survey(term, term.kind, "root")
@@ -133,6 +139,11 @@ class Engine:
                 self.signals.add(t.signal)
                 if not t.transient:
                     self.persistent.add(t.signal)
+                if t.reply is not None:
+                    self.updates.add(t.signal)
+            elif t.kind == "reply":
+                self.updates.add(t.name)
+                self.replies.add(t.name)
             elif isinstance(t, Defer):
                 for name, _ in t.branches:
                     self.signals.add(name)
@@ -195,6 +206,8 @@ class Engine:
         idle = not self.awaited() and not self.effects and not self.timers and not self.open_mi()
         if self.status == "running" and idle:
             self.deadlock()
+        if self.owing:
+            _updates.settle(self)
 
     def awaited(self) -> list[str]:
         return sorted({name for name, q in self.waiters.items() for th, wid in q if self.waiting(th, "signal", wid)})
@@ -591,10 +604,15 @@ class Engine:
     def do_wait(self, th: Thread, t: Wait, path: str) -> None:
         q = None if t.transient else self.buffered.get(t.signal)
         while q:  # the oldest buffered signal its check takes; refused ones are dropped
-            _, payload = q.popleft()
+            seq, payload = q.popleft()
+            uid = self.buffer_ids.pop(seq, None)
             if self.check(t, t.signal, th.env, payload) is None:
                 self.store(th.env, {t.into or t.signal: payload})
+                if uid is not None:
+                    _updates.took(self, th, t, path, t.signal, uid)
                 return
+            if uid is not None:
+                self.answers.append((uid, "refused", t.signal, None))
         timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=True)  # only to park
         self.park_signal(th, t, path, [t.signal])
         if timeout is not None:
@@ -610,11 +628,16 @@ class Engine:
             if best is None:
                 break
             name, branch = t.branches[best[1]]
-            _, payload = self.buffered[name].popleft()
+            seq, payload = self.buffered[name].popleft()
+            uid = self.buffer_ids.pop(seq, None)
             if self.check(t, name, th.env, payload) is not None:
+                if uid is not None:
+                    self.answers.append((uid, "refused", name, None))
                 continue  # refused: dropped, the earliest of the rest decides
             self.store(th.env, {name: payload})
             self.push(th, branch, path, name)
+            if uid is not None:
+                _updates.took(self, th, t, path, name, uid)
             return
         timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=False)  # only to park
         self.park_signal(th, t, path, [name for name, _ in t.branches])
@@ -622,7 +645,8 @@ class Engine:
             th.timeout = self.arm(th, (timeout, None))
 
     def do_reply(self, th: Thread, t: Any, path: str) -> None:
-        """A reply step answers an update the thread owes; the reference takes no updates, so it passes by."""
+        """A reply step answers the update the thread owes under its name (see _updates); else it passes by."""
+        _updates.do_reply(self, th, t, path)
 
     def park_signal(self, th: Thread, t: Any, path: str, names: list[str]) -> None:
         wid = self.next_wid
