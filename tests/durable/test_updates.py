@@ -101,7 +101,8 @@ async def test_buffered_update_keeps_its_id_across_a_restart(store: Store) -> No
 
 async def test_client_update_through_the_inbox(tmp_path: Path) -> None:
     """A Client's update goes through the inbox and returns the owner's answer (read from the case row); an
-    unknown update name is refused from the program summary, a check= refusal comes back from the owner."""
+    unknown update name is refused from the program summary, a check= refusal comes back from the owner and is
+    listed in status().refused."""
     path = str(tmp_path / "cases.db")
     async with Substrate(store=path, workflows=WORKFLOWS) as sub:
         await sub.new_case("counter", {"n": 1}, case_id="c1")
@@ -112,6 +113,8 @@ async def test_client_update_through_the_inbox(tmp_path: Path) -> None:
             assert await client.update("c1", "add", 2, request_id="k1") == 3
             with pytest.raises(SignalRejected, match="positive int"):
                 await (await client.handle("c1")).update("add", -4)
+            refused = sub.status("c1").refused
+            assert (refused[0].kind, refused[0].name) == ("update", "add") and "positive int" in refused[0].reason
             assert await client.update("c1", "add", 1) == 3
         assert (await sub.await_case("c1"))["n"] == 4
 
