@@ -88,6 +88,8 @@ if typing.TYPE_CHECKING:
     from ._runtime import JournalRecord as JournalRecord
     from ._runtime import RealClock as RealClock
     from ._runtime import ReplayReport as ReplayReport
+    from ._runtime import Schedule as Schedule
+    from ._runtime import ScheduleStatus as ScheduleStatus
     from ._runtime import Substrate as Substrate
     from ._runtime import SubstrateStatistics as SubstrateStatistics
     from ._runtime import TimerStatus as TimerStatus
@@ -134,6 +136,8 @@ __all__ = [
     "ReplayReport",
     "RestoredError",
     "Retry",
+    "Schedule",
+    "ScheduleStatus",
     "SignalRejected",
     "SnapshotMismatch",
     "StepFailed",
@@ -207,6 +211,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "JournalRecord": ("._runtime", "JournalRecord"),
     "RealClock": ("._runtime", "RealClock"),
     "ReplayReport": ("._runtime", "ReplayReport"),
+    "Schedule": ("._runtime", "Schedule"),
+    "ScheduleStatus": ("._runtime", "ScheduleStatus"),
     "Substrate": ("._runtime", "Substrate"),
     "SubstrateStatistics": ("._runtime", "SubstrateStatistics"),
     "TimerStatus": ("._runtime", "TimerStatus"),

@@ -271,6 +271,21 @@ def bad_input(
     return error(f"{problem}{got}{where}: {fix}")
 
 
+def bad_option(
+    owner: str, problem: str, value: object, *, fix: str, error: type[Exception] = ValueError
+) -> Exception:
+    """The refusal of a configuration object's field (a `Schedule`, a `Queue`, what a Substrate is given): which
+    object, what was wrong, the value given, and the fix."""
+    got = "" if value is NOTHING else f", got {type(value).__name__} {value!r}"
+    return error(f"{owner}: {problem}{got}: {fix}")
+
+
+def unknown_name(what: str, name: object, known: Iterable[str], *, fix: str) -> ValueError:
+    """A name (of a schedule, a queue) that is not configured: the names there are, and the fix."""
+    listed = ", ".join(repr(n) for n in sorted(known)) or "none"
+    return ValueError(f"no {what} {name!r} (configured: {listed}): {fix}")
+
+
 def too_deep(what: str, limit: int, *, case_id: str | None = None) -> ValueError:
     """The refusal of an input (a payload, items, start data) nested deeper than `limit` levels of lists and
     dicts: JSON that deep is walked recursively on its way (copies, models, encoders) and would fail there."""

@@ -11,6 +11,8 @@ from ._runtime import Failure as Failure
 from ._runtime import JournalRecord as JournalRecord
 from ._runtime import RealClock as RealClock
 from ._runtime import ReplayReport as ReplayReport
+from ._runtime import Schedule as Schedule
+from ._runtime import ScheduleStatus as ScheduleStatus
 from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
 from ._runtime import TimerStatus as TimerStatus
@@ -30,6 +32,8 @@ __all__ = [
     "JournalRecord",
     "RealClock",
     "ReplayReport",
+    "Schedule",
+    "ScheduleStatus",
     "Substrate",
     "SubstrateStatistics",
     "TimerStatus",

@@ -12,6 +12,8 @@ from ._journal import JournalRecord as JournalRecord
 from ._registry import Workflow as Workflow
 from ._replay import ReplayReport as ReplayReport
 from ._replay import replay as replay
+from ._schedules import Schedule as Schedule
+from ._schedules import ScheduleStatus as ScheduleStatus
 from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
 from ._status import EffectStatus as EffectStatus
@@ -33,6 +35,8 @@ __all__ = [
     "JournalRecord",
     "RealClock",
     "ReplayReport",
+    "Schedule",
+    "ScheduleStatus",
     "Substrate",
     "SubstrateStatistics",
     "TimerStatus",

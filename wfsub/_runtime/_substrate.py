@@ -80,6 +80,7 @@ from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
 from ._registry import Workflows
 from ._routing import InboxRouter
+from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
 
@@ -160,6 +161,8 @@ class Substrate:
     - `standby`: a SQLite store that another live process owns makes this Substrate a standby (True, the
       default): it sends its inputs and new cases to the owner through the store, reads cases from the store,
       runs none, and takes ownership when the owner ends. False: a StoreError naming the owner instead.
+    - `schedules`: `wfsub.Schedule`s: workflows started at each slot of a cron expression or a period (see
+      `wfsub._runtime._schedules` and the README).
     """
 
     def __init__(
@@ -182,6 +185,7 @@ class Substrate:
         evict_after: float | None = None,
         node_id: str | None = None,
         standby: bool = True,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -254,6 +258,7 @@ class Substrate:
         self._outside: Outside | None = None  # while a standby: its door to the owner through the store
         self._standby_since = 0.0
         self._starting: dict[str, tuple[str, dict[str, Any]]] = {}  # case id -> (workflow, data) being started
+        self._schedules = self._check_schedules(schedules)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -279,6 +284,8 @@ class Substrate:
         if isinstance(self._clock, VirtualClock):
             self._detach_clock = self._clock.attach(lambda: shared.busy == 0)
         self._phase = "open"
+        if self._store is None and self._schedules.by_name:
+            case_tg.start_soon(self._schedules.run)
         if self._store is not None:
             try:
                 await self._register_summaries(self._store)
@@ -321,6 +328,7 @@ class Substrate:
         return self._outside is not None
 
     def _open_standby(self, store: Store, case_tg: TaskGroup) -> None:
+        self._schedules.use(store)  # listed and paused through the store; run once this Substrate owns it
         self._outside = Outside(store, self._workflows, self._max_payload, self._clock.now)
         self._standby_since = time.monotonic()
         watcher = EndWatcher(store, self._end_events)
@@ -393,6 +401,9 @@ class Substrate:
         if self._evict_after is not None:
             shared.on_park = loader.parked_now
             case_tg.start_soon(loader.evict_loop, self._evict_after)
+        self._schedules.use(store)
+        if self._schedules.by_name:
+            case_tg.start_soon(self._schedules.run)
 
     # -- many nodes (a shared store) ---------------------------------------------------------------------------
 
@@ -567,6 +578,56 @@ class Substrate:
         if self._store is None or self._row_now(case_id) is None:
             raise CaseNotFound(case_id)
         return CaseHandle(self, None, case_id)
+
+    # -- schedules ---------------------------------------------------------------------------------------------
+
+    def _check_schedules(self, schedules: Sequence[Schedule]) -> Schedules:
+        if isinstance(schedules, Schedule) or not isinstance(schedules, Sequence):
+            raise TypeError("schedules must be a sequence of wfsub.Schedule, e.g. schedules=[Schedule(...)]")
+        seen: set[str] = set()
+        for s in schedules:
+            if not isinstance(s, Schedule):
+                raise TypeError(f"schedules lists {s!r}, which is not a wfsub.Schedule")
+            if s.name in seen:
+                raise ValueError(f"schedules lists two schedules named {s.name!r}: give each its own name")
+            seen.add(s.name)
+            self._workflows.newest(s.workflow)  # WorkflowNotRegistered, naming the registered ones
+        return Schedules(
+            list(schedules), now=lambda: self._clock.now(), sleep=lambda t: self._clock.sleep(t), busy=self._busy,
+            start=self._start_scheduled, live=self._is_live,
+        )
+
+    async def _start_scheduled(self, schedule: Schedule, slot: float, case_id: str) -> CaseHandle:
+        # (the queue= of a schedule is passed on once new_case takes it)
+        return await self.new_case(schedule.workflow, schedule.data_for(slot), case_id=case_id)
+
+    def _is_live(self, case_id: str) -> bool:
+        try:
+            return self.status(case_id).state not in FINAL
+        except CaseNotFound:
+            return False
+
+    async def schedules(self) -> list[ScheduleStatus]:
+        """The configured schedules, each with its last slot and case, whether it is paused, and its next slot."""
+        self._check_open("list schedules")
+        return await self._schedules.statuses()
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop schedule `name` from starting cases (on every node sharing the store) until `resume_schedule`."""
+        self._check_open("pause a schedule")
+        await self._schedules.pause(name, True)
+
+    async def resume_schedule(self, name: str) -> None:
+        """Let a paused schedule start cases again, from its next slot (the slots passed meanwhile are let go)."""
+        self._check_open("resume a schedule")
+        await self._schedules.pause(name, False)
+
+    async def trigger_schedule(self, name: str) -> CaseHandle:
+        """Start schedule `name`'s workflow now, with id `{name}@{now}` (paused or not; not counted as a slot)."""
+        self._check_open("trigger a schedule")
+        schedule = self._schedules.get(name)
+        now = float(math.floor(self._clock.now()))
+        return await self._start_scheduled(schedule, now, schedule.case_id(now))
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":

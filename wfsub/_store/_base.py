@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -120,6 +120,19 @@ class ProgramSummary:
     fingerprint: str
     workflow: str
     summary: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """What the store keeps of one schedule (see `wfsub._runtime._schedules`): its newest registration, the newest
+    slot it has dealt with (started, skipped or let go) and the case it started last, and whether it is paused."""
+
+    name: str
+    spec: dict[str, Any]  # JSON: {"workflow", "cron", "every", "tz", "overlap", "catchup", "queue"}
+    last_slot: float | None  # seconds since the epoch of the newest slot dealt with (None: none yet)
+    last_case: str | None  # the id of the case it started last (overlap="skip" looks at it)
+    paused: bool
+    updated_at: float
 
 
 @dataclass(slots=True)
@@ -310,6 +323,24 @@ class Store(Protocol):
         """The summary of the version of `workflow` registered last (None: none registered)."""
         ...
 
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        """Record schedule `name`'s registration (the newest wins); a schedule the store does not know yet starts
+        with `last_slot = first_slot`. Returns the row as it is now."""
+        ...
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        """Move schedule `name` on to `slot` (and its last case to `case_id`, unless None) if its last slot is
+        older: False when another process got there first (or the schedule is unknown)."""
+        ...
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        """Pause or resume schedule `name`; False if the store does not know it."""
+        ...
+
+    async def schedules(self) -> list[ScheduleRow]:
+        """Every schedule the store knows, by name."""
+        ...
+
 
 class StoreBase(Store):
     """What every backend shares: the checks around `open()` and `close()`, and their errors, built once.
@@ -382,6 +413,7 @@ __all__ = [
     "Owner",
     "ProgramSummary",
     "Record",
+    "ScheduleRow",
     "Snapshot",
     "Store",
     "StoreBase",

@@ -126,7 +126,7 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoreBase, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoreBase, StoredCase
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
@@ -984,6 +984,35 @@ class PostgresStore(StoreBase):
     async def newest_program(self, workflow: str) -> ProgramSummary | None:
         return await self._read("reading a program summary", partial(_program, Q["program_newest"], workflow))
 
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        text = to_json(self._name, f"schedule {name!r}", dict(spec))
+
+        async def run(conn: Any) -> ScheduleRow:
+            return _schedule_row(await conn.fetchrow(Q["schedule_register"], name, text, first_slot))
+
+        loop = self._running("record a schedule")
+        return await loop.call(self._pooled(f"recording schedule {name!r}", run))
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        async def run(conn: Any) -> bool:
+            return str(await conn.execute(Q["schedule_advance"], name, slot, case_id)) != "UPDATE 0"
+
+        loop = self._running("record a schedule's slot")
+        return await loop.call(self._pooled(f"recording the slot of schedule {name!r}", run))
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        async def run(conn: Any) -> bool:
+            return str(await conn.execute(Q["schedule_pause"], name, paused)) != "UPDATE 0"
+
+        loop = self._running("pause a schedule")
+        return await loop.call(self._pooled(f"pausing schedule {name!r}", run))
+
+    async def schedules(self) -> list[ScheduleRow]:
+        async def run(conn: Any) -> list[ScheduleRow]:
+            return [_schedule_row(found) for found in await conn.fetch(Q["schedules_all"])]
+
+        return await self._read("listing schedules", run)
+
     async def database_time(self) -> float:
         async def run(conn: Any) -> float:
             return float(await conn.fetchval(Q["db_now"]))
@@ -1308,6 +1337,13 @@ async def _page(state: str | None, workflow: str | None, limit: int, before: int
 
 
 __all__ = ["PostgresStore"]
+
+
+def _schedule_row(found: Any) -> ScheduleRow:
+    return ScheduleRow(
+        str(found[0]), loads(found[1]), None if found[2] is None else float(found[2]),
+        None if found[3] is None else str(found[3]), bool(found[4]), float(found[5]),
+    )
 
 
 async def _program(query: str, key: str, conn: Any) -> ProgramSummary | None:

@@ -58,7 +58,7 @@ import anyio.to_thread
 import msgspec
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
+from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -493,6 +493,39 @@ class SqliteStore(SingleNode):
 
         return read
 
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        writer = self._running("record a schedule")
+        params = {
+            "name": name, "spec": to_json(self.path, f"schedule {name!r}", dict(spec)), "first_slot": first_slot,
+            "now": time.time(),
+        }
+        job = Job(partial(_apply_schedule_register, params), f"schedule {name!r}", wait=True)
+        writer.submit(job)
+        registered: ScheduleRow = await job.outcome()
+        return registered
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        writer = self._running("record a schedule's slot")
+        params = {"name": name, "slot": slot, "case_id": case_id, "now": time.time()}
+        job = Job(partial(_apply_changed, "schedule_advance", params), f"the slot of schedule {name!r}", wait=True)
+        writer.submit(job)
+        moved: bool = await job.outcome()
+        return moved
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        writer = self._running("pause a schedule")
+        params = {"name": name, "paused": int(paused), "now": time.time()}
+        job = Job(partial(_apply_changed, "schedule_pause", params), f"pausing schedule {name!r}", wait=True)
+        writer.submit(job)
+        changed: bool = await job.outcome()
+        return changed
+
+    async def schedules(self) -> list[ScheduleRow]:
+        def read(conn: sqlite3.Connection) -> list[ScheduleRow]:
+            return [_schedule_row(found) for found in conn.execute(Q["schedules_all"]).fetchall()]
+
+        return await self._read("listing schedules", read)
+
     async def owner(self) -> Owner | None:
         """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
         return await anyio.to_thread.run_sync(self._owner_sync)
@@ -814,6 +847,23 @@ def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
 
 def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
     conn.execute(Q["program_put"], params)
+
+
+def _schedule_row(found: Any) -> ScheduleRow:
+    name, spec, last_slot, last_case, paused, updated_at = found
+    return ScheduleRow(
+        str(name), loads(spec), None if last_slot is None else float(last_slot),
+        None if last_case is None else str(last_case), bool(paused), float(updated_at),
+    )
+
+
+def _apply_schedule_register(params: dict[str, Any], conn: sqlite3.Connection) -> ScheduleRow:
+    conn.execute(Q["schedule_register"], params)
+    return _schedule_row(conn.execute(Q["schedule_get"], params).fetchone())
+
+
+def _apply_changed(query: str, params: dict[str, Any], conn: sqlite3.Connection) -> bool:
+    return conn.execute(Q[query], params).rowcount > 0
 
 
 def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:

@@ -130,6 +130,39 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
 
 @main.command()
 @STORE
+@AS_JSON
+@_run
+async def schedules(store: str, as_json: bool) -> None:
+    """List the schedules the store knows, each with its last and next slot."""
+    from .. import Schedule
+
+    async with opened(store) as s:
+        rows = await s.schedules()
+    now = time.time()
+    listed = []
+    for row in rows:
+        spec = row.spec
+        last = row.last_slot
+        period = Schedule(row.name, spec["workflow"], cron=spec.get("cron"), every=spec.get("every"),
+                          tz=spec.get("tz") or "UTC")
+        upcoming = period.next_after(now if last is None else max(now, last))
+        listed.append({
+            "name": row.name, "workflow": spec.get("workflow"), "cron": spec.get("cron"),
+            "every": spec.get("every"), "tz": spec.get("tz"), "paused": row.paused,
+            "last_slot": r.iso(last) if last is not None else None, "last_case": row.last_case,
+            "next_slot": r.iso(upcoming),
+        })
+    if as_json:
+        for item in listed:
+            r.print_json(item)
+    elif listed:
+        r.out.print(r.schedules_table(listed))
+    else:
+        r.err.print("no schedules in the store")
+
+
+@main.command()
+@STORE
 @click.argument("case_id")
 @AS_JSON
 @_run

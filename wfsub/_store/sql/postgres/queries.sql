@@ -229,3 +229,22 @@ SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = $1;
 -- name: program_newest
 -- The newest registered version of a workflow.
 SELECT fingerprint, workflow, summary FROM programs WHERE workflow = $1 ORDER BY program_order DESC LIMIT 1;
+
+-- name: schedule_register
+-- A schedule's registration: the newest wins; a new one starts at $3. Returns the row as it is now.
+INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at) VALUES ($1, $2, $3, NULL, false, db_now())
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at
+RETURNING name, spec, last_slot, last_case, paused, updated_at;
+
+-- name: schedule_advance
+-- Move a schedule on to a newer slot (a slot is dealt with once: whoever moves it first).
+UPDATE schedules SET last_slot = $2, last_case = coalesce($3, last_case), updated_at = db_now()
+WHERE name = $1 AND (last_slot IS NULL OR last_slot < $2);
+
+-- name: schedule_pause
+-- Pause or resume a schedule.
+UPDATE schedules SET paused = $2, updated_at = db_now() WHERE name = $1;
+
+-- name: schedules_all
+-- Every schedule, by name.
+SELECT name, spec, last_slot, last_case, paused, updated_at FROM schedules ORDER BY name;

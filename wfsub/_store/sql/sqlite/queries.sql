@@ -261,3 +261,26 @@ SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_
 -- name: inbox_any
 -- Whether any input waits in the inbox (one step into the partial index inbox_pending).
 SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
+
+-- name: schedule_register
+-- A schedule's registration: the newest wins; a new one starts at :first_slot.
+INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at)
+VALUES (:name, :spec, :first_slot, NULL, 0, :now)
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at;
+
+-- name: schedule_get
+-- One schedule.
+SELECT name, spec, last_slot, last_case, paused, updated_at FROM schedules WHERE name = :name;
+
+-- name: schedule_advance
+-- Move a schedule on to a newer slot (a slot is dealt with once: whoever moves it first).
+UPDATE schedules SET last_slot = :slot, last_case = coalesce(:case_id, last_case), updated_at = :now
+WHERE name = :name AND (last_slot IS NULL OR last_slot < :slot);
+
+-- name: schedule_pause
+-- Pause or resume a schedule.
+UPDATE schedules SET paused = :paused, updated_at = :now WHERE name = :name;
+
+-- name: schedules_all
+-- Every schedule, by name.
+SELECT name, spec, last_slot, last_case, paused, updated_at FROM schedules ORDER BY name;
