@@ -86,6 +86,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import EffectStatus as EffectStatus
     from ._runtime import Failure as Failure
     from ._runtime import JournalRecord as JournalRecord
+    from ._runtime import Queue as Queue
     from ._runtime import RealClock as RealClock
     from ._runtime import ReplayReport as ReplayReport
     from ._runtime import Schedule as Schedule
@@ -131,6 +132,7 @@ __all__ = [
     "LimitExceeded",
     "MachineStateError",
     "MemorySink",
+    "Queue",
     "RealClock",
     "ReplayDivergence",
     "ReplayReport",
@@ -209,6 +211,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EffectStatus": ("._runtime", "EffectStatus"),
     "Failure": ("._runtime", "Failure"),
     "JournalRecord": ("._runtime", "JournalRecord"),
+    "Queue": ("._runtime", "Queue"),
     "RealClock": ("._runtime", "RealClock"),
     "ReplayReport": ("._runtime", "ReplayReport"),
     "Schedule": ("._runtime", "Schedule"),

@@ -126,6 +126,18 @@ class CaseExists(WfsubError):
             )
         super().__init__(text)
 
+    @classmethod
+    def dedup(cls, case_id: str, queue: str, key: str, holder: str) -> CaseExists:
+        """A queued start refused: a live case of the queue holds its `dedup` key."""
+        error = cls.__new__(cls)
+        error.case_id = case_id
+        error.differs = f"dedup key {key!r}"
+        WfsubError.__init__(
+            error, f"case {case_id!r} was not started: case {holder!r} of queue {queue!r} is live (queued or "
+            f"running) with dedup key {key!r}; wait for it to end, or pass another dedup key"
+        )
+        return error
+
 
 class CaseFailed(WfsubError):
     """A step of the case raised (the exception is `__cause__`) or a limit was hit.

@@ -9,6 +9,7 @@ from ._runtime import EffectInfo as EffectInfo
 from ._runtime import EffectStatus as EffectStatus
 from ._runtime import Failure as Failure
 from ._runtime import JournalRecord as JournalRecord
+from ._runtime import Queue as Queue
 from ._runtime import RealClock as RealClock
 from ._runtime import ReplayReport as ReplayReport
 from ._runtime import Schedule as Schedule
@@ -30,6 +31,7 @@ __all__ = [
     "EffectStatus",
     "Failure",
     "JournalRecord",
+    "Queue",
     "RealClock",
     "ReplayReport",
     "Schedule",

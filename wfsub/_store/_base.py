@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import StoreError
+from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -339,6 +340,36 @@ class Store(Protocol):
 
     async def schedules(self) -> list[ScheduleRow]:
         """Every schedule the store knows, by name."""
+        ...
+
+    async def queue_put(self, item: QueueItem) -> None:
+        """Keep a queued case (see `_queueing`): CaseExists if a case or item has its id, or a live item of its
+        queue holds its dedup key."""
+        ...
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        """Claim for `node` the items of `queue` its limits let start now (at most `most`), in one transaction; and
+        the earliest time another may become startable without a case ending (None: none)."""
+        ...
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        """Cancel a queued item (it never starts); None if there is none, or it has started already."""
+        ...
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        """Queue items, newest first, read on the calling thread (cases() is synchronous)."""
+        ...
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        """One queue item, read on the calling thread (status() is synchronous)."""
+        ...
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        """Items `node` claimed whose case it never wrote (it stopped in between): to start again."""
         ...
 
 

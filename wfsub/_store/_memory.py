@@ -36,6 +36,7 @@ from ._base import (
     Snapshot,
     StoredCase,
 )
+from ._queueing import QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -127,6 +128,7 @@ class MemoryStore(SingleNode):
         self._wait_mark = False  # wait_changed's own flag (it never consumes changed())
         self._programs: dict[str, ProgramSummary] = {}  # by fingerprint, in registration order
         self._schedules = ScheduleTable()
+        self._queue = QueueTable(self._case_ended)
 
     def __repr__(self) -> str:
         return f"MemoryStore(cases={len(self._cases)}, open={self._open})"
@@ -273,6 +275,43 @@ class MemoryStore(SingleNode):
         self._check_open("list schedules")
         await anyio.lowlevel.checkpoint()
         return self._schedules.rows()
+
+    def _case_ended(self, case_id: str) -> bool | None:
+        case = self._cases.get(case_id)
+        return None if case is None else case.ended
+
+    async def queue_put(self, item: QueueItem) -> None:
+        self._check_open("queue a case")
+        await anyio.lowlevel.checkpoint()
+        self._queue.put(replace(item, start=loads(to_json(self._name, f"queued case {item.case_id!r}", item.start))))
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        self._check_open("claim queued cases")
+        await anyio.lowlevel.checkpoint()
+        return self._queue.claim(queue, limits, node, now, most)
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        self._check_open("cancel a queued case")
+        await anyio.lowlevel.checkpoint()
+        return self._queue.cancel(case_id)
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        self._check_open("list queued cases")
+        return self._queue.listed(state, queue, limit)
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        self._check_open("read a queued case")
+        self._queue.sweep()
+        return self._queue.items.get(case_id)
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        self._check_open("list queued cases")
+        await anyio.lowlevel.checkpoint()
+        return self._queue.orphans(node)
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         self._check_open("prune")

@@ -115,7 +115,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
@@ -124,7 +124,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CommitUnknown, StoreConflict, StoreError
+from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoreBase, StoredCase
 from ._group import GroupQueue, Job, by_key, call_soon_on
@@ -140,6 +140,7 @@ from ._pgdriver import (
     split_options,
     sqlstate,
 )
+from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -1012,6 +1013,76 @@ class PostgresStore(StoreBase):
             return [_schedule_row(found) for found in await conn.fetch(Q["schedules_all"])]
 
         return await self._read("listing schedules", run)
+
+    async def queue_put(self, item: QueueItem) -> None:
+        start = to_json(self._name, f"queued case {item.case_id!r}", item.start)
+
+        async def run(conn: Any) -> CaseExists | None:
+            async with conn.transaction():
+                await conn.execute(Q["queue_lock"], item.queue)
+                if await conn.fetchval(Q["queue_id_taken"], item.case_id) is not None:
+                    return CaseExists(item.case_id)
+                if item.dedup is not None:
+                    await conn.execute(Q["queue_sweep"], item.queue)
+                    holder = await conn.fetchval(Q["queue_dedup_holder"], item.queue, item.dedup)
+                    if holder is not None:
+                        return CaseExists.dedup(item.case_id, item.queue, item.dedup, str(holder))
+                await conn.execute(Q["queue_put"], item.case_id, item.queue, item.partition, item.priority,
+                                   item.dedup, start, item.not_before, item.enqueued_at)
+                return None
+
+        loop = self._running("queue a case")
+        refused = await loop.call(self._pooled(f"queueing case {item.case_id!r}", run, idempotent=False))
+        if refused is not None:
+            raise refused
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        async def run(conn: Any) -> tuple[list[QueueItem], float | None]:
+            async with conn.transaction():  # under the queue's lock: the limits hold across nodes
+                await conn.execute(Q["queue_lock"], queue)
+                await conn.execute(Q["queue_sweep"], queue)
+                waiting = [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_waiting"], queue, WAITING_READ)]
+                running = [Running(f[0], f[1]) for f in await conn.fetch(Q["queue_running"], queue)]
+                since = now - (limits.rate[1] if limits.rate is not None else 0.0)
+                recent = [(f[0], float(f[1])) for f in await conn.fetch(Q["queue_recent"], queue, since)]
+                chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+                for item in chosen:
+                    await conn.execute(Q["queue_start"], item.case_id, now, node)
+                return [replace(i, state=STARTED, started_at=now, node=node) for i in chosen], wake
+
+        loop = self._running("claim queued cases")
+        return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        async def run(conn: Any) -> QueueItem | None:
+            found = await conn.fetchrow(Q["queue_cancel"], case_id)
+            return None if found is None else item_of(found, loads(found[5]))
+
+        loop = self._running("cancel a queued case")
+        return await loop.call(self._pooled(f"cancelling queued case {case_id!r}", run))
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        async def run(conn: Any) -> list[QueueItem]:
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit)]
+
+        return self._read_sync("listing queued cases", run)
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        async def run(conn: Any) -> QueueItem | None:
+            found = await conn.fetchrow(Q["queue_get"], case_id)
+            return None if found is None else item_of(found, loads(found[5]))
+
+        return self._read_sync("reading a queued case", run)
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        async def run(conn: Any) -> list[QueueItem]:
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node)]
+
+        return await self._read("listing queued cases", run)
 
     async def database_time(self) -> float:
         async def run(conn: Any) -> float:

@@ -1,0 +1,217 @@
+"""Queues: queued cases start when their queue has room (concurrency, per node, a sliding rate window, partitions),
+lower priority first then first come first served, deduplicated by key, cancellable while queued; on Memory,
+SQLite and Postgres, and across two nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wfsub
+from wfsub import CaseCancelled, CaseExists, Queue, Substrate, seq, sleep, task, wait
+from wfsub.stores import MemoryStore
+from wfsub.testing import VirtualClock
+
+KINDS = ["none", "memory", "sqlite", "postgres"]
+T0 = 1_800_000_000.0
+
+ONE_STEP = seq(task(lambda c: {"ran": True}, name="run"))
+SLOW = seq(sleep(1), task(lambda c: {"ran": True}, name="run"))
+WAITS = seq(wait("go"), task(lambda c: {"ran": True}, name="run"))
+WORKFLOWS = {"job": ONE_STEP, "slow": SLOW, "waits": WAITS}
+
+
+def store_maker(kind: str, tmp_path: Path) -> Callable[[], Any]:
+    if kind == "none":
+        return lambda: None
+    if kind == "memory":
+        memory = MemoryStore()
+        return lambda: memory
+    if kind == "sqlite":
+        return lambda: str(tmp_path / "cases.db")
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    return lambda: PostgresStore(dsn, schema=schema)
+
+
+def substrate(kind: str, tmp_path: Path, clock: VirtualClock, queues: dict[str, Queue], **options: Any) -> Substrate:
+    return Substrate(store=store_maker(kind, tmp_path)(), clock=clock, workflows=WORKFLOWS, queues=queues, **options)
+
+
+def check_at_most(intervals: list[tuple[float, float]], most: int) -> int:
+    """The most intervals [start, end) open at once (ends before starts at one instant); asserts <= most."""
+    events = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    now = peak = 0
+    for _, delta in events:
+        now += delta
+        peak = max(peak, now)
+    assert peak <= most, f"{peak} cases were started and not ended at once (limit {most})"
+    return peak
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_queued_case_waits_shows_its_queue_and_starts_when_there_is_room(kind: str, tmp_path: Path) -> None:
+    """A case queued behind a full queue is `queued` (listed, started_at None, its queue options shown); it starts
+    once the running case ends, with dequeued_at = its start, and its result is awaited as any case's."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"mail": Queue(concurrency=1)}) as sub:
+        first = await sub.new_case("waits", queue="mail", case_id="first")
+        second = await sub.new_case("job", {"n": 2}, queue="mail", priority=4, dedup="d2", partition="p",
+                                    case_id="second")
+        await clock.advance(5)
+        assert sub.status("first").state == "waiting_signal" and sub.status("first").dequeued_at == T0
+        queued = second.status()
+        assert (queued.state, queued.started_at, queued.dequeued_at) == ("queued", None, None)
+        assert (queued.queue, queued.priority, queued.dedup, queued.partition) == ("mail", 4, "d2", "p")
+        assert [s.case_id for s in sub.cases(state="queued")] == ["second"]
+        with pytest.raises(TimeoutError, match="queued on 'mail'"):
+            await second.result(timeout=0)
+        await sub.signal("first", "go")
+        assert await first.result() == {"go": None, "ran": True}
+        assert await second.result() == {"n": 2, "ran": True}
+        started = sub.status("second")
+        assert (started.state, started.queue, started.dequeued_at, started.started_at) == ("done", "mail", T0 + 5,
+                                                                                            T0 + 5)
+        assert sub.cases(state="queued") == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_priority_lower_first_then_first_come_first_served(kind: str, tmp_path: Path) -> None:
+    """Behind a busy queue of concurrency 1, waiting cases start by priority (lower first), ties in arrival order."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"q": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="q", case_id="blocker")
+        await clock.advance(0)
+        for name, priority in [("p5", 5), ("p1a", 1), ("p3", 3), ("p1b", 1), ("p0", 0)]:
+            await sub.new_case("slow", queue="q", priority=priority, case_id=name)
+        await sub.signal("blocker", "go")
+        await clock.advance(10)
+        order = sorted(["p5", "p1a", "p3", "p1b", "p0"], key=lambda c: sub.status(c).dequeued_at or 0)
+        assert order == ["p0", "p1a", "p1b", "p3", "p5"]
+        assert [sub.status(c).dequeued_at for c in order] == [T0 + i for i in range(5)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_queued_case_can_be_cancelled_and_never_starts(kind: str, tmp_path: Path) -> None:
+    """Cancelling a queued case ends it `cancelled` before it starts: its awaiters get CaseCancelled, it is no
+    longer listed as queued, and it never starts when room comes."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"q": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="q", case_id="blocker")
+        handle = await sub.new_case("job", queue="q", case_id="later")
+        await clock.advance(0)
+        await sub.cancel("later")
+        with pytest.raises(CaseCancelled, match="cancelled while queued"):
+            await handle.result()
+        assert sub.status("later").state == "cancelled"
+        assert sub.cases(state="queued") == []
+        with pytest.raises(wfsub.SignalRejected, match="already ended"):
+            await sub.cancel("later")
+        await sub.signal("blocker", "go")
+        await sub.await_case("blocker")
+        await clock.advance(5)
+        assert sub.status("later").state == "cancelled" and sub.status("later").dequeued_at is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_dedup_refuses_a_second_live_case_with_the_key(kind: str, tmp_path: Path) -> None:
+    """A dedup key held by a live (queued or running) case of the queue refuses another start with CaseExists naming
+    it; once that case has ended the key is free again."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"q": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="q", dedup="order-7", case_id="a")
+        with pytest.raises(CaseExists, match="case 'a' of queue 'q' is live .* dedup key 'order-7'"):
+            await sub.new_case("job", queue="q", dedup="order-7", case_id="b")
+        await clock.advance(0)
+        with pytest.raises(CaseExists, match="dedup key 'order-7'"):  # running now, still live
+            await sub.new_case("job", queue="q", dedup="order-7", case_id="b")
+        await sub.new_case("job", queue="q", dedup="order-8", case_id="c")  # another key queues
+        await sub.signal("a", "go")
+        await sub.await_case("a")
+        await sub.new_case("job", queue="q", dedup="order-7", case_id="b")
+        await clock.advance(1)
+        assert await sub.await_case("b") == {"ran": True}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_rate_limit_holds_over_every_sliding_window(kind: str, tmp_path: Path) -> None:
+    """With rate=(5, 10 s), twenty queued cases start at most five in any ten seconds (sliding), all within 40 s."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"r": Queue(rate=(5, 10.0))}) as sub:
+        for i in range(20):
+            await sub.new_case("job", {"i": i}, queue="r", case_id=f"c{i}")
+            if i % 3 == 0:
+                await clock.advance(1)
+        await clock.advance(40)
+        starts = sorted(sub.status(f"c{i}").dequeued_at or 0 for i in range(20))
+        assert all(s >= T0 for s in starts)
+        for s in starts:
+            assert sum(1 for t in starts if s <= t < s + 10) <= 5, starts
+        assert all(sub.status(f"c{i}").state == "done" for i in range(20))
+
+
+@pytest.mark.parametrize("kind", ["none", "sqlite"])
+async def test_delay_partitions_and_the_refusals(kind: str, tmp_path: Path) -> None:
+    """delay= holds a case back that long; a partitioned queue limits each partition on its own; an unknown queue is
+    refused with the names there are, and queue options without a queue are refused."""
+    clock = VirtualClock(start=T0)
+    queues = {"later": Queue(), "tenants": Queue(concurrency=1, partitioned=True)}
+    async with substrate(kind, tmp_path, clock, queues) as sub:
+        with pytest.raises(ValueError, match="no queue 'mial' \\(configured: 'later', 'tenants'\\)"):
+            await sub.new_case("job", queue="mial")
+        with pytest.raises(ValueError, match="priority, delay apply to a queued case only"):
+            await sub.new_case("job", priority=3, delay=5)
+        await sub.new_case("job", queue="later", delay=30, case_id="d")
+        for tenant in ("a", "a", "b"):
+            await sub.new_case("waits", queue="tenants", partition=tenant)
+        await clock.advance(29)
+        assert sub.status("d").state == "queued"
+        running = [s for s in sub.cases(limit=100) if s.queue == "tenants" and s.state == "waiting_signal"]
+        assert sorted(s.partition or "" for s in running) == ["a", "b"]
+        await clock.advance(1)
+        assert await sub.await_case("d") == {"ran": True} and sub.status("d").dequeued_at == T0 + 30
+
+
+async def test_concurrency_3_over_two_nodes_never_runs_more_than_3(tmp_path: Path) -> None:
+    """200 cases queued through two nodes on one Postgres store on a queue of concurrency 3: checked from their
+    journals afterwards, never more than 3 were started and not ended at once, and all ran, once each."""
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    clock = VirtualClock(start=T0)
+    queues = {"mail": Queue(concurrency=3)}
+    async with (
+        Substrate(store=PostgresStore(dsn, schema=schema), clock=clock, workflows=WORKFLOWS, queues=queues,
+                  node_id="a") as a,
+        Substrate(store=PostgresStore(dsn, schema=schema), clock=clock, workflows=WORKFLOWS, queues=queues,
+                  node_id="b") as b,
+    ):
+        for i in range(200):
+            await (a if i % 2 else b).new_case("slow", {"i": i}, queue="mail", case_id=f"m{i}")
+        for _ in range(200):
+            if not a.cases(state="queued", limit=1):
+                break
+            await clock.advance(1)
+        await clock.advance(2)
+        intervals = []
+        nodes = set()
+        for i in range(200):
+            journal = await a.journal(f"m{i}")
+            kinds = [r.kind for r in journal]
+            assert kinds == ["start", "timer", "end"], (i, kinds)
+            intervals.append((journal[0].model_dump()["time"], journal[-1].model_dump()["time"]))
+            nodes.add(a.status(f"m{i}").dequeued_at is not None)
+        assert check_at_most(intervals, 3) == 3
+        assert nodes == {True}
