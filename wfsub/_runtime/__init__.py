@@ -9,8 +9,8 @@ from ._clock import VirtualClock as VirtualClock
 from ._effects import EffectInfo as EffectInfo
 from ._effects import effect_info as effect_info
 from ._journal import JournalRecord as JournalRecord
-from ._registry import Workflow as Workflow
 from ._queues import Queue as Queue
+from ._registry import Workflow as Workflow
 from ._replay import ReplayReport as ReplayReport
 from ._replay import replay as replay
 from ._schedules import Schedule as Schedule

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
@@ -71,8 +70,8 @@ class Queue:
                                  fix=f"e.g. {name}=10 (None: no limit)")
         if rate is not None:
             ok = (
-                isinstance(rate, tuple) and len(rate) == 2 and isinstance(rate[0], int) and not isinstance(rate[0], bool)
-                and rate[0] >= 1 and isinstance(rate[1], int | float) and not isinstance(rate[1], bool)
+                isinstance(rate, tuple) and len(rate) == 2
+                and isinstance(rate[0], int) and not isinstance(rate[0], bool) and rate[0] >= 1 and isinstance(rate[1], int | float) and not isinstance(rate[1], bool)
                 and math.isfinite(rate[1]) and rate[1] > 0
             )
             if not ok:

@@ -63,8 +63,8 @@ from .._errors import (
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from .._store import CaseRow, SqliteStore, Store
-from .._store._queueing import QueueItem
 from .._store import open_store as _open_store
+from .._store._queueing import QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
@@ -79,9 +79,9 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
+from ._queues import Queue, Queues, check_queued, check_queues
 from ._registry import Workflows
 from ._routing import InboxRouter
-from ._queues import Queue, Queues, check_queued, check_queues
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
