@@ -71,7 +71,8 @@ class Queue:
         if rate is not None:
             ok = (
                 isinstance(rate, tuple) and len(rate) == 2
-                and isinstance(rate[0], int) and not isinstance(rate[0], bool) and rate[0] >= 1 and isinstance(rate[1], int | float) and not isinstance(rate[1], bool)
+                and isinstance(rate[0], int) and not isinstance(rate[0], bool) and rate[0] >= 1
+                and isinstance(rate[1], int | float) and not isinstance(rate[1], bool)
                 and math.isfinite(rate[1]) and rate[1] > 0
             )
             if not ok:
