@@ -53,3 +53,27 @@ def _iso(t: float | None) -> str | None:
     from datetime import UTC, datetime
 
     return None if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+async def test_cases_state_queued_lists_queued_cases_and_cancel_cancels_one(tmp_path: Path) -> None:
+    """`wfsub cases --state queued` lists the cases waiting in a queue; `wfsub cancel` of one cancels it (it never
+    starts), seen by the owner."""
+    from wfsub import Queue, wait
+
+    db = tmp_path / "cases.db"
+    flows = {"waits": seq(wait("go")), "job": seq(task(lambda c: {"ran": True}, name="run"))}
+    async with Substrate(store=db, workflows=flows, queues={"mail": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="mail", case_id="blocker")
+        await sub.new_case("job", queue="mail", priority=2, dedup="k1", case_id="q1")
+        await sub.new_case("job", queue="mail", case_id="q2")
+        code, out, err = await wfsub(tmp_path, "cases", str(db), "--state", "queued", "--json")
+        assert code == 0, err
+        rows = [json.loads(line) for line in out.splitlines()]
+        assert [(row["case_id"], row["queue"], row["priority"], row["dedup"]) for row in rows] == [
+            ("q2", "mail", 0, None), ("q1", "mail", 2, "k1")]
+        code, out, err = await wfsub(tmp_path, "cases", str(db), "--state", "queued")
+        assert code == 0 and "q1" in out and "mail" in out, err
+        code, out, err = await wfsub(tmp_path, "cancel", str(db), "q1")
+        assert code == 0 and "was queued: cancelled" in out, err
+        assert sub.status("q1").state == "cancelled"
+        assert [s.case_id for s in sub.cases(state="queued")] == ["q2"]

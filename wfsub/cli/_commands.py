@@ -115,6 +115,21 @@ def main() -> None:
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
                 as_json: bool) -> None:
     """List cases, newest first."""
+    if state == "queued":  # (cases waiting in a queue have no row yet: their queue items)
+        async with opened(store) as s:
+            items = [i for i in s.read_queue_items(state="queued", limit=limit)
+                     if workflow is None or i.start.get("workflow") == workflow]
+        listed = [{"case_id": i.case_id, "workflow": i.start.get("workflow"), "state": "queued", "queue": i.queue,
+                   "priority": i.priority, "dedup": i.dedup, "partition": i.partition,
+                   "enqueued_at": i.enqueued_at, "enqueued_at_iso": r.iso(i.enqueued_at)} for i in items]
+        if as_json:
+            for item in listed:
+                r.print_json(item)
+        elif listed:
+            r.out.print(r.queued_table(listed))
+        else:
+            r.err.print("no queued cases")
+        return
     async with opened(store) as s:
         rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before)
     if as_json:
@@ -325,6 +340,9 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
     else:
         body = _checked("cancel_region", {"region": region}, request_id)
     async with opened(store) as s:
+        if region is None and await s.queue_cancel(case_id) is not None:  # queued: it never starts
+            r.out.print(f"case {case_id!r} was queued: cancelled, it will not start")
+            return
         if region is None:
             row = await _steerable(s, case_id, "cancel", request_id)
             if row is not None:

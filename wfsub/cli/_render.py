@@ -76,6 +76,14 @@ def cases_table(rows: Sequence[CaseRow]) -> Table:
 _STATE_STYLE = {"done": "green", "failed": "red", "cancelled": "yellow", "suspended": "magenta"}
 
 
+def queued_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table("CASE", "WORKFLOW", "STATE", "QUEUE", "PRIORITY", "DEDUP", "PARTITION", "ENQUEUED", box=None)
+    for row in rows:
+        table.add_row(row["case_id"], str(row["workflow"]), "queued", row["queue"], str(row["priority"]),
+                      row["dedup"] or "-", row["partition"] or "-", when(row["enqueued_at"]))
+    return table
+
+
 def schedules_table(rows: Sequence[dict[str, Any]]) -> Table:
     table = Table("schedule", "workflow", "when", "paused", "last slot", "last case", "next slot")
     for row in rows:
