@@ -195,12 +195,13 @@ class Queues:
             return table.listed(state, queue, limit)
         return table.read_queue_items(state=state, queue=queue, limit=limit)
 
-    async def wait_moved(self, case_id: str) -> None:
-        """Return once the queued case has started or been cancelled (here, or seen in the store)."""
-        event = self.moved.setdefault(case_id, anyio.Event())
+    async def wait_moved(self, case_id: str, written: Callable[[str], bool]) -> None:
+        """Return once the queued case has been cancelled, or has started and its case is `written` (a claimed
+        case's start is written after its claim; another node's, seen in the store)."""
         while True:
+            event = self.moved.setdefault(case_id, anyio.Event())
             item = self.item(case_id)
-            if item is None or item.state != "queued":
+            if item is None or item.state == "cancelled" or (item.state != "queued" and written(case_id)):
                 return
             with anyio.move_on_after(POLL):
                 await event.wait()
@@ -234,8 +235,9 @@ class Queues:
                             claimed, later = table.claim(name, queue.limits, self.node, now, CLAIM_MOST)
                         else:
                             claimed, later = await table.queue_claim(name, queue.limits, self.node, now, CLAIM_MOST)
-                        for item in claimed:
-                            await self._start(item)
+                        async with anyio.create_task_group() as tg:  # their start records commit together
+                            for item in claimed:
+                                tg.start_soon(self._start, item)
                         if later is not None:
                             wake = later if wake is None else min(wake, later)
                         if len(claimed) < CLAIM_MOST:
@@ -254,8 +256,8 @@ class Queues:
     async def _start(self, item: QueueItem) -> None:
         try:
             await self.start(item)
-        except StoreError:
-            raise
+        except StoreError as exc:  # claimed, not started: this node starts it again when it next enters
+            _log.error("queues: the store failed starting a claimed case", case_id=item.case_id, error=str(exc))
         except Exception as exc:  # (it was checked when queued: a workflow this node has not registered, ...)
             _log.error("queues: could not start a claimed case", case_id=item.case_id, queue=item.queue,
                        error=f"{type(exc).__name__}: {exc}")

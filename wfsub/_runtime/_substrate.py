@@ -695,6 +695,10 @@ class Substrate:
             scheduler="deterministic" if seed is None else Seeded(seed),
         )
 
+    def _written(self, case_id: str) -> bool:
+        """Whether a case has been started (in memory here, or its row in the store)."""
+        return case_id in self._cases or (self._store is not None and self._row_now(case_id) is not None)
+
     def _memory_ended(self, case_id: str) -> bool | None:
         """Without a store: whether a case has ended (None: it is not in memory)."""
         actor = self._cases.get(case_id)
@@ -1009,8 +1013,8 @@ class Substrate:
         item = self._queues.item(case_id)
         if item is None:
             return
-        if item.state == "queued":
-            await self._queues.wait_moved(case_id)
+        if item.state in ("queued", "started"):
+            await self._queues.wait_moved(case_id, self._written)
             item = self._queues.item(case_id)
         if item is not None and item.state == "cancelled":
             raise CaseCancelled(case_id, "cancelled while queued")
