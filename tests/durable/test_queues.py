@@ -215,3 +215,39 @@ async def test_concurrency_3_over_two_nodes_never_runs_more_than_3(tmp_path: Pat
             nodes.add(a.status(f"m{i}").dequeued_at is not None)
         assert check_at_most(intervals, 3) == 3
         assert nodes == {True}
+
+
+async def test_a_client_queues_dedups_cancels_and_awaits_through_the_store(tmp_path: Path) -> None:
+    """A wfsub.Client starts cases on a queue the owner registered (an unknown one is refused with the names there
+    are), is refused a live dedup key, reads and cancels a queued case, and awaits one the owner ran."""
+    db = str(tmp_path / "cases.db")
+    async with Substrate(store=db, workflows=WORKFLOWS, queues={"mail": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="mail", case_id="blocker")
+        async with wfsub.Client(db) as client:
+            with pytest.raises(ValueError, match="no queue 'mial' \\(configured: 'mail'\\)"):
+                await client.new_case("job", queue="mial")
+            handle = await client.new_case("job", {"n": 1}, queue="mail", dedup="k", case_id="c1")
+            with pytest.raises(CaseExists, match="case 'c1' of queue 'mail' is live"):
+                await client.new_case("job", queue="mail", dedup="k", case_id="c2")
+            await client.new_case("job", queue="mail", case_id="c3")
+            status = await client.status("c1")
+            assert (status.state, status.queue, status.dedup, status.started_at) == ("queued", "mail", "k", None)
+            await client.cancel("c3")
+            assert (await client.status("c3")).state == "cancelled"
+            with pytest.raises(CaseCancelled):
+                await client.await_case("c3")
+            await sub.signal("blocker", "go")
+            assert await handle.result() == {"n": 1, "ran": True}
+            assert (await client.status("c1")).dequeued_at is not None
+
+
+async def test_the_newest_registration_of_a_queue_wins_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A Substrate that configures a queue differently from the one registered before it logs a WARNING naming
+    both; its configuration is the one the store keeps."""
+    store = MemoryStore()
+    async with Substrate(store=store, workflows=WORKFLOWS, queues={"q": Queue(concurrency=1)}, node_id="old"):
+        pass
+    with caplog.at_level("WARNING", logger="wfsub"):
+        async with Substrate(store=store, workflows=WORKFLOWS, queues={"q": Queue(concurrency=2)}, node_id="new"):
+            assert (await store.queue_specs())["q"]["concurrency"] == 2
+    assert "newest registration wins" in caplog.text and "registered_by" in caplog.text

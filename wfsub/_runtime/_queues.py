@@ -21,8 +21,9 @@ Decisions written down here:
 - A queued case can be cancelled (it never starts: its state is `cancelled`, with no journal); `await_case` of a
   queued case waits for it to start and end. `status()` of a queued case shows `queue`, `priority`, `dedup`,
   `partition`; `started_at` and `dequeued_at` are None until it starts.
-- Starting on a queue that `queues=` does not name is refused with the names it has. Every node of a store must
-  configure the queues it starts cases on; the limits a claim applies are those of the node that claims.
+- Starting on a queue that `queues=` does not name is refused with the names it has (a `Client`: the queues
+  registered in the store). Each Substrate records its queues in the store; the newest registration of a queue
+  wins (a WARNING names the one it replaced), and every node claims with the registered limits.
 - A node that stopped between claiming a case and writing its start starts it again when it comes back (same
   node id); the queue counts it as running meanwhile.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -39,6 +41,7 @@ from .._errors import NOTHING, StoreError, bad_option, unknown_name
 from .._store import Store
 from .._store._queueing import QueueItem, QueueLimits, QueueTable
 from .._trace import get_logger
+from ._status import CaseState, CaseStatus
 
 _log = get_logger("wfsub.runtime")
 
@@ -90,6 +93,18 @@ class Queue:
     @property
     def limits(self) -> QueueLimits:
         return QueueLimits(self.concurrency, self.per_node, self.rate, self.partitioned)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """What the store keeps of it."""
+        return {"concurrency": self.concurrency, "per_node": self.per_node,
+                "rate": None if self.rate is None else list(self.rate), "partitioned": self.partitioned}
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Queue:
+        rate = spec.get("rate")
+        return cls(spec.get("concurrency"), spec.get("per_node"), None if rate is None else (rate[0], rate[1]),
+                   bool(spec.get("partitioned")))
 
 
 def check_queues(queues: Mapping[str, Queue] | None) -> dict[str, Queue]:
@@ -166,6 +181,15 @@ class Queues:
     def use(self, store: Store) -> None:
         self.table = store
 
+    async def register(self, store: Store) -> None:
+        """Record this node's queues in the store: the newest registration of a queue wins (logged when it
+        replaces another configuration)."""
+        for name, queue in self.queues.items():
+            before = await store.queue_register(name, queue.spec, self.node)
+            if before is not None and before[0] != queue.spec:
+                _log.warning("queue configured differently before; the newest registration wins", queue=name,
+                             now=queue.spec, before=before[0], registered_by=before[1])
+
     def nudge(self) -> None:
         self.nudged.set()
 
@@ -228,7 +252,9 @@ class Queues:
             wake: float | None = None
             self.busy(1)
             try:
-                for name, queue in self.queues.items():
+                specs = {} if isinstance(table, QueueTable) else await table.queue_specs()
+                for name, mine in self.queues.items():
+                    queue = Queue.from_spec(specs[name]) if name in specs else mine  # the newest registration
                     while self.is_open():  # (closing: claim nothing it would not start)
                         now = self.now()
                         if isinstance(table, QueueTable):
@@ -265,4 +291,15 @@ class Queues:
             self._moved(item.case_id)
 
 
-__all__ = ["Queue", "Queues", "check_queued", "check_queues"]
+def queued_status(item: QueueItem) -> CaseStatus:
+    """The status of a case that has not left its queue (queued, or cancelled while queued)."""
+    cancelled = item.state == "cancelled"
+    return CaseStatus(
+        case_id=item.case_id, state=CaseState.CANCELLED if cancelled else CaseState.QUEUED, steps=0, signals=(),
+        effects_pending=0, timers_armed=0, regions=(), wakeups=0, started_at=None,
+        workflow=item.start.get("workflow"), queue=item.queue, priority=item.priority, dedup=item.dedup,
+        partition=item.partition, cancel_reason="cancelled while queued" if cancelled else None,
+    )
+
+
+__all__ = ["Queue", "Queues", "check_queued", "check_queues", "queued_status"]

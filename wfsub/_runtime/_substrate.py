@@ -79,7 +79,7 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
-from ._queues import Queue, Queues, check_queued, check_queues
+from ._queues import Queue, Queues, check_queued, check_queues, queued_status
 from ._registry import Workflows
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
@@ -302,6 +302,7 @@ class Substrate:
         if self._store is not None:
             try:
                 await self._register_summaries(self._store)
+                await self._queues.register(self._store)
                 if standby:
                     self._open_standby(self._store, case_tg)
                 else:
@@ -705,13 +706,7 @@ class Substrate:
         return None if actor is None else actor.state in FINAL
 
     def _queued_status(self, item: QueueItem) -> CaseStatus:
-        state = CaseState.CANCELLED if item.state == "cancelled" else CaseState.QUEUED
-        return CaseStatus(
-            case_id=item.case_id, state=state, steps=0, signals=(), effects_pending=0, timers_armed=0, regions=(),
-            wakeups=0, started_at=None, workflow=item.start.get("workflow"), queue=item.queue,
-            priority=item.priority, dedup=item.dedup, partition=item.partition,
-            cancel_reason="cancelled while queued" if item.state == "cancelled" else None,
-        )
+        return queued_status(item)
 
     def _with_queue(self, status: CaseStatus) -> CaseStatus:
         """A started case's status with what its queue item says (when it started on a queue)."""

@@ -372,6 +372,15 @@ class Store(Protocol):
         """Items `node` claimed whose case it never wrote (it stopped in between): to start again."""
         ...
 
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        """Record queue `name`'s configuration (the newest wins); returns the one it replaces and who registered
+        that (None: none)."""
+        ...
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        """Every queue's registered configuration, by name."""
+        ...
+
 
 class StoreBase(Store):
     """What every backend shares: the checks around `open()` and `close()`, and their errors, built once.

@@ -129,6 +129,7 @@ class MemoryStore(SingleNode):
         self._programs: dict[str, ProgramSummary] = {}  # by fingerprint, in registration order
         self._schedules = ScheduleTable()
         self._queue = QueueTable(self._case_ended)
+        self._queue_specs: dict[str, tuple[dict[str, Any], str]] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(cases={len(self._cases)}, open={self._open})"
@@ -312,6 +313,18 @@ class MemoryStore(SingleNode):
         self._check_open("list queued cases")
         await anyio.lowlevel.checkpoint()
         return self._queue.orphans(node)
+
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        self._check_open("record a queue")
+        await anyio.lowlevel.checkpoint()
+        before = self._queue_specs.get(name)
+        self._queue_specs[name] = (loads(to_json(self._name, f"queue {name!r}", dict(spec))), node)
+        return before
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        self._check_open("read the queues")
+        await anyio.lowlevel.checkpoint()
+        return {name: spec for name, (spec, _) in sorted(self._queue_specs.items())}
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         self._check_open("prune")

@@ -1084,6 +1084,25 @@ class PostgresStore(StoreBase):
 
         return await self._read("listing queued cases", run)
 
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        text = to_json(self._name, f"queue {name!r}", dict(spec))
+
+        async def run(conn: Any) -> tuple[dict[str, Any], str] | None:
+            async with conn.transaction():
+                await conn.execute(Q["queue_lock"], name)
+                found = await conn.fetchrow(Q["queue_spec_get"], name)
+                await conn.execute(Q["queue_register"], name, text, node)
+                return None if found is None else (loads(found[0]), str(found[1]))
+
+        loop = self._running("record a queue")
+        return await loop.call(self._pooled(f"recording queue {name!r}", run))
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        async def run(conn: Any) -> dict[str, dict[str, Any]]:
+            return {str(f[0]): loads(f[1]) for f in await conn.fetch(Q["queue_specs"])}
+
+        return await self._read("reading the queues", run)
+
     async def database_time(self) -> float:
         async def run(conn: Any) -> float:
             return float(await conn.fetchval(Q["db_now"]))

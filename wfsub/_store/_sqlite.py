@@ -571,6 +571,21 @@ class SqliteStore(SingleNode):
     async def queue_orphans(self, node: str) -> list[QueueItem]:
         return await self._read("listing queued cases", lambda conn: _items(conn, "queue_orphans", {"node": node}))
 
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        writer = self._running("record a queue")
+        params = {"name": name, "spec": to_json(self.path, f"queue {name!r}", dict(spec)), "node": node,
+                  "now": time.time()}
+        job = Job(partial(_apply_queue_register, params), f"queue {name!r}", wait=True)
+        writer.submit(job)
+        before: tuple[dict[str, Any], str] | None = await job.outcome()
+        return before
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            return {str(name): loads(spec) for name, spec in conn.execute(Q["queue_specs"]).fetchall()}
+
+        return await self._read("reading the queues", read)
+
     async def owner(self) -> Owner | None:
         """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
         return await anyio.to_thread.run_sync(self._owner_sync)
@@ -942,6 +957,12 @@ def _apply_queue_claim(
         conn.execute(Q["queue_start"], {"case_id": item.case_id, "now": now, "node": node})
         claimed.append(replace(item, state=STARTED, started_at=now, node=node))
     return claimed, wake
+
+
+def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> tuple[dict[str, Any], str] | None:
+    found = conn.execute(Q["queue_spec_get"], params).fetchone()
+    conn.execute(Q["queue_register"], params)
+    return None if found is None else (loads(found[0]), str(found[1]))
 
 
 def _apply_queue_cancel(case_id: str, conn: sqlite3.Connection) -> QueueItem | None:

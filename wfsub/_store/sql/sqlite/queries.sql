@@ -342,3 +342,16 @@ ORDER BY item_order DESC LIMIT :limit;
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items q WHERE state = 'started' AND node = :node
   AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
+
+-- name: queue_spec_get
+-- A queue's registered configuration.
+SELECT spec, node FROM queues WHERE name = :name;
+
+-- name: queue_register
+-- A queue's configuration: the newest registration wins.
+INSERT INTO queues (name, spec, node, updated_at) VALUES (:name, :spec, :node, :now)
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, updated_at = excluded.updated_at;
+
+-- name: queue_specs
+-- Every queue's configuration.
+SELECT name, spec FROM queues ORDER BY name;

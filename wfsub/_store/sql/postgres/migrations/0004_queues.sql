@@ -22,3 +22,12 @@ CREATE INDEX queue_items_waiting ON queue_items (queue, priority, item_order) WH
 CREATE INDEX queue_items_started ON queue_items (queue) WHERE state = 'started';
 CREATE INDEX queue_items_recent ON queue_items (queue, started_at) WHERE started_at IS NOT NULL;
 CREATE INDEX queue_items_dedup ON queue_items (queue, dedup) WHERE dedup IS NOT NULL;
+
+-- Each queue's newest configuration (Substrate(queues=...)): every node applies the newest registration, and a
+-- wfsub.Client checks a queue's name against them.
+CREATE TABLE queues (
+    name       text PRIMARY KEY,
+    spec       text NOT NULL,  -- JSON: {"concurrency", "per_node", "rate", "partitioned"}
+    node       text,  -- who registered it last
+    updated_at double precision NOT NULL
+);
