@@ -251,3 +251,37 @@ async def test_the_newest_registration_of_a_queue_wins_and_is_logged(caplog: pyt
         async with Substrate(store=store, workflows=WORKFLOWS, queues={"q": Queue(concurrency=2)}, node_id="new"):
             assert (await store.queue_specs())["q"]["concurrency"] == 2
     assert "newest registration wins" in caplog.text and "registered_by" in caplog.text
+
+
+async def test_per_node_caps_each_nodes_share_across_two_nodes() -> None:
+    """With per_node=1 and two nodes on one Postgres store, each node runs at most one of the queue's cases at a
+    time (checked from the queue's rows and the journals), and both nodes take part."""
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    clock = VirtualClock(start=T0)
+    queues = {"q": Queue(per_node=1)}
+    store_a = PostgresStore(dsn, schema=schema)
+    async with (
+        Substrate(store=store_a, clock=clock, workflows=WORKFLOWS, queues=queues, node_id="a") as a,
+        Substrate(store=PostgresStore(dsn, schema=schema), clock=clock, workflows=WORKFLOWS, queues=queues,
+                  node_id="b") as b,
+    ):
+        for i in range(8):
+            await (a if i % 2 else b).new_case("slow", queue="q", case_id=f"n{i}")
+        for _ in range(20):
+            await clock.advance(1)
+        by_node: dict[str, list[tuple[float, float]]] = {}
+        for i in range(8):
+            item = store_a.read_queue_item(f"n{i}")
+            assert item is not None and item.node is not None
+            journal = await a.journal(f"n{i}")
+            assert journal[-1].kind == "end"
+            by_node.setdefault(item.node, []).append((journal[0].model_dump()["time"], journal[-1].model_dump()["time"]))
+        assert sorted(by_node) == ["a", "b"]
+        for intervals in by_node.values():
+            check_at_most(intervals, 1)
