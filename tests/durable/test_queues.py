@@ -281,7 +281,8 @@ async def test_per_node_caps_each_nodes_share_across_two_nodes() -> None:
             assert item is not None and item.node is not None
             journal = await a.journal(f"n{i}")
             assert journal[-1].kind == "end"
-            by_node.setdefault(item.node, []).append((journal[0].model_dump()["time"], journal[-1].model_dump()["time"]))
+            span = (journal[0].model_dump()["time"], journal[-1].model_dump()["time"])
+            by_node.setdefault(item.node, []).append(span)
         assert sorted(by_node) == ["a", "b"]
         for intervals in by_node.values():
             check_at_most(intervals, 1)
