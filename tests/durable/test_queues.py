@@ -286,3 +286,47 @@ async def test_per_node_caps_each_nodes_share_across_two_nodes() -> None:
         assert sorted(by_node) == ["a", "b"]
         for intervals in by_node.values():
             check_at_most(intervals, 1)
+
+
+async def test_a_standby_queues_cases_the_owner_runs_and_is_refused_a_live_dedup_key(tmp_path: Path) -> None:
+    """A standby Substrate (a second one on the owner's SQLite file) queues cases through the store: a live dedup
+    key is refused there too, and the owner claims and runs them."""
+    db = str(tmp_path / "cases.db")
+    queues = {"mail": Queue(concurrency=1)}
+    async with (
+        Substrate(store=db, workflows=WORKFLOWS, queues=queues) as owner,
+        Substrate(store=db, workflows=WORKFLOWS, queues=queues) as standby,
+    ):
+        assert standby.standby and not owner.standby
+        handle = await standby.new_case("job", {"n": 1}, queue="mail", dedup="k", case_id="s1")
+        with pytest.raises(CaseExists, match="dedup key 'k'"):
+            await standby.new_case("job", queue="mail", dedup="k", case_id="s2")
+        assert await handle.result() == {"n": 1, "ran": True}
+        assert owner.status("s1").queue == "mail" and owner.status("s1").dequeued_at is not None
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_case_claimed_but_not_started_before_a_stop_starts_when_its_node_comes_back(
+    kind: str, tmp_path: Path
+) -> None:
+    """A queue item a node claimed without writing its case (the node stopped in between) is started when a
+    Substrate with that node id enters the store again."""
+    from wfsub._store._queueing import QueueItem, QueueLimits
+
+    store = store_maker(kind, tmp_path)
+    opened = store()
+    raw = opened if isinstance(opened, MemoryStore) else wfsub.stores.SqliteStore(opened)
+    await raw.open(owner=True, owner_id="n1")
+    try:
+        await raw.queue_put(QueueItem("orphan", "q", None, 0, None,
+                                      {"workflow": "job", "data": {"k": 1}, "timeout": None, "seed": None}, T0, T0))
+        claimed, _ = await raw.queue_claim("q", QueueLimits(concurrency=1), "n1", T0, 10)
+        assert [i.case_id for i in claimed] == ["orphan"]
+        assert [i.case_id for i in await raw.queue_orphans("n1")] == ["orphan"]
+    finally:
+        await raw.close()
+    clock = VirtualClock(start=T0)
+    async with Substrate(store=store(), clock=clock, workflows=WORKFLOWS, queues={"q": Queue(concurrency=1)},
+                         node_id="n1") as sub:
+        await clock.advance(0)
+        assert await sub.await_case("orphan") == {"k": 1, "ran": True}
