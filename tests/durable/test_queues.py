@@ -134,6 +134,10 @@ async def test_dedup_refuses_a_second_live_case_with_the_key(kind: str, tmp_path
         with pytest.raises(CaseExists, match="dedup key 'order-7'"):  # running now, still live
             await sub.new_case("job", queue="q", dedup="order-7", case_id="b")
         await sub.new_case("job", queue="q", dedup="order-8", case_id="c")  # another key queues
+        again = await sub.new_case("job", queue="q", dedup="order-8", case_id="c")  # the same start: that case
+        assert again.case_id == "c" and sub.status("c").state == "queued"
+        with pytest.raises(CaseExists, match="other start data"):
+            await sub.new_case("job", {"x": 1}, queue="q", case_id="c")
         await sub.signal("a", "go")
         await sub.await_case("a")
         await sub.new_case("job", queue="q", dedup="order-7", case_id="b")
