@@ -270,3 +270,24 @@ async def test_two_nodes_on_one_postgres_store_start_each_slot_once() -> None:
         for case_id in ids:
             assert (await a.await_case(case_id))["ran"] is True
             assert [r.kind for r in await b.journal(case_id)] == ["start", "end"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_schedule_on_a_queue_starts_its_slots_through_it(kind: str, tmp_path: Path) -> None:
+    """Schedule(queue=) queues each slot's case on that queue: with concurrency 1 and overlap='allow', the later
+    slots wait `queued` behind the first until it ends; a queue the Substrate does not configure is refused."""
+    store = store_maker(kind, tmp_path)
+    s = Schedule("q", "waits", every=60, overlap="allow", queue="one")
+    with pytest.raises(ValueError, match="no queue 'one' \\(configured: none\\)"):
+        Substrate(workflows=WORKFLOWS, schedules=[s])
+    clock = VirtualClock(start=at("2026-01-01T00:00:30+00:00"))
+    async with Substrate(store=store(), clock=clock, workflows=WORKFLOWS, schedules=[s],
+                         queues={"one": wfsub.Queue(concurrency=1)}) as sub:
+        await clock.advance(150)
+        first, second, third = "q@2026-01-01T00:01:00Z", "q@2026-01-01T00:02:00Z", "q@2026-01-01T00:03:00Z"
+        assert sub.status(first).state == "waiting_signal"
+        assert [c.case_id for c in sub.cases(state="queued")] == [third, second]  # newest first
+        await sub.signal(first, "go")
+        await sub.await_case(first)
+        await clock.advance(30)
+        assert sub.status(second).state == "waiting_signal" and sub.status(third).state == "queued"
