@@ -56,8 +56,8 @@ def _iso(t: float | None) -> str | None:
 
 
 async def test_cases_state_queued_lists_queued_cases_and_cancel_cancels_one(tmp_path: Path) -> None:
-    """`wfsub cases --state queued` lists the cases waiting in a queue; `wfsub cancel` of one cancels it (it never
-    starts), seen by the owner."""
+    """`wfsub cases --state queued` lists the cases waiting in a queue, `wfsub show` shows one with its queue
+    options, and `wfsub cancel` of one cancels it (it never starts), seen by the owner."""
     from wfsub import Queue, wait
 
     db = tmp_path / "cases.db"
@@ -73,6 +73,10 @@ async def test_cases_state_queued_lists_queued_cases_and_cancel_cancels_one(tmp_
             ("q2", "mail", 0, None), ("q1", "mail", 2, "k1")]
         code, out, err = await wfsub(tmp_path, "cases", str(db), "--state", "queued")
         assert code == 0 and "q1" in out and "mail" in out, err
+        code, out, err = await wfsub(tmp_path, "show", str(db), "q1", "--json")
+        assert code == 0, err
+        shown = json.loads(out)
+        assert (shown["state"], shown["queue"], shown["priority"], shown["dedup"]) == ("queued", "mail", 2, "k1")
         code, out, err = await wfsub(tmp_path, "cancel", str(db), "q1")
         assert code == 0 and "was queued: cancelled" in out, err
         assert sub.status("q1").state == "cancelled"
