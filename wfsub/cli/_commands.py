@@ -188,10 +188,12 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
     async with opened(store) as s:
         item = s.read_queue_item(case_id)
         if item is not None and item.state in ("queued", "cancelled") and await s.row(case_id) is None:
-            shown_item: dict[str, Any] = {"case_id": item.case_id, "workflow": item.start.get("workflow"),
-                          "state": "cancelled" if item.state == "cancelled" else "queued", "queue": item.queue,
-                          "priority": item.priority, "dedup": item.dedup, "partition": item.partition,
-                          "enqueued_at": item.enqueued_at, "not_before": item.not_before}
+            shown_item: dict[str, Any] = {
+                "case_id": item.case_id, "workflow": item.start.get("workflow"),
+                "state": "cancelled" if item.state == "cancelled" else "queued", "queue": item.queue,
+                "priority": item.priority, "dedup": item.dedup, "partition": item.partition,
+                "enqueued_at": item.enqueued_at, "not_before": item.not_before,
+            }
             if as_json:
                 r.print_json(r.with_iso(shown_item, "enqueued_at", "not_before"), indent=2)
             else:
