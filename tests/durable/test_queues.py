@@ -334,3 +334,20 @@ async def test_a_case_claimed_but_not_started_before_a_stop_starts_when_its_node
                          node_id="n1") as sub:
         await clock.advance(0)
         assert await sub.await_case("orphan") == {"k": 1, "ran": True}
+
+
+@pytest.mark.parametrize("kind", ["none", "sqlite"])
+async def test_a_queued_cases_timeout_counts_from_its_start(kind: str, tmp_path: Path) -> None:
+    """timeout= of a queued case counts from when it leaves the queue, not from when it was queued."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"q": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="q", case_id="blocker")
+        await sub.new_case("waits", queue="q", case_id="bounded", timeout=5)
+        await clock.advance(100)
+        assert sub.status("bounded").state == "queued"
+        await sub.cancel("blocker")
+        await clock.advance(4)
+        assert sub.status("bounded").state == "waiting_signal" and sub.status("bounded").dequeued_at == T0 + 100
+        await clock.advance(1)
+        with pytest.raises(CaseCancelled, match="timeout"):
+            await sub.await_case("bounded")
