@@ -88,6 +88,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import JournalRecord as JournalRecord
     from ._runtime import Queue as Queue
     from ._runtime import RealClock as RealClock
+    from ._runtime import RefusedInput as RefusedInput
     from ._runtime import ReplayReport as ReplayReport
     from ._runtime import Schedule as Schedule
     from ._runtime import ScheduleStatus as ScheduleStatus
@@ -134,6 +135,7 @@ __all__ = [
     "MemorySink",
     "Queue",
     "RealClock",
+    "RefusedInput",
     "ReplayDivergence",
     "ReplayReport",
     "RestoredError",
@@ -213,6 +215,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "JournalRecord": ("._runtime", "JournalRecord"),
     "Queue": ("._runtime", "Queue"),
     "RealClock": ("._runtime", "RealClock"),
+    "RefusedInput": ("._runtime", "RefusedInput"),
     "ReplayReport": ("._runtime", "ReplayReport"),
     "Schedule": ("._runtime", "Schedule"),
     "ScheduleStatus": ("._runtime", "ScheduleStatus"),

@@ -11,6 +11,7 @@ from ._runtime import Failure as Failure
 from ._runtime import JournalRecord as JournalRecord
 from ._runtime import Queue as Queue
 from ._runtime import RealClock as RealClock
+from ._runtime import RefusedInput as RefusedInput
 from ._runtime import ReplayReport as ReplayReport
 from ._runtime import Schedule as Schedule
 from ._runtime import ScheduleStatus as ScheduleStatus
@@ -33,6 +34,7 @@ __all__ = [
     "JournalRecord",
     "Queue",
     "RealClock",
+    "RefusedInput",
     "ReplayReport",
     "Schedule",
     "ScheduleStatus",

@@ -19,6 +19,7 @@ from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
 from ._status import EffectStatus as EffectStatus
 from ._status import Failure as Failure
+from ._status import RefusedInput as RefusedInput
 from ._status import SubstrateStatistics as SubstrateStatistics
 from ._status import TimerStatus as TimerStatus
 from ._substrate import CaseHandle as CaseHandle
@@ -36,6 +37,7 @@ __all__ = [
     "JournalRecord",
     "Queue",
     "RealClock",
+    "RefusedInput",
     "ReplayReport",
     "Schedule",
     "ScheduleStatus",
