@@ -71,7 +71,8 @@ async def test_update_answer_survives_a_restart(store: Store) -> None:
 
 async def test_buffered_update_keeps_its_id_across_a_restart(store: Store) -> None:
     """An update buffered when its caller gave up is answered after a restart to a retry with its request_id,
-    once a wait takes it; a buffered update the check refuses then is refused to its retry."""
+    once a wait takes it; a buffered update the check refuses then is refused to its retry and listed in
+    status().refused, also after another restart (once, though the replay refuses it again)."""
     clock = VirtualClock()
     async with Substrate(store=store, workflows=WORKFLOWS, clock=clock) as sub:
         await sub.new_case("gated", {"n": 1}, case_id="g1")
@@ -97,6 +98,13 @@ async def test_buffered_update_keeps_its_id_across_a_restart(store: Store) -> No
         with pytest.raises(SignalRejected, match="add must be a positive int, got 0"):
             await sub.update("g2", "add", 0, request_id="b2")
         assert sub.data("g2") == {"n": 1, "start": None}
+        listed = sub.status("g2").refused
+        assert [(r.kind, r.name, r.request_id) for r in listed] == [("update", "add", "b2")]
+    async with Substrate(store=twin(store), workflows=WORKFLOWS, clock=VirtualClock()) as sub:
+        listed = sub.status("g2").refused  # from the row, and once more in memory after a replay: listed once
+        assert [(r.kind, r.name, r.request_id) for r in listed] == [("update", "add", "b2")]
+        assert await sub.update("g2", "add", 2) == 3  # brought into memory: its journal replayed
+        assert [(r.kind, r.request_id) for r in sub.status("g2").refused] == [("update", "b2")]
 
 
 async def test_client_update_through_the_inbox(tmp_path: Path) -> None:

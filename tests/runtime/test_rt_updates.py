@@ -235,7 +235,8 @@ def test_defer_update_replied_in_branch(backend: str) -> None:
 
 
 def test_buffered_signal_refused_when_taken_is_logged() -> None:
-    """A buffered signal that the taking wait's check refuses is dropped with a WARNING naming case, name, reason."""
+    """A buffered signal that the taking wait's check refuses is dropped with a WARNING naming case, name, reason,
+    and listed in status().refused."""
     import structlog
 
     async def main() -> None:
@@ -248,5 +249,8 @@ def test_buffered_signal_refused_when_taken_is_logged() -> None:
         refused = [e for e in logs if e["event"] == "input refused by its wait's check"]
         assert refused and refused[0]["log_level"] == "warning" and refused[0]["name"] == "add"
         assert refused[0]["case_id"] == h.case_id and "positive int" in refused[0]["reason"]
+        listed = h.status().refused
+        assert [(r.kind, r.name) for r in listed] == [("signal", "add")]
+        assert "positive int" in listed[0].reason and "seq[1].wait" in listed[0].reason
 
     run("asyncio", main)

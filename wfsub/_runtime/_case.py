@@ -61,7 +61,7 @@ from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import durable_fields
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
-from ._updates import Updates
+from ._updates import Updates, with_taken
 from ._updates import at_end as updates_at_end
 from ._updates import dispatch as dispatch_answers
 
@@ -640,8 +640,14 @@ class CaseActor:
             timers=armed,
             failure=failure,
             order=(self.journal.order if self.journal is not None else self.order) or None,
-            **({} if self.journal is None else durable_fields(self.journal)),
+            **self._durable_fields(),
         )
+
+    def _durable_fields(self) -> dict[str, Any]:
+        found = {} if self.journal is None else durable_fields(self.journal)
+        if self.updates is not None and self.updates.refused:  # inputs a check= refused as a wait took them
+            found["refused"] = with_taken(found.get("refused", ()), self.updates.refused)
+        return found
 
 
 def _drop_frames(exc: BaseException | None) -> None:

@@ -36,7 +36,7 @@ from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import log_refused
 from ._status import CaseState
-from ._updates import row_answers
+from ._updates import row_answers, row_refused
 
 if TYPE_CHECKING:
     from .._vm import RunResult
@@ -276,6 +276,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         order=j.order,
         migrated_from=j.migrated_from,
         answers=row_answers(actor),
+        taken_refused=row_refused(actor),
     )
 
 

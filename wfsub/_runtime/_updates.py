@@ -25,6 +25,7 @@ import anyio
 
 from .._errors import CaseCancelled, CaseFailed, CaseNotFound, SignalRejected, StepFailed, owner_refused
 from .._trace import get_logger
+from ._status import RefusedInput
 
 if TYPE_CHECKING:
     from .._store import CaseRow, Store
@@ -34,6 +35,9 @@ _log = get_logger("wfsub.runtime")
 
 ANSWERS_KEPT = 100
 """Answers a case keeps (in memory and on its row), newest last: a retried call finds its answer among them."""
+
+REFUSED_KEPT = 10
+"""Inputs refused by a `check=` when a wait took them from the buffer, kept newest first for `status().refused`."""
 
 ENDED = "ended"
 
@@ -51,11 +55,13 @@ class Pending:
 class Updates:
     """A case actor's updates: callers waiting by update id, and the latest answers ([kind, value]) by id."""
 
-    __slots__ = ("pending", "answers")
+    __slots__ = ("pending", "answers", "refused")
 
     def __init__(self) -> None:
         self.pending: dict[str, Pending] = {}
         self.answers: dict[str, list[Any]] = {}
+        # inputs a check= refused when a wait took them from the buffer: {kind, name, reason, time, request_id}
+        self.refused: list[dict[str, Any]] = []
 
     def keep(self, uid: str, answer: list[Any]) -> None:
         answers = self.answers
@@ -99,8 +105,13 @@ def dispatch(actor: CaseActor, answers: Iterable[tuple[str | None, str, str, Any
     """The vm's answers after a burst: kept and handed to their callers; refusals logged at WARNING."""
     for uid, kind, name, value in answers:
         if kind == "refused":
-            _log.warning("input refused by its wait's check", case_id=actor.case_id,
-                         kind="update" if uid is not None else "signal", name=name, reason=value[0], at=value[1])
+            what = "update" if uid is not None else "signal"
+            _log.warning("input refused by its wait's check", case_id=actor.case_id, kind=what, name=name,
+                         reason=value[0], at=value[1])
+            found = of(actor)
+            found.refused.insert(0, {"kind": what, "name": name, "reason": f"{value[0]} (at {value[1]})",
+                                     "time": actor.shared.clock.now(), "request_id": uid})
+            del found.refused[REFUSED_KEPT:]
         if uid is not None:
             of(actor).keep(uid, [kind, value])
 
@@ -116,18 +127,44 @@ def at_end(actor: CaseActor) -> None:
 
 
 def restore(actor: CaseActor, row: CaseRow, replayed: Iterable[tuple[str | None, str, str, Any]]) -> None:
-    """A case brought back: the answers its row kept, then those its replay computed."""
-    if row.answers:
+    """A case brought back: the answers and refusals its row kept, then those its replay computed (a refusal the
+    row lists already, made again by the replay, is listed once)."""
+    listed: list[dict[str, Any]] = []
+    if row.answers or row.taken_refused:
         found = of(actor)
-        for uid, answer in row.answers.items():
+        for uid, answer in (row.answers or {}).items():
             if isinstance(answer, list) and len(answer) == 2:
                 found.answers[uid] = answer
+        listed = [r for r in row.taken_refused or () if isinstance(r, dict)][:REFUSED_KEPT]
     dispatch(actor, replayed)
+    if actor.updates is not None and (listed or actor.updates.refused):
+        seen = {_same_input(r) for r in listed}
+        fresh = [r for r in actor.updates.refused if _same_input(r) not in seen]
+        actor.updates.refused = (fresh + listed)[:REFUSED_KEPT]
+
+
+def _same_input(refused: dict[str, Any]) -> tuple[Any, ...]:
+    return refused.get("kind"), refused.get("name"), refused.get("reason"), refused.get("request_id")
 
 
 def row_answers(actor: CaseActor) -> dict[str, Any] | None:
     found = actor.updates
     return dict(found.answers) if found is not None and found.answers else None
+
+
+def row_refused(actor: CaseActor) -> list[dict[str, Any]] | None:
+    found = actor.updates
+    return list(found.refused) if found is not None and found.refused else None
+
+
+def with_taken(refused: tuple[RefusedInput, ...], taken: list[dict[str, Any]] | None) -> tuple[RefusedInput, ...]:
+    """`status().refused`: the inbox inputs the owner refused and the inputs a check refused when a wait took
+    them, newest first, the latest ten."""
+    if not taken:
+        return refused
+    listed = [*refused, *(RefusedInput(**r) for r in taken)]
+    listed.sort(key=lambda r: r.time, reverse=True)
+    return tuple(listed[:REFUSED_KEPT])
 
 
 def result(case_id: str, name: str, answer: list[Any], ended: Any) -> Any:

@@ -85,6 +85,9 @@ class CaseRow:
     # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
     # or a call retried after a crash, finds its answer.
     answers: dict[str, Any] | None = None
+    # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
+    # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
+    taken_refused: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
