@@ -127,6 +127,7 @@ class Client:
         Substrate registered)."""
         door = self._door("start a case")
         case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
             specs = await self._store.queue_specs()
             wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,

@@ -558,6 +558,7 @@ class Substrate:
         """
         self._check_open("start a case")
         case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
