@@ -750,6 +750,15 @@ def _op_handler_done(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     return m._leave(tok, frame, frame.then)
 
 
+def _op_finally(m: Interp, tok: Token, ip: int, after: int) -> int:
+    """A scope's thread goes on after it (its body ended, or on_error / on_cancel did): run finally_ first, as a
+    handler in the enclosing region, then go on at `after`."""
+    handler = HandlerFrame(tok.frame, tok.env, ip, after, None)
+    link(tok.frame, handler)
+    m._move(tok, handler)
+    return ip + 1
+
+
 def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
     """Inlined in both loops; here for completeness (and for a driver stepping one instruction)."""
     try:
@@ -836,5 +845,6 @@ HANDLERS: tuple[Handler, ...] = _table(
         Op.NET: _op_net,
         Op.NET_EXIT: _op_net_exit,
         Op.NET_NODE: _op_net_node,
+        Op.FINALLY: _op_finally,
     }
 )
