@@ -177,7 +177,7 @@ class _Checker:
         elif isinstance(term, WhenMilestone) and isinstance(term.name, str):
             self.case.whens.append((term.name, path))
         for selector, child in children(term):
-            handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
+            handler = selector in ("on_cancel", "on_error", "finally") or selector.endswith(".compensation")
             self.handlers += handler
             self.walk(child, child_path(path, selector, child))
             self.handlers -= handler
@@ -258,6 +258,15 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.retry is not None:
         _check_retry(c, t.retry, path)
+    if t.heartbeat_timeout is not None:
+        if not _is_number(t.heartbeat_timeout) or t.heartbeat_timeout <= 0:
+            c.add(
+                path,
+                f"heartbeat_timeout={t.heartbeat_timeout!r} must be a positive number of seconds (the longest an "
+                "attempt may go without calling wfsub.heartbeat()), or None for no heartbeat timeout",
+            )
+        else:
+            _at_most_max_seconds(c, path, "heartbeat_timeout", t.heartbeat_timeout)
 
 
 def _check_retry(c: _Checker, r: object, path: str) -> None:
@@ -597,7 +606,7 @@ def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
     if c.handlers:
         c.add(
             path,
-            "terminate() inside an on_cancel, on_error or compensation branch: those branches clean up after "
+            "terminate() inside an on_cancel, on_error, finally_ or compensation branch: those branches clean up after "
             "withdrawn work and must run to their end; end the case after the scope instead",
         )
 
@@ -734,7 +743,7 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
             if found is not None:
                 checker.add(
                     at,
-                    f"call({name!r}) inside an on_cancel, on_error or compensation branch reaches terminate() (in "
+                    f"call({name!r}) inside an on_cancel, on_error, finally_ or compensation branch reaches terminate() (in "
                     f"library workflow {found[0]!r} at {found[1]}): those branches clean up after withdrawn work "
                     "and must run to their end; end the case after the scope instead",
                 )
