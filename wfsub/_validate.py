@@ -743,9 +743,9 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
             if found is not None:
                 checker.add(
                     at,
-                    f"call({name!r}) inside an on_cancel, on_error, finally_ or compensation branch reaches terminate() (in "
-                    f"library workflow {found[0]!r} at {found[1]}): those branches clean up after withdrawn work "
-                    "and must run to their end; end the case after the scope instead",
+                    f"call({name!r}) inside an on_cancel, on_error, finally_ or compensation branch reaches "
+                    f"terminate() (in library workflow {found[0]!r} at {found[1]}): those branches clean up after "
+                    "withdrawn work and must run to their end; end the case after the scope instead",
                 )
     _check_region_steps(case, issues)
     for name, path in case.whens:
