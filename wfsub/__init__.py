@@ -33,6 +33,7 @@ from ._errors import CaseFailed as CaseFailed
 from ._errors import CaseNotFound as CaseNotFound
 from ._errors import CompensationFailed as CompensationFailed
 from ._errors import EffectResultError as EffectResultError
+from ._errors import HeartbeatTimeout as HeartbeatTimeout
 from ._errors import InvalidStartData as InvalidStartData
 from ._errors import InvalidWorkflow as InvalidWorkflow
 from ._errors import LimitExceeded as LimitExceeded
@@ -85,6 +86,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import EffectInfo as EffectInfo
     from ._runtime import EffectStatus as EffectStatus
     from ._runtime import Failure as Failure
+    from ._runtime import Heartbeat as Heartbeat
     from ._runtime import JournalRecord as JournalRecord
     from ._runtime import RealClock as RealClock
     from ._runtime import ReplayReport as ReplayReport
@@ -93,6 +95,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import TimerStatus as TimerStatus
     from ._runtime import Workflow as Workflow
     from ._runtime import effect_info as effect_info
+    from ._runtime import heartbeat as heartbeat
     from ._runtime import replay as replay
     from ._trace import CallbackSink as CallbackSink
     from ._trace import JsonlSink as JsonlSink
@@ -122,6 +125,8 @@ __all__ = [
     "EffectResultError",
     "EffectStatus",
     "Failure",
+    "Heartbeat",
+    "HeartbeatTimeout",
     "InvalidStartData",
     "InvalidWorkflow",
     "JournalRecord",
@@ -163,6 +168,7 @@ __all__ = [
     "defer",
     "effect",
     "effect_info",
+    "heartbeat",
     "interleave",
     "loop",
     "mi",
@@ -204,6 +210,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EffectInfo": ("._runtime", "EffectInfo"),
     "EffectStatus": ("._runtime", "EffectStatus"),
     "Failure": ("._runtime", "Failure"),
+    "Heartbeat": ("._runtime", "Heartbeat"),
     "JournalRecord": ("._runtime", "JournalRecord"),
     "RealClock": ("._runtime", "RealClock"),
     "ReplayReport": ("._runtime", "ReplayReport"),
@@ -212,6 +219,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TimerStatus": ("._runtime", "TimerStatus"),
     "Workflow": ("._runtime", "Workflow"),
     "effect_info": ("._runtime", "effect_info"),
+    "heartbeat": ("._runtime", "heartbeat"),
     "replay": ("._runtime", "replay"),
     "CallbackSink": ("._trace", "CallbackSink"),
     "JsonlSink": ("._trace", "JsonlSink"),

@@ -248,7 +248,7 @@ def _emit_task(e: _Emitter, t: Task, path: str) -> None:
 
 
 def _emit_effect(e: _Emitter, t: Effect, path: str) -> None:
-    spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry)
+    spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry, t.heartbeat_timeout)
     e.emit(Op.EFFECT, e.const(spec), path, _label(t))
 
 

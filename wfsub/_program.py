@@ -151,6 +151,7 @@ class EffectSpec:
     name: str
     timeout: float | None
     retry: Retry | None
+    heartbeat_timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

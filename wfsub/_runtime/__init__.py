@@ -8,6 +8,7 @@ from ._clock import RealClock as RealClock
 from ._clock import VirtualClock as VirtualClock
 from ._effects import EffectInfo as EffectInfo
 from ._effects import effect_info as effect_info
+from ._effects import heartbeat as heartbeat
 from ._journal import JournalRecord as JournalRecord
 from ._registry import Workflow as Workflow
 from ._replay import ReplayReport as ReplayReport
@@ -16,6 +17,7 @@ from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
 from ._status import EffectStatus as EffectStatus
 from ._status import Failure as Failure
+from ._status import Heartbeat as Heartbeat
 from ._status import SubstrateStatistics as SubstrateStatistics
 from ._status import TimerStatus as TimerStatus
 from ._substrate import CaseHandle as CaseHandle
@@ -30,6 +32,7 @@ __all__ = [
     "EffectInfo",
     "EffectStatus",
     "Failure",
+    "Heartbeat",
     "JournalRecord",
     "RealClock",
     "ReplayReport",
@@ -39,5 +42,6 @@ __all__ = [
     "VirtualClock",
     "Workflow",
     "effect_info",
+    "heartbeat",
     "replay",
 ]

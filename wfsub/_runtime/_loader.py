@@ -188,6 +188,7 @@ class CaseLoader:
             machine.trace_level = tracing[0]
             actor.sinks = tracing[1]
         actor.journal = loaded.journal
+        actor.kept_beats = loaded.heartbeats
         actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
         # Timers that fell due while the case was out of memory fire first, in the order of their due times, before
         # any input that reaches the case from now on (those were accepted after the timers were due).

@@ -36,6 +36,7 @@ from ._rows import (
     no_start,
     second_end,
     seq_taken,
+    to_json,
 )
 from ._single import SingleNode
 
@@ -50,6 +51,7 @@ class _Case:
     row: dict[str, Any] | None = None  # encoded row params
     order: int = 0
     snapshots: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # seq -> (format, bytecode, JSON)
+    heartbeats: str | None = None  # JSON (see Store.put_heartbeats)
 
 
 @dataclass(slots=True)
@@ -189,6 +191,14 @@ class MemoryStore(SingleNode):
         self._owner = owner_id
         return True
 
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        self._check_open("record heartbeats")
+        text = to_json(self._name, f"the heartbeats of case {case_id!r}", dict(heartbeats))
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        if case is not None and case.row is not None:
+            case.heartbeats = text
+
     async def put_program(self, summary: ProgramSummary) -> None:
         self._check_open("record a program summary")
         await anyio.lowlevel.checkpoint()
@@ -248,7 +258,10 @@ class MemoryStore(SingleNode):
             fmt, bytecode, state = case.snapshots[after]
             snapshot = Snapshot(case_id, after, fmt, bytecode, loads(state))
         records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
-        return StoredCase(self._row(case), decode_start(self._name, case_id, case.journal[0]), snapshot, records)
+        heartbeats = loads(case.heartbeats) if case.heartbeats is not None else {}
+        return StoredCase(
+            self._row(case), decode_start(self._name, case_id, case.journal[0]), snapshot, records, heartbeats
+        )
 
     async def row(self, case_id: str) -> CaseRow | None:
         await anyio.lowlevel.checkpoint()

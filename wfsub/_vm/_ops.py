@@ -70,7 +70,9 @@ _PAR = int(Op.PAR)
 
 def effect_request(m: Interp, eid: int, tok: Token, ip: int, spec: bc.EffectSpec) -> EffectRequest:
     """What the driver is asked to start for effect `eid` (made again for each effect in flight after a restore)."""
-    return EffectRequest(eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry)
+    return EffectRequest(
+        eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry, spec.heartbeat_timeout
+    )
 
 
 def _op_effect(m: Interp, tok: Token, ip: int, spec: bc.EffectSpec) -> int:

@@ -229,3 +229,12 @@ SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = $1;
 -- name: program_newest
 -- The newest registered version of a workflow.
 SELECT fingerprint, workflow, summary FROM programs WHERE workflow = $1 ORDER BY program_order DESC LIMIT 1;
+
+-- name: heartbeats_put
+-- The last heartbeats of a case's in-flight effects (JSON), beside its row: only while this node owns the case at
+-- the epoch given ($4 NULL: the owner alone is checked).
+UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigint IS NULL OR epoch = $4);
+
+-- name: heartbeats_get
+-- What `heartbeats_put` kept for a case.
+SELECT heartbeats FROM cases WHERE case_id = $1;

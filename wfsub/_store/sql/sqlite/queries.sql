@@ -261,3 +261,11 @@ SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_
 -- name: inbox_any
 -- Whether any input waits in the inbox (one step into the partial index inbox_pending).
 SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
+
+-- name: heartbeats_put
+-- The last heartbeats of a case's in-flight effects (JSON), beside its row; a case without a row is left alone.
+UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
+
+-- name: heartbeats_get
+-- What `heartbeats_put` kept for a case.
+SELECT heartbeats FROM cases WHERE case_id = :case_id;
