@@ -110,8 +110,11 @@ async def watched(
     scope = anyio.CancelScope()
     expired = False
 
+    started = False
+
     async def watchdog() -> None:
-        nonlocal expired
+        nonlocal expired, started
+        started = True
         if starting is not None:
             starting(-1)
         while True:
@@ -142,8 +145,11 @@ async def watched(
                 starting(1)  # exit takes event-loop rounds a VirtualClock would otherwise count as idle)
                 ending = True
     finally:
-        if ending and starting is not None:
-            starting(-1)
+        if starting is not None:
+            if ending:
+                starting(-1)
+            if not started:
+                starting(-1)  # cancelled before it ever ran (asyncio then never starts its body)
     if caught is not None:
         raise caught
     if expired and scope.cancelled_caught:
