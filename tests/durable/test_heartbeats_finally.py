@@ -135,8 +135,8 @@ FINALLY = seq(
 
 async def parked_on(sub: Substrate, signal: str) -> None:
     """Return once case "c" waits for `signal` (and nothing else): a state to wait on, not a time."""
-    while (status := sub.status("c")).state != "waiting_signal" or status.signals != (signal,):
-        await anyio.sleep(0.01)
+    while (status := sub.status("c")).state != "waiting_signal" or status.signals != (signal,):  # noqa: ASYNC110
+        await anyio.sleep(0.01)  # (the case runs in the background)
 
 
 @pytest.mark.parametrize("kind", KINDS)

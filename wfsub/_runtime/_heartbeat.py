@@ -97,14 +97,14 @@ class Beats:
 async def watched(
     attempt: Callable[[], Awaitable[Any]],
     beats: Beats,
-    timeout: float,
+    limit: float,
     *,
     name: str,
     path: str,
     starting: Callable[[int], None] | None = None,
 ) -> Any:
     """Run one attempt under its heartbeat timeout: a watchdog beside it, on the case clock, cancels it once
-    `timeout` seconds pass without a heartbeat; it then fails with HeartbeatTimeout. Anything else the attempt
+    `limit` seconds pass without a heartbeat; it then fails with HeartbeatTimeout. Anything else the attempt
     raises or returns passes through unchanged (a cancellation from outside included)."""
     clock = beats.clock
     scope = anyio.CancelScope()
@@ -118,7 +118,7 @@ async def watched(
         if starting is not None:
             starting(-1)
         while True:
-            left = beats.since + timeout - clock.now()
+            left = beats.since + limit - clock.now()
             if left <= 0:
                 expired = True
                 scope.cancel()
@@ -153,7 +153,7 @@ async def watched(
     if caught is not None:
         raise caught
     if expired and scope.cancelled_caught:
-        raise HeartbeatTimeout(name, path, timeout, beats.current, beats.details if beats.attempt == beats.current
+        raise HeartbeatTimeout(name, path, limit, beats.current, beats.details if beats.attempt == beats.current
                                and beats.at is not None else None)
     return output
 
