@@ -33,6 +33,7 @@ from ._errors import CaseFailed as CaseFailed
 from ._errors import CaseNotFound as CaseNotFound
 from ._errors import CompensationFailed as CompensationFailed
 from ._errors import EffectResultError as EffectResultError
+from ._errors import HeartbeatTimeout as HeartbeatTimeout
 from ._errors import InvalidStartData as InvalidStartData
 from ._errors import InvalidWorkflow as InvalidWorkflow
 from ._errors import LimitExceeded as LimitExceeded
@@ -86,6 +87,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import EffectInfo as EffectInfo
     from ._runtime import EffectStatus as EffectStatus
     from ._runtime import Failure as Failure
+    from ._runtime import Heartbeat as Heartbeat
     from ._runtime import JournalRecord as JournalRecord
     from ._runtime import Queue as Queue
     from ._runtime import RealClock as RealClock
@@ -98,6 +100,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import TimerStatus as TimerStatus
     from ._runtime import Workflow as Workflow
     from ._runtime import effect_info as effect_info
+    from ._runtime import heartbeat as heartbeat
     from ._runtime import replay as replay
     from ._trace import CallbackSink as CallbackSink
     from ._trace import JsonlSink as JsonlSink
@@ -127,6 +130,8 @@ __all__ = [
     "EffectResultError",
     "EffectStatus",
     "Failure",
+    "Heartbeat",
+    "HeartbeatTimeout",
     "InvalidStartData",
     "InvalidWorkflow",
     "JournalRecord",
@@ -172,6 +177,7 @@ __all__ = [
     "defer",
     "effect",
     "effect_info",
+    "heartbeat",
     "interleave",
     "loop",
     "mi",
@@ -214,6 +220,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EffectInfo": ("._runtime", "EffectInfo"),
     "EffectStatus": ("._runtime", "EffectStatus"),
     "Failure": ("._runtime", "Failure"),
+    "Heartbeat": ("._runtime", "Heartbeat"),
     "JournalRecord": ("._runtime", "JournalRecord"),
     "Queue": ("._runtime", "Queue"),
     "RealClock": ("._runtime", "RealClock"),
@@ -226,6 +233,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TimerStatus": ("._runtime", "TimerStatus"),
     "Workflow": ("._runtime", "Workflow"),
     "effect_info": ("._runtime", "effect_info"),
+    "heartbeat": ("._runtime", "heartbeat"),
     "replay": ("._runtime", "replay"),
     "CallbackSink": ("._trace", "CallbackSink"),
     "JsonlSink": ("._trace", "JsonlSink"),

@@ -259,7 +259,7 @@ def _emit_task(e: _Emitter, t: Task, path: str) -> None:
 
 
 def _emit_effect(e: _Emitter, t: Effect, path: str) -> None:
-    spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry)
+    spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry, t.heartbeat_timeout)
     e.emit(Op.EFFECT, e.const(spec), path, _label(t))
 
 
@@ -413,8 +413,13 @@ def _emit_scope(e: _Emitter, t: Scope, path: str) -> None:
     leave = e.emit(Op.LEAVE, -1, path)
     on_cancel = e.handler(t.on_cancel, path, "on_cancel")
     on_error = e.handler(t.on_error, path, "on_error")
-    e.args[leave] = e.here()
-    e.set_const(slot, ScopeSpec(t.name, on_cancel, e.here(), on_error, t.error_into))
+    e.args[leave] = after = e.here()
+    finally_ = -1
+    if t.finally_ is not None:  # every way on after the scope passes through FINALLY, which runs the branch
+        fin = e.emit(Op.FINALLY, -1, path)
+        finally_ = e.handler(t.finally_, path, "finally")
+        e.args[fin] = e.here()
+    e.set_const(slot, ScopeSpec(t.name, on_cancel, after, on_error, t.error_into, finally_))
 
 
 def _emit_saga(e: _Emitter, t: Saga, path: str) -> None:

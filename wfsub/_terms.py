@@ -235,6 +235,8 @@ class Effect(Term):
     name: str | None = None
     timeout: float | None = None
     retry: Retry | None = None
+    _added = ("heartbeat_timeout",)
+    heartbeat_timeout: float | None = None  # seconds an attempt may go without `wfsub.heartbeat()`
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -390,6 +392,8 @@ class Scope(Term):
     on_cancel: Any = None
     on_error: Any = None
     error_into: Any = "error"
+    _added = ("finally_",)
+    finally_: Any = None
 
     def _children(self) -> Iterator[tuple[str, Any]]:
         yield "", self.body
@@ -397,6 +401,8 @@ class Scope(Term):
             yield "on_cancel", self.on_cancel
         if self.on_error is not None:
             yield "on_error", self.on_error
+        if self.finally_ is not None:
+            yield "finally", self.finally_
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -646,9 +652,14 @@ def effect(
     name: str | None = None,
     timeout: float | None = None,
     retry: Retry | None = None,
+    heartbeat_timeout: float | None = None,
 ) -> Term:
-    """An asynchronous step run by the runtime: `async fn(ctx) -> Mapping | None`."""
-    return Effect(fn, name, timeout, retry)
+    """An asynchronous step run by the runtime: `async fn(ctx) -> Mapping | None`.
+
+    With `heartbeat_timeout=` seconds, an attempt that goes that long without calling `wfsub.heartbeat()` is
+    cancelled and fails with `HeartbeatTimeout` (the retry policy applies).
+    """
+    return Effect(fn, name, timeout, retry, heartbeat_timeout)
 
 
 def seq(*steps: Term) -> Term:
@@ -774,6 +785,7 @@ def scope(
     on_cancel: Term | None = None,
     on_error: Term | None = None,
     error_into: str = "error",
+    finally_: Term | None = None,
 ) -> Term:
     """A named region (WCP19, 25, 26): cancelling it withdraws all of its work; with `on_cancel` the thread then
     goes through `on_cancel` and on after the scope.
@@ -781,8 +793,13 @@ def scope(
     With `on_error`, a failure inside `body` withdraws the body (compensating its sagas), stores the error
     record `{type, message, path, compensated, cause}` at `data[error_into]`, runs `on_error` and goes on after
     the scope: try/except for workflows.
+
+    `finally_` runs after the body ends, after `on_error` or `on_cancel` when one ran, and when the body is
+    withdrawn (a failure on its way out, a region or case cancel, a join's cancel_remaining), before the failure
+    goes on or the cancel completes: Python's `finally`. Not after `terminate()` or `cancel(compensate=False)`,
+    which end a case at once. See the README ("scope finally_") for what a failing `finally_` does.
     """
-    return Scope(name, body, on_cancel, on_error, error_into)
+    return Scope(name, body, on_cancel, on_error, error_into, finally_)
 
 
 def saga(*steps: Term | tuple[Term, Term]) -> Term:

@@ -181,7 +181,7 @@ class _Checker:
         split = isinstance(term, _SPLITS)  # its children run as threads of their own
         before = set(self.waited) if split else None
         for selector, child in children(term):
-            handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
+            handler = selector in ("on_cancel", "on_error", "finally") or selector.endswith(".compensation")
             self.handlers += handler
             outer = set(self.waited) if split or handler else None
             self.walk(child, child_path(path, selector, child))
@@ -267,6 +267,15 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.retry is not None:
         _check_retry(c, t.retry, path)
+    if t.heartbeat_timeout is not None:
+        if not _is_number(t.heartbeat_timeout) or t.heartbeat_timeout <= 0:
+            c.add(
+                path,
+                f"heartbeat_timeout={t.heartbeat_timeout!r} must be a positive number of seconds (the longest an "
+                "attempt may go without calling wfsub.heartbeat()), or None for no heartbeat timeout",
+            )
+        else:
+            _at_most_max_seconds(c, path, "heartbeat_timeout", t.heartbeat_timeout)
 
 
 def _check_retry(c: _Checker, r: object, path: str) -> None:
@@ -663,7 +672,7 @@ def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
     if c.handlers:
         c.add(
             path,
-            "terminate() inside an on_cancel, on_error or compensation branch: those branches clean up after "
+            "terminate() inside an on_cancel, on_error, finally_ or compensation branch: those branches clean up after "
             "withdrawn work and must run to their end; end the case after the scope instead",
         )
 
@@ -800,9 +809,9 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
             if found is not None:
                 checker.add(
                     at,
-                    f"call({name!r}) inside an on_cancel, on_error or compensation branch reaches terminate() (in "
-                    f"library workflow {found[0]!r} at {found[1]}): those branches clean up after withdrawn work "
-                    "and must run to their end; end the case after the scope instead",
+                    f"call({name!r}) inside an on_cancel, on_error, finally_ or compensation branch reaches "
+                    f"terminate() (in library workflow {found[0]!r} at {found[1]}): those branches clean up after "
+                    "withdrawn work and must run to their end; end the case after the scope instead",
                 )
     _check_region_steps(case, issues)
     for name, path in case.whens:

@@ -198,6 +198,7 @@ class CaseLoader:
             actor.sinks = tracing[1]
         actor.journal = loaded.journal
         actor.tags, actor.forked_from = row.tags or None, row.forked_from
+        actor.kept_beats = loaded.heartbeats
         restore_answers(actor, row, machine.take_answers())  # (a retried update finds its answer)
         actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
         # Timers that fell due while the case was out of memory fire first, in the order of their due times, before

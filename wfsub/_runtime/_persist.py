@@ -49,7 +49,7 @@ DUE_POLL = 1.0  # seconds the due-timer loop sleeps at most before looking at th
 class Loaded:
     """A case rebuilt from the store, ready to become a live actor."""
 
-    __slots__ = ("row", "start", "program", "replayer", "journal")
+    __slots__ = ("row", "start", "program", "replayer", "journal", "heartbeats")
 
     def __init__(self, row: CaseRow, start: Record, program: Program, replayer: Replayer, journal: CaseJournal):
         self.row = row
@@ -57,6 +57,7 @@ class Loaded:
         self.program = program
         self.replayer = replayer
         self.journal = journal
+        self.heartbeats: dict[str, Any] = {}  # the heartbeats its case row kept (`Store.put_heartbeats`)
 
 
 def _same(value: Any) -> Any:
@@ -96,8 +97,11 @@ async def rebuild(
             await suspend(store, row, str(exc), redact)
             raise
         journal = _journal(store, row, start, replayer)
-        return Loaded(row, start, program, replayer, journal)
-    return await migrate(store, workflows, row, start, trace_level, max_instances, redact)
+        loaded = Loaded(row, start, program, replayer, journal)
+    else:
+        loaded = await migrate(store, workflows, row, start, trace_level, max_instances, redact)
+    loaded.heartbeats = dict(stored.heartbeats)
+    return loaded
 
 
 async def migrate(

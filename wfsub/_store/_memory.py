@@ -70,6 +70,7 @@ class _Case:
     snapshots: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # seq -> (format, bytecode, JSON)
     tags: str | None = None  # the start record's tags (JSON), taken when the row is first written
     forked_from: str | None = None
+    heartbeats: str | None = None  # JSON (see Store.put_heartbeats)
 
 
 @dataclass(slots=True)
@@ -251,6 +252,14 @@ class MemoryStore(SingleNode):
         self._owner = owner_id
         return True
 
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        self._check_open("record heartbeats")
+        text = to_json(self._name, f"the heartbeats of case {case_id!r}", dict(heartbeats))
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        if case is not None and case.row is not None:
+            case.heartbeats = text
+
     async def put_program(self, summary: ProgramSummary) -> None:
         self._check_open("record a program summary")
         await anyio.lowlevel.checkpoint()
@@ -393,7 +402,8 @@ class MemoryStore(SingleNode):
             snapshot = Snapshot(case_id, after, fmt, bytecode, loads(state))
         records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
         start = decode_start(self._name, case_id, case.journal[0])
-        return StoredCase(self._with_refused(self._row(case)), start, snapshot, records)
+        heartbeats = loads(case.heartbeats) if case.heartbeats is not None else {}
+        return StoredCase(self._with_refused(self._row(case)), start, snapshot, records, heartbeats)
 
     async def row(self, case_id: str) -> CaseRow | None:
         await anyio.lowlevel.checkpoint()

@@ -991,6 +991,15 @@ class PostgresStore(StoreBase):
             "cases under its lease; open a Substrate on it as a node instead"
         )
 
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        text = to_json(self._name, f"the heartbeats of case {case_id!r}", dict(heartbeats))
+
+        async def run(conn: Any) -> None:
+            await conn.execute(Q["heartbeats_put"], case_id, text, self._node, epoch)
+
+        loop = self._running("record heartbeats")
+        await loop.call(self._pooled(f"recording the heartbeats of case {case_id!r}", run))
+
     async def replace_start(self, case_id: str, start: Record) -> None:
         text = encode_record(self._name, case_id, 0, start).text
 
@@ -1280,7 +1289,9 @@ class PostgresStore(StoreBase):
                 after = 0 if snapshot is None else snapshot.seq
                 records = [decode_record(self._name, case_id, text)
                            for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records)
+                beats = await conn.fetchval(Q["heartbeats_get"], case_id)
+                heartbeats = loads(beats) if beats is not None else {}
+                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records, heartbeats)
 
         return await self._read(f"loading case {case_id!r}", read)
 

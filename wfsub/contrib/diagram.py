@@ -7,7 +7,7 @@ What is drawn how (the same in both formats):
 
     start / end event         circle; end has a thick border; `terminate` is a filled circle
     task                      rounded box, labelled with its name or function name
-    effect                    box with a double border, with its timeout and retry policy
+    effect                    box with a double border, with its timeout, heartbeat timeout and retry policy
     call                      box with a thick border ("call approve")
     par / xor / multi_choice  split and join gateways (diamonds): AND, XOR, OR; the join of a par says how it
                               synchronizes: AND (all), 1-of-m (first), n-of-m, multi-merge (each)
@@ -17,7 +17,9 @@ What is drawn how (the same in both formats):
     wait / sleep              intermediate events (double circle): "signal: name" (with its timeout), "timer" (a
                               timer computed from the data is labelled by its function: "timer: until due_at()")
     scope / saga              clusters; on_error and on_cancel leave through boundary events on dashed edges,
-                              each saga step's compensation hangs off it on a dashed "compensate" edge
+                              each saga step's compensation hangs off it on a dashed "compensate" edge; a
+                              scope's finally_ follows the body and the handlers, and a dashed "finally" edge
+                              from the scope says it also runs when the body fails or is withdrawn
     interleave                gateways "interleave (one at a time)"; order pairs as dashed "before" edges
     critical / milestone      clusters with a lock / a flag at the entry; when_milestone is a flag guard with
                               a dashed "enables" edge from the milestone of that name
@@ -349,6 +351,9 @@ class _Diagram:
         notes = []
         if t.timeout is not None:
             notes.append(f"timeout {_number(t.timeout)}s")
+        heartbeat_timeout = getattr(t, "heartbeat_timeout", None)
+        if heartbeat_timeout is not None:
+            notes.append(f"heartbeat {_number(heartbeat_timeout)}s")
         if t.retry is not None:
             attempts = _attr(t.retry, "max_attempts")
             elapsed = _attr(t.retry, "max_elapsed")
@@ -604,6 +609,11 @@ class _Diagram:
             self.edge(head, boundary, "on_cancel", "assoc")
             self.edge(boundary, handlers["on_cancel"].entry)
             exits.extend(handlers["on_cancel"].exits)
+        if "finally" in handlers:  # after the body and the handlers; also when the body fails or is withdrawn
+            final = handlers["finally"]
+            self.connect(exits, final.entry)
+            self.edge(head, final.entry, "finally", "assoc")
+            exits = list(final.exits)
         return _Frag(head, exits)
 
     def _saga(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:

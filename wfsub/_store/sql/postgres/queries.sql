@@ -331,3 +331,12 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, upd
 -- name: queue_specs
 -- Every queue's configuration.
 SELECT name, spec FROM queues ORDER BY name;
+
+-- name: heartbeats_put
+-- The last heartbeats of a case's in-flight effects (JSON), beside its row: only while this node owns the case at
+-- the epoch given ($4 NULL: the owner alone is checked).
+UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigint IS NULL OR epoch = $4);
+
+-- name: heartbeats_get
+-- What `heartbeats_put` kept for a case.
+SELECT heartbeats FROM cases WHERE case_id = $1;

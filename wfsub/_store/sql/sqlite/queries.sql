@@ -353,3 +353,11 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, upd
 -- name: queue_specs
 -- Every queue's configuration.
 SELECT name, spec FROM queues ORDER BY name;
+
+-- name: heartbeats_put
+-- The last heartbeats of a case's in-flight effects (JSON), beside its row; a case without a row is left alone.
+UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
+
+-- name: heartbeats_get
+-- What `heartbeats_put` kept for a case.
+SELECT heartbeats FROM cases WHERE case_id = :case_id;
