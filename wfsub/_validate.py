@@ -40,7 +40,9 @@ from ._terms import (
     Saga,
     Scope,
     Seq,
+    SignalCase,
     Sleep,
+    StartCase,
     Task,
     Term,
     Terminate,
@@ -667,6 +669,52 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
         c.calls.append((t.name, path))
         if c.handlers:
             c.handler_calls.append((t.name, path))
+
+
+def _check_start_case(c: _Checker, t: StartCase, path: str) -> None:
+    if not isinstance(t.workflow, str) or not t.workflow:
+        c.add(path, f"start_case needs the registered name of a workflow (a non-empty str), got {t.workflow!r}")
+    elif c.library is None:
+        entry = f"{{{t.workflow!r}: workflow}}"
+        c.add(
+            path,
+            f"start_case({t.workflow!r}) starts a registered workflow: pass Substrate(workflows={entry}), "
+            f"or library={entry} to compile or validate",
+        )
+    elif t.workflow not in c.library:
+        known = ", ".join(sorted(str(k) for k in c.library)) or "none"
+        c.add(
+            path,
+            f"start_case({t.workflow!r}): no workflow of that name is registered (registered: {known}): "
+            "register it in workflows=, or check the spelling",
+        )
+    if t.data is not None:
+        c.callable_(path, "start_case data=", t.data)
+    if t.case_id is not None:
+        c.callable_(path, "start_case case_id=", t.case_id)
+    if not isinstance(t.wait, bool):
+        c.add(path, f"start_case wait= must be True (wait for the child's end) or False (go on), got {t.wait!r}")
+    if t.into is not None and (not isinstance(t.into, str) or not t.into):
+        c.add(path, f"start_case into= must be a non-empty str (a key of the data) or None, got {t.into!r}")
+    if t.on_parent_cancel not in ("cancel", "abandon"):
+        c.add(
+            path,
+            f"start_case on_parent_cancel={t.on_parent_cancel!r} is not a policy: use 'cancel' (the child is "
+            "cancelled with the parent) or 'abandon' (it runs on)",
+        )
+
+
+def _check_signal_case(c: _Checker, t: SignalCase, path: str) -> None:
+    if not isinstance(t.name, str) or not t.name:
+        c.add(path, f"signal_case needs a signal name (a non-empty str), got {t.name!r}")
+    if t.case_id is None or not callable(t.case_id):
+        c.add(
+            path,
+            f"signal_case case_id= must be a function of ctx returning the id of the case to signal, got "
+            f"{t.case_id!r}: e.g. case_id=lambda ctx: ctx['order_id']",
+        )
+    if t.payload is not None:
+        c.callable_(path, "signal_case payload=", t.payload)
 
 
 def _net_runs_nodes_at_once(t: Net) -> bool:

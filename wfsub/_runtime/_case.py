@@ -97,6 +97,7 @@ class Shared:
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
+    substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
 
 
 class CaseEvicted(Exception):
@@ -181,6 +182,7 @@ class CaseActor:
     on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -617,6 +619,7 @@ class CaseActor:
             error=error,
             cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
             workflow=self.workflow,
+            parent=self.parent,
             at=at,
             effects=in_flight,
             timers=armed,

@@ -261,6 +261,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         next_due=min(dues) if dues else None,
         data=dict(m.data) if m is not None else actor.final_data,
         order=j.order,
+        parent=j.parent,
     )
 
 

@@ -43,6 +43,7 @@ class CaseJournal:
     order: int = 0
     epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
     request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
+    parent: str | None = None  # a child case: the id of the case that started it (from the start record)
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""

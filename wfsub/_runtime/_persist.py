@@ -237,6 +237,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
         store, row.case_id, row.workflow, row.fingerprint, row.started_at, seq=replayer.seq, time=replayer.time
     )
     journal.deadline = start.get("deadline")
+    journal.parent = start.get("parent")
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
@@ -311,6 +312,7 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         failure=failure,
         suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),
         order=row.order or None,
+        parent=row.parent,
     )
 
 

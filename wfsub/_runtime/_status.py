@@ -99,6 +99,8 @@ class CaseStatus(BaseModel):
     failure: Failure | None = None  # failed: type, message, node path, traceback
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
     order: int | None = None  # the paging key of `cases()`: pass the last case's as before= for the next page
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    children: tuple[str, ...] = ()  # `status()`: the ids of the cases it started, oldest first (see `cases(parent=)`)
 
     @property
     def ended(self) -> bool:

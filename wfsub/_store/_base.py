@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -75,6 +75,7 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
 
 @dataclass(slots=True)
@@ -198,7 +199,8 @@ class Store(Protocol):
         ...
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
         ...
@@ -208,9 +210,11 @@ class Store(Protocol):
         ...
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
-        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`."""
+        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`;
+        `parent=`: only the children that case started."""
         ...
 
     async def live(self) -> list[CaseRow]:

@@ -261,3 +261,12 @@ SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_
 -- name: inbox_any
 -- Whether any input waits in the inbox (one step into the partial index inbox_pending).
 SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
+
+-- name: cases_page_parent
+-- A page of the children of one case (`start_case`), newest first (index cases_by_parent), optionally in one
+-- state and of one workflow.
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases INDEXED BY cases_by_parent
+WHERE parent = :parent AND case_order < :before AND (:state IS NULL OR state = :state)
+  AND (:workflow IS NULL OR workflow = :workflow)
+ORDER BY parent DESC, case_order DESC LIMIT :limit;
