@@ -27,7 +27,7 @@ class Outbound:
     @property
     def label(self) -> str:
         t = self.term
-        return f"{t.kind}({t.workflow if isinstance(t, StartCase) else t.name})"
+        return f"{t.kind}({(t.workflow if isinstance(t, StartCase) else t.name)!r})"
 
     async def __call__(self, ctx: Mapping[str, Any]) -> Mapping[str, Any] | None:
         raise RuntimeError(

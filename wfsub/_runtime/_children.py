@@ -47,7 +47,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import (
+    CaseCancelled,
     CaseExists,
+    CaseFailed,
     StoreError,
     SubstrateClosed,
     WfsubError,
@@ -165,6 +167,12 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         return {t.into or "child": child_id}
     try:
         result = await _persist(actor, f"await child {child_id!r}", lambda: sub.await_case(child_id))
+    except CaseFailed as exc:  # a copy: the child's own exception object is handed to its other awaiters too
+        failed = CaseFailed(exc.case_id, exc.path, exc.reason)
+        failed.record, failed.traceback = exc.record, exc.traceback
+        raise failed from exc.__cause__
+    except CaseCancelled as exc:
+        raise CaseCancelled(exc.case_id, exc.reason) from None
     except anyio.get_cancelled_exc_class():
         if t.on_parent_cancel == "cancel" and _withdrawn(actor, req, sub):
             await _cancel_child(actor, req, sub, child_id)
