@@ -179,15 +179,21 @@ def test_signal_case_delivers_a_signal_to_another_case(backend: str) -> None:
 def test_signal_case_refusals_fail_the_step_with_the_refusal_text(backend: str) -> None:
     """An unknown case, an ended case, or a bad case_id= result fails the signal_case step with why."""
     to = signal_case("go", case_id=lambda c: c["target"])
+    typo = signal_case("og", case_id=lambda c: "parked")
 
     async def main() -> None:
-        async with Substrate(workflows=workflows(p=to)) as sub:
+        async with Substrate(workflows=workflows(p=to, typo=typo)) as sub:
             await (await sub.new_case("double", {"x": 1}, case_id="ended")).result()
+            await sub.new_case("parked", {}, case_id="parked")
             for target, words in (("ghost", "no case 'ghost'"), ("ended", "'ended'"), (42, "non-empty str")):
                 with pytest.raises(CaseFailed) as info:
                     await (await sub.new_case("p", {"target": target})).result()
                 assert words in str(info.value), str(info.value)
-                assert "signal_case('go')" in str(info.value) or "signal_case" in info.value.path
+                assert "signal_case('go')" in str(info.value) and info.value.path == "signal_case"
+            with pytest.raises(CaseFailed) as info:
+                await (await sub.new_case("typo", {})).result()
+            assert "never waits for signal 'og'" in str(info.value)
+            assert sub.status("parked").state == "waiting_signal"
 
     run(backend, main)
 

@@ -50,6 +50,7 @@ from .._errors import (
     CaseCancelled,
     CaseExists,
     CaseFailed,
+    CaseNotFound,
     StoreError,
     SubstrateClosed,
     WfsubError,
@@ -155,17 +156,26 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
                              data, "return a dict", parent)
 
     async def start() -> None:
-        try:
-            await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent)
-        except CaseExists:
-            other = sub._status(child_id).parent  # (the existing case: started by an earlier attempt, or not ours)
+        # A child an earlier attempt started is found first (not started again: a start repeated while the child
+        # is being brought back into memory would race with the inputs that bring it back).
+        found, other = _existing(sub, child_id)
+        if found:
             if other != parent:
-                raise not_our_child(child_id, parent, req.path, other) from None
+                raise not_our_child(child_id, parent, req.path, other)
+            return
+        # Shielded: a withdrawal while the start is being written waits for it, so the child it may cancel exists.
+        with anyio.CancelScope(shield=True):
+            try:
+                await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent)
+            except CaseExists:
+                found, other = _existing(sub, child_id)
+                if other != parent:
+                    raise not_our_child(child_id, parent, req.path, other) from None
 
-    await _persist(actor, f"start child {child_id!r}", start)
-    if not t.wait:
-        return {t.into or "child": child_id}
     try:
+        await _persist(actor, f"start child {child_id!r}", start)
+        if not t.wait:
+            return {t.into or "child": child_id}
         result = await _persist(actor, f"await child {child_id!r}", lambda: sub.await_case(child_id))
     except CaseFailed as exc:  # a copy: the child's own exception object is handed to its other awaiters too
         failed = CaseFailed(exc.case_id, exc.path, exc.reason)
@@ -174,10 +184,18 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
     except CaseCancelled as exc:
         raise CaseCancelled(exc.case_id, exc.reason) from None
     except anyio.get_cancelled_exc_class():
-        if t.on_parent_cancel == "cancel" and _withdrawn(actor, req, sub):
+        if t.wait and t.on_parent_cancel == "cancel" and _withdrawn(actor, req, sub):
             await _cancel_child(actor, req, sub, child_id)
         raise
     return result if t.into is None else {t.into: result}
+
+
+def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
+    """Whether a case `case_id` exists (in memory or in the store), and its parent."""
+    try:
+        return True, sub._status(case_id).parent
+    except CaseNotFound:
+        return False, None
 
 
 def _withdrawn(actor: CaseActor, req: EffectRequest, sub: Substrate) -> bool:
