@@ -19,6 +19,7 @@ more kind in `tests/stores/_helpers.py`, which runs the contract suite `tests/st
 
 from typing import TYPE_CHECKING
 
+from ._base import REFUSED_KEPT as REFUSED_KEPT
 from ._base import SCHEMA_VERSION as SCHEMA_VERSION
 from ._base import CaseRow as CaseRow
 from ._base import CaseWrite as CaseWrite
@@ -27,6 +28,7 @@ from ._base import InboxRow as InboxRow
 from ._base import Owner as Owner
 from ._base import ProgramSummary as ProgramSummary
 from ._base import Record as Record
+from ._base import ScheduleRow as ScheduleRow
 from ._base import Snapshot as Snapshot
 from ._base import Store as Store
 from ._base import StoreBase as StoreBase

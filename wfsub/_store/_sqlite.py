@@ -48,6 +48,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -57,9 +58,10 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
+from .._errors import CaseExists, StoreConflict, StoreError
+from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
+from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -68,6 +70,7 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    encode_record,
     encode_write,
     inbox_text,
     loads,
@@ -412,16 +415,23 @@ class SqliteStore(SingleNode):
         return taken
 
     def _take_ownership_sync(self, owner_id: str) -> bool:
+        """On a worker thread, with a connection of its own: the event loop goes on polling `changed()` and the
+        inbox on the watch connection meanwhile (one sqlite3 connection is never used by two threads at once)."""
         lock = OwnerLock(self.path)
         if not lock.acquire():
             return False  # another standby won
-        watch = self._watch
         old = self._writer
         try:
-            assert watch is not None
             assert old is not None
-            self._prepare(watch, True)
-            epoch = self._take_ownership(watch, owner_id)
+            try:
+                conn = self._connect()
+            except sqlite3.Error as exc:
+                raise fault(self.path, "taking ownership", exc) from exc
+            try:
+                self._prepare(conn, True)
+                epoch = self._take_ownership(conn, owner_id)
+            finally:
+                conn.close()
             writer = Writer(
                 self.path, self._writer_connection, heartbeat=partial(_heartbeat, epoch),
                 heartbeat_every=HEARTBEAT_EVERY, batch=_apply_writes,
@@ -447,6 +457,16 @@ class SqliteStore(SingleNode):
         job = Job(partial(_apply_queue, encoded), f"queued case {encoded.case_id!r}", wait=True)
         writer.submit(job)
         await job.outcome()
+
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        writer = self._running("replace a start record")
+        encoded = encode_record(self.path, case_id, 0, start)
+        params = {"case_id": case_id, "record": encoded.text}
+        job = Job(partial(_apply_replace_start, params), f"the start record of case {case_id!r}", wait=True)
+        writer.submit(job)
+        if not await job.outcome():
+            raise StoreConflict(self.path, f"case {case_id!r}: its start record cannot be replaced: its journal "
+                                "holds more than its start")
 
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         writer = self._running("claim queued cases")
@@ -492,6 +512,97 @@ class SqliteStore(SingleNode):
             return None if found is None else ProgramSummary(str(found[0]), str(found[1]), loads(found[2]))
 
         return read
+
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        writer = self._running("record a schedule")
+        params = {
+            "name": name, "spec": to_json(self.path, f"schedule {name!r}", dict(spec)), "first_slot": first_slot,
+            "now": time.time(),
+        }
+        job = Job(partial(_apply_schedule_register, params), f"schedule {name!r}", wait=True)
+        writer.submit(job)
+        registered: ScheduleRow = await job.outcome()
+        return registered
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        writer = self._running("record a schedule's slot")
+        params = {"name": name, "slot": slot, "case_id": case_id, "now": time.time()}
+        job = Job(partial(_apply_changed, "schedule_advance", params), f"the slot of schedule {name!r}", wait=True)
+        writer.submit(job)
+        moved: bool = await job.outcome()
+        return moved
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        writer = self._running("pause a schedule")
+        params = {"name": name, "paused": int(paused), "now": time.time()}
+        job = Job(partial(_apply_changed, "schedule_pause", params), f"pausing schedule {name!r}", wait=True)
+        writer.submit(job)
+        changed: bool = await job.outcome()
+        return changed
+
+    async def schedules(self) -> list[ScheduleRow]:
+        def read(conn: sqlite3.Connection) -> list[ScheduleRow]:
+            return [_schedule_row(found) for found in conn.execute(Q["schedules_all"]).fetchall()]
+
+        return await self._read("listing schedules", read)
+
+    async def queue_put(self, item: QueueItem) -> None:
+        writer = self._running("queue a case")
+        params = {
+            "case_id": item.case_id, "queue": item.queue, "part": item.partition, "priority": item.priority,
+            "dedup": item.dedup, "start": to_json(self.path, f"queued case {item.case_id!r}", item.start),
+            "not_before": item.not_before, "enqueued_at": item.enqueued_at,
+        }
+        job = Job(partial(_apply_queue_put, params), f"queued case {item.case_id!r}", wait=True)
+        writer.submit(job)
+        refused: CaseExists | None = await job.outcome()
+        if refused is not None:
+            raise refused
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        writer = self._running("claim queued cases")
+        job = Job(partial(_apply_queue_claim, queue, limits, node, now, most), f"claiming from queue {queue!r}",
+                  wait=True)
+        writer.submit(job)
+        claimed: tuple[list[QueueItem], float | None] = await job.outcome()
+        return claimed
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        writer = self._running("cancel a queued case")
+        job = Job(partial(_apply_queue_cancel, case_id), f"cancelling queued case {case_id!r}", wait=True)
+        writer.submit(job)
+        cancelled: QueueItem | None = await job.outcome()
+        return cancelled
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        params = {"state": state, "queue": queue, "limit": limit}
+        return self._read_sync("listing queued cases", lambda conn: _items(conn, "queue_list", params))
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        found = self._read_sync("reading a queued case", lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
+        return found[0] if found else None
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        return await self._read("listing queued cases", lambda conn: _items(conn, "queue_orphans", {"node": node}))
+
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        writer = self._running("record a queue")
+        params = {"name": name, "spec": to_json(self.path, f"queue {name!r}", dict(spec)), "node": node,
+                  "now": time.time()}
+        job = Job(partial(_apply_queue_register, params), f"queue {name!r}", wait=True)
+        writer.submit(job)
+        before: tuple[dict[str, Any], str] | None = await job.outcome()
+        return before
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            return {str(name): loads(spec) for name, spec in conn.execute(Q["queue_specs"]).fetchall()}
+
+        return await self._read("reading the queues", read)
 
     async def owner(self) -> Owner | None:
         """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
@@ -603,7 +714,7 @@ class SqliteStore(SingleNode):
             after = 0 if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [decode_record(self.path, case_id, text) for (text,) in rows]
-            return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
+            return StoredCase(_with_refused(conn, decode_row(found[0], found)), start_record, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -620,7 +731,7 @@ class SqliteStore(SingleNode):
     def _row_reader(case_id: str) -> Callable[[sqlite3.Connection], CaseRow | None]:
         def read(conn: sqlite3.Connection) -> CaseRow | None:
             found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
-            return None if found is None else decode_row(found[0], found)
+            return None if found is None else _with_refused(conn, decode_row(found[0], found))
 
         return read
 
@@ -810,12 +921,87 @@ def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
     conn.execute(Q["case_queue"], change.row.params)
 
 
+def _apply_replace_start(params: dict[str, Any], conn: sqlite3.Connection) -> bool:
+    return conn.execute(Q["journal_start_replace"], params).rowcount == 1
+
+
 def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
     return [str(case_id) for (case_id,) in conn.execute(Q["cases_claim"], params).fetchall()]
 
 
 def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
     conn.execute(Q["program_put"], params)
+
+
+def _schedule_row(found: Any) -> ScheduleRow:
+    name, spec, last_slot, last_case, paused, updated_at = found
+    return ScheduleRow(
+        str(name), loads(spec), None if last_slot is None else float(last_slot),
+        None if last_case is None else str(last_case), bool(paused), float(updated_at),
+    )
+
+
+def _apply_schedule_register(params: dict[str, Any], conn: sqlite3.Connection) -> ScheduleRow:
+    conn.execute(Q["schedule_register"], params)
+    return _schedule_row(conn.execute(Q["schedule_get"], params).fetchone())
+
+
+def _apply_changed(query: str, params: dict[str, Any], conn: sqlite3.Connection) -> bool:
+    return conn.execute(Q[query], params).rowcount > 0
+
+
+def _items(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list[QueueItem]:
+    return [item_of(found, loads(found[5])) for found in conn.execute(Q[query], params).fetchall()]
+
+
+def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseExists | None:
+    """None: queued; else the refusal (returned, not raised: the writer would make a raised one a StoreConflict)."""
+    if conn.execute(Q["queue_id_taken"], params).fetchone() is not None:
+        return CaseExists(params["case_id"])
+    if params["dedup"] is not None:
+        conn.execute(Q["queue_sweep"], params)
+        holder = conn.execute(Q["queue_dedup_holder"], params).fetchone()
+        if holder is not None:
+            return CaseExists.dedup(params["case_id"], params["queue"], params["dedup"], str(holder[0]))
+    conn.execute(Q["queue_put"], params)
+    return None
+
+
+def _apply_queue_claim(
+    queue: str, limits: QueueLimits, node: str, now: float, most: int, conn: sqlite3.Connection
+) -> tuple[list[QueueItem], float | None]:
+    conn.execute(Q["queue_sweep"], {"queue": queue})
+    waiting = _items(conn, "queue_waiting", {"queue": queue, "limit": WAITING_READ})
+    running = [Running(part, owner) for part, owner in conn.execute(Q["queue_running"], {"queue": queue})]
+    since = now - (limits.rate[1] if limits.rate is not None else 0.0)
+    recent = [(part, float(at)) for part, at in conn.execute(Q["queue_recent"], {"queue": queue, "since": since})]
+    chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+    claimed = []
+    for item in chosen:
+        conn.execute(Q["queue_start"], {"case_id": item.case_id, "now": now, "node": node})
+        claimed.append(replace(item, state=STARTED, started_at=now, node=node))
+    return claimed, wake
+
+
+def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> tuple[dict[str, Any], str] | None:
+    found = conn.execute(Q["queue_spec_get"], params).fetchone()
+    conn.execute(Q["queue_register"], params)
+    return None if found is None else (loads(found[0]), str(found[1]))
+
+
+def _apply_queue_cancel(case_id: str, conn: sqlite3.Connection) -> QueueItem | None:
+    if conn.execute(Q["queue_cancel"], {"case_id": case_id}).rowcount == 0:
+        return None
+    found = _items(conn, "queue_get", {"case_id": case_id})
+    return found[0] if found else None
+
+
+def _with_refused(conn: sqlite3.Connection, row: CaseRow) -> CaseRow:
+    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
+    found = conn.execute(Q["inbox_refused"], {"case_id": row.case_id, "limit": REFUSED_KEPT}).fetchall()
+    if found:
+        row.refused = [decode_inbox(one) for one in found]
+    return row
 
 
 def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:

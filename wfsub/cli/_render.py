@@ -76,6 +76,25 @@ def cases_table(rows: Sequence[CaseRow]) -> Table:
 _STATE_STYLE = {"done": "green", "failed": "red", "cancelled": "yellow", "suspended": "magenta"}
 
 
+def queued_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table("CASE", "WORKFLOW", "STATE", "QUEUE", "PRIORITY", "DEDUP", "PARTITION", "ENQUEUED", box=None)
+    for row in rows:
+        table.add_row(row["case_id"], str(row["workflow"]), "queued", row["queue"], str(row["priority"]),
+                      row["dedup"] or "-", row["partition"] or "-", when(row["enqueued_at"]))
+    return table
+
+
+def schedules_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table("schedule", "workflow", "when", "paused", "last slot", "last case", "next slot")
+    for row in rows:
+        period = row["cron"] if row["cron"] is not None else f"every {row['every']}s"
+        table.add_row(
+            row["name"], str(row["workflow"]), f"{period} ({row['tz']})", "yes" if row["paused"] else "no",
+            row["last_slot"] or "-", row["last_case"] or "-", row["next_slot"] or "-",
+        )
+    return table
+
+
 def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = ()) -> Table:
     """A case's status as two columns: what, and its value."""
     table = Table(box=None, show_header=False, pad_edge=False)
@@ -83,7 +102,8 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     table.add_column(overflow="fold")
     state = status.state.value
     table.add_row("case", status.case_id)
-    table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]})")
+    migrated = f", migrated from {status.migrated_from[:12]}" if status.migrated_from else ""
+    table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]}{migrated})")
     table.add_row("state", Text(state, style=_STATE_STYLE.get(state, "")))
     if status.parent is not None:
         table.add_row("parent", status.parent)
@@ -112,6 +132,10 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
         table.add_row("children", "\n".join(status.children))
     if compensations:
         table.add_row("compensated", Text("\n").join(_compensation(c) for c in compensations))
+    for r in status.refused:  # newest first
+        what = r.kind if r.name is None else f"{r.kind} {r.name!r}"
+        rid = "" if r.request_id is None else f" (request_id {r.request_id})"
+        table.add_row("refused", Text(f"{what} sent {when(r.time)}{rid}: {r.reason}", style="yellow"))
     return table
 
 

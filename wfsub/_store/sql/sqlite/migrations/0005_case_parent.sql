@@ -1,4 +1,4 @@
--- Migration 3: the parent of a child case (`start_case`), for `cases(parent=)`.
+-- Migration 5: the parent of a child case (`start_case`), for `cases(parent=)`.
 --
 -- The parent's id is kept in the row's detail JSON (written with every row, so nothing else changes how a row is
 -- written); this column reads it out, and the index lists a parent's children newest first. A row written
