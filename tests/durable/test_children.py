@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from wfsub import CaseCancelled, JournalRecord, Substrate
+from wfsub._store import SCHEMA_VERSION
 from wfsub._store._sqlite import APPLICATION_ID, LAYOUT
 from wfsub.stores import Store
 
@@ -96,21 +97,22 @@ async def test_the_parent_cancelled_after_a_restart_cancels_its_waiting_child(st
 
 
 async def test_a_store_of_the_previous_layout_opens_and_lists_children(tmp_path: Path) -> None:
-    """A SQLite file of layout 2 (before the parent column) is moved forward and lists children after."""
+    """A SQLite file of layout 4 (before the parent column) is moved forward and lists children after."""
+    assert LAYOUT.migrations[SCHEMA_VERSION].name == "0005_case_parent.sql"
     path = tmp_path / "old.db"
     with closing(sqlite3.connect(path)) as conn:
-        for version in (1, 2):
+        for version in range(1, SCHEMA_VERSION):
             for statement in LAYOUT.migrations[version].statements:
                 conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute("PRAGMA user_version = 2")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
         conn.commit()
     async with Substrate(store=str(path), workflows=flows.WORKFLOWS) as sub:
         await sub.new_case("parent", {"n": 2, "peer": "none"}, case_id=flows.PARENT_ID)
         await started(sub, flows.CHILD_ID, "waiting_signal")
         assert [s.case_id for s in sub.cases(parent=flows.PARENT_ID)] == [flows.CHILD_ID]
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("where", ["before-start", "child-started"])
