@@ -74,3 +74,27 @@ def test_diagrams_draw_a_call_activity_and_a_message_throw() -> None:
     assert 'n2>"signal case: go"]' in text and "class n2 highlight" in text
     assert "does not wait<br>abandoned on cancel" in text
     assert "start case: kid" in wfsub.to_dot(wf)
+
+
+def test_the_vm_and_the_reference_agree_on_outbound_steps_in_every_construct() -> None:
+    """start_case and signal_case inside par, mi, scope(on_error) and saga agree with the reference interpreter,
+    answered as effects (results and failures)."""
+    from .gen import Recorder, a_task
+    from .test_differential import check_agreement
+
+    rec = Recorder()
+    kid, go = start_case("kid", into="r"), signal_case("go", case_id=lambda c: "x")
+    terms = [
+        seq(kid, a_task(rec), go),
+        wfsub.par(kid, seq(go, a_task(rec))),
+        mi(seq(kid, go), count=2, collect="o"),
+        wfsub.scope("s", seq(kid, go), on_error=a_task(rec)),
+        wfsub.saga((kid, go), (a_task(rec), go)),
+    ]
+    scripts = [
+        [("effect", 1, "ok"), ("effect", 2, "ok"), ("effect", 3, "ok"), ("effect", 4, "ok")],
+        [("effect", 1, "error"), ("effect", 2, "ok"), ("effect", 3, "ok")],
+    ]
+    for term in terms:
+        for script in scripts:
+            check_agreement(term, rec, list(script), 1000, LIB)
