@@ -119,6 +119,7 @@ class _Checker:
     handlers: int = 0  # how many on_cancel / on_error / compensation branches enclose the current node
     handler_calls: list[tuple[str, str]] = field(default_factory=list)  # calls made inside such a branch
     terminates: str | None = None  # the path of a terminate() in this workflow, if it has one
+    loops: int = 0  # how many loops enclose the current node
     on_error: bool = True  # the workflow has an on_error scope (set by _survey; parallel error keys are checked)
     waited: set[str] = field(default_factory=set)  # signal names a wait or defer takes, seen so far in code order
 
@@ -182,6 +183,8 @@ class _Checker:
             self.case.whens.append((term.name, path))
         split = isinstance(term, _SPLITS)  # its children run as threads of their own
         before = set(self.waited) if split else None
+        looped = isinstance(term, Loop)
+        self.loops += looped
         for selector, child in children(term):
             handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
             self.handlers += handler
@@ -190,6 +193,7 @@ class _Checker:
             self.handlers -= handler
             if outer is not None:  # a wait in another thread answers no reply of this one
                 self.waited = outer
+        self.loops -= looped
         if before is not None:  # the threads a split started end at its join: their updates are answered there
             self.waited = before
         if held:
@@ -758,6 +762,13 @@ def _check_start_case(c: _Checker, t: StartCase, path: str) -> None:
         c.callable_(path, "start_case data=", t.data)
     if t.case_id is not None:
         c.callable_(path, "start_case case_id=", t.case_id)
+    elif c.loops:
+        c.add(
+            path,
+            f"start_case({t.workflow!r}) inside a loop has no case_id=: every iteration would find the first "
+            "iteration's child (its default id is its node path); pass case_id=fn giving each run its own id, "
+            "e.g. case_id=lambda c: f\"{c['order']}-{c['attempt']}\"",
+        )
     if not isinstance(t.wait, bool):
         c.add(path, f"start_case wait= must be True (wait for the child's end) or False (go on), got {t.wait!r}")
     if t.into is not None and (not isinstance(t.into, str) or not t.into):

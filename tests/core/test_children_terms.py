@@ -98,3 +98,10 @@ def test_the_vm_and_the_reference_agree_on_outbound_steps_in_every_construct() -
     for term in terms:
         for script in scripts:
             check_agreement(term, rec, list(script), 1000, LIB)
+
+
+def test_a_start_case_in_a_loop_needs_its_own_case_id() -> None:
+    """Inside a loop a start_case without case_id= is reported (each run would find the first run's child)."""
+    [(path, message)] = messages(wfsub.loop(start_case("kid"), times=3))
+    assert path == "loop.start_case" and "case_id=fn" in message
+    assert messages(wfsub.loop(start_case("kid", case_id=lambda c: "k"), times=3)) == []
