@@ -103,6 +103,7 @@ class Shared:
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
     updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
+    substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
 
 
 class CaseEvicted(Exception):
@@ -191,6 +192,7 @@ class CaseActor:
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -640,6 +642,7 @@ class CaseActor:
             error=error,
             cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
             workflow=self.workflow,
+            parent=self.parent,
             at=at,
             effects=in_flight,
             timers=armed,

@@ -408,13 +408,15 @@ class MemoryStore(SingleNode):
         return [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal)]
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         await anyio.lowlevel.checkpoint()
-        return self.read_cases(state=state, workflow=workflow, limit=limit, before=before)
+        return self.read_cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent)
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         self._check_open("list cases")
         found = [
@@ -423,6 +425,7 @@ class MemoryStore(SingleNode):
             if (state is None or row["state"] == state)
             and (workflow is None or row["workflow"] == workflow)
             and (before is None or case.order < before)
+            and (parent is None or loads(row["detail"]).get("parent") == parent)
         ]
         found.sort(key=lambda case: case.order, reverse=True)
         return [self._row(case) for case in found[: max(limit, 0)]]

@@ -1309,21 +1309,23 @@ class PostgresStore(StoreBase):
         return await self._read(f"reading the journal epochs of case {case_id!r}", read)
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", partial(_page, state, workflow, limit, before))
+        return await self._read("listing cases", partial(_page, state, workflow, limit, before, parent))
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before))
+        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before, parent))
 
     async def live(self) -> list[CaseRow]:
         if self._node is None:
@@ -1465,8 +1467,10 @@ def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
     return read
 
 
-async def _page(state: str | None, workflow: str | None, limit: int, before: int | None, conn: Any) -> list[CaseRow]:
-    query, params = page(state, workflow, limit, before)
+async def _page(
+    state: str | None, workflow: str | None, limit: int, before: int | None, parent: str | None, conn: Any
+) -> list[CaseRow]:
+    query, params = page(state, workflow, limit, before, parent)
     return [_row(found) for found in await conn.fetch(Q[query], *params.values())]
 
 

@@ -760,21 +760,23 @@ class SqliteStore(SingleNode):
         return read
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before)))
+        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before, parent)))
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before)))
+        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before, parent)))
 
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
