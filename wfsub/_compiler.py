@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _netgraph
 from ._errors import InvalidWorkflow
+from ._outbound import Outbound
 from ._program import (
     ALL,
     BYTECODE_VERSION,
@@ -69,7 +70,9 @@ from ._terms import (
     Saga,
     Scope,
     Seq,
+    SignalCase,
     Sleep,
+    StartCase,
     Task,
     Term,
     Terminate,
@@ -261,6 +264,16 @@ def _emit_task(e: _Emitter, t: Task, path: str) -> None:
 def _emit_effect(e: _Emitter, t: Effect, path: str) -> None:
     spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry, t.heartbeat_timeout)
     e.emit(Op.EFFECT, e.const(spec), path, _label(t))
+
+
+def _emit_start_case(e: _Emitter, t: StartCase, path: str) -> None:
+    fn = Outbound(t)  # an effect to the vm; the runtime starts the child (see `_outbound`)
+    e.emit(Op.EFFECT, e.const(EffectSpec(fn, fn.label, None, None)), path, fn.label)
+
+
+def _emit_signal_case(e: _Emitter, t: SignalCase, path: str) -> None:
+    fn = Outbound(t)
+    e.emit(Op.EFFECT, e.const(EffectSpec(fn, fn.label, None, None)), path, fn.label)
 
 
 def _emit_seq(e: _Emitter, t: Seq, path: str) -> None:

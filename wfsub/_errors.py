@@ -610,3 +610,19 @@ def heartbeat_not_json(name: str, path: str, problem: str) -> TypeError:
         f"heartbeat details of effect {name!r} at {path} are not JSON ({problem}): they are kept in the case row "
         "and given to the next attempt, so pass only dicts, lists, str, numbers, bool and None"
     )
+
+
+def outbound_value(label: str, path: str, what: str, value: object, fix: str, case_id: str | None) -> Exception:
+    """A `start_case` or `signal_case` step whose function (`case_id=`, `data=`, `payload=`) returned what the step
+    cannot use: it fails at its node with this text."""
+    return bad_input(f"{label} at {path}: {what}", value, fix=fix, case_id=case_id)
+
+
+def not_our_child(child_id: str, parent: str, path: str, other: str | None) -> CaseExists:
+    """`start_case` found a case with the child's id that this parent did not start (`other`: its parent)."""
+    owner = "no parent" if other is None else f"parent {other!r}"
+    return CaseExists(
+        child_id,
+        f"{owner}, not the case {parent!r} whose start_case at {path} asked for it (a child's id must be its own: "
+        "pass start_case(..., case_id=fn) returning an id no other case uses",
+    )

@@ -526,6 +526,31 @@ class CloseInstances(Term):
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
+class StartCase(Term):
+    """Start another case (a child) of a registered workflow; see `start_case`."""
+
+    kind = "start_case"
+    _positional = ("workflow",)
+    workflow: Any
+    data: Any = None
+    case_id: Any = None
+    wait: Any = True
+    into: Any = None
+    on_parent_cancel: Any = "cancel"
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class SignalCase(Term):
+    """Send a signal to another case; see `signal_case`."""
+
+    kind = "signal_case"
+    _positional = ("name",)
+    name: Any
+    case_id: Any = None
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Net(Term):
     """An unstructured graph of nodes (see `net`); mappings are kept as tuples of pairs (hashable, ordered)."""
 
@@ -890,6 +915,41 @@ def net(
     if isinstance(edges, list | tuple):
         shaped_edges = tuple(tuple(e) if isinstance(e, list | tuple) else e for e in edges)
     return Net(_as_pairs(nodes), shaped_edges, _as_pairs(split), _as_pairs(join))
+
+
+def start_case(
+    workflow: str,
+    *,
+    data: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+    case_id: Callable[[Mapping[str, Any]], str] | None = None,
+    wait: bool = True,
+    into: str | None = None,
+    on_parent_cancel: str = "cancel",
+) -> Term:
+    """Start a child case of the registered workflow `workflow`, with the start data `data(ctx)` (None: none).
+
+    Its id is `case_id(ctx)`, by default `{parent id}/{node path}` (plus `/{index}` for each enclosing mi
+    instance); the id is the step's idempotency key, so the child starts once however often the step is tried.
+    `wait=True`: the step waits for the child's end and merges its final data `into` a key (None: into the data
+    itself); a failed child fails the step with CaseFailed (a cancelled one with CaseCancelled). `wait=False`:
+    the child's id is stored `into` (default "child") and the parent goes on. `on_parent_cancel="cancel"`: a
+    parent cancelled (or the step withdrawn) while it waits cancels the child, with compensation; `"abandon"`
+    leaves it running.
+    """
+    return StartCase(workflow, data, case_id, wait, into, on_parent_cancel)
+
+
+def signal_case(
+    name: str,
+    *,
+    case_id: Callable[[Mapping[str, Any]], str],
+    payload: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> Term:
+    """Send signal `name` with `payload(ctx)` (None: no payload) to the case `case_id(ctx)`: applied once (its
+    request id is derived from this case's id and the step's node path and instance), journaled like an effect's
+    outcome. A refusal (no such case, an ended case, a signal that case cannot take) fails the step with its
+    reason."""
+    return SignalCase(name, case_id, payload)
 
 
 def cancel_region(name: str) -> Term:

@@ -41,7 +41,9 @@ from ._terms import (
     Saga,
     Scope,
     Seq,
+    SignalCase,
     Sleep,
+    StartCase,
     Task,
     Term,
     Terminate,
@@ -117,6 +119,7 @@ class _Checker:
     handlers: int = 0  # how many on_cancel / on_error / compensation branches enclose the current node
     handler_calls: list[tuple[str, str]] = field(default_factory=list)  # calls made inside such a branch
     terminates: str | None = None  # the path of a terminate() in this workflow, if it has one
+    loops: int = 0  # how many loops enclose the current node
     on_error: bool = True  # the workflow has an on_error scope (set by _survey; parallel error keys are checked)
     waited: set[str] = field(default_factory=set)  # signal names a wait or defer takes, seen so far in code order
 
@@ -180,6 +183,8 @@ class _Checker:
             self.case.whens.append((term.name, path))
         split = isinstance(term, _SPLITS)  # its children run as threads of their own
         before = set(self.waited) if split else None
+        looped = isinstance(term, Loop)
+        self.loops += looped
         for selector, child in children(term):
             handler = selector in ("on_cancel", "on_error", "finally") or selector.endswith(".compensation")
             self.handlers += handler
@@ -188,6 +193,7 @@ class _Checker:
             self.handlers -= handler
             if outer is not None:  # a wait in another thread answers no reply of this one
                 self.waited = outer
+        self.loops -= looped
         if before is not None:  # the threads a split started end at its join: their updates are answered there
             self.waited = before
         if held:
@@ -742,6 +748,59 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
         c.calls.append((t.name, path))
         if c.handlers:
             c.handler_calls.append((t.name, path))
+
+
+def _check_start_case(c: _Checker, t: StartCase, path: str) -> None:
+    if not isinstance(t.workflow, str) or not t.workflow:
+        c.add(path, f"start_case needs the registered name of a workflow (a non-empty str), got {t.workflow!r}")
+    elif c.library is None:
+        entry = f"{{{t.workflow!r}: workflow}}"
+        c.add(
+            path,
+            f"start_case({t.workflow!r}) starts a registered workflow: pass Substrate(workflows={entry}), "
+            f"or library={entry} to compile or validate",
+        )
+    elif t.workflow not in c.library:
+        known = ", ".join(sorted(str(k) for k in c.library)) or "none"
+        c.add(
+            path,
+            f"start_case({t.workflow!r}): no workflow of that name is registered (registered: {known}): "
+            "register it in workflows=, or check the spelling",
+        )
+    if t.data is not None:
+        c.callable_(path, "start_case data=", t.data)
+    if t.case_id is not None:
+        c.callable_(path, "start_case case_id=", t.case_id)
+    elif c.loops:
+        c.add(
+            path,
+            f"start_case({t.workflow!r}) inside a loop has no case_id=: every iteration would find the first "
+            "iteration's child (its default id is its node path); pass case_id=fn giving each run its own id, "
+            "e.g. case_id=lambda c: f\"{c['order']}-{c['attempt']}\"",
+        )
+    if not isinstance(t.wait, bool):
+        c.add(path, f"start_case wait= must be True (wait for the child's end) or False (go on), got {t.wait!r}")
+    if t.into is not None and (not isinstance(t.into, str) or not t.into):
+        c.add(path, f"start_case into= must be a non-empty str (a key of the data) or None, got {t.into!r}")
+    if t.on_parent_cancel not in ("cancel", "abandon"):
+        c.add(
+            path,
+            f"start_case on_parent_cancel={t.on_parent_cancel!r} is not a policy: use 'cancel' (the child is "
+            "cancelled with the parent) or 'abandon' (it runs on)",
+        )
+
+
+def _check_signal_case(c: _Checker, t: SignalCase, path: str) -> None:
+    if not isinstance(t.name, str) or not t.name:
+        c.add(path, f"signal_case needs a signal name (a non-empty str), got {t.name!r}")
+    if t.case_id is None or not callable(t.case_id):
+        c.add(
+            path,
+            f"signal_case case_id= must be a function of ctx returning the id of the case to signal, got "
+            f"{t.case_id!r}: e.g. case_id=lambda ctx: ctx['order_id']",
+        )
+    if t.payload is not None:
+        c.callable_(path, "signal_case payload=", t.payload)
 
 
 def _net_runs_nodes_at_once(t: Net) -> bool:

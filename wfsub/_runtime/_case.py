@@ -103,6 +103,7 @@ class Shared:
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
     updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
+    substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
 
 
 class CaseEvicted(Exception):
@@ -193,6 +194,7 @@ class CaseActor:
     tags: dict[str, str] | None = None  # given at the start (durable cases: from the `start` record)
     forked_from: str | None = None  # durable: the case this one was forked from
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -642,6 +644,7 @@ class CaseActor:
             error=error,
             cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
             workflow=self.workflow,
+            parent=self.parent,
             at=at,
             effects=in_flight,
             timers=armed,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import TaskGroup
 
+from ._children import outbound
 from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
 from ._heartbeat import Beats, note_beat
 from ._mailbox import Cancel, EffectDone, TimerFired
@@ -126,7 +127,7 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
     with scope:
         try:
             output = await call_effect(
-                req.fn,
+                outbound(actor, req),
                 req.ctx,
                 name=req.name,
                 path=req.path,

@@ -200,15 +200,18 @@ def _models_in(value: Any) -> bool:
 
 def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
-    deadline: float | None, now: float, tags: Mapping[str, str] | None = None,
+    deadline: float | None, now: float, tags: Mapping[str, str] | None = None, parent: str | None = None,
 ) -> Record:
-    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)) and
-    its tags (kept only when there are some, so an untagged start reads as before)."""
+    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), its
+    tags (kept only when there are some, so an untagged start reads as before), and for a child case
+    (`start_case`) its `parent`."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
     start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
                      "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
     if tags:
         start["tags"] = dict(tags)
+    if parent is not None:
+        start["parent"] = parent
     return start
 
 

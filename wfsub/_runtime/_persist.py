@@ -254,6 +254,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
         store, row.case_id, row.workflow, row.fingerprint, row.started_at, seq=replayer.seq, time=replayer.time
     )
     journal.deadline = start.get("deadline")
+    journal.parent = start.get("parent")
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
@@ -338,6 +339,7 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         version=row.fingerprint or None,
         migrated_from=row.migrated_from,
         refused=with_taken(refused_inputs(row.refused) if row.refused else (), row.taken_refused),
+        parent=row.parent,
     )
 
 

@@ -138,6 +138,8 @@ class CaseStatus(BaseModel):
     dedup: str | None = None
     partition: str | None = None
     dequeued_at: float | None = None
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    children: tuple[str, ...] = ()  # `status()`: the ids of the cases it started, oldest first (see `cases(parent=)`)
 
     @property
     def ended(self) -> bool:

@@ -77,6 +77,7 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
+from ._children import children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
 from ._inputs import admit
@@ -291,6 +292,7 @@ class Substrate:
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
         self._schedules = self._check_schedules(schedules)
+        self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -313,6 +315,7 @@ class Substrate:
         case_tg = self._case_tg = anyio.create_task_group()
         await case_tg.__aenter__()
         shared.start_soon = lambda fn: case_tg.start_soon(fn)
+        shared.substrate = self
         if isinstance(self._clock, VirtualClock):
             self._detach_clock = self._clock.attach(lambda: shared.busy == 0)
         self._phase = "open"
@@ -544,6 +547,7 @@ class Substrate:
         dedup: str | None = None,
         partition: str | None = None,
         delay: float | None = None,
+        _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -606,6 +610,7 @@ class Substrate:
         )
         actor = self._actor(case_id, machine, now, deadline, name, level)
         actor.tags = case_tags or None
+        actor.parent = _parent
         if durable:
             assert self._loader is not None
             assert name is not None
@@ -629,6 +634,8 @@ class Substrate:
             if queued:
                 return CaseHandle(self, None, case_id)
         self._spawn(actor)
+        if _parent is not None and not durable:  # (a durable child is found through the store's parent index)
+            self._children.setdefault(_parent, []).append(case_id)
         return CaseHandle(self, actor)
 
     async def _joined(self, case_id: str) -> bool:
@@ -1184,7 +1191,11 @@ class Substrate:
             await event.wait()
 
     def status(self, case_id: str) -> CaseStatus:
-        """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure."""
+        """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure, and the
+        cases it started (`children`)."""
+        return children_in(self, self._status(case_id))
+
+    def _status(self, case_id: str) -> CaseStatus:
         actor = self._cases.get(case_id) if isinstance(case_id, str) else None
         if actor is not None:
             return self._with_queue(actor.status())
@@ -1212,12 +1223,15 @@ class Substrate:
     def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseStatus]:
         """Cases newest first, at most `limit`, those that pass every filter given: `state`, `workflow` name,
-        every pair of `tags`, `id_prefix` (the id starts with it), `started_after` < start time <= `started_before`.
-        Page with `before`: pass the `order` of the last case of the previous page. A case in memory is reported
-        (and filtered by state) as it is now; one that is not, as the store last recorded it."""
+        every pair of `tags`, `id_prefix` (the id starts with it), `started_after` < start time <= `started_before`,
+        `parent` (the children a case started). Page with `before`: pass the `order` of the last case of the
+        previous page. A case in memory is reported (and filtered by state) as it is now; one that is not, as the
+        store last recorded it."""
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
@@ -1234,7 +1248,7 @@ class Substrate:
                     continue
                 now = actor.status()
                 row = CaseRow(now.case_id, actor.workflow or "", "", now.state.value, now.started_at or 0.0, 0.0,
-                              tags=now.tags)
+                              tags=now.tags, parent=actor.parent)
                 if match.matches(actor.order, row):
                     found.append(self._with_queue(now))
                     if len(found) == limit:
@@ -1260,7 +1274,8 @@ class Substrate:
                 if (
                     j is None or actor.exited or actor.case_id in seen or actor.state.value != state
                     or not match.matches(0, CaseRow(actor.case_id, actor.workflow or "", "", state,
-                                                    actor.started_at, 0.0, tags=dict(actor.tags or {})))
+                                                    actor.started_at, 0.0, tags=dict(actor.tags or {}),
+                                                    parent=actor.parent))
                 ):
                     continue
                 if not j.order:
@@ -1574,7 +1589,7 @@ class CaseHandle:
 
     def status(self) -> CaseStatus:
         actor = self._current()
-        return actor.status() if actor is not None else self._sub.status(self.case_id)
+        return children_in(self._sub, actor.status()) if actor is not None else self._sub.status(self.case_id)
 
     def data(self) -> dict[str, Any]:
         """A copy of the case's data now (the final data once it has ended)."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -91,6 +91,7 @@ class CaseRow:
     # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
 
 @dataclass(slots=True)
@@ -230,7 +231,7 @@ class Store(Protocol):
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
         ...
@@ -242,10 +243,11 @@ class Store(Protocol):
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
         """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`: every
-        filter given holds (`wfsub._store._listing.Listing` says each)."""
+        filter given holds (`wfsub._store._listing.Listing` says each; `parent=`: only the children that case
+        started)."""
         ...
 
     async def delete(self, case_id: str) -> bool:

@@ -6,7 +6,7 @@ that value), `id_prefix` (its id starts with it), `started_after` < its start ti
 stores filter in SQL (tags through an index: SQLite's `case_tags`, Postgres's GIN index on `cases.tags`); the
 statement is built here from fixed text, one condition per filter given, and every value is a bound parameter.
 
-More filters (a case's parent, its queue) plug in the same way: a field here, a condition in `where_sqlite` and
+More filters (a case's queue, ...) plug in the same way: a field here, a condition in `where_sqlite` and
 `where_postgres`, a test in `matches`.
 """
 
@@ -43,6 +43,7 @@ class Listing:
     id_prefix: str | None = None
     started_after: float | None = None
     started_before: float | None = None
+    parent: str | None = None  # the case that started them (`start_case`): its children only
 
     def matches(self, order: int, row: CaseRow) -> bool:
         """Whether a row is listed (MemoryStore's filter; the SQL stores say the same in SQL)."""
@@ -54,6 +55,7 @@ class Listing:
             and (self.id_prefix is None or row.case_id.startswith(self.id_prefix))
             and (self.started_after is None or row.started_at > self.started_after)
             and (self.started_before is None or row.started_at <= self.started_before)
+            and (self.parent is None or row.parent == self.parent)
         )
 
     def sqlite(self) -> tuple[str, dict[str, Any]]:
@@ -82,9 +84,14 @@ class Listing:
         if self.started_before is not None:
             where.append("started_at <= :started_before")
             params["started_before"] = self.started_before
+        if self.parent is not None:
+            where.append("parent = :parent")
+            params["parent"] = self.parent
         # state and workflow: the state's index, as the listing of both always took (a
         # state is the rarer filter in a busy store: most cases are done)
         hint = " INDEXED BY cases_by_state" if self.state is not None and self.workflow is not None else ""
+        if self.parent is not None:  # the children of one case: few, through their own index
+            hint = " INDEXED BY cases_by_parent"
         sql = (
             f"SELECT {SQLITE_COLUMNS} FROM cases{hint} WHERE {' AND '.join(where)} "
             "ORDER BY case_order DESC LIMIT :limit"
@@ -113,6 +120,8 @@ class Listing:
             where.append(f"started_at > {bind(self.started_after)}")
         if self.started_before is not None:
             where.append(f"started_at <= {bind(self.started_before)}")
+        if self.parent is not None:
+            where.append(f"parent = {bind(self.parent)}")
         sql = f"SELECT {POSTGRES_COLUMNS} FROM cases WHERE {' AND '.join(where)} ORDER BY case_order DESC LIMIT $2"
         return sql, args
 

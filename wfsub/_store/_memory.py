@@ -432,21 +432,23 @@ class MemoryStore(SingleNode):
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         await anyio.lowlevel.checkpoint()
         return self.read_cases(
             state=state, workflow=workflow, limit=limit, before=before, tags=listing.tags, id_prefix=id_prefix,
-            started_after=started_after, started_before=started_before,
+            started_after=started_after, started_before=started_before, parent=parent,
         )
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         self._check_open("list cases")
         found = [
             (case.order, row)

@@ -1320,9 +1320,10 @@ class PostgresStore(StoreBase):
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         if limit <= 0:
             self._running("list cases")
             return []
@@ -1331,9 +1332,10 @@ class PostgresStore(StoreBase):
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
         self._running("list cases")
         if limit <= 0:

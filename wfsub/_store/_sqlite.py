@@ -769,9 +769,10 @@ class SqliteStore(SingleNode):
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         if limit <= 0:
             self._running("list cases")
             return []
@@ -780,9 +781,10 @@ class SqliteStore(SingleNode):
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before)
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
         self._running("list cases")
         if limit <= 0:

@@ -113,10 +113,11 @@ def main() -> None:
 @click.option("--tag", "tag_pairs", multiple=True, metavar="KEY=VALUE",
               help="Only cases tagged so (repeat: every tag must match).")
 @click.option("--id-prefix", metavar="TEXT", help="Only cases whose id starts with this.")
+@click.option("--parent", metavar="CASE", help="Only the child cases this case started (start_case).")
 @AS_JSON
 @_run
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
-                tag_pairs: tuple[str, ...], id_prefix: str | None, as_json: bool) -> None:
+                tag_pairs: tuple[str, ...], id_prefix: str | None, parent: str | None, as_json: bool) -> None:
     """List cases, newest first."""
     if state == "queued":  # (cases waiting in a queue have no row yet: their queue items)
         async with opened(store) as s:
@@ -136,14 +137,14 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
     tags = _tags(tag_pairs)
     async with opened(store) as s:
         rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before, tags=tags,
-                             id_prefix=id_prefix or None)
+                             id_prefix=id_prefix or None, parent=parent)
     if as_json:
         for row in rows:
             r.print_json(_row_json(row))
     elif rows:
         r.out.print(r.cases_table(rows))
     else:
-        filtered = state or workflow or before or tags or id_prefix
+        filtered = state or workflow or before or tags or id_prefix or parent
         r.err.print("no cases" + (" match" if filtered else " in the store"))
     if len(rows) == limit:
         r.err.print(f"more: --before {rows[-1].order}", style="dim")
@@ -209,7 +210,8 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
             return
         row = await case_row(s, case_id)
         records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
-    status = status_of(row, lambda v: v)
+        children = await s.cases(parent=case_id, limit=_CHILDREN_SHOWN)
+    status = status_of(row, lambda v: v).model_copy(update={"children": tuple(c.case_id for c in reversed(children))})
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
     ran = _compensations(records, named)
@@ -223,6 +225,8 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         return
     r.out.print(r.status_table(status, row, ran))
 
+
+_CHILDREN_SHOWN = 1000  # (as `status().children` shows; `wfsub cases --parent` pages through them all)
 
 _COMPENSATION = re.compile(r"\[\d+\.compensation\]")
 

@@ -398,6 +398,20 @@ class _Diagram:
         node = self.node("call", f"call {_name(t.name)}")
         return _Frag(node, [(node, None)])
 
+    def _start_case(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        # a call activity that runs as a case of its own: waited for (or not), cancelled with the parent (or not)
+        lines = [f"start case: {_name(t.workflow)}", "waits" if t.wait is not False else "does not wait"]
+        if t.into is not None:
+            lines.append(f"into {_name(t.into)}")
+        if t.on_parent_cancel == "abandon":
+            lines.append("abandoned on cancel")
+        node = self.node("call", "\n".join(lines))
+        return _Frag(node, [(node, None)])
+
+    def _signal_case(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        node = self.node("throw", f"signal case: {_name(t.name)}")  # a message throw event
+        return _Frag(node, [(node, None)])
+
     def _terminate(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
         node = self.node("terminate", "terminate")
         return _Frag(node, [])  # the case ends here: nothing flows on
@@ -772,6 +786,8 @@ _DRAWERS: dict[str, _Drawer] = {
     "milestone": _Diagram._milestone,
     "when_milestone": _Diagram._when_milestone,
     "call": _Diagram._call,
+    "start_case": _Diagram._start_case,
+    "signal_case": _Diagram._signal_case,
     "terminate": _Diagram._terminate,
     "reply": _Diagram._reply,
     "cancel_region": _Diagram._cancel_region,

@@ -554,6 +554,14 @@ class Engine:
         self.effects[eid] = th
         th.park, th.wid, th.at = "effect", eid, (t, path)
 
+    # start_case and signal_case act on other cases, which is the runtime's: to a case they are effects at their
+    # node (the driver answers them with the child's result or id, or the signal's acceptance, or an error).
+    def do_start_case(self, th: Thread, t: Any, path: str) -> None:
+        self.do_effect(th, t, path)
+
+    def do_signal_case(self, th: Thread, t: Any, path: str) -> None:
+        self.do_effect(th, t, path)
+
     def do_sleep(self, th: Thread, t: Sleep, path: str) -> None:
         if t.until is not None:
             length: tuple[float, float | None] = (0.0, self.epoch(th, t.until, path))

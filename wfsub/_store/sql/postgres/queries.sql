@@ -340,3 +340,4 @@ UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigi
 -- name: heartbeats_get
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = $1;
+

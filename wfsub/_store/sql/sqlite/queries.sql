@@ -361,3 +361,4 @@ UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
 -- name: heartbeats_get
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = :case_id;
+

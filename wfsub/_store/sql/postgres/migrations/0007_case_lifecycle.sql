@@ -1,4 +1,4 @@
--- Migration 6: the case lifecycle: tags and the origin of forked cases (listing, status), and retried cases.
+-- Migration 7: the case lifecycle: tags and the origin of forked cases (listing, status), and retried cases.
 --
 -- A case's tags ({str: str}) and the case it was forked from are fields of its `start` record, the source of
 -- truth. When a case row is first inserted (its `start` record is always written before it, in the same
