@@ -1237,6 +1237,7 @@ class Substrate:
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
+        filters["parent"] = parent
         if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
             items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
             return [self._queued_status(i) for i in items if workflow is None or i.start.get("workflow") == workflow]
