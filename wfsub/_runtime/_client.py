@@ -245,16 +245,19 @@ class Client:
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseStatus]:
         """Cases newest first, filtered as `Substrate.cases` filters them, at most `limit` (page with `before`)."""
         self._door("list cases")
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
-        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
+        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent,
+                                       **filters)
         return [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
@@ -283,13 +286,14 @@ class Client:
         if not CaseState(row.state).ended or not await self._store.delete(case_id):
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
 
-    async def journal(self, case_id: str) -> list[JournalRecord]:
-        """Every record of the case's journal, in order."""
+    async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
+        """Every record of the case's journal, in order (`newest=N`: its start record and the newest N after it,
+        as `Substrate.journal`)."""
         self._door("read a journal")
         records = await self._store.journal(case_id)
         if not records:
             raise CaseNotFound(case_id)
-        return [JournalRecord.model_validate(r) for r in records]
+        return [JournalRecord.model_validate(r) for r in inputs.journal_part(records, newest)]
 
     async def await_case(
         self, case_id: str, timeout: float | None = None, *, model: type[BaseModel] | None = None  # noqa: ASYNC109

@@ -435,6 +435,19 @@ def listing(
             "started_before": started_before}
 
 
+def journal_part(records: list[Any], newest: object) -> list[Any]:
+    """The records `journal(case_id, newest=)` returns: every one (None), or the start and the newest `newest`
+    (an int >= 0) after it."""
+    if newest is None:
+        return records
+    if isinstance(newest, bool) or not isinstance(newest, int) or newest < 0:
+        raise bad_input("journal(): newest must be an int >= 0 (or None for every record)", newest,
+                        error=ValueError, fix="e.g. newest=500: the start record and the newest 500")
+    if len(records) <= newest + 1:
+        return records
+    return [records[0], *records[len(records) - newest:]]
+
+
 LIFECYCLE_KINDS = ("retry", "fork")
 """Inbox kinds that are not inputs of a case but asks of its owner: `retry` (body {}) and `fork` (body {"at": seq,
 "new_case_id": id or None}); the owner does them as `Substrate.retry` and `Substrate.fork` do."""

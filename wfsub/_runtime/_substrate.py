@@ -1287,14 +1287,16 @@ class Substrate:
             listed.sort(key=lambda status: -(status.order or 0))
         return [self._with_queue(status) for status in listed[:limit]]
 
-    async def journal(self, case_id: str) -> list[JournalRecord]:
-        """Every record of a durable case's journal, in order (a Substrate without a store has none)."""
+    async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
+        """Every record of a durable case's journal, in order (a Substrate without a store has none). `newest=N`:
+        only its start record and the newest N records after it (the rest is read but not validated nor
+        returned: what a view of a long journal needs)."""
         if self._store is None:
             raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
         records = await self._store.journal(case_id)
         if not records:
             raise CaseNotFound(case_id)
-        return [JournalRecord.model_validate(r) for r in records]
+        return [JournalRecord.model_validate(r) for r in inputs.journal_part(records, newest)]
 
     async def prune(self, older_than: float) -> int:
         """Remove the cases that ended at least `older_than` seconds ago (never one without an `end`)."""
