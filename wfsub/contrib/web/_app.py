@@ -474,6 +474,7 @@ class _Drawings:
 
     def __init__(self, versions: dict[str, list[Term]]) -> None:
         self.versions = versions
+        self.library = {name: terms[-1] for name, terms in versions.items() if terms}  # what start_case and call name
         self._fingerprints: dict[Term, str] = {}
         self._names: dict[Term, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._drawn: dict[tuple[Term, tuple[str, ...]], tuple[str, str]] = {}
@@ -481,7 +482,12 @@ class _Drawings:
     def _fingerprint(self, term: Term) -> str:
         found = self._fingerprints.get(term)
         if found is None:
-            program = wfsub.compile(term)
+            try:
+                program = wfsub.compile(term, library=self.library)
+            except wfsub.InvalidWorkflow:  # (not one the Substrate would run: it is drawn, but matches no version)
+                self._fingerprints[term] = ""
+                self._names[term] = ((), ())
+                return ""
             found = self._fingerprints[term] = program.fingerprint
             self._names[term] = (tuple(sorted(program.signals)), tuple(sorted(program.updates)))
         return found
