@@ -1,16 +1,18 @@
 """The case inspector (wfsub.contrib.web): server time of its pages over a big store.
 
 A SQLite store is filled through the API with 100,000 cases (done, failed and waiting for a signal, started by
-100 concurrent starters) and one case whose journal holds 10,000 records (a loop of waits, signalled 10,000
-times). Each page is then asked for through the app's ASGI interface (no network, no client: the time is the
+100 concurrent starters, each tagged with one of ten shards) and one case whose journal holds 10,000 records (a
+loop of waits, signalled 10,000 times). Each page is then asked for through the app's ASGI interface (no network, no client: the time is the
 server's), and the p50 of the samples is reported:
 
 - the cases page (the newest 50 with the counts per state), the counts shared between requests as the app does
   (it reads them at most once a second); then the same with the counts read for every request (the first request
   after a quiet second pays it); then a filtered page deep in the list (`state=`, `before=`);
 - the case page of the 10,000-record case (the timeline shows the start and the newest 500 records), its journal
-  read for each request (`journal()` reads and validates every record); then the journal kept from an earlier
-  read at the same status, as the app does; then with `?journal=all`.
+  read for each request (`journal(case_id, newest=500)`: every record is read, only those shown are validated);
+  then the journal kept from an earlier read at the same status, as the app does; then with `?journal=all`
+  (every record validated);
+- a page filtered by a tag that a tenth of the cases carry.
 
 `WFSUB_BENCH_WEB_CASES` sets the number of cases (default 100,000). Filling the store goes through the API at the
 runtime's pace (600-1,000 cases/s on the 2-core development machine shared with other jobs: about three minutes
@@ -93,7 +95,7 @@ async def measure(path: Path) -> dict[str, Any]:
 
         async def starter(first: int) -> None:
             for i in range(first, N_CASES, STARTERS):
-                await sub.new_case(kinds[i % len(kinds)], case_id=f"c{i:06d}")
+                await sub.new_case(kinds[i % len(kinds)], case_id=f"c{i:06d}", tags={"shard": str(i % 10)})
 
         async with anyio.create_task_group() as tg:
             for first in range(STARTERS):
@@ -119,6 +121,7 @@ async def measure(path: Path) -> dict[str, Any]:
         out["list_cold"] = await _samples(asgi, "/", before=inspector.counts_at.clear)
         middle = sub.cases(state="waiting_signal", limit=1)[0].order // 2
         out["list_deep"] = await _samples(asgi, "/", f"state=waiting_signal&before={middle}")
+        out["list_tag"] = await _samples(asgi, "/", "tag=shard%3D3")
         out["case_first"] = await _samples(asgi, f"/case/{chatty}", before=inspector.journals.clear)
         out["case"] = await _samples(asgi, f"/case/{chatty}")
         out["case_all"] = await _samples(asgi, f"/case/{chatty}", "journal=all")
@@ -146,7 +149,8 @@ def run() -> list[str]:
         return [*lines, f"not run: the web extra is not installed ({exc.name}); pip install '.[web]'"]
     with tempfile.TemporaryDirectory(prefix="wfsub-bench-") as folder:
         m = anyio.run(measure, Path(folder) / "web.db")
-    ms = {key: percentile(m[key], 0.5) * 1e3 for key in ("list", "list_cold", "list_deep", "case_first", "case", "case_all")}
+    ms = {key: percentile(m[key], 0.5) * 1e3 for key in ("list", "list_cold", "list_deep", "list_tag", "case_first", "case",
+                                                      "case_all")}
     record("web_list_p50_ms", ms["list"], "ms")
     record("web_list_counts_read_p50_ms", ms["list_cold"], "ms")
     record("web_case_10k_p50_ms", ms["case_first"], "ms")
@@ -155,6 +159,7 @@ def run() -> list[str]:
     lines.append(f"cases page, newest 50, counts shared     p50 {ms['list']:7.1f} ms  (target <= {LIST_TARGET_MS:.0f} ms) {_verdict(ms['list'], LIST_TARGET_MS)}")
     lines.append(f"  the same, counts read for the request  p50 {ms['list_cold']:7.1f} ms  (no target)")
     lines.append(f"  state= filter, before= deep in the list p50 {ms['list_deep']:7.1f} ms  (no target)")
+    lines.append(f"  tag= filter (a tenth of the cases)     p50 {ms['list_tag']:7.1f} ms  (no target)")
     lines.append(f"case page, {m['records']:,}-record journal     p50 {ms['case_first']:7.1f} ms  (target <= {CASE_TARGET_MS:.0f} ms) {_verdict(ms['case_first'], CASE_TARGET_MS)}")
     lines.append(f"  the same, journal kept from a read     p50 {ms['case']:7.1f} ms  (no target)")
     lines.append(f"  the same with ?journal=all             p50 {ms['case_all']:7.1f} ms  (no target)")
