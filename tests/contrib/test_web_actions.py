@@ -121,7 +121,8 @@ async def test_paging_with_tag_and_parent_filters_reaches_every_match_once() -> 
 
 
 async def test_a_queued_case_is_counted_and_its_page_shows_its_queue() -> None:
-    """A case waiting in a queue counts under queued, and its page shows the queue, priority and partition."""
+    """A case waiting in a queue counts under queued (not under a tag filter: it has no tags yet), and its page
+    shows the queue and priority."""
     async with inspector() as (sub, client):
         await sub.new_case("order", case_id="q1", queue="slow", priority=3, delay=3600)
         listing = await client.get("/")
@@ -130,6 +131,10 @@ async def test_a_queued_case_is_counted_and_its_page_shows_its_queue() -> None:
         assert page.status_code == 200
         assert re.search(r'id="case-queue"><span class="mono">slow</span>, priority 3', page.text)
         assert "(queued)" in page.text
+        tagged = await client.get("/", params={"tag": "team=ops"})  # a queued case has no tags yet
+        assert re.search(r'data-state="queued"><b>0</b> queued', tagged.text)
+        assert sub.cases(state="queued", tags={"team": "ops"}) == []
+        assert [s.case_id for s in sub.cases(state="queued", id_prefix="q")] == ["q1"]
 
 
 # -- the case page ---------------------------------------------------------------------------------------------

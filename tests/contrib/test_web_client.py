@@ -204,3 +204,21 @@ async def test_update_retry_and_fork_over_a_client_reach_the_owner(tmp_path: Pat
                 assert '<a id="case-forked-from" href="/case/f">f</a>' in copy.text
                 bad = await http.post("/case/f", data={"csrf": csrf, "action": "fork", "at": "999"})
                 assert bad.status_code == 400 and "999" in bad.text
+
+
+async def test_a_client_source_counts_and_shows_queued_cases(tmp_path: Path) -> None:
+    """Over a Client, a case waiting in a queue is listed and counted as queued, and its page shows its queue."""
+    db = tmp_path / "s.db"
+    async with Substrate(store=db, workflows=FLOWS, queues={"slow": wfsub.Queue(concurrency=1)}) as sub:
+        await sub.new_case("greet", case_id="q1", queue="slow", priority=2, delay=3600)
+        async with wfsub.Client(db) as client:
+            assert [s.case_id for s in await client.cases(state="queued")] == ["q1"]
+            assert await client.cases(state="queued", tags={"a": "b"}) == []
+            asgi = web.app(client, workflows=FLOWS)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+                listing = await http.get("/", params={"state": "queued"})
+                assert re.findall(r'<tr data-case="([^"]+)" data-state="([^"]+)">', listing.text) == [
+                    ("q1", "queued")]
+                assert re.search(r'data-state="queued"><b>1</b> queued', listing.text)
+                page = await http.get("/case/q1")
+                assert re.search(r'id="case-queue"><span class="mono">slow</span>, priority 2', page.text)

@@ -87,7 +87,7 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
-from ._queues import Queue, Queues, check_queued, check_queues, queued_status
+from ._queues import Queue, Queues, check_queued, check_queues, queued_listing, queued_status
 from ._registry import Workflows
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
@@ -1240,7 +1240,7 @@ class Substrate:
         filters["parent"] = parent
         if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
             items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
-            return [self._queued_status(i) for i in items if workflow is None or i.start.get("workflow") == workflow]
+            return queued_listing(items, workflow, filters)
         if self._store is None:
             found = []
             match = Listing(state, workflow, limit, before, **filters)
