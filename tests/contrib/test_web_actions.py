@@ -281,3 +281,26 @@ async def test_an_ended_case_offers_fork_but_not_signal() -> None:
         page = await client.get("/case/o")
         assert 'id="fork-form"' in page.text
         assert 'id="signal-form"' not in page.text and 'id="update-form"' not in page.text
+
+
+@pytest.mark.parametrize("form", [
+    {"action": "update", "name": "add", "payload": '{"n": 1}'},
+    {"action": "retry"},
+    {"action": "fork", "at": "0"},
+])
+async def test_each_new_action_is_refused_without_the_token_and_when_read_only(form: dict[str, str]) -> None:
+    """Update, retry and fork without the page's CSRF token, or on a read-only inspector, are refused (403) and
+    change nothing."""
+    async with inspector() as (sub, client):
+        await sub.new_case("counter", case_id="n")
+        await until(sub, "n", "waiting_signal")
+        await token(client)
+        refused = await client.post("/case/n", data={"csrf": "forged-" + "x" * 40, **form})
+        assert refused.status_code == 403 and "CSRF" in refused.text
+        assert "added" not in sub.data("n") and [s.case_id for s in sub.cases()] == ["n"]
+    async with inspector(read_only=True) as (sub, client):
+        await sub.new_case("counter", case_id="n")
+        await until(sub, "n", "waiting_signal")
+        refused = await post(client, "n", **form)
+        assert refused.status_code == 403 and "read only" in refused.text
+        assert "added" not in sub.data("n") and [s.case_id for s in sub.cases()] == ["n"]
