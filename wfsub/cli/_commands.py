@@ -25,6 +25,7 @@ from ._targets import CliError, Target, case_row, load_redact, load_target, open
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from .._store import ProgramSummary
     from ..stores import CaseRow, Store
     from . import _render as r
 
@@ -139,11 +140,16 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
 
     async with opened(store) as s:
         row = await case_row(s, case_id)
-        records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
+        ended_badly = row.state in ("cancelled", "failed")
+        records = await s.journal(case_id) if ended_badly else []
+        version = await s.program(row.fingerprint) if ended_badly else None
     status = status_of(row, lambda v: v)
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
-    ran = _compensations(records, named)
+    ran = _compensations(records, named, _compensation_paths(version))
+    cancels = [rec for rec in records if rec.get("kind") == "cancel"]
+    if status.cancel_reason is None and cancels:  # a cancel whose compensation failed ended the case failed
+        status = status.model_copy(update={"cancel_reason": cancels[-1].get("reason")})
     if as_json:
         shown = status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq,
                                                   "compensations": ran}
@@ -154,12 +160,23 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
     r.out.print(r.status_table(status, row, ran))
 
 
+def _compensation_paths(version: ProgramSummary | None) -> dict[str, list[str]]:
+    """Each compensation of the case's version -> where it starts, from the version's program summary ({}: no
+    summary, or one written before summaries listed compensations)."""
+    listed = version.summary.get("compensations") if version is not None else None
+    return dict(listed) if isinstance(listed, dict) else {}
+
+
 _COMPENSATION = re.compile(r"\[\d+\.compensation\]")
 
 
-def _compensations(records: list[dict[str, Any]], compensated: tuple[str, ...]) -> list[dict[str, Any]]:
+def _compensations(
+    records: list[dict[str, Any]], compensated: tuple[str, ...], paths: dict[str, list[str]]
+) -> list[dict[str, Any]]:
     """The compensations a case's end ran, with their outcomes: each compensating effect the journal recorded
-    (done, or failed with its error), then each step its end names as compensated that was no effect."""
+    (done, or failed with its error), each step its end names as compensated that was no effect, and each
+    compensation its end's CompensationFailed lists as failed. `paths`: each compensation's name -> where it
+    starts (from the program summary), for the steps the end names without a path."""
     ran: list[dict[str, Any]] = []
     for rec in records:
         if rec.get("kind") == "effect" and _COMPENSATION.search(str(rec.get("path", ""))):
@@ -169,7 +186,23 @@ def _compensations(records: list[dict[str, Any]], compensated: tuple[str, ...]) 
                 "error": f"{error.get('type')}: {error.get('message')}" if error else None,
             })
     named = {c["name"] for c in ran}
-    ran += [{"name": n, "path": None, "outcome": "done", "error": None} for n in compensated if n not in named]
+    for name in compensated:
+        if name not in named:
+            where = paths.get(name) or []
+            ran.append({"name": name, "path": " or ".join(where) or None, "outcome": "done", "error": None})
+    end = records[-1] if records and records[-1].get("kind") == "end" else {}
+    record = (end.get("error") or {}).get("record") or {}
+    by_path = {path: name for name, where in paths.items() for path in where}
+    shown = {c["path"] for c in ran}
+    for failure in record.get("failures") or ():
+        path = str(failure.get("path"))
+        start = next((p for p in sorted(by_path, key=len, reverse=True) if path.startswith(p)), None)
+        if path in shown or start in shown:
+            continue  # a compensating effect's own record said it already
+        ran.append({
+            "name": by_path.get(start or "", path), "path": path, "outcome": "failed",
+            "error": f"{failure.get('type')}: {failure.get('message')}",
+        })
     return ran
 
 
@@ -224,7 +257,7 @@ async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec
         if as_json:
             r.print_json(r.with_iso(event.model_dump(mode="json"), "time"))
         else:
-            r.out.out(event.format(), highlight=False)
+            r.out.out(event.format(limit=None), highlight=False)  # every detail whole: nothing cut
     if report.divergence is not None:
         raise CliError(f"the replay diverged, so the trace stops there: {report.divergence}")
 
@@ -362,19 +395,41 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
     if not wait:
         r.err.print(f"sent: the {what} is in the inbox of {owner.owner_id!r}, which applies it shortly")
         return
-    with anyio.move_on_after(patience):
-        while True:
+    recorded = False
+    with anyio.move_on_after(patience) as scope:
+        while not recorded:
             found = await store.inbox_row(inbox_id)
             if found is None:
-                r.err.print(f"done: case {row.case_id!r} recorded the {what}")
-                return
-            if found.refused is not None:
+                recorded = True
+            elif found.refused is not None:
                 raise CliError(f"case {row.case_id!r} refused the {what}: {found.refused}")
+            else:
+                await anyio.sleep(WAIT_POLL)
+    if not recorded:
+        raise CliError(
+            f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and "
+            "is applied when the owner takes it (check that the Substrate is running and not stuck)"
+        )
+    r.err.print(f"done: case {row.case_id!r} recorded the {what}")
+    await _say_if_it_ended(store, row.case_id, what, scope.deadline - anyio.current_time())
+
+
+async def _say_if_it_ended(store: Store, case_id: str, what: str, patience: float) -> None:
+    """Once the owner recorded an input, follow the case (within `patience` seconds) until it waits again or
+    ends; if the input ended it, say so and why (a region's cancel can take the whole case with it)."""
+    from .. import CaseState
+
+    with anyio.move_on_after(max(patience, 0.0)):
+        while True:
+            row = await case_row(store, case_id)
+            state = CaseState(row.state)
+            if state.ended:
+                why = row.cancel_reason or (row.error or {}).get("message") or "no reason recorded"
+                r.err.print(f"the {what} ended case {case_id!r}: it is {state.value}: {why}")
+                return
+            if state.parked or state is CaseState.SUSPENDED:
+                return  # it goes on: it waits again
             await anyio.sleep(WAIT_POLL)
-    raise CliError(
-        f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and is "
-        "applied when the owner takes it (check that the Substrate is running and not stuck)"
-    )
 
 
 # -- replaying and pruning ------------------------------------------------------------------------------------

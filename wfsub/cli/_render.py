@@ -104,7 +104,10 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     if status.failure is not None:
         f = status.failure
         table.add_row("error", Text(f"{f.type} at {f.path}: {f.message}", style="red"))
-    if status.cancel_reason is not None:
+    if status.cancel_reason is not None and state == "failed":  # a cancel whose compensations failed
+        table.add_row("cancel", f"{status.cancel_reason} (it ran the compensations below; the case failed "
+                      "because one of them failed)")
+    elif status.cancel_reason is not None:
         table.add_row("cancelled", status.cancel_reason)
     if compensations:
         table.add_row("compensated", Text("\n").join(_compensation(c) for c in compensations))
