@@ -414,15 +414,22 @@ class ReplayDivergence(WfsubError):
     journal expected, what happened instead, and the tasks run since the previous record."""
 
     def __init__(
-        self, case_id: str | None, seq: int, kind: str, expected: str, happened: str, tasks: Sequence[str] = ()
+        self, case_id: str | None, seq: int, kind: str, expected: str, happened: str, tasks: Sequence[str] = (),
+        names: Sequence[str] | None = None,
     ) -> None:
         self.case_id = case_id
         self.seq = seq
         self.kind = kind
         self.expected = expected
         self.happened = happened
-        self.tasks = list(tasks)
-        ran = ", ".join(self.tasks) if self.tasks else "none"
+        self.tasks = list(tasks)  # their node paths
+        if names is None:  # the digest's own list of tasks knows their names
+            names = getattr(tasks, "names", None) or [""] * len(self.tasks)
+        self.task_names = [*names, *[""] * (len(self.tasks) - len(names))][: len(self.tasks)]  # (their names)
+        ran = ", ".join(
+            f"task {name!r} at {path}" if name else f"the task at {path}"
+            for name, path in zip(self.task_names, self.tasks, strict=True)
+        ) or "none"
         super().__init__(
             f"case {case_id!r} diverges at journal record {seq} ({kind}): expected {expected}, but {happened}; "
             f"tasks run since the previous record: {ran}. A task that reads a clock, randomness or global state, "

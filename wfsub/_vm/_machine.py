@@ -170,7 +170,7 @@ class Machine:
             h.update(_encoded(outputs).encode())
             vm.digest = h.hexdigest()
             vm.outputs = []
-            return vm.digest, _Paths(vm.paths, _runs([], outputs))
+            return vm.digest, _Paths(vm.paths, _runs([], outputs), vm.program.labels)
         # the same bytes as the one-shot encoding of every pair: "[" + the pairs' texts joined by "," + "]"
         raw = outputs[1:]
         h = _hasher(vm, head).copy()
@@ -180,7 +180,7 @@ class Machine:
         vm.digest = h.hexdigest()
         vm.outputs = []
         vm.digest_hasher = None
-        return vm.digest, _Paths(vm.paths, _runs(head.runs, raw))
+        return vm.digest, _Paths(vm.paths, _runs(head.runs, raw), vm.program.labels)
 
     @property
     def next_effect_id(self) -> int:
@@ -453,14 +453,22 @@ def _runs(runs: list[int], pairs: Sequence[Any]) -> list[int]:
 
 
 class _Paths(Sequence[str]):
-    """The node paths of the tasks a digest covers, made when read (only a replay's divergence reads them)."""
+    """The node paths of the tasks a digest covers, made when read (only a replay's divergence reads them);
+    `names` gives each task's name beside."""
 
-    __slots__ = ("_paths", "_runs", "_ips")
+    __slots__ = ("_paths", "_runs", "_ips", "_labels")
 
-    def __init__(self, paths: Sequence[str], runs: list[int]) -> None:
+    def __init__(self, paths: Sequence[str], runs: list[int], labels: Sequence[str] = ()) -> None:
         self._paths = paths
         self._runs = runs
         self._ips: list[int] | None = None
+        self._labels = labels
+
+    @property
+    def names(self) -> list[str]:
+        """Each task's name (its `name=`, else its function's), in the order of the paths ("" where unknown)."""
+        labels = self._labels
+        return [labels[ip] if ip < len(labels) else "" for ip in self.ips]
 
     @property
     def ips(self) -> list[int]:

@@ -17,9 +17,10 @@ if TYPE_CHECKING:
     from ..stores import CaseRow
 
 # On a terminal tables fit its width (columns fold, never cut with an ellipsis); piped into a file or another
-# program they keep their natural width, so a case id is always whole.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 10_000)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# program they keep their natural width, so a case id is always whole. No Rich markup: what is printed is a
+# store's text (node paths such as `seq[2].xor[default].wait`, case ids, reasons), shown exactly as written.
+out = Console(highlight=False, markup=False, soft_wrap=False, width=None if sys.stdout.isatty() else 10_000)
+err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 _WALL_CLOCK = 1e9  # seconds since the epoch: below it, a time is a virtual clock's own seconds
 
