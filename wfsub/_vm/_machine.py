@@ -321,6 +321,25 @@ class Machine:
                 self.case_id, f"{action} {name!r}", name, program.regions, program.root_path
             )
 
+    def check_region_op(self, action: str, name: str, items: Sequence[Any] | None = None) -> None:
+        """Raise what the region operation `action` ("cancel region", "complete region", "add instances to",
+        "close instances of") on `name` would raise now, changing nothing: an unknown or inactive region, a
+        refused completion or addition. A durable case checks an operation so before it journals it."""
+        if action == "complete region":
+            acts = self._activations(action, name)
+            refused = self._vm.complete_refusal(name, acts)
+            if refused is not None:
+                raise SignalRejected.refused(self.case_id, f"{action} {name!r}", refused[1], self._path(refused[0]))
+        elif action == "add instances to":
+            frame = self._dynamic_mi(action, name)
+            reason = self._vm.add_refusal(name, frame, len(items or ()))
+            if reason is not None:
+                raise SignalRejected.refused(self.case_id, f"{action} {name!r}", reason, self._path(frame))
+        elif action == "close instances of":
+            self._dynamic_mi(action, name)
+        else:
+            self._activations(action, name)
+
     def cancel_region(self, name: str) -> None:
         """Withdraw all work of every live activation of region `name` (scope or named mi).
 

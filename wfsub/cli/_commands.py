@@ -25,7 +25,7 @@ from ._targets import CliError, Target, case_row, load_redact, load_target, open
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from .._store import ProgramSummary
+    from .._store import Owner, ProgramSummary
     from ..stores import CaseRow, Store
     from . import _render as r
 
@@ -126,7 +126,7 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
     else:
         r.err.print("no cases" + (" match" if state or workflow or before else " in the store"))
     if len(rows) == limit:
-        r.err.print(f"more: --before {rows[-1].order}", style="dim")
+        r.err.print(f"there may be more: add --before {rows[-1].order} for the next page", style="dim")
 
 
 @main.command()
@@ -383,7 +383,7 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
     try:
         await check_case_input(store, row, kind, body, request_id)
     except SignalRejected as exc:  # refused as the owner would refuse it, even while no owner runs
-        raise CliError(f"case {row.case_id!r} refused the {what}: {exc}; nothing was sent") from None
+        raise _refused(row.case_id, what, str(exc), "nothing was sent") from None
     inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=request_id, created_at=time.time())
     owner = await store.owner()
     if owner is None:
@@ -393,7 +393,7 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
         )
         return
     if not wait:
-        r.err.print(f"sent: the {what} is in the inbox of {owner.owner_id!r}, which applies it shortly")
+        r.err.print(f"sent: the {what} is in the inbox of {_owner(owner)}, which applies it while it runs")
         return
     recorded = False
     with anyio.move_on_after(patience) as scope:
@@ -402,16 +402,32 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
             if found is None:
                 recorded = True
             elif found.refused is not None:
-                raise CliError(f"case {row.case_id!r} refused the {what}: {found.refused}")
+                raise _refused(row.case_id, what, found.refused, "the case is unchanged")
             else:
                 await anyio.sleep(WAIT_POLL)
     if not recorded:
         raise CliError(
-            f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and "
-            "is applied when the owner takes it (check that the Substrate is running and not stuck)"
+            f"the owner {_owner(owner)} did not take the {what} within {patience:g}s; it stays in the inbox and "
+            "is applied when the owner takes it (check that that process is running and not stuck: its log says "
+            "why; --timeout waits longer)"
         )
     r.err.print(f"done: case {row.case_id!r} recorded the {what}")
     await _say_if_it_ended(store, row.case_id, what, scope.deadline - anyio.current_time())
+
+
+def _refused(case_id: str, what: str, reason: str, then: str) -> CliError:
+    """A refusal of an input as the command says it: the refusal's own text when it names the case (it says what
+    could not be done and why), else `case ... refused the ...: reason`; then what became of the input."""
+    said = reason if reason.startswith(f"case {case_id!r} ") else f"case {case_id!r} refused the {what}: {reason}"
+    return CliError(f"{said}; {then}")
+
+
+def _owner(owner: Owner) -> str:
+    """Who owns a store, for people: its id, and its process and host where known."""
+    where = " on ".join(part for part in (
+        f"pid {owner.pid}" if owner.pid is not None else "", f"host {owner.host}" if owner.host else "",
+    ) if part)
+    return f"{owner.owner_id!r}" + (f" ({where})" if where else "")
 
 
 async def _say_if_it_ended(store: Store, case_id: str, what: str, patience: float) -> None:
@@ -444,28 +460,32 @@ async def _say_if_it_ended(store: Store, case_id: str, what: str, patience: floa
 @_run
 async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], every: bool,
                        state: str | None) -> None:
-    """Re-run cases from their journals on the workflow; exit status 1 if any diverges."""
+    """Re-run cases from their journals on the workflow; exit status 1 if any diverges (or cannot be replayed)."""
     if bool(case_ids) == every:
         raise click.UsageError("give CASE_IDs or --all (not both)")
     if state is not None and not every:
         raise click.UsageError("--state filters --all; drop it, or use --all")
     target = load_target(workflow)
-    failed = 0
+    outcomes: dict[str, int] = {"ok": 0, "diverged": 0, "skipped": 0}
     async with opened(store) as s:
         ids = list(case_ids) or await _all_ids(s, state)
         with _progress() as progress:
             task = progress.add_task("replaying", total=len(ids))
             for case_id in ids:
-                problem = await _replay_one(s, target, case_id)
-                failed += problem is not None
+                outcomes[await _replay_one(s, target, case_id)] += 1
                 progress.advance(task)
-    r.err.print(f"{len(ids) - failed} of {len(ids)} cases replayed without divergence")
-    if failed:
+    said = f"{outcomes['ok']} of {len(ids)} cases replayed without divergence"
+    if outcomes["diverged"]:
+        said += f"; {outcomes['diverged']} diverged"
+    if outcomes["skipped"]:
+        said += f"; {outcomes['skipped']} not replayed (SKIPPED above: {workflow} cannot replay them)"
+    r.err.print(said)
+    if outcomes["diverged"] or outcomes["skipped"]:
         raise SystemExit(1)
 
 
-async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
-    """Replay one case and print its line; the problem (divergence, no workflow), or None when it replays."""
+async def _replay_one(store: Store, target: Target, case_id: str) -> str:
+    """Replay one case and print its line: "ok", "diverged", or "skipped" (no case, no workflow for it)."""
     from .. import replay
     from ..lowlevel import check_version
 
@@ -474,7 +494,7 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
         program, warning = target.program_for(row)
     except CliError as exc:  # one case the target cannot replay: say so and go on with the others
         r.out.print(f"SKIPPED   {case_id}  {exc.message}", style="yellow", markup=False)
-        return exc.message
+        return "skipped"
     records = await store.journal(case_id)
     report = replay(program, records, trace_level="none")
     divergence: ReplayDivergence | None = report.divergence
@@ -487,11 +507,11 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
         # the vm's `blocked` is, for a person, a case that waits (for a signal, an effect or a timer)
         reached = "waiting" if report.state == "blocked" else report.state
         r.out.print(f"ok        {case_id}  {reached}", markup=False)
-        return None
+        return "ok"
     r.out.print(f"DIVERGED  {case_id}  {divergence}", style="red", markup=False)
     if warning:
         r.out.print(f"  note: {warning}", style="yellow", markup=False)
-    return str(divergence)
+    return "diverged"
 
 
 async def _all_ids(store: Store, state: str | None) -> list[str]:
