@@ -466,8 +466,15 @@ def error_text(exc: BaseException) -> str:
 class WorkflowNotRegistered(WfsubError):
     """A case was started from (or recorded with) a workflow name that is not registered."""
 
-    def __init__(self, name: object, registered: Iterable[str]) -> None:
+    def __init__(self, name: object, registered: Iterable[str], store: str | None = None) -> None:
         self.name = name
+        if store is not None:  # asked of a store by a process that registers nothing (a Client)
+            super().__init__(
+                f"no workflow {name!r} is registered with the store {store}: no Substrate that opened it with "
+                "workflows= registered that name; check the name (a client starts cases only of workflows a "
+                "Substrate registered with the store)"
+            )
+            return
         listed = ", ".join(sorted(registered)) or "none"
         super().__init__(
             f"no workflow {name!r} is registered (registered: {listed}); with a store, cases start only from "

@@ -91,3 +91,18 @@ def test_a_full_page_of_cases_says_how_to_get_the_next(two: Path) -> None:
     code, said = run("cases", str(two), "-n", "1")
     assert code == 0 and "c2" in said and "c1" not in said.split("there may be more")[0]
     assert "there may be more: add --before" in said and "for the next page" in said
+
+
+async def test_a_client_starting_an_unknown_workflow_is_told_the_store_has_none_by_that_name(tmp_path: Path) -> None:
+    """A Client's new_case of a misspelled workflow names the store and says to check the name, not 'none'."""
+    import wfsub
+
+    db = tmp_path / "cases.db"
+    async with Substrate(store=db, workflows=W):
+        pass
+    async with wfsub.Client(db) as client:
+        with pytest.raises(wfsub.WorkflowNotRegistered) as refused:
+            await client.new_case("ww", {})
+    said = str(refused.value)
+    assert "no workflow 'ww' is registered with the store" in said and "check the name" in said
+    assert "registered: none" not in said

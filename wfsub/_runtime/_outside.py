@@ -95,7 +95,7 @@ class Outside:
             )
         found = await self.store.newest_program(workflow)
         if found is None:
-            raise WorkflowNotRegistered(workflow, [])
+            raise WorkflowNotRegistered(workflow, [], store=self.store.url)
         return workflow, found.fingerprint
 
     async def start(
