@@ -106,3 +106,31 @@ async def test_a_client_starting_an_unknown_workflow_is_told_the_store_has_none_
     said = str(refused.value)
     assert "no workflow 'ww' is registered with the store" in said and "check the name" in said
     assert "registered: none" not in said
+
+
+async def test_show_says_who_runs_a_case_and_when_nobody_does(tmp_path: Path) -> None:
+    """`wfsub show` of a waiting case names the owning process while one runs, and says when none does."""
+    db = tmp_path / "cases.db"
+    async with Substrate(store=db, workflows=W) as sub:
+        await _waiting(await sub.new_case("w", {}, case_id="c"))
+        code, said = await _command("show", str(db), "c")
+    assert code == 0 and "run by" in said and f"pid {os.getpid()} on host" in said
+    code, said = await _command("show", str(db), "c")
+    assert code == 0 and "no Substrate has the store open now: the case goes on when one opens it" in said
+
+
+async def test_show_names_the_node_that_runs_a_case_on_postgres() -> None:
+    """On Postgres `wfsub show` names the node that owns the case and its process."""
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    url = f"{dsn}?schema={schema}" if "?" not in dsn else f"{dsn}&schema={schema}"
+    async with Substrate(store=PostgresStore(dsn, schema=schema), workflows=W, node_id="n1") as sub:
+        await _waiting(await sub.new_case("w", {}, case_id="c"))
+        code, said = await _command("show", url, "c")
+    assert code == 0, said
+    assert "node 'n1'" in said and f"pid {os.getpid()} on host" in said

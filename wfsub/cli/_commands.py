@@ -143,6 +143,7 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         ended_badly = row.state in ("cancelled", "failed")
         records = await s.journal(case_id) if ended_badly else []
         version = await s.program(row.fingerprint) if ended_badly else None
+        run_by = None if row.state in ("done", "failed", "cancelled") else await _run_by(s, row)
     status = status_of(row, lambda v: v)
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
@@ -152,12 +153,32 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         status = status.model_copy(update={"cancel_reason": cancels[-1].get("reason")})
     if as_json:
         shown = status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq,
-                                                  "compensations": ran}
+                                                  "compensations": ran, "run_by": run_by}
         shown["timers"] = [r.with_iso(t, "due") for t in shown["timers"]]
         shown["effects"] = [r.with_iso(e, "started_at", "retry_at") for e in shown["effects"]]
         r.print_json(r.with_iso(shown, "started_at", "ended_at"), indent=2)
         return
-    r.out.print(r.status_table(status, row, ran))
+    r.out.print(r.status_table(status, row, ran, run_by))
+
+
+async def _run_by(store: Store, row: CaseRow) -> str:
+    """Who runs a case that has not ended, for people: the store's owner (a single-node store) or the node that
+    owns the case (a shared store) and whether it runs now; a case nobody runs waits for a Substrate to open the
+    store (its row says what it did last, not that something is doing it)."""
+    if not store.shared:
+        owner = await store.owner()
+        if owner is None:
+            return "no Substrate has the store open now: the case goes on when one opens it"
+        return f"the Substrate {_owner(owner)}"
+    nodes = getattr(store, "nodes", None)
+    live = {node.owner_id: node for node in await nodes()} if nodes is not None else {}
+    if row.owner is None:
+        return "no node yet: the first node that runs its workflow version takes it"
+    if row.owner in live:
+        return f"node {_owner(live[row.owner])}"
+    if live:
+        return f"node {row.owner!r}, whose lease has lapsed: a live node takes the case over"
+    return f"node {row.owner!r}; no node runs now: the case goes on when one opens the store"
 
 
 def _compensation_paths(version: ProgramSummary | None) -> dict[str, list[str]]:

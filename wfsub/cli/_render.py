@@ -77,8 +77,10 @@ def cases_table(rows: Sequence[CaseRow]) -> Table:
 _STATE_STYLE = {"done": "green", "failed": "red", "cancelled": "yellow", "suspended": "magenta"}
 
 
-def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = ()) -> Table:
-    """A case's status as two columns: what, and its value."""
+def status_table(
+    status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = (), run_by: str | None = None,
+) -> Table:
+    """A case's status as two columns: what, and its value (`run_by`: who runs a case that has not ended)."""
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
@@ -93,6 +95,8 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     if status.ended_at is not None:
         table.add_row("ended", when(status.ended_at))
     table.add_row("recorded", f"{when(row.updated_at)} (journal record {row.last_seq})")
+    if run_by is not None:
+        table.add_row("run by", run_by)
     if status.at:
         table.add_row("at", "\n".join(status.at))
     if status.signals:
