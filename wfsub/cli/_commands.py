@@ -58,6 +58,8 @@ WORKFLOW = click.option(
 )
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 WAIT_POLL = 0.05  # seconds between looks at the inbox row of an input while waiting for the owner
+FOLLOW = 1.0  # seconds a recorded input's case is followed to say whether the input ended it (an end is recorded
+# in the same burst as the input; a case that runs on longer than this is not waited for)
 
 
 class _StateChoice(click.Choice[str]):
@@ -432,8 +434,8 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
             "is applied when the owner takes it (check that that process is running and not stuck: its log says "
             "why; --timeout waits longer)"
         )
-    r.err.print(f"done: case {row.case_id!r} recorded the {what}")
-    await _say_if_it_ended(store, row.case_id, what, scope.deadline - anyio.current_time())
+    then = await _what_followed(store, row.case_id, min(FOLLOW, scope.deadline - anyio.current_time()))
+    r.err.print(f"done: case {row.case_id!r} recorded the {what}{then}")
 
 
 def _refused(case_id: str, what: str, reason: str, then: str) -> CliError:
@@ -451,22 +453,25 @@ def _owner(owner: Owner) -> str:
     return f"{owner.owner_id!r}" + (f" ({where})" if where else "")
 
 
-async def _say_if_it_ended(store: Store, case_id: str, what: str, patience: float) -> None:
+async def _what_followed(store: Store, case_id: str, patience: float) -> str:
     """Once the owner recorded an input, follow the case (within `patience` seconds) until it waits again or
-    ends; if the input ended it, say so and why (a region's cancel can take the whole case with it)."""
+    ends: if it ended, what to add to the command's answer, and why (a region's cancel can take the whole case
+    with it); "" if it goes on (or has not settled by then: the answer never waits on a case's own work)."""
     from .. import CaseState
 
     with anyio.move_on_after(max(patience, 0.0)):
         while True:
             row = await case_row(store, case_id)
             state = CaseState(row.state)
+            if state is CaseState.DONE:
+                return ", and the case went on to its end: it is done"
             if state.ended:
                 why = row.cancel_reason or (row.error or {}).get("message") or "no reason recorded"
-                r.err.print(f"the {what} ended case {case_id!r}: it is {state.value}: {why}")
-                return
-            if state.parked or state is CaseState.SUSPENDED:
-                return  # it goes on: it waits again
+                return f", which ended the case: it is {state.value}: {why}"
+            if state.parked or state in (CaseState.SUSPENDED, CaseState.WAITING_EFFECT):
+                return ""  # it goes on: it waits again
             await anyio.sleep(WAIT_POLL)
+    return ""
 
 
 # -- replaying and pruning ------------------------------------------------------------------------------------
