@@ -134,3 +134,18 @@ async def test_show_names_the_node_that_runs_a_case_on_postgres() -> None:
         code, said = await _command("show", url, "c")
     assert code == 0, said
     assert "node 'n1'" in said and f"pid {os.getpid()} on host" in said
+
+
+async def test_a_signal_that_ends_the_case_says_so_on_its_done_line(tmp_path: Path) -> None:
+    """`wfsub signal` whose signal leads the case to its end says, on its one `done:` line, that it is done."""
+    db = tmp_path / "cases.db"
+    async with Substrate(store=db, workflows=W) as sub:
+        handle = await sub.new_case("w", {}, case_id="c")
+        await _waiting(handle)
+        await handle.signal("a")
+        code, went_on = await _command("signal", str(db), "c", "b")
+        assert await handle.result(timeout=10) == {"a": None, "b": None}
+    assert code == 0, went_on
+    assert [line for line in went_on.splitlines() if line] == [
+        "done: case 'c' recorded the signal 'b', and the case went on to its end: it is done"
+    ]

@@ -58,8 +58,6 @@ WORKFLOW = click.option(
 )
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 WAIT_POLL = 0.05  # seconds between looks at the inbox row of an input while waiting for the owner
-FOLLOW = 1.0  # seconds a recorded input's case is followed to say whether the input ended it (an end is recorded
-# in the same burst as the input; a case that runs on longer than this is not waited for)
 
 
 class _StateChoice(click.Choice[str]):
@@ -434,7 +432,7 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
             "is applied when the owner takes it (check that that process is running and not stuck: its log says "
             "why; --timeout waits longer)"
         )
-    then = await _what_followed(store, row.case_id, min(FOLLOW, scope.deadline - anyio.current_time()))
+    then = await _what_followed(store, row.case_id, scope.deadline - anyio.current_time())
     r.err.print(f"done: case {row.case_id!r} recorded the {what}{then}")
 
 
@@ -454,9 +452,10 @@ def _owner(owner: Owner) -> str:
 
 
 async def _what_followed(store: Store, case_id: str, patience: float) -> str:
-    """Once the owner recorded an input, follow the case (within `patience` seconds) until it waits again or
-    ends: if it ended, what to add to the command's answer, and why (a region's cancel can take the whole case
-    with it); "" if it goes on (or has not settled by then: the answer never waits on a case's own work)."""
+    """Once the owner recorded an input, follow the case (within what is left of `--timeout`) until its row says
+    it waits again or ended: if it ended, what to add to the command's answer, and why (a region's cancel can take
+    the whole case with it); "" if it goes on. The owner records the row when the case parks, ends, or has waited
+    on effects for a tenth of a second, so this is short: the command never waits for a case's effects."""
     from .. import CaseState
 
     with anyio.move_on_after(max(patience, 0.0)):
