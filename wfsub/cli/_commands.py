@@ -9,7 +9,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import wraps
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -25,8 +25,7 @@ from ._targets import CliError, Target, case_row, load_redact, load_target, open
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from .._store import Owner, ProgramSummary
-    from ..stores import CaseRow, Store
+    from ..stores import CaseRow, Owner, Store
     from . import _render as r
 
 
@@ -143,11 +142,12 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         ended_badly = row.state in ("cancelled", "failed")
         records = await s.journal(case_id) if ended_badly else []
         version = await s.program(row.fingerprint) if ended_badly else None
+        summary = version.summary if version is not None else None
         run_by = None if row.state in ("done", "failed", "cancelled") else await _run_by(s, row)
     status = status_of(row, lambda v: v)
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
-    ran = _compensations(records, named, _compensation_paths(version))
+    ran = _compensations(records, named, _compensation_paths(summary))
     cancels = [rec for rec in records if rec.get("kind") == "cancel"]
     if status.cancel_reason is None and cancels:  # a cancel whose compensation failed ended the case failed
         status = status.model_copy(update={"cancel_reason": cancels[-1].get("reason")})
@@ -181,10 +181,10 @@ async def _run_by(store: Store, row: CaseRow) -> str:
     return f"node {row.owner!r}; no node runs now: the case goes on when one opens the store"
 
 
-def _compensation_paths(version: ProgramSummary | None) -> dict[str, list[str]]:
+def _compensation_paths(summary: Mapping[str, Any] | None) -> dict[str, list[str]]:
     """Each compensation of the case's version -> where it starts, from the version's program summary ({}: no
     summary, or one written before summaries listed compensations)."""
-    listed = version.summary.get("compensations") if version is not None else None
+    listed = summary.get("compensations") if summary is not None else None
     return dict(listed) if isinstance(listed, dict) else {}
 
 
