@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._program import BYTECODE_VERSION
-from .._store import CaseRow, CaseWrite, Record, Snapshot, Store
+from .._store import CaseRow, CaseWrite, InboxRow, Record, Snapshot, Store
 from .._vm import Machine
 from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
 from ._journal import input_record
@@ -43,6 +43,8 @@ class CaseJournal:
     order: int = 0
     epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
     request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
+    migrated_from: str | None = None  # the fingerprint before the case's latest migration (its row keeps it)
+    refused: list[InboxRow] | None = field(default_factory=list)  # latest refused inbox inputs (None: read the row)
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""
