@@ -11,6 +11,7 @@ class CaseState(StrEnum):
     """Where a case is in its life. The last three are final."""
 
     INITIALIZING = "initializing"  # registered, its actor has not run yet
+    QUEUED = "queued"  # started on a queue (new_case(queue=)): waits for room; no journal yet
     RUNNING = "running"  # the actor is running vm bursts
     WAITING_EFFECT = "waiting_effect"  # parked; at least one effect is in flight
     WAITING_SIGNAL = "waiting_signal"  # parked; no effect in flight, tokens wait on signals (or region inputs)
@@ -61,8 +62,9 @@ class TimerStatus(BaseModel):
 
 class RefusedInput(BaseModel):
     """An input sent through the store's inbox (the `wfsub` command, a `Client`, a standby) that the case's owner
-    refused: its kind (`signal`, `cancel`, `cancel_region`, ...), the signal or region it named, why, when it was
-    sent (seconds of the sender's clock) and its `request_id`."""
+    refused, or a buffered signal or update that a wait's `check=` refused when it took it: its kind (`signal`,
+    `update`, `cancel`, `cancel_region`, ...), the signal or region it named, why, when it was sent (seconds of the
+    sender's clock; for a check's refusal, when the wait took it) and its `request_id`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -102,7 +104,7 @@ class CaseStatus(BaseModel):
     timers_armed: int
     regions: tuple[str, ...]  # named regions (scopes, named MIs) that are live
     wakeups: int  # times the actor was woken from its mailbox (a burst of messages costs one)
-    started_at: float
+    started_at: float | None  # None while queued
     ended_at: float | None = None
     error: str | None = None  # failed: the CaseFailed message
     cancel_reason: str | None = None  # cancelled: why ("cancelled", "timeout", "substrate closed", ...)
@@ -116,6 +118,11 @@ class CaseStatus(BaseModel):
     version: str | None = None  # durable: the fingerprint of the program version the case runs on
     migrated_from: str | None = None  # durable: the fingerprint it ran on before its latest migration
     refused: tuple[RefusedInput, ...] = ()  # durable: the latest ten inbox inputs its owner refused, newest first
+    queue: str | None = None  # started on a queue: its name, priority, dedup and partition keys, and when it
+    priority: int | None = None  # left the queue (its start)
+    dedup: str | None = None
+    partition: str | None = None
+    dequeued_at: float | None = None
 
     @property
     def ended(self) -> bool:
