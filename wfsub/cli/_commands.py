@@ -110,10 +110,11 @@ def main() -> None:
 @click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only cases of this registered workflow.")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="Cases per page.")
 @click.option("--before", type=click.IntRange(min=1), metavar="ORDER", help="The page after a case's order.")
+@click.option("--parent", metavar="CASE", help="Only the child cases this case started (start_case).")
 @AS_JSON
 @_run
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
-                as_json: bool) -> None:
+                parent: str | None, as_json: bool) -> None:
     """List cases, newest first."""
     if state == "queued":  # (cases waiting in a queue have no row yet: their queue items)
         async with opened(store) as s:
@@ -131,14 +132,14 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
             r.err.print("no queued cases")
         return
     async with opened(store) as s:
-        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before)
+        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent)
     if as_json:
         for row in rows:
             r.print_json(_row_json(row))
     elif rows:
         r.out.print(r.cases_table(rows))
     else:
-        r.err.print("no cases" + (" match" if state or workflow or before else " in the store"))
+        r.err.print("no cases" + (" match" if state or workflow or before or parent else " in the store"))
     if len(rows) == limit:
         r.err.print(f"there may be more: add --before {rows[-1].order} for the next page", style="dim")
 
@@ -207,7 +208,8 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         version = await s.program(row.fingerprint) if ended_badly else None
         summary = version.summary if version is not None else None
         run_by = None if row.state in ("done", "failed", "cancelled") else await _run_by(s, row)
-    status = status_of(row, lambda v: v)
+        children = await s.cases(parent=case_id, limit=_CHILDREN_SHOWN)
+    status = status_of(row, lambda v: v).model_copy(update={"children": tuple(c.case_id for c in reversed(children))})
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
     ran = _compensations(records, named, _compensation_paths(summary))
@@ -251,6 +253,8 @@ def _compensation_paths(summary: Mapping[str, Any] | None) -> dict[str, list[str
     listed = summary.get("compensations") if summary is not None else None
     return dict(listed) if isinstance(listed, dict) else {}
 
+
+_CHILDREN_SHOWN = 1000  # (as `status().children` shows; `wfsub cases --parent` pages through them all)
 
 _COMPENSATION = re.compile(r"\[\d+\.compensation\]")
 
