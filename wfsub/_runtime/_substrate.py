@@ -292,7 +292,7 @@ class Substrate:
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
         self._schedules = self._check_schedules(schedules)
-        self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
+        self._children: dict[str, list[str]] = {}  # parent id -> children (no store: all; else: last read)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
