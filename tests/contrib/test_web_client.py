@@ -22,7 +22,7 @@ pytest.importorskip("jinja2", reason="the web extra (jinja2) is not installed")
 pytest.importorskip("uvicorn", reason="uvicorn (the web extra's server) is not installed")
 
 import wfsub
-from wfsub import Substrate, loop, seq, task, wait
+from wfsub import Substrate, loop, seq, start_case, task, wait
 from wfsub.contrib import web
 from wfsub.contrib.web import _app as web_app
 
@@ -222,3 +222,26 @@ async def test_a_client_source_counts_and_shows_queued_cases(tmp_path: Path) -> 
                 assert re.search(r'data-state="queued"><b>1</b> queued', listing.text)
                 page = await http.get("/case/q1")
                 assert re.search(r'id="case-queue"><span class="mono">slow</span>, priority 2', page.text)
+
+
+async def test_a_client_source_filters_by_parent(tmp_path: Path) -> None:
+    """Over a Client, ?parent= lists the cases a case started (Client.cases(parent=)), and the parent's page
+    links them."""
+    flows = {**FLOWS, "parent": seq(start_case("greet", wait=False), wait("end"))}
+    db = tmp_path / "s.db"
+    async with Substrate(store=db, workflows=flows) as sub:
+        await sub.new_case("parent", case_id="p")
+        await sub.new_case("greet", case_id="other")
+        await _in_state(sub, "p", "waiting_signal")
+        kids = sub.status("p").children
+        assert len(kids) == 1
+        async with wfsub.Client(db) as client:
+            assert [s.case_id for s in await client.cases(parent="p")] == list(kids)
+            with pytest.raises(ValueError, match="parent must be a case id"):
+                await client.cases(parent="")
+            asgi = web.app(client, workflows=flows)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+                listing = await http.get("/", params={"parent": "p"})
+                assert re.findall(r'<tr data-case="([^"]+)"', listing.text) == list(kids)
+                page = await http.get("/case/p")
+                assert f">{kids[0]}</a>" in page.text

@@ -30,6 +30,7 @@ from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
+from ._children import stored_children
 from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside
@@ -227,12 +228,12 @@ class Client:
         return ClientHandle(self, case_id)
 
     async def status(self, case_id: str) -> CaseStatus:
-        """The case's status as the store last recorded it."""
+        """The case's status as the store last recorded it, with the cases it started (`children`)."""
         door = self._door("read a case's status")
         item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
         if item is not None and item.state in ("queued", "cancelled"):
             return queued_status(item)
-        status = status_of(await door.row(case_id), _no_redaction)
+        status = await stored_children(self._store, status_of(await door.row(case_id), _no_redaction))
         if item is not None:
             status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
                                                "partition": item.partition, "dequeued_at": item.started_at})
