@@ -304,3 +304,33 @@ async def test_each_new_action_is_refused_without_the_token_and_when_read_only(f
         refused = await post(client, "n", **form)
         assert refused.status_code == 403 and "read only" in refused.text
         assert "added" not in sub.data("n") and [s.case_id for s in sub.cases()] == ["n"]
+
+
+async def test_an_update_not_answered_in_time_says_the_case_keeps_it() -> None:
+    """An update that no wait takes within the form's wait is answered 202, saying the case keeps it; the case
+    answers it later when a wait takes it (time is a VirtualClock's)."""
+    from wfsub.contrib.web import _app as web_app
+    from wfsub.testing import VirtualClock
+
+    clock = VirtualClock()
+    flows = {"later": seq(wait("first"), wait("add", into="added", reply=lambda c: c["added"]))}
+    async with Substrate(store=MemoryStore(), workflows=flows, clock=clock) as sub:
+        asgi = web.app(sub, workflows=flows)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as client:
+            await sub.new_case("later", case_id="l")
+            await until(sub, "l", "waiting_signal")
+            answers: list[httpx.Response] = []
+
+            async def send() -> None:
+                answers.append(await post(client, "l", action="update", name="add", payload="3"))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send)
+                with anyio.fail_after(10):
+                    while not answers:  # the form's wait is armed once the update is sent: time moves past it
+                        await clock.advance(web_app.UPDATE_WAIT + 1)
+            assert answers[0].status_code == 202
+            assert "the case has not answered it within 10 s; it keeps the update" in message(answers[0])
+            await sub.signal("l", "first")
+            await until(sub, "l", "done")
+            assert sub.data("l")["added"] == 3
