@@ -19,6 +19,7 @@ from __future__ import annotations
 from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
+from ._runtime._compact import request_ids_of as journaled_request_ids
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
 from ._runtime._outside import check_case_input as check_case_input
@@ -57,6 +58,7 @@ __all__ = [
     "check_case_input",
     "check_input",
     "check_version",
+    "journaled_request_ids",
     "loads_input",
     "status_of",
     "term_of",

@@ -97,6 +97,7 @@ class Shared:
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
+    compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
 
 
 class CaseEvicted(Exception):

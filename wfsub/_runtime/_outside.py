@@ -26,6 +26,7 @@ from .._errors import CaseExists, CaseNotFound, SignalRejected, StoreConflict, S
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
+from ._compact import request_ids_of, start_of
 from ._journal import as_journaled, start_record
 from ._mailbox import External
 from ._registry import Workflows
@@ -124,7 +125,7 @@ async def applied(store: Store | None, case_id: str, request_id: str | None) -> 
     first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
     if store is None or request_id is None:
         return False
-    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
+    return request_id in request_ids_of(await store.journal(case_id))  # (a compacted journal's snapshot keeps them)
 
 
 async def check_case_input(
@@ -145,7 +146,7 @@ async def same_start(store: Store, case_id: str, workflow: str | None, data: Map
     is another. A case whose start record is not committed yet is another caller's start in flight: equal."""
     loaded = await store.load(case_id)
     if loaded is not None:
-        start = loaded.start
+        start = start_of(loaded.start)  # (kept in a compaction's snapshot record)
         start_differs(case_id, start.get("workflow"), start.get("data"), workflow, data)
 
 

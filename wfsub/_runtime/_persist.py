@@ -28,6 +28,7 @@ from .._errors import CaseNotFound, ReplayDivergence, StoreError
 from .._program import Program
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
+from ._compact import replayer_for, start_of
 from ._durable import CaseJournal, snapshot_of, usable
 from ._journal import end_record, input_record
 from ._registry import Workflows
@@ -69,17 +70,21 @@ async def rebuild(
     stored = await store.load(case_id)
     if stored is None:
         raise CaseNotFound(case_id)
-    row, start = stored.row, stored.start
+    row, first = stored.row, stored.start
+    start = start_of(first)  # (a compacted journal's first record is its `snapshot`, which keeps the start)
     found = workflows.find(row.fingerprint)
     if found is not None:
         program = found[1]
         snapshot = stored.snapshot if usable(stored.snapshot) else None
-        records = stored.records if snapshot is not None else await _after_start(store, case_id)
-        replayer = Replayer(
-            program, start, trace_level=trace_level, snapshot=snapshot.state if snapshot else None,
-            max_instances=max_instances,
-        )
         try:
+            if snapshot is not None:
+                records = stored.records
+                replayer = Replayer(
+                    program, start, trace_level=trace_level, snapshot=snapshot.state, max_instances=max_instances,
+                )
+            else:  # from the first record kept: the start, or a compaction's snapshot record
+                records = stored.records if stored.snapshot is None else await _after_first(store, case_id)
+                replayer = replayer_for(program, first, trace_level=trace_level, max_instances=max_instances)
             for record in records:
                 replayer.apply(record)
             # On to where the live case was after its last record: blocked again, with the same effects in flight
@@ -90,8 +95,9 @@ async def rebuild(
             await suspend(store, row, str(exc), redact)
             raise
         journal = _journal(store, row, start, replayer)
+        journal.first_seq = int(first["seq"])
         return Loaded(row, start, program, replayer, journal)
-    return await migrate(store, workflows, row, start, trace_level, max_instances, redact)
+    return await migrate(store, workflows, row, first, trace_level, max_instances, redact)
 
 
 async def migrate(
@@ -109,7 +115,10 @@ async def migrate(
         )
         await suspend(store, row, reason, redact)
         raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
-    records = [start, *await _after_start(store, row.case_id)]
+    records = await store.journal(row.case_id)  # from its first record kept: the start, or a snapshot record
+    if not records:
+        raise CaseNotFound(row.case_id)
+    start = start_of(records[0])
     newest: ReplayDivergence | None = None
     for program in reversed(versions):
         try:
@@ -122,6 +131,7 @@ async def migrate(
         await suspend(store, row, str(newest), redact)
         raise newest
     journal = _journal(store, row, start, replayer)
+    journal.first_seq = int(records[0]["seq"])
     m = replayer.machine
     digest, _ = m.take_digest()
     now = replayer.time
@@ -143,7 +153,7 @@ def check_version(
     """The case replayed on `program`, or the ReplayDivergence that suspends it there, as a migration decides:
     the whole journal applies, and the effects and timers then in flight are the ones its row recorded (see
     `_same_requests`). A Substrate migrates by it; `wfsub replay` checks it before a deploy."""
-    replayer = Replayer(program, records[0], trace_level=trace_level, max_instances=max_instances)
+    replayer = replayer_for(program, records[0], trace_level=trace_level, max_instances=max_instances)
     for record in records[1:]:
         replayer.apply(record)
     if records[-1].get("kind") == "end":
@@ -226,8 +236,9 @@ def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> N
     )
 
 
-async def _after_start(store: Store, case_id: str) -> list[Record]:
-    return [r for r in await store.journal(case_id) if r["seq"] > 0]
+async def _after_first(store: Store, case_id: str) -> list[Record]:
+    """The records after the first one the journal keeps (its start, or a compaction's snapshot record)."""
+    return (await store.journal(case_id))[1:]
 
 
 def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> CaseJournal:
@@ -240,6 +251,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
+    journal.start = start
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
     return journal
 

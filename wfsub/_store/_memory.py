@@ -32,6 +32,7 @@ from ._rows import (
     decode_start,
     encode_write,
     inbox_text,
+    kept_snapshot,
     loads,
     no_start,
     second_end,
@@ -157,6 +158,11 @@ class MemoryStore(SingleNode):
             case.snapshots[snap["seq"]] = (snap["format"], snap["bytecode"], snap["state"])
             for seq in sorted(case.snapshots)[:-SNAPSHOTS_KEPT]:
                 del case.snapshots[seq]
+        if change.compact is not None:  # (in the same write: the journal starts with the snapshot record)
+            for seq in [seq for seq in case.journal if seq < change.compact]:
+                del case.journal[seq]
+            for seq in [seq for seq in case.snapshots if seq < change.compact]:
+                del case.snapshots[seq]
         for inbox_id in change.inbox_done:
             self._inbox.pop(inbox_id, None)
         for inbox_id, reason in change.inbox_refused:
@@ -239,16 +245,23 @@ class MemoryStore(SingleNode):
         case = self._cases.get(case_id)
         if case is None or case.row is None:
             return None
-        if 0 not in case.journal:
+        if not case.journal:
             raise DamagedEntry(self._name, case_id, no_start(case_id))
+        first = decode_start(self._name, case_id, case.journal[min(case.journal)])
         snapshot = None
-        after = 0
         if case.snapshots:
-            after = max(case.snapshots)
-            fmt, bytecode, state = case.snapshots[after]
-            snapshot = Snapshot(case_id, after, fmt, bytecode, loads(state))
+            at = max(case.snapshots)
+            fmt, bytecode, state = case.snapshots[at]
+            snapshot = kept_snapshot(Snapshot(case_id, at, fmt, bytecode, loads(state)), first)
+        after = first["seq"] if snapshot is None else snapshot.seq
         records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
-        return StoredCase(self._row(case), decode_start(self._name, case_id, case.journal[0]), snapshot, records)
+        return StoredCase(self._row(case), first, snapshot, records)
+
+    async def first_seq(self, case_id: str) -> int | None:
+        self._check_open("read a journal")
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        return min(case.journal) if case is not None and case.journal else None
 
     async def row(self, case_id: str) -> CaseRow | None:
         await anyio.lowlevel.checkpoint()

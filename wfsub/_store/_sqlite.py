@@ -70,6 +70,7 @@ from ._rows import (
     decode_start,
     encode_write,
     inbox_text,
+    kept_snapshot,
     loads,
     page,
     second_end,
@@ -597,10 +598,11 @@ class SqliteStore(SingleNode):
             found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
             if found is None:
                 return None
-            start = conn.execute(Q["journal_start"], {"case_id": case_id}).fetchone()
+            start = conn.execute(Q["journal_first"], {"case_id": case_id}).fetchone()
             start_record = decode_start(self.path, case_id, None if start is None else start[0])
-            snapshot = decode_snapshot(case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone())
-            after = 0 if snapshot is None else snapshot.seq
+            snapshot = kept_snapshot(decode_snapshot(
+                case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone()), start_record)
+            after = start_record["seq"] if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [decode_record(self.path, case_id, text) for (text,) in rows]
             return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
@@ -609,6 +611,13 @@ class SqliteStore(SingleNode):
 
     async def row(self, case_id: str) -> CaseRow | None:
         return await self._read(f"reading the row of case {case_id!r}", self._row_reader(case_id))
+
+    async def first_seq(self, case_id: str) -> int | None:
+        def read(conn: sqlite3.Connection) -> int | None:
+            found = conn.execute(Q["journal_first_seq"], {"case_id": case_id}).fetchone()
+            return None if found is None or found[0] is None else int(found[0])
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
 
     def read_row(self, case_id: str) -> CaseRow | None:
         """`row()` on the calling thread (one primary-key read: `Substrate.status` and `data` are synchronous)."""
@@ -746,6 +755,7 @@ def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
                 raise Refused(second_end(change.case_id, record.seq)) from exc
             raise
         appended.append(cursor.rowcount == 1)
+    _compact(change, conn)
     if change.row is not None:
         conn.execute(Q["case_put"], change.row.params)
     if change.snapshot is not None:
@@ -786,6 +796,7 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
             conn.executemany(Q["case_put"], rows)
     outcomes = []
     for change in changes:
+        _compact(change, conn)
         if change.snapshot is not None:
             conn.execute(Q["snapshot_put"], change.snapshot.params)
             conn.execute(Q["snapshot_trim"], {"case_id": change.case_id, "keep": SNAPSHOTS_KEPT})
@@ -795,6 +806,14 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
             conn.execute(Q["inbox_refuse"], {"id": inbox_id, "reason": reason})
         outcomes.append([True] * len(change.records))
     return outcomes
+
+
+def _compact(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    """A compaction, in the write's transaction, after its `snapshot` record was appended: what precedes it goes."""
+    if change.compact is not None:
+        params = {"case_id": change.case_id, "seq": change.compact}
+        conn.execute(Q["journal_compact"], params)
+        conn.execute(Q["snapshots_compact"], params)
 
 
 def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:

@@ -261,3 +261,19 @@ SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_
 -- name: inbox_any
 -- Whether any input waits in the inbox (one step into the partial index inbox_pending).
 SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
+
+-- name: journal_first
+-- The first record a case's journal keeps: its `start` (seq 0), or after a compaction its `snapshot` record.
+SELECT record FROM journal WHERE case_id = :case_id ORDER BY seq LIMIT 1;
+
+-- name: journal_first_seq
+-- The seq of the first record a case's journal keeps (NULL: no such case).
+SELECT min(seq) FROM journal WHERE case_id = :case_id;
+
+-- name: journal_compact
+-- A compaction: the records before the case's new `snapshot` record go, in the transaction that appends it.
+DELETE FROM journal WHERE case_id = :case_id AND seq < :seq;
+
+-- name: snapshots_compact
+-- A compaction: the snapshots taken before the case's new `snapshot` record go with the records they precede.
+DELETE FROM snapshots WHERE case_id = :case_id AND seq < :seq;
