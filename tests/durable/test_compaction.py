@@ -359,3 +359,45 @@ async def test_a_retried_call_stays_applied_once_after_its_record_was_compacted(
         await wait_for(lambda: sub.data("c").get("n") == 13)
         assert sub.data("c")["total"] == 7
     assert wfsub.lowlevel.journaled_request_ids([r.model_dump() for r in journal]) >= {"once"}
+
+
+# -- a hundred thousand signals ------------------------------------------------------------------------------------
+
+SENDERS = 16
+
+
+@pytest.mark.parametrize(("kind", "signals"), [("memory", 100_000), ("sqlite", 20_000), ("postgres", 5_000)])
+async def test_a_case_serving_many_signals_keeps_its_journal_under_compact_after(
+    kind: str, signals: int, tmp_path: Path
+) -> None:
+    """A case takes `signals` signals from 16 senders at once (100,000 in memory; fewer on the durable stores to
+    keep the suite quick: `make bench` runs 100,000 on SQLite): its journal never holds more than compact_after +
+    16 + 1 records (one commit's inputs and the snapshot record), it recovers from it after a restart with every
+    signal counted, and `wfsub.replay` of it reaches the same data."""
+    store = reopenable(kind, tmp_path)
+    longest = 0
+    async with Substrate(store=store(), workflows={"cart": ENDLESS}, **node(kind)) as sub:  # compact_after=1000
+        await sub.new_case("cart", {}, case_id="c")
+
+        async def sender(k: int) -> None:
+            nonlocal longest
+            for i in range(k, signals, SENDERS):
+                await sub.signal("c", "add", i)
+                if k == 0 and i % (SENDERS * 250) == 0:
+                    longest = max(longest, len(await sub.journal("c")))
+
+        async with anyio.create_task_group() as tg:
+            for k in range(SENDERS):
+                tg.start_soon(sender, k)
+        await wait_for(lambda: sub.data("c").get("n") == signals)
+        journal = await sub.journal("c")
+    assert 0 < longest <= 1000 + SENDERS + 1, longest
+    assert len(journal) <= 1000 + SENDERS + 1
+    check_compacted(journal)
+    total = sum(range(signals))
+    report = replay(ENDLESS, journal, trace_level="none")
+    assert report.divergence is None and (report.data["n"], report.data["total"]) == (signals, total)
+    async with Substrate(store=store(), workflows={"cart": ENDLESS}, **node(kind)) as sub:
+        await sub.signal("c", "add", 1)
+        await wait_for(lambda: sub.data("c").get("n") == signals + 1)
+        assert sub.data("c")["total"] == total + 1
