@@ -121,7 +121,7 @@ class _nothing:  # noqa: N801 (an async context manager that gives None)
 async def wait_for(condition: Callable[[], bool], limit: float = 30.0) -> None:
     """Poll a condition on the case (a bound against a hang, not an expected duration)."""
     with anyio.fail_after(limit):
-        while not condition():
+        while not condition():  # noqa: ASYNC110 - the case applies its inputs in the background
             await anyio.sleep(0.005)
 
 
@@ -351,7 +351,7 @@ async def test_a_retried_call_stays_applied_once_after_its_record_was_compacted(
     async with Substrate(store=MemoryStore(), workflows={"cart": ENDLESS}, compact_after=5) as sub:
         await sub.new_case("cart", {}, case_id="c")
         await sub.signal("c", "add", 7, request_id="once")
-        for i in range(12):
+        for _ in range(12):
             await sub.signal("c", "add", 0)
         journal = await sub.journal("c")
         assert journal[0].kind == "snapshot" and all(r.model_extra.get("request_id") != "once" for r in journal)
@@ -401,3 +401,69 @@ async def test_a_case_serving_many_signals_keeps_its_journal_under_compact_after
         await sub.signal("c", "add", 1)
         await wait_for(lambda: sub.data("c").get("n") == signals + 1)
         assert sub.data("c")["total"] == total + 1
+
+
+# -- kill -9 under compaction-heavy load ---------------------------------------------------------------------------
+
+
+def test_kill_9_during_compaction_heavy_load_keeps_every_journal_whole(tmp_path: Path) -> None:
+    """A child serving 12 endless cases (an effect per signal, compacted every 7 records) is SIGKILLed at random
+    points and restarted until every signal was applied: each journal starts with its start or a snapshot record
+    and is contiguous after it, every signal applied exactly once (the totals), the file intact, and each journal
+    replays to its case's data."""
+    import random
+    import signal as signals
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+    from contextlib import closing
+
+    from . import _endless
+    from ._util import ROOT
+
+    cases, rounds, kills = 12, 40, 4
+    path = tmp_path / "endless.db"
+    rng = random.Random(int(__import__("os").environ.get("WFSUB_KILL_SEED", "20261126")))
+    acked: set[str] = set()
+    for run in range(kills + 1):
+        proc = subprocess.Popen([sys.executable, "-m", "tests.durable._endless", str(path), str(cases), str(rounds)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout is not None
+        target = rng.randint(20, cases * rounds // 3) if run < kills else None
+        seen = 0
+        deadline = time.monotonic() + 120  # a bound against a hang, not an expected duration
+        try:
+            for line in proc.stdout:
+                assert time.monotonic() < deadline, "the child hung"
+                if line.startswith("ack ") and line.endswith("\n"):
+                    acked.add(line.split(" ", 1)[1].strip())
+                    seen += 1
+                if (target is not None and seen >= target) or line.startswith("alldone"):
+                    break
+        finally:
+            proc.send_signal(signals.SIGKILL)
+            proc.wait()
+            proc.stdout.close()
+        if run == kills:
+            assert line.startswith("alldone"), "the last run did not finish"
+
+    async def check() -> None:
+        async with outside(path) as store:
+            for i in range(cases):
+                cid = _endless.case_id(i)
+                journal = [JournalRecord.model_validate(r) for r in await store.journal(cid)]
+                seqs = [r.seq for r in journal]
+                assert journal[0].kind in ("start", "snapshot") and seqs == list(range(seqs[0], seqs[-1] + 1)), seqs
+                assert journal[0].kind == "snapshot"  # 40 rounds of 2 records each: compacted many times
+                assert len(journal) <= _endless.COMPACT_AFTER + 2 * 12 + 1
+                row = await store.row(cid)
+                assert row is not None
+                report = replay(_endless.ENDLESS_FX, journal, trace_level="none")
+                assert report.divergence is None, report.divergence
+                assert (report.data["n"], report.data["total"]) == (rounds, sum(range(rounds))), (cid, report.data)
+        with closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    assert len(acked) == cases * rounds
+    anyio.run(check)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+
 import pytest
 
 from wfsub._errors import StoreConflict, StoreError
@@ -134,3 +135,22 @@ async def test_a_fenced_node_cannot_compact(tmp_path: Path) -> None:
         assert [r["seq"] for r in await b.journal("c")] == [0, 1, 2, 3, 4, 5]
         assert await b.write(CaseWrite("c", records=[snap_record("c", 6)], compact=6, epoch=2)) == [True]
         assert await b.journal_epochs("c") == [(6, 2)]
+
+
+async def test_a_start_for_a_compacted_case_is_refused(store: Store) -> None:
+    """After a compaction the case's seq 0 is gone but the case is not: starting a case with its id again (a
+    write or a queued start) is refused as a taken id, and changes nothing."""
+    async with opened(store):
+        await five_records(store)
+        await store.write(CaseWrite("c", records=[snap_record("c", 6)], compact=6, epoch=1))
+        with pytest.raises(StoreConflict, match="seq 0"):
+            await store.write(first_write("c"))
+        if store.shared:
+            with pytest.raises(StoreConflict, match="seq 0"):
+                await store.queue_case(first_write("c"))
+        # in a group with another case's start, the other one starts
+        other = first_write("d")
+        assert await store.write(other) == [True]
+        assert [r["seq"] for r in await store.journal("c")] == [6]
+        found = await store.row("c")
+        assert found is not None and found.state == "running"

@@ -129,6 +129,8 @@ class MemoryStore(SingleNode):
         seqs: set[int] = set()
         ended = case.ended
         for record in change.records:
+            if record.kind == "start" and (case.row is not None or case.journal):  # (its seq 0 compacted away)
+                raise StoreConflict(self._name, seq_taken(change.case_id, record.seq))
             if record.request_id is not None and record.request_id in seen_ids:
                 appended.append(False)
                 continue

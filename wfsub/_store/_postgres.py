@@ -194,6 +194,12 @@ class _Statement(NamedTuple):
     decode: Callable[[Any], Any]  # the statement's row -> the write's result (or a StoreError)
 
 
+def _write_query(change: EncodedWrite) -> str:
+    """The statement of a case write: `start_group` when it starts a case (refused if the case exists: after a
+    compaction its seq 0 is gone, not its row), else `write_group`."""
+    return Q["start_group"] if any(record.kind == "start" for record in change.records) else Q["write_group"]
+
+
 def _query(job: Job) -> str:
     statement: _Statement = job.work
     return statement.query
@@ -718,7 +724,7 @@ class PostgresStore(StoreBase):
                     committed = await self._committed(token, backend, deadline)
                     if committed is False:
                         kind = "retry"  # provably not committed: the same group again
-                    elif committed and query in (Q["write_group"], Q["compact_group"]):
+                    elif committed and query in (Q["write_group"], Q["compact_group"], Q["start_group"]):
                         await self._resolve(query, group, deadline)
                         return
                     else:
@@ -867,7 +873,7 @@ class PostgresStore(StoreBase):
         self._running("write")
         encoded = encode_write(self._name, change)
         epoch = change.epoch
-        query, args = Q["write_group"], self._write_args(encoded, epoch, False)
+        query, args = _write_query(encoded), self._write_args(encoded, epoch, False)
         if encoded.compact is not None:  # its own statement: the write, then the deletes, in one transaction
             query, args = Q["compact_group"], (*args, encoded.compact)
         job = Job(
@@ -889,7 +895,7 @@ class PostgresStore(StoreBase):
                 "record (seq 0) and its row"
             )
         job = Job(
-            _Statement(Q["write_group"], self._write_args(encoded, None, True), partial(
+            _Statement(_write_query(encoded), self._write_args(encoded, None, True), partial(
                 self._write_result, encoded.case_id, None)), f"queued case {encoded.case_id!r}", wait=True,
         )
         self._submit(job)

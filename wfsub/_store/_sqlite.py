@@ -737,6 +737,7 @@ class SqliteStore(SingleNode):
 
 def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
     appended: list[bool] = []
+    _refuse_second_start(change, conn)
     for record in change.records:
         params = {
             "case_id": change.case_id,
@@ -780,6 +781,9 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
         for change in changes
         for record in change.records
     ]
+    starting = [record[0] for record in records if record[2] == "start"]
+    if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
+        raise Redo  # a case id taken: each write alone, where its own refusal is said
     if records:
         if JSON_EACH:  # one call: each sqlite3 call (and each row of an executemany) is a round trip of the GIL
             appended = conn.execute(Q["records_append"], {"records": _array(records).decode()}).rowcount
@@ -816,7 +820,17 @@ def _compact(change: EncodedWrite, conn: sqlite3.Connection) -> None:
         conn.execute(Q["snapshots_compact"], params)
 
 
+def _refuse_second_start(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    """A `start` record for a case the store holds is refused as its seq 0 would be: a compaction removed that
+    record, never the case's row, so the row says the id is taken."""
+    if any(record.kind == "start" for record in change.records) and conn.execute(
+        Q["case_exists"], {"case_id": change.case_id}
+    ).fetchone() is not None:
+        raise Refused(seq_taken(change.case_id, 0))
+
+
 def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    _refuse_second_start(change, conn)
     start = change.records[0]
     params = {"case_id": change.case_id, "seq": 0, "kind": start.kind, "request_id": None, "record": start.text}
     try:

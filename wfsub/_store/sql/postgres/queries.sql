@@ -135,9 +135,6 @@ SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at
        detail, owner, epoch
 FROM cases WHERE case_id = $1;
 
--- name: journal_start
-SELECT record FROM journal WHERE case_id = $1 AND seq = 0;
-
 -- name: journal_after
 SELECT record FROM journal WHERE case_id = $1 AND seq > $2 ORDER BY seq;
 
@@ -254,3 +251,14 @@ SELECT record FROM journal WHERE case_id = $1 ORDER BY seq LIMIT 1;
 -- name: journal_first_seq
 -- The seq of the first record a case's journal keeps (NULL: no such case).
 SELECT min(seq) FROM journal WHERE case_id = $1;
+
+-- name: start_group
+-- `write_group` for a write carrying a `start` record: refused as a seq 0 written twice when the case exists (a
+-- compaction removes its seq 0, never its row); write_case is not run then (a one-time filter).
+SELECT status, appended, info, at_seq, cur_owner, cur_epoch
+FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                $22, $23, $24, $25, $26, $27, $28, $29)
+WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+UNION ALL
+SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
+WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2);

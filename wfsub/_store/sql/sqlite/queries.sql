@@ -156,10 +156,6 @@ SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
 FROM cases WHERE case_id = :case_id;
 
--- name: journal_start
--- The `start` record of a case (seq 0).
-SELECT record FROM journal WHERE case_id = :case_id AND seq = 0;
-
 -- name: journal_after
 -- The records of a case after a seq, in order.
 SELECT record FROM journal WHERE case_id = :case_id AND seq > :after ORDER BY seq;
@@ -277,3 +273,12 @@ DELETE FROM journal WHERE case_id = :case_id AND seq < :seq;
 -- name: snapshots_compact
 -- A compaction: the snapshots taken before the case's new `snapshot` record go with the records they precede.
 DELETE FROM snapshots WHERE case_id = :case_id AND seq < :seq;
+
+-- name: case_exists
+-- Whether the store holds a case with this id: a `start` record for it is refused (after a compaction its seq 0
+-- is gone, its row is not).
+SELECT 1 FROM cases WHERE case_id = :case_id;
+
+-- name: cases_existing
+-- Which of a group's starting cases (a JSON array of ids) the store holds already.
+SELECT case_id FROM cases WHERE case_id IN (SELECT value FROM json_each(:ids));
