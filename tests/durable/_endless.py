@@ -1,6 +1,8 @@
-"""The endless cases the compaction kill test runs in a child: `python -m tests.durable._endless PATH CASES ROUNDS`
-(cwd: the repo root) starts CASES cases (or finds them: a start is idempotent), then sends each ROUNDS signals
-with request ids (a restarted child sends them all again: each applies once), printing `ack CASE ROUND` as each
+"""The endless cases the compaction kill test runs in a child: `python -m tests.durable._endless PATH ROUNDS FIRST`
+(cwd: the repo root; FIRST: per case, comma-separated, the first round to send) starts the cases (or finds them: a
+start is idempotent), then sends each its rounds from FIRST to ROUNDS - 1 as signals with request ids (the
+parent passes the first round not acknowledged: a round in flight at a kill is sent again and applies once; an
+acknowledged one is never sent again, so a lost one would show in the totals), printing `ack CASE ROUND` as each
 call returns and `alldone` at the end. Every round goes through an effect, so effects are in flight when the
 child is killed, and the journals are compacted every COMPACT_AFTER records."""
 
@@ -32,7 +34,8 @@ def case_id(i: int) -> str:
     return f"e{i}"
 
 
-async def child(path: str, cases: int, rounds: int) -> None:
+async def child(path: str, rounds: int, first: list[int]) -> None:
+    cases = len(first)
     async with Substrate(store=path, workflows=WORKFLOWS, compact_after=COMPACT_AFTER) as sub:
         for i in range(cases):
             await sub.new_case("cart", {}, case_id=case_id(i))
@@ -40,7 +43,7 @@ async def child(path: str, cases: int, rounds: int) -> None:
 
         async def serve(i: int) -> None:
             cid = case_id(i)
-            for r in range(rounds):
+            for r in range(first[i], rounds):
                 await sub.signal(cid, "add", r, request_id=f"{cid}-{r}")
                 print(f"ack {cid} {r}", flush=True)
 
@@ -54,5 +57,5 @@ async def child(path: str, cases: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    path, cases, rounds = sys.argv[1:]
-    anyio.run(child, path, int(cases), int(rounds))
+    path, rounds, first = sys.argv[1:]
+    anyio.run(child, path, int(rounds), [int(f) for f in first.split(",")])
