@@ -471,3 +471,60 @@ def test_kill_9_during_compaction_heavy_load_keeps_every_journal_whole(tmp_path:
 
     assert len(acked) == cases * rounds
     anyio.run(check)
+
+
+# -- eviction and takeover ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_evicted_compacted_case_is_reloaded_from_its_snapshot_record(kind: str, tmp_path: Path) -> None:
+    """A compacted case that leaves memory when idle comes back from its snapshot record on its next signal."""
+    clock = VirtualClock()
+    store = reopenable(kind, tmp_path)
+    async with Substrate(store=store(), clock=clock, workflows={"cart": ENDLESS}, compact_after=5,
+                         evict_after=60.0) as sub:
+        await sub.new_case("cart", {}, case_id="c")
+        for i in range(17):
+            await sub.signal("c", "add", i)
+        await wait_for(lambda: sub.data("c").get("n") == 17)
+        await clock.advance(61)
+        await wait_for(lambda: sub.statistics().cases_in_memory == 0)
+        assert (await sub.journal("c"))[0].kind == "snapshot"
+        await sub.signal("c", "add", 100)
+        await wait_for(lambda: sub.data("c").get("n") == 18)
+        assert sub.data("c")["total"] == sum(range(17)) + 100
+
+
+async def test_a_compacted_case_is_taken_over_by_another_node() -> None:
+    """Node a's compacted case is taken over by node b when a goes away: b rebuilds it from the snapshot record
+    (at its own epoch: the fence holds) and goes on where a left it."""
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+
+    def store() -> PostgresStore:
+        return PostgresStore(dsn, schema=schema, lease_seconds=1.0)
+
+    async with Substrate(store=store(), workflows={"cart": ENDLESS}, compact_after=5, node_id="b") as b:
+        async with Substrate(store=store(), workflows={"cart": ENDLESS}, compact_after=5, node_id="a") as a:
+            await a.new_case("cart", {}, case_id="c")
+            for i in range(23):
+                await a.signal("c", "add", i)
+            await wait_for(lambda: a.data("c").get("n") == 23)
+            assert (await a.journal("c"))[0].kind == "snapshot"
+        await b.signal("c", "add", 100)  # to a's case: through the inbox, to whoever owns it
+        await wait_for(lambda: b.data("c").get("n") == 24)
+        assert b.data("c")["total"] == sum(range(23)) + 100
+        reader = store()
+        await reader.open(owner=False, owner_id="reader")
+        try:
+            row = await reader.row("c")
+            assert row is not None and (row.owner, row.epoch) == ("b", 2)
+            epochs = await reader.journal_epochs("c")
+        finally:
+            await reader.close()
+        assert epochs[0][0] > 0 and epochs[-1][1] == 2
