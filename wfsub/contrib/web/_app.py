@@ -204,7 +204,7 @@ class _Inspector:
         async def context() -> dict[str, Any]:
             journal, journal_note = await self._journal(case_id, signature)
             fingerprint = None
-            if journal and journal[0].kind == "start":
+            if journal and journal[0].kind in ("start", "snapshot"):  # (a compacted journal: its snapshot record)
                 fingerprint = (journal[0].model_extra or {}).get("fingerprint")
             shown = journal or []
             hidden = 0

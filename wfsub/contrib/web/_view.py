@@ -92,6 +92,10 @@ def _entry(r: JournalRecord, redact: Redact) -> Entry:
         if x.get("deadline") is not None:
             title += f", deadline {when(x['deadline'])}"
         return Entry(seq, time, kind, title, json_text(_redacted(redact, x.get("data"))))
+    if kind == "snapshot":  # a compaction: the records before it were replaced by the state they led to
+        title = (f"compacted: the records before seq {seq} were replaced by a snapshot of the case (version "
+                 f"{str(x.get('fingerprint', ''))[:12]})")
+        return Entry(seq, time, kind, title, json_text(_redacted(redact, (x.get("start") or {}).get("data"))))
     if kind == "signal":
         payload = x.get("payload")
         return Entry(seq, time, kind, f"signal {x.get('name')}",
