@@ -12,6 +12,7 @@
     wfsub graph   app:flow [--format mermaid|dot] [--case CASE_ID --store STORE]
     wfsub validate app:flow
     wfsub dis     app:flow
+    wfsub web     STORE [--port 8377] [--host 127.0.0.1] [--workflow app:flows] [--read-only]
 
 STORE is a path or URL, as for `Substrate(store=...)`; `--workflow` may come from WFSUB_WORKFLOW. Signals and
 cancels go through the store's inbox: the Substrate that owns the store checks it every 0.2 s (a
@@ -20,6 +21,7 @@ cancels go through the store's inbox: the Substrate that owns the store checks i
 status 1. With no Substrate running, the input stays queued until one opens the store.
 """
 
+from . import _web as _web  # noqa: F401  (registers `wfsub web` on main)
 from ._commands import main as main
 
 __all__ = ["main"]

@@ -1,4 +1,5 @@
-"""`wfsub.contrib.web`: a case inspector in the browser, an ASGI application (Starlette) over a Substrate.
+"""`wfsub.contrib.web`: a case inspector in the browser, an ASGI application (Starlette) over a Substrate, or over
+a `wfsub.Client` of a store another process owns (what `wfsub web STORE` serves).
 
     from fastapi import FastAPI
     from wfsub.contrib.web import app as inspector

@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode
 
 import jinja2
@@ -49,16 +49,16 @@ Auth = Callable[[Request], "bool | Awaitable[bool]"]
 
 
 class CaseSource(Protocol):
-    """What the inspector calls on its source: a `Substrate` has these methods (and a client of another process
-    can too)."""
+    """What the inspector calls on its source: a `Substrate` (whose reads return at once) or a `wfsub.Client`
+    (whose reads are coroutines) has these methods."""
 
-    def status(self, case_id: str) -> CaseStatus: ...
+    def status(self, case_id: str) -> CaseStatus | Awaitable[CaseStatus]: ...
 
-    def data(self, case_id: str) -> dict[str, Any]: ...
+    def data(self, case_id: str) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
 
     def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
-    ) -> list[CaseStatus]: ...
+    ) -> list[CaseStatus] | Awaitable[list[CaseStatus]]: ...
 
     async def journal(self, case_id: str) -> list[JournalRecord]: ...
 
@@ -69,10 +69,23 @@ class CaseSource(Protocol):
     ) -> None: ...
 
 
+R = TypeVar("R")
+
+
+async def _done(value: R | Awaitable[R]) -> R:
+    """A source's answer: a Substrate's reads return it, a Client's are awaited."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
 if TYPE_CHECKING:  # mypy holds the Substrate to the protocol the app calls
 
     def _a_substrate_is_a_source(sub: wfsub.Substrate) -> CaseSource:
         return sub
+
+    def _a_client_is_a_source(client: wfsub.Client) -> CaseSource:
+        return client
 
 
 def app(
@@ -84,7 +97,8 @@ def app(
     redact: Callable[[Any], Any] | None = None,
     page_size: int = 50,
 ) -> ASGIApp:
-    """The inspector over `source` (a `Substrate`) as an ASGI application; see the module's docstring.
+    """The inspector over `source` (a `Substrate`, or a `wfsub.Client` of a store that another process owns) as an
+    ASGI application; see the module's docstring.
 
     - `read_only`: no actions in the pages, and a POST is refused with 403.
     - `auth`: `auth(request) -> bool` (or awaitable), called on every request before anything is read.
@@ -95,8 +109,8 @@ def app(
     for name in ("status", "data", "cases", "journal", "signal", "cancel"):
         if not callable(getattr(source, name, None)):
             raise TypeError(
-                f"app(source) needs a Substrate (or an object with status, data, cases, journal, signal and "
-                f"cancel); {type(source).__name__} has no {name}()"
+                f"app(source) needs a Substrate or a wfsub.Client (or an object with status, data, cases, journal, "
+                f"signal and cancel); {type(source).__name__} has no {name}()"
             )
     if auth is not None and not callable(auth):
         raise TypeError(f"auth must be a function of the request returning True or False, got {auth!r}")
@@ -155,7 +169,7 @@ class _Inspector:
         limit = _int_param(q.get("limit"), "limit", 1, 500) or self.page_size
         return state, workflow, before, limit
 
-    def counts(self, workflow: str | None) -> dict[str, str]:
+    async def counts(self, workflow: str | None) -> dict[str, str]:
         """Cases per state (for one workflow or all), capped at COUNT_CAP, shared between requests for a second,
         or for ten times as long as reading them took (the reads run on the Substrate's event loop: they take at
         most a tenth of it)."""
@@ -165,7 +179,7 @@ class _Inspector:
             return cached[1]
         counts = {}
         for state in STATES:
-            n = len(self.source.cases(state=state, workflow=workflow, limit=COUNT_CAP + 1))
+            n = len(await _done(self.source.cases(state=state, workflow=workflow, limit=COUNT_CAP + 1)))
             counts[state] = f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
         took = time.monotonic() - now
         if len(self.counts_at) > 64:  # one entry per workflow filter seen: keep it bounded
@@ -173,10 +187,12 @@ class _Inspector:
         self.counts_at[workflow] = (now + max(COUNTS_TTL, 10 * took), counts)
         return counts
 
-    def _list_view(self, key: tuple[str | None, str | None, int | None, int]) -> tuple[Hashable, dict[str, Any]]:
+    async def _list_view(
+        self, key: tuple[str | None, str | None, int | None, int]
+    ) -> tuple[Hashable, dict[str, Any]]:
         state, workflow, before, limit = key
-        page = self.source.cases(state=state, workflow=workflow, limit=limit, before=before)
-        counts = self.counts(workflow)
+        page = await _done(self.source.cases(state=state, workflow=workflow, limit=limit, before=before))
+        counts = await self.counts(workflow)
         rows = [
             {"id": s.case_id, "workflow": s.workflow or "", "state": s.state.value, "at": ", ".join(s.at),
              "waits": _view.waits_for(s), "started": _view.when(s.started_at), "ended": _view.when(s.ended_at)}
@@ -191,14 +207,14 @@ class _Inspector:
 
     async def cases_page(self, request: Request) -> Response:
         key = self._list_query(request)
-        signature, context = self._list_view(key)
+        signature, context = await self._list_view(key)
         live = "/events?" + urlencode({"view": "cases", **_query_dict(*key), "sig": sig_hash(signature)})
         return self._html("cases.html", request, context, live=live)
 
     # -- the case page -------------------------------------------------------------------------------------
 
     async def _case_view(self, case_id: str, full_journal: bool) -> tuple[Hashable, Callable[[], Awaitable[Context]]]:
-        status = self.source.status(case_id)  # CaseNotFound: the caller's to answer
+        status = await _done(self.source.status(case_id))  # CaseNotFound: the caller's to answer
         signature = status.model_dump_json()
 
         async def context() -> dict[str, Any]:
@@ -212,8 +228,8 @@ class _Inspector:
                 hidden = len(shown) - JOURNAL_SHOWN - 1
                 shown = [shown[0], *shown[-JOURNAL_SHOWN:]]  # the start, then the newest records
             try:  # read after the journal, so that the status is never older than the journal shown with it
-                now = self.source.status(case_id)
-                data = self.redact(self.source.data(case_id))
+                now = await _done(self.source.status(case_id))
+                data = self.redact(await _done(self.source.data(case_id)))
             except CaseNotFound:
                 now, data = status, None
             diagram, diagram_note = self.drawings.draw(now, fingerprint)
@@ -241,7 +257,8 @@ class _Inspector:
             return None, str(exc)
         except CaseNotFound:
             return None, "the store has no journal for this case"
-        if self.source.status(case_id).model_dump_json() == signature:  # else it moved on while it was read
+        now = await _done(self.source.status(case_id))
+        if now.model_dump_json() == signature:  # else it moved on while it was read
             self.journals[case_id] = (signature, journal)
             self.journals.move_to_end(case_id)
             while len(self.journals) > JOURNALS_KEPT or (
@@ -311,7 +328,7 @@ class _Inspector:
         """A feed's reader; the key is ("cases", root, state, workflow, before, limit) or ("case", root, id, all)."""
         root = key[1]
         if key[0] == "cases":
-            signature, context = self._list_view(key[2:])
+            signature, context = await self._list_view(key[2:])
 
             async def render_list() -> str:
                 return self.env.get_template("_cases_live.html").render(context, root=root, read_only=self.read_only)
