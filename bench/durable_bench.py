@@ -308,11 +308,21 @@ async def park(sub: Substrate, n: int) -> list[str]:
     return ids
 
 
+async def parked_rows_written(sub: Substrate, n: int) -> None:
+    """Wait until the store's rows say the `n` cases are parked (those writes are not waited for by the cases, and
+    would otherwise share the writer with the first acks measured)."""
+    store = sub._store
+    if store is None:
+        return
+    while len(await store.cases(state="waiting_signal", limit=n)) < n:
+        await anyio.sleep(0.01)
+
+
 async def signal_acks(path: Path | None, probe: Probe | None = None) -> list[float]:
     """Seconds per `await sub.signal()` (returns once committed) to distinct parked cases, 10,000 parked."""
     async with Substrate(store=path, workflows=FLOWS, retain_ended=N_PARKED) as sub:
         ids = await park(sub, N_PARKED)
-        await anyio.sleep(0.2)  # the parked rows' writes land
+        await parked_rows_written(sub, len(ids))
         gc.collect()
         if probe is not None:
             probe.reset()  # only the acks from here on

@@ -6,6 +6,12 @@
 - a standby's `await_case` wake-up: from the case's end (its `ended_at`, written by the owner) until the awaiter
   in the standby has the result.
 
+- throughput of a FastAPI app under `uvicorn --workers 3` against `--workers 1` on one SQLite file, in the same
+  run: loans started, approved and awaited over HTTP by CONCURRENCY clients at once. With 3 workers one owns the
+  file and runs every case; the two standbys forward their starts and signals through the store's inbox and
+  await through it. On a 2-core machine three workers and the HTTP client share two cores, so more workers buy
+  no CPU: the figure shows what forwarding costs, not a speed-up (the bench prints the core count beside it).
+
     python -m bench processes
     python -m bench.processes_bench owner PATH      (the owner child; the bench starts it)
 """
@@ -76,6 +82,77 @@ async def measure(path: str) -> tuple[list[float], list[float], list[float]]:
     return applied, reads, wakes
 
 
+HTTP_CASES = 240
+CONCURRENCY = 24
+
+
+def serve(workers: int, path: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_DB": path}
+    return subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench._loans_app:app", "--workers", str(workers), "--port", str(port),
+         "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+async def workers_up(url: str, workers: int) -> None:
+    """Wait until every worker has answered once (each with its Substrate open, exactly one of them the owner)."""
+    import httpx
+
+    seen: dict[int, bool] = {}
+    with anyio.fail_after(120):
+        while len(seen) < workers or sum(not standby for standby in seen.values()) != 1:
+            try:
+                async with httpx.AsyncClient(timeout=10) as http:  # a new connection: any worker may take it
+                    who = (await http.get(f"{url}/whoami")).json()
+                seen[who["pid"]] = who["standby"]
+            except httpx.TransportError:
+                await anyio.sleep(0.05)
+
+
+async def drive(url: str, prefix: str) -> float:
+    """Loans per second: HTTP_CASES loans, each started, approved and awaited, CONCURRENCY at a time."""
+    import httpx
+
+    ids = iter(range(HTTP_CASES))
+    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+
+        async def client() -> None:
+            for i in ids:
+                case = f"{url}/loans/{prefix}{i}"
+                assert (await http.post(case)).status_code == 201
+                assert (await http.post(f"{case}/approve")).status_code == 200
+                while (got := await http.get(f"{case}/result")).status_code == 202:
+                    pass
+                assert got.status_code == 200 and got.json()["paid"] == 5, got.text
+
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(CONCURRENCY):
+                tg.start_soon(client)
+        return HTTP_CASES / (time.perf_counter() - start)
+
+
+def uvicorn_throughput(workers: int) -> float:
+    import signal
+    import socket
+
+    with tempfile.TemporaryDirectory(prefix="wfsub-bench-") as folder:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        server = serve(workers, str(Path(folder) / "loans.db"), port)
+        try:
+            anyio.run(workers_up, url, workers)
+            anyio.run(drive, url, "warm")  # first calls pay imports and connection set-up
+            return anyio.run(drive, url, "run")
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+
+
 def run() -> list[str]:
     lines = ["== processes (SQLite: the owner in a child process, a standby here) =="]
     with tempfile.TemporaryDirectory(prefix="wfsub-bench-") as folder:
@@ -107,6 +184,17 @@ def run() -> list[str]:
     lines.append(
         f"a standby's await_case, end to wake-up  p50 {w50:6.1f} ms  p99 {percentile(wakes, 0.99) * 1e3:6.1f} ms "
         "(no target)"
+    )
+    one = record("uvicorn_1_worker_loans_per_s", uvicorn_throughput(1), "loans/s")
+    three = record("uvicorn_3_workers_loans_per_s", uvicorn_throughput(3), "loans/s")
+    lines.append(
+        f"uvicorn app, loans started+approved+awaited over HTTP ({CONCURRENCY} clients): 1 worker {one:6.0f}/s, "
+        f"3 workers {three:6.0f}/s ({three / one:4.2f}x)"
+    )
+    lines.append(
+        f"    {os.cpu_count()} cores here: one worker owns the file and runs every case, the standbys forward through "
+        "the store; with 2 cores the three workers and the client share them, so 3 workers add no CPU for the "
+        "cases (the ratio is what forwarding costs)"
     )
     return lines
 

@@ -87,6 +87,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import Failure as Failure
     from ._runtime import JournalRecord as JournalRecord
     from ._runtime import RealClock as RealClock
+    from ._runtime import RefusedInput as RefusedInput
     from ._runtime import ReplayReport as ReplayReport
     from ._runtime import Substrate as Substrate
     from ._runtime import SubstrateStatistics as SubstrateStatistics
@@ -130,6 +131,7 @@ __all__ = [
     "MachineStateError",
     "MemorySink",
     "RealClock",
+    "RefusedInput",
     "ReplayDivergence",
     "ReplayReport",
     "RestoredError",
@@ -206,6 +208,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Failure": ("._runtime", "Failure"),
     "JournalRecord": ("._runtime", "JournalRecord"),
     "RealClock": ("._runtime", "RealClock"),
+    "RefusedInput": ("._runtime", "RefusedInput"),
     "ReplayReport": ("._runtime", "ReplayReport"),
     "Substrate": ("._runtime", "Substrate"),
     "SubstrateStatistics": ("._runtime", "SubstrateStatistics"),

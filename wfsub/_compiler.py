@@ -84,10 +84,16 @@ DEFAULT_MAX_CALL_DEPTH = 100
 
 
 def _fn_id(fn: object) -> str:
-    """A callable's identity for the fingerprint: module, qualified name and a digest of its code."""
+    """A callable's identity for the fingerprint: its module's own name, qualified name and a digest of its code.
+
+    Only the last part of the module's dotted name counts, so the fingerprint does not depend on how the module
+    was imported: `loan_wfsub` and `app_pkg.loan_wfsub` (one file reached through two entries of `sys.path`), or
+    a script run as `python app.py` and imported as `pkg.app`, give one fingerprint. The code digest tells apart
+    two functions of one name in two packages."""
     module = getattr(fn, "__module__", None) or "?"
     if module == "__main__":
         module = _main_name()
+    module = module.rpartition(".")[2]
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     code = _code_of(fn)
     return f"{module}.{qualname}#{_code_digest(code)}" if code is not None else f"{module}.{qualname}"

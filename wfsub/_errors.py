@@ -96,6 +96,17 @@ class InvalidStartData(WfsubError, ValueError):
         )
 
 
+def queued_start_refused(error: InvalidStartData) -> str:
+    """Why the owner failed a case a client queued with start data its workflow's input model refuses (the
+    client checked the data against the model's JSON Schema; the owner validates it with the model itself)."""
+    shown = "; ".join(f"{_where(e.get('loc'))}: {e.get('msg')}" for e in error.errors)
+    name = error.model.__name__
+    return (
+        f"case {error.case_id!r} of workflow {error.workflow!r} was queued with data that does not fit {name} "
+        f"({shown}); its owner failed it before it ran: start a new case with data that validates against {name}"
+    )
+
+
 class CaseNotFound(WfsubError, KeyError):
     """No case with this id is known to the Substrate (never started, or dropped by retention)."""
 

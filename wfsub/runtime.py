@@ -10,6 +10,7 @@ from ._runtime import EffectStatus as EffectStatus
 from ._runtime import Failure as Failure
 from ._runtime import JournalRecord as JournalRecord
 from ._runtime import RealClock as RealClock
+from ._runtime import RefusedInput as RefusedInput
 from ._runtime import ReplayReport as ReplayReport
 from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
@@ -29,6 +30,7 @@ __all__ = [
     "Failure",
     "JournalRecord",
     "RealClock",
+    "RefusedInput",
     "ReplayReport",
     "Substrate",
     "SubstrateStatistics",

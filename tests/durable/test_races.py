@@ -158,7 +158,8 @@ async def test_many_concurrent_signals_to_a_parked_case_being_loaded(kind: str, 
 
 
 async def test_concurrent_cancels_of_a_suspended_case_end_it_once(tmp_path: Path) -> None:
-    """Three cancels at once of a suspended case (SQLite): all return, one `cancel` and one `end` recorded."""
+    """Three cancels at once of a suspended case (SQLite): one `cancel` and one `end` recorded; a cancel that comes
+    after the case ended is refused as ended (as any cancel of an ended case is), never with another error."""
     from .test_versions import V3_RENAMED, started
 
     path = str(tmp_path / "cases.db")
@@ -177,7 +178,8 @@ async def test_concurrent_cancels_of_a_suspended_case_end_it_once(tmp_path: Path
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(cancel)
-        assert errors == []
+        assert len(errors) < 3, errors
+        assert all(e.startswith("SignalRejected") and "ended" in e for e in errors), errors
         assert kinds(await sub.journal("c")) == ["start", "signal", "cancel", "end"]
 
 

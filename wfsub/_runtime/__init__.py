@@ -16,6 +16,7 @@ from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
 from ._status import EffectStatus as EffectStatus
 from ._status import Failure as Failure
+from ._status import RefusedInput as RefusedInput
 from ._status import SubstrateStatistics as SubstrateStatistics
 from ._status import TimerStatus as TimerStatus
 from ._substrate import CaseHandle as CaseHandle
@@ -32,6 +33,7 @@ __all__ = [
     "Failure",
     "JournalRecord",
     "RealClock",
+    "RefusedInput",
     "ReplayReport",
     "Substrate",
     "SubstrateStatistics",

@@ -59,6 +59,7 @@ from ._durable import CaseJournal
 from ._hub import TraceHub
 from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._refusals import durable_fields
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 
 if TYPE_CHECKING:
@@ -623,6 +624,7 @@ class CaseActor:
             timers=armed,
             failure=failure,
             order=(self.journal.order if self.journal is not None else self.order) or None,
+            **({} if self.journal is None else durable_fields(self.journal)),
         )
 
 

@@ -32,8 +32,10 @@ from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
 from . import _compact as compaction
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
+from ._inputs import kind_of
 from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
-from ._mailbox import Cancel, EffectDone, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
+from ._refusals import log_refused
 from ._status import CaseState
 
 if TYPE_CHECKING:
@@ -79,6 +81,7 @@ async def journal_inbox(actor: CaseActor) -> None:
     now = actor.shared.clock.now()
     entries: list[tuple[Message, dict[str, Any]]] = []
     refused: list[tuple[int, str]] = []
+    told: list[tuple[External, str]] = []  # the refused inbox inputs, logged once their refusal is committed
     repeated: list[int] = []  # inbox rows of retried calls: taken, nothing journaled
     seq = j.seq
     fresh_ids: list[str] = []
@@ -100,6 +103,8 @@ async def journal_inbox(actor: CaseActor) -> None:
             inbox_id = getattr(msg, "inbox_id", 0)
             if inbox_id:
                 refused.append((inbox_id, str(exc)))
+                if isinstance(msg, Signal | Cancel | RegionOp):
+                    told.append((msg, str(exc)))
             continue
         entries.append((msg, record))
     if not entries and not refused and not repeated:
@@ -138,6 +143,10 @@ async def journal_inbox(actor: CaseActor) -> None:
         j.request_ids.difference_update(fresh_ids)
         _store_failed(actor, entries, exc)
         return
+    if told:
+        j.refused = None  # its status reads them again
+        for msg, reason in told:
+            log_refused(actor.case_id, kind_of(msg), getattr(msg, "name", None), reason, msg.request_id)
     if records:
         j.time = records[-1]["time"]
     for (msg, record), fresh in zip(entries, appended, strict=True):
@@ -268,6 +277,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         next_due=min(dues) if dues else None,
         data=dict(m.data) if m is not None else actor.final_data,
         order=j.order,
+        migrated_from=j.migrated_from,
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._program import BYTECODE_VERSION
-from .._store import CaseRow, CaseWrite, Record, Snapshot, Store
+from .._store import CaseRow, CaseWrite, InboxRow, Record, Snapshot, Store
 from .._vm import Machine
 from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
 from ._journal import input_record
@@ -47,6 +47,8 @@ class CaseJournal:
     first_seq: int = 0  # the seq of the first record the journal keeps (0, or the last compaction's snapshot)
     uncompactable: bool = False  # its data is not JSON: no snapshot, so no compaction (see `_compact`)
     compactions: int = 0  # compactions this actor made (tests and benchmarks read it)
+    migrated_from: str | None = None  # the fingerprint before the case's latest migration (its row keeps it)
+    refused: list[InboxRow] | None = field(default_factory=list)  # latest refused inbox inputs (None: read the row)
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""

@@ -28,6 +28,7 @@ from ._journal import start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
 from ._persist import Loaded, end_suspended, rebuild, suspend
+from ._queued import StartRefused
 from ._registry import Workflows
 from ._status import FINAL, CaseState
 
@@ -99,6 +100,7 @@ class CaseLoader:
         self.effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
         self.missed_ids: set[str] = set()  # those cases
+        self.ended_here: Callable[[str], None] = _nothing  # wakes the awaiters of a case that ended out of memory
         # The loops below sleep on the case clock only until their next entry falls due, and on these events while
         # they have none: a VirtualClock advanced by a year fires them once per entry, not once per period.
         self.effect_waits_added = anyio.Event()
@@ -121,6 +123,8 @@ class CaseLoader:
         loaded = await self.load(case_id)
         if loaded is None:  # it could not be brought back: suspended now (its journal does not replay, or is
             row = await self.store.row(case_id) or row  # damaged), or the store failed to load it (tried again)
+            if CaseState(row.state).ended:  # failed at once: its queued start data does not fit its input model
+                raise SignalRejected.ended(case_id, what, row.state)
             if row.state != CaseState.SUSPENDED.value:
                 raise StoreError(self.store.url, f"case {case_id!r} could not be brought back now; try again")
             raise SignalRejected.suspended(case_id, what, row.suspended_reason)
@@ -139,11 +143,15 @@ class CaseLoader:
         self.busy(1)
         try:
             loaded = await rebuild(
-                self.store, self.workflows, case_id, self.case_level, self.max_instances, self.redact
+                self.store, self.workflows, case_id, self.case_level, self.max_instances, self.redact,
+                self.clock.now(),
             )
             return self.resume(loaded)
         except ReplayDivergence:
             return None  # suspended: its row says why
+        except StartRefused:  # failed before it ran, for queued start data its input model refuses
+            self.ended_here(case_id)
+            return None
         except DamagedEntry as exc:  # an entry of its own that cannot be read back: this case alone stops
             await self.suspend_damaged(case_id, str(exc))
             return None
@@ -459,3 +467,7 @@ class CaseLoader:
                 actor = self.cases.get(case_id)
                 if actor is not None and actor.parked and not actor.requested:
                     actor.evict()
+
+
+def _nothing(case_id: str) -> None:
+    pass

@@ -28,9 +28,11 @@ from .._errors import CaseNotFound, ReplayDivergence, StoreError
 from .._program import Program
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
-from ._compact import replayer_for, start_of
+from ._compact import is_snapshot, replayer_for, start_of
 from ._durable import CaseJournal, snapshot_of, usable
 from ._journal import end_record, input_record
+from ._queued import checked_start
+from ._refusals import refused_inputs
 from ._registry import Workflows
 from ._replay import Replayer
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
@@ -63,10 +65,11 @@ def _same(value: Any) -> Any:
 
 async def rebuild(
     store: Store, workflows: Workflows, case_id: str, trace_level: str, max_instances: int,
-    redact: Callable[[Any], Any] = _same,
+    redact: Callable[[Any], Any] = _same, now: float | None = None,
 ) -> Loaded:
     """Rebuild a case that has not ended from the store (raising CaseNotFound, or ReplayDivergence with the case
-    then marked suspended in the store)."""
+    then marked suspended in the store). `now`: a case whose journal holds only its start has its start data
+    checked by its input model first (`_queued`: StartRefused once it is failed for it)."""
     stored = await store.load(case_id)
     if stored is None:
         raise CaseNotFound(case_id)
@@ -75,6 +78,8 @@ async def rebuild(
     found = workflows.find(row.fingerprint)
     if found is not None:
         program = found[1]
+        if now is not None and stored.snapshot is None and not stored.records and not row.ended_at:
+            start = await checked_start(store, workflows, row, start, program, now)
         snapshot = stored.snapshot if usable(stored.snapshot) else None
         try:
             if snapshot is not None:
@@ -84,7 +89,8 @@ async def rebuild(
                 )
             else:  # from the first record kept: the start, or a compaction's snapshot record
                 records = stored.records if stored.snapshot is None else await _after_first(store, case_id)
-                replayer = replayer_for(program, first, trace_level=trace_level, max_instances=max_instances)
+                base = first if is_snapshot(first) else start  # (a queued case's start: as checked above)
+                replayer = replayer_for(program, base, trace_level=trace_level, max_instances=max_instances)
             for record in records:
                 replayer.apply(record)
             # On to where the live case was after its last record: blocked again, with the same effects in flight
@@ -135,8 +141,14 @@ async def migrate(
     m = replayer.machine
     digest, _ = m.take_digest()
     now = replayer.time
-    record = journal.record("version", m.steps, digest, now, **{"from": row.fingerprint, "to": program.fingerprint})
+    # The timers armed before the migration keep the due times the old version gave them (its row has them); the
+    # new version's durations count only for timers armed from here on. The record carries them for replay.
+    pinned = {str(t["timer_id"]): float(t["due"]) for t in row.timers if int(t["timer_id"]) in replayer.timers}
+    record = journal.record("version", m.steps, digest, now,
+                            **{"from": row.fingerprint, "to": program.fingerprint, "timers": pinned})
+    replayer.pin_timers(pinned)
     journal.fingerprint = program.fingerprint
+    journal.migrated_from = row.migrated_from = row.fingerprint
     row.fingerprint = program.fingerprint
     row.last_seq = journal.seq
     row.digest = digest  # the new version's tasks, as the `version` record has them
@@ -252,6 +264,8 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
     journal.start = start
+    journal.migrated_from = row.migrated_from
+    journal.refused = list(row.refused)
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
     return journal
 
@@ -323,6 +337,9 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         failure=failure,
         suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),
         order=row.order or None,
+        version=row.fingerprint or None,
+        migrated_from=row.migrated_from,
+        refused=refused_inputs(row.refused) if row.refused else (),
     )
 
 

@@ -218,7 +218,15 @@ class Replayer:
                     m.close_instances(rec["region"])
             except SignalRejected:
                 pass  # refused in the live run too: an input refused at its step changes nothing
-        # "version": a migration; the records after it were made by the version being replayed
+        elif kind == "version":  # a migration: the records after it were made by the version being replayed, and
+            self.pin_timers(rec.get("timers") or {})  # the timers armed before it keep their due times
+
+    def pin_timers(self, dues: Mapping[str, Any]) -> None:
+        """Give armed timers the due times a `version` record carries (timer id -> due)."""
+        for key, due in dues.items():
+            armed = self.timers.get(int(key))
+            if armed is not None:
+                self.timers[int(key)] = (armed[0], float(due))
 
     def check_end(self, rec: Mapping[str, Any]) -> None:
         self.run()

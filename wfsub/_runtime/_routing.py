@@ -21,6 +21,7 @@ from ._case import CaseActor
 from ._loader import CaseLoader, Remote
 from ._mailbox import Cancel, External, Reply
 from ._outside import applied
+from ._refusals import log_refused, named
 from ._status import FINAL
 
 _log = get_logger("wfsub.runtime")
@@ -83,14 +84,22 @@ class InboxRouter:
                     why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""
                     await self.loader.end_suspended(stored, why, row.request_id, inbox_done=[row.id])
                     return
-            await self.store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
+            await self.refuse(row, reason)
             return
         except Exception as exc:  # a bug of ours: refuse the input, log it, keep the Substrate running
             _log.exception("could not take an input from the inbox", case_id=row.case_id, kind=row.kind)
-            await self.store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, f"internal error: {exc!r}")]))
+            await self.refuse(row, f"internal error: {exc!r}")
             return
         msg.reply = self.moving[row.id] = Reply()
         actor.post(msg)
+
+    async def refuse(self, row: InboxRow, reason: str) -> None:
+        """Mark an inbox input refused, log it, and have the case's status read its refusals again."""
+        await self.store.write(CaseWrite(row.case_id, inbox_refused=[(row.id, reason)]))
+        log_refused(row.case_id, row.kind, named(row.kind, row.body), reason, row.request_id)
+        actor = self.loader.cases.get(row.case_id)
+        if actor is not None and actor.journal is not None:
+            actor.journal.refused = None
 
     async def message(self, row: InboxRow) -> tuple[CaseActor, External]:
         """The case's actor and the message an inbox row stands for, checked as the API checks its own calls."""

@@ -59,6 +59,20 @@ class TimerStatus(BaseModel):
     due: float
 
 
+class RefusedInput(BaseModel):
+    """An input sent through the store's inbox (the `wfsub` command, a `Client`, a standby) that the case's owner
+    refused: its kind (`signal`, `cancel`, `cancel_region`, ...), the signal or region it named, why, when it was
+    sent (seconds of the sender's clock) and its `request_id`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    name: str | None = None
+    reason: str
+    time: float
+    request_id: str | None = None
+
+
 class Failure(BaseModel):
     """Why a case failed: the error's type and message, the node path, its traceback, what was compensated."""
 
@@ -99,6 +113,9 @@ class CaseStatus(BaseModel):
     failure: Failure | None = None  # failed: type, message, node path, traceback
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
     order: int | None = None  # the paging key of `cases()`: pass the last case's as before= for the next page
+    version: str | None = None  # durable: the fingerprint of the program version the case runs on
+    migrated_from: str | None = None  # durable: the fingerprint it ran on before its latest migration
+    refused: tuple[RefusedInput, ...] = ()  # durable: the latest ten inbox inputs its owner refused, newest first
 
     @property
     def ended(self) -> bool:

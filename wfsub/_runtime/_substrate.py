@@ -258,7 +258,8 @@ class Substrate:
         self._standby_ok = standby
         self._outside: Outside | None = None  # while a standby: its door to the owner through the store
         self._standby_since = 0.0
-        self._starting: dict[str, tuple[str, dict[str, Any]]] = {}  # case id -> (workflow, data) being started
+        # case id -> (workflow, data, set once its start is written or failed) of a start being written now
+        self._starting: dict[str, tuple[str, dict[str, Any], anyio.Event]] = {}
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -364,6 +365,7 @@ class Substrate:
             actor_for=self._actor, spawn=self._spawn, counts=self._counts, busy=self._busy,
             is_open=lambda: self._phase == "open",
         )
+        loader.ended_here = lambda case_id: self._ended_elsewhere({case_id})
         if store.shared:
             node = self._node = Node(store, self._lease, clock, loader.taken, loader.recheck, store.lease_seconds)
             await node.renew()
@@ -534,20 +536,36 @@ class Substrate:
             assert self._loader is not None
             assert name is not None
             queued = placement == "any"
-            self._starting[case_id] = (name, start_data or {})
+            if await self._joined(case_id):  # another call of this Substrate wrote this id's start meanwhile
+                return await self._same_start(case_id, name, start_data)
+            written = anyio.Event()
+            self._starting[case_id] = (name, start_data or {}, written)
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
                 self._starting.pop(case_id, None)
+                written.set()
                 return await self._same_start(case_id, name, start_data)
             finally:
-                self._starting.pop(case_id, None)
+                if self._starting.get(case_id, (None, None, None))[2] is written:
+                    del self._starting[case_id]
+                written.set()
             if queued:
                 return CaseHandle(self, None, case_id)
         self._spawn(actor)
         return CaseHandle(self, actor)
+
+    async def _joined(self, case_id: str) -> bool:
+        """Wait for the calls of this Substrate that are writing a start with this case id (a queued start is not in
+        memory, so two of them could both be in flight): True once one of them wrote it, False if none did."""
+        assert self._store is not None
+        waited = False
+        while (first := self._starting.get(case_id)) is not None:
+            await first[2].wait()
+            waited = True
+        return waited and await self._store.row(case_id) is not None
 
     async def _same_start(self, case_id: str, name: str | None, data: Mapping[str, Any] | None) -> CaseHandle:
         """A start repeated with the id of an existing durable case: its handle if it is the same start (nothing is

@@ -19,6 +19,7 @@ more kind in `tests/stores/_helpers.py`, which runs the contract suite `tests/st
 
 from typing import TYPE_CHECKING
 
+from ._base import REFUSED_KEPT as REFUSED_KEPT
 from ._base import SCHEMA_VERSION as SCHEMA_VERSION
 from ._base import CaseRow as CaseRow
 from ._base import CaseWrite as CaseWrite

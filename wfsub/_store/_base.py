@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreError
 
 SCHEMA_VERSION = 2
+REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
 Record = dict[str, Any]
@@ -75,6 +76,10 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    migrated_from: str | None = None  # the fingerprint the case ran on before its latest migration
+    # The latest inbox inputs the owner refused for this case, newest first (at most REFUSED_KEPT): read from the
+    # inbox's refused rows by the single-row reads (`row`, `read_row`, `load`), never written through the row.
+    refused: list[InboxRow] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -282,6 +287,12 @@ class Store(Protocol):
         StoreError: placement="any" needs a shared store."""
         ...
 
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        """Replace the `start` record of a case whose journal holds nothing else yet (a queued case its owner just
+        claimed: its start data as the input model of its workflow gives it). StoreConflict if the journal holds
+        more. Single-node stores without queued cases raise StoreError."""
+        ...
+
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         """Claim up to `limit` queued cases whose fingerprint is one of `fingerprints` (oldest first; never one
         another node claims); they become this node's at epoch 1. Returns their ids. Single-node stores: []."""
@@ -383,6 +394,7 @@ def require_store(store: object) -> Store:
 
 
 __all__ = [
+    "REFUSED_KEPT",
     "SCHEMA_VERSION",
     "CaseRow",
     "CaseWrite",

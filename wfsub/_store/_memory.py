@@ -23,7 +23,18 @@ import anyio.lowlevel
 
 from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, DamagedEntry, InboxRow, Owner, ProgramSummary, Record, Snapshot, StoredCase
+from ._base import (
+    REFUSED_KEPT,
+    CaseRow,
+    CaseWrite,
+    DamagedEntry,
+    InboxRow,
+    Owner,
+    ProgramSummary,
+    Record,
+    Snapshot,
+    StoredCase,
+)
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -257,7 +268,7 @@ class MemoryStore(SingleNode):
             snapshot = kept_snapshot(Snapshot(case_id, at, fmt, bytecode, loads(state)), first)
         after = first["seq"] if snapshot is None else snapshot.seq
         records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
-        return StoredCase(self._row(case), first, snapshot, records)
+        return StoredCase(self._with_refused(self._row(case)), first, snapshot, records)
 
     async def first_seq(self, case_id: str) -> int | None:
         self._check_open("read a journal")
@@ -272,7 +283,14 @@ class MemoryStore(SingleNode):
     def read_row(self, case_id: str) -> CaseRow | None:
         self._check_open("read a case row")
         case = self._cases.get(case_id)
-        return self._row(case) if case is not None and case.row is not None else None
+        return self._with_refused(self._row(case)) if case is not None and case.row is not None else None
+
+    def _with_refused(self, row: CaseRow) -> CaseRow:
+        """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
+        ids = sorted((i for i, one in self._inbox.items() if one.case_id == row.case_id and one.refused is not None),
+                     reverse=True)
+        row.refused = [self._inbox_row(i, self._inbox[i]) for i in ids[:REFUSED_KEPT]]
+        return row
 
     async def journal(self, case_id: str) -> list[Record]:
         self._check_open("read a journal")

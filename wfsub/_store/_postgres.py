@@ -126,7 +126,17 @@ from anyio.lowlevel import EventLoopToken
 
 from .._errors import CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoreBase, StoredCase
+from ._base import (
+    REFUSED_KEPT,
+    CaseRow,
+    CaseWrite,
+    InboxRow,
+    Owner,
+    ProgramSummary,
+    Record,
+    StoreBase,
+    StoredCase,
+)
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._pgdriver import (
     FIXES,
@@ -148,6 +158,7 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    encode_record,
     encode_write,
     inbox_text,
     kept_snapshot,
@@ -979,6 +990,19 @@ class PostgresStore(StoreBase):
             "cases under its lease; open a Substrate on it as a node instead"
         )
 
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        text = encode_record(self._name, case_id, 0, start).text
+
+        async def run(conn: Any) -> str:
+            done: str = await conn.execute(Q["journal_start_replace"], case_id, text)
+            return done
+
+        loop = self._running("replace a start record")
+        done = await loop.call(self._pooled(f"replacing the start record of case {case_id!r}", run))
+        if done != "UPDATE 1":
+            raise StoreConflict(self._name, f"case {case_id!r}: its start record cannot be replaced: its journal "
+                                "holds more than its start")
+
     async def put_program(self, summary: ProgramSummary) -> None:
         text = to_json(self._name, f"the summary of {summary.workflow!r}", summary.summary)
 
@@ -1138,7 +1162,7 @@ class PostgresStore(StoreBase):
                 after = start["seq"] if snapshot is None else snapshot.seq
                 records = [decode_record(self._name, case_id, text)
                            for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                return StoredCase(_row(found), start, snapshot, records)
+                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -1310,7 +1334,15 @@ def _row(found: Any) -> CaseRow:
 
 async def _case_row(case_id: str, conn: Any) -> CaseRow | None:
     found = await conn.fetchrow(Q["case_row"], case_id)
-    return None if found is None else _row(found)
+    return None if found is None else await _with_refused(conn, _row(found))
+
+
+async def _with_refused(conn: Any, row: CaseRow) -> CaseRow:
+    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
+    found = await conn.fetch(Q["inbox_refused"], row.case_id, REFUSED_KEPT)
+    if found:
+        row.refused = [decode_inbox(tuple(one)) for one in found]
+    return row
 
 
 def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:

@@ -30,7 +30,7 @@ NO_ORDER = 2**63 - 1
 """`before` of the first page of `cases()`: above every case_order."""
 
 _DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
-_LATER_DETAIL = ("digest",)
+_LATER_DETAIL = ("digest", "migrated_from")
 """Detail fields added after the first layout: a row written before them reads them as None."""
 
 

@@ -18,7 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, StoreBase
+from ._base import CaseRow, CaseWrite, Record, StoreBase
 
 WAIT_FIRST = 0.001  # seconds from `wait_changed`'s first check to its second
 WAIT_POLL = 0.01  # seconds between two checks in `wait_changed` at most
@@ -66,6 +66,10 @@ class SingleNode(StoreBase):
             "several nodes own cases (store='postgresql://...'); on this store, start the case on this Substrate "
             "(the default placement)",
         )
+
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise StoreError(self._store_name(), f"case {case_id!r}: this store holds no queued cases")
 
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         await anyio.lowlevel.checkpoint()

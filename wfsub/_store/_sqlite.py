@@ -57,8 +57,8 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import StoreError
-from ._base import CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
+from .._errors import StoreConflict, StoreError
+from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -68,6 +68,7 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    encode_record,
     encode_write,
     inbox_text,
     kept_snapshot,
@@ -413,16 +414,23 @@ class SqliteStore(SingleNode):
         return taken
 
     def _take_ownership_sync(self, owner_id: str) -> bool:
+        """On a worker thread, with a connection of its own: the event loop goes on polling `changed()` and the
+        inbox on the watch connection meanwhile (one sqlite3 connection is never used by two threads at once)."""
         lock = OwnerLock(self.path)
         if not lock.acquire():
             return False  # another standby won
-        watch = self._watch
         old = self._writer
         try:
-            assert watch is not None
             assert old is not None
-            self._prepare(watch, True)
-            epoch = self._take_ownership(watch, owner_id)
+            try:
+                conn = self._connect()
+            except sqlite3.Error as exc:
+                raise fault(self.path, "taking ownership", exc) from exc
+            try:
+                self._prepare(conn, True)
+                epoch = self._take_ownership(conn, owner_id)
+            finally:
+                conn.close()
             writer = Writer(
                 self.path, self._writer_connection, heartbeat=partial(_heartbeat, epoch),
                 heartbeat_every=HEARTBEAT_EVERY, batch=_apply_writes,
@@ -448,6 +456,16 @@ class SqliteStore(SingleNode):
         job = Job(partial(_apply_queue, encoded), f"queued case {encoded.case_id!r}", wait=True)
         writer.submit(job)
         await job.outcome()
+
+    async def replace_start(self, case_id: str, start: Record) -> None:
+        writer = self._running("replace a start record")
+        encoded = encode_record(self.path, case_id, 0, start)
+        params = {"case_id": case_id, "record": encoded.text}
+        job = Job(partial(_apply_replace_start, params), f"the start record of case {case_id!r}", wait=True)
+        writer.submit(job)
+        if not await job.outcome():
+            raise StoreConflict(self.path, f"case {case_id!r}: its start record cannot be replaced: its journal "
+                                "holds more than its start")
 
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         writer = self._running("claim queued cases")
@@ -605,7 +623,7 @@ class SqliteStore(SingleNode):
             after = start_record["seq"] if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [decode_record(self.path, case_id, text) for (text,) in rows]
-            return StoredCase(decode_row(found[0], found), start_record, snapshot, records)
+            return StoredCase(_with_refused(conn, decode_row(found[0], found)), start_record, snapshot, records)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -629,7 +647,7 @@ class SqliteStore(SingleNode):
     def _row_reader(case_id: str) -> Callable[[sqlite3.Connection], CaseRow | None]:
         def read(conn: sqlite3.Connection) -> CaseRow | None:
             found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
-            return None if found is None else decode_row(found[0], found)
+            return None if found is None else _with_refused(conn, decode_row(found[0], found))
 
         return read
 
@@ -841,12 +859,24 @@ def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
     conn.execute(Q["case_queue"], change.row.params)
 
 
+def _apply_replace_start(params: dict[str, Any], conn: sqlite3.Connection) -> bool:
+    return conn.execute(Q["journal_start_replace"], params).rowcount == 1
+
+
 def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
     return [str(case_id) for (case_id,) in conn.execute(Q["cases_claim"], params).fetchall()]
 
 
 def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
     conn.execute(Q["program_put"], params)
+
+
+def _with_refused(conn: sqlite3.Connection, row: CaseRow) -> CaseRow:
+    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
+    found = conn.execute(Q["inbox_refused"], {"case_id": row.case_id, "limit": REFUSED_KEPT}).fetchall()
+    if found:
+        row.refused = [decode_inbox(one) for one in found]
+    return row
 
 
 def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:

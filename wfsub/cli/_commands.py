@@ -149,6 +149,7 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
                                                   "compensations": ran}
         shown["timers"] = [r.with_iso(t, "due") for t in shown["timers"]]
         shown["effects"] = [r.with_iso(e, "started_at", "retry_at") for e in shown["effects"]]
+        shown["refused"] = [r.with_iso(x, "time") for x in shown["refused"]]
         r.print_json(r.with_iso(shown, "started_at", "ended_at"), indent=2)
         return
     r.out.print(r.status_table(status, row, ran))

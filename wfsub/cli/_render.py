@@ -83,7 +83,8 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     table.add_column(overflow="fold")
     state = status.state.value
     table.add_row("case", status.case_id)
-    table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]})")
+    migrated = f", migrated from {status.migrated_from[:12]}" if status.migrated_from else ""
+    table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]}{migrated})")
     table.add_row("state", Text(state, style=_STATE_STYLE.get(state, "")))
     if status.suspended_reason is not None:  # first: until a version can run it, it waits for nothing else
         table.add_row("suspended", Text(f"waits for a workflow version that can run it: {status.suspended_reason}",
@@ -108,6 +109,10 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
         table.add_row("cancelled", status.cancel_reason)
     if compensations:
         table.add_row("compensated", Text("\n").join(_compensation(c) for c in compensations))
+    for r in status.refused:  # newest first
+        what = r.kind if r.name is None else f"{r.kind} {r.name!r}"
+        rid = "" if r.request_id is None else f" (request_id {r.request_id})"
+        table.add_row("refused", Text(f"{what} sent {when(r.time)}{rid}: {r.reason}", style="yellow"))
     return table
 
 

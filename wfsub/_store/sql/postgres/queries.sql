@@ -130,10 +130,20 @@ WHERE refused IS NULL AND id > $1 ORDER BY id LIMIT $2;
 -- name: inbox_row
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = $1;
 
+-- name: inbox_refused
+-- The latest inputs the owner refused for a case, newest first.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE case_id = $1 AND refused IS NOT NULL ORDER BY id DESC LIMIT $2;
+
 -- name: case_row
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch
 FROM cases WHERE case_id = $1;
+
+-- name: journal_start_replace
+-- Replace the `start` record of a case whose journal holds nothing else (a queued case just claimed).
+UPDATE journal SET record = $2
+WHERE case_id = $1 AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = $1 AND seq > 0);
 
 -- name: journal_after
 SELECT record FROM journal WHERE case_id = $1 AND seq > $2 ORDER BY seq;

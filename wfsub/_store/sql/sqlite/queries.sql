@@ -151,10 +151,20 @@ WHERE refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 -- One inbox row.
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = :id;
 
+-- name: inbox_refused
+-- The latest inputs the owner refused for a case, newest first.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE case_id = :case_id AND refused IS NOT NULL ORDER BY id DESC LIMIT :limit;
+
 -- name: case_row
 -- One case row.
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
 FROM cases WHERE case_id = :case_id;
+
+-- name: journal_start_replace
+-- Replace the `start` record of a case whose journal holds nothing else (a queued case just claimed).
+UPDATE journal SET record = :record
+WHERE case_id = :case_id AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = :case_id AND seq > 0);
 
 -- name: journal_after
 -- The records of a case after a seq, in order.
