@@ -154,3 +154,23 @@ async def test_a_start_for_a_compacted_case_is_refused(store: Store) -> None:
         assert [r["seq"] for r in await store.journal("c")] == [6]
         found = await store.row("c")
         assert found is not None and found.state == "running"
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_compaction_whose_answer_was_lost_is_answered_as_it_went(commit: bool, tmp_path: Path) -> None:
+    """Postgres loses the connection with a compaction in flight: committed, it is read back and answered as
+    applied (the journal compacted once); not committed, it is sent again. Either way the journal starts with the
+    snapshot record, whole after it."""
+    from .test_postgres import LosesAnswer, new_store, nodes
+
+    async with nodes(new_store(tmp_path), "A") as (a,):
+        await five_records(a)
+        a._c.writer = LosesAnswer(a, commit=commit)
+        assert await a.write(CaseWrite("c", records=[snap_record("c", 6)], compact=6, epoch=1)) == [True]
+        assert [r["seq"] for r in await a.journal("c")] == [6]
+        a._c.writer = LosesAnswer(a, commit=True)  # a start of the compacted case, its answer lost: still refused
+        with pytest.raises(StoreConflict, match="seq 0"):
+            await a.write(first_write("c"))
+        assert [r["seq"] for r in await a.journal("c")] == [6]
+

@@ -264,7 +264,13 @@ SELECT min(seq) FROM journal WHERE case_id = $1;
 
 -- name: start_group
 -- `write_group` for a write carrying a `start` record: refused as a seq 0 written twice when the case exists (a
--- compaction removes its seq 0, never its row); write_case is not run then (a one-time filter).
+-- compaction removes its seq 0, never its row); write_case is not run then (a one-time filter), so the group's
+-- commit token (on its first write) is recorded here instead.
+WITH token AS (
+    INSERT INTO commits (token, at) SELECT $29::text, db_now()
+    WHERE $29::text IS NOT NULL AND EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+    RETURNING 1
+)
 SELECT status, appended, info, at_seq, cur_owner, cur_epoch
 FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
                 $22, $23, $24, $25, $26, $27, $28, $29)
