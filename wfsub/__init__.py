@@ -86,9 +86,12 @@ if typing.TYPE_CHECKING:
     from ._runtime import EffectStatus as EffectStatus
     from ._runtime import Failure as Failure
     from ._runtime import JournalRecord as JournalRecord
+    from ._runtime import Queue as Queue
     from ._runtime import RealClock as RealClock
     from ._runtime import RefusedInput as RefusedInput
     from ._runtime import ReplayReport as ReplayReport
+    from ._runtime import Schedule as Schedule
+    from ._runtime import ScheduleStatus as ScheduleStatus
     from ._runtime import Substrate as Substrate
     from ._runtime import SubstrateStatistics as SubstrateStatistics
     from ._runtime import TimerStatus as TimerStatus
@@ -130,12 +133,15 @@ __all__ = [
     "LimitExceeded",
     "MachineStateError",
     "MemorySink",
+    "Queue",
     "RealClock",
     "RefusedInput",
     "ReplayDivergence",
     "ReplayReport",
     "RestoredError",
     "Retry",
+    "Schedule",
+    "ScheduleStatus",
     "SignalRejected",
     "SnapshotMismatch",
     "StepFailed",
@@ -207,9 +213,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EffectStatus": ("._runtime", "EffectStatus"),
     "Failure": ("._runtime", "Failure"),
     "JournalRecord": ("._runtime", "JournalRecord"),
+    "Queue": ("._runtime", "Queue"),
     "RealClock": ("._runtime", "RealClock"),
     "RefusedInput": ("._runtime", "RefusedInput"),
     "ReplayReport": ("._runtime", "ReplayReport"),
+    "Schedule": ("._runtime", "Schedule"),
+    "ScheduleStatus": ("._runtime", "ScheduleStatus"),
     "Substrate": ("._runtime", "Substrate"),
     "SubstrateStatistics": ("._runtime", "SubstrateStatistics"),
     "TimerStatus": ("._runtime", "TimerStatus"),

@@ -137,6 +137,18 @@ class CaseExists(WfsubError):
             )
         super().__init__(text)
 
+    @classmethod
+    def dedup(cls, case_id: str, queue: str, key: str, holder: str) -> CaseExists:
+        """A queued start refused: a live case of the queue holds its `dedup` key."""
+        error = cls.__new__(cls)
+        error.case_id = case_id
+        error.differs = f"dedup key {key!r}"
+        WfsubError.__init__(
+            error, f"case {case_id!r} was not started: case {holder!r} of queue {queue!r} is live (queued or "
+            f"running) with dedup key {key!r}; wait for it to end, or pass another dedup key"
+        )
+        return error
+
 
 class CaseFailed(WfsubError):
     """A step of the case raised (the exception is `__cause__`) or a limit was hit.
@@ -280,6 +292,21 @@ def bad_input(
     got = "" if value is NOTHING else f", got {type(value).__name__} {value!r}"
     where = "" if case_id is None else f" (an input for case {case_id!r})"
     return error(f"{problem}{got}{where}: {fix}")
+
+
+def bad_option(
+    owner: str, problem: str, value: object, *, fix: str, error: type[Exception] = ValueError
+) -> Exception:
+    """The refusal of a configuration object's field (a `Schedule`, a `Queue`, what a Substrate is given): which
+    object, what was wrong, the value given, and the fix."""
+    got = "" if value is NOTHING else f", got {type(value).__name__} {value!r}"
+    return error(f"{owner}: {problem}{got}: {fix}")
+
+
+def unknown_name(what: str, name: object, known: Iterable[str], *, fix: str) -> ValueError:
+    """A name (of a schedule, a queue) that is not configured: the names there are, and the fix."""
+    listed = ", ".join(repr(n) for n in sorted(known)) or "none"
+    return ValueError(f"no {what} {name!r} (configured: {listed}): {fix}")
 
 
 def too_deep(what: str, limit: int, *, case_id: str | None = None) -> ValueError:

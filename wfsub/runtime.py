@@ -9,9 +9,12 @@ from ._runtime import EffectInfo as EffectInfo
 from ._runtime import EffectStatus as EffectStatus
 from ._runtime import Failure as Failure
 from ._runtime import JournalRecord as JournalRecord
+from ._runtime import Queue as Queue
 from ._runtime import RealClock as RealClock
 from ._runtime import RefusedInput as RefusedInput
 from ._runtime import ReplayReport as ReplayReport
+from ._runtime import Schedule as Schedule
+from ._runtime import ScheduleStatus as ScheduleStatus
 from ._runtime import Substrate as Substrate
 from ._runtime import SubstrateStatistics as SubstrateStatistics
 from ._runtime import TimerStatus as TimerStatus
@@ -29,9 +32,12 @@ __all__ = [
     "EffectStatus",
     "Failure",
     "JournalRecord",
+    "Queue",
     "RealClock",
     "RefusedInput",
     "ReplayReport",
+    "Schedule",
+    "ScheduleStatus",
     "Substrate",
     "SubstrateStatistics",
     "TimerStatus",

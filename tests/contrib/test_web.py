@@ -128,8 +128,9 @@ async def test_cases_page_lists_cases_newest_first_with_counts_and_times() -> No
         nap_row = page.text[page.text.index(f'data-case="{napping}"'):]
         assert re.search(r"timer due \d{4}-\d\d-\d\dT[\d:.]+\+00:00", nap_row[: nap_row.index("</tr>")])
         counts = dict((s, n) for n, s in re.findall(r"<b>(\S+)</b> (\w+)</a>", page.text))
-        assert counts == {"initializing": "0", "running": "0", "waiting_effect": "0", "waiting_signal": "1",
-                          "waiting_timer": "1", "suspended": "0", "done": "0", "failed": "1", "cancelled": "0"}
+        assert counts == {"initializing": "0", "queued": "0", "running": "0", "waiting_effect": "0",
+                          "waiting_signal": "1", "waiting_timer": "1", "suspended": "0", "done": "0", "failed": "1",
+                          "cancelled": "0"}
 
 
 async def test_cases_page_filters_by_state_and_workflow() -> None:

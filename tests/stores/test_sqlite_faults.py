@@ -92,12 +92,16 @@ async def test_a_corrupt_data_page_fails_the_read_that_meets_it(tmp_path: Path) 
     """A store whose data pages are overwritten opens, and the read that meets them raises StoreError (damaged)."""
     path = tmp_path / "s.db"
     await make_store_file(path)
-    size = path.stat().st_size
+    with closing(sqlite3.connect(path)) as conn:  # every page but the schema's (it may span more than page 1)
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = [n for (n,) in conn.execute("SELECT pageno FROM dbstat WHERE name NOT IN ('sqlite_schema', "
+                                            "'sqlite_master')")]
     with path.open("r+b") as f:
-        f.seek(4096)
-        f.write(b"\xa5" * (size - 4096))
+        for page in pages:
+            f.seek((page - 1) * page_size)
+            f.write(b"\xa5" * page_size)
     store = SqliteStore(path)
-    await store.open(owner=False, owner_id="fault-test")  # the schema page is intact: the damage is met later
+    await store.open(owner=False, owner_id="fault-test")  # the schema pages are intact: the damage is met later
     try:
         with pytest.raises(StoreError, match="damaged") as caught:
             await store.cases(limit=1000)

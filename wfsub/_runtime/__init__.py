@@ -9,9 +9,12 @@ from ._clock import VirtualClock as VirtualClock
 from ._effects import EffectInfo as EffectInfo
 from ._effects import effect_info as effect_info
 from ._journal import JournalRecord as JournalRecord
+from ._queues import Queue as Queue
 from ._registry import Workflow as Workflow
 from ._replay import ReplayReport as ReplayReport
 from ._replay import replay as replay
+from ._schedules import Schedule as Schedule
+from ._schedules import ScheduleStatus as ScheduleStatus
 from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
 from ._status import EffectStatus as EffectStatus
@@ -32,9 +35,12 @@ __all__ = [
     "EffectStatus",
     "Failure",
     "JournalRecord",
+    "Queue",
     "RealClock",
     "RefusedInput",
     "ReplayReport",
+    "Schedule",
+    "ScheduleStatus",
     "Substrate",
     "SubstrateStatistics",
     "TimerStatus",

@@ -24,17 +24,21 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from .._errors import CaseNotFound, SubstrateClosed
+from .._errors import CaseCancelled, CaseNotFound, SubstrateClosed
 from .._store import Store
 from .._store import open_store as _open_store
+from .._store._queueing import QueueItem
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
-from ._journal import JournalRecord
+from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside
 from ._persist import status_of
+from ._queues import Queue, check_queued, queued_status
 from ._status import CaseState, CaseStatus
 from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
+
+QUEUED_POLL = 0.2  # seconds between looks at a queued case a client awaits (nothing is notified when it starts)
 
 
 def _no_redaction(value: Any) -> Any:
@@ -109,11 +113,21 @@ class Client:
         case_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
+        queue: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        partition: str | None = None,
+        delay: float | None = None,
     ) -> CaseHandle:
         """Start a case of the registered workflow `workflow` (its newest version registered with the store);
         returns once its start is committed (the owner runs it). With the `case_id` of an existing case: the same
-        workflow and start data give back that case (nothing is written), else CaseExists naming what differs."""
+        workflow and start data give back that case (nothing is written), else CaseExists naming what differs.
+        `queue=` and the rest: as on Substrate.new_case (the queue must be one a Substrate registered)."""
         door = self._door("start a case")
+        if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
+            specs = await self._store.queue_specs()
+            wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,
+                                    dedup, partition, delay)
         start_data = inputs.start_data(data)
         if timeout is not None:
             _positive(timeout, "timeout", allow_none=True)
@@ -138,6 +152,13 @@ class Client:
         if found is not None:  # its input model, as the owner checks it (`Workflow(term, input=Model)`)
             inputs.start_against_summary(start_data, found.summary, name, case_id)
         now = await self._store.database_time() if self._store.shared else _now()  # times a case's timers count from
+        if queue is not None:
+            journaled, _ = as_journaled(dict(start_data or {}), "data", self._max_payload)
+            item = QueueItem(case_id, queue, partition, priority, dedup,
+                             {"workflow": name, "data": journaled, "timeout": timeout, "seed": seed}, now + wait_for,
+                             now)
+            await self._store.queue_put(item)  # CaseExists: the id is taken, or a live case holds the dedup key
+            return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout
         await door.start(name, fingerprint, start_data, case_id, deadline, seed, now)
         return ClientHandle(self, case_id)
@@ -154,6 +175,8 @@ class Client:
         """Cancel a case (see Substrate.cancel); SignalRejected if it has ended."""
         door = self._door("cancel a case")
         msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
+        if isinstance(case_id, str) and await self._store.queue_cancel(case_id) is not None:
+            return  # it was queued: it never starts
         await door.send(case_id, msg)
 
     async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
@@ -186,7 +209,15 @@ class Client:
 
     async def status(self, case_id: str) -> CaseStatus:
         """The case's status as the store last recorded it."""
-        return status_of(await self._door("read a case's status").row(case_id), _no_redaction)
+        door = self._door("read a case's status")
+        item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
+        if item is not None and item.state in ("queued", "cancelled"):
+            return queued_status(item)
+        status = status_of(await door.row(case_id), _no_redaction)
+        if item is not None:
+            status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
+                                               "partition": item.partition, "dequeued_at": item.started_at})
+        return status
 
     async def data(self, case_id: str) -> dict[str, Any]:
         """The case's data as the store last recorded it (the final data once it has ended)."""
@@ -235,6 +266,14 @@ class Client:
         assert watcher is not None
         while True:
             event = watcher.event(case_id)  # before the read: an end committed after it wakes us
+            item = self._store.read_queue_item(case_id)
+            if item is not None and item.state == "cancelled":
+                raise CaseCancelled(case_id, "cancelled while queued")
+            if item is not None and self._store.read_row(case_id) is None:  # not started yet (or being started)
+                if check_only:
+                    raise TimeoutError(f"case {case_id!r} is queued on {item.queue!r}: it has not started yet")
+                await anyio.sleep(QUEUED_POLL)
+                continue
             row = await door.row(case_id)
             if CaseState(row.state).ended:
                 return _row_outcome(row)

@@ -11,6 +11,7 @@ class CaseState(StrEnum):
     """Where a case is in its life. The last three are final."""
 
     INITIALIZING = "initializing"  # registered, its actor has not run yet
+    QUEUED = "queued"  # started on a queue (new_case(queue=)): waits for room; no journal yet
     RUNNING = "running"  # the actor is running vm bursts
     WAITING_EFFECT = "waiting_effect"  # parked; at least one effect is in flight
     WAITING_SIGNAL = "waiting_signal"  # parked; no effect in flight, tokens wait on signals (or region inputs)
@@ -102,7 +103,7 @@ class CaseStatus(BaseModel):
     timers_armed: int
     regions: tuple[str, ...]  # named regions (scopes, named MIs) that are live
     wakeups: int  # times the actor was woken from its mailbox (a burst of messages costs one)
-    started_at: float
+    started_at: float | None  # None while queued
     ended_at: float | None = None
     error: str | None = None  # failed: the CaseFailed message
     cancel_reason: str | None = None  # cancelled: why ("cancelled", "timeout", "substrate closed", ...)
@@ -116,6 +117,11 @@ class CaseStatus(BaseModel):
     version: str | None = None  # durable: the fingerprint of the program version the case runs on
     migrated_from: str | None = None  # durable: the fingerprint it ran on before its latest migration
     refused: tuple[RefusedInput, ...] = ()  # durable: the latest ten inbox inputs its owner refused, newest first
+    queue: str | None = None  # started on a queue: its name, priority, dedup and partition keys, and when it
+    priority: int | None = None  # left the queue (its start)
+    dedup: str | None = None
+    partition: str | None = None
+    dequeued_at: float | None = None
 
     @property
     def ended(self) -> bool:

@@ -64,6 +64,7 @@ from .._errors import (
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from .._store import CaseRow, SqliteStore, Store
 from .._store import open_store as _open_store
+from .._store._queueing import QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
@@ -79,8 +80,10 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
+from ._queues import Queue, Queues, check_queued, check_queues, queued_status
 from ._registry import Workflows
 from ._routing import InboxRouter
+from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
 
@@ -163,6 +166,10 @@ class Substrate:
     - `standby`: a SQLite store that another live process owns makes this Substrate a standby (True, the
       default): it sends its inputs and new cases to the owner through the store, reads cases from the store,
       runs none, and takes ownership when the owner ends. False: a StoreError naming the owner instead.
+    - `schedules`: `wfsub.Schedule`s: workflows started at each slot of a cron expression or a period (see
+      `wfsub._runtime._schedules` and the README).
+    - `queues`: `{name: wfsub.Queue(...)}`: the queues `new_case(..., queue=name)` starts cases on (see
+      `wfsub._runtime._queues` and the README).
     """
 
     def __init__(
@@ -185,6 +192,8 @@ class Substrate:
         evict_after: float | None = None,
         node_id: str | None = None,
         standby: bool = True,
+        schedules: Sequence[Schedule] = (),
+        queues: Mapping[str, Queue] | None = None,
         compact_after: int | None = DEFAULT_COMPACT_AFTER,
     ) -> None:
         if trace_level not in LEVELS:
@@ -260,6 +269,13 @@ class Substrate:
         self._standby_since = 0.0
         # case id -> (workflow, data, set once its start is written or failed) of a start being written now
         self._starting: dict[str, tuple[str, dict[str, Any], anyio.Event]] = {}
+        self._queues = Queues(
+            check_queues(queues), node=self._owner, now=lambda: self._clock.now(),
+            deadline=lambda t: self._clock.deadline_scope(t), busy=self._busy, start=self._start_queued,
+            ended=self._memory_ended, is_open=lambda: self._phase == "open",
+        )
+        self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
+        self._schedules = self._check_schedules(schedules)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -285,9 +301,14 @@ class Substrate:
         if isinstance(self._clock, VirtualClock):
             self._detach_clock = self._clock.attach(lambda: shared.busy == 0)
         self._phase = "open"
+        if self._store is None and self._schedules.by_name:
+            case_tg.start_soon(self._schedules.run)
+        if self._store is None and self._queues.queues:
+            case_tg.start_soon(self._queues.run)
         if self._store is not None:
             try:
                 await self._register_summaries(self._store)
+                await self._queues.register(self._store)
                 if standby:
                     self._open_standby(self._store, case_tg)
                 else:
@@ -327,6 +348,8 @@ class Substrate:
         return self._outside is not None
 
     def _open_standby(self, store: Store, case_tg: TaskGroup) -> None:
+        self._schedules.use(store)  # listed and paused through the store; run once this Substrate owns it
+        self._queues.use(store)  # cases queued through the store; started once this Substrate owns it
         self._outside = Outside(store, self._workflows, self._max_payload, self._clock.now)
         self._standby_since = time.monotonic()
         watcher = EndWatcher(store, self._end_events)
@@ -401,6 +424,12 @@ class Substrate:
         if self._evict_after is not None:
             shared.on_park = loader.parked_now
             case_tg.start_soon(loader.evict_loop, self._evict_after)
+        self._schedules.use(store)
+        if self._schedules.by_name:
+            case_tg.start_soon(self._schedules.run)
+        self._queues.use(store)
+        if self._queues.queues:
+            case_tg.start_soon(self._queues.run)
 
     # -- many nodes (a shared store) ---------------------------------------------------------------------------
 
@@ -488,6 +517,11 @@ class Substrate:
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
         placement: str = "here",
+        queue: str | None = None,
+        priority: int = 0,
+        dedup: str | None = None,
+        partition: str | None = None,
+        delay: float | None = None,
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -495,8 +529,12 @@ class Substrate:
         `start` record is durable. `scheduler`: "deterministic" (the default) or `Seeded(seed)` (recorded, so a
         replay makes the same choices). `placement="any"` (a shared store): the case is queued for the first node
         that claims it (one that has its version registered); the handle follows it wherever it runs.
+        `queue=`: the case waits in state `queued` until that queue has room (`priority`: lower first; `dedup`: a
+        key no other live case of the queue may hold; `partition`: the key a partitioned queue limits by; `delay`:
+        seconds it waits at least); see the README, Queues.
         """
         self._check_open("start a case")
+        wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
         if placement == "any" and (self._store is None or not self._store.shared):
@@ -521,6 +559,15 @@ class Substrate:
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
+        if queue is not None:
+            if name is None:
+                assert not isinstance(workflow, str)
+                self._queued_terms[case_id] = workflow
+            item = QueueItem(
+                case_id, queue, partition, priority, dedup,
+                {"workflow": name, "data": start_data, "timeout": timeout, "seed": seed}, now + wait_for, now,
+            )
+            return await self._enqueue(item)
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
@@ -591,6 +638,111 @@ class Substrate:
         if self._store is None or self._row_now(case_id) is None:
             raise CaseNotFound(case_id)
         return CaseHandle(self, None, case_id)
+
+    # -- schedules ---------------------------------------------------------------------------------------------
+
+    def _check_schedules(self, schedules: Sequence[Schedule]) -> Schedules:
+        if isinstance(schedules, Schedule) or not isinstance(schedules, Sequence):
+            raise TypeError("schedules must be a sequence of wfsub.Schedule, e.g. schedules=[Schedule(...)]")
+        seen: set[str] = set()
+        for s in schedules:
+            if not isinstance(s, Schedule):
+                raise TypeError(f"schedules lists {s!r}, which is not a wfsub.Schedule")
+            if s.name in seen:
+                raise ValueError(f"schedules lists two schedules named {s.name!r}: give each its own name")
+            seen.add(s.name)
+            self._workflows.newest(s.workflow)  # WorkflowNotRegistered, naming the registered ones
+            if s.queue is not None:
+                check_queued(self._queues.queues, s.queue, 0, None, None, None)
+        return Schedules(
+            list(schedules), now=lambda: self._clock.now(), sleep=lambda t: self._clock.sleep(t), busy=self._busy,
+            start=self._start_scheduled, live=self._is_live,
+        )
+
+    async def _start_scheduled(self, schedule: Schedule, slot: float, case_id: str) -> CaseHandle:
+        return await self.new_case(schedule.workflow, schedule.data_for(slot), case_id=case_id, queue=schedule.queue)
+
+    def _is_live(self, case_id: str) -> bool:
+        try:
+            return self.status(case_id).state not in FINAL
+        except CaseNotFound:
+            return False
+
+    async def schedules(self) -> list[ScheduleStatus]:
+        """The configured schedules, each with its last slot and case, whether it is paused, and its next slot."""
+        self._check_open("list schedules")
+        return await self._schedules.statuses()
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop schedule `name` from starting cases (on every node sharing the store) until `resume_schedule`."""
+        self._check_open("pause a schedule")
+        await self._schedules.pause(name, True)
+
+    async def resume_schedule(self, name: str) -> None:
+        """Let a paused schedule start cases again, from its next slot (the slots passed meanwhile are let go)."""
+        self._check_open("resume a schedule")
+        await self._schedules.pause(name, False)
+
+    async def trigger_schedule(self, name: str) -> CaseHandle:
+        """Start schedule `name`'s workflow now, with id `{name}@{now}` (paused or not; not counted as a slot)."""
+        self._check_open("trigger a schedule")
+        schedule = self._schedules.get(name)
+        now = float(math.floor(self._clock.now()))
+        return await self._start_scheduled(schedule, now, schedule.case_id(now))
+
+    # -- queues --------------------------------------------------------------------------------------------------
+
+    async def _enqueue(self, item: QueueItem) -> CaseHandle:
+        try:
+            await self._queues.put(item)
+        except CaseExists as exc:
+            self._queued_terms.pop(item.case_id, None)
+            if exc.differs is not None:  # a dedup key held by a live case of the queue
+                raise
+            known = self._queues.item(item.case_id)
+            if known is not None:  # the same start again (a schedule's slot on two nodes): that case
+                if (known.start.get("workflow"), known.start.get("data")) != (item.start["workflow"],
+                                                                              item.start["data"]):
+                    raise CaseExists(item.case_id, "another workflow or other start data") from None
+                return CaseHandle(self, self._cases.get(item.case_id), item.case_id)
+            if self._store is None:
+                raise
+            return await self._same_start(item.case_id, item.start["workflow"], item.start["data"])
+        return CaseHandle(self, None, item.case_id)
+
+    async def _start_queued(self, item: QueueItem) -> None:
+        start = item.start
+        workflow: str | Term = start["workflow"] if start["workflow"] is not None else self._queued_terms.pop(
+            item.case_id)
+        seed = start.get("seed")
+        await self.new_case(
+            workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
+            scheduler="deterministic" if seed is None else Seeded(seed),
+        )
+
+    def _written(self, case_id: str) -> bool:
+        """Whether a case has been started (in memory here, or its row in the store)."""
+        return case_id in self._cases or (self._store is not None and self._row_now(case_id) is not None)
+
+    def _memory_ended(self, case_id: str) -> bool | None:
+        """Without a store: whether a case has ended (None: it is not in memory)."""
+        actor = self._cases.get(case_id)
+        return None if actor is None else actor.state in FINAL
+
+    def _queued_status(self, item: QueueItem) -> CaseStatus:
+        return queued_status(item)
+
+    def _with_queue(self, status: CaseStatus) -> CaseStatus:
+        """A started case's status with what its queue item says (when it started on a queue)."""
+        if not self._queues.queues:
+            return status
+        item = self._queues.item(status.case_id)
+        if item is None:
+            return status
+        return status.model_copy(update={
+            "queue": item.queue, "priority": item.priority, "dedup": item.dedup, "partition": item.partition,
+            "dequeued_at": item.started_at,
+        })
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":
@@ -779,6 +931,12 @@ class Substrate:
         """
         self._check_open("cancel a case")
         msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
+        if self._queues.queues and isinstance(case_id, str) and case_id not in self._cases:
+            if await self._queues.cancel(case_id) is not None:
+                return  # it was queued: it never starts
+            item = self._queues.item(case_id)
+            if item is not None and item.state == "cancelled":
+                raise SignalRejected.ended(case_id, msg.what, "cancelled")
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id) if isinstance(case_id, str) else None
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
@@ -867,10 +1025,31 @@ class Substrate:
             raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
         return _validated(case_id, await self._outcome(case_id, None, timeout), model)
 
+    async def _left_queue(self, case_id: str) -> None:
+        """A queued case: wait until it has started (CaseCancelled if it was cancelled while queued)."""
+        if not self._queues.queues or case_id in self._cases:
+            return
+        item = self._queues.item(case_id)
+        if item is None:
+            return
+        if item.state in ("queued", "started"):
+            await self._queues.wait_moved(case_id, self._written)
+            item = self._queues.item(case_id)
+        if item is not None and item.state == "cancelled":
+            raise CaseCancelled(case_id, "cancelled while queued")
+
     async def _outcome(self, case_id: str, actor: CaseActor | None, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
-        if timeout is None or timeout == 0:
-            return await self._wait_end(case_id, actor, check_only=timeout == 0)
+        if timeout is None:
+            await self._left_queue(case_id)
+            return await self._wait_end(case_id, actor, check_only=False)
+        if timeout == 0:
+            item = self._queues.item(case_id) if self._queues.queues and case_id not in self._cases else None
+            if item is not None and item.state == "queued":
+                raise TimeoutError(f"case {case_id!r} is queued on {item.queue!r}: it has not started yet")
+            await self._left_queue(case_id)
+            return await self._wait_end(case_id, actor, check_only=True)
         with self._clock.deadline_scope(timeout):
+            await self._left_queue(case_id)
             return await self._wait_end(case_id, actor, check_only=False)
         raise TimeoutError(
             f"case {case_id!r} did not end within {timeout:g}s; it goes on running (await it again, or cancel it)"
@@ -918,11 +1097,15 @@ class Substrate:
         """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure."""
         actor = self._cases.get(case_id) if isinstance(case_id, str) else None
         if actor is not None:
-            return actor.status()
+            return self._with_queue(actor.status())
         if self._store is not None and isinstance(case_id, str):
             row = self._row_now(case_id)
             if row is not None:
-                return status_of(row, self._redact)
+                return self._with_queue(status_of(row, self._redact))
+        if self._queues.queues and isinstance(case_id, str):
+            item = self._queues.item(case_id)
+            if item is not None:
+                return self._queued_status(item)
         return self._get(case_id).status()
 
     def data(self, case_id: str) -> dict[str, Any]:
@@ -952,13 +1135,16 @@ class Substrate:
                 f"before must be the `order` of a case of the previous page (an int >= 1), got {before!r}: "
                 "pass page[-1].order"
             )
+        if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
+            items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
+            return [self._queued_status(i) for i in items if workflow is None or i.start.get("workflow") == workflow]
         if self._store is None:
             found = []
             for actor in reversed(self._cases.values()):
                 if before is not None and actor.order >= before:
                     continue
                 if (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow):
-                    found.append(actor.status())
+                    found.append(self._with_queue(actor.status()))
                     if len(found) == limit:
                         break
             return found
@@ -989,7 +1175,7 @@ class Substrate:
                 if j.order and (before is None or j.order < before):
                     listed.append(actor.status())
             listed.sort(key=lambda status: -(status.order or 0))
-        return listed[:limit]
+        return [self._with_queue(status) for status in listed[:limit]]
 
     async def journal(self, case_id: str) -> list[JournalRecord]:
         """Every record of a durable case's journal, in order (a Substrate without a store has none)."""
@@ -1059,6 +1245,8 @@ class Substrate:
         self._counts["live"] -= 1  # (every actor spawned calls this once, when it exits)
         if actor.closed or actor.evicted:
             return  # it stays live in the store (closed with the Substrate, or evicted while idle)
+        if self._queues.queues:
+            self._queues.nudge()  # (it may have made room in its queue)
         if self._loader is not None:
             self._loader.parked.pop(actor.case_id, None)
         event = self._end_events.pop(actor.case_id, None)
@@ -1145,6 +1333,8 @@ class CaseHandle:
             actor = self._actor
             if actor is not None and actor.exited and not actor.evicted:
                 return actor.outcome()  # ended and exited: nothing to wait for
+            if actor is None:
+                await self._sub._left_queue(self.case_id)  # (a queued case: until it starts)
             return await self._sub._wait_end(
                 self.case_id, actor if actor is not None and not actor.evicted else self._current(), check_only=False
             )

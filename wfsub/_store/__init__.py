@@ -28,6 +28,7 @@ from ._base import InboxRow as InboxRow
 from ._base import Owner as Owner
 from ._base import ProgramSummary as ProgramSummary
 from ._base import Record as Record
+from ._base import ScheduleRow as ScheduleRow
 from ._base import Snapshot as Snapshot
 from ._base import Store as Store
 from ._base import StoreBase as StoreBase

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import StoreError
+from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -125,6 +126,19 @@ class ProgramSummary:
     fingerprint: str
     workflow: str
     summary: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """What the store keeps of one schedule (see `wfsub._runtime._schedules`): its newest registration, the newest
+    slot it has dealt with (started, skipped or let go) and the case it started last, and whether it is paused."""
+
+    name: str
+    spec: dict[str, Any]  # JSON: {"workflow", "cron", "every", "tz", "overlap", "catchup", "queue"}
+    last_slot: float | None  # seconds since the epoch of the newest slot dealt with (None: none yet)
+    last_case: str | None  # the id of the case it started last (overlap="skip" looks at it)
+    paused: bool
+    updated_at: float
 
 
 @dataclass(slots=True)
@@ -330,6 +344,63 @@ class Store(Protocol):
         """The summary of the version of `workflow` registered last (None: none registered)."""
         ...
 
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        """Record schedule `name`'s registration (the newest wins); a schedule the store does not know yet starts
+        with `last_slot = first_slot`. Returns the row as it is now."""
+        ...
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        """Move schedule `name` on to `slot` (and its last case to `case_id`, unless None) if its last slot is
+        older: False when another process got there first (or the schedule is unknown)."""
+        ...
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        """Pause or resume schedule `name`; False if the store does not know it."""
+        ...
+
+    async def schedules(self) -> list[ScheduleRow]:
+        """Every schedule the store knows, by name."""
+        ...
+
+    async def queue_put(self, item: QueueItem) -> None:
+        """Keep a queued case (see `_queueing`): CaseExists if a case or item has its id, or a live item of its
+        queue holds its dedup key."""
+        ...
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        """Claim for `node` the items of `queue` its limits let start now (at most `most`), in one transaction; and
+        the earliest time another may become startable without a case ending (None: none)."""
+        ...
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        """Cancel a queued item (it never starts); None if there is none, or it has started already."""
+        ...
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        """Queue items, newest first, read on the calling thread (cases() is synchronous)."""
+        ...
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        """One queue item, read on the calling thread (status() is synchronous)."""
+        ...
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        """Items `node` claimed whose case it never wrote (it stopped in between): to start again."""
+        ...
+
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        """Record queue `name`'s configuration (the newest wins); returns the one it replaces and who registered
+        that (None: none)."""
+        ...
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        """Every queue's registered configuration, by name."""
+        ...
+
 
 class StoreBase(Store):
     """What every backend shares: the checks around `open()` and `close()`, and their errors, built once.
@@ -403,6 +474,7 @@ __all__ = [
     "Owner",
     "ProgramSummary",
     "Record",
+    "ScheduleRow",
     "Snapshot",
     "Store",
     "StoreBase",

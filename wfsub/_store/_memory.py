@@ -15,8 +15,9 @@ first owner closes it).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio.lowlevel
@@ -32,9 +33,11 @@ from ._base import (
     Owner,
     ProgramSummary,
     Record,
+    ScheduleRow,
     Snapshot,
     StoredCase,
 )
+from ._queueing import QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -48,6 +51,7 @@ from ._rows import (
     no_start,
     second_end,
     seq_taken,
+    to_json,
 )
 from ._single import SingleNode
 
@@ -74,6 +78,41 @@ class _Inbox:
     refused: str | None = None
 
 
+class ScheduleTable:
+    """The schedules table in memory (MemoryStore's, and a Substrate's without a store), with the rules of the
+    SQL stores: the newest registration wins, a slot only moves forward."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, ScheduleRow] = {}
+
+    def register(self, name: str, spec: dict[str, Any], first_slot: float) -> ScheduleRow:
+        known = self._rows.get(name)
+        if known is None:
+            known = ScheduleRow(name, spec, first_slot, None, False, time.time())
+        else:
+            known = replace(known, spec=spec, updated_at=time.time())
+        self._rows[name] = known
+        return known
+
+    def advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        known = self._rows.get(name)
+        if known is None or (known.last_slot is not None and known.last_slot >= slot):
+            return False
+        last_case = known.last_case if case_id is None else case_id
+        self._rows[name] = replace(known, last_slot=slot, last_case=last_case, updated_at=time.time())
+        return True
+
+    def pause(self, name: str, paused: bool) -> bool:
+        known = self._rows.get(name)
+        if known is None:
+            return False
+        self._rows[name] = replace(known, paused=paused, updated_at=time.time())
+        return True
+
+    def rows(self) -> list[ScheduleRow]:
+        return [self._rows[name] for name in sorted(self._rows)]
+
+
 class MemoryStore(SingleNode):
     """A store in memory: the full interface, the same rules as `SqliteStore`, nothing durable."""
 
@@ -90,6 +129,9 @@ class MemoryStore(SingleNode):
         self._changed = False
         self._wait_mark = False  # wait_changed's own flag (it never consumes changed())
         self._programs: dict[str, ProgramSummary] = {}  # by fingerprint, in registration order
+        self._schedules = ScheduleTable()
+        self._queue = QueueTable(self._case_ended)
+        self._queue_specs: dict[str, tuple[dict[str, Any], str]] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(cases={len(self._cases)}, open={self._open})"
@@ -223,6 +265,75 @@ class MemoryStore(SingleNode):
         await anyio.lowlevel.checkpoint()
         found = [summary for summary in self._programs.values() if summary.workflow == workflow]
         return found[-1] if found else None
+
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        self._check_open("record a schedule")
+        await anyio.lowlevel.checkpoint()
+        return self._schedules.register(name, loads(to_json(self._name, f"schedule {name!r}", dict(spec))), first_slot)
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        self._check_open("record a schedule's slot")
+        await anyio.lowlevel.checkpoint()
+        return self._schedules.advance(name, slot, case_id)
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        self._check_open("pause a schedule")
+        await anyio.lowlevel.checkpoint()
+        return self._schedules.pause(name, paused)
+
+    async def schedules(self) -> list[ScheduleRow]:
+        self._check_open("list schedules")
+        await anyio.lowlevel.checkpoint()
+        return self._schedules.rows()
+
+    def _case_ended(self, case_id: str) -> bool | None:
+        case = self._cases.get(case_id)
+        return None if case is None else case.ended
+
+    async def queue_put(self, item: QueueItem) -> None:
+        self._check_open("queue a case")
+        await anyio.lowlevel.checkpoint()
+        self._queue.put(replace(item, start=loads(to_json(self._name, f"queued case {item.case_id!r}", item.start))))
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        self._check_open("claim queued cases")
+        await anyio.lowlevel.checkpoint()
+        return self._queue.claim(queue, limits, node, now, most)
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        self._check_open("cancel a queued case")
+        await anyio.lowlevel.checkpoint()
+        return self._queue.cancel(case_id)
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        self._check_open("list queued cases")
+        return self._queue.listed(state, queue, limit)
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        self._check_open("read a queued case")
+        self._queue.sweep()
+        return self._queue.items.get(case_id)
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        self._check_open("list queued cases")
+        await anyio.lowlevel.checkpoint()
+        return self._queue.orphans(node)
+
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        self._check_open("record a queue")
+        await anyio.lowlevel.checkpoint()
+        before = self._queue_specs.get(name)
+        self._queue_specs[name] = (loads(to_json(self._name, f"queue {name!r}", dict(spec))), node)
+        return before
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        self._check_open("read the queues")
+        await anyio.lowlevel.checkpoint()
+        return {name: spec for name, (spec, _) in sorted(self._queue_specs.items())}
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         self._check_open("prune")
@@ -373,4 +484,4 @@ class MemoryStore(SingleNode):
         return changed
 
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "ScheduleTable"]

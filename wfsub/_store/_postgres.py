@@ -115,7 +115,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
@@ -124,7 +124,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CommitUnknown, StoreConflict, StoreError
+from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -134,6 +134,7 @@ from ._base import (
     Owner,
     ProgramSummary,
     Record,
+    ScheduleRow,
     StoreBase,
     StoredCase,
 )
@@ -150,6 +151,7 @@ from ._pgdriver import (
     split_options,
     sqlstate,
 )
+from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -1018,6 +1020,124 @@ class PostgresStore(StoreBase):
     async def newest_program(self, workflow: str) -> ProgramSummary | None:
         return await self._read("reading a program summary", partial(_program, Q["program_newest"], workflow))
 
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        text = to_json(self._name, f"schedule {name!r}", dict(spec))
+
+        async def run(conn: Any) -> ScheduleRow:
+            return _schedule_row(await conn.fetchrow(Q["schedule_register"], name, text, first_slot))
+
+        loop = self._running("record a schedule")
+        return await loop.call(self._pooled(f"recording schedule {name!r}", run))
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        async def run(conn: Any) -> bool:
+            return str(await conn.execute(Q["schedule_advance"], name, slot, case_id)) != "UPDATE 0"
+
+        loop = self._running("record a schedule's slot")
+        return await loop.call(self._pooled(f"recording the slot of schedule {name!r}", run))
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        async def run(conn: Any) -> bool:
+            return str(await conn.execute(Q["schedule_pause"], name, paused)) != "UPDATE 0"
+
+        loop = self._running("pause a schedule")
+        return await loop.call(self._pooled(f"pausing schedule {name!r}", run))
+
+    async def schedules(self) -> list[ScheduleRow]:
+        async def run(conn: Any) -> list[ScheduleRow]:
+            return [_schedule_row(found) for found in await conn.fetch(Q["schedules_all"])]
+
+        return await self._read("listing schedules", run)
+
+    async def queue_put(self, item: QueueItem) -> None:
+        start = to_json(self._name, f"queued case {item.case_id!r}", item.start)
+
+        async def run(conn: Any) -> CaseExists | None:
+            async with conn.transaction():
+                await conn.execute(Q["queue_lock"], item.queue)
+                if await conn.fetchval(Q["queue_id_taken"], item.case_id) is not None:
+                    return CaseExists(item.case_id)
+                if item.dedup is not None:
+                    await conn.execute(Q["queue_sweep"], item.queue)
+                    holder = await conn.fetchval(Q["queue_dedup_holder"], item.queue, item.dedup)
+                    if holder is not None:
+                        return CaseExists.dedup(item.case_id, item.queue, item.dedup, str(holder))
+                await conn.execute(Q["queue_put"], item.case_id, item.queue, item.partition, item.priority,
+                                   item.dedup, start, item.not_before, item.enqueued_at)
+                return None
+
+        loop = self._running("queue a case")
+        refused = await loop.call(self._pooled(f"queueing case {item.case_id!r}", run, idempotent=False))
+        if refused is not None:
+            raise refused
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        async def run(conn: Any) -> tuple[list[QueueItem], float | None]:
+            async with conn.transaction():  # under the queue's lock: the limits hold across nodes
+                await conn.execute(Q["queue_lock"], queue)
+                await conn.execute(Q["queue_sweep"], queue)
+                waiting = [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_waiting"], queue, WAITING_READ)]
+                running = [Running(f[0], f[1]) for f in await conn.fetch(Q["queue_running"], queue)]
+                since = now - (limits.rate[1] if limits.rate is not None else 0.0)
+                recent = [(f[0], float(f[1])) for f in await conn.fetch(Q["queue_recent"], queue, since)]
+                chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+                for item in chosen:
+                    await conn.execute(Q["queue_start"], item.case_id, now, node)
+                return [replace(i, state=STARTED, started_at=now, node=node) for i in chosen], wake
+
+        loop = self._running("claim queued cases")
+        return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        async def run(conn: Any) -> QueueItem | None:
+            found = await conn.fetchrow(Q["queue_cancel"], case_id)
+            return None if found is None else item_of(found, loads(found[5]))
+
+        loop = self._running("cancel a queued case")
+        return await loop.call(self._pooled(f"cancelling queued case {case_id!r}", run))
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        async def run(conn: Any) -> list[QueueItem]:
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit)]
+
+        return self._read_sync("listing queued cases", run)
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        async def run(conn: Any) -> QueueItem | None:
+            found = await conn.fetchrow(Q["queue_get"], case_id)
+            return None if found is None else item_of(found, loads(found[5]))
+
+        return self._read_sync("reading a queued case", run)
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        async def run(conn: Any) -> list[QueueItem]:
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node)]
+
+        return await self._read("listing queued cases", run)
+
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        text = to_json(self._name, f"queue {name!r}", dict(spec))
+
+        async def run(conn: Any) -> tuple[dict[str, Any], str] | None:
+            async with conn.transaction():
+                await conn.execute(Q["queue_lock"], name)
+                found = await conn.fetchrow(Q["queue_spec_get"], name)
+                await conn.execute(Q["queue_register"], name, text, node)
+                return None if found is None else (loads(found[0]), str(found[1]))
+
+        loop = self._running("record a queue")
+        return await loop.call(self._pooled(f"recording queue {name!r}", run))
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        async def run(conn: Any) -> dict[str, dict[str, Any]]:
+            return {str(f[0]): loads(f[1]) for f in await conn.fetch(Q["queue_specs"])}
+
+        return await self._read("reading the queues", run)
+
     async def database_time(self) -> float:
         async def run(conn: Any) -> float:
             return float(await conn.fetchval(Q["db_now"]))
@@ -1358,6 +1478,13 @@ async def _page(state: str | None, workflow: str | None, limit: int, before: int
 
 
 __all__ = ["PostgresStore"]
+
+
+def _schedule_row(found: Any) -> ScheduleRow:
+    return ScheduleRow(
+        str(found[0]), loads(found[1]), None if found[2] is None else float(found[2]),
+        None if found[3] is None else str(found[3]), bool(found[4]), float(found[5]),
+    )
 
 
 async def _program(query: str, key: str, conn: Any) -> ProgramSummary | None:

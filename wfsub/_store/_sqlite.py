@@ -48,6 +48,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -57,9 +58,10 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import StoreConflict, StoreError
-from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, StoredCase
+from .._errors import CaseExists, StoreConflict, StoreError
+from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
+from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -512,6 +514,97 @@ class SqliteStore(SingleNode):
 
         return read
 
+    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
+        writer = self._running("record a schedule")
+        params = {
+            "name": name, "spec": to_json(self.path, f"schedule {name!r}", dict(spec)), "first_slot": first_slot,
+            "now": time.time(),
+        }
+        job = Job(partial(_apply_schedule_register, params), f"schedule {name!r}", wait=True)
+        writer.submit(job)
+        registered: ScheduleRow = await job.outcome()
+        return registered
+
+    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
+        writer = self._running("record a schedule's slot")
+        params = {"name": name, "slot": slot, "case_id": case_id, "now": time.time()}
+        job = Job(partial(_apply_changed, "schedule_advance", params), f"the slot of schedule {name!r}", wait=True)
+        writer.submit(job)
+        moved: bool = await job.outcome()
+        return moved
+
+    async def schedule_pause(self, name: str, paused: bool) -> bool:
+        writer = self._running("pause a schedule")
+        params = {"name": name, "paused": int(paused), "now": time.time()}
+        job = Job(partial(_apply_changed, "schedule_pause", params), f"pausing schedule {name!r}", wait=True)
+        writer.submit(job)
+        changed: bool = await job.outcome()
+        return changed
+
+    async def schedules(self) -> list[ScheduleRow]:
+        def read(conn: sqlite3.Connection) -> list[ScheduleRow]:
+            return [_schedule_row(found) for found in conn.execute(Q["schedules_all"]).fetchall()]
+
+        return await self._read("listing schedules", read)
+
+    async def queue_put(self, item: QueueItem) -> None:
+        writer = self._running("queue a case")
+        params = {
+            "case_id": item.case_id, "queue": item.queue, "part": item.partition, "priority": item.priority,
+            "dedup": item.dedup, "start": to_json(self.path, f"queued case {item.case_id!r}", item.start),
+            "not_before": item.not_before, "enqueued_at": item.enqueued_at,
+        }
+        job = Job(partial(_apply_queue_put, params), f"queued case {item.case_id!r}", wait=True)
+        writer.submit(job)
+        refused: CaseExists | None = await job.outcome()
+        if refused is not None:
+            raise refused
+
+    async def queue_claim(
+        self, queue: str, limits: QueueLimits, node: str, now: float, most: int
+    ) -> tuple[list[QueueItem], float | None]:
+        writer = self._running("claim queued cases")
+        job = Job(partial(_apply_queue_claim, queue, limits, node, now, most), f"claiming from queue {queue!r}",
+                  wait=True)
+        writer.submit(job)
+        claimed: tuple[list[QueueItem], float | None] = await job.outcome()
+        return claimed
+
+    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+        writer = self._running("cancel a queued case")
+        job = Job(partial(_apply_queue_cancel, case_id), f"cancelling queued case {case_id!r}", wait=True)
+        writer.submit(job)
+        cancelled: QueueItem | None = await job.outcome()
+        return cancelled
+
+    def read_queue_items(
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[QueueItem]:
+        params = {"state": state, "queue": queue, "limit": limit}
+        return self._read_sync("listing queued cases", lambda conn: _items(conn, "queue_list", params))
+
+    def read_queue_item(self, case_id: str) -> QueueItem | None:
+        found = self._read_sync("reading a queued case", lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
+        return found[0] if found else None
+
+    async def queue_orphans(self, node: str) -> list[QueueItem]:
+        return await self._read("listing queued cases", lambda conn: _items(conn, "queue_orphans", {"node": node}))
+
+    async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
+        writer = self._running("record a queue")
+        params = {"name": name, "spec": to_json(self.path, f"queue {name!r}", dict(spec)), "node": node,
+                  "now": time.time()}
+        job = Job(partial(_apply_queue_register, params), f"queue {name!r}", wait=True)
+        writer.submit(job)
+        before: tuple[dict[str, Any], str] | None = await job.outcome()
+        return before
+
+    async def queue_specs(self) -> dict[str, dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            return {str(name): loads(spec) for name, spec in conn.execute(Q["queue_specs"]).fetchall()}
+
+        return await self._read("reading the queues", read)
+
     async def owner(self) -> Owner | None:
         """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
         return await anyio.to_thread.run_sync(self._owner_sync)
@@ -869,6 +962,69 @@ def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
 
 def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
     conn.execute(Q["program_put"], params)
+
+
+def _schedule_row(found: Any) -> ScheduleRow:
+    name, spec, last_slot, last_case, paused, updated_at = found
+    return ScheduleRow(
+        str(name), loads(spec), None if last_slot is None else float(last_slot),
+        None if last_case is None else str(last_case), bool(paused), float(updated_at),
+    )
+
+
+def _apply_schedule_register(params: dict[str, Any], conn: sqlite3.Connection) -> ScheduleRow:
+    conn.execute(Q["schedule_register"], params)
+    return _schedule_row(conn.execute(Q["schedule_get"], params).fetchone())
+
+
+def _apply_changed(query: str, params: dict[str, Any], conn: sqlite3.Connection) -> bool:
+    return conn.execute(Q[query], params).rowcount > 0
+
+
+def _items(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list[QueueItem]:
+    return [item_of(found, loads(found[5])) for found in conn.execute(Q[query], params).fetchall()]
+
+
+def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseExists | None:
+    """None: queued; else the refusal (returned, not raised: the writer would make a raised one a StoreConflict)."""
+    if conn.execute(Q["queue_id_taken"], params).fetchone() is not None:
+        return CaseExists(params["case_id"])
+    if params["dedup"] is not None:
+        conn.execute(Q["queue_sweep"], params)
+        holder = conn.execute(Q["queue_dedup_holder"], params).fetchone()
+        if holder is not None:
+            return CaseExists.dedup(params["case_id"], params["queue"], params["dedup"], str(holder[0]))
+    conn.execute(Q["queue_put"], params)
+    return None
+
+
+def _apply_queue_claim(
+    queue: str, limits: QueueLimits, node: str, now: float, most: int, conn: sqlite3.Connection
+) -> tuple[list[QueueItem], float | None]:
+    conn.execute(Q["queue_sweep"], {"queue": queue})
+    waiting = _items(conn, "queue_waiting", {"queue": queue, "limit": WAITING_READ})
+    running = [Running(part, owner) for part, owner in conn.execute(Q["queue_running"], {"queue": queue})]
+    since = now - (limits.rate[1] if limits.rate is not None else 0.0)
+    recent = [(part, float(at)) for part, at in conn.execute(Q["queue_recent"], {"queue": queue, "since": since})]
+    chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+    claimed = []
+    for item in chosen:
+        conn.execute(Q["queue_start"], {"case_id": item.case_id, "now": now, "node": node})
+        claimed.append(replace(item, state=STARTED, started_at=now, node=node))
+    return claimed, wake
+
+
+def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> tuple[dict[str, Any], str] | None:
+    found = conn.execute(Q["queue_spec_get"], params).fetchone()
+    conn.execute(Q["queue_register"], params)
+    return None if found is None else (loads(found[0]), str(found[1]))
+
+
+def _apply_queue_cancel(case_id: str, conn: sqlite3.Connection) -> QueueItem | None:
+    if conn.execute(Q["queue_cancel"], {"case_id": case_id}).rowcount == 0:
+        return None
+    found = _items(conn, "queue_get", {"case_id": case_id})
+    return found[0] if found else None
 
 
 def _with_refused(conn: sqlite3.Connection, row: CaseRow) -> CaseRow:

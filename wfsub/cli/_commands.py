@@ -115,6 +115,21 @@ def main() -> None:
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
                 as_json: bool) -> None:
     """List cases, newest first."""
+    if state == "queued":  # (cases waiting in a queue have no row yet: their queue items)
+        async with opened(store) as s:
+            items = [i for i in s.read_queue_items(state="queued", limit=limit)
+                     if workflow is None or i.start.get("workflow") == workflow]
+        listed = [{"case_id": i.case_id, "workflow": i.start.get("workflow"), "state": "queued", "queue": i.queue,
+                   "priority": i.priority, "dedup": i.dedup, "partition": i.partition,
+                   "enqueued_at": i.enqueued_at, "enqueued_at_iso": r.iso(i.enqueued_at)} for i in items]
+        if as_json:
+            for item in listed:
+                r.print_json(item)
+        elif listed:
+            r.out.print(r.queued_table(listed))
+        else:
+            r.err.print("no queued cases")
+        return
     async with opened(store) as s:
         rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before)
     if as_json:
@@ -130,6 +145,39 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
 
 @main.command()
 @STORE
+@AS_JSON
+@_run
+async def schedules(store: str, as_json: bool) -> None:
+    """List the schedules the store knows, each with its last and next slot."""
+    from .. import Schedule
+
+    async with opened(store) as s:
+        rows = await s.schedules()
+    now = time.time()
+    listed = []
+    for row in rows:
+        spec = row.spec
+        last = row.last_slot
+        period = Schedule(row.name, spec["workflow"], cron=spec.get("cron"), every=spec.get("every"),
+                          tz=spec.get("tz") or "UTC")
+        upcoming = period.next_after(now if last is None else max(now, last))
+        listed.append({
+            "name": row.name, "workflow": spec.get("workflow"), "cron": spec.get("cron"),
+            "every": spec.get("every"), "tz": spec.get("tz"), "paused": row.paused,
+            "last_slot": r.iso(last) if last is not None else None, "last_case": row.last_case,
+            "next_slot": r.iso(upcoming),
+        })
+    if as_json:
+        for item in listed:
+            r.print_json(item)
+    elif listed:
+        r.out.print(r.schedules_table(listed))
+    else:
+        r.err.print("no schedules in the store")
+
+
+@main.command()
+@STORE
 @click.argument("case_id")
 @AS_JSON
 @_run
@@ -138,6 +186,21 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
     from ..lowlevel import status_of
 
     async with opened(store) as s:
+        item = s.read_queue_item(case_id)
+        if item is not None and item.state in ("queued", "cancelled") and await s.row(case_id) is None:
+            shown_item: dict[str, Any] = {
+                "case_id": item.case_id, "workflow": item.start.get("workflow"),
+                "state": "cancelled" if item.state == "cancelled" else "queued", "queue": item.queue,
+                "priority": item.priority, "dedup": item.dedup, "partition": item.partition,
+                "enqueued_at": item.enqueued_at, "not_before": item.not_before,
+            }
+            if as_json:
+                r.print_json(r.with_iso(shown_item, "enqueued_at", "not_before"), indent=2)
+            else:
+                for key, value in shown_item.items():
+                    shown_value = r.when(value) if key in ("enqueued_at", "not_before") else value
+                    r.out.print(f"{key:<12} {'-' if shown_value is None else shown_value}")
+            return
         row = await case_row(s, case_id)
         records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
     status = status_of(row, lambda v: v)
@@ -293,6 +356,9 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
     else:
         body = _checked("cancel_region", {"region": region}, request_id)
     async with opened(store) as s:
+        if region is None and await s.queue_cancel(case_id) is not None:  # queued: it never starts
+            r.out.print(f"case {case_id!r} was queued: cancelled, it will not start")
+            return
         if region is None:
             row = await _steerable(s, case_id, "cancel", request_id)
             if row is not None:

@@ -76,6 +76,25 @@ def cases_table(rows: Sequence[CaseRow]) -> Table:
 _STATE_STYLE = {"done": "green", "failed": "red", "cancelled": "yellow", "suspended": "magenta"}
 
 
+def queued_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table("CASE", "WORKFLOW", "STATE", "QUEUE", "PRIORITY", "DEDUP", "PARTITION", "ENQUEUED", box=None)
+    for row in rows:
+        table.add_row(row["case_id"], str(row["workflow"]), "queued", row["queue"], str(row["priority"]),
+                      row["dedup"] or "-", row["partition"] or "-", when(row["enqueued_at"]))
+    return table
+
+
+def schedules_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table("schedule", "workflow", "when", "paused", "last slot", "last case", "next slot")
+    for row in rows:
+        period = row["cron"] if row["cron"] is not None else f"every {row['every']}s"
+        table.add_row(
+            row["name"], str(row["workflow"]), f"{period} ({row['tz']})", "yes" if row["paused"] else "no",
+            row["last_slot"] or "-", row["last_case"] or "-", row["next_slot"] or "-",
+        )
+    return table
+
+
 def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = ()) -> Table:
     """A case's status as two columns: what, and its value."""
     table = Table(box=None, show_header=False, pad_edge=False)

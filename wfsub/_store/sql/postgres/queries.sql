@@ -278,3 +278,97 @@ WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
 UNION ALL
 SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
 WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2);
+
+-- name: schedule_register
+-- A schedule's registration: the newest wins; a new one starts at $3. Returns the row as it is now.
+INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at) VALUES ($1, $2, $3, NULL, false, db_now())
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at
+RETURNING name, spec, last_slot, last_case, paused, updated_at;
+
+-- name: schedule_advance
+-- Move a schedule on to a newer slot (a slot is dealt with once: whoever moves it first).
+UPDATE schedules SET last_slot = $2, last_case = coalesce($3, last_case), updated_at = db_now()
+WHERE name = $1 AND (last_slot IS NULL OR last_slot < $2);
+
+-- name: schedule_pause
+-- Pause or resume a schedule.
+UPDATE schedules SET paused = $2, updated_at = db_now() WHERE name = $1;
+
+-- name: schedules_all
+-- Every schedule, by name.
+SELECT name, spec, last_slot, last_case, paused, updated_at FROM schedules ORDER BY name;
+
+-- name: queue_lock
+-- One claim or dedup check at a time per queue, across nodes (released at the end of the transaction).
+SELECT pg_advisory_xact_lock(hashtext('wfsub queue ' || $1));
+
+-- name: queue_sweep
+-- Mark the started items of a queue whose case has ended (the started ones stay few).
+UPDATE queue_items q SET state = 'ended'
+WHERE q.state = 'started' AND q.queue = $1
+  AND EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id AND c.ended_at IS NOT NULL);
+
+-- name: queue_id_taken
+-- Whether a case or a queue item has this id.
+SELECT 1 FROM queue_items WHERE case_id = $1 UNION ALL SELECT 1 FROM cases WHERE case_id = $1 LIMIT 1;
+
+-- name: queue_dedup_holder
+-- A live item of a queue holding a dedup key.
+SELECT case_id FROM queue_items WHERE queue = $1 AND dedup = $2 AND state IN ('queued', 'started') LIMIT 1;
+
+-- name: queue_put
+-- A queued case.
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued');
+
+-- name: queue_waiting
+-- A queue's waiting items in the order they start.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE queue = $1 AND state = 'queued' ORDER BY priority, item_order LIMIT $2;
+
+-- name: queue_running
+-- A queue's started items whose case has not ended.
+SELECT part, node FROM queue_items WHERE queue = $1 AND state = 'started';
+
+-- name: queue_recent
+-- A queue's starts since a time (its rate window).
+SELECT part, started_at FROM queue_items WHERE queue = $1 AND started_at > $2;
+
+-- name: queue_start
+-- Claim one waiting item for a node.
+UPDATE queue_items SET state = 'started', started_at = $2, node = $3 WHERE case_id = $1 AND state = 'queued';
+
+-- name: queue_cancel
+-- Cancel a waiting item.
+UPDATE queue_items SET state = 'cancelled' WHERE case_id = $1 AND state = 'queued'
+RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
+
+-- name: queue_get
+-- One item.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE case_id = $1;
+
+-- name: queue_list
+-- Items newest first, by state and queue.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
+ORDER BY item_order DESC LIMIT $3;
+
+-- name: queue_orphans
+-- Items a node claimed whose case it never wrote.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items q WHERE state = 'started' AND node = $1
+  AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
+
+-- name: queue_spec_get
+-- A queue's registered configuration.
+SELECT spec, node FROM queues WHERE name = $1;
+
+-- name: queue_register
+-- A queue's configuration: the newest registration wins.
+INSERT INTO queues (name, spec, node, updated_at) VALUES ($1, $2, $3, db_now())
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, updated_at = excluded.updated_at;
+
+-- name: queue_specs
+-- Every queue's configuration.
+SELECT name, spec FROM queues ORDER BY name;

@@ -292,3 +292,97 @@ SELECT 1 FROM cases WHERE case_id = :case_id;
 -- name: cases_existing
 -- Which of a group's starting cases (a JSON array of ids) the store holds already.
 SELECT case_id FROM cases WHERE case_id IN (SELECT value FROM json_each(:ids));
+
+-- name: schedule_register
+-- A schedule's registration: the newest wins; a new one starts at :first_slot.
+INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at)
+VALUES (:name, :spec, :first_slot, NULL, 0, :now)
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at;
+
+-- name: schedule_get
+-- One schedule.
+SELECT name, spec, last_slot, last_case, paused, updated_at FROM schedules WHERE name = :name;
+
+-- name: schedule_advance
+-- Move a schedule on to a newer slot (a slot is dealt with once: whoever moves it first).
+UPDATE schedules SET last_slot = :slot, last_case = coalesce(:case_id, last_case), updated_at = :now
+WHERE name = :name AND (last_slot IS NULL OR last_slot < :slot);
+
+-- name: schedule_pause
+-- Pause or resume a schedule.
+UPDATE schedules SET paused = :paused, updated_at = :now WHERE name = :name;
+
+-- name: schedules_all
+-- Every schedule, by name.
+SELECT name, spec, last_slot, last_case, paused, updated_at FROM schedules ORDER BY name;
+
+-- name: queue_sweep
+-- Mark the started items of a queue whose case has ended (the started ones stay few).
+UPDATE queue_items SET state = 'ended'
+WHERE state = 'started' AND queue = :queue
+  AND EXISTS (SELECT 1 FROM cases c WHERE c.case_id = queue_items.case_id AND c.ended_at IS NOT NULL);
+
+-- name: queue_id_taken
+-- Whether a case or a queue item has this id.
+SELECT 1 FROM queue_items WHERE case_id = :case_id UNION ALL SELECT 1 FROM cases WHERE case_id = :case_id LIMIT 1;
+
+-- name: queue_dedup_holder
+-- A live item of a queue holding a dedup key.
+SELECT case_id FROM queue_items WHERE queue = :queue AND dedup = :dedup AND state IN ('queued', 'started') LIMIT 1;
+
+-- name: queue_put
+-- A queued case.
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, item_order)
+VALUES (:case_id, :queue, :part, :priority, :dedup, :start, :not_before, :enqueued_at, 'queued',
+        (SELECT coalesce(max(item_order), 0) + 1 FROM queue_items));
+
+-- name: queue_waiting
+-- A queue's waiting items in the order they start.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE queue = :queue AND state = 'queued' ORDER BY priority, item_order LIMIT :limit;
+
+-- name: queue_running
+-- A queue's started items whose case has not ended.
+SELECT part, node FROM queue_items WHERE queue = :queue AND state = 'started';
+
+-- name: queue_recent
+-- A queue's starts since a time (its rate window).
+SELECT part, started_at FROM queue_items WHERE queue = :queue AND started_at > :since;
+
+-- name: queue_start
+-- Claim one waiting item for a node.
+UPDATE queue_items SET state = 'started', started_at = :now, node = :node WHERE case_id = :case_id AND state = 'queued';
+
+-- name: queue_cancel
+-- Cancel a waiting item.
+UPDATE queue_items SET state = 'cancelled' WHERE case_id = :case_id AND state = 'queued';
+
+-- name: queue_get
+-- One item.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE case_id = :case_id;
+
+-- name: queue_list
+-- Items newest first, by state and queue.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+ORDER BY item_order DESC LIMIT :limit;
+
+-- name: queue_orphans
+-- Items a node claimed whose case it never wrote.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items q WHERE state = 'started' AND node = :node
+  AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
+
+-- name: queue_spec_get
+-- A queue's registered configuration.
+SELECT spec, node FROM queues WHERE name = :name;
+
+-- name: queue_register
+-- A queue's configuration: the newest registration wins.
+INSERT INTO queues (name, spec, node, updated_at) VALUES (:name, :spec, :node, :now)
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, updated_at = excluded.updated_at;
+
+-- name: queue_specs
+-- Every queue's configuration.
+SELECT name, spec FROM queues ORDER BY name;

@@ -1,0 +1,305 @@
+"""Queues: cases that wait for room before they start.
+
+`Substrate(queues={"mail": Queue(concurrency=10, rate=(100, 60.0))})` and `new_case(..., queue="mail",
+priority=0, dedup=None, partition=None, delay=None)`. A queued case is kept as a queue item (state `queued`, no
+journal yet) until its queue has room; then a node claims it and starts it as any case (its `start` record is
+written then, `started_at` and `dequeued_at` are the dequeue time, and a `timeout=` counts from there).
+
+Decisions written down here:
+- Room: at most `concurrency` of the queue's cases started and not ended (a claimed case whose start is being
+  written counts), at most `per_node` of them on one node, at most `rate[0]` starts in any window of `rate[1]`
+  seconds (sliding: counted from the start times kept in the store), each per `partition=` key when
+  `partitioned=True` (a case without a key is a partition of its own). Lower `priority` first, then first come first
+  served; a case with `delay=` waits at least that long.
+- The claim is one transaction of the store: SQLite's single writer, or on Postgres under an advisory lock on the
+  queue's name, so the limits hold across nodes. Every node claims for itself and runs what it claimed.
+- A node looks for room when one of its queued or queued-from-here cases is started or ends, when a delay or a
+  rate window runs out (on the Substrate's clock), and every `POLL` seconds of real time (cases ended and queued
+  on other nodes).
+- `dedup=key`: a second live case (queued, or started and not ended) of the queue with that key is refused with
+  `CaseExists` naming the case that holds it.
+- A queued case can be cancelled (it never starts: its state is `cancelled`, with no journal); `await_case` of a
+  queued case waits for it to start and end. `status()` of a queued case shows `queue`, `priority`, `dedup`,
+  `partition`; `started_at` and `dequeued_at` are None until it starts.
+- Starting on a queue that `queues=` does not name is refused with the names it has (a `Client`: the queues
+  registered in the store). Each Substrate records its queues in the store; the newest registration of a queue
+  wins (a WARNING names the one it replaced), and every node claims with the registered limits.
+- A node that stopped between claiming a case and writing its start starts it again when it comes back (same
+  node id); the queue counts it as running meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .._errors import NOTHING, StoreError, bad_option, unknown_name
+from .._store import Store
+from .._store._queueing import QueueItem, QueueLimits, QueueTable
+from .._trace import get_logger
+from ._status import CaseState, CaseStatus
+
+_log = get_logger("wfsub.runtime")
+
+POLL = 1.0  # seconds of real time between looks at the queues for room made by other nodes
+CLAIM_MOST = 64  # cases one claim may start
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Queue:
+    """Limits of a queue of cases (see the README, Queues): `concurrency` cases started and not ended, `per_node`
+    of them on one node, `rate=(n, seconds)` starts in any window of that many seconds, each per partition key when
+    `partitioned=True`. None: no such limit."""
+
+    concurrency: int | None
+    per_node: int | None
+    rate: tuple[int, float] | None
+    partitioned: bool
+
+    def __init__(
+        self,
+        concurrency: int | None = None,
+        per_node: int | None = None,
+        rate: tuple[int, float] | None = None,
+        partitioned: bool = False,
+    ) -> None:
+        for name, value in (("concurrency", concurrency), ("per_node", per_node)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise bad_option("Queue", f"{name} must be an int >= 1 or None", value,
+                                 fix=f"e.g. {name}=10 (None: no limit)")
+        if rate is not None:
+            ok = (
+                isinstance(rate, tuple) and len(rate) == 2
+                and isinstance(rate[0], int) and not isinstance(rate[0], bool) and rate[0] >= 1
+                and isinstance(rate[1], int | float) and not isinstance(rate[1], bool)
+                and math.isfinite(rate[1]) and rate[1] > 0
+            )
+            if not ok:
+                raise bad_option("Queue", "rate must be (starts, seconds): an int >= 1 and a positive number", rate,
+                                 fix="e.g. rate=(100, 60.0): at most 100 starts in any 60 seconds")
+            rate = (rate[0], float(rate[1]))
+        if not isinstance(partitioned, bool):
+            raise bad_option("Queue", "partitioned must be True or False", partitioned,
+                             fix="True applies every limit per new_case(..., partition=key)", error=TypeError)
+        object.__setattr__(self, "concurrency", concurrency)
+        object.__setattr__(self, "per_node", per_node)
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "partitioned", partitioned)
+
+    @property
+    def limits(self) -> QueueLimits:
+        return QueueLimits(self.concurrency, self.per_node, self.rate, self.partitioned)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """What the store keeps of it."""
+        return {"concurrency": self.concurrency, "per_node": self.per_node,
+                "rate": None if self.rate is None else list(self.rate), "partitioned": self.partitioned}
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Queue:
+        rate = spec.get("rate")
+        return cls(spec.get("concurrency"), spec.get("per_node"), None if rate is None else (rate[0], rate[1]),
+                   bool(spec.get("partitioned")))
+
+
+def check_queues(queues: Mapping[str, Queue] | None) -> dict[str, Queue]:
+    if queues is None:
+        return {}
+    if not isinstance(queues, Mapping):
+        raise TypeError("queues must be a mapping of name -> wfsub.Queue, e.g. queues={'mail': Queue(concurrency=5)}")
+    for name, queue in queues.items():
+        if not isinstance(name, str) or not name:
+            raise bad_option("queues", "a queue's name must be a non-empty str", name, fix="e.g. {'mail': Queue()}",
+                             error=TypeError)
+        if not isinstance(queue, Queue):
+            raise bad_option(f"queues[{name!r}]", "must be a wfsub.Queue", queue, fix="e.g. Queue(concurrency=5)",
+                             error=TypeError)
+    return dict(queues)
+
+
+def check_queued(
+    queues: Mapping[str, Queue], queue: object, priority: object, dedup: object, partition: object, delay: object
+) -> float:
+    """new_case's queue options, checked in one place (the delay in seconds, 0 for none)."""
+    if queue is None:
+        given = [name for name, value in (("priority", priority), ("dedup", dedup), ("partition", partition),
+                                          ("delay", delay)) if value not in (None, 0)]
+        if given:
+            raise bad_option("new_case", f"{', '.join(given)} apply to a queued case only", NOTHING,
+                             fix="pass queue='name' too (a queue of Substrate(queues={...}))")
+        return 0.0
+    if not isinstance(queue, str) or queue not in queues:
+        raise unknown_name("queue", queue, queues, fix="start on a queue given as Substrate(queues={name: Queue()})")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise bad_option("new_case", "priority must be an int (lower starts first)", priority, fix="e.g. priority=0",
+                         error=TypeError)
+    for name, value in (("dedup", dedup), ("partition", partition)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise bad_option("new_case", f"{name} must be a non-empty str or None", value,
+                             fix=f"e.g. {name}='customer-17'", error=TypeError)
+    if delay is None:
+        return 0.0
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:
+        raise bad_option("new_case", "delay must be a number of seconds >= 0", delay, fix="e.g. delay=30")
+    return float(delay)
+
+
+StartItem = Callable[[QueueItem], Awaitable[object]]
+
+
+class Queues:
+    """A Substrate's queues: it keeps queued cases in its store (or in memory) and starts those it claims."""
+
+    def __init__(
+        self,
+        queues: dict[str, Queue],
+        *,
+        node: str,
+        now: Callable[[], float],
+        deadline: Callable[[float], anyio.CancelScope],
+        busy: Callable[[int], None],
+        start: StartItem,
+        ended: Callable[[str], bool | None],
+        is_open: Callable[[], bool],
+    ) -> None:
+        self.queues = queues
+        self.node = node
+        self.now = now
+        self.deadline = deadline
+        self.busy = busy
+        self.start = start
+        self.is_open = is_open
+        self.table: Store | QueueTable = QueueTable(ended, missing_is_ended=True)
+        self.nudged = anyio.Event()
+        self.moved: dict[str, anyio.Event] = {}  # case id -> set when that queued case started or was cancelled
+
+    def use(self, store: Store) -> None:
+        self.table = store
+
+    async def register(self, store: Store) -> None:
+        """Record this node's queues in the store: the newest registration of a queue wins (logged when it
+        replaces another configuration)."""
+        for name, queue in self.queues.items():
+            before = await store.queue_register(name, queue.spec, self.node)
+            if before is not None and before[0] != queue.spec:
+                _log.warning("queue configured differently before; the newest registration wins", queue=name,
+                             now=queue.spec, before=before[0], registered_by=before[1])
+
+    def nudge(self) -> None:
+        self.nudged.set()
+
+    async def put(self, item: QueueItem) -> None:
+        table = self.table
+        if isinstance(table, QueueTable):
+            table.put(item)
+        else:
+            await table.queue_put(item)
+        self.nudge()
+
+    async def cancel(self, case_id: str) -> QueueItem | None:
+        table = self.table
+        item = table.cancel(case_id) if isinstance(table, QueueTable) else await table.queue_cancel(case_id)
+        if item is not None:
+            self._moved(case_id)
+        return item
+
+    def item(self, case_id: str) -> QueueItem | None:
+        table = self.table
+        return table.items.get(case_id) if isinstance(table, QueueTable) else table.read_queue_item(case_id)
+
+    def items(self, state: str | None, queue: str | None, limit: int) -> list[QueueItem]:
+        """Queue items newest first, read on the calling thread (cases() is synchronous)."""
+        table = self.table
+        if isinstance(table, QueueTable):
+            return table.listed(state, queue, limit)
+        return table.read_queue_items(state=state, queue=queue, limit=limit)
+
+    async def wait_moved(self, case_id: str, written: Callable[[str], bool]) -> None:
+        """Return once the queued case has been cancelled, or has started and its case is `written` (a claimed
+        case's start is written after its claim; another node's, seen in the store)."""
+        while True:
+            event = self.moved.setdefault(case_id, anyio.Event())
+            item = self.item(case_id)
+            if item is None or item.state == "cancelled" or (item.state != "queued" and written(case_id)):
+                return
+            with anyio.move_on_after(POLL):
+                await event.wait()
+
+    def _moved(self, case_id: str) -> None:
+        event = self.moved.pop(case_id, None)
+        if event is not None:
+            event.set()
+
+    async def run(self) -> None:
+        """Start what the queues have room for, until cancelled (the Substrate's task group cancels it on exit)."""
+        table = self.table
+        if not isinstance(table, QueueTable):
+            self.busy(1)
+            try:
+                for item in await table.queue_orphans(self.node):  # claimed before a stop, never started
+                    await self._start(item)
+            except StoreError as exc:
+                _log.error("queues: could not look for cases claimed before a stop", error=str(exc))
+            finally:
+                self.busy(-1)
+        while True:
+            self.nudged = anyio.Event()
+            wake: float | None = None
+            self.busy(1)
+            try:
+                specs = {} if isinstance(table, QueueTable) else await table.queue_specs()
+                for name, mine in self.queues.items():
+                    queue = Queue.from_spec(specs[name]) if name in specs else mine  # the newest registration
+                    while self.is_open():  # (closing: claim nothing it would not start)
+                        now = self.now()
+                        if isinstance(table, QueueTable):
+                            claimed, later = table.claim(name, queue.limits, self.node, now, CLAIM_MOST)
+                        else:
+                            claimed, later = await table.queue_claim(name, queue.limits, self.node, now, CLAIM_MOST)
+                        async with anyio.create_task_group() as tg:  # their start records commit together
+                            for item in claimed:
+                                tg.start_soon(self._start, item)
+                        if later is not None:
+                            wake = later if wake is None else min(wake, later)
+                        if len(claimed) < CLAIM_MOST:
+                            break
+            except StoreError as exc:
+                _log.error("queues: could not claim queued cases", error=str(exc))
+            finally:
+                self.busy(-1)
+            with anyio.move_on_after(POLL):
+                if wake is None:
+                    await self.nudged.wait()
+                else:
+                    with self.deadline(max(0.0, wake - self.now())):
+                        await self.nudged.wait()
+
+    async def _start(self, item: QueueItem) -> None:
+        try:
+            await self.start(item)
+        except StoreError as exc:  # claimed, not started: this node starts it again when it next enters
+            _log.error("queues: the store failed starting a claimed case", case_id=item.case_id, error=str(exc))
+        except Exception as exc:  # (it was checked when queued: a workflow this node has not registered, ...)
+            _log.error("queues: could not start a claimed case", case_id=item.case_id, queue=item.queue,
+                       error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._moved(item.case_id)
+
+
+def queued_status(item: QueueItem) -> CaseStatus:
+    """The status of a case that has not left its queue (queued, or cancelled while queued)."""
+    cancelled = item.state == "cancelled"
+    return CaseStatus(
+        case_id=item.case_id, state=CaseState.CANCELLED if cancelled else CaseState.QUEUED, steps=0, signals=(),
+        effects_pending=0, timers_armed=0, regions=(), wakeups=0, started_at=None,
+        workflow=item.start.get("workflow"), queue=item.queue, priority=item.priority, dedup=item.dedup,
+        partition=item.partition, cancel_reason="cancelled while queued" if cancelled else None,
+    )
+
+
+__all__ = ["Queue", "Queues", "check_queued", "check_queues", "queued_status"]

@@ -1,0 +1,230 @@
+"""Queued cases in a store: what every backend keeps of them and how it chooses which to start.
+
+A case started with `new_case(..., queue=)` is kept as a queue item until its queue has room; then one node
+claims it (state `started`, `started_at` = the dequeue time, `node`) and starts it as any case. The backends keep
+the items in a table of their own (`queue_items`) and choose in one transaction, which on Postgres holds a lock on
+the queue (an advisory lock per queue name), so the limits hold across nodes:
+
+- concurrency: at most that many of the queue's items started and not ended (an item whose case has not been
+  written yet counts as started: it is on its way);
+- per_node: the same, counted per node;
+- rate (n, seconds): at most n items started in any window of `seconds` (sliding: counted from the start times);
+- partitioned: each limit per partition key;
+- order: lower priority first, then first come first served; an item with a `not_before` (delay=) later than now
+  waits.
+
+`choose` is that choice, written once in Python for all backends: each gives it what it read inside its
+transaction and writes what it returns.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .._errors import CaseExists
+
+QUEUED, STARTED, ENDED, CANCELLED = "queued", "started", "ended", "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """A queue's limits, as a store applies them (see the module docstring)."""
+
+    concurrency: int | None = None
+    per_node: int | None = None
+    rate: tuple[int, float] | None = None
+    partitioned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """A case started on a queue: queued until a node claims it, then started (and ended when its case has)."""
+
+    case_id: str
+    queue: str
+    partition: str | None
+    priority: int
+    dedup: str | None
+    start: dict[str, Any]  # JSON: {"workflow", "data", "timeout", "seed"}: what new_case starts it with
+    not_before: float  # delay=: not claimed before this time
+    enqueued_at: float
+    state: str = QUEUED  # queued | started | ended | cancelled
+    started_at: float | None = None  # the dequeue time
+    node: str | None = None  # the node that claimed it
+    order: int = 0  # assigned by the store: first come first served
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a claim counts: one started-and-not-ended item, or one start inside the rate window."""
+
+    partition: str | None
+    node: str | None
+
+
+def choose(
+    limits: QueueLimits,
+    node: str,
+    now: float,
+    waiting: Sequence[QueueItem],
+    running: Iterable[Running],
+    recent_starts: Iterable[tuple[str | None, float]],
+    most: int,
+) -> tuple[list[QueueItem], float | None]:
+    """The waiting items to start now (in priority, then arrival order), at most `most`, and the earliest time a
+    waiting item that is not chosen may become startable (a delay running out, a start leaving the rate window;
+    None: only an ending case makes room).
+
+    `waiting`: the queue's queued items, ordered by (priority, order). `running`: its started-and-not-ended items.
+    `recent_starts`: (partition, started_at) of its items started within the rate window.
+    """
+
+    def key(partition: str | None) -> str | None:
+        return partition if limits.partitioned else None
+
+    live: Counter[str | None] = Counter()
+    mine: Counter[str | None] = Counter()
+    for r in running:
+        live[key(r.partition)] += 1
+        if r.node == node:
+            mine[key(r.partition)] += 1
+    window: dict[str | None, list[float]] = {}
+    if limits.rate is not None:
+        for partition, started in recent_starts:
+            if started > now - limits.rate[1]:
+                window.setdefault(key(partition), []).append(started)
+    chosen: list[QueueItem] = []
+    wake: float | None = None
+
+    def later(t: float) -> None:
+        nonlocal wake
+        wake = t if wake is None else min(wake, t)
+
+    for item in waiting:
+        if len(chosen) >= most:
+            break
+        if item.not_before > now:
+            later(item.not_before)
+            continue
+        k = key(item.partition)
+        if limits.concurrency is not None and live[k] >= limits.concurrency:
+            continue
+        if limits.per_node is not None and mine[k] >= limits.per_node:
+            continue
+        if limits.rate is not None:
+            starts = window.setdefault(k, [])
+            if len(starts) >= limits.rate[0]:
+                later(min(starts) + limits.rate[1])
+                continue
+            starts.append(now)
+        live[k] += 1
+        mine[k] += 1
+        chosen.append(item)
+    return chosen, wake
+
+
+def live_dedup(items: Iterable[QueueItem], queue: str, dedup: str) -> str | None:
+    """The id of a live item (queued, or started and not ended) of `queue` with key `dedup`, else None."""
+    for item in items:
+        if item.queue == queue and item.dedup == dedup and item.state in (QUEUED, STARTED):
+            return item.case_id
+    return None
+
+
+WAITING_READ = 1000  # waiting items one claim looks at (in start order)
+
+
+def item_of(found: Sequence[Any], start: dict[str, Any]) -> QueueItem:
+    """A queue item from a row of the SQL stores (columns as `queue_get` selects them; `start` decoded)."""
+    return QueueItem(
+        case_id=str(found[0]), queue=str(found[1]), partition=None if found[2] is None else str(found[2]),
+        priority=int(found[3]), dedup=None if found[4] is None else str(found[4]), start=start,
+        not_before=float(found[6]), enqueued_at=float(found[7]), state=str(found[8]),
+        started_at=None if found[9] is None else float(found[9]), node=None if found[10] is None else str(found[10]),
+        order=int(found[11]),
+    )
+
+
+class QueueTable:
+    """The queue items in memory (MemoryStore's, and a Substrate's without a store), with the SQL stores' rules.
+
+    `ended(case_id)`: None while no case of that id exists, else whether it has ended. `missing_is_ended`: a
+    started item whose case is not there has ended (a Substrate without a store: its cases are in memory from
+    their claim on, and leave it only after they ended); else it is on its way (a store: written after the claim).
+    """
+
+    def __init__(self, ended: Callable[[str], bool | None], *, missing_is_ended: bool = False) -> None:
+        self.ended = ended
+        self.missing_is_ended = missing_is_ended
+        self.items: dict[str, QueueItem] = {}
+        self.next_order = 1
+
+    def sweep(self) -> None:
+        """Mark the started items whose case has ended."""
+        for case_id, item in list(self.items.items()):
+            if item.state == STARTED:
+                ended = self.ended(case_id)
+                if ended or (ended is None and self.missing_is_ended):
+                    self.items[case_id] = replace(item, state=ENDED)
+
+    def put(self, item: QueueItem) -> None:
+        self.sweep()
+        if item.case_id in self.items or self.ended(item.case_id) is not None:
+            raise CaseExists(item.case_id)
+        if item.dedup is not None:
+            holder = live_dedup(self.items.values(), item.queue, item.dedup)
+            if holder is not None:
+                raise CaseExists.dedup(item.case_id, item.queue, item.dedup, holder)
+        self.items[item.case_id] = replace(item, order=self.next_order)
+        self.next_order += 1
+
+    def claim(self, queue: str, limits: QueueLimits, node: str, now: float, most: int) -> tuple[list[QueueItem],
+                                                                                                 float | None]:
+        self.sweep()
+        mine = [i for i in self.items.values() if i.queue == queue]
+        waiting = sorted((i for i in mine if i.state == QUEUED), key=lambda i: (i.priority, i.order))
+        running = [Running(i.partition, i.node) for i in mine if i.state == STARTED]
+        recent = [(i.partition, i.started_at) for i in mine if i.started_at is not None]
+        chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+        claimed = []
+        for item in chosen:
+            started = replace(item, state=STARTED, started_at=now, node=node)
+            self.items[item.case_id] = started
+            claimed.append(started)
+        return claimed, wake
+
+    def cancel(self, case_id: str) -> QueueItem | None:
+        item = self.items.get(case_id)
+        if item is None or item.state != QUEUED:
+            return None
+        self.items[case_id] = item = replace(item, state=CANCELLED)
+        return item
+
+    def listed(self, state: str | None, queue: str | None, limit: int) -> list[QueueItem]:
+        self.sweep()
+        found = [i for i in self.items.values()
+                 if (state is None or i.state == state) and (queue is None or i.queue == queue)]
+        return sorted(found, key=lambda i: -i.order)[:limit]
+
+    def orphans(self, node: str) -> list[QueueItem]:
+        return [i for i in self.items.values() if i.state == STARTED and i.node == node and self.ended(i.case_id)
+                is None]
+
+
+__all__ = [
+    "CANCELLED",
+    "ENDED",
+    "QUEUED",
+    "STARTED",
+    "WAITING_READ",
+    "QueueItem",
+    "QueueLimits",
+    "QueueTable",
+    "Running",
+    "choose",
+    "item_of",
+    "live_dedup",
+]
