@@ -65,6 +65,7 @@ from ._terms import milestone as milestone
 from ._terms import multi_choice as multi_choice
 from ._terms import net as net
 from ._terms import par as par
+from ._terms import reply as reply
 from ._terms import saga as saga
 from ._terms import scope as scope
 from ._terms import seq as seq
@@ -179,6 +180,7 @@ __all__ = [
     "net",
     "par",
     "replay",
+    "reply",
     "saga",
     "scope",
     "seq",

@@ -39,6 +39,7 @@ from ._program import (
     Op,
     Program,
     RegionStepSpec,
+    ReplySpec,
     SagaSpec,
     SagaStepSpec,
     ScopeSpec,
@@ -63,6 +64,7 @@ from ._terms import (
     MultiChoice,
     Net,
     Par,
+    Reply,
     Retry,
     Saga,
     Scope,
@@ -188,6 +190,9 @@ class _Emitter:
         self.signals: set[str] = set()
         self.persistent: set[str] = set()
         self.signal_models: dict[str, type] = {}
+        self.updates: set[str] = set()  # names a wait(reply=) or a reply step answers
+        self.replies: set[str] = set()  # names a reply step answers
+        self.guarded = False  # some wait or defer has check=
         self.regions: dict[str, str] = {}
         self.region_paths: dict[str, tuple[str, ...]] = {}
         # Region steps address their own mi instance and call when every part of the region is written in the
@@ -344,7 +349,18 @@ def _emit_wait(e: _Emitter, t: Wait, path: str) -> None:
     timeout = _timer_operand(t.timeout)
     if t.model is not None:
         e.signal_models[t.signal] = t.model
-    e.emit(Op.WAIT, e.const(WaitSpec(t.signal, t.into or t.signal, t.transient, timeout)), path)
+    if t.reply is not None:
+        e.updates.add(t.signal)
+    if t.check is not None:
+        e.guarded = True
+    spec = WaitSpec(t.signal, t.into or t.signal, t.transient, timeout, t.reply, t.check)
+    e.emit(Op.WAIT, e.const(spec), path)
+
+
+def _emit_reply(e: _Emitter, t: Reply, path: str) -> None:
+    e.updates.add(t.name)
+    e.replies.add(t.name)
+    e.emit(Op.REPLY, e.const(ReplySpec(t.name, t.fn)), path)
 
 
 def _emit_defer(e: _Emitter, t: Defer, path: str) -> None:
@@ -365,7 +381,12 @@ def _emit_defer(e: _Emitter, t: Defer, path: str) -> None:
     end = e.here()
     for j in jumps:
         e.args[j] = end
-    e.set_const(slot, DeferSpec(tuple(names), tuple(targets), _timer_operand(t.timeout), timeout_target))
+    for name, model in t.model or ():
+        e.signal_models[name] = model
+    checks = dict(t.check or ())
+    listed = tuple(checks.get(name) for name in names) if checks else None
+    e.guarded = e.guarded or listed is not None
+    e.set_const(slot, DeferSpec(tuple(names), tuple(targets), _timer_operand(t.timeout), timeout_target, listed))
 
 
 def _timer_operand(value: Any) -> Any:
@@ -658,4 +679,7 @@ def compile_workflow(
         term=term,
         code=code,
         traced_code=traced,
+        updates=frozenset(e.updates),
+        replies=frozenset(e.replies),
+        guarded=e.guarded,
     )

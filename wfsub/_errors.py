@@ -268,6 +268,78 @@ class SignalRejected(WfsubError):
         """Any other refusal of a region operation (the reason says why and what to do instead)."""
         return cls(case_id, action, reason, path=path)
 
+    @classmethod
+    def check_refused(cls, case_id: str | None, kind: str, name: str, reason: str, path: str) -> SignalRejected:
+        """The `check=` of the wait at `path` refused the signal or update `name`: `reason` is its text, kept
+        as the error's `reason` so the sender can show it as it was written."""
+        rejected = cls(case_id, f"take {kind} {name!r}", reason, path=path)
+        rejected.reason = reason
+        return rejected
+
+    @classmethod
+    def as_update(cls, refused: SignalRejected, name: str) -> SignalRejected:
+        """A signal's refusal said of the update `name` that was refused for the same reason."""
+        action = refused.action
+        if action.startswith("take signal"):
+            action = "take update" + action[len("take signal"):]
+        shown = refused.path is not None and f" (at {refused.path}):" in str(refused)
+        again = cls(refused.case_id, action, refused.reason, path=refused.path, shown=shown)
+        again.errors = refused.errors
+        return again
+
+    @classmethod
+    def not_an_update(
+        cls, case_id: str | None, name: str, updates: Iterable[str], known: Iterable[str]
+    ) -> SignalRejected:
+        """`name` is not a name the workflow answers: no wait(name, reply=...) and no reply(name, ...) step."""
+        listed = ", ".join(repr(n) for n in sorted(updates)) or "none"
+        if name in set(known):
+            fix = (f"the workflow waits for signal {name!r} but never answers it: send it with signal(), or give "
+                   f"its wait reply=fn or add a reply({name!r}, fn) step")
+        else:
+            fix = f"the workflow never waits for {name!r}; check the name"
+        return cls(case_id, f"take update {name!r}", f"it answers no update of that name (updates: {listed}); {fix}")
+
+
+def update_timeout(case_id: str, name: str, timeout: float) -> TimeoutError:
+    """An update call waited `timeout` seconds without an answer (the update stays with the case)."""
+    return TimeoutError(
+        f"update {name!r} of case {case_id!r} got no answer within {timeout:g}s; the case keeps the update: call "
+        "again with the same request_id to wait for its answer"
+    )
+
+
+def answer_gone(case_id: str, name: str, request_id: str, kept: int) -> SignalRejected:
+    """A repeated update whose first call was applied long ago: its answer is no longer kept."""
+    return SignalRejected(
+        case_id, f"take update {name!r}",
+        f"request_id {request_id!r} was applied before, and its answer is no longer kept (a case keeps the answers "
+        f"of its latest {kept} updates); send a new update with a new request_id",
+    )
+
+
+def owner_refused(case_id: str, action: str, reason: str) -> SignalRejected:
+    """The owner refused an input that came through the inbox (the reason it marked on the inbox row)."""
+    return SignalRejected(case_id, action, f"the case's owner refused it: {reason}")
+
+
+def check_failed(fn: object, exc: BaseException) -> str:
+    """The refusal text when a `check=` function itself raised: the input is refused, with what went wrong."""
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"check function {label} raised {type(exc).__name__}: {exc}; fix the check (it must return None or a str)"
+
+
+def check_not_str(fn: object, value: object) -> str:
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return (f"check function {label} returned {value!r} ({type(value).__name__}); a check returns None to take the "
+            "input or a str saying why it is refused")
+
+
+def reply_failed(name: str, fn: object, problem: str) -> str:
+    """The failure text of a reply function that raised or returned a value that is not JSON."""
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"reply function {label} for update {name!r} {problem}"
+
 
 def _waiting_now(waiting: Mapping[str, str] | None) -> str:
     """Where the case waits for signals now, as a clause of a refusal (None: not known where the refusal is made,

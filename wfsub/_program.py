@@ -25,6 +25,7 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     when_milestone  WHEN_MILESTONE s ; branch
     call            CALL s                      (the callee: body ; RET)
     terminate       TERMINATE
+    reply           REPLY s
     region steps    CANCEL_REGION s / COMPLETE_REGION s / ADD_INSTANCES s / CLOSE_INSTANCES s
     net             NET s ; node ; [NET_EXIT r | JUMP entry] ; node ; ... ; after:
                     (one node after another in `_netgraph.Plan.layout` order; a node that hands its thread to one
@@ -87,6 +88,7 @@ class Op(IntEnum):
     NET = 32
     NET_EXIT = 33  # a net node's thread leaves it (or starts the net): route it along the chosen edges
     NET_NODE = 34  # traced code only: a net node starts (wraps the node's first instruction)
+    REPLY = 35  # answer the update this thread took at an earlier wait
 
 
 TARGET = "target"  # the operand is an instruction index
@@ -130,6 +132,7 @@ OPERANDS: Mapping[Op, str] = {
     Op.NET: SPEC,
     Op.NET_EXIT: SPEC,
     Op.NET_NODE: SPEC,
+    Op.REPLY: SPEC,
 }
 """What each opcode's operand is; `tests/core` checks every opcode is listed."""
 
@@ -188,6 +191,8 @@ class WaitSpec:
     into: str
     transient: bool  # only a signal that arrives while waiting wakes it; it never takes a buffered one
     timeout: float | Callable[..., Any] | None = None  # seconds or fn(ctx) -> seconds; then a WaitTimeout failure
+    reply: Callable[..., Any] | None = None  # fn(ctx) -> the answer to an update this wait takes
+    check: Callable[..., Any] | None = None  # fn(ctx, payload) -> None | refusal text
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,13 @@ class DeferSpec:
     targets: tuple[int, ...]
     timeout: float | Callable[..., Any] | None  # seconds or fn(ctx) -> seconds
     timeout_target: int
+    checks: tuple[Callable[..., Any] | None, ...] | None = None  # per signal: fn(ctx, payload) -> None | refusal
+
+
+@dataclass(frozen=True, slots=True)
+class ReplySpec:
+    name: str
+    fn: Callable[..., Any]  # fn(ctx) -> the update's answer (a JSON value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +378,9 @@ class Program:
     term: Term
     code: tuple[tuple[int, Any], ...]  # (opcode, operand) with operands resolved: what the vm runs
     traced_code: tuple[tuple[int, Any], ...] = ()  # what the traced loop runs (see the module docstring); () = code
+    updates: frozenset[str] = frozenset()  # signal names an update can be sent to: a wait(reply=) or reply step
+    replies: frozenset[str] = frozenset()  # names some reply(name) step answers (an update stays owed until then)
+    guarded: bool = False  # some wait or defer has check=: taking a signal runs it (see vm/_updates)
 
     def __len__(self) -> int:
         return len(self.ops)

@@ -300,20 +300,26 @@ class Loop(Term):
 class Wait(Term):
     kind = "wait"
     _positional = ("signal",)
+    _added = ("reply", "check")
     signal: Any
     into: Any = None
     transient: bool = False
     timeout: Any = None
     model: Any = None
+    reply: Any = None  # fn(ctx) -> JSON value: the answer to an update this wait takes
+    check: Any = None  # fn(ctx, payload) -> None | str: a string refuses the signal or update
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Defer(Term):
     kind = "defer"
     _positional = ("branches",)
+    _added = ("model", "check")
     branches: Any  # tuple of (signal name, term) pairs when given a mapping
     timeout: Any = None
     on_timeout: Any = None
+    model: Any = None  # tuple of (signal name, pydantic model) pairs
+    check: Any = None  # tuple of (signal name, fn(ctx, payload) -> None | str) pairs
 
     def _repr_parts(self) -> Iterator[str | _Sub]:
         yield "defer("
@@ -334,6 +340,11 @@ class Defer(Term):
         if self.on_timeout is not None:
             yield ", on_timeout="
             yield _Sub(self.on_timeout)
+        for label in ("model", "check"):
+            value = getattr(self, label)
+            if value is not None:
+                yield f", {label}="
+                yield from _pairs_parts(value)
         yield ")"
 
     def _children(self) -> Iterator[tuple[str, Any]]:
@@ -343,6 +354,14 @@ class Defer(Term):
                     yield str(pair[0]), pair[1]
         if self.on_timeout is not None:
             yield "timeout", self.on_timeout
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class Reply(Term):
+    kind = "reply"
+    _positional = ("name", "fn")
+    name: Any
+    fn: Any  # fn(ctx) -> JSON value
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -691,15 +710,22 @@ def wait(
     transient: bool = False,
     timeout: float | Callable[[Mapping[str, Any]], float] | None = None,
     model: type | None = None,
+    reply: Callable[[Mapping[str, Any]], Any] | None = None,
+    check: Callable[[Mapping[str, Any], Any], str | None] | None = None,
 ) -> Term:
     """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24).
 
-    `timeout=` seconds (or a function of the case data returning them, called when the wait starts): when nothing
-    arrived in time, `WaitTimeout` is a failure at this node. `model=` (a pydantic
+    `timeout=` seconds (or a function of the case data returning them, called only when the wait has to park and
+    arm its timer): when nothing arrived in time, `WaitTimeout` is a failure at this node. `model=` (a pydantic
     model class): a payload is validated when it is sent (an invalid one is refused with SignalRejected carrying
     pydantic's errors, and nothing changes) and stored as the model's JSON-mode dump.
+
+    `reply=fn(ctx)`: when this wait takes an update (`sub.update(...)`), fn runs on the data with the payload
+    merged and its JSON value is the update's answer. `check=fn(ctx, payload)`: runs against the case data as the
+    wait takes a signal or update; a string refuses it (`SignalRejected` carrying the string) and nothing is
+    stored: the wait goes on waiting.
     """
-    return Wait(signal, into, transient, timeout, model)
+    return Wait(signal, into, transient, timeout, model, reply, check)
 
 
 def defer(
@@ -707,13 +733,24 @@ def defer(
     *,
     timeout: float | Callable[[Mapping[str, Any]], float] | None = None,
     on_timeout: Term | None = None,
+    model: Mapping[str, type] | None = None,
+    check: Mapping[str, Callable[[Mapping[str, Any], Any], str | None]] | None = None,
 ) -> Term:
     """Deferred choice: the first signal named (or the timeout) picks its branch; the rest are withdrawn.
 
-    `timeout=` seconds, or a function of the case data returning them (called when the choice starts).
+    `timeout=` seconds, or a function of the case data returning them (called only when the choice has to park
+    and arm its timer). `model={signal: Model}` and `check={signal: fn(ctx, payload)}` as on `wait`, per signal.
     """
     shaped: Any = tuple(branches.items()) if isinstance(branches, Mapping) else branches
-    return Defer(shaped, timeout, on_timeout)
+    models: Any = tuple(model.items()) if isinstance(model, Mapping) else model
+    checks: Any = tuple(check.items()) if isinstance(check, Mapping) else check
+    return Defer(shaped, timeout, on_timeout, models or None, checks or None)
+
+
+def reply(name: str, fn: Callable[[Mapping[str, Any]], Any]) -> Term:
+    """Answer the update `name` that this thread took at an earlier `wait(name)`: fn(ctx)'s JSON value goes back
+    to the `update` caller. A thread that took no such update (or answered it already) passes by."""
+    return Reply(name, fn)
 
 
 def sleep(

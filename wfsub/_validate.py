@@ -36,6 +36,7 @@ from ._terms import (
     MultiChoice,
     Net,
     Par,
+    Reply,
     Retry,
     Saga,
     Scope,
@@ -117,6 +118,7 @@ class _Checker:
     handler_calls: list[tuple[str, str]] = field(default_factory=list)  # calls made inside such a branch
     terminates: str | None = None  # the path of a terminate() in this workflow, if it has one
     on_error: bool = True  # the workflow has an on_error scope (set by _survey; parallel error keys are checked)
+    waited: set[str] = field(default_factory=set)  # signal names a wait or defer takes, seen so far in code order
 
     def add(self, path: str, message: str) -> None:
         self.issues.append(ValidationIssue(path=path, message=message + self.context))
@@ -176,11 +178,18 @@ class _Checker:
             self.case.milestones.add(term.name)
         elif isinstance(term, WhenMilestone) and isinstance(term.name, str):
             self.case.whens.append((term.name, path))
+        split = isinstance(term, _SPLITS)  # its children run as threads of their own
+        before = set(self.waited) if split else None
         for selector, child in children(term):
             handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
             self.handlers += handler
+            outer = set(self.waited) if split or handler else None
             self.walk(child, child_path(path, selector, child))
             self.handlers -= handler
+            if outer is not None:  # a wait in another thread answers no reply of this one
+                self.waited = outer
+        if before is not None:  # the threads a split started end at its join: their updates are answered there
+            self.waited = before
         if held:
             self.held.pop()
 
@@ -399,16 +408,52 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.model is not None:
-        if not (isinstance(t.model, type) and issubclass(t.model, BaseModel)):
-            c.add(path, f"model must be a pydantic model class (a BaseModel subclass), got {t.model!r}")
-        elif isinstance(t.signal, str):
-            first = c.case.models.setdefault(t.signal, (t.model, path))
-            if first[0] is not t.model:
-                c.add(
-                    path,
-                    f"signal {t.signal!r} is given model {t.model.__name__} here and {first[0].__name__} at "
-                    f"{first[1]}: a signal's payload is validated once, when sent; use one model per signal name",
-                )
+        _signal_model(c, path, t.signal, t.model)
+    if isinstance(t.signal, str):
+        c.waited.add(t.signal)
+    if t.reply is not None and not callable(t.reply):
+        c.add(path, f"reply={t.reply!r} must be a function of ctx returning the update's answer (a JSON value)")
+    if t.check is not None:
+        _check_fn(c, path, "check", t.check)
+
+
+def _signal_model(c: _Checker, path: str, signal: object, model: object) -> None:
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        c.add(path, f"model must be a pydantic model class (a BaseModel subclass), got {model!r}")
+    elif isinstance(signal, str):
+        first = c.case.models.setdefault(signal, (model, path))
+        if first[0] is not model:
+            c.add(
+                path,
+                f"signal {signal!r} is given model {model.__name__} here and {first[0].__name__} at "
+                f"{first[1]}: a signal's payload is validated once, when sent; use one model per signal name",
+            )
+
+
+def _check_fn(c: _Checker, path: str, what: str, fn: object) -> None:
+    if not callable(fn):
+        c.add(path, f"{what}={fn!r} must be a function (ctx, payload) -> None or a refusal str")
+
+
+def _per_signal(c: _Checker, t: Defer, path: str, what: str) -> list[tuple[str, Any]]:
+    """The {signal: value} pairs of defer's model= or check=, each naming one of its branches."""
+    value = getattr(t, what)
+    if value is None:
+        return []
+    names = {pair[0] for pair in t.branches if isinstance(pair, tuple) and len(pair) == 2} \
+        if isinstance(t.branches, tuple) else set()
+    if not isinstance(value, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        c.add(path, f"{what}= must be a dict {{signal name: ...}}, got {value!r}")
+        return []
+    good = []
+    for name, item in value:
+        if name not in names:
+            known = ", ".join(repr(n) for n in sorted(names, key=str)) or "none"
+            c.add(path, f"{what}= names signal {name!r}, which is not one of this defer's branches ({known}): "
+                        "check the name")
+        else:
+            good.append((name, item))
+    return good
 
 
 def _check_defer(c: _Checker, t: Defer, path: str) -> None:
@@ -428,6 +473,27 @@ def _check_defer(c: _Checker, t: Defer, path: str) -> None:
                     "returning one)")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
+    for name, model in _per_signal(c, t, path, "model"):
+        _signal_model(c, path, name, model)
+    for name, fn in _per_signal(c, t, path, "check"):
+        _check_fn(c, path, f"check[{name!r}]", fn)
+    if isinstance(t.branches, tuple):
+        c.waited.update(p[0] for p in t.branches if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str))
+
+
+_SPLITS = (Par, MI, Interleave, MultiChoice, Net)
+"""Terms whose children run as threads of their own: a `reply` answers only what a wait of its own thread took."""
+
+
+def _check_reply(c: _Checker, t: Reply, path: str) -> None:
+    if not isinstance(t.name, str) or not t.name:
+        c.add(path, f"reply needs the update's name (a non-empty str), got {t.name!r}")
+    elif t.name not in c.waited:
+        c.add(path, f"reply({t.name!r}) answers an update no earlier wait of its thread takes (a wait in another "
+                    f"branch of a par, mi or net does not count): put wait({t.name!r}) before it in the same thread, "
+                    "or fix the name")
+    if not callable(t.fn):
+        c.add(path, f"reply fn must be a function of ctx returning the update's answer (a JSON value), got {t.fn!r}")
 
 
 def _check_sleep(c: _Checker, t: Sleep, path: str) -> None:

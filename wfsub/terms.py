@@ -21,6 +21,7 @@ from ._terms import milestone as milestone
 from ._terms import multi_choice as multi_choice
 from ._terms import net as net
 from ._terms import par as par
+from ._terms import reply as reply
 from ._terms import saga as saga
 from ._terms import scope as scope
 from ._terms import seq as seq
@@ -52,6 +53,7 @@ __all__ = [
     "multi_choice",
     "net",
     "par",
+    "reply",
     "saga",
     "scope",
     "seq",

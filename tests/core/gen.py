@@ -23,6 +23,7 @@ from wfsub import (
     milestone,
     multi_choice,
     par,
+    reply,
     saga,
     scope,
     seq,
@@ -42,7 +43,7 @@ LOCKS = ("L0", "L1")
 MILESTONES = ("M0",)
 ALL_KINDS = frozenset({
     "task", "fail", "seq", "par", "xor", "loop", "mi", "scope", "effect", "wait", "sleep", "defer", "multi_choice",
-    "saga", "interleave", "critical", "milestone", "call", "terminate", "region_steps", "dynamic",
+    "saga", "interleave", "critical", "milestone", "call", "terminate", "region_steps", "dynamic", "updates",
 })
 
 
@@ -90,6 +91,14 @@ def data_until(ctx: Mapping[str, Any]) -> Any:
     return f"2027-01-0{1 + x % 9}T00:00:00" + ("" if x % 5 == 4 else "Z")
 
 
+def not_thirds(ctx: Mapping[str, Any], payload: Any) -> str | None:
+    return "divisible by 3" if isinstance(payload, int) and payload % 3 == 0 else None
+
+
+def answer(ctx: Mapping[str, Any]) -> Any:
+    return len(ctx)
+
+
 def a_task(rec: Recorder, fails: bool = False) -> Term:
     i = rec.fresh()
 
@@ -118,6 +127,12 @@ def _leaf(rec: Recorder) -> st.SearchStrategy[Term]:
         ))
     if "sleep" in k:
         options.append(st.sampled_from([sleep(1.0), sleep(1.0), sleep(data_seconds), sleep(until=data_until)]))
+    if "updates" in k:  # checked waits (a check refuses payloads divisible by 3), reply steps after waits
+        options.append(st.builds(
+            lambda s, to, r: seq(wait(s, check=not_thirds, timeout=to), reply(s, answer)) if r
+            else wait(s, check=not_thirds, reply=answer),
+            st.sampled_from(SIGNALS), st.sampled_from([None, 5.0, data_timeout]), st.booleans(),
+        ))
     if "call" in k:
         options.append(st.builds(rec.callee))
     if "terminate" in k:
@@ -293,6 +308,8 @@ def scripts(rec: Recorder, max_size: int = 12) -> st.SearchStrategy[list[tuple[A
         actions.append(st.tuples(st.just("cancel"), st.booleans()))
         actions.append(st.tuples(st.sampled_from(["cancel_region", "complete_region"]),
                                  st.sampled_from(REGIONS + MIS)))
+    if "updates" in k:
+        actions.append(st.tuples(st.just("update"), st.sampled_from(SIGNALS), st.integers(0, 9)))
     if "dynamic" in k:
         actions.append(st.tuples(st.just("add_instances"), st.sampled_from(MIS),
                                  st.lists(st.integers(0, 9), max_size=2)))

@@ -24,6 +24,7 @@ from wfsub import (
     multi_choice,
     net,
     par,
+    reply,
     saga,
     scope,
     seq,
@@ -121,7 +122,8 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
 # listed before its own. The frames and the handlers reach the interpreter state through the `vm` argument they
 # are given; an import under `if TYPE_CHECKING:` only names its type (it never runs).
 VM_LAYERS = [
-    "_events", "_requests", "_result", "_schedulers", "_records", "_withdraw", "_net", "_ops", "_interp", "_snapshot",
+    "_events", "_requests", "_result", "_schedulers", "_records", "_withdraw", "_net", "_updates", "_ops", "_interp",
+    "_snapshot",
     "_machine", "__init__",
 ]
 
@@ -272,7 +274,22 @@ def _bulk_records() -> set[str]:
         if m.run(1000).status != "yielded":
             break
     assert m.status == "done", m.error_message
-    return seen
+    return seen | _update_records()
+
+
+def _update_records() -> set[str]:
+    """The record types a snapshot holds while a thread owes an update (it waits for its own effect)."""
+    m = Machine(wfsub.compile(seq(wait("u"), effect(_noop, name="fx"), reply("u", lambda c: 1))))
+    m.run(100)
+    m.deliver_update("u", None, "id")
+    m.run(100)
+    snap = json.loads(json.dumps(m.snapshot()))
+    again = Machine.restore(m.program, snap)
+    assert json.loads(json.dumps(again.snapshot())) == snap
+    again.complete_effect(again.effect_ids()[0], {})
+    again.run(100)
+    assert again.take_answers() == [("id", "answer", "u", 1)]
+    return {obj["type"] for obj in snap["objects"]}
 
 
 def test_every_event_kind_the_vm_emits_is_listed() -> None:

@@ -62,10 +62,12 @@ class VmSide:
         self.status = "yielded"
         self.error: tuple[str | None, str | None] = (None, None)
         self.signals: tuple[str, ...] = ()
+        self.answers: list[tuple[Any, ...]] = []  # update answers, as `answered` compares them
 
     def run(self) -> None:
         for _ in range(100_000):
             r = self.m.run(self.quanta)
+            self.answers += answered(self.m.take_answers())
             self.effects.update({x.effect_id: x.path for x in r.effects})
             self.timers |= {x.timer_id for x in r.timers}
             self.lengths.update({x.timer_id: (x.seconds, x.at) for x in r.timers})
@@ -83,6 +85,13 @@ class VmSide:
             self.timers.clear()
 
 
+def answered(answers: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """What both sides must agree on of the update answers: (id, kind, value) of each answered, refused or failed
+    update (a case's end answers the rest: that is the runtime's to say, from the outcome)."""
+    return [(uid, kind, value if kind == "answer" else None)
+            for uid, kind, _, value in answers if uid is not None and kind != "ended"]
+
+
 def _status(vm: VmSide) -> str:
     return "running" if vm.status == "blocked" else vm.status
 
@@ -98,6 +107,10 @@ def _apply(side: Any, action: tuple[Any, ...], effect_id: int | None, timer_id: 
     if kind == "signal":
         return side.deliver_signal(action[1], action[2]) if isinstance(side, Machine) else side.signal(
             action[1], action[2]
+        )
+    if kind == "update":
+        return side.deliver_update(action[1], action[2], action[3]) if isinstance(side, Machine) else side.update(
+            action[1], action[2], action[3]
         )
     if kind == "cancel":
         return side.cancel(compensate=action[1])
@@ -133,9 +146,13 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         assert sorted(vm.timers) == ref.timers(), context
         assert {tid: vm.lengths[tid] for tid in vm.timers} == ref.timer_lengths(), context
         assert sorted(vm.signals) == ref.awaited(), context
+        vm.answers += answered(vm.m.take_answers())  # (those an input made after the last burst)
+        assert vm.answers == answered(ref.e.answers), context
         if status != "running" or not actions:
             return
         action = actions.pop(0)
+        if action[0] == "update":
+            action = (*action, f"u{len(done)}")  # its id
         eid = sorted(vm.effects)[action[1] % len(vm.effects)] if action[0] == "effect" and vm.effects else None
         tid = sorted(vm.timers)[action[1] % len(vm.timers)] if action[0] == "timer" and vm.timers else None
         if action[0] in ("effect", "timer") and eid is None and tid is None:

@@ -61,6 +61,9 @@ from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import durable_fields
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
+from ._updates import Updates, with_taken
+from ._updates import at_end as updates_at_end
+from ._updates import dispatch as dispatch_answers
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
@@ -98,6 +101,7 @@ class Shared:
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
+    updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
     compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
 
 
@@ -183,6 +187,7 @@ class CaseActor:
     on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
+    updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -313,6 +318,9 @@ class CaseActor:
             events = m.take_events()
             if events:
                 self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+        answers = m.take_answers()
+        if answers:
+            dispatch_answers(self, answers)
         return r
 
     def _set_waiting_state(self) -> None:
@@ -414,7 +422,11 @@ class CaseActor:
         if kind is Signal:
             assert isinstance(msg, Signal)
             try:
-                m.deliver_signal(msg.name, msg.payload, checked=True)  # checked at its door (`_inputs`)
+                if msg.update:
+                    assert msg.request_id is not None
+                    m.deliver_update(msg.name, msg.payload, msg.request_id, checked=True)
+                else:
+                    m.deliver_signal(msg.name, msg.payload, checked=True)  # checked at its door (`_inputs`)
             except SignalRejected as exc:  # the case ended while the signal was queued
                 _log.info("signal discarded", case_id=self.case_id, signal=msg.name, reason=str(exc))
                 if msg.reply is not None:
@@ -532,6 +544,11 @@ class CaseActor:
                 events = m.take_events()
                 if events:
                     self.shared.hub.submit(self.case_id, self.shared.clock.now(), events, self.sinks)
+            answers = m.take_answers()
+            if answers:
+                dispatch_answers(self, answers)
+        if self.updates is not None:
+            updates_at_end(self)
         self.machine = None
         self.signals = ()
         if self.armed:
@@ -624,8 +641,14 @@ class CaseActor:
             timers=armed,
             failure=failure,
             order=(self.journal.order if self.journal is not None else self.order) or None,
-            **({} if self.journal is None else durable_fields(self.journal)),
+            **self._durable_fields(),
         )
+
+    def _durable_fields(self) -> dict[str, Any]:
+        found = {} if self.journal is None else durable_fields(self.journal)
+        if self.updates is not None and self.updates.refused:  # inputs a check= refused as a wait took them
+            found["refused"] = with_taken(found.get("refused", ()), self.updates.refused)
+        return found
 
 
 def _drop_frames(exc: BaseException | None) -> None:

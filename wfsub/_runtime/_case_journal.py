@@ -37,6 +37,7 @@ from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import log_refused
 from ._status import CaseState
+from ._updates import row_answers, row_refused
 
 if TYPE_CHECKING:
     from .._vm import RunResult
@@ -199,6 +200,9 @@ def _record_for(actor: CaseActor, msg: Message, digest: str, now: float) -> dict
         assert isinstance(msg, Signal)
         if m.ended:
             raise actor.ended_error(msg.what)
+        if msg.update:  # replay delivers it as an update again (its id: the request id), to compute its answer
+            return j.record("signal", step, digest, now, name=msg.name, payload=msg.payload, update=True,
+                            **_request(msg))
         return j.record("signal", step, digest, now, name=msg.name, payload=msg.payload, **_request(msg))
     if kind is EffectDone:
         assert isinstance(msg, EffectDone)
@@ -278,6 +282,8 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         data=dict(m.data) if m is not None else actor.final_data,
         order=j.order,
         migrated_from=j.migrated_from,
+        answers=row_answers(actor),
+        taken_refused=row_refused(actor),
     )
 
 

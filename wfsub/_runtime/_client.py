@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from .._errors import CaseCancelled, CaseNotFound, SubstrateClosed
+from .._errors import CaseCancelled, CaseNotFound, SubstrateClosed, update_timeout
 from .._store import Store
 from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
@@ -168,6 +168,21 @@ class Client:
         door = self._door("send a signal")
         msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
         await door.send(case_id, msg)
+
+    async def update(
+        self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (how long to wait for the answer; the update stays)
+    ) -> Any:
+        """Send update `name` and return the owner's answer (see Substrate.update): it goes through the store's
+        inbox, and the answer is read from the case's row once the owner has written it."""
+        door = self._door("send an update")
+        _check_await_timeout(timeout)
+        msg = inputs.update(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        if timeout is None:
+            return await door.update(case_id, msg)
+        with anyio.move_on_after(timeout):
+            return await door.update(case_id, msg)
+        raise update_timeout(case_id, msg.name, timeout)
 
     async def cancel(
         self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None
@@ -319,6 +334,12 @@ class ClientHandle(CaseHandle):
 
     async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         await self._client.signal(self.case_id, name, payload, request_id=request_id)
+
+    async def update(
+        self, name: str, payload: Any = None, *, request_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        return await self._client.update(self.case_id, name, payload, request_id=request_id, timeout=timeout)
 
     async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
         await self._client.cancel(self.case_id, compensate, reason=reason)

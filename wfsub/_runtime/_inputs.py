@@ -29,6 +29,7 @@ model its workflow was registered with (`Workflow(term, input=Model)`), whicheve
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,12 +45,15 @@ from ._summary import model_name, payload_errors
 if TYPE_CHECKING:
     from .._vm import Machine
 
-KINDS = ("signal", "cancel", *ACTION_OF_KIND)
+KINDS = ("signal", "update", "cancel", *ACTION_OF_KIND)
 """Every input kind a case takes from outside, as the inbox and the journal spell them."""
 
 DEFAULT_REASON = "cancelled"
 
-FIELDS = {"signal": ("name", "payload"), "cancel": ("reason", "compensate"), "add_instances": ("region", "items")}
+FIELDS = {
+    "signal": ("name", "payload"), "update": ("name", "payload"), "cancel": ("reason", "compensate"),
+    "add_instances": ("region", "items"),
+}
 """The body fields each input kind takes (a region kind not named here takes `region` only)."""
 
 
@@ -156,6 +160,17 @@ def signal(
     return Signal(name, signal_payload(name, payload, case_id), reply, 0, rid)
 
 
+def update(name: object, payload: Any, rid: object = None, case_id: str | None = None) -> Signal:
+    """An update from the API or the inbox: a signal whose sender waits for its answer. Its request id is the
+    update's id (one is made when none is given): the owner keeps the answer under it, and a call repeated with
+    it gets the first call's answer."""
+    msg = signal(name, payload, rid, case_id)
+    if msg.request_id is None:
+        msg.request_id = f"update-{uuid.uuid4().hex}"
+    msg.update = True
+    return msg
+
+
 def cancel(
     why: object, comp: object = True, rid: object = None, case_id: str | None = None, reply: Reply | None = None
 ) -> Cancel:
@@ -199,6 +214,8 @@ def shaped(
             )
     if kind == "signal":
         msg = signal(body.get("name"), body.get("payload"), rid, case_id)
+    elif kind == "update":
+        msg = update(body.get("name"), body.get("payload"), rid, case_id)
     elif kind == "cancel":
         msg = cancel(body.get("reason", DEFAULT_REASON), body.get("compensate", True), rid, case_id)
     else:
@@ -220,7 +237,8 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
     kind = type(msg)
     if kind is Signal:
         assert isinstance(msg, Signal)
-        payload = machine.check_signal(msg.name, msg.payload)
+        payload = machine.check_update(msg.name, msg.payload) if msg.update else machine.check_signal(msg.name,
+                                                                                                       msg.payload)
         if limit is not None:
             payload, _ = as_journaled(payload, f"signal {msg.name!r} payload", limit)
         msg.payload = payload
@@ -244,6 +262,9 @@ def against_summary(
         assert isinstance(msg, Signal)
         signals = summary.get("signals") or {}
         waits = summary.get("waits") or {}  # (a summary written before it listed them has none)
+        updates = summary.get("updates")
+        if msg.update and updates is not None and msg.name not in updates:
+            raise SignalRejected.not_an_update(case_id, msg.name, updates, signals)
         if msg.name not in signals:
             known = {name: list(waits.get(name) or ["?"]) for name in signals}
             raise SignalRejected.unknown_signal(case_id, msg.name, known, None)  # (where it waits: not known here)
@@ -292,7 +313,8 @@ def inbox_body(msg: External, limit: int | None) -> dict[str, Any]:
 def kind_of(msg: External) -> str:
     """The inbox and journal kind of a message."""
     if type(msg) is Signal:
-        return "signal"
+        assert isinstance(msg, Signal)
+        return "update" if msg.update else "signal"
     if type(msg) is Cancel:
         return "cancel"
     assert isinstance(msg, RegionOp)
@@ -302,7 +324,7 @@ def kind_of(msg: External) -> str:
 def check_input(kind: str, body: Mapping[str, Any], *, request_id: str | None = None) -> dict[str, Any]:
     """Check an input for a durable case as its owner will, before anything is sent (`wfsub.lowlevel`).
 
-    `kind` is one of `signal`, `cancel`, `cancel_region`, `complete_region`, `add_instances`,
+    `kind` is one of `signal`, `update`, `cancel`, `cancel_region`, `complete_region`, `add_instances`,
     `close_instances`; `body` its fields (see `Store.inbox_put`). Returns the body as the owner will take it
     (defaults filled in); raises TypeError or ValueError naming the field and the fix. What depends on the case
     (its signals and regions, whether it has ended) is checked by its owner."""

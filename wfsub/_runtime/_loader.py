@@ -31,6 +31,7 @@ from ._persist import Loaded, end_suspended, rebuild, suspend
 from ._queued import StartRefused
 from ._registry import Workflows
 from ._status import FINAL, CaseState
+from ._updates import restore as restore_answers
 
 _log = get_logger("wfsub.runtime")
 
@@ -197,6 +198,7 @@ class CaseLoader:
             machine.trace_level = tracing[0]
             actor.sinks = tracing[1]
         actor.journal = loaded.journal
+        restore_answers(actor, row, machine.take_answers())  # (a retried update finds its answer)
         actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
         # Timers that fell due while the case was out of memory fire first, in the order of their due times, before
         # any input that reaches the case from now on (those were accepted after the timers were due).

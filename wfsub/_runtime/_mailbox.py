@@ -40,10 +40,11 @@ class Signal:
     reply: Reply | None = None
     inbox_id: int = 0
     request_id: str | None = None
+    update: bool = False  # an update: its sender waits for the answer, found by its request_id (see `_updates`)
 
     @property
     def what(self) -> str:
-        return f"take signal {self.name!r}"
+        return f"take update {self.name!r}" if self.update else f"take signal {self.name!r}"
 
 
 @dataclass(slots=True)

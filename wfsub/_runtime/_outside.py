@@ -28,10 +28,11 @@ from .._trace import get_logger
 from . import _inputs as inputs
 from ._compact import request_ids_of, start_of
 from ._journal import as_journaled, start_record
-from ._mailbox import External
+from ._mailbox import External, Signal
 from ._registry import Workflows
 from ._status import CaseState
 from ._summary import summary_of
+from ._updates import remote_answer, row_result
 
 _log = get_logger("wfsub.runtime")
 
@@ -70,21 +71,33 @@ class Outside:
             raise CaseNotFound(case_id)
         return row
 
-    async def send(self, case_id: str, msg: External, row: CaseRow | None = None) -> None:
-        """Check an input as the owner would, then write it to the inbox (returns once committed)."""
+    async def send(self, case_id: str, msg: External, row: CaseRow | None = None) -> int:
+        """Check an input as the owner would, then write it to the inbox (returns once committed): its inbox id,
+        0 for a retried call whose input was applied (nothing written)."""
         if row is None:
             row = await self.row(case_id)
         if CaseState(row.state).ended:
             if await applied(self.store, case_id, msg.request_id):
-                return  # a retried call whose input was applied (and ended the case): what it returned first
+                return 0  # a retried call whose input was applied (and ended the case): what it returned first
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
             inputs.against_summary(msg, summary, case_id, models)
         body = inputs.inbox_body(msg, self.max_payload)
-        await self.store.inbox_put(
+        return await self.store.inbox_put(
             case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
         )
+
+    async def update(self, case_id: str, msg: Signal, row: CaseRow | None = None) -> Any:
+        """Send an update through the inbox, then wait for its answer on the case's row (see `_updates`)."""
+        assert msg.request_id is not None
+        if row is None:
+            row = await self.row(case_id)
+        found, value = row_result(row, msg.name, msg.request_id) if row.answers else (False, None)
+        if found:  # a retried call the owner answered already
+            return value
+        inbox_id = await self.send(case_id, msg, row)
+        return await remote_answer(self.store, case_id, msg.name, msg.request_id, inbox_id)
 
     async def version(self, workflow: str) -> tuple[str, str]:
         """(name, fingerprint) of the version a new case of `workflow` starts on."""

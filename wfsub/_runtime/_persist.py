@@ -36,6 +36,7 @@ from ._refusals import refused_inputs
 from ._registry import Workflows
 from ._replay import Replayer
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
+from ._updates import with_taken
 
 if TYPE_CHECKING:
     from ._case import CaseActor
@@ -339,7 +340,7 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         order=row.order or None,
         version=row.fingerprint or None,
         migrated_from=row.migrated_from,
-        refused=refused_inputs(row.refused) if row.refused else (),
+        refused=with_taken(refused_inputs(row.refused) if row.refused else (), row.taken_refused),
     )
 
 

@@ -20,10 +20,10 @@ _log = get_logger("wfsub.runtime")
 
 
 def named(kind: str, body: Any) -> str | None:
-    """The signal or region an inbox input names (None for a cancel)."""
+    """The signal, update or region an inbox input names (None for a cancel)."""
     if not isinstance(body, dict):
         return None
-    value = body.get("name") if kind == "signal" else body.get("region")
+    value = body.get("name") if kind in ("signal", "update") else body.get("region")
     return value if isinstance(value, str) else None
 
 

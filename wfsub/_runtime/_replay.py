@@ -200,7 +200,17 @@ class Replayer:
             m.fire_timer(tid)
         elif kind == "signal":
             try:
-                m.deliver_signal(rec["name"], rec.get("payload"))
+                name, payload = rec["name"], rec.get("payload")
+                if rec.get("update"):  # its answer is computed again (not journaled), under its request id
+                    if name not in m.program.updates:
+                        m.check_update(name, payload)  # (raises: this version answers no such update)
+                    m.deliver_update(name, payload, str(rec["request_id"]), checked=True)
+                elif m.program.guarded:  # a check= ran when a wait took it, as it runs again here: not at a door
+                    if name not in m.program.signals:
+                        m.check_signal(name, payload)  # (raises: this version never waits for it)
+                    m.deliver_signal(name, payload, checked=True)
+                else:
+                    m.deliver_signal(name, payload)
             except SignalRejected as exc:
                 raise self.diverged(rec, f"signal {rec['name']!r} taken at step {rec['step']}", str(exc)) from None
         elif kind == "cancel":

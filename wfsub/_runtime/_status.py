@@ -62,8 +62,9 @@ class TimerStatus(BaseModel):
 
 class RefusedInput(BaseModel):
     """An input sent through the store's inbox (the `wfsub` command, a `Client`, a standby) that the case's owner
-    refused: its kind (`signal`, `cancel`, `cancel_region`, ...), the signal or region it named, why, when it was
-    sent (seconds of the sender's clock) and its `request_id`."""
+    refused, or a buffered signal or update that a wait's `check=` refused when it took it: its kind (`signal`,
+    `update`, `cancel`, `cancel_region`, ...), the signal or region it named, why, when it was sent (seconds of the
+    sender's clock; for a check's refusal, when the wait took it) and its `request_id`."""
 
     model_config = ConfigDict(frozen=True)
 

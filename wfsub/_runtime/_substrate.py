@@ -60,6 +60,8 @@ from .._errors import (
     StoreError,
     SubstrateClosed,
     WorkflowNotRegistered,
+    answer_gone,
+    update_timeout,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from .._store import CaseRow, SqliteStore, Store
@@ -86,6 +88,9 @@ from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
+from ._updates import ANSWERS_KEPT, row_result
+from ._updates import of as of_actor
+from ._updates import result as update_result
 
 _log = get_logger("wfsub.runtime")
 
@@ -865,6 +870,68 @@ class Substrate:
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
+    async def update(
+        self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (how long to wait for the answer; the update stays)
+    ) -> Any:
+        """Send update `name` (with `payload`) to a case and return its answer: what the wait that takes it
+        answers with `reply=fn`, or a later `reply(name, fn)` step of that thread; None if that thread parks or
+        ends without replying (or the case ends done first).
+
+        Raises SignalRejected when the case refuses it (an unknown name, a payload that does not fit its model,
+        a `check=` that says no: now, or when a wait takes it later), CaseFailed / CaseCancelled when the case
+        fails or is cancelled before answering, TimeoutError after `timeout` seconds without an answer (the case
+        keeps the update). A call repeated with the same `request_id` gets the first call's answer, also while
+        the first is waiting and after a crash of the process that owned the case."""
+        _check_await_timeout(timeout)
+        msg = inputs.update(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        if timeout is None:
+            return await self._update(case_id, msg, None)
+        with self._clock.deadline_scope(timeout):
+            return await self._update(case_id, msg, None)
+        raise update_timeout(case_id, msg.name, timeout)
+
+    async def _update(self, case_id: str, msg: Signal, actor: CaseActor | None) -> Any:
+        uid = msg.request_id
+        assert uid is not None
+        if actor is None or actor.evicted:
+            actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        if actor is None:
+            try:
+                actor = await self._live(case_id, msg.what)
+            except Remote as remote:
+                assert self._store is not None
+                outside = self._outside or Outside(self._store, self._workflows, self._max_payload, self._clock.now)
+                return await outside.update(case_id, msg, remote.row)
+            except SignalRejected:  # an ended case: a retried call gets what the first got
+                row = await self._store.row(case_id) if self._store is not None else None
+                if row is None or not await applied(self._store, case_id, uid):
+                    raise
+                found, value = row_result(row, msg.name, uid)
+                if not found:
+                    raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT) from None
+                return value
+        updates = of_actor(actor)
+        first = uid not in updates.pending and uid not in updates.answers
+        waiter = updates.waiter(uid)
+        journal = actor.journal
+        if first and journal is not None and uid in journal.request_ids:  # applied before: nothing is sent again
+            if not (actor.machine is not None and actor.machine.owes(uid)):  # and its answer is no longer kept
+                updates.pending.pop(uid, None)
+                raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT)
+        elif first:
+            try:
+                if actor.state in FINAL:
+                    raise actor.ended_error(msg.what)
+                await self._signal(actor, msg)
+            except BaseException:
+                if updates.pending.get(uid) is waiter:
+                    del updates.pending[uid]
+                raise
+        await waiter.event.wait()
+        assert waiter.answer is not None
+        return update_result(actor.case_id, msg.name, waiter.answer, actor.outcome)
+
     async def _signal(self, actor: CaseActor, msg: Signal) -> None:
         """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
         if self._phase != "open":
@@ -875,7 +942,8 @@ class Substrate:
         if machine is None or actor.state in FINAL:
             raise actor.ended_error(msg.what)
         if actor.journal is None:  # unknown names, bad payloads: refused here
-            msg.payload = machine.check_signal(msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
+            msg.payload = machine.check_update(msg.name, msg.payload) if msg.update else machine.check_signal(
+                msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
             await actor.send(msg)
             return
         admit(msg, machine, self._max_payload)  # and the payload as its record gives it back, before any write
@@ -1378,6 +1446,20 @@ class CaseHandle:
                 await self._sub._signal(actor, Signal(name, payload))  # `inputs.signal`'s checks, passed inline
             else:
                 await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
+
+    async def update(
+        self, name: str, payload: Any = None, *, request_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (how long to wait for the answer)
+    ) -> Any:
+        """Send update `name` to this case and return its answer (see Substrate.update)."""
+        _check_await_timeout(timeout)
+        msg = inputs.update(name, payload, request_id, self.case_id)
+        sub = self._sub
+        if timeout is None:
+            return await sub._update(self.case_id, msg, self._current())
+        with sub._clock.deadline_scope(timeout):
+            return await sub._update(self.case_id, msg, self._current())
+        raise update_timeout(self.case_id, msg.name, timeout)
 
     async def cancel(self, compensate: bool = True, *, reason: str = "cancelled") -> None:
         msg = inputs.cancel(reason, compensate, None, self.case_id)

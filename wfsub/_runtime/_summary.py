@@ -6,7 +6,7 @@ A summary is JSON:
 
     {"workflow": name, "root": the workflow's root node path,
      "signals": {name: the JSON Schema of its payload model, or None},
-     "updates": {},                                  (updates: room kept for them)
+     "updates": {name: the JSON Schema of its payload model, or None},   (the names an update can be sent to)
      "regions": {name: "scope" | "mi"}}
 
 `payload_errors(schema, payload)` checks a payload against the JSON Schema of its model (the subset pydantic
@@ -26,8 +26,6 @@ from typing import Any
 from .._program import Program, signal_waits
 from .._store import ProgramSummary
 
-UPDATES: dict[str, Any] = {}  # a program's updates: none yet (the key is kept so a summary's shape holds)
-
 
 def summary_of(name: str, program: Program, input_model: type | None = None) -> ProgramSummary:
     """The summary of a registered program version (`input_model`: the model its start data must fit, from
@@ -43,7 +41,7 @@ def summary_of(name: str, program: Program, input_model: type | None = None) -> 
         "root": program.root_path,
         "signals": signals,
         "waits": signal_waits(program),  # each signal -> the node paths of the waits that take it (for refusals)
-        "updates": dict(UPDATES),
+        "updates": {name: signals.get(name) for name in sorted(program.updates)},
         "regions": dict(sorted(program.regions.items())),
     }
     return ProgramSummary(program.fingerprint, name, summary)

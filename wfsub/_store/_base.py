@@ -81,6 +81,13 @@ class CaseRow:
     # The latest inbox inputs the owner refused for this case, newest first (at most REFUSED_KEPT): read from the
     # inbox's refused rows by the single-row reads (`row`, `read_row`, `load`), never written through the row.
     refused: list[InboxRow] = field(default_factory=list)
+    # The answers of the case's latest updates, by update id: {id: [kind, value]} (see `_runtime._updates`). Not
+    # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
+    # or a call retried after a crash, finds its answer.
+    answers: dict[str, Any] | None = None
+    # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
+    # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
+    taken_refused: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -139,6 +139,10 @@ def row_flags(row: CaseRow) -> tuple[bool, bool]:
 def encode_row(store: str, row: CaseRow) -> EncodedRow:
     live, parked = row_flags(row)
     detail = {name: getattr(row, name) for name in (*_DETAIL, *_LATER_DETAIL)}
+    if row.answers:  # (only a case that took updates has any: the other rows keep their text)
+        detail["answers"] = row.answers
+    if row.taken_refused:
+        detail["taken_refused"] = row.taken_refused
     return EncodedRow(
         {
             "case_id": row.case_id,
@@ -173,6 +177,10 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         extra = loads(detail)
         fields = {name: extra[name] for name in _DETAIL}
         fields.update({name: extra.get(name) for name in _LATER_DETAIL})
+        if "answers" in extra:
+            fields["answers"] = extra["answers"]
+        if "taken_refused" in extra:
+            fields["taken_refused"] = extra["taken_refused"]
     except (ValueError, TypeError, KeyError) as exc:  # edited or damaged: the case alone is shown suspended
         return _damaged_row(order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq,
                             next_due, exc)

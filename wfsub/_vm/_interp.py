@@ -54,6 +54,7 @@ from ._records import (
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunStatus
 from ._schedulers import DETERMINISTIC, Scheduler
+from ._updates import UpdateState, buffer_id, settle, state, take_waiting
 from ._withdraw import (
     cancel_case,
     cancel_region,
@@ -143,6 +144,7 @@ class Interp:
         "timers",
         "timer_values",
         "tl",
+        "updates",
         "waiters",
     )
 
@@ -192,6 +194,7 @@ class Interp:
         self.timer_values: dict[int, tuple[float, float | None]] = {}
         self.waiters: dict[str, Fifo] = {}  # of (token, wait id)
         self.buffered: dict[str, Fifo] = {}  # of (arrival seq, payload)
+        self.updates: UpdateState | None = None  # made by the first update or check= (see _updates)
         self.regions: dict[str, dict[Frame, None]] = {}
         self.locks: dict[str, CriticalFrame | None] = {}
         self.lock_waiters: dict[str, Fifo] = {}
@@ -255,6 +258,8 @@ class Interp:
                 self.gc_paused = False
                 gc.enable()
         self.steps += steps
+        if self.updates is not None and self.updates.owing:
+            settle(self)
         if not self.ended:
             if self.ready:
                 self.status = YIELDED
@@ -823,21 +828,31 @@ class Interp:
     cancel_region = cancel_region
     complete_region = complete_region
 
-    def signal(self, name: str, payload: Any) -> None:
-        """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient)."""
+    def signal(self, name: str, payload: Any, uid: str | None = None) -> None:
+        """A signal arrives: wake the oldest waiter, else buffer it (persistent) or drop it (transient).
+
+        `uid`: it is an update with that id (see `_updates`)."""
         queue = self.waiters.get(name)
         while queue:
             tok, wid = queue.popleft()
             if tok.alive and tok.wk == WK_SIGNAL and tok.wid == wid:
-                self._wake(tok, name, payload)
+                if uid is None and not self.program.guarded:
+                    self._wake(tok, name, payload)
+                else:
+                    take_waiting(self, tok, wid, queue, name, payload, uid)
                 return
         if name in self.program.persistent_signals:
             self.signal_seq += 1
             self.buffered.setdefault(name, Fifo()).append((self.signal_seq, payload))
+            if uid is not None:
+                buffer_id(self, name, uid)
             if self.tl:
                 self.emit("signal_buffered", "", {"signal": name})
-        elif self.tl:
-            self.emit("signal_dropped", "", {"signal": name, "reason": "transient and nobody waits"})
+        else:
+            if uid is not None:  # an update no thread takes: answered None, as a thread that goes on without a reply
+                state(self).answers.append((uid, "answer", name, None))
+            if self.tl:
+                self.emit("signal_dropped", "", {"signal": name, "reason": "transient and nobody waits"})
 
     def _wake(self, tok: Token, name: str, payload: Any) -> None:
         op, spec = self.code[tok.ip]

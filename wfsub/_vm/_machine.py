@@ -30,6 +30,7 @@ from ._requests import EffectRequest, TimerRequest
 from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
 from ._snapshot import give, take
+from ._updates import owes, take_answers, waiting_check
 
 _R = TypeVar("_R", EffectRequest, TimerRequest)
 
@@ -247,15 +248,57 @@ class Machine:
         if name not in program.signals:
             raise SignalRejected.unknown_signal(self.case_id, name, self._wait_paths(), self._waiting())
         model = program.signal_models.get(name)
-        if model is None:
-            return payload
+        if model is not None:
+            try:
+                payload = model.model_validate(payload).model_dump(mode="json")  # type: ignore[attr-defined]
+            except ValidationError as exc:
+                paths = self._wait_paths().get(name, [program.root_path])
+                raise SignalRejected.invalid_payload(
+                    self.case_id, name, model, exc.errors(include_url=False), paths, self._waiting()
+                ) from None
+        if program.guarded:  # the check= of the wait that would take it now, on the data as it is
+            refused = waiting_check(vm, name, payload)
+            if refused is not None:
+                raise SignalRejected.check_refused(self.case_id, "signal", name, refused[0], refused[1])
+        return payload
+
+    def check_update(self, name: str, payload: Any = None) -> Any:
+        """Raise what `deliver_update(name, payload, ...)` would raise, without delivering anything: a name the
+        workflow answers (a wait with reply= or a reply step), then `check_signal`'s checks. Returns the payload
+        as it would be stored."""
+        if not isinstance(name, str):
+            raise TypeError(f"update names are str, got {type(name).__name__} {name!r}")
+        vm = self._vm
+        if vm.ended:
+            self._check_open(f"take update {name!r}")
+        program = vm.program
+        if name not in program.updates:
+            raise SignalRejected.not_an_update(self.case_id, name, program.updates, program.signals)
         try:
-            return model.model_validate(payload).model_dump(mode="json")  # type: ignore[attr-defined]
-        except ValidationError as exc:
-            paths = self._wait_paths().get(name, [program.root_path])
-            raise SignalRejected.invalid_payload(
-                self.case_id, name, model, exc.errors(include_url=False), paths, self._waiting()
-            ) from None
+            return self.check_signal(name, payload)
+        except SignalRejected as exc:
+            raise SignalRejected.as_update(exc, name) from None
+
+    def deliver_update(self, name: str, payload: Any, update_id: str, *, checked: bool = False) -> None:
+        """An update arrives: as `deliver_signal`, and its answer comes out in `take_answers()` under
+        `update_id` (see `_vm._updates`). `checked=True`: `check_update` has passed (see `deliver_signal`)."""
+        vm = self._vm
+        if checked:
+            if vm.ended:
+                self._check_open(f"take update {name!r}")
+            vm.signal(name, payload, update_id)
+            return
+        vm.signal(name, self.check_update(name, payload), update_id)
+
+    def owes(self, update_id: str) -> bool:
+        """Whether update `update_id` is buffered or owed by a thread: the case will answer it."""
+        return owes(self._vm, update_id)
+
+    def take_answers(self) -> list[tuple[str | None, str, str, Any]]:
+        """The answers the last bursts and inputs produced, oldest first, each (update id or None, kind, name,
+        value): kind "answer" (the value), "refused" (the refusal; a plain signal's has id None), "error" (a
+        reply function failed: the value is the failure's text) or "ended" (the case ended first)."""
+        return take_answers(self._vm)
 
     def _wait_paths(self) -> dict[str, list[str]]:
         """Each signal the workflow waits for -> the node paths of the waits that take it (for a refusal)."""
@@ -277,7 +320,9 @@ class Machine:
                 self._check_open(f"take signal {name!r}")
             vm.signal(name, payload)
             return
-        if type(name) is str and not vm.ended and name in vm.program.signals and name not in vm.program.signal_models:
+        program = vm.program
+        if type(name) is str and not vm.ended and name in program.signals and name not in program.signal_models \
+                and not program.guarded:
             vm.signal(name, payload)  # the common case, checked inline: a known signal without a payload model
             return
         vm.signal(name, self.check_signal(name, payload))

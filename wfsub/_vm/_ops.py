@@ -50,6 +50,7 @@ from ._records import (
 )
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunStatus
+from ._updates import _op_reply, take_buffered, take_head, took
 from ._withdraw import cancel_region, complete_region, handler_finished, kill_subtree, refuse, step_failed
 
 if TYPE_CHECKING:
@@ -230,19 +231,30 @@ def _park_signal(m: Interp, tok: Token, ip: int, names: Sequence[str]) -> None:
 
 
 def _op_wait(m: Interp, tok: Token, ip: int, spec: bc.WaitSpec) -> int:
+    if not spec.transient and spec.signal in m.buffered:
+        queue = m.buffered[spec.signal]
+        if queue and spec.check is None and m.updates is None:  # the common case: no check, no update
+            _, payload = queue.popleft()
+            m._store(tok.env, spec.into, payload)
+            m._trace_node("signal_consumed", ip, signal=spec.signal, buffered=True)
+            return ip + 1
+        taken = take_buffered(m, tok, ip, spec.signal, spec.check) if queue else None
+        if taken is not None:
+            payload, uid = taken
+            m._store(tok.env, spec.into, payload)
+            m._trace_node("signal_consumed", ip, signal=spec.signal, buffered=True)
+            if uid is not None:
+                took(m, tok, ip, spec.signal, uid)
+                if not tok.alive or m.ended:  # its reply function failed the step
+                    return -1
+            return ip + 1
     timeout = spec.timeout
     computed = False
-    if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed from the data as the wait starts
+    if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed as the wait parks, arming it
         timeout = _seconds_from_data(m, tok, ip, timeout, "wait timeout", positive=True)
         if timeout is None:
             return -1
         computed = True
-    buffered = None if spec.transient else m.buffered.get(spec.signal)
-    if buffered:
-        _, payload = buffered.popleft()
-        m._store(tok.env, spec.into, payload)
-        m._trace_node("signal_consumed", ip, signal=spec.signal, buffered=True)
-        return ip + 1
     _park_signal(m, tok, ip, (spec.signal,))
     if timeout is not None:
         tok.aux = _arm(m, ip, timeout, tok, computed)
@@ -269,24 +281,36 @@ def _arm(m: Interp, ip: int, seconds: float, tok: Token, computed: bool = False,
 
 
 def _op_defer(m: Interp, tok: Token, ip: int, spec: bc.DeferSpec) -> int:
+    while True:
+        best = None
+        for i, name in enumerate(spec.signals):  # the earliest buffered signal among the names decides
+            buffered = m.buffered.get(name)
+            if buffered and (best is None or buffered.peek()[0] < best[0]):
+                best = (buffered.peek()[0], i)
+        if best is None:
+            break
+        name = spec.signals[best[1]]
+        if spec.checks is None and m.updates is None:  # the common case: no check, no update
+            _, payload = m.buffered[name].popleft()
+            uid = None
+        else:
+            check = None if spec.checks is None else spec.checks[best[1]]
+            taken = take_head(m, tok, ip, name, check)
+            if taken is None:
+                continue  # refused (dropped): the earliest of the rest decides
+            payload, uid = taken
+        m._store(tok.env, name, payload)
+        m._trace_node("deferred_choice", ip, chosen=name, buffered=True)
+        if uid is not None:
+            took(m, tok, ip, name, uid)  # (a defer has no reply=: the thread owes it)
+        return spec.targets[best[1]]
     timeout = spec.timeout
     computed = False
-    if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed as the choice starts
+    if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed as the choice parks, arming it
         timeout = _seconds_from_data(m, tok, ip, timeout, "defer timeout", positive=False)
         if timeout is None:
             return -1
         computed = True
-    best = None
-    for i, name in enumerate(spec.signals):  # the earliest buffered signal among the names decides
-        buffered = m.buffered.get(name)
-        if buffered and (best is None or buffered.peek()[0] < best[0]):
-            best = (buffered.peek()[0], i)
-    if best is not None:
-        name = spec.signals[best[1]]
-        _, payload = m.buffered[name].popleft()
-        m._store(tok.env, name, payload)
-        m._trace_node("deferred_choice", ip, chosen=name, buffered=True)
-        return spec.targets[best[1]]
     _park_signal(m, tok, ip, spec.signals)
     if timeout is not None:
         tok.aux = _arm(m, ip, timeout, tok, computed)
@@ -814,6 +838,7 @@ HANDLERS: tuple[Handler, ...] = _table(
         Op.LOOP_BACK: _op_loop_back,
         Op.WAIT: _op_wait,
         Op.DEFER: _op_defer,
+        Op.REPLY: _op_reply,
         Op.SLEEP: _op_sleep,
         Op.SCOPE: _op_scope,
         Op.LEAVE: _op_leave,

@@ -55,6 +55,7 @@ _STATE = (
     "timer_values",
     "waiters",
     "buffered",
+    "updates",
     "regions",
     "locks",
     "lock_waiters",
@@ -65,7 +66,7 @@ _STATE = (
 )
 
 
-_ADDED: dict[str, Any] = {"timer_values": dict, "compensated": tuple}
+_ADDED: dict[str, Any] = {"timer_values": dict, "compensated": tuple, "updates": lambda: None}
 """State added after the snapshot format's first release: an older snapshot lacks it and gets this empty value."""
 
 

@@ -6,6 +6,7 @@
     wfsub journal STORE CASE_ID                          (JSON lines)
     wfsub trace   STORE CASE_ID --workflow app:flows     (replayed from the journal)
     wfsub signal  STORE CASE_ID NAME ['{"json": 1}'] [--request-id ID] [--no-wait]
+    wfsub update  STORE CASE_ID NAME ['{"json": 1}'] [--request-id ID] [--timeout S]   (prints the answer)
     wfsub cancel  STORE CASE_ID [--reason R] [--region NAME] [--no-compensate]
     wfsub replay  STORE (CASE_ID... | --all) --workflow app:flows   (exit status 1 on a divergence)
     wfsub prune   STORE --older-than 30d

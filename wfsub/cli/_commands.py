@@ -337,6 +337,29 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
 @main.command()
 @STORE
 @click.argument("case_id")
+@click.argument("name")
+@click.argument("payload", required=False)
+@click.option("--request-id", help="Sending again with the same id applies the update once and prints its answer.")
+@click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, help="Seconds to wait for the answer.")
+@_run
+async def update(store: str, case_id: str, name: str, payload: str | None, request_id: str | None,
+                 patience: float) -> None:
+    """Send update NAME with a JSON PAYLOAD to a case and print its answer (JSON)."""
+    from .. import Client
+
+    value = _payload(payload)
+    async with Client(store) as client:
+        try:
+            answer = await client.update(case_id, name, value, request_id=request_id, timeout=patience)
+        except TimeoutError as exc:
+            raise CliError(str(exc)) from exc
+    r.print_json(answer)
+
+
+@main.command()
+@STORE
+@click.argument("case_id")
 @click.option("--reason", default="cancelled", show_default=True, callback=lambda ctx, param, value: _reason(value),
               help="Recorded as the case's cancel reason.")
 @click.option("--region", metavar="NAME", help="Cancel only this region of the case (its scope or MI name).")

@@ -363,7 +363,13 @@ class _Diagram:
         return _Frag(node, [(node, None)])
 
     def _wait(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
-        lines = [f"signal: {_name(t.signal)}"]
+        reply = _attr(t, "reply")
+        check = _attr(t, "check")
+        lines = [f"update: {_name(t.signal)}" if reply is not None else f"signal: {_name(t.signal)}"]
+        if reply is not None:
+            lines.append(f"reply {_fn_name(reply)}")
+        if check is not None:
+            lines.append(f"check {_fn_name(check)}")
         if t.into is not None:
             lines.append(f"into {_name(t.into)}")
         if t.timeout is not None:
@@ -377,6 +383,10 @@ class _Diagram:
         until = _attr(t, "until")
         when = f"until {_span(until)}" if until is not None else _span(t.seconds)
         node = self.node("event", f"timer: {when}")
+        return _Frag(node, [(node, None)])
+
+    def _reply(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        node = self.node("throw", f"reply to update {_name(t.name)}\n{_fn_name(t.fn)}")
         return _Frag(node, [(node, None)])
 
     def _call(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
@@ -753,6 +763,7 @@ _DRAWERS: dict[str, _Drawer] = {
     "when_milestone": _Diagram._when_milestone,
     "call": _Diagram._call,
     "terminate": _Diagram._terminate,
+    "reply": _Diagram._reply,
     "cancel_region": _Diagram._cancel_region,
     "complete_region": _Diagram._complete_region,
     "add_instances": _Diagram._add_instances,

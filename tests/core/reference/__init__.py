@@ -27,6 +27,7 @@ from typing import Any
 
 from wfsub._terms import Defer, Sleep, Term, Wait, child_path
 
+from . import _updates
 from ._blocks import MIBlock
 from ._engine import Engine, Failure
 
@@ -80,7 +81,14 @@ class Reference:
         if self.e.status != "running":
             raise Rejected("the case has ended")
 
-    def signal(self, name: str, payload: Any = None) -> None:
+    def update(self, name: str, payload: Any, uid: str) -> None:
+        """An update: as a signal, with an id its answer comes back under (in `answers`)."""
+        self._open()
+        if name not in self.e.updates:
+            raise Rejected(f"no wait or reply answers {name!r}")
+        self.signal(name, payload, uid)
+
+    def signal(self, name: str, payload: Any = None, uid: str | None = None) -> None:
         e = self.e
         self._open()
         if name not in e.signals:
@@ -89,11 +97,22 @@ class Reference:
         while q:
             th, wid = q.popleft()
             if e.waiting(th, "signal", wid):
+                refusal = e.check(th.at[0], name, th.env, payload)
+                if refusal is not None:  # the waiting thread's check= says no: it goes on waiting, nothing changes
+                    q.appendleft((th, wid))
+                    raise Rejected(refusal)
+                t, path = th.at
                 self._wake(th, name, payload)
+                if uid is not None:
+                    _updates.took(e, th, t, path, name, uid)
                 return
         if name in e.persistent:
             e.arrivals += 1
             e.buffered.setdefault(name, deque()).append((e.arrivals, payload))
+            if uid is not None:
+                e.buffer_ids[e.arrivals] = uid
+        elif uid is not None:  # nobody takes it: answered None
+            e.answers.append((uid, "answer", name, None))
 
     def _wake(self, th: Any, name: str, payload: Any) -> None:
         e = self.e

@@ -48,6 +48,7 @@ from wfsub._terms import (
     child_path,
 )
 
+from . import _updates
 from ._blocks import Block, Compensation, Instance, MIBlock, Pass, Root, Split, Thread, Undo
 from ._blocks import Interleave as InterleaveBlock
 
@@ -115,6 +116,11 @@ class Engine:
         self.blocking: dict[tuple[Any, str], Split] = {}
         self.signals: set[str] = set()
         self.persistent: set[str] = set()
+        self.updates: set[str] = set()  # names an update can be sent to (a wait with reply=, a reply step)
+        self.replies: set[str] = set()  # names a reply step answers
+        self.owing: list[list[Any]] = []  # [thread, name, update id] (see _updates)
+        self.buffer_ids: dict[int, str] = {}  # arrival number of a buffered update -> its id
+        self.answers: list[tuple[str | None, str, str, Any]] = []
         self.region_names: set[str] = set()
         self.region_contexts: dict[str, set[str]] = {}
         self._survey(term, term.kind, "root")
@@ -133,6 +139,11 @@ class Engine:
                 self.signals.add(t.signal)
                 if not t.transient:
                     self.persistent.add(t.signal)
+                if t.reply is not None:
+                    self.updates.add(t.signal)
+            elif t.kind == "reply":
+                self.updates.add(t.name)
+                self.replies.add(t.name)
             elif isinstance(t, Defer):
                 for name, _ in t.branches:
                     self.signals.add(name)
@@ -195,6 +206,8 @@ class Engine:
         idle = not self.awaited() and not self.effects and not self.timers and not self.open_mi()
         if self.status == "running" and idle:
             self.deadlock()
+        if self.owing:
+            _updates.settle(self)
 
     def awaited(self) -> list[str]:
         return sorted({name for name, q in self.waiters.items() for th, wid in q if self.waiting(th, "signal", wid)})
@@ -575,33 +588,65 @@ class Engine:
             raise Failure("StepFailed", path, f"timer time {got!r}")
         return when.timestamp()
 
+    @staticmethod
+    def check(t: Any, name: str, env: Any, payload: Any) -> str | None:
+        """The check= of a wait (or of a defer's branch `name`) on the thread's data and the payload: a refusal or
+        None. A check that raises or returns something else than None or a str refuses too."""
+        fn = t.check if isinstance(t, Wait) else dict(t.check or ()).get(name)
+        if fn is None:
+            return None
+        try:
+            said = fn(env, payload)
+        except Exception as exc:
+            return f"check raised {exc!r}"
+        return said if said is None or isinstance(said, str) else f"check returned {said!r}"
+
     def do_wait(self, th: Thread, t: Wait, path: str) -> None:
-        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=True)
         q = None if t.transient else self.buffered.get(t.signal)
-        if q:
-            _, payload = q.popleft()
-            self.store(th.env, {t.into or t.signal: payload})
-            return
+        while q:  # the oldest buffered signal its check takes; refused ones are dropped
+            seq, payload = q.popleft()
+            uid = self.buffer_ids.pop(seq, None)
+            if self.check(t, t.signal, th.env, payload) is None:
+                self.store(th.env, {t.into or t.signal: payload})
+                if uid is not None:
+                    _updates.took(self, th, t, path, t.signal, uid)
+                return
+            if uid is not None:
+                self.answers.append((uid, "refused", t.signal, None))
+        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=True)  # only to park
         self.park_signal(th, t, path, [t.signal])
         if timeout is not None:
             th.timeout = self.arm(th, (timeout, None))
 
     def do_defer(self, th: Thread, t: Defer, path: str) -> None:
-        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=False)
-        best: tuple[int, int] | None = None
-        for i, (name, _) in enumerate(t.branches):
-            q = self.buffered.get(name)
-            if q and (best is None or q[0][0] < best[0]):
-                best = (q[0][0], i)
-        if best is not None:
+        while True:
+            best: tuple[int, int] | None = None
+            for i, (name, _) in enumerate(t.branches):
+                q = self.buffered.get(name)
+                if q and (best is None or q[0][0] < best[0]):
+                    best = (q[0][0], i)
+            if best is None:
+                break
             name, branch = t.branches[best[1]]
-            _, payload = self.buffered[name].popleft()
+            seq, payload = self.buffered[name].popleft()
+            uid = self.buffer_ids.pop(seq, None)
+            if self.check(t, name, th.env, payload) is not None:
+                if uid is not None:
+                    self.answers.append((uid, "refused", name, None))
+                continue  # refused: dropped, the earliest of the rest decides
             self.store(th.env, {name: payload})
             self.push(th, branch, path, name)
+            if uid is not None:
+                _updates.took(self, th, t, path, name, uid)
             return
+        timeout = None if t.timeout is None else self.seconds(th, t.timeout, path, positive=False)  # only to park
         self.park_signal(th, t, path, [name for name, _ in t.branches])
         if timeout is not None:
             th.timeout = self.arm(th, (timeout, None))
+
+    def do_reply(self, th: Thread, t: Any, path: str) -> None:
+        """A reply step answers the update the thread owes under its name (see _updates); else it passes by."""
+        _updates.do_reply(self, th, t, path)
 
     def park_signal(self, th: Thread, t: Any, path: str, names: list[str]) -> None:
         wid = self.next_wid
