@@ -528,3 +528,31 @@ async def test_a_compacted_case_is_taken_over_by_another_node() -> None:
         finally:
             await reader.close()
         assert epochs[0][0] > 0 and epochs[-1][1] == 2
+
+
+# -- updates ----------------------------------------------------------------------------------------------------
+
+
+def add_item(ctx: Any) -> dict[str, Any]:
+    return {"total": ctx.get("total", 0) + ctx["item"]}
+
+
+UPDATED = loop(seq(wait("add", into="item", reply=lambda c: c.get("total", 0) + c["item"]), task(add_item)),
+               while_=lambda d: True)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_update_retried_after_its_record_was_compacted_gets_its_answer(kind: str, tmp_path: Path) -> None:
+    """An update answered, its record then compacted away and the Substrate restarted: the call retried with its
+    request id is answered as the first was, and not applied again."""
+    store = reopenable(kind, tmp_path)
+    async with Substrate(store=store(), workflows={"cart": UPDATED}, compact_after=5) as sub:
+        await sub.new_case("cart", {}, case_id="c")
+        assert await sub.update("c", "add", 7, request_id="u1") == 7
+        for i in range(1, 13):
+            await sub.update("c", "add", i)
+        journal = await sub.journal("c")
+        assert journal[0].kind == "snapshot" and all(field(r, "request_id") != "u1" for r in journal)
+    async with Substrate(store=store(), workflows={"cart": UPDATED}, compact_after=5) as sub:
+        assert await sub.update("c", "add", 7, request_id="u1") == 7
+        assert await sub.update("c", "add", 1) == 7 + sum(range(1, 13)) + 1
