@@ -33,6 +33,7 @@ from ._errors import CaseFailed as CaseFailed
 from ._errors import CaseNotFound as CaseNotFound
 from ._errors import CompensationFailed as CompensationFailed
 from ._errors import EffectResultError as EffectResultError
+from ._errors import HeartbeatTimeout as HeartbeatTimeout
 from ._errors import InvalidStartData as InvalidStartData
 from ._errors import InvalidWorkflow as InvalidWorkflow
 from ._errors import LimitExceeded as LimitExceeded
@@ -69,7 +70,9 @@ from ._terms import reply as reply
 from ._terms import saga as saga
 from ._terms import scope as scope
 from ._terms import seq as seq
+from ._terms import signal_case as signal_case
 from ._terms import sleep as sleep
+from ._terms import start_case as start_case
 from ._terms import task as task
 from ._terms import terminate as terminate
 from ._terms import wait as wait
@@ -86,6 +89,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import EffectInfo as EffectInfo
     from ._runtime import EffectStatus as EffectStatus
     from ._runtime import Failure as Failure
+    from ._runtime import Heartbeat as Heartbeat
     from ._runtime import JournalRecord as JournalRecord
     from ._runtime import Queue as Queue
     from ._runtime import RealClock as RealClock
@@ -98,6 +102,7 @@ if typing.TYPE_CHECKING:
     from ._runtime import TimerStatus as TimerStatus
     from ._runtime import Workflow as Workflow
     from ._runtime import effect_info as effect_info
+    from ._runtime import heartbeat as heartbeat
     from ._runtime import replay as replay
     from ._trace import CallbackSink as CallbackSink
     from ._trace import JsonlSink as JsonlSink
@@ -127,6 +132,8 @@ __all__ = [
     "EffectResultError",
     "EffectStatus",
     "Failure",
+    "Heartbeat",
+    "HeartbeatTimeout",
     "InvalidStartData",
     "InvalidWorkflow",
     "JournalRecord",
@@ -172,6 +179,7 @@ __all__ = [
     "defer",
     "effect",
     "effect_info",
+    "heartbeat",
     "interleave",
     "loop",
     "mi",
@@ -184,7 +192,9 @@ __all__ = [
     "saga",
     "scope",
     "seq",
+    "signal_case",
     "sleep",
+    "start_case",
     "task",
     "terminate",
     "to_dot",
@@ -214,6 +224,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EffectInfo": ("._runtime", "EffectInfo"),
     "EffectStatus": ("._runtime", "EffectStatus"),
     "Failure": ("._runtime", "Failure"),
+    "Heartbeat": ("._runtime", "Heartbeat"),
     "JournalRecord": ("._runtime", "JournalRecord"),
     "Queue": ("._runtime", "Queue"),
     "RealClock": ("._runtime", "RealClock"),
@@ -226,6 +237,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TimerStatus": ("._runtime", "TimerStatus"),
     "Workflow": ("._runtime", "Workflow"),
     "effect_info": ("._runtime", "effect_info"),
+    "heartbeat": ("._runtime", "heartbeat"),
     "replay": ("._runtime", "replay"),
     "CallbackSink": ("._trace", "CallbackSink"),
     "JsonlSink": ("._trace", "JsonlSink"),

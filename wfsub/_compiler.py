@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _netgraph
 from ._errors import InvalidWorkflow
+from ._outbound import Outbound
 from ._program import (
     ALL,
     BYTECODE_VERSION,
@@ -69,7 +70,9 @@ from ._terms import (
     Saga,
     Scope,
     Seq,
+    SignalCase,
     Sleep,
+    StartCase,
     Task,
     Term,
     Terminate,
@@ -259,8 +262,18 @@ def _emit_task(e: _Emitter, t: Task, path: str) -> None:
 
 
 def _emit_effect(e: _Emitter, t: Effect, path: str) -> None:
-    spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry)
+    spec = EffectSpec(t.fn, _label(t), t.timeout, t.retry, t.heartbeat_timeout)
     e.emit(Op.EFFECT, e.const(spec), path, _label(t))
+
+
+def _emit_start_case(e: _Emitter, t: StartCase, path: str) -> None:
+    fn = Outbound(t)  # an effect to the vm; the runtime starts the child (see `_outbound`)
+    e.emit(Op.EFFECT, e.const(EffectSpec(fn, fn.label, None, None)), path, fn.label)
+
+
+def _emit_signal_case(e: _Emitter, t: SignalCase, path: str) -> None:
+    fn = Outbound(t)
+    e.emit(Op.EFFECT, e.const(EffectSpec(fn, fn.label, None, None)), path, fn.label)
 
 
 def _emit_seq(e: _Emitter, t: Seq, path: str) -> None:
@@ -413,8 +426,13 @@ def _emit_scope(e: _Emitter, t: Scope, path: str) -> None:
     leave = e.emit(Op.LEAVE, -1, path)
     on_cancel = e.handler(t.on_cancel, path, "on_cancel")
     on_error = e.handler(t.on_error, path, "on_error")
-    e.args[leave] = e.here()
-    e.set_const(slot, ScopeSpec(t.name, on_cancel, e.here(), on_error, t.error_into))
+    e.args[leave] = after = e.here()
+    finally_ = -1
+    if t.finally_ is not None:  # every way on after the scope passes through FINALLY, which runs the branch
+        fin = e.emit(Op.FINALLY, -1, path)
+        finally_ = e.handler(t.finally_, path, "finally")
+        e.args[fin] = e.here()
+    e.set_const(slot, ScopeSpec(t.name, on_cancel, after, on_error, t.error_into, finally_))
 
 
 def _emit_saga(e: _Emitter, t: Saga, path: str) -> None:

@@ -14,6 +14,8 @@
     ├── RestoredError        an exception rebuilt from a snapshot or a journal (its type name and message)
     ├── EffectResultError    an effect returned data its case cannot take (not a mapping, not JSON, too large);
     │                        it is also a TypeError, and the effect is not retried for it
+    ├── HeartbeatTimeout     an effect attempt sent no heartbeat for its heartbeat_timeout: it was cancelled and
+    │                        failed with this (also a TimeoutError; the effect's retry policy applies)
     ├── SignalRejected       an input the case cannot take in its current state
     ├── MachineStateError    a vm input given in a wrong state (unknown effect id, ended machine, ...)
     ├── SnapshotMismatch     a snapshot was taken from a different program
@@ -579,3 +581,53 @@ class CommitUnknown(StoreError):
     """The connection to the database was lost after a write was sent and before its COMMIT was confirmed: the
     write may or may not have been applied. Retry it with the same `request_id` (a repeated id applies once), or
     read the case back (`load()`, `journal()`) to see which it was."""
+
+
+class HeartbeatTimeout(WfsubError, TimeoutError):
+    """An attempt of an effect with `heartbeat_timeout=` went that long without calling `wfsub.heartbeat()`: it was
+    cancelled and failed with this. The effect's retry policy applies (list it in `Retry.non_retryable` to fail at
+    once). `details` are the last heartbeat's details of that attempt (None if it sent none)."""
+
+    def __init__(self, name: str, path: str, timeout: float, attempt: int, details: object = None) -> None:
+        self.name = name
+        self.path = path
+        self.timeout = timeout
+        self.attempt = attempt
+        self.details = details
+        super().__init__(
+            f"effect {name!r} at {path} sent no heartbeat for {timeout:g}s (its heartbeat_timeout) in attempt "
+            f"{attempt}, so the attempt was cancelled; call wfsub.heartbeat() more often than every {timeout:g}s "
+            "while the effect works, or give it a longer heartbeat_timeout"
+        )
+
+
+def heartbeat_outside_effect() -> RuntimeError:
+    """`wfsub.heartbeat()` called where no effect runs."""
+    return RuntimeError(
+        "heartbeat() is called outside an effect: call it from the async function given to effect() (or from a "
+        "task that function awaits), where it tells the runtime the effect is still working"
+    )
+
+
+def heartbeat_not_json(name: str, path: str, problem: str) -> TypeError:
+    """`wfsub.heartbeat(details)` given details that are not JSON."""
+    return TypeError(
+        f"heartbeat details of effect {name!r} at {path} are not JSON ({problem}): they are kept in the case row "
+        "and given to the next attempt, so pass only dicts, lists, str, numbers, bool and None"
+    )
+
+
+def outbound_value(label: str, path: str, what: str, value: object, fix: str, case_id: str | None) -> Exception:
+    """A `start_case` or `signal_case` step whose function (`case_id=`, `data=`, `payload=`) returned what the step
+    cannot use: it fails at its node with this text."""
+    return bad_input(f"{label} at {path}: {what}", value, fix=fix, case_id=case_id)
+
+
+def not_our_child(child_id: str, parent: str, path: str, other: str | None) -> CaseExists:
+    """`start_case` found a case with the child's id that this parent did not start (`other`: its parent)."""
+    owner = "no parent" if other is None else f"parent {other!r}"
+    return CaseExists(
+        child_id,
+        f"{owner}, not the case {parent!r} whose start_case at {path} asked for it (a child's id must be its own: "
+        "pass start_case(..., case_id=fn) returning an id no other case uses",
+    )

@@ -16,6 +16,8 @@ Layout of each construct (`s` is a constant-table slot holding the construct's s
     wait / sleep    WAIT s / SLEEP s
     defer           DEFER s ; branch0 ; JUMP end ... ; [on_timeout] ; end:
     scope           SCOPE s ; body ; LEAVE after ; [on_cancel ; HANDLER_DONE] ; [on_error ; HANDLER_DONE] ; after:
+                    (with finally_: ... ; fin: FINALLY after ; finally_ ; HANDLER_DONE ; after:, and every way out
+                    of the scope that goes on after it goes to `fin`)
     saga            SAGA s ; step0 ; SAGA_STEP s0 ; step1 ; SAGA_STEP s1 ... ; LEAVE after ;
                     compensation_i ; HANDLER_DONE ... ; after:
     mi              MI s ; MI_SPAWN s ; body ; ARRIVE ; after:
@@ -89,6 +91,7 @@ class Op(IntEnum):
     NET_EXIT = 33  # a net node's thread leaves it (or starts the net): route it along the chosen edges
     NET_NODE = 34  # traced code only: a net node starts (wraps the node's first instruction)
     REPLY = 35  # answer the update this thread took at an earlier wait
+    FINALLY = 36  # a scope's finally_ on the normal way out: run it as a handler, then go to the operand
 
 
 TARGET = "target"  # the operand is an instruction index
@@ -133,6 +136,7 @@ OPERANDS: Mapping[Op, str] = {
     Op.NET_EXIT: SPEC,
     Op.NET_NODE: SPEC,
     Op.REPLY: SPEC,
+    Op.FINALLY: TARGET,
 }
 """What each opcode's operand is; `tests/core` checks every opcode is listed."""
 
@@ -150,6 +154,7 @@ class EffectSpec:
     name: str
     timeout: float | None
     retry: Retry | None
+    heartbeat_timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +222,7 @@ class ScopeSpec:
     after: int
     on_error: int = -1  # -1: none
     error_into: str = "error"
+    finally_: int = -1  # the finally_ branch's first instruction (it ends in HANDLER_DONE); -1: none
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,6 +235,8 @@ class Effect(Term):
     name: str | None = None
     timeout: float | None = None
     retry: Retry | None = None
+    _added = ("heartbeat_timeout",)
+    heartbeat_timeout: float | None = None  # seconds an attempt may go without `wfsub.heartbeat()`
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -390,6 +392,8 @@ class Scope(Term):
     on_cancel: Any = None
     on_error: Any = None
     error_into: Any = "error"
+    _added = ("finally_",)
+    finally_: Any = None
 
     def _children(self) -> Iterator[tuple[str, Any]]:
         yield "", self.body
@@ -397,6 +401,8 @@ class Scope(Term):
             yield "on_cancel", self.on_cancel
         if self.on_error is not None:
             yield "on_error", self.on_error
+        if self.finally_ is not None:
+            yield "finally", self.finally_
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -517,6 +523,31 @@ class CloseInstances(Term):
     kind = "close_instances"
     _positional = ("name",)
     name: Any
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class StartCase(Term):
+    """Start another case (a child) of a registered workflow; see `start_case`."""
+
+    kind = "start_case"
+    _positional = ("workflow",)
+    workflow: Any
+    data: Any = None
+    case_id: Any = None
+    wait: Any = True
+    into: Any = None
+    on_parent_cancel: Any = "cancel"
+
+
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class SignalCase(Term):
+    """Send a signal to another case; see `signal_case`."""
+
+    kind = "signal_case"
+    _positional = ("name",)
+    name: Any
+    case_id: Any = None
+    payload: Any = None
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -646,9 +677,14 @@ def effect(
     name: str | None = None,
     timeout: float | None = None,
     retry: Retry | None = None,
+    heartbeat_timeout: float | None = None,
 ) -> Term:
-    """An asynchronous step run by the runtime: `async fn(ctx) -> Mapping | None`."""
-    return Effect(fn, name, timeout, retry)
+    """An asynchronous step run by the runtime: `async fn(ctx) -> Mapping | None`.
+
+    With `heartbeat_timeout=` seconds, an attempt that goes that long without calling `wfsub.heartbeat()` is
+    cancelled and fails with `HeartbeatTimeout` (the retry policy applies).
+    """
+    return Effect(fn, name, timeout, retry, heartbeat_timeout)
 
 
 def seq(*steps: Term) -> Term:
@@ -774,6 +810,7 @@ def scope(
     on_cancel: Term | None = None,
     on_error: Term | None = None,
     error_into: str = "error",
+    finally_: Term | None = None,
 ) -> Term:
     """A named region (WCP19, 25, 26): cancelling it withdraws all of its work; with `on_cancel` the thread then
     goes through `on_cancel` and on after the scope.
@@ -781,8 +818,13 @@ def scope(
     With `on_error`, a failure inside `body` withdraws the body (compensating its sagas), stores the error
     record `{type, message, path, compensated, cause}` at `data[error_into]`, runs `on_error` and goes on after
     the scope: try/except for workflows.
+
+    `finally_` runs after the body ends, after `on_error` or `on_cancel` when one ran, and when the body is
+    withdrawn (a failure on its way out, a region or case cancel, a join's cancel_remaining), before the failure
+    goes on or the cancel completes: Python's `finally`. Not after `terminate()` or `cancel(compensate=False)`,
+    which end a case at once. See the README ("scope finally_") for what a failing `finally_` does.
     """
-    return Scope(name, body, on_cancel, on_error, error_into)
+    return Scope(name, body, on_cancel, on_error, error_into, finally_)
 
 
 def saga(*steps: Term | tuple[Term, Term]) -> Term:
@@ -873,6 +915,41 @@ def net(
     if isinstance(edges, list | tuple):
         shaped_edges = tuple(tuple(e) if isinstance(e, list | tuple) else e for e in edges)
     return Net(_as_pairs(nodes), shaped_edges, _as_pairs(split), _as_pairs(join))
+
+
+def start_case(
+    workflow: str,
+    *,
+    data: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+    case_id: Callable[[Mapping[str, Any]], str] | None = None,
+    wait: bool = True,
+    into: str | None = None,
+    on_parent_cancel: str = "cancel",
+) -> Term:
+    """Start a child case of the registered workflow `workflow`, with the start data `data(ctx)` (None: none).
+
+    Its id is `case_id(ctx)`, by default `{parent id}/{node path}` (plus `/{index}` for each enclosing mi
+    instance); the id is the step's idempotency key, so the child starts once however often the step is tried.
+    `wait=True`: the step waits for the child's end and merges its final data `into` a key (None: into the data
+    itself); a failed child fails the step with CaseFailed (a cancelled one with CaseCancelled). `wait=False`:
+    the child's id is stored `into` (default "child") and the parent goes on. `on_parent_cancel="cancel"`: a
+    parent cancelled (or the step withdrawn) while it waits cancels the child, with compensation; `"abandon"`
+    leaves it running.
+    """
+    return StartCase(workflow, data, case_id, wait, into, on_parent_cancel)
+
+
+def signal_case(
+    name: str,
+    *,
+    case_id: Callable[[Mapping[str, Any]], str],
+    payload: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> Term:
+    """Send signal `name` with `payload(ctx)` (None: no payload) to the case `case_id(ctx)`: applied once (its
+    request id is derived from this case's id and the step's node path and instance), journaled like an effect's
+    outcome. A refusal (no such case, an ended case, a signal that case cannot take) fails the step with its
+    reason."""
+    return SignalCase(name, case_id, payload)
 
 
 def cancel_region(name: str) -> Term:

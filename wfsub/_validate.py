@@ -41,7 +41,9 @@ from ._terms import (
     Saga,
     Scope,
     Seq,
+    SignalCase,
     Sleep,
+    StartCase,
     Task,
     Term,
     Terminate,
@@ -117,6 +119,7 @@ class _Checker:
     handlers: int = 0  # how many on_cancel / on_error / compensation branches enclose the current node
     handler_calls: list[tuple[str, str]] = field(default_factory=list)  # calls made inside such a branch
     terminates: str | None = None  # the path of a terminate() in this workflow, if it has one
+    loops: int = 0  # how many loops enclose the current node
     on_error: bool = True  # the workflow has an on_error scope (set by _survey; parallel error keys are checked)
     waited: set[str] = field(default_factory=set)  # signal names a wait or defer takes, seen so far in code order
 
@@ -180,14 +183,17 @@ class _Checker:
             self.case.whens.append((term.name, path))
         split = isinstance(term, _SPLITS)  # its children run as threads of their own
         before = set(self.waited) if split else None
+        looped = isinstance(term, Loop)
+        self.loops += looped
         for selector, child in children(term):
-            handler = selector in ("on_cancel", "on_error") or selector.endswith(".compensation")
+            handler = selector in ("on_cancel", "on_error", "finally") or selector.endswith(".compensation")
             self.handlers += handler
             outer = set(self.waited) if split or handler else None
             self.walk(child, child_path(path, selector, child))
             self.handlers -= handler
             if outer is not None:  # a wait in another thread answers no reply of this one
                 self.waited = outer
+        self.loops -= looped
         if before is not None:  # the threads a split started end at its join: their updates are answered there
             self.waited = before
         if held:
@@ -267,6 +273,15 @@ def _check_effect(c: _Checker, t: Effect, path: str) -> None:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
     if t.retry is not None:
         _check_retry(c, t.retry, path)
+    if t.heartbeat_timeout is not None:
+        if not _is_number(t.heartbeat_timeout) or t.heartbeat_timeout <= 0:
+            c.add(
+                path,
+                f"heartbeat_timeout={t.heartbeat_timeout!r} must be a positive number of seconds (the longest an "
+                "attempt may go without calling wfsub.heartbeat()), or None for no heartbeat timeout",
+            )
+        else:
+            _at_most_max_seconds(c, path, "heartbeat_timeout", t.heartbeat_timeout)
 
 
 def _check_retry(c: _Checker, r: object, path: str) -> None:
@@ -663,7 +678,7 @@ def _check_terminate(c: _Checker, t: Terminate, path: str) -> None:
     if c.handlers:
         c.add(
             path,
-            "terminate() inside an on_cancel, on_error or compensation branch: those branches clean up after "
+            "terminate() inside an on_cancel, on_error, finally_ or compensation branch: those branches clean up after "
             "withdrawn work and must run to their end; end the case after the scope instead",
         )
 
@@ -735,6 +750,59 @@ def _check_call(c: _Checker, t: Call, path: str) -> None:
             c.handler_calls.append((t.name, path))
 
 
+def _check_start_case(c: _Checker, t: StartCase, path: str) -> None:
+    if not isinstance(t.workflow, str) or not t.workflow:
+        c.add(path, f"start_case needs the registered name of a workflow (a non-empty str), got {t.workflow!r}")
+    elif c.library is None:
+        entry = f"{{{t.workflow!r}: workflow}}"
+        c.add(
+            path,
+            f"start_case({t.workflow!r}) starts a registered workflow: pass Substrate(workflows={entry}), "
+            f"or library={entry} to compile or validate",
+        )
+    elif t.workflow not in c.library:
+        known = ", ".join(sorted(str(k) for k in c.library)) or "none"
+        c.add(
+            path,
+            f"start_case({t.workflow!r}): no workflow of that name is registered (registered: {known}): "
+            "register it in workflows=, or check the spelling",
+        )
+    if t.data is not None:
+        c.callable_(path, "start_case data=", t.data)
+    if t.case_id is not None:
+        c.callable_(path, "start_case case_id=", t.case_id)
+    elif c.loops:
+        c.add(
+            path,
+            f"start_case({t.workflow!r}) inside a loop has no case_id=: every iteration would find the first "
+            "iteration's child (its default id is its node path); pass case_id=fn giving each run its own id, "
+            "e.g. case_id=lambda c: f\"{c['order']}-{c['attempt']}\"",
+        )
+    if not isinstance(t.wait, bool):
+        c.add(path, f"start_case wait= must be True (wait for the child's end) or False (go on), got {t.wait!r}")
+    if t.into is not None and (not isinstance(t.into, str) or not t.into):
+        c.add(path, f"start_case into= must be a non-empty str (a key of the data) or None, got {t.into!r}")
+    if t.on_parent_cancel not in ("cancel", "abandon"):
+        c.add(
+            path,
+            f"start_case on_parent_cancel={t.on_parent_cancel!r} is not a policy: use 'cancel' (the child is "
+            "cancelled with the parent) or 'abandon' (it runs on)",
+        )
+
+
+def _check_signal_case(c: _Checker, t: SignalCase, path: str) -> None:
+    if not isinstance(t.name, str) or not t.name:
+        c.add(path, f"signal_case needs a signal name (a non-empty str), got {t.name!r}")
+    if t.case_id is None or not callable(t.case_id):
+        c.add(
+            path,
+            f"signal_case case_id= must be a function of ctx returning the id of the case to signal, got "
+            f"{t.case_id!r}: e.g. case_id=lambda ctx: ctx['order_id']",
+        )
+    if t.payload is not None:
+        c.callable_(path, "signal_case payload=", t.payload)
+
+
 def _net_runs_nodes_at_once(t: Net) -> bool:
     """Whether some node of the net splits into parallel threads (an and or or split with two edges or more)."""
     if not isinstance(t.edges, tuple):
@@ -800,9 +868,9 @@ def validate(term: object, *, library: Mapping[str, Any] | None = None) -> list[
             if found is not None:
                 checker.add(
                     at,
-                    f"call({name!r}) inside an on_cancel, on_error or compensation branch reaches terminate() (in "
-                    f"library workflow {found[0]!r} at {found[1]}): those branches clean up after withdrawn work "
-                    "and must run to their end; end the case after the scope instead",
+                    f"call({name!r}) inside an on_cancel, on_error, finally_ or compensation branch reaches "
+                    f"terminate() (in library workflow {found[0]!r} at {found[1]}): those branches clean up after "
+                    "withdrawn work and must run to their end; end the case after the scope instead",
                 )
     _check_region_steps(case, issues)
     for name, path in case.whens:

@@ -8,6 +8,7 @@ from ._runtime import Clock as Clock
 from ._runtime import EffectInfo as EffectInfo
 from ._runtime import EffectStatus as EffectStatus
 from ._runtime import Failure as Failure
+from ._runtime import Heartbeat as Heartbeat
 from ._runtime import JournalRecord as JournalRecord
 from ._runtime import Queue as Queue
 from ._runtime import RealClock as RealClock
@@ -20,6 +21,7 @@ from ._runtime import SubstrateStatistics as SubstrateStatistics
 from ._runtime import TimerStatus as TimerStatus
 from ._runtime import Workflow as Workflow
 from ._runtime import effect_info as effect_info
+from ._runtime import heartbeat as heartbeat
 from ._runtime import replay as replay
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "EffectInfo",
     "EffectStatus",
     "Failure",
+    "Heartbeat",
     "JournalRecord",
     "Queue",
     "RealClock",
@@ -43,5 +46,6 @@ __all__ = [
     "TimerStatus",
     "Workflow",
     "effect_info",
+    "heartbeat",
     "replay",
 ]

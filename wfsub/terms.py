@@ -25,7 +25,9 @@ from ._terms import reply as reply
 from ._terms import saga as saga
 from ._terms import scope as scope
 from ._terms import seq as seq
+from ._terms import signal_case as signal_case
 from ._terms import sleep as sleep
+from ._terms import start_case as start_case
 from ._terms import task as task
 from ._terms import terminate as terminate
 from ._terms import wait as wait
@@ -57,7 +59,9 @@ __all__ = [
     "saga",
     "scope",
     "seq",
+    "signal_case",
     "sleep",
+    "start_case",
     "task",
     "terminate",
     "wait",

@@ -888,3 +888,27 @@ def test_timers_from_data_and_unlimited_retries_are_labelled_by_their_functions(
     assert mm.label("seq[6].effect") == "effect: charge\nretry ×5 ≤60s"
     for path in ("seq[0].sleep", "seq[1].sleep"):
         assert mm.nodes[mm.at(path)]["shape"] == "event" and dot.nodes[dot.at(path)]["shape"] == "doublecircle"
+
+
+def test_a_scope_finally_and_a_heartbeat_timeout_are_drawn() -> None:
+    """finally_ follows the body and the on_error branch (and hangs off the scope on a dashed "finally" edge); an
+    effect's heartbeat_timeout is in its label; both formats."""
+    async def poll(ctx: Any) -> None:
+        return None
+
+    wf = seq(
+        scope("s", effect(poll, heartbeat_timeout=30), on_error=task(lambda c: None, name="err"),
+              finally_=task(lambda c: None, name="cleanup")),
+        task(lambda c: None, name="after"),
+    )
+    mermaid = wfsub.to_mermaid(wf)
+    by_path = {path: node for node, path in re.findall(r"^\s*%% (\w+): (\S+)$", mermaid, re.M)}
+    fin, body, err, after = (by_path[p] for p in ("seq[0].scope[finally].task", "seq[0].scope.effect",
+                                                    "seq[0].scope[on_error].task", "seq[1].task"))
+    assert "heartbeat 30s" in mermaid
+    for src in (body, err):
+        assert f"{src} --> {fin}" in mermaid
+    assert f"{fin} --> {after}" in mermaid
+    assert f'{by_path["seq[0].scope"]} -.->|"finally"| {fin}' in mermaid
+    dot = wfsub.to_dot(wf)
+    assert "heartbeat 30s" in dot and 'label="finally"' in dot

@@ -222,7 +222,9 @@ def terms(rec: Recorder, max_leaves: int = 14) -> st.SearchStrategy[Term]:
             body = draw(children)
             on_cancel = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec))))
             on_error = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec))))
-            return scope(name, body, on_cancel=on_cancel, on_error=on_error, error_into=f"err{rec.fresh()}")
+            finally_ = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)), children))
+            return scope(name, body, on_cancel=on_cancel, on_error=on_error, error_into=f"err{rec.fresh()}",
+                         finally_=finally_)
 
         @st.composite
         def a_defer(draw: Any) -> Term:
@@ -254,7 +256,8 @@ def terms(rec: Recorder, max_leaves: int = 14) -> st.SearchStrategy[Term]:
                 region = mi(body, count=draw(st.integers(0 if dynamic else 1, 2)), dynamic=dynamic, name=name,
                             join=draw(st.sampled_from(["all", "first", None])), collect="out")
             else:
-                region = scope(name, body, on_cancel=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))))
+                region = scope(name, body, on_cancel=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))),
+                               finally_=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))))
             before = draw(children)
             steps = [cancel_region(name), complete_region(name)]
             if name in MIS:

@@ -515,3 +515,24 @@ async def test_program_summaries_are_kept_once_per_fingerprint(store: Store) -> 
         assert first is not None and first.summary == {"signals": {"go": None}}
         newest = await store.newest_program("order")
         assert newest is not None and newest.fingerprint == "fp-b"
+
+
+async def test_heartbeats_are_kept_beside_the_row_and_come_back_with_load(store: Store) -> None:
+    """put_heartbeats replaces what a case keeps; a row replace leaves it; load() gives it back (none: {}); a case
+    without a row is left alone; on a shared store a write at an epoch the node no longer holds changes nothing."""
+    beat = {"7": {"details": {"page": 3}, "at": 6.5, "attempt": 2}}
+    async with opened(store):
+        await store.write(first_write("a"))
+        loaded = await store.load("a")
+        assert loaded is not None and loaded.heartbeats == {}
+        await store.put_heartbeats("a", {"7": {"details": {"page": 2}, "at": 5.0, "attempt": 1}}, epoch=1)
+        await store.put_heartbeats("a", beat, epoch=1)
+        await store.write(CaseWrite("a", records=[signal(1)], row=row("a", "waiting_effect", last_seq=1), epoch=1))
+        loaded = await store.load("a")
+        assert loaded is not None and loaded.heartbeats == beat
+        await store.put_heartbeats("nobody", beat, epoch=1)
+        assert await store.row("nobody") is None
+        if store.shared:
+            await store.put_heartbeats("a", {}, epoch=2)  # fenced: the node holds the case at epoch 1
+            loaded = await store.load("a")
+            assert loaded is not None and loaded.heartbeats == beat

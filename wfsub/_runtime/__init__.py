@@ -8,6 +8,7 @@ from ._clock import RealClock as RealClock
 from ._clock import VirtualClock as VirtualClock
 from ._effects import EffectInfo as EffectInfo
 from ._effects import effect_info as effect_info
+from ._effects import heartbeat as heartbeat
 from ._journal import JournalRecord as JournalRecord
 from ._queues import Queue as Queue
 from ._registry import Workflow as Workflow
@@ -19,6 +20,7 @@ from ._status import CaseState as CaseState
 from ._status import CaseStatus as CaseStatus
 from ._status import EffectStatus as EffectStatus
 from ._status import Failure as Failure
+from ._status import Heartbeat as Heartbeat
 from ._status import RefusedInput as RefusedInput
 from ._status import SubstrateStatistics as SubstrateStatistics
 from ._status import TimerStatus as TimerStatus
@@ -34,6 +36,7 @@ __all__ = [
     "EffectInfo",
     "EffectStatus",
     "Failure",
+    "Heartbeat",
     "JournalRecord",
     "Queue",
     "RealClock",
@@ -47,5 +50,6 @@ __all__ = [
     "VirtualClock",
     "Workflow",
     "effect_info",
+    "heartbeat",
     "replay",
 ]

@@ -56,11 +56,12 @@ from ._case_io import case_timer, restart, start_io
 from ._case_journal import Fenced, close_live, durable_burst, evict_now, parked_in_store, write_end
 from ._clock import Clock
 from ._durable import CaseJournal
+from ._heartbeat import Beats, BeatWriter
 from ._hub import TraceHub
 from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import durable_fields
-from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
+from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, Heartbeat, TimerStatus
 from ._updates import Updates, with_taken
 from ._updates import at_end as updates_at_end
 from ._updates import dispatch as dispatch_answers
@@ -102,6 +103,7 @@ class Shared:
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
     updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
+    substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
     compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
 
 
@@ -157,6 +159,9 @@ class CaseActor:
     retry_at: dict[int, float] = field(default_factory=dict)  # effect id -> when its next attempt starts (backoff)
     armed: dict[int, tuple[str, float]] = field(default_factory=dict)  # timer id -> (path, due)
     requested: dict[int, tuple[str, str]] = field(default_factory=dict)  # effect id -> (path, name), until answered
+    beats: dict[int, Beats] = field(default_factory=dict)  # effect id -> its heartbeats, while it runs
+    kept_beats: dict[str, Any] = field(default_factory=dict)  # recovered: the heartbeats the case row kept
+    beat_writer: BeatWriter | None = None  # durable: the throttle of its heartbeat writes
     workflow: str | None = None  # the registered name the case started from
     final_data: dict[str, Any] | None = None  # the data when the case ended (any outcome)
     unstarted: int = 0  # effect and timer tasks started that have not run yet (see _starting)
@@ -188,6 +193,7 @@ class CaseActor:
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -616,7 +622,8 @@ class CaseActor:
             )
         in_flight = tuple(
             EffectStatus(effect_id=eid, name=name, path=path, attempt=self.attempts.get(eid, (1, None))[0],
-                         started_at=self.attempts.get(eid, (1, None))[1], retry_at=self.retry_at.get(eid))
+                         started_at=self.attempts.get(eid, (1, None))[1], retry_at=self.retry_at.get(eid),
+                         last_heartbeat=_last_heartbeat(self, eid))
             for eid, (path, name) in sorted(self.requested.items())
         ) if self.requested else ()
         armed = tuple(
@@ -636,6 +643,7 @@ class CaseActor:
             error=error,
             cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
             workflow=self.workflow,
+            parent=self.parent,
             at=at,
             effects=in_flight,
             timers=armed,
@@ -649,6 +657,13 @@ class CaseActor:
         if self.updates is not None and self.updates.refused:  # inputs a check= refused as a wait took them
             found["refused"] = with_taken(found.get("refused", ()), self.updates.refused)
         return found
+
+
+def _last_heartbeat(actor: CaseActor, eid: int) -> Heartbeat | None:
+    beats = actor.beats.get(eid)
+    if beats is None or beats.at is None:
+        return None
+    return Heartbeat(details=actor.shared.redact(beats.details), at=beats.at, attempt=beats.attempt)
 
 
 def _drop_frames(exc: BaseException | None) -> None:

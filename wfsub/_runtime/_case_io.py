@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import TaskGroup
 
+from ._children import outbound
 from ._effects import PASS_THROUGH, EffectInfo, call_effect, current_effect
+from ._heartbeat import Beats, note_beat
 from ._mailbox import Cancel, EffectDone, TimerFired
 
 if TYPE_CHECKING:
@@ -86,10 +88,12 @@ def _retrying(
         actor.shared.hub.submit(actor.case_id, actor.shared.clock.now(), events, actor.sinks)
 
 
-def _attempting(actor: CaseActor, effect_id: int, attempt: int) -> None:
-    """An attempt of an effect starts now (its status shows it; a retry's backoff is over)."""
-    actor.attempts[effect_id] = (attempt, actor.shared.clock.now())
-    actor.retry_at.pop(effect_id, None)
+def _attempting(actor: CaseActor, info: EffectInfo, beats: Beats, attempt: int) -> None:
+    """An attempt of an effect starts now (its status shows it; a retry's backoff is over; its heartbeat timeout
+    counts from now, and it sees the newest heartbeat sent before it)."""
+    actor.attempts[info.effect_id] = (attempt, actor.shared.clock.now())
+    actor.retry_at.pop(info.effect_id, None)
+    info.heartbeat = beats.start_attempt(attempt)
 
 
 async def _may_attempt(actor: CaseActor) -> None:
@@ -113,12 +117,17 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
             return
     running = actor.running_effects
     running[req.effect_id] = req  # (its attempt and start time: `_attempting`, as `call_effect` starts it)
-    info = EffectInfo(actor.case_id, req.effect_id, req.name, req.path, 1)
+    beats = actor.beats[req.effect_id] = Beats.recovered(
+        actor.shared.clock, actor.kept_beats.pop(str(req.effect_id), None)
+    )
+    if actor.journal is not None:
+        beats.on_beat = lambda: note_beat(actor)
+    info = EffectInfo(actor.case_id, req.effect_id, req.name, req.path, 1, None, beats)
     token = current_effect.set(info)
     with scope:
         try:
             output = await call_effect(
-                req.fn,
+                outbound(actor, req),
                 req.ctx,
                 name=req.name,
                 path=req.path,
@@ -127,8 +136,11 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
                 clock=actor.shared.clock,
                 case_id=actor.case_id,
                 on_retry=lambda attempt, delay, exc: _retrying(actor, req, info, attempt, delay, exc),
-                on_attempt=lambda attempt: _attempting(actor, req.effect_id, attempt),
+                on_attempt=lambda attempt: _attempting(actor, info, beats, attempt),
                 may_attempt=None if lease is None else lambda: _may_attempt(actor),
+                beats=beats,
+                heartbeat_timeout=req.heartbeat_timeout,
+                starting=actor.starting,
             )
         except PASS_THROUGH:
             raise
@@ -141,6 +153,7 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
             actor.post(EffectDone(req.effect_id, output, None))
         finally:
             running.pop(req.effect_id, None)
+            actor.beats.pop(req.effect_id, None)
             actor.attempts.pop(req.effect_id, None)
             actor.retry_at.pop(req.effect_id, None)
             current_effect.reset(token)

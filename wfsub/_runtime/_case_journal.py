@@ -284,6 +284,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         migrated_from=j.migrated_from,
         answers=row_answers(actor),
         taken_refused=row_refused(actor),
+        parent=j.parent,
     )
 
 

@@ -9,7 +9,8 @@ raised when an attempt runs out of time, with three exceptions:
   else cancelled) is a failure like any other, so the retry policy applies and other effects are untouched;
 - `KeyboardInterrupt` and `SystemExit` propagate: they stop the program, not the case.
 An effect that returns something other than a Mapping or None is a programming error, not a transient one: it
-fails at once, without retries. Exceptions listed in `Retry.non_retryable` also fail at once.
+fails at once, without retries. Exceptions listed in `Retry.non_retryable` also fail at once. An attempt of an
+effect with `heartbeat_timeout=` runs under a watchdog (`_heartbeat.watched`).
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from .._errors import EffectResultError
+from .._errors import EffectResultError, heartbeat_outside_effect
 from .._terms import Retry
 from .._trace import get_logger
 from ._clock import Clock
+from ._heartbeat import Beats, watched
 
 _log = get_logger("wfsub.runtime")
 
@@ -40,6 +42,9 @@ class EffectInfo:
     `idempotency_key` is the same for every attempt, after a recovery and in a replay (the case id, the effect
     id and the node path), so an effect can make its side effect idempotent: pass it to the payment provider,
     or record it with what the effect did and skip work already done.
+
+    `heartbeat` is the details of the newest `wfsub.heartbeat()` sent before this attempt started (by an earlier
+    attempt, also before a restart of a durable case), or None: a long job can resume where it got to.
     """
 
     case_id: str
@@ -47,6 +52,8 @@ class EffectInfo:
     name: str
     path: str
     attempt: int
+    heartbeat: Any = None
+    _beats: Beats | None = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -64,6 +71,18 @@ def effect_info() -> EffectInfo:
             "effect_info() is called outside an effect: call it from the async function given to effect()"
         )
     return info
+
+
+def heartbeat(details: Any = None) -> None:
+    """Tell the runtime the effect running in this task is still working; `details` (JSON, or None) are kept as its
+    newest heartbeat: a later attempt reads them as `effect_info().heartbeat`, and `status()` shows them. With
+    `effect(..., heartbeat_timeout=)`, an attempt that goes that long without calling this fails with
+    `HeartbeatTimeout`. Outside an effect it raises RuntimeError; details that are not JSON, TypeError."""
+    info = current_effect.get()
+    beats = None if info is None else info._beats
+    if info is None or beats is None:
+        raise heartbeat_outside_effect()
+    beats.beat(info.name, info.path, details)
 
 
 class StrayCancellation(Exception):
@@ -88,12 +107,16 @@ async def call_effect(
     on_retry: Callable[[int, float, BaseException], None] | None = None,
     on_attempt: Callable[[int], None] | None = None,
     may_attempt: Callable[[], Awaitable[None]] | None = None,
+    beats: Beats | None = None,
+    heartbeat_timeout: float | None = None,
+    starting: Callable[[int], None] | None = None,
 ) -> Mapping[str, Any] | None:
     """Run the effect to completion (with its retries) and return its output; raise its last exception.
 
     `on_retry(attempt, delay, error)` is called before each backoff (the case traces it), `on_attempt(attempt)`
     as each attempt starts (the case's status shows it). `may_attempt()` is awaited before each retry: a durable
-    case's node holds its retries there while its lease is in doubt.
+    case's node holds its retries there while its lease is in doubt. With `heartbeat_timeout` (and the effect's
+    `beats`), each attempt is watched: `starting(n)` counts the watchdog busy until it runs.
     """
     attempts = retry.max_attempts if retry is not None else 1
     attempt = 0
@@ -103,7 +126,12 @@ async def call_effect(
         if on_attempt is not None:
             on_attempt(attempt)
         try:
-            return await _attempt(fn, ctx, name=name, path=path, attempt_timeout=attempt_timeout, clock=clock)
+            if heartbeat_timeout is None or beats is None:
+                return await _attempt(fn, ctx, name=name, path=path, attempt_timeout=attempt_timeout, clock=clock)
+            return await watched(  # type: ignore[no-any-return]
+                lambda: _attempt(fn, ctx, name=name, path=path, attempt_timeout=attempt_timeout, clock=clock),
+                beats, heartbeat_timeout, name=name, path=path, starting=starting,
+            )
         except EffectResultError:
             raise
         except PASS_THROUGH:

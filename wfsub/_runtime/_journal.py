@@ -194,12 +194,16 @@ def _models_in(value: Any) -> bool:
 
 def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
-    deadline: float | None, now: float,
+    deadline: float | None, now: float, parent: str | None = None,
 ) -> Record:
-    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed))."""
+    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), and
+    for a child case (`start_case`) its `parent`."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
-    return {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
-            "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
+              "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    if parent is not None:
+        record["parent"] = parent
+    return record
 
 
 def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:

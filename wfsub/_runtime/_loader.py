@@ -198,7 +198,9 @@ class CaseLoader:
             machine.trace_level = tracing[0]
             actor.sinks = tracing[1]
         actor.journal = loaded.journal
+        actor.kept_beats = loaded.heartbeats
         restore_answers(actor, row, machine.take_answers())  # (a retried update finds its answer)
+        actor.parent = loaded.journal.parent
         actor.cancel_reason = replayer.cancel_reason  # a case brought back while it is being cancelled
         # Timers that fell due while the case was out of memory fire first, in the order of their due times, before
         # any input that reaches the case from now on (those were accepted after the timers were due).
@@ -228,7 +230,8 @@ class CaseLoader:
         case_id = actor.case_id
         journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
         journal.deadline = deadline
-        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now)
+        journal.parent = actor.parent
+        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.parent)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:

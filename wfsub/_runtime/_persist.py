@@ -50,7 +50,7 @@ DUE_POLL = 1.0  # seconds the due-timer loop sleeps at most before looking at th
 class Loaded:
     """A case rebuilt from the store, ready to become a live actor."""
 
-    __slots__ = ("row", "start", "program", "replayer", "journal")
+    __slots__ = ("row", "start", "program", "replayer", "journal", "heartbeats")
 
     def __init__(self, row: CaseRow, start: Record, program: Program, replayer: Replayer, journal: CaseJournal):
         self.row = row
@@ -58,6 +58,7 @@ class Loaded:
         self.program = program
         self.replayer = replayer
         self.journal = journal
+        self.heartbeats: dict[str, Any] = {}  # the heartbeats its case row kept (`Store.put_heartbeats`)
 
 
 def _same(value: Any) -> Any:
@@ -103,8 +104,11 @@ async def rebuild(
             raise
         journal = _journal(store, row, start, replayer)
         journal.first_seq = int(first["seq"])
-        return Loaded(row, start, program, replayer, journal)
-    return await migrate(store, workflows, row, first, trace_level, max_instances, redact)
+        loaded = Loaded(row, start, program, replayer, journal)
+    else:
+        loaded = await migrate(store, workflows, row, first, trace_level, max_instances, redact)
+    loaded.heartbeats = dict(stored.heartbeats)
+    return loaded
 
 
 async def migrate(
@@ -261,6 +265,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
         store, row.case_id, row.workflow, row.fingerprint, row.started_at, seq=replayer.seq, time=replayer.time
     )
     journal.deadline = start.get("deadline")
+    journal.parent = start.get("parent")
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
@@ -341,6 +346,7 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         version=row.fingerprint or None,
         migrated_from=row.migrated_from,
         refused=with_taken(refused_inputs(row.refused) if row.refused else (), row.taken_refused),
+        parent=row.parent,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +37,17 @@ FINAL = _FINAL  # `state in FINAL` where it is read per case: an enum property c
 _PARKED = frozenset({CaseState.WAITING_SIGNAL, CaseState.WAITING_TIMER})
 
 
+class Heartbeat(BaseModel):
+    """An effect's newest heartbeat: its details (JSON), when it came (the Substrate clock's seconds), and the
+    attempt that sent it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    details: Any = None
+    at: float
+    attempt: int = 1
+
+
 class EffectStatus(BaseModel):
     """An effect in flight: which, where, its attempt (1 for the first) and when that attempt started; while it
     waits out a retry's backoff, `retry_at` is when the next attempt starts."""
@@ -48,6 +60,7 @@ class EffectStatus(BaseModel):
     attempt: int = 1
     started_at: float | None = None
     retry_at: float | None = None
+    last_heartbeat: Heartbeat | None = None  # the newest `wfsub.heartbeat()` of the effect (any attempt), or None
 
 
 class TimerStatus(BaseModel):
@@ -123,6 +136,8 @@ class CaseStatus(BaseModel):
     dedup: str | None = None
     partition: str | None = None
     dequeued_at: float | None = None
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    children: tuple[str, ...] = ()  # `status()`: the ids of the cases it started, oldest first (see `cases(parent=)`)
 
     @property
     def ended(self) -> bool:

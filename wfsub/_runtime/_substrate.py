@@ -72,6 +72,7 @@ from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from ._case import CaseActor, CaseEvicted, Shared
+from ._children import children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
@@ -281,6 +282,7 @@ class Substrate:
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
         self._schedules = self._check_schedules(schedules)
+        self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -303,6 +305,7 @@ class Substrate:
         case_tg = self._case_tg = anyio.create_task_group()
         await case_tg.__aenter__()
         shared.start_soon = lambda fn: case_tg.start_soon(fn)
+        shared.substrate = self
         if isinstance(self._clock, VirtualClock):
             self._detach_clock = self._clock.attach(lambda: shared.busy == 0)
         self._phase = "open"
@@ -527,6 +530,7 @@ class Substrate:
         dedup: str | None = None,
         partition: str | None = None,
         delay: float | None = None,
+        _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -584,6 +588,7 @@ class Substrate:
             case_id=case_id, max_instances=self._max_instances, workflow=name,
         )
         actor = self._actor(case_id, machine, now, deadline, name, level)
+        actor.parent = _parent
         if durable:
             assert self._loader is not None
             assert name is not None
@@ -607,6 +612,8 @@ class Substrate:
             if queued:
                 return CaseHandle(self, None, case_id)
         self._spawn(actor)
+        if _parent is not None and not durable:  # (a durable child is found through the store's parent index)
+            self._children.setdefault(_parent, []).append(case_id)
         return CaseHandle(self, actor)
 
     async def _joined(self, case_id: str) -> bool:
@@ -1162,7 +1169,11 @@ class Substrate:
             await event.wait()
 
     def status(self, case_id: str) -> CaseStatus:
-        """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure."""
+        """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure, and the
+        cases it started (`children`)."""
+        return children_in(self, self._status(case_id))
+
+    def _status(self, case_id: str) -> CaseStatus:
         actor = self._cases.get(case_id) if isinstance(case_id, str) else None
         if actor is not None:
             return self._with_queue(actor.status())
@@ -1188,11 +1199,14 @@ class Substrate:
         return self._get(case_id).data()
 
     def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseStatus]:
-        """Cases newest first, filtered by state and workflow name, at most `limit`. Page with `before`: pass the
-        `order` of the last case of the previous page. A case in memory is reported (and filtered) as it is now;
-        one that is not, as the store last recorded it."""
+        """Cases newest first, filtered by state, workflow name and `parent` (the children a case started), at most
+        `limit`. Page with `before`: pass the `order` of the last case of the previous page. A case in memory is
+        reported (and filtered) as it is now; one that is not, as the store last recorded it."""
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         if state is not None and state not in CaseState.__members__.values():
@@ -1211,7 +1225,10 @@ class Substrate:
             for actor in reversed(self._cases.values()):
                 if before is not None and actor.order >= before:
                     continue
-                if (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow):
+                if (
+                    (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow)
+                    and (parent is None or actor.parent == parent)
+                ):
                     found.append(self._with_queue(actor.status()))
                     if len(found) == limit:
                         break
@@ -1219,7 +1236,7 @@ class Substrate:
         store = self._store
         listed: list[CaseStatus] = []
         seen: set[str] = set()
-        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before):
+        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent):
             seen.add(row.case_id)
             live = self._cases.get(row.case_id)
             if live is None or live.exited or live.journal is None:
@@ -1235,6 +1252,7 @@ class Substrate:
                 if (
                     j is None or actor.exited or actor.case_id in seen or actor.state.value != state
                     or (workflow is not None and actor.workflow != workflow)
+                    or (parent is not None and actor.parent != parent)
                 ):
                     continue
                 if not j.order:
@@ -1421,7 +1439,7 @@ class CaseHandle:
 
     def status(self) -> CaseStatus:
         actor = self._current()
-        return actor.status() if actor is not None else self._sub.status(self.case_id)
+        return children_in(self._sub, actor.status()) if actor is not None else self._sub.status(self.case_id)
 
     def data(self) -> dict[str, Any]:
         """A copy of the case's data now (the final data once it has ended)."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -88,6 +88,7 @@ class CaseRow:
     # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
+    parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
 
 @dataclass(slots=True)
@@ -186,6 +187,7 @@ class StoredCase:
     start: Record  # the first record kept: `start`, or after a compaction the `snapshot` record (which holds it)
     snapshot: Snapshot | None  # the newest snapshot (the caller checks its versions)
     records: list[Record]  # the records after the snapshot's seq (after `start` without a snapshot), in order
+    heartbeats: dict[str, Any] = field(default_factory=dict)  # see `Store.put_heartbeats`
 
 
 @runtime_checkable
@@ -233,7 +235,8 @@ class Store(Protocol):
         ...
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
         ...
@@ -243,9 +246,11 @@ class Store(Protocol):
         ...
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
-        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`."""
+        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`;
+        `parent=`: only the children that case started."""
         ...
 
     async def live(self) -> list[CaseRow]:
@@ -337,6 +342,13 @@ class Store(Protocol):
         """A store opened with owner=False becomes the owner if nobody owns it now (a standby Substrate whose
         owner has gone); False if someone does. Single-node stores only: a shared store raises StoreError (its
         nodes own cases, not the store)."""
+        ...
+
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        """Keep the last heartbeat of each in-flight effect of a case beside its row (`{effect id as str:
+        {"details", "at", "attempt"}}`, replacing what was kept): not journaled, never read by a replay, given back
+        by `load()` so a recovered effect's next attempt sees them. A case without a row is left as it is; on a
+        shared store a case this node does not own at `epoch` too (the heartbeat of a node that lost the case)."""
         ...
 
     async def put_program(self, summary: ProgramSummary) -> None:

@@ -66,6 +66,7 @@ class _Case:
     row: dict[str, Any] | None = None  # encoded row params
     order: int = 0
     snapshots: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # seq -> (format, bytecode, JSON)
+    heartbeats: str | None = None  # JSON (see Store.put_heartbeats)
 
 
 @dataclass(slots=True)
@@ -250,6 +251,14 @@ class MemoryStore(SingleNode):
         self._owner = owner_id
         return True
 
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        self._check_open("record heartbeats")
+        text = to_json(self._name, f"the heartbeats of case {case_id!r}", dict(heartbeats))
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        if case is not None and case.row is not None:
+            case.heartbeats = text
+
     async def put_program(self, summary: ProgramSummary) -> None:
         self._check_open("record a program summary")
         await anyio.lowlevel.checkpoint()
@@ -379,7 +388,8 @@ class MemoryStore(SingleNode):
             snapshot = kept_snapshot(Snapshot(case_id, at, fmt, bytecode, loads(state)), first)
         after = first["seq"] if snapshot is None else snapshot.seq
         records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
-        return StoredCase(self._with_refused(self._row(case)), first, snapshot, records)
+        heartbeats = loads(case.heartbeats) if case.heartbeats is not None else {}
+        return StoredCase(self._with_refused(self._row(case)), first, snapshot, records, heartbeats)
 
     async def first_seq(self, case_id: str) -> int | None:
         self._check_open("read a journal")
@@ -412,13 +422,15 @@ class MemoryStore(SingleNode):
         return [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal)]
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         await anyio.lowlevel.checkpoint()
-        return self.read_cases(state=state, workflow=workflow, limit=limit, before=before)
+        return self.read_cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent)
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         self._check_open("list cases")
         found = [
@@ -427,6 +439,7 @@ class MemoryStore(SingleNode):
             if (state is None or row["state"] == state)
             and (workflow is None or row["workflow"] == workflow)
             and (before is None or case.order < before)
+            and (parent is None or loads(row["detail"]).get("parent") == parent)
         ]
         found.sort(key=lambda case: case.order, reverse=True)
         return [self._row(case) for case in found[: max(limit, 0)]]

@@ -992,6 +992,15 @@ class PostgresStore(StoreBase):
             "cases under its lease; open a Substrate on it as a node instead"
         )
 
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        text = to_json(self._name, f"the heartbeats of case {case_id!r}", dict(heartbeats))
+
+        async def run(conn: Any) -> None:
+            await conn.execute(Q["heartbeats_put"], case_id, text, self._node, epoch)
+
+        loop = self._running("record heartbeats")
+        await loop.call(self._pooled(f"recording the heartbeats of case {case_id!r}", run))
+
     async def replace_start(self, case_id: str, start: Record) -> None:
         text = encode_record(self._name, case_id, 0, start).text
 
@@ -1282,7 +1291,9 @@ class PostgresStore(StoreBase):
                 after = start["seq"] if snapshot is None else snapshot.seq
                 records = [decode_record(self._name, case_id, text)
                            for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records)
+                beats = await conn.fetchval(Q["heartbeats_get"], case_id)
+                heartbeats = loads(beats) if beats is not None else {}
+                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records, heartbeats)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -1316,21 +1327,23 @@ class PostgresStore(StoreBase):
         return await self._read(f"reading the journal epochs of case {case_id!r}", read)
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", partial(_page, state, workflow, limit, before))
+        return await self._read("listing cases", partial(_page, state, workflow, limit, before, parent))
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before))
+        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before, parent))
 
     async def live(self) -> list[CaseRow]:
         if self._node is None:
@@ -1472,8 +1485,10 @@ def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
     return read
 
 
-async def _page(state: str | None, workflow: str | None, limit: int, before: int | None, conn: Any) -> list[CaseRow]:
-    query, params = page(state, workflow, limit, before)
+async def _page(
+    state: str | None, workflow: str | None, limit: int, before: int | None, parent: str | None, conn: Any
+) -> list[CaseRow]:
+    query, params = page(state, workflow, limit, before, parent)
     return [_row(found) for found in await conn.fetch(Q[query], *params.values())]
 
 

@@ -30,7 +30,7 @@ NO_ORDER = 2**63 - 1
 """`before` of the first page of `cases()`: above every case_order."""
 
 _DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
-_LATER_DETAIL = ("digest", "migrated_from")
+_LATER_DETAIL = ("digest", "migrated_from", "parent")
 """Detail fields added after the first layout: a row written before them reads them as None."""
 
 
@@ -310,10 +310,15 @@ def no_start(case_id: str) -> str:
 # -- reads -------------------------------------------------------------------------------------------------------
 
 
-def page(state: str | None, workflow: str | None, limit: int, before: int | None) -> tuple[str, dict[str, Any]]:
+def page(
+    state: str | None, workflow: str | None, limit: int, before: int | None, parent: str | None = None
+) -> tuple[str, dict[str, Any]]:
     """The named query of one page of `cases()` (newest first) and its parameters, in the order the Postgres
-    statements number them ($1 before, $2 limit, $3 state, $4 workflow); SQLite binds them by name."""
+    statements number them ($1 before, $2 limit, $3 state, $4 workflow, $5 parent); SQLite binds them by name."""
     params: dict[str, Any] = {"before": NO_ORDER if before is None else before, "limit": limit}
+    if parent is not None:  # the children of one case: one query, its other filters optional
+        params.update(state=state, workflow=workflow, parent=parent)
+        return "cases_page_parent", params
     query = "cases_page"
     if state is not None:
         params["state"] = state

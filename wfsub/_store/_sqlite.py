@@ -485,6 +485,14 @@ class SqliteStore(SingleNode):
         claimed: list[str] = await job.outcome()
         return claimed
 
+    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
+        writer = self._running("record heartbeats")
+        params = {"case_id": case_id, "heartbeats": to_json(self.path, f"the heartbeats of case {case_id!r}",
+                                                             dict(heartbeats))}
+        job = Job(partial(_apply_heartbeats, params), f"the heartbeats of case {case_id!r}", wait=True)
+        writer.submit(job)
+        await job.outcome()
+
     async def put_program(self, summary: ProgramSummary) -> None:
         writer = self._running("record a program summary")
         params = {
@@ -716,7 +724,10 @@ class SqliteStore(SingleNode):
             after = start_record["seq"] if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [decode_record(self.path, case_id, text) for (text,) in rows]
-            return StoredCase(_with_refused(conn, decode_row(found[0], found)), start_record, snapshot, records)
+            (beats,) = conn.execute(Q["heartbeats_get"], {"case_id": case_id}).fetchone() or (None,)
+            heartbeats = loads(beats) if beats is not None else {}
+            return StoredCase(_with_refused(conn, decode_row(found[0], found)), start_record, snapshot, records,
+                              heartbeats)
 
         return await self._read(f"loading case {case_id!r}", read)
 
@@ -758,21 +769,23 @@ class SqliteStore(SingleNode):
         return read
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before)))
+        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before, parent)))
 
     def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before)))
+        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before, parent)))
 
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
@@ -958,6 +971,10 @@ def _apply_replace_start(params: dict[str, Any], conn: sqlite3.Connection) -> bo
 
 def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
     return [str(case_id) for (case_id,) in conn.execute(Q["cases_claim"], params).fetchall()]
+
+
+def _apply_heartbeats(params: dict[str, Any], conn: sqlite3.Connection) -> None:
+    conn.execute(Q["heartbeats_put"], params)
 
 
 def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:

@@ -44,6 +44,7 @@ from ._records import (
     PassFrame,
     RootFrame,
     SagaFrame,
+    ScopeFrame,
     SplitFrame,
     Token,
     link,
@@ -565,7 +566,12 @@ class Interp:
         try:
             while pending:
                 frame, withdrawn = pending[0]
-                if withdrawn and type(frame) is SagaFrame and frame.alive and compensate_withdrawn(self, frame):
+                if (
+                    withdrawn
+                    and (type(frame) is SagaFrame or type(frame) is ScopeFrame)
+                    and frame.alive
+                    and compensate_withdrawn(self, frame)
+                ):
                     pending.popleft()
                     continue
                 if frame.alive:  # killed since it was queued (a region cancelled around it): nothing to do

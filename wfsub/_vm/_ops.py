@@ -71,7 +71,9 @@ _PAR = int(Op.PAR)
 
 def effect_request(m: Interp, eid: int, tok: Token, ip: int, spec: bc.EffectSpec) -> EffectRequest:
     """What the driver is asked to start for effect `eid` (made again for each effect in flight after a restore)."""
-    return EffectRequest(eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry)
+    return EffectRequest(
+        eid, spec.fn, tok.env, m.paths[ip], spec.name, spec.timeout, spec.retry, spec.heartbeat_timeout
+    )
 
 
 def _op_effect(m: Interp, tok: Token, ip: int, spec: bc.EffectSpec) -> int:
@@ -774,6 +776,15 @@ def _op_handler_done(m: Interp, tok: Token, ip: int, arg: Any) -> int:
     return m._leave(tok, frame, frame.then)
 
 
+def _op_finally(m: Interp, tok: Token, ip: int, after: int) -> int:
+    """A scope's thread goes on after it (its body ended, or on_error / on_cancel did): run finally_ first, as a
+    handler in the enclosing region, then go on at `after`."""
+    handler = HandlerFrame(tok.frame, tok.env, ip, after, None)
+    link(tok.frame, handler)
+    m._move(tok, handler)
+    return ip + 1
+
+
 def _op_task(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> int:
     """Inlined in both loops; here for completeness (and for a driver stepping one instruction)."""
     try:
@@ -861,5 +872,6 @@ HANDLERS: tuple[Handler, ...] = _table(
         Op.NET: _op_net,
         Op.NET_EXIT: _op_net_exit,
         Op.NET_NODE: _op_net_node,
+        Op.FINALLY: _op_finally,
     }
 )

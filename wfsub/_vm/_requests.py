@@ -20,6 +20,7 @@ class EffectRequest:
     name: str
     timeout: float | None
     retry: Retry | None
+    heartbeat_timeout: float | None = None  # seconds an attempt may go without a heartbeat
 
 
 @dataclass(slots=True)

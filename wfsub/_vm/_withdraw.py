@@ -42,17 +42,19 @@ if TYPE_CHECKING:
 
 CANCELLED = RunStatus.CANCELLED
 FAILED = RunStatus.FAILED
-_NESTED = ("nested",)  # the action of a compensation whose own region was withdrawn around it
+_NESTED = ("nested",)
+_SCOPE = int(bc.Op.SCOPE)  # the action of a compensation whose own region was withdrawn around it
 
 
 # -- withdrawing ----------------------------------------------------------------------------------------------
 
 
-def compensate_withdrawn(m: Interp, saga: SagaFrame) -> bool:
+def compensate_withdrawn(m: Interp, saga: SagaFrame | ScopeFrame) -> bool:
     """A saga whose own thread was withdrawn from inside (a region cancelled in it, a passed milestone) was
     withdrawn before it ended: its completed steps are compensated in its place before its parent hears of
-    it. False when it has nothing to undo (it then closes as any frame does)."""
-    undo = _undo_for(saga)
+    it (a scope's finally_ runs the same way; its on_cancel does not: the scope itself was not cancelled).
+    False when it has nothing to undo (it then closes as any frame does)."""
+    undo = _undo_for(saga, type(saga) is SagaFrame)
     if undo is None:
         return False
     saga.alive = False
@@ -144,7 +146,7 @@ def kill_tree(
                         child.action = _NESTED  # its region is withdrawn too: its own action is void
                     _adopt(keeper, top_kept, child)
                     continue
-                undo = _undo_for(child) if compensate else None
+                undo = _undo_for(child, compensate)
                 if undo is not None:
                     _adopt(keeper, top_kept, undo)
             grand = child.head
@@ -174,17 +176,24 @@ def kill_tree(
     return tokens, top_kept
 
 
-def withdraw(m: Interp, frame: Frame, compensate: bool, action: tuple[Any, ...]) -> int:
+def withdraw(
+    m: Interp, frame: Frame, compensate: bool, action: tuple[Any, ...], own: UndoFrame | None = None
+) -> int:
     """Withdraw `frame` and all its work; then `action` (see CompensationFrame), once what must be undone is.
 
     The withdrawn frame's place is taken by a CompensationFrame while compensations run (it stands for the
     frame's thread, if the frame was one), so whatever waited for the withdrawn work waits for them too.
+    `own`: what the frame itself undoes (a cancelled scope's finally_), after everything inside it.
     Returns the tokens withdrawn.
     """
     parent = frame.parent
     assert parent is not None
     dead: list[Frame] = []
     tokens, kept = kill_tree(m, frame, compensate, dead)
+    if own is not None:
+        for k in kept:
+            _adopt(own, [], k)
+        kept = [own]
     for f in dead:
         f.on_close(m)
     attached = frame.attached
@@ -221,7 +230,7 @@ def withdraw_inside(
                 child.action = _NESTED
             kept.append(child)
             continue
-        undo = _undo_for(child) if compensate else None
+        undo = _undo_for(child, compensate) if compensate or keep_running else None
         _, below = kill_tree(m, child, compensate, dead, keep_running)
         if undo is not None:
             for k in below:
@@ -387,8 +396,14 @@ def act(
 def run_handler(
     m: Interp, parent: Frame, gone: Frame, start: int, then: int, record: dict[str, Any] | None
 ) -> None:
-    """Run an on_cancel / on_error branch where `gone` was; at its end the thread goes on at `then`."""
+    """Run an on_cancel / on_error branch where `gone` was; at its end the thread goes on at `then`.
+
+    A branch of a scope with finally_ keeps the scope's spec: withdrawn before it ends, it runs the finally_.
+    """
     handler = HandlerFrame(parent, gone.env, gone.ip, then, record)
+    op, spec = m.code[gone.ip]
+    if op == _SCOPE and spec.finally_ >= 0:
+        handler.spec = spec
     link(parent, handler)
     m._spawn(handler, start, gone.env)
 
@@ -503,13 +518,16 @@ def cancel_region(m: Interp, name: str, acts: Sequence[Frame]) -> None:
     for frame in acts:
         if not frame.alive:
             continue  # inside an activation cancelled a moment ago
+        own: UndoFrame | None = None
         if not frame.attached:
             action: tuple[Any, ...] = ("quiet",)
         elif isinstance(frame, ScopeFrame) and frame.spec.on_cancel >= 0:
-            action = ("resume", frame.spec.on_cancel, frame.spec.after)
+            action = ("resume", frame.spec.on_cancel, frame.spec.after)  # after: its finally_, if any
         else:
             action = ("withdrawn",)
-        tokens = withdraw(m, frame, True, action)
+            if isinstance(frame, ScopeFrame):
+                own = _undo_for(frame, False)  # its finally_ runs before the cancel completes
+        tokens = withdraw(m, frame, True, action, own)
         m._trace_node("region_cancelled", frame.ip, region=name, tokens=tokens)
 
 
@@ -553,18 +571,29 @@ def _adopt(keeper: Frame | None, top_kept: list[Frame], frame: Frame) -> None:
 
 
 
-def _undo_for(frame: Frame) -> UndoFrame | None:
-    """The UndoFrame a withdrawn frame leaves behind, if it has something to undo (see kill_tree)."""
+def _undo_for(frame: Frame, compensate: bool = True) -> UndoFrame | None:
+    """The UndoFrame a withdrawn frame leaves behind, if it has something to undo (see kill_tree).
+
+    Without `compensate` (a region completed, a scope's thread withdrawn from inside) only a scope's finally_
+    runs: no saga compensates and no on_cancel runs. A scope's finally_ runs after its on_cancel; an on_error or
+    on_cancel branch of a scope with finally_ that is withdrawn before its end runs that finally_.
+    """
     if not frame.attached or not frame.alive:
         return None  # its thread left it (or it ended): an ended saga is never compensated
+    kind = type(frame)
     if type(frame) is SagaFrame:
-        done = [(start, name) for start, name in frame.done if start >= 0]
+        done = [(start, name) for start, name in frame.done if start >= 0] if compensate else []
         if done:
             return UndoFrame(frame.env, frame.ip, done[::-1])
-    elif type(frame) is ScopeFrame:
+    elif (type(frame) is ScopeFrame or type(frame) is HandlerFrame) and frame.spec is not None:
         spec: bc.ScopeSpec = frame.spec
-        if spec.on_cancel >= 0:
-            return UndoFrame(frame.env, frame.ip, [(spec.on_cancel, f"on_cancel of scope {spec.name!r}")])
+        queue: list[tuple[int, str]] = []
+        if compensate and kind is ScopeFrame and spec.on_cancel >= 0:
+            queue.append((spec.on_cancel, f"on_cancel of scope {spec.name!r}"))
+        if spec.finally_ >= 0:
+            queue.append((spec.finally_, f"finally of scope {spec.name!r}"))
+        if queue:
+            return UndoFrame(frame.env, frame.ip, queue)
     return None
 
 

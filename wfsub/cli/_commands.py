@@ -110,10 +110,11 @@ def main() -> None:
 @click.option("--workflow", "-w", "workflow", metavar="NAME", help="Only cases of this registered workflow.")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="Cases per page.")
 @click.option("--before", type=click.IntRange(min=1), metavar="ORDER", help="The page after a case's order.")
+@click.option("--parent", metavar="CASE", help="Only the child cases this case started (start_case).")
 @AS_JSON
 @_run
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
-                as_json: bool) -> None:
+                parent: str | None, as_json: bool) -> None:
     """List cases, newest first."""
     if state == "queued":  # (cases waiting in a queue have no row yet: their queue items)
         async with opened(store) as s:
@@ -131,14 +132,14 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
             r.err.print("no queued cases")
         return
     async with opened(store) as s:
-        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before)
+        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent)
     if as_json:
         for row in rows:
             r.print_json(_row_json(row))
     elif rows:
         r.out.print(r.cases_table(rows))
     else:
-        r.err.print("no cases" + (" match" if state or workflow or before else " in the store"))
+        r.err.print("no cases" + (" match" if state or workflow or before or parent else " in the store"))
     if len(rows) == limit:
         r.err.print(f"more: --before {rows[-1].order}", style="dim")
 
@@ -203,7 +204,8 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
             return
         row = await case_row(s, case_id)
         records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
-    status = status_of(row, lambda v: v)
+        children = await s.cases(parent=case_id, limit=_CHILDREN_SHOWN)
+    status = status_of(row, lambda v: v).model_copy(update={"children": tuple(c.case_id for c in reversed(children))})
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
     ran = _compensations(records, named)
@@ -217,6 +219,8 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         return
     r.out.print(r.status_table(status, row, ran))
 
+
+_CHILDREN_SHOWN = 1000  # (as `status().children` shows; `wfsub cases --parent` pages through them all)
 
 _COMPENSATION = re.compile(r"\[\d+\.compensation\]")
 

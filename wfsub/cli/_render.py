@@ -105,6 +105,8 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     migrated = f", migrated from {status.migrated_from[:12]}" if status.migrated_from else ""
     table.add_row("workflow", f"{row.workflow} (version {row.fingerprint[:12]}{migrated})")
     table.add_row("state", Text(state, style=_STATE_STYLE.get(state, "")))
+    if status.parent is not None:
+        table.add_row("parent", status.parent)
     if status.suspended_reason is not None:  # first: until a version can run it, it waits for nothing else
         table.add_row("suspended", Text(f"waits for a workflow version that can run it: {status.suspended_reason}",
                                         style="magenta"))
@@ -126,6 +128,8 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
         table.add_row("error", Text(f"{f.type} at {f.path}: {f.message}", style="red"))
     if status.cancel_reason is not None:
         table.add_row("cancelled", status.cancel_reason)
+    if status.children:
+        table.add_row("children", "\n".join(status.children))
     if compensations:
         table.add_row("compensated", Text("\n").join(_compensation(c) for c in compensations))
     for r in status.refused:  # newest first

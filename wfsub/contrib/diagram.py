@@ -7,7 +7,7 @@ What is drawn how (the same in both formats):
 
     start / end event         circle; end has a thick border; `terminate` is a filled circle
     task                      rounded box, labelled with its name or function name
-    effect                    box with a double border, with its timeout and retry policy
+    effect                    box with a double border, with its timeout, heartbeat timeout and retry policy
     call                      box with a thick border ("call approve")
     par / xor / multi_choice  split and join gateways (diamonds): AND, XOR, OR; the join of a par says how it
                               synchronizes: AND (all), 1-of-m (first), n-of-m, multi-merge (each)
@@ -17,7 +17,9 @@ What is drawn how (the same in both formats):
     wait / sleep              intermediate events (double circle): "signal: name" (with its timeout), "timer" (a
                               timer computed from the data is labelled by its function: "timer: until due_at()")
     scope / saga              clusters; on_error and on_cancel leave through boundary events on dashed edges,
-                              each saga step's compensation hangs off it on a dashed "compensate" edge
+                              each saga step's compensation hangs off it on a dashed "compensate" edge; a
+                              scope's finally_ follows the body and the handlers, and a dashed "finally" edge
+                              from the scope says it also runs when the body fails or is withdrawn
     interleave                gateways "interleave (one at a time)"; order pairs as dashed "before" edges
     critical / milestone      clusters with a lock / a flag at the entry; when_milestone is a flag guard with
                               a dashed "enables" edge from the milestone of that name
@@ -349,6 +351,9 @@ class _Diagram:
         notes = []
         if t.timeout is not None:
             notes.append(f"timeout {_number(t.timeout)}s")
+        heartbeat_timeout = getattr(t, "heartbeat_timeout", None)
+        if heartbeat_timeout is not None:
+            notes.append(f"heartbeat {_number(heartbeat_timeout)}s")
         if t.retry is not None:
             attempts = _attr(t.retry, "max_attempts")
             elapsed = _attr(t.retry, "max_elapsed")
@@ -391,6 +396,20 @@ class _Diagram:
 
     def _call(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
         node = self.node("call", f"call {_name(t.name)}")
+        return _Frag(node, [(node, None)])
+
+    def _start_case(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        # a call activity that runs as a case of its own: waited for (or not), cancelled with the parent (or not)
+        lines = [f"start case: {_name(t.workflow)}", "waits" if t.wait is not False else "does not wait"]
+        if t.into is not None:
+            lines.append(f"into {_name(t.into)}")
+        if t.on_parent_cancel == "abandon":
+            lines.append("abandoned on cancel")
+        node = self.node("call", "\n".join(lines))
+        return _Frag(node, [(node, None)])
+
+    def _signal_case(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        node = self.node("throw", f"signal case: {_name(t.name)}")  # a message throw event
         return _Frag(node, [(node, None)])
 
     def _terminate(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
@@ -604,6 +623,11 @@ class _Diagram:
             self.edge(head, boundary, "on_cancel", "assoc")
             self.edge(boundary, handlers["on_cancel"].entry)
             exits.extend(handlers["on_cancel"].exits)
+        if "finally" in handlers:  # after the body and the handlers; also when the body fails or is withdrawn
+            final = handlers["finally"]
+            self.connect(exits, final.entry)
+            self.edge(head, final.entry, "finally", "assoc")
+            exits = list(final.exits)
         return _Frag(head, exits)
 
     def _saga(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
@@ -762,6 +786,8 @@ _DRAWERS: dict[str, _Drawer] = {
     "milestone": _Diagram._milestone,
     "when_milestone": _Diagram._when_milestone,
     "call": _Diagram._call,
+    "start_case": _Diagram._start_case,
+    "signal_case": _Diagram._signal_case,
     "terminate": _Diagram._terminate,
     "reply": _Diagram._reply,
     "cancel_region": _Diagram._cancel_region,

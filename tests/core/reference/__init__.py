@@ -1,8 +1,10 @@
 """A reference interpreter that walks terms directly, for differential tests against the compiled vm.
 
 It shares nothing with the vm but the term classes and tree helpers of `wfsub._terms`, so a semantic bug in
-the vm shows up as a disagreement. It covers every construct but `net`, and the inputs a driver gives a case:
-effect outcomes, timer firings, signals, `cancel` (with or without compensation) and the region operations.
+the vm shows up as a disagreement. It covers every construct but `net` (`start_case` and `signal_case` as the
+effects they are to a case: what they do to other cases is the runtime's, tested there), and the inputs a
+driver gives a case: effect outcomes, timer firings, signals, `cancel` (with or without compensation) and the
+region operations.
 
 Modules: `_blocks` (the activation tree: blocks and threads), `_engine` (stepping the constructs, joins, mi),
 `_undo` (withdrawal, compensation, failures and cancels); this module is the front a test drives.

@@ -268,6 +268,12 @@ class Engine:
             block = th.block
             assert isinstance(block, Pass)
             block.done.append(item[1])
+        elif kind == "finally":  # the scope's thread goes on after it: finally_ first, as a handler
+            t, path = item[1], item[2]
+            handler = Pass(th.block, th.env, path, [], "handler")
+            handler.then = th.stack
+            th.block.add(handler)
+            self.move(th, handler, [(t.finally_, child_path(path, "finally", t.finally_))])
         elif kind == "loop_test":
             self.loop_test(th, item[1], item[2])
         elif kind == "mi_spawn":
@@ -373,6 +379,8 @@ class Engine:
 
     def do_scope(self, th: Thread, t: Scope, path: str) -> None:
         block = self.open_pass(th, path, "scope", t)
+        if t.finally_ is not None:  # every way on after the scope runs finally_ first
+            block.k = [*block.k, ("finally", t, path)]
         self.regions.setdefault(t.name, []).append(block)
         self.push(th, t.body, path, "")
 
@@ -545,6 +553,14 @@ class Engine:
         self.next_effect += 1
         self.effects[eid] = th
         th.park, th.wid, th.at = "effect", eid, (t, path)
+
+    # start_case and signal_case act on other cases, which is the runtime's: to a case they are effects at their
+    # node (the driver answers them with the child's result or id, or the signal's acceptance, or an error).
+    def do_start_case(self, th: Thread, t: Any, path: str) -> None:
+        self.do_effect(th, t, path)
+
+    def do_signal_case(self, th: Thread, t: Any, path: str) -> None:
+        self.do_effect(th, t, path)
 
     def do_sleep(self, th: Thread, t: Sleep, path: str) -> None:
         if t.until is not None:
@@ -935,8 +951,8 @@ class Engine:
             self.child_gone(block.parent, block, withdrawn)
 
     def close(self, block: Block, withdrawn: bool) -> None:
-        if withdrawn and isinstance(block, Pass) and block.role == "saga" and block.alive:
-            undo = self.undo_for(block)
+        if withdrawn and isinstance(block, Pass) and block.role in ("saga", "scope") and block.alive:
+            undo = self.undo_for(block, block.role == "saga")  # a scope: only its finally_
             if undo is not None:  # withdrawn from inside before it ended: compensate in its place
                 block.alive = False
                 parent = block.parent

@@ -2,7 +2,9 @@
 
 Withdrawing a block kills everything under it. With compensation, what must be undone survives the kill as an
 `Undo`, keeping how it nested: a saga whose thread is still in it with completed compensable steps, a scope with
-`on_cancel` whose thread is still in it. Undos already running are kept as they are (a cancel never stops one).
+`on_cancel` or `finally_` whose thread is still in it (and an on_error / on_cancel branch of a scope with `finally_`).
+Without compensation (a region completed, a scope's thread withdrawn from inside) only the `finally_` branches
+survive. Undos already running are kept as they are (a cancel never stops one).
 The survivors hang under a `Compensation` block that takes the withdrawn block's place (so whatever waited for the
 withdrawn work waits for them); innermost undos start first, each runs its handlers one after another, and when
 the last is done the compensation performs its action (catch: store the error record and run on_error; resume:
@@ -32,15 +34,20 @@ def drop(self: Engine, th: Thread) -> None:
     th.park = ""
 
 
-def undo_for(self: Engine, block: Block) -> Undo | None:
+def undo_for(self: Engine, block: Block, compensate: bool = True) -> Undo | None:
     if not block.attached or not block.alive or not isinstance(block, Pass):
         return None  # its thread left it: an ended saga is never compensated
-    if block.role == "saga" and block.done:
+    if block.role == "saga" and block.done and compensate:
         return Undo(block.env, block.path, list(reversed(block.done)))
-    if block.role == "scope" and block.term.on_cancel is not None:
+    if block.role in ("scope", "handler") and block.term is not None:
         t = block.term
-        return Undo(block.env, block.path, [(t.on_cancel, f"{block.path}[on_cancel].{t.on_cancel.kind}",
-                                             f"on_cancel of scope {t.name!r}")])
+        queue: list[tuple[Any, str, str]] = []
+        if compensate and block.role == "scope" and t.on_cancel is not None:
+            queue.append((t.on_cancel, f"{block.path}[on_cancel].{t.on_cancel.kind}", f"on_cancel of scope {t.name!r}"))
+        if t.finally_ is not None:
+            queue.append((t.finally_, f"{block.path}[finally].{t.finally_.kind}", f"finally of scope {t.name!r}"))
+        if queue:
+            return Undo(block.env, block.path, queue)
     return None
 
 
@@ -68,7 +75,7 @@ def kill_tree(self: Engine, top: Block, compensate: bool, dead: list[Block],
                     child.action = ("nested",)  # its region is withdrawn too: its own action is void
                 _adopt(keeper, kept, child)
                 continue
-            undo = self.undo_for(child) if compensate else None
+            undo = self.undo_for(child, compensate) if keep else None
             if undo is not None:
                 _adopt(keeper, kept, undo)
             walk(child, undo if undo is not None else keeper)
@@ -82,11 +89,15 @@ def kill_tree(self: Engine, top: Block, compensate: bool, dead: list[Block],
     return kept
 
 
-def withdraw(self: Engine, block: Block, compensate: bool, action: tuple[Any, ...]) -> None:
+def withdraw(self: Engine, block: Block, compensate: bool, action: tuple[Any, ...], own: Undo | None = None) -> None:
     parent = block.parent
     assert parent is not None
     dead: list[Block] = []
     kept = self.kill_tree(block, compensate, dead)
+    if own is not None:  # what the block itself undoes runs after everything inside it
+        for k in kept:
+            _adopt(own, [], k)
+        kept = [own]
     for b in dead:
         self.on_close(b)
     attached = block.attached
@@ -117,7 +128,7 @@ def withdraw_inside(self: Engine, block: Block, compensate: bool, action: tuple[
                 child.action = ("nested",)
             kept.append(child)
             continue
-        undo = self.undo_for(child) if compensate else None
+        undo = self.undo_for(child, compensate) if compensate or keep_running else None
         below = self.kill_tree(child, compensate, dead, keep_running)
         if undo is not None:
             for k in below:
@@ -232,11 +243,11 @@ def act(self: Engine, parent: Block, gone: Block, attached: bool, action: tuple[
         record["compensated"] = list(compensated)
         t = scope.term
         self.store(gone.env, {t.error_into: record})
-        self.run_handler(parent, gone, t.on_error, f"{scope.path}[on_error].{t.on_error.kind}", scope.k, record)
+        self.run_handler(parent, gone, t.on_error, f"{scope.path}[on_error].{t.on_error.kind}", scope.k, record, t)
     elif kind == "resume":
         scope = action[1]
         t = scope.term
-        self.run_handler(parent, gone, t.on_cancel, f"{scope.path}[on_cancel].{t.on_cancel.kind}", scope.k, None)
+        self.run_handler(parent, gone, t.on_cancel, f"{scope.path}[on_cancel].{t.on_cancel.kind}", scope.k, None, t)
     elif kind == "withdrawn":
         self.child_gone(parent, gone, attached)
     elif kind in ("quiet", "nested"):
@@ -249,9 +260,11 @@ def act(self: Engine, parent: Block, gone: Block, attached: bool, action: tuple[
 
 
 def run_handler(self: Engine, parent: Block, gone: Block, term: Any, path: str, then: list[Any],
-                record: Any) -> None:
-    """Run an on_cancel / on_error branch where `gone` was; at its end the thread goes on after the scope."""
-    handler = Pass(parent, gone.env, gone.path, [], "handler")
+                record: Any, scope: Any = None) -> None:
+    """Run an on_cancel / on_error branch where `gone` was; at its end the thread goes on after the scope (through
+    its finally_: `then` starts with it). Withdrawn before its end, the branch of a scope with finally_ runs it."""
+    owner = scope if scope is not None and scope.finally_ is not None else None
+    handler = Pass(parent, gone.env, gone.path, [], "handler", owner)
     handler.then = list(then)
     handler.record = record
     parent.add(handler)
@@ -295,13 +308,16 @@ def cancel_region(self: Engine, acts: list[Block]) -> None:
     for block in acts:
         if not block.alive:
             continue  # inside an activation cancelled a moment ago
+        own = None
         if not block.attached:
             action: tuple[Any, ...] = ("quiet",)
         elif isinstance(block, Pass) and block.role == "scope" and block.term.on_cancel is not None:
             action = ("resume", block)
         else:
             action = ("withdrawn",)
-        self.withdraw(block, True, action)
+            if isinstance(block, Pass) and block.role == "scope":
+                own = self.undo_for(block, False)  # its finally_, before the cancel completes
+        self.withdraw(block, True, action, own)
 
 
 def complete_region(self: Engine, acts: list[Block]) -> None:

@@ -372,3 +372,21 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, upd
 -- name: queue_specs
 -- Every queue's configuration.
 SELECT name, spec FROM queues ORDER BY name;
+
+-- name: heartbeats_put
+-- The last heartbeats of a case's in-flight effects (JSON), beside its row: only while this node owns the case at
+-- the epoch given ($4 NULL: the owner alone is checked).
+UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigint IS NULL OR epoch = $4);
+
+-- name: heartbeats_get
+-- What `heartbeats_put` kept for a case.
+SELECT heartbeats FROM cases WHERE case_id = $1;
+
+-- name: cases_page_parent
+-- A page of the children of one case (`start_case`), newest first (index cases_by_parent), optionally in one
+-- state ($3) and of one workflow ($4).
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
+       detail, owner, epoch
+FROM cases WHERE parent = $5 AND case_order < $1 AND ($3::text IS NULL OR state = $3)
+  AND ($4::text IS NULL OR workflow = $4)
+ORDER BY case_order DESC LIMIT $2;

@@ -386,3 +386,20 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, node = excluded.node, upd
 -- name: queue_specs
 -- Every queue's configuration.
 SELECT name, spec FROM queues ORDER BY name;
+
+-- name: heartbeats_put
+-- The last heartbeats of a case's in-flight effects (JSON), beside its row; a case without a row is left alone.
+UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
+
+-- name: heartbeats_get
+-- What `heartbeats_put` kept for a case.
+SELECT heartbeats FROM cases WHERE case_id = :case_id;
+
+-- name: cases_page_parent
+-- A page of the children of one case (`start_case`), newest first (index cases_by_parent), optionally in one
+-- state and of one workflow.
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+FROM cases INDEXED BY cases_by_parent
+WHERE parent = :parent AND case_order < :before AND (:state IS NULL OR state = :state)
+  AND (:workflow IS NULL OR workflow = :workflow)
+ORDER BY parent DESC, case_order DESC LIMIT :limit;
