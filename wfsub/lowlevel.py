@@ -22,6 +22,8 @@ from ._program import Program as Program
 from ._runtime._compact import request_ids_of as journaled_request_ids
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
+from ._runtime._lifecycle import fork_records as fork_records
+from ._runtime._lifecycle import retry_record as retry_record
 from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
@@ -58,8 +60,10 @@ __all__ = [
     "check_case_input",
     "check_input",
     "check_version",
+    "fork_records",
     "journaled_request_ids",
     "loads_input",
+    "retry_record",
     "status_of",
     "term_of",
     "workflow_entries",

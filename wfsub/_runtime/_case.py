@@ -192,6 +192,8 @@ class CaseActor:
     on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False
+    tags: dict[str, str] | None = None  # given at the start (durable cases: from the `start` record)
+    forked_from: str | None = None  # durable: the case this one was forked from
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
 
@@ -649,6 +651,8 @@ class CaseActor:
             timers=armed,
             failure=failure,
             order=(self.journal.order if self.journal is not None else self.order) or None,
+            tags=dict(self.tags) if self.tags else {},
+            forked_from=self.forked_from,
             **self._durable_fields(),
         )
 

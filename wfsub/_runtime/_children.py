@@ -112,10 +112,15 @@ def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
     if store is None:
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found[:CHILDREN_SHOWN])}) if found else status
+    if sub._phase != "open":  # closed: its store is too; what it read last stands (status() works after close)
+        found = sub._children.get(status.case_id)
+        return status.model_copy(update={"children": tuple(found)}) if found else status
     rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
     if not rows:
         return status
-    return status.model_copy(update={"children": tuple(row.case_id for row in reversed(rows))})
+    children = tuple(row.case_id for row in reversed(rows))
+    sub._children[status.case_id] = list(children)  # (kept for a status read after the Substrate closed)
+    return status.model_copy(update={"children": children})
 
 
 async def _persist(actor: CaseActor, what: str, call: Callable[[], Awaitable[Any]]) -> Any:

@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from .._errors import CaseCancelled, CaseNotFound, SubstrateClosed, update_timeout
+from .._errors import CaseCancelled, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
 from .._store import Store
 from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
@@ -113,6 +113,7 @@ class Client:
         case_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
+        tags: Mapping[str, str] | None = None,
         queue: str | None = None,
         priority: int = 0,
         dedup: str | None = None,
@@ -122,8 +123,11 @@ class Client:
         """Start a case of the registered workflow `workflow` (its newest version registered with the store);
         returns once its start is committed (the owner runs it). With the `case_id` of an existing case: the same
         workflow and start data give back that case (nothing is written), else CaseExists naming what differs.
-        `queue=` and the rest: as on Substrate.new_case (the queue must be one a Substrate registered)."""
+        `tags` as for `Substrate.new_case`; `queue=` and the rest: as on Substrate.new_case (the queue must be one a
+        Substrate registered)."""
         door = self._door("start a case")
+        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
             specs = await self._store.queue_specs()
             wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,
@@ -160,7 +164,7 @@ class Client:
             await self._store.queue_put(item)  # CaseExists: the id is taken, or a live case holds the dedup key
             return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout
-        await door.start(name, fingerprint, start_data, case_id, deadline, seed, now)
+        await door.start(name, fingerprint, start_data, case_id, deadline, seed, now, tags=case_tags)
         return ClientHandle(self, case_id)
 
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
@@ -239,17 +243,45 @@ class Client:
         return dict((await self._door("read a case's data").row(case_id)).data or {})
 
     async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None,
     ) -> list[CaseStatus]:
-        """Cases newest first, filtered by state and workflow name, at most `limit` (page with `before`)."""
+        """Cases newest first, filtered as `Substrate.cases` filters them, at most `limit` (page with `before`)."""
         self._door("list cases")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
-        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before)
+        filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
+                                 started_after=started_after, started_before=started_before)
+        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
         return [status_of(row, _no_redaction) for row in rows]
+
+    async def retry(self, case_id: str) -> CaseHandle:
+        """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no
+        owner runs). SignalRejected with the reason when it cannot be retried."""
+        door = self._door("retry a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        await door.lifecycle(case_id, "retry", {})
+        return ClientHandle(self, case_id)
+
+    async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
+        """A new case from the journal of `case_id` up to record `at` (see `Substrate.fork`): its owner does it;
+        returns once done (or queued while no owner runs)."""
+        door = self._door("fork a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        body = inputs.fork_body(at, new_case_id, case_id)
+        body["new_case_id"] = new_id = new_case_id or f"case-{secrets.token_hex(8)}"
+        await door.lifecycle(case_id, "fork", body)
+        return ClientHandle(self, new_id)
+
+    async def delete(self, case_id: str) -> None:
+        """Remove an ended case at once (see `Substrate.delete`); SignalRejected for one that has not ended."""
+        row = await self._door("delete a case").row(case_id)
+        if not CaseState(row.state).ended or not await self._store.delete(case_id):
+            raise SignalRejected.not_ended(case_id, "be deleted", row.state)
 
     async def journal(self, case_id: str) -> list[JournalRecord]:
         """Every record of the case's journal, in order."""

@@ -47,6 +47,8 @@ class CaseJournal:
     first_seq: int = 0  # the seq of the first record the journal keeps (0, or the last compaction's snapshot)
     uncompactable: bool = False  # its data is not JSON: no snapshot, so no compaction (see `_compact`)
     compactions: int = 0  # compactions this actor made (tests and benchmarks read it)
+    run: int = 0  # retries of the case so far (`Substrate.retry`): its next `end` carries it
+    recovered: dict[str, int] | None = None  # the row's count of recoveries without a new record (poison cases)
     migrated_from: str | None = None  # the fingerprint before the case's latest migration (its row keeps it)
     refused: list[InboxRow] | None = field(default_factory=list)  # latest refused inbox inputs (None: read the row)
     parent: str | None = None  # a child case: the id of the case that started it (from the start record)
@@ -80,6 +82,8 @@ def snapshot_of(machine: Machine, journal: CaseJournal, timers: Mapping[int, flo
     journal is replayed on recovery: slower, never wrong)."""
     state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers),
              "request_ids": sorted(journal.request_ids)}
+    if journal.run:
+        state["run"] = journal.run
     try:
         json.dumps(state, allow_nan=False)
     except (TypeError, ValueError):

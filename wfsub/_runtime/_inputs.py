@@ -40,9 +40,11 @@ from .._json import MAX_DEPTH
 from .._json import too_deep as nested_too_deep
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
+from ._status import CaseState
 from ._summary import model_name, payload_errors
 
 if TYPE_CHECKING:
+    from .._store import CaseRow
     from .._vm import Machine
 
 KINDS = ("signal", "update", "cancel", *ACTION_OF_KIND)
@@ -250,13 +252,30 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
     # a cancel needs nothing of the case (its reason's size: `bounded_reason`): it is refused once the case ended
 
 
+def waiting_of(summary: Mapping[str, Any], row: CaseRow | None) -> dict[str, str] | None:
+    """Where a case no process here runs waits for signals now, as its row last recorded it: each signal it waits
+    for -> the node path of the wait that holds it (the row's `at` among the summary's waits of that signal).
+    None where the row cannot say: no row, or a case running now (its row is from before it ran)."""
+    if row is None or row.state in (CaseState.RUNNING.value, CaseState.INITIALIZING.value):
+        return None
+    waits = summary.get("waits") or {}
+    waiting = {}
+    for name in row.signals:
+        paths = list(waits.get(name) or ())
+        here = [path for path in row.at if path in paths]
+        waiting[name] = here[0] if here else (paths[0] if paths else str(summary.get("root", "?")))
+    return waiting
+
+
 def against_summary(
-    msg: External, summary: Mapping[str, Any], case_id: str, models: Mapping[str, type] | None = None
+    msg: External, summary: Mapping[str, Any], case_id: str, models: Mapping[str, type] | None = None,
+    row: CaseRow | None = None,
 ) -> None:
     """The owner's refusal of an input, made from the program summary of the case's version (see the module):
     an unknown signal or region, or a payload that does not fit its model. `models`: the version's own payload
     models when this process has the program registered (a standby): the payload is then checked by the model
-    itself, exactly as the owner will; otherwise against its JSON Schema."""
+    itself, exactly as the owner will; otherwise against its JSON Schema. `row`: the case's row, so a refusal
+    says where the case waits now (`waiting_of`), as the owner's does."""
     root = str(summary.get("root", ""))
     if type(msg) is Signal:
         assert isinstance(msg, Signal)
@@ -265,9 +284,10 @@ def against_summary(
         updates = summary.get("updates")
         if msg.update and updates is not None and msg.name not in updates:
             raise SignalRejected.not_an_update(case_id, msg.name, updates, signals)
+        waiting = waiting_of(summary, row)
         if msg.name not in signals:
             known = {name: list(waits.get(name) or ["?"]) for name in signals}
-            raise SignalRejected.unknown_signal(case_id, msg.name, known, None)  # (where it waits: not known here)
+            raise SignalRejected.unknown_signal(case_id, msg.name, known, waiting)
         paths = list(waits.get(msg.name) or [root])
         model = (models or {}).get(msg.name)
         if model is not None:
@@ -275,7 +295,7 @@ def against_summary(
                 model.model_validate(msg.payload)  # type: ignore[attr-defined]
             except ValidationError as exc:
                 raise SignalRejected.invalid_payload(
-                    case_id, msg.name, model, exc.errors(include_url=False), paths, None
+                    case_id, msg.name, model, exc.errors(include_url=False), paths, waiting
                 ) from None
             return
         schema = signals[msg.name]
@@ -283,7 +303,7 @@ def against_summary(
             errors = payload_errors(schema, msg.payload)
             if errors:
                 named = type(model_name(schema), (), {})
-                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, None)
+                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, waiting)
     elif type(msg) is RegionOp:
         assert isinstance(msg, RegionOp)
         regions = summary.get("regions") or {}
@@ -377,3 +397,85 @@ def start_against_summary(
     errors = payload_errors(schema, {} if data is None else data)
     if errors:
         raise InvalidStartData(workflow, type(model_name(schema), (), {}), errors, case_id)
+
+
+MAX_TAGS = 16
+"""The most tags a case may carry."""
+
+MAX_TAG_KEY = 100
+MAX_TAG_VALUE = 500
+"""The longest tag key and value, in characters."""
+
+
+def tags(value: object, case_id: str | None = None) -> dict[str, str]:
+    """The tags of `new_case(..., tags=)` (and `cases(tags=)`): a dict of str to str, at most `MAX_TAGS`, keys
+    non-empty; each from every door (API, client, standby, command) before anything is written."""
+    if value is None:
+        return {}
+    fix = "pass a dict of str to str, e.g. tags={'customer': 'c-17'}"
+    if not isinstance(value, Mapping):
+        raise bad_input("tags must be a dict of str to str", value, case_id=case_id, fix=fix)
+    if len(value) > MAX_TAGS:
+        raise bad_input(f"a case takes at most {MAX_TAGS} tags, {len(value)} were given", NOTHING, case_id=case_id,
+                        error=ValueError, fix="keep the tags you search by; put the rest in the case's data")
+    checked: dict[str, str] = {}
+    for key, tag in value.items():
+        if not isinstance(key, str) or not key:
+            raise bad_input("tag keys must be non-empty str", key, case_id=case_id, fix=fix)
+        if not isinstance(tag, str):
+            raise bad_input(f"tag {key!r}: tag values must be str", tag, case_id=case_id,
+                            fix=f"pass the value as text, e.g. tags={{{key!r}: str(value)}}")
+        if len(key) > MAX_TAG_KEY or len(tag) > MAX_TAG_VALUE:
+            raise bad_input(f"tag {key[:40]!r}: a key has at most {MAX_TAG_KEY} characters and a value at most "
+                            f"{MAX_TAG_VALUE}", NOTHING, case_id=case_id, error=ValueError,
+                            fix="tags are short keys to find cases by; keep long text in the case's data")
+        checked[key] = tag
+    return checked
+
+
+def listing(
+    *, limit: object, before: object, tags_given: object, id_prefix: object, started_after: object,
+    started_before: object,
+) -> dict[str, Any]:
+    """The filters of `cases()` beyond state and workflow, checked (a ValueError or TypeError naming the filter)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise bad_input("cases(): limit must be an int >= 1", limit, error=ValueError, fix="e.g. limit=100")
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
+        raise bad_input("cases(): before must be the `order` of a case of the previous page (an int >= 1)", before,
+                        error=ValueError, fix="pass page[-1].order")
+    if id_prefix is not None and (not isinstance(id_prefix, str) or not id_prefix):
+        raise bad_input("cases(): id_prefix must be a non-empty str", id_prefix,
+                        fix="pass the start of the case ids to list, e.g. id_prefix='order-'")
+    for name, when in (("started_after", started_after), ("started_before", started_before)):
+        if when is not None and (isinstance(when, bool) or not isinstance(when, int | float)
+                                 or when != when or when in (float("inf"), float("-inf"))):
+            raise bad_input(f"cases(): {name} must be a time in seconds (the clock's, e.g. time.time())", when,
+                            fix=f"e.g. {name}=time.time() - 3600")
+    return {"tags": tags(tags_given), "id_prefix": id_prefix, "started_after": started_after,
+            "started_before": started_before}
+
+
+LIFECYCLE_KINDS = ("retry", "fork")
+"""Inbox kinds that are not inputs of a case but asks of its owner: `retry` (body {}) and `fork` (body {"at": seq,
+"new_case_id": id or None}); the owner does them as `Substrate.retry` and `Substrate.fork` do."""
+
+
+def fork_body(at: object, new_case_id: object, case_id: str | None = None) -> dict[str, Any]:
+    """The arguments of a fork, checked: `at` an int seq >= 0, `new_case_id` None or a visible str."""
+    if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+        raise bad_input("fork: at must be the seq of a record of the case (an int >= 0)", at, case_id=case_id,
+                        fix="pass at= the seq of a record `journal(case_id)` lists")
+    if new_case_id is not None and (
+        not isinstance(new_case_id, str) or not new_case_id or new_case_id != new_case_id.strip()
+    ):
+        raise bad_input("fork: new_case_id must be a non-empty str without leading or trailing spaces (or None)",
+                        new_case_id, case_id=case_id, fix="pass a visible id, or omit it to get a fresh one")
+    return {"at": at, "new_case_id": new_case_id}
+
+
+def tags_unqueued(tags_given: Mapping[str, str], queue: object, case_id: str | None = None) -> None:
+    """Tags and `queue=` do not go together: a queued case's start record is written when it leaves its queue,
+    and its queue item does not carry tags."""
+    if tags_given and queue is not None:
+        raise bad_input(f"a case started on queue {queue!r} takes no tags", NOTHING, case_id=case_id,
+                        error=ValueError, fix="start it without tags=, or without queue=")

@@ -3,7 +3,8 @@
 A case is a deterministic function of its program, its start data and its inputs at their positions in the run
 (the vm step count at which each was applied), so its journal holds exactly those:
 
-    start            {seq: 0, kind, case_id, workflow, fingerprint, data, scheduler, deadline, time}
+    start            {seq: 0, kind, case_id, workflow, fingerprint, data, scheduler, deadline, time, tags?,
+                      forked_from? {case_id, seq}}
     signal           {seq, kind, step, time, digest, name, payload, request_id?}
     effect           {seq, kind, step, time, digest, effect_id, path, name, result | error}
     timer            {seq, kind, step, time, digest, timer_id, path}
@@ -12,7 +13,12 @@ A case is a deterministic function of its program, its start data and its inputs
                      {seq, kind, step, time, digest, region, request_id?}
     add_instances    {seq, kind, step, time, digest, region, items, request_id?}
     version          {seq, kind, step, time, digest, from, to}
-    end              {seq, kind, time, outcome, result? | error? | reason?}
+    retry            {seq, kind, step, time, digest, run, ended?, redo}
+    end              {seq, kind, time, outcome, result? | error? | reason?, run?}
+
+A `retry` (`Substrate.retry`) re-opens a failed case: a replay drops the `end` at seq `ended` and the effect
+outcomes at the seqs in `redo` (the failed effect runs again), then applies the records after the retry. `run`
+counts the retries so far; an `end` after a retry carries it, so a case still ends once per run.
 
 `digest` is the running digest of the task outputs since the previous record (`Machine.take_digest`), so a task
 that is not deterministic is caught at the first record after it. Tasks and the region steps inside a workflow
@@ -35,7 +41,7 @@ from .._store import Record
 
 INPUT_KINDS = frozenset(
     {"signal", "effect", "timer", "cancel", "cancel_region", "complete_region", "add_instances", "close_instances",
-     "version"}
+     "version", "retry"}
 )
 ERROR_TEXT_LIMIT = 8_000  # stored error messages and tracebacks are cut to this many characters
 
@@ -194,16 +200,19 @@ def _models_in(value: Any) -> bool:
 
 def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
-    deadline: float | None, now: float, parent: str | None = None,
+    deadline: float | None, now: float, tags: Mapping[str, str] | None = None, parent: str | None = None,
 ) -> Record:
-    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), and
-    for a child case (`start_case`) its `parent`."""
+    """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), its
+    tags (kept only when there are some, so an untagged start reads as before), and for a child case
+    (`start_case`) its `parent`."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
-    record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
-              "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
+                     "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    if tags:
+        start["tags"] = dict(tags)
     if parent is not None:
-        record["parent"] = parent
-    return record
+        start["parent"] = parent
+    return start
 
 
 def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:
@@ -211,9 +220,23 @@ def input_record(seq: int, kind: str, step: int | None, now: float, digest: str 
     return {"seq": seq, "kind": kind, "step": step, "time": now, "digest": digest, **fields}
 
 
+def effective(records: Sequence[Record]) -> list[Record]:
+    """The records a replay applies, in order: each `retry` drops the `end` it re-opened and the effect outcomes
+    it runs again (see the module docstring); every other record as it is."""
+    dropped: set[int] = set()
+    for record in records:
+        if record.get("kind") == "retry":
+            if record.get("ended") is not None:
+                dropped.add(int(record["ended"]))
+            dropped.update(int(seq) for seq in record.get("redo") or ())
+    if not dropped:
+        return list(records)
+    return [record for record in records if int(record.get("seq", -1)) not in dropped]
+
+
 def end_record(
     seq: int, now: float, outcome: str, digest: str | None = None, *, result: Any = None,
-    error: dict[str, Any] | None = None, reason: str | None = None, compensated: Sequence[str] = (),
+    error: dict[str, Any] | None = None, reason: str | None = None, compensated: Sequence[str] = (), run: int = 0,
 ) -> Record:
     """The `end` record of a case: its outcome with the final data (done), the error (failed) or the reason
     (cancelled, with what its compensations undid when they ran); `digest` covers the tasks run since the last
@@ -227,6 +250,8 @@ def end_record(
         end["reason"] = reason
         if compensated:
             end["compensated"] = list(compensated)
+    if run:
+        end["run"] = run
     return end
 
 

@@ -198,6 +198,7 @@ class CaseLoader:
             machine.trace_level = tracing[0]
             actor.sinks = tracing[1]
         actor.journal = loaded.journal
+        actor.tags, actor.forked_from = row.tags or None, row.forked_from
         actor.kept_beats = loaded.heartbeats
         restore_answers(actor, row, machine.take_answers())  # (a retried update finds its answer)
         actor.parent = loaded.journal.parent
@@ -231,7 +232,7 @@ class CaseLoader:
         journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
         journal.deadline = deadline
         journal.parent = actor.parent
-        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.parent)
+        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:

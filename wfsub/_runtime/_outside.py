@@ -10,6 +10,8 @@ the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
   workflow whose summary the store holds (a client).
 - A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and equal start data give
   back that case, and write nothing; anything else is `CaseExists` naming what differs.
+- A `retry` or `fork` is checked against the stored journal as the owner checks it, written to the inbox (kinds
+  `retry`, `fork`) and followed until the owner has done it or refused it (its reason raised as SignalRejected).
 - Waiting for a case to end: `EndWatcher` looks at the store when it changes (a cheap check: SQLite's
   `data_version`, Postgres's NOTIFY) and re-reads the rows of the cases awaited, waking those that ended.
 """
@@ -28,6 +30,7 @@ from .._trace import get_logger
 from . import _inputs as inputs
 from ._compact import request_ids_of, start_of
 from ._journal import as_journaled, start_record
+from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
 from ._registry import Workflows
 from ._status import CaseState
@@ -37,6 +40,7 @@ from ._updates import remote_answer, row_result
 _log = get_logger("wfsub.runtime")
 
 CHANGE_WAIT = 0.25  # seconds an EndWatcher waits for a change before it looks again (a fallback, and its beat)
+LIFECYCLE_POLL = 0.02  # seconds between looks at a `retry` or `fork` inbox row until its owner has done it
 RECHECK_EVERY = 2.0  # seconds between re-reads of every awaited row whatever the store says (a lost NOTIFY)
 
 
@@ -82,11 +86,36 @@ class Outside:
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
-            inputs.against_summary(msg, summary, case_id, models)
+            inputs.against_summary(msg, summary, case_id, models, row)
         body = inputs.inbox_body(msg, self.max_payload)
         return await self.store.inbox_put(
             case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
         )
+
+    async def lifecycle(self, case_id: str, kind: str, body: dict[str, Any]) -> None:
+        """A `retry` or `fork` of a case for its owner: checked against the store as the owner checks it, written to
+        the inbox, then followed until the owner has done it (or refused it: SignalRejected with its reason). With
+        no owner running, it returns once queued (the next owner does it)."""
+        row = await self.row(case_id)
+        records = await self.store.journal(case_id)
+        if kind == "retry":
+            retry_record(case_id, row, records, self.now())
+        else:
+            new_id = body.get("new_case_id") or "new"
+            fork_records(case_id, records, body["at"], new_id, self.now())
+            if body.get("new_case_id") and await self.store.row(new_id) is not None:
+                raise CaseExists(new_id)
+        inbox_id = await self.store.inbox_put(case_id, kind, body, request_id=None, created_at=self.now())
+        if not self.store.shared and await self.store.owner() is None:
+            return
+        action = "be retried" if kind == "retry" else "be forked"
+        while True:
+            found = await self.store.inbox_row(inbox_id)
+            if found is None:
+                return
+            if found.refused is not None:
+                raise SignalRejected.refused_by_owner(case_id, action, found.refused)
+            await anyio.sleep(LIFECYCLE_POLL)
 
     async def update(self, case_id: str, msg: Signal, row: CaseRow | None = None) -> Any:
         """Send an update through the inbox, then wait for its answer on the case's row (see `_updates`)."""
@@ -109,18 +138,18 @@ class Outside:
             )
         found = await self.store.newest_program(workflow)
         if found is None:
-            raise WorkflowNotRegistered(workflow, [])
+            raise WorkflowNotRegistered(workflow, [], store=self.store.url)
         return workflow, found.fingerprint
 
     async def start(
         self, name: str, fingerprint: str, data: dict[str, Any] | None, case_id: str, deadline: float | None,
-        seed: int | None, now: float | None = None,
+        seed: int | None, now: float | None = None, tags: Mapping[str, str] | None = None,
     ) -> bool:
         """Queue a new case for the owner; False when `case_id` is that same case already (nothing written).
         `now`: its start time (default: this process's clock; a shared store's clients give database time)."""
         journaled, _ = as_journaled(data or {}, "data", self.max_payload)
         now = self.now() if now is None else now
-        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now)
+        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now, tags)
         row = CaseRow(
             case_id=case_id, workflow=name, fingerprint=fingerprint, state=CaseState.RUNNING.value, started_at=now,
             updated_at=now, data=dict(journaled),
@@ -151,7 +180,7 @@ async def check_case_input(
     msg = inputs.shaped(kind, body, request_id, case_id=row.case_id)
     found = await store.program(row.fingerprint)
     if found is not None:
-        inputs.against_summary(msg, found.summary, row.case_id)
+        inputs.against_summary(msg, found.summary, row.case_id, row=row)
 
 
 async def same_start(store: Store, case_id: str, workflow: str | None, data: Mapping[str, Any] | None) -> None:

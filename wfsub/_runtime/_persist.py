@@ -30,7 +30,7 @@ from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
 from ._compact import is_snapshot, replayer_for, start_of
 from ._durable import CaseJournal, snapshot_of, usable
-from ._journal import end_record, input_record
+from ._journal import effective, end_record, input_record
 from ._queued import checked_start
 from ._refusals import refused_inputs
 from ._registry import Workflows
@@ -93,7 +93,7 @@ async def rebuild(
                 records = stored.records if stored.snapshot is None else await _after_first(store, case_id)
                 base = first if is_snapshot(first) else start  # (a queued case's start: as checked above)
                 replayer = replayer_for(program, base, trace_level=trace_level, max_instances=max_instances)
-            for record in records:
+            for record in effective(records):
                 replayer.apply(record)
             # On to where the live case was after its last record: blocked again, with the same effects in flight
             # and timers armed (tasks re-run; nothing external happens). Inputs waiting for it then apply there.
@@ -171,6 +171,7 @@ def check_version(
     the whole journal applies, and the effects and timers then in flight are the ones its row recorded (see
     `_same_requests`). A Substrate migrates by it; `wfsub replay` checks it before a deploy."""
     replayer = replayer_for(program, records[0], trace_level=trace_level, max_instances=max_instances)
+    records = effective(records)
     for record in records[1:]:
         replayer.apply(record)
     if records[-1].get("kind") == "end":
@@ -270,6 +271,8 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
     journal.start = start
+    journal.run = replayer.run_count
+    journal.recovered = row.recovered
     journal.migrated_from = row.migrated_from
     journal.refused = list(row.refused)
     journal.row_parked = row.state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value)
@@ -297,7 +300,8 @@ async def end_suspended(
     """Cancel a suspended case: it ends at once, with no compensation (no program can run it)."""
     asked = {} if request_id is None else {"request_id": request_id}
     cancel = input_record(row.last_seq + 1, "cancel", None, now, None, reason=reason, compensate=False, **asked)
-    end = end_record(row.last_seq + 2, now, "cancelled", reason=reason)
+    runs = sum(1 for record in await store.journal(row.case_id) if record.get("kind") == "retry")
+    end = end_record(row.last_seq + 2, now, "cancelled", reason=reason, run=runs)
     row.state = CaseState.CANCELLED.value
     row.ended_at = now
     row.cancel_reason = reason
@@ -343,6 +347,8 @@ def status_of(row: CaseRow, redact: Callable[[Any], Any]) -> CaseStatus:
         failure=failure,
         suspended_reason=None if row.suspended_reason is None else str(redact(row.suspended_reason)),
         order=row.order or None,
+        tags=dict(row.tags),
+        forked_from=row.forked_from,
         version=row.fingerprint or None,
         migrated_from=row.migrated_from,
         refused=with_taken(refused_inputs(row.refused) if row.refused else (), row.taken_refused),

@@ -26,7 +26,7 @@ from .._program import Program
 from .._terms import Term
 from .._trace import TraceEvent
 from .._vm import EffectRequest, Machine, RunResult, Scheduler, Seeded, TimerRequest
-from ._journal import INPUT_KINDS, JournalRecord
+from ._journal import INPUT_KINDS, JournalRecord, effective
 
 Record = dict[str, Any]
 
@@ -66,6 +66,7 @@ class Replayer:
         self.events: list[TraceEvent] = []
         self.cancel_reason: str | None = None  # of the last `cancel` record applied (a case being cancelled)
         self.request_ids: set[str] = set(snapshot.get("request_ids", ())) if snapshot is not None else set()
+        self.run_count = int(snapshot.get("run", 0)) if snapshot is not None else 0  # retries applied so far
         self.requested_before = 0  # effect ids below it were requested before the snapshot the replay starts from
         extra = {} if max_instances is None else {"max_instances": max_instances}
         if snapshot is None:
@@ -150,6 +151,11 @@ class Replayer:
         m = self.machine
         step = int(rec["step"])
         self.run(step)
+        if m.ended and kind == "version" and m.steps == step:
+            # a migration decided where the replay on the new version ran to its end (a retried case whose fixed
+            # step finishes it): the record changes nothing in the vm, and the `end` after it closes the case
+            self.time, self.seq = float(rec["time"]), int(rec["seq"])
+            return
         if m.ended:
             raise self.diverged(rec, f"a {kind} at step {step}", f"the case had already ended ({m.status})")
         if m.steps != step:
@@ -228,6 +234,9 @@ class Replayer:
                     m.close_instances(rec["region"])
             except SignalRejected:
                 pass  # refused in the live run too: an input refused at its step changes nothing
+        elif kind == "retry":
+            self.run_count = int(rec.get("run") or self.run_count + 1)
+            # the failed run it re-opens was dropped (`effective`); the case goes on from here
         elif kind == "version":  # a migration: the records after it were made by the version being replayed, and
             self.pin_timers(rec.get("timers") or {})  # the timers armed before it keep their due times
 
@@ -288,6 +297,7 @@ def replay(
     except ReplayDivergence as exc:  # a compacted journal on a program its snapshot cannot be restored on
         return ReplayReport("unknown", {}, [], exc)
     divergence = None
+    records = effective(records)
     try:
         for rec in records[1:]:
             replayer.apply(rec)

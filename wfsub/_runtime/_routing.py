@@ -40,6 +40,9 @@ class InboxRouter:
         # Inbox rows handed to a case: answered None once committed (kept until a read no longer lists the row: a
         # read begun before that commit may still list it), with an error when the case did not commit it.
         self.moving: dict[int, Reply] = {}
+        # `retry` and `fork` rows (`_inputs.LIFECYCLE_KINDS`): done by the Substrate, which takes the row out of
+        # the inbox in the same write; a refusal it raises is marked on the row
+        self.lifecycle: Callable[[InboxRow], Awaitable[None]] | None = None
 
     async def take(self, rows: list[InboxRow]) -> None:
         """Hand over the rows of one read of the inbox (all of it, in id order): each once, except that a row whose
@@ -68,6 +71,9 @@ class InboxRouter:
     async def route(self, row: InboxRow) -> None:
         """Hand an inbox input to its case, or mark it refused with the reason."""
         try:
+            if row.kind in inputs.LIFECYCLE_KINDS and self.lifecycle is not None:
+                await self.lifecycle(row)
+                return
             actor, msg = await self.message(row)
         except Remote:
             return  # taken over by another node meanwhile: its owner takes the input

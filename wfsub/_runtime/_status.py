@@ -128,6 +128,8 @@ class CaseStatus(BaseModel):
     failure: Failure | None = None  # failed: type, message, node path, traceback
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
     order: int | None = None  # the paging key of `cases()`: pass the last case's as before= for the next page
+    tags: dict[str, str] = {}  # given at `new_case(..., tags=)` (a fork keeps its origin's)
+    forked_from: str | None = None  # the case this one was forked from (`Substrate.fork`)
     version: str | None = None  # durable: the fingerprint of the program version the case runs on
     migrated_from: str | None = None  # durable: the fingerprint it ran on before its latest migration
     refused: tuple[RefusedInput, ...] = ()  # durable: the latest ten inbox inputs its owner refused, newest first

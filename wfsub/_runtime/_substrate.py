@@ -31,6 +31,10 @@ Decisions written down here:
   (at most `shutdown_timeout` seconds) and close the sinks.
 - `status`, `data` and `cases` are synchronous: for a case in memory they copy what the actor holds; for a durable
   case that is not in memory they read its row from the store on the calling thread (a small indexed read).
+- `retry` and `fork` (see `_lifecycle`) write their records and then load the case as recovery does; they run on
+  the Substrate that owns the store (a standby sends them to the owner through the inbox). A retried case that no
+  registered version can run is suspended, its status says why, until one is registered. `delete` refuses a case
+  that has not ended.
 """
 
 from __future__ import annotations
@@ -64,13 +68,14 @@ from .._errors import (
     update_timeout,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, SqliteStore, Store
+from .._store import CaseRow, CaseWrite, InboxRow, Listing, SqliteStore, Store
 from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
+from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
 from ._children import children_in
 from ._clock import Clock, RealClock, VirtualClock
@@ -100,6 +105,10 @@ ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in
 
 PROGRAM_CACHE_SIZE = 1024
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB of JSON per durable input
+
+
+DEFAULT_MAX_RECOVERIES = 5
+"""`Substrate(max_recoveries=)`: recoveries in a row without a new journal record before a case is suspended."""
 
 
 def _positive(value: object, name: str, *, allow_none: bool = False) -> None:
@@ -169,6 +178,9 @@ class Substrate:
       restarts with the same id finds its cases at once; others take a dead node's cases over after its lease.
     - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
       messages and tracebacks in `status`), never to the journal.
+    - `max_recoveries`: with a store, how many times in a row recovery brings back a live case whose journal got
+      no new record since the last time (it kills or hangs its process each time it runs) before the case is
+      `suspended` with that reason instead (a poison case; `retry` re-opens it after a fix).
     - `standby`: a SQLite store that another live process owns makes this Substrate a standby (True, the
       default): it sends its inputs and new cases to the owner through the store, reads cases from the store,
       runs none, and takes ownership when the owner ends. False: a StoreError naming the owner instead.
@@ -198,6 +210,7 @@ class Substrate:
         evict_after: float | None = None,
         node_id: str | None = None,
         standby: bool = True,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         schedules: Sequence[Schedule] = (),
         queues: Mapping[str, Queue] | None = None,
         compact_after: int | None = DEFAULT_COMPACT_AFTER,
@@ -210,6 +223,7 @@ class Substrate:
             (trace_buffer, "trace_buffer"),
             (max_instances, "max_instances"),
             (max_payload_bytes, "max_payload_bytes"),
+            (max_recoveries, "max_recoveries"),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -248,6 +262,7 @@ class Substrate:
         self._shutdown_timeout = shutdown_timeout
         self._max_instances = max_instances
         self._max_payload = max_payload_bytes
+        self._max_recoveries = max_recoveries
         self._redact = _guarded(redact) if redact is not None else _no_redaction
         self._programs: dict[Term, Program] = {}
         self._cases: dict[str, CaseActor] = {}
@@ -282,7 +297,7 @@ class Substrate:
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
         self._schedules = self._check_schedules(schedules)
-        self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
+        self._children: dict[str, list[str]] = {}  # parent id -> children (no store: all; else: last read)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -403,12 +418,19 @@ class Substrate:
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
         router = InboxRouter(store, loader, self._live, self._max_payload)
+        router.lifecycle = self._lifecycle_input
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
         )
-        for row in await store.live():  # running, or with effects in flight: resumed now
-            await loader.load_quietly(row.case_id)
+        for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
+            try:
+                again = await lifecycle.recovering(store, row, self._max_recoveries, self._redact)
+            except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
+                _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
+                again = True
+            if again:
+                await loader.load_quietly(row.case_id)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -525,6 +547,7 @@ class Substrate:
         timeout: float | None = None,  # noqa: ASYNC109 - the case's own deadline, not this call's
         scheduler: str | Scheduler = "deterministic",
         placement: str = "here",
+        tags: Mapping[str, str] | None = None,
         queue: str | None = None,
         priority: int = 0,
         dedup: str | None = None,
@@ -537,12 +560,15 @@ class Substrate:
         With a store the workflow must be registered, the data must be JSON, and the call returns once the case's
         `start` record is durable. `scheduler`: "deterministic" (the default) or `Seeded(seed)` (recorded, so a
         replay makes the same choices). `placement="any"` (a shared store): the case is queued for the first node
-        that claims it (one that has its version registered); the handle follows it wherever it runs.
+        that claims it (one that has its version registered); the handle follows it wherever it runs. `tags`: str
+        to str, at most 16, to find the case by (`cases(tags=...)`); kept in its `start` record and its status.
         `queue=`: the case waits in state `queued` until that queue has room (`priority`: lower first; `dedup`: a
         key no other live case of the queue may hold; `partition`: the key a partitioned queue limits by; `delay`:
         seconds it waits at least); see the README, Queues.
         """
         self._check_open("start a case")
+        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
@@ -580,7 +606,8 @@ class Substrate:
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
-            await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed)
+            await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed,
+                                      tags=case_tags)
             return CaseHandle(self, None, case_id)
         level = self._case_level()
         machine = Machine(
@@ -588,6 +615,7 @@ class Substrate:
             case_id=case_id, max_instances=self._max_instances, workflow=name,
         )
         actor = self._actor(case_id, machine, now, deadline, name, level)
+        actor.tags = case_tags or None
         actor.parent = _parent
         if durable:
             assert self._loader is not None
@@ -1200,43 +1228,43 @@ class Substrate:
 
     def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseStatus]:
-        """Cases newest first, filtered by state, workflow name and `parent` (the children a case started), at most
-        `limit`. Page with `before`: pass the `order` of the last case of the previous page. A case in memory is
-        reported (and filtered) as it is now; one that is not, as the store last recorded it."""
+        """Cases newest first, at most `limit`, those that pass every filter given: `state`, `workflow` name,
+        every pair of `tags`, `id_prefix` (the id starts with it), `started_after` < start time <= `started_before`,
+        `parent` (the children a case started). Page with `before`: pass the `order` of the last case of the
+        previous page. A case in memory is reported (and filtered by state) as it is now; one that is not, as the
+        store last recorded it."""
         if parent is not None and (not isinstance(parent, str) or not parent):
             raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
-            raise ValueError(
-                f"before must be the `order` of a case of the previous page (an int >= 1), got {before!r}: "
-                "pass page[-1].order"
-            )
+        filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
+                                 started_after=started_after, started_before=started_before)
+        filters["parent"] = parent
         if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
             items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
             return [self._queued_status(i) for i in items if workflow is None or i.start.get("workflow") == workflow]
         if self._store is None:
             found = []
+            match = Listing(state, workflow, limit, before, **filters)
             for actor in reversed(self._cases.values()):
                 if before is not None and actor.order >= before:
                     continue
-                if (
-                    (state is None or actor.state.value == state) and (workflow is None or actor.workflow == workflow)
-                    and (parent is None or actor.parent == parent)
-                ):
-                    found.append(self._with_queue(actor.status()))
+                now = actor.status()
+                row = CaseRow(now.case_id, actor.workflow or "", "", now.state.value, now.started_at or 0.0, 0.0,
+                              tags=now.tags, parent=actor.parent)
+                if match.matches(actor.order, row):
+                    found.append(self._with_queue(now))
                     if len(found) == limit:
                         break
             return found
         store = self._store
         listed: list[CaseStatus] = []
         seen: set[str] = set()
-        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent):
+        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before, **filters):
             seen.add(row.case_id)
             live = self._cases.get(row.case_id)
             if live is None or live.exited or live.journal is None:
@@ -1247,12 +1275,14 @@ class Substrate:
             if state is None or now.state == state:  # else it has moved on since its row was written
                 listed.append(now)
         if state is not None:  # cases in memory in that state whose row has not caught up yet
+            match = Listing(state, workflow, limit, None, **filters)
             for actor in list(self._cases.values()):
                 j = actor.journal
                 if (
                     j is None or actor.exited or actor.case_id in seen or actor.state.value != state
-                    or (workflow is not None and actor.workflow != workflow)
-                    or (parent is not None and actor.parent != parent)
+                    or not match.matches(0, CaseRow(actor.case_id, actor.workflow or "", "", state,
+                                                    actor.started_at, 0.0, tags=dict(actor.tags or {}),
+                                                    parent=actor.parent))
                 ):
                     continue
                 if not j.order:
@@ -1286,6 +1316,133 @@ class Substrate:
         if self._store is None:
             return 0
         return await self._store.prune(cutoff)
+
+    async def retry(self, case_id: str) -> CaseHandle:
+        """Re-open a failed case at the step that failed: a `retry` record is journaled and that step runs again,
+        on the case's version or the one it migrates to (so a fix registered since applies); an effect whose
+        final outcome failed the case starts again. Also re-opens a case suspended after too many recoveries
+        (`max_recoveries`). Returns its handle (`result()` waits for the next end).
+
+        SignalRejected (with the reason) for a case that is not failed, or whose failure ran compensations."""
+        self._check_open("retry a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        if self._outside is not None:  # a standby: the owner retries it
+            await self._outside.lifecycle(case_id, "retry", {})
+            return CaseHandle(self, None, case_id)
+        return await self._retry(case_id, [])
+
+    async def _retry(self, case_id: str, inbox_done: list[int]) -> CaseHandle:
+        store, loader = self._owned_store("retry a case")
+        actor = await self._settled(case_id)
+        if actor is not None and actor.state not in FINAL and not actor.evicted:
+            raise SignalRejected.not_retryable(case_id, actor.state.value)
+        row = await store.row(case_id)
+        if row is None:
+            raise CaseNotFound(case_id)
+        if store.shared and row.owner not in (None, self._owner):
+            raise SignalRejected.not_retryable(
+                case_id, row.state, f"node {row.owner!r} owns it: retry it there (or once that node has gone)"
+            )
+        record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
+        if actor is not None and self._cases.get(case_id) is actor:
+            del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
+        try:
+            await lifecycle.reopen(store, row, record, inbox_done)
+        except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
+            now = await store.row(case_id)
+            raise SignalRejected.not_retryable(case_id, now.state if now is not None else row.state) from None
+        await loader.load(case_id)
+        return self.handle(case_id)
+
+    async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
+        """Start a new case whose journal is the journal of `case_id` up to and including record `at` (its
+        `start` names the origin: `status().forked_from`; it keeps the origin's tags), replayed, then live.
+        ValueError for an `at` the journal does not hold (compaction may have removed it: the message names the
+        first record still kept)."""
+        self._check_open("fork a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        body = inputs.fork_body(at, new_case_id, case_id)
+        if self._outside is not None:  # a standby: the owner forks it
+            if new_case_id is None:
+                body["new_case_id"] = new_case_id = f"case-{self._prefix}-{next(self._ids)}"
+            await self._outside.lifecycle(case_id, "fork", body)
+            return CaseHandle(self, None, new_case_id)
+        return await self._fork(case_id, at, new_case_id, [])
+
+    async def _fork(self, case_id: str, at: int, new_case_id: str | None, inbox_done: list[int]) -> CaseHandle:
+        store, loader = self._owned_store("fork a case")
+        new_id = self._new_id(new_case_id)
+        origin = await store.row(case_id)
+        if origin is None:
+            raise CaseNotFound(case_id)
+        now = self._clock.now()
+        records = lifecycle.fork_records(case_id, await store.journal(case_id), at, new_id, now)
+        row = lifecycle.fork_row(origin, new_id, int(records[-1]["seq"]), now)
+        try:
+            await store.write(CaseWrite(new_id, records, row, inbox_done=inbox_done))
+        except StoreConflict:
+            raise CaseExists(new_id) from None
+        await loader.load(new_id)
+        return self.handle(new_id)
+
+    async def _lifecycle_input(self, row: InboxRow) -> None:
+        """A `retry` or `fork` someone else wrote to the inbox (the command, a client, a standby): done here,
+        its inbox row taken out in the same write (a refusal is raised for the router to mark on the row)."""
+        body = row.body if isinstance(row.body, dict) else {}
+        if row.kind == "retry":
+            await self._retry(row.case_id, [row.id])
+        else:
+            checked = inputs.fork_body(body.get("at"), body.get("new_case_id"), row.case_id)
+            await self._fork(row.case_id, checked["at"], checked.get("new_case_id"), [row.id])
+
+    def _owned_store(self, what: str) -> tuple[Store, CaseLoader]:
+        """The store and loader of an owning Substrate (retry and fork replay cases here, so they run here)."""
+        if self._store is None:
+            raise ValueError(f"cannot {what}: a Substrate without a store keeps no journal; pass store=...")
+        if self._loader is None:
+            raise ValueError(
+                f"cannot {what} from a standby: the process that owns the store runs cases; call it there"
+            )
+        return self._store, self._loader
+
+    async def _settled(self, case_id: str) -> CaseActor | None:
+        """The case's actor in memory (None: none), once the `end` record of an ended one is written."""
+        actor = self._cases.get(case_id)
+        if actor is not None and actor.journal is not None and actor.state in FINAL and not actor.recorded:
+            if actor.on_recorded is None:
+                actor.on_recorded = anyio.Event()
+            await actor.on_recorded.wait()
+        return actor
+
+    async def delete(self, case_id: str) -> None:
+        """Remove an ended case at once: its journal, row, snapshots and tags (`await_case` then raises
+        CaseNotFound). CaseNotFound for no such case; SignalRejected for a case that has not ended."""
+        self._check_open("delete a case")
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        actor = self._cases.get(case_id)
+        if actor is not None and not actor.evicted:
+            if actor.state not in FINAL:
+                raise SignalRejected.not_ended(case_id, "be deleted", actor.state.value)
+            if actor.journal is not None and not actor.recorded:  # its `end` record is being written
+                if actor.on_recorded is None:
+                    actor.on_recorded = anyio.Event()
+                await actor.on_recorded.wait()
+        if self._store is None or (actor is not None and actor.journal is None):
+            if self._cases.pop(case_id, None) is None:
+                raise CaseNotFound(case_id)
+            return
+        row = await self._store.row(case_id)
+        if row is None:
+            self._cases.pop(case_id, None)
+            raise CaseNotFound(case_id)
+        if not CaseState(row.state).ended:
+            raise SignalRejected.not_ended(case_id, "be deleted", row.state)
+        if not await self._store.delete(case_id):
+            raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+        self._cases.pop(case_id, None)
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:
         """Set one case's trace level and, with `sink`, send that case's events to `sink` as well."""

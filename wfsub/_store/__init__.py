@@ -3,6 +3,7 @@
     _base.py       `Store`: all the runtime and the `wfsub` command use of a store; `StoreBase`: the open/close
                    checks and their errors, shared by every backend
     _group.py      group commit: the job, the queue, batching, the wake-up of waiters (SQLite and Postgres)
+    _listing.py    what `cases()` filters by, and the listing query built from it
     _rows.py       JSON encoding of records and rows, the row rules, decoding what reads return
     _sql.py        SQL loading: `sql/<database>/queries.sql` and `sql/<database>/migrations/NNNN_*.sql`
     _open.py       `open_store(spec)`: a store from a path, URL or object; `BACKENDS`, by URL scheme
@@ -34,6 +35,7 @@ from ._base import Store as Store
 from ._base import StoreBase as StoreBase
 from ._base import StoredCase as StoredCase
 from ._base import require_store as require_store
+from ._listing import Listing as Listing
 from ._memory import MemoryStore as MemoryStore
 from ._open import open_store as open_store
 from ._sqlite import SqliteStore as SqliteStore

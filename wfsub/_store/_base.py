@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -77,6 +77,9 @@ class CaseRow:
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
     epoch: int = 0  # shared stores: 1 when started (0 while queued), +1 at each takeover; pass it in CaseWrite
+    recovered: dict[str, int] | None = None  # {"seq", "count"}: recoveries in a row with the journal at `seq`
+    tags: dict[str, str] = field(default_factory=dict)  # read only: the `tags` of the case's `start` record
+    forked_from: str | None = None  # read only: the case this one was forked from (its `start` record says)
     migrated_from: str | None = None  # the fingerprint the case ran on before its latest migration
     # The latest inbox inputs the owner refused for this case, newest first (at most REFUSED_KEPT): read from the
     # inbox's refused rows by the single-row reads (`row`, `read_row`, `load`), never written through the row.
@@ -236,7 +239,8 @@ class Store(Protocol):
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
         """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
         ...
@@ -247,10 +251,17 @@ class Store(Protocol):
 
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
-        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`;
-        `parent=`: only the children that case started."""
+        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`: every
+        filter given holds (`wfsub._store._listing.Listing` says each; `parent=`: only the children that case
+        started)."""
+        ...
+
+    async def delete(self, case_id: str) -> bool:
+        """Remove an ended case (its row, journal, snapshots, inbox rows and tags) in one transaction; False (and
+        nothing removed) when there is no such case or it has no `end` record."""
         ...
 
     async def live(self) -> list[CaseRow]:
@@ -464,6 +475,7 @@ _VERBS = {
     "reading": "read", "loading": "load", "listing": "list", "polling": "poll", "waiting": "wait",
     "taking": "take", "claiming": "claim", "recording": "record", "renewing": "renew", "writing": "write",
     "committing": "commit", "putting": "put", "queueing": "queue", "pruning": "prune", "draining": "drain",
+    "deleting": "delete",
 }
 
 

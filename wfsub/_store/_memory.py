@@ -37,6 +37,7 @@ from ._base import (
     Snapshot,
     StoredCase,
 )
+from ._listing import Listing
 from ._queueing import QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -44,6 +45,7 @@ from ._rows import (
     decode_record,
     decode_row,
     decode_start,
+    decode_tags,
     encode_write,
     inbox_text,
     kept_snapshot,
@@ -51,6 +53,7 @@ from ._rows import (
     no_start,
     second_end,
     seq_taken,
+    start_meta,
     to_json,
 )
 from ._single import SingleNode
@@ -66,6 +69,8 @@ class _Case:
     row: dict[str, Any] | None = None  # encoded row params
     order: int = 0
     snapshots: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # seq -> (format, bytecode, JSON)
+    tags: str | None = None  # the start record's tags (JSON), taken when the row is first written
+    forked_from: str | None = None
     heartbeats: str | None = None  # JSON (see Store.put_heartbeats)
 
 
@@ -194,6 +199,8 @@ class MemoryStore(SingleNode):
                 if ended:
                     raise StoreConflict(self._name, second_end(change.case_id, record.seq))
                 ended = True
+            elif record.kind == "retry":  # a failed case re-opened: its next run ends once too
+                ended = False
             if record.request_id is not None:
                 seen_ids.add(record.request_id)
             seqs.add(record.seq)
@@ -208,6 +215,8 @@ class MemoryStore(SingleNode):
         if change.row is not None:
             if case.row is None:
                 case.order, self._next_order = self._next_order, self._next_order + 1
+                if 0 in case.journal:  # (as the SQL stores' trigger: what the start record says, read only)
+                    case.tags, case.forked_from = start_meta(case.journal[0])
             case.row = change.row.params
         if change.snapshot is not None:
             snap = change.snapshot.params
@@ -363,11 +372,24 @@ class MemoryStore(SingleNode):
             del self._inbox[inbox_id]
         return len(gone)
 
+    async def delete(self, case_id: str) -> bool:
+        self._check_open("delete a case")
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        if case is None or not case.ended or case.row is None or case.row["ended_at"] is None:
+            return False
+        del self._cases[case_id]
+        for inbox_id in [i for i, row in self._inbox.items() if row.case_id == case_id]:
+            del self._inbox[inbox_id]
+        return True
+
     # -- reads -----------------------------------------------------------------------------------------------
 
     def _row(self, case: _Case) -> CaseRow:
         assert case.row is not None
-        return decode_row(case.order, case.row)
+        row = decode_row(case.order, case.row)
+        row.tags, row.forked_from = decode_tags(case.tags), case.forked_from
+        return row
 
     def _rows(self) -> list[tuple[_Case, dict[str, Any]]]:
         return [(case, case.row) for case in self._cases.values() if case.row is not None]
@@ -423,26 +445,32 @@ class MemoryStore(SingleNode):
 
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         await anyio.lowlevel.checkpoint()
-        return self.read_cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent)
+        return self.read_cases(
+            state=state, workflow=workflow, limit=limit, before=before, tags=listing.tags, id_prefix=id_prefix,
+            started_after=started_after, started_before=started_before, parent=parent,
+        )
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         self._check_open("list cases")
         found = [
-            case
-            for case, row in self._rows()
-            if (state is None or row["state"] == state)
-            and (workflow is None or row["workflow"] == workflow)
-            and (before is None or case.order < before)
-            and (parent is None or loads(row["detail"]).get("parent") == parent)
+            (case.order, row)
+            for case, row in ((case, self._row(case)) for case, _ in self._rows())
+            if listing.matches(case.order, row)
         ]
-        found.sort(key=lambda case: case.order, reverse=True)
-        return [self._row(case) for case in found[: max(limit, 0)]]
+        found.sort(key=lambda item: item[0], reverse=True)
+        return [row for _, row in found[: max(limit, 0)]]
 
     async def live(self) -> list[CaseRow]:
         self._check_open("list live cases")

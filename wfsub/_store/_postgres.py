@@ -124,7 +124,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError
+from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError, newer_store
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -139,6 +139,7 @@ from ._base import (
     StoredCase,
 )
 from ._group import GroupQueue, Job, by_key, call_soon_on
+from ._listing import Listing
 from ._pgdriver import (
     FIXES,
     UNREACHABLE,
@@ -160,12 +161,12 @@ from ._rows import (
     decode_row,
     decode_snapshot,
     decode_start,
+    decode_tags,
     encode_record,
     encode_write,
     inbox_text,
     kept_snapshot,
     loads,
-    page,
     second_end,
     seq_taken,
     to_json,
@@ -481,11 +482,8 @@ class PostgresStore(StoreBase):
                     await conn.execute(f'CREATE SCHEMA "{self.schema}"')  # a checked identifier (_SCHEMA)
                 version = await self._version(conn)
                 if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        self._name,
-                        f"the schema {self.schema!r} has store layout version {version}, newer than this wfsub "
-                        f"reads (up to {SCHEMA_VERSION}): a newer wfsub wrote it. Upgrade wfsub (pip install -U "
-                        "'wfsub[postgres]') on this node; this version leaves the schema untouched",
+                    raise newer_store(
+                        self._name, f"the schema {self.schema!r}", version, SCHEMA_VERSION, "'wfsub[postgres]'"
                     )
                 if 0 < version < SCHEMA_VERSION and not owner:
                     raise StoreError(
@@ -926,6 +924,14 @@ class PostgresStore(StoreBase):
         self._signal(own=True)
         return inbox_id
 
+    async def delete(self, case_id: str) -> bool:
+        async def run(conn: Any) -> bool:
+            count: int = await conn.fetchval(Q["delete"], case_id)
+            return count > 0
+
+        loop = self._running("delete a case")
+        return await loop.call(self._pooled(f"deleting case {case_id!r}", run, idempotent=False), cancel=False)
+
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         async def run(conn: Any) -> int:
             count: int = await conn.fetchval(Q["prune"], float(ended_before), limit)
@@ -1328,22 +1334,28 @@ class PostgresStore(StoreBase):
 
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", partial(_page, state, workflow, limit, before, parent))
+        return await self._read("listing cases", partial(_listed, listing))
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", partial(_page, state, workflow, limit, before, parent))
+        return self._read_sync("listing cases", partial(_listed, listing))
 
     async def live(self) -> list[CaseRow]:
         if self._node is None:
@@ -1462,6 +1474,8 @@ def _row(found: Any) -> CaseRow:
     row = decode_row(found[0], tuple(found[:11]))
     row.owner = found[11]
     row.epoch = int(found[12])
+    if len(found) > 13:
+        row.tags, row.forked_from = decode_tags(found[13]), found[14]
     return row
 
 
@@ -1485,11 +1499,9 @@ def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
     return read
 
 
-async def _page(
-    state: str | None, workflow: str | None, limit: int, before: int | None, parent: str | None, conn: Any
-) -> list[CaseRow]:
-    query, params = page(state, workflow, limit, before, parent)
-    return [_row(found) for found in await conn.fetch(Q[query], *params.values())]
+async def _listed(listing: Listing, conn: Any) -> list[CaseRow]:
+    sql, args = listing.postgres()
+    return [_row(found) for found in await conn.fetch(sql, *args)]
 
 
 __all__ = ["PostgresStore"]

@@ -1,5 +1,5 @@
 """What every backend shares: JSON encoding of records and rows, the rules that classify a case row, and the
-decoding of what reads return (`page`, `decode_start`, `decode_snapshot`, `decode_inbox`).
+decoding of what reads return (`decode_start`, `decode_snapshot`, `decode_inbox`).
 
 A store keeps records and row fields as JSON text, so every backend (memory included) accepts exactly the same
 values: JSON types and finite floats (as in JSON, int dict keys come back as str: the runtime checks that
@@ -30,7 +30,7 @@ NO_ORDER = 2**63 - 1
 """`before` of the first page of `cases()`: above every case_order."""
 
 _DETAIL = ("at", "signals", "effects", "timers", "data", "error", "cancel_reason", "suspended_reason")
-_LATER_DETAIL = ("digest", "migrated_from", "parent")
+_LATER_DETAIL = ("digest", "migrated_from", "recovered", "parent")
 """Detail fields added after the first layout: a row written before them reads them as None."""
 
 
@@ -163,10 +163,13 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
 
 def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
     """A CaseRow from the columns of `case_row` (a tuple in query order: order first) or from encoded params."""
+    tags_text = forked_from = None
     if isinstance(params, tuple):
         _, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail = (
-            params
+            params[:11]
         )
+        if len(params) > 11:  # (the columns of layout 3: what the `start` record says, read only)
+            tags_text, forked_from = params[11], params[12]
     else:
         case_id, workflow, fingerprint = params["case_id"], params["workflow"], params["fingerprint"]
         state, started_at, updated_at = params["state"], params["started_at"], params["updated_at"]
@@ -195,7 +198,39 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         last_seq=last_seq,
         next_due=next_due,
         order=order,
+        tags=decode_tags(tags_text),
+        forked_from=forked_from,
         **fields,
+    )
+
+
+def decode_tags(text: str | None) -> dict[str, str]:
+    """A row's `tags` column (JSON of the start record's tags; None: none) as a dict of str to str."""
+    if not text:
+        return {}
+    try:
+        found = loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(key): value for key, value in found.items() if isinstance(value, str)}
+
+
+def start_meta(text: str) -> tuple[str | None, str | None]:
+    """(tags as JSON text or None, forked_from) of a `start` record's text: what a row's read-only columns
+    hold (MemoryStore derives them as the SQL stores' triggers do)."""
+    try:
+        start = loads(text)
+    except ValueError:
+        return None, None
+    if not isinstance(start, dict):
+        return None, None
+    tags = start.get("tags")
+    origin = start.get("forked_from")
+    return (
+        dumps(tags) if isinstance(tags, dict) else None,
+        origin.get("case_id") if isinstance(origin, dict) else None,
     )
 
 
@@ -287,8 +322,8 @@ def kept_snapshot(snapshot: Snapshot | None, first: Record) -> Snapshot | None:
 
 def second_end(case_id: str, seq: int) -> str:
     return (
-        f"case {case_id!r} already has its `end` record: the `end` at seq {seq} was refused (a case ends once, "
-        "and only its owner writes `end`). This write was not applied; the other writes committed with it were"
+        f"case {case_id!r} already has its `end` record: the `end` at seq {seq} was refused (a case ends once per "
+        "run, and only its owner writes `end`). This write was not applied; the other writes committed with it were"
     )
 
 
@@ -308,25 +343,6 @@ def no_start(case_id: str) -> str:
 
 
 # -- reads -------------------------------------------------------------------------------------------------------
-
-
-def page(
-    state: str | None, workflow: str | None, limit: int, before: int | None, parent: str | None = None
-) -> tuple[str, dict[str, Any]]:
-    """The named query of one page of `cases()` (newest first) and its parameters, in the order the Postgres
-    statements number them ($1 before, $2 limit, $3 state, $4 workflow, $5 parent); SQLite binds them by name."""
-    params: dict[str, Any] = {"before": NO_ORDER if before is None else before, "limit": limit}
-    if parent is not None:  # the children of one case: one query, its other filters optional
-        params.update(state=state, workflow=workflow, parent=parent)
-        return "cases_page_parent", params
-    query = "cases_page"
-    if state is not None:
-        params["state"] = state
-        query += "_state"
-    if workflow is not None:
-        params["workflow"] = workflow
-        query += "_workflow"
-    return query, params
 
 
 def decode_start(store: str, case_id: str, text: str | None) -> Record:

@@ -58,9 +58,10 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import CaseExists, StoreConflict, StoreError
+from .._errors import CaseExists, StoreConflict, StoreError, newer_store
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
+from ._listing import Listing
 from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
@@ -75,7 +76,6 @@ from ._rows import (
     inbox_text,
     kept_snapshot,
     loads,
-    page,
     second_end,
     seq_taken,
     to_json,
@@ -288,12 +288,7 @@ class SqliteStore(SingleNode):
                 "application's database",
             )
         if version > self._layout.version:
-            raise StoreError(
-                self.path,
-                f"the file has store layout version {version}, newer than this wfsub reads (up to "
-                f"{self._layout.version}): a newer wfsub wrote it. Upgrade wfsub (pip install -U wfsub) to open "
-                "it; this version leaves the file untouched",
-            )
+            raise newer_store(self.path, "the file", version, self._layout.version)
         if version == 0:
             raise StoreError(
                 self.path, "the file carries wfsub's application id but no layout version: it was damaged or "
@@ -674,6 +669,13 @@ class SqliteStore(SingleNode):
         count: int = await job.outcome()
         return count
 
+    async def delete(self, case_id: str) -> bool:
+        writer = self._running("delete a case")
+        job = Job(partial(_apply_delete, case_id), f"deleting case {case_id!r}", wait=True)
+        writer.submit(job)
+        deleted: bool = await job.outcome()
+        return deleted
+
     # -- reads -----------------------------------------------------------------------------------------------
 
     async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -770,22 +772,37 @@ class SqliteStore(SingleNode):
 
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         if limit <= 0:
             self._running("list cases")
             return []
-        return await self._read("listing cases", self._rows(*page(state, workflow, limit, before, parent)))
+        return await self._read("listing cases", self._listed(listing))
 
     def read_cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        parent: str | None = None,
+        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseRow]:
+        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
+                          parent)
         """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
         self._running("list cases")
         if limit <= 0:
             return []
-        return self._read_sync("listing cases", self._rows(*page(state, workflow, limit, before, parent)))
+        return self._read_sync("listing cases", self._listed(listing))
+
+    @staticmethod
+    def _listed(listing: Listing) -> Callable[[sqlite3.Connection], list[CaseRow]]:
+        sql, params = listing.sqlite()
+
+        def read(conn: sqlite3.Connection) -> list[CaseRow]:
+            return [decode_row(found[0], found) for found in conn.execute(sql, params)]
+
+        return read
 
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
@@ -876,7 +893,7 @@ def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
             text = str(exc)
             if "journal.seq" in text:
                 raise Refused(seq_taken(change.case_id, record.seq)) from exc
-            if record.kind == "end" and "journal.case_id" in text:
+            if record.kind == "end" and ("journal.case_id" in text or "journal_one_end" in text):
                 raise Refused(second_end(change.case_id, record.seq)) from exc
             raise
         appended.append(cursor.rowcount == 1)
@@ -1065,6 +1082,14 @@ def _apply_prune(ended_before: float, limit: int | None, conn: sqlite3.Connectio
         for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
             conn.execute(Q[query], {"case_id": case_id})
     return len(gone)
+
+
+def _apply_delete(case_id: str, conn: sqlite3.Connection) -> bool:
+    if conn.execute(Q["delete_select"], {"case_id": case_id}).fetchone() is None:
+        return False
+    for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
+        conn.execute(Q[query], {"case_id": case_id})
+    return True
 
 
 def _heartbeat(epoch: int, conn: sqlite3.Connection) -> None:

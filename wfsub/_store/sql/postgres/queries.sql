@@ -108,7 +108,7 @@ SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start =
 -- name: take_over
 -- Take over cases of nodes whose lease expired (see take_over in migrations/).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
+       detail, owner, epoch, tags::text, forked_from
 FROM take_over($1, $2);
 
 -- name: claim_queued
@@ -137,7 +137,7 @@ WHERE case_id = $1 AND refused IS NOT NULL ORDER BY id DESC LIMIT $2;
 
 -- name: case_row
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
+       detail, owner, epoch, tags::text, forked_from
 FROM cases WHERE case_id = $1;
 
 -- name: journal_start_replace
@@ -155,47 +155,27 @@ SELECT seq, epoch FROM journal WHERE case_id = $1 ORDER BY seq;
 -- name: snapshot_newest
 SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = $1 ORDER BY seq DESC LIMIT 1;
 
--- name: cases_page
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
-FROM cases WHERE case_order < $1 ORDER BY case_order DESC LIMIT $2;
-
--- name: cases_page_state
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
-FROM cases WHERE case_order < $1 AND state = $3 ORDER BY case_order DESC LIMIT $2;
-
--- name: cases_page_workflow
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
-FROM cases WHERE case_order < $1 AND workflow = $3 ORDER BY case_order DESC LIMIT $2;
-
--- name: cases_page_state_workflow
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
-FROM cases WHERE case_order < $1 AND state = $3 AND workflow = $4 ORDER BY case_order DESC LIMIT $2;
-
 -- name: cases_live_owned
 -- The rows recovery resumes at once: this node's, oldest first (partial index cases_live).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
+       detail, owner, epoch, tags::text, forked_from
 FROM cases WHERE live AND owner = $1 ORDER BY case_order;
 
 -- name: cases_live_all
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
+       detail, owner, epoch, tags::text, forked_from
 FROM cases WHERE live ORDER BY case_order;
 
 -- name: cases_due_owned
 -- This node's parked cases whose next_due has come, earliest first (partial index cases_due).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
+       detail, owner, epoch, tags::text, forked_from
 FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND owner = $3
 ORDER BY next_due, case_order LIMIT $2;
 
 -- name: cases_due_all
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
+       detail, owner, epoch, tags::text, forked_from
 FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 ORDER BY next_due, case_order LIMIT $2;
 
 -- name: cases_next_due_owned
@@ -213,6 +193,24 @@ WITH gone AS (
       AND EXISTS (SELECT 1 FROM journal j WHERE j.case_id = c.case_id AND j.kind = 'end')
     ORDER BY c.case_order LIMIT $2
     FOR UPDATE OF c SKIP LOCKED
+), journal_gone AS (
+    DELETE FROM journal WHERE case_id IN (SELECT case_id FROM gone)
+), snapshots_gone AS (
+    DELETE FROM snapshots WHERE case_id IN (SELECT case_id FROM gone)
+), inbox_gone AS (
+    DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
+), cases_gone AS (
+    DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING 1
+)
+SELECT count(*) FROM cases_gone;
+
+-- name: delete
+-- Remove one case if it ended and its journal holds its `end`; returns how many (0 or 1).
+WITH gone AS (
+    SELECT c.case_id FROM cases c
+    WHERE c.case_id = $1 AND c.ended_at IS NOT NULL
+      AND EXISTS (SELECT 1 FROM journal j WHERE j.case_id = c.case_id AND j.kind = 'end')
+    FOR UPDATE OF c
 ), journal_gone AS (
     DELETE FROM journal WHERE case_id IN (SELECT case_id FROM gone)
 ), snapshots_gone AS (
@@ -382,11 +380,3 @@ UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigi
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = $1;
 
--- name: cases_page_parent
--- A page of the children of one case (`start_case`), newest first (index cases_by_parent), optionally in one
--- state ($3) and of one workflow ($4).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
-       detail, owner, epoch
-FROM cases WHERE parent = $5 AND case_order < $1 AND ($3::text IS NULL OR state = $3)
-  AND ($4::text IS NULL OR workflow = $4)
-ORDER BY case_order DESC LIMIT $2;

@@ -158,7 +158,8 @@ WHERE case_id = :case_id AND refused IS NOT NULL ORDER BY id DESC LIMIT :limit;
 
 -- name: case_row
 -- One case row.
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
+       tags, forked_from
 FROM cases WHERE case_id = :case_id;
 
 -- name: journal_start_replace
@@ -174,35 +175,16 @@ SELECT record FROM journal WHERE case_id = :case_id AND seq > :after ORDER BY se
 -- The newest snapshot of a case.
 SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = :case_id ORDER BY seq DESC LIMIT 1;
 
--- name: cases_page
--- A page of case rows, newest first: a walk down the primary key from `:before`.
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
-FROM cases WHERE case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
--- name: cases_page_state
--- A page of the case rows in one state, newest first (index cases_by_state).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
-FROM cases WHERE state = :state AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
--- name: cases_page_workflow
--- A page of the case rows of one workflow, newest first (index cases_by_workflow).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
-FROM cases WHERE workflow = :workflow AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
--- name: cases_page_state_workflow
--- A page of the case rows in one state of one workflow, newest first.
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
-FROM cases INDEXED BY cases_by_state
-WHERE state = :state AND workflow = :workflow AND case_order < :before ORDER BY case_order DESC LIMIT :limit;
-
 -- name: cases_live
 -- The rows recovery resumes at once, oldest first (partial index cases_live).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
+       tags, forked_from
 FROM cases WHERE live = 1 ORDER BY case_order;
 
 -- name: cases_due
 -- Parked cases whose next_due has come, earliest first (partial index cases_due).
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
+SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
+       tags, forked_from
 FROM cases WHERE parked = 1 AND next_due IS NOT NULL AND next_due <= :until ORDER BY next_due, case_order LIMIT :limit;
 
 -- name: cases_next_due
@@ -215,6 +197,12 @@ SELECT case_id FROM cases
 WHERE ended_at IS NOT NULL AND ended_at <= :before
   AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end')
 LIMIT :limit;
+
+-- name: delete_select
+-- One case, if it ended and its journal holds its `end` record (`delete`).
+SELECT case_id FROM cases
+WHERE case_id = :case_id AND ended_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end');
 
 -- name: prune_journal
 -- A pruned case's records.
@@ -395,11 +383,3 @@ UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = :case_id;
 
--- name: cases_page_parent
--- A page of the children of one case (`start_case`), newest first (index cases_by_parent), optionally in one
--- state and of one workflow.
-SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail
-FROM cases INDEXED BY cases_by_parent
-WHERE parent = :parent AND case_order < :before AND (:state IS NULL OR state = :state)
-  AND (:workflow IS NULL OR workflow = :workflow)
-ORDER BY parent DESC, case_order DESC LIMIT :limit;

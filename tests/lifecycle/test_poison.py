@@ -1,0 +1,89 @@
+"""Poison cases: a case whose process dies (or hangs) each time it is recovered, without a new journal record, is
+suspended after `max_recoveries` recoveries instead of being recovered again; `retry` re-opens it after a fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from wfsub import Substrate, effect, seq, task
+
+from ..durable._util import ROOT, eventually
+from . import _poison
+from ._util import KINDS, node, store_maker
+
+
+def child(mode: str, path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.lifecycle._poison", mode, str(path)], cwd=ROOT, capture_output=True,
+        text=True, timeout=120, check=False, env={**os.environ, **env},
+    )
+
+
+def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr[-4000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_a_case_that_kills_its_process_each_time_is_suspended_then_retried(tmp_path: Path) -> None:
+    """A real process SIGKILLed by its case's effect: recovered `max_recoveries` times, then suspended with the
+    reason (its effect not run again, however often the store is opened); after a fix `retry` ends it done."""
+    path = tmp_path / "cases.db"
+    assert child("start", path).returncode == -signal.SIGKILL
+    for _ in range(_poison.MAX_RECOVERIES):
+        done = child("recover", path)
+        assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    found = last_json(child("recover", path))
+    assert found["state"] == "suspended"
+    assert found["reason"].startswith(f"recovered {_poison.MAX_RECOVERIES} times without journaling a new record")
+    assert "then `retry` it" in found["reason"]
+    assert last_json(child("recover", path))["state"] == "suspended"  # left alone: its effect does not run
+    done = last_json(child("retry", path, POISON_FIXED="1"))
+    assert done["state"] == "done" and done["data"]["survived"] is True and done["data"]["finished"] is True
+
+
+class Hang:
+    event: anyio.Event | None = None
+
+
+async def hang(c: dict[str, Any]) -> dict[str, Any]:
+    if Hang.event is not None:
+        await Hang.event.wait()
+    return {"answered": True}
+
+
+HANGS = {"h": seq(task(lambda c: {"ready": True}), effect(hang, name="hang"), task(lambda c: {"over": True}))}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_case_that_hangs_each_time_is_suspended_and_progress_resets_the_count(
+    kind: str, tmp_path: Path
+) -> None:
+    """Recovered while its journal stands still, a case is suspended on the recovery past `max_recoveries`; a
+    retry is a new record, so after it the count starts again and the case is recovered and finishes."""
+    make = store_maker(kind, tmp_path)
+    Hang.event = anyio.Event()
+    async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
+        await sub.new_case("h", case_id="h1")
+        await eventually(lambda: sub.status("h1").state == "waiting_effect")
+    for _ in range(2):  # two recoveries: the effect starts again each time and hangs
+        async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
+            await eventually(lambda: sub.status("h1").state == "waiting_effect")
+    async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
+        status = sub.status("h1")
+        assert status.state == "suspended" and "recovered 2 times without journaling" in (status.suspended_reason or "")
+        assert [s.case_id for s in sub.cases(state="suspended")] == ["h1"]
+        await sub.retry("h1")
+        await eventually(lambda: sub.status("h1").state == "waiting_effect")
+    async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
+        Hang.event.set()  # recovered again (the retry was progress), and answered this time
+        assert (await sub.await_case("h1"))["over"] is True

@@ -1,0 +1,198 @@
+"""Re-opening and copying durable cases: `Substrate.retry` and `Substrate.fork` (see the README, Case lifecycle).
+
+Retry. A failed case is re-opened by a `retry` record appended after its `end`: `{seq, kind: "retry", step, time,
+digest, run, ended, redo}`. A replay drops the `end` at seq `ended` and the effect outcomes at the seqs in `redo`
+(`_journal.effective`), so the case is rebuilt as it was before the step that failed: a task that failed runs again
+when the vm runs on (on the case's version, or the version it migrates to: a fix registered since applies); an
+effect whose final outcome was the failure is in flight again and starts again. The retry record sits at the
+step of the last record kept (no task runs between them, so its digest is that record's), and `run` counts the
+retries: each later `end` carries it, so a case still ends once per run. A case whose failure ran compensations
+is refused: its undoing already happened, and running the failed step again would run on over it.
+
+Poison cases. Recovery counts, in the case row (`recovered: {seq, count}`), the times it brought a live case back
+while its journal stood at the same last record: a case that kills (or hangs) its process each time it runs
+journals nothing new between recoveries. Past `max_recoveries` it is suspended with that reason instead of being
+recovered again (its effects and timers are no longer listed, so the next start leaves it alone). `retry`
+re-opens it the same way as a failed case, with nothing dropped: its `retry` record is a new record, so the count
+starts again.
+
+Fork. A fork is a new case whose journal is the origin's records up to and including `at`, with its `start`
+record naming the origin (`forked_from: {case_id, seq}`) and keeping the origin's tags; it is written in one
+transaction, then loaded like any case (replayed, then live: effects in flight at `at` start again). A fork
+taken where the origin was suspended or had ended runs on from there: an `end` record is never copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._errors import SignalRejected
+from .._store import CaseRow, CaseWrite, Record, Store
+from ._journal import INPUT_KINDS, effective
+from ._persist import suspend
+from ._status import CaseState
+
+POISON = "recovered"
+"""How a poison case's suspended reason begins (see `poison_reason`): `retry` re-opens such a case."""
+
+
+def poison_reason(times: int, seq: int) -> str:
+    """The reason a case is suspended after `times` recoveries that journaled nothing past record `seq`."""
+    return (
+        f"{POISON} {times} times without journaling a new record (its last record is seq {seq}): it stops its "
+        "process, or hangs it, each time it runs; fix the cause (a step that crashes the process, runs out of "
+        "memory or never returns), then `retry` it, or cancel it"
+    )
+
+
+def _last_input(records: Sequence[Record]) -> tuple[int, str]:
+    """The step and digest of the last input record in `records` (0 and the initial digest: none)."""
+    for record in reversed(records):
+        if record.get("kind") in INPUT_KINDS and record.get("step") is not None:
+            return int(record["step"]), str(record.get("digest") or "")
+    return 0, ""
+
+
+def _handled_failure(record: Mapping[str, Any], before_end: Sequence[Record]) -> str | None:
+    """What the failure's withdrawal ran, if it ran anything that leaves a trace (None: nothing): a compensation
+    that failed (anywhere in the chain of causes), or a cancel handler or compensation effect whose outcome is the
+    last record before the `end` (it ran while the case was failing)."""
+    cause: Mapping[str, Any] | None = record
+    while cause:
+        if cause.get("type") == "CompensationFailed" or cause.get("compensated"):
+            return "compensations, and one failed"
+        cause = cause.get("cause") if isinstance(cause.get("cause"), Mapping) else None
+    last = before_end[-1] if before_end else {}
+    path = str(last.get("path", ""))
+    if last.get("kind") == "effect" and ("[on_cancel]" in path or "compensation]" in path):
+        return f"its cancel handlers ({last.get('name')} at {path})"
+    return None
+
+
+def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) -> Record:
+    """The `retry` record that re-opens a failed (or poison-suspended) case, or SignalRejected saying why it
+    cannot be retried."""
+    state = row.state
+    if not records or records[0].get("kind") != "start":
+        raise SignalRejected.not_retryable(case_id, state, "its journal does not start with its start record")
+    end = records[-1] if records[-1].get("kind") == "end" else None
+    runs = sum(1 for record in records if record.get("kind") == "retry")
+    redo: list[int] = []
+    ended: int | None = None
+    if state == CaseState.FAILED.value:
+        if end is None or end.get("outcome") != "failed":
+            raise SignalRejected.not_retryable(
+                case_id, state, "its journal does not end with its failure (its end is being written: try again)"
+            )
+        error = end.get("error") or {}
+        compensated = list((error.get("record") or {}).get("compensated") or ())
+        if compensated:
+            raise SignalRejected.not_retryable(
+                case_id, state,
+                f"its failure already ran compensations ({', '.join(map(str, compensated))}): running the "
+                "failed step again would go on over that undoing; start a new case (or fork this one from a record "
+                "before the failure: `fork(case_id, at=seq)`)",
+            )
+        handled = _handled_failure(error.get("record") or {}, records[:-1])
+        if handled is not None:
+            raise SignalRejected.not_retryable(
+                case_id, state,
+                f"its failure already ran {handled}: running the failed step again would go on over what they did; "
+                "start a new case (or fork this one from a record before the failure: `fork(case_id, at=seq)`)",
+            )
+        ended = int(end["seq"])
+        path = error.get("path")
+        for earlier in reversed(records[:-1]):  # the effect whose final outcome failed the case runs again
+            kind = earlier.get("kind")
+            if kind in ("retry", "start"):
+                break
+            if kind == "effect" and earlier.get("error") is not None and earlier.get("path") == path:
+                redo.append(int(earlier["seq"]))
+                break
+    elif state == CaseState.SUSPENDED.value and (row.suspended_reason or "").startswith(POISON):
+        if end is not None:
+            raise SignalRejected.not_retryable(case_id, state)
+    else:
+        raise SignalRejected.not_retryable(case_id, state)
+    kept = effective([*records, {"seq": -1, "kind": "retry", "ended": ended, "redo": redo}])[:-1]
+    step, digest = _last_input(kept[1:])
+    record: Record = {"seq": int(records[-1]["seq"]) + 1, "kind": "retry", "step": step, "time": now,
+                      "digest": digest, "run": runs + 1, "redo": redo}
+    if ended is not None:
+        record["ended"] = ended
+    return record
+
+
+async def recovering(store: Store, row: CaseRow, max_recoveries: int, redact: Any) -> bool:
+    """Count one more recovery of a live case (written to its row); False, with the case suspended as a poison
+    case, when that would be more than `max_recoveries` in a row with no new record in its journal."""
+    stored = await store.load(row.case_id)
+    if stored is None:
+        return False
+    if stored.records:
+        last = int(stored.records[-1]["seq"])
+    else:
+        last = stored.snapshot.seq if stored.snapshot is not None else 0
+    mark = row.recovered or {}
+    count = int(mark.get("count", 0)) + 1 if mark.get("seq") == last else 1
+    row = stored.row
+    if count > max_recoveries:
+        row.effects, row.timers, row.next_due = [], [], None  # not live any more: the next start leaves it alone
+        await suspend(store, row, poison_reason(count - 1, last), redact)
+        return False
+    row.recovered = {"seq": last, "count": count}
+    await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))
+    return True
+
+
+async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[int] | None = None) -> None:
+    """Commit the retry record with the case's row running again (recovery resumes it from here if this
+    process stops before it is loaded)."""
+    row.state = CaseState.RUNNING.value
+    row.ended_at = None
+    row.error = None
+    row.suspended_reason = None
+    row.cancel_reason = None
+    row.last_seq = int(record["seq"])
+    row.updated_at = float(record["time"])
+    row.digest = None
+    row.recovered = None
+    await store.write(CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()),
+                                epoch=row.epoch or None))
+
+
+def fork_records(
+    case_id: str, records: list[Record], at: object, new_case_id: str, now: float
+) -> list[Record]:
+    """The journal of a fork of `case_id` at record `at`: its records up to and including `at` (no `end`), the
+    `start` naming the origin. ValueError for an `at` that is not a record of the journal, naming what is."""
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise TypeError(f"fork: at must be the seq (an int) of a record of case {case_id!r}, got {at!r}")
+    first = int(records[0].get("seq", 0)) if records else 0
+    last = int(records[-1].get("seq", 0)) if records else 0
+    if records and records[0].get("kind") != "start" and at < first:
+        raise ValueError(
+            f"fork: record {at} of case {case_id!r} is no longer kept (compaction removed the records before "
+            f"seq {first}, the first record still kept): fork at {first} or later"
+        )
+    if at < 0 or at > last:
+        raise ValueError(
+            f"fork: case {case_id!r} has no record {at}: its journal holds records {first} to {last}; "
+            "pass at= one of those (`journal(case_id)` lists them)"
+        )
+    prefix = [dict(record) for record in records if int(record["seq"]) <= at and record.get("kind") != "end"]
+    start = dict(prefix[0])
+    start["case_id"] = new_case_id
+    start["forked_from"] = {"case_id": case_id, "seq": at}
+    start["time"] = start.get("time", now)
+    prefix[0] = start
+    return prefix
+
+
+def fork_row(origin: CaseRow, new_case_id: str, last_seq: int, now: float) -> CaseRow:
+    """The row a fork is written with: running (it is loaded at once, and recovery resumes it if not)."""
+    return CaseRow(
+        case_id=new_case_id, workflow=origin.workflow, fingerprint=origin.fingerprint,
+        state=CaseState.RUNNING.value, started_at=now, updated_at=now, last_seq=last_seq, data=None,
+    )
