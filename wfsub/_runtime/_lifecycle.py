@@ -190,6 +190,15 @@ def fork_records(
     return prefix
 
 
+def same_fork(records: list[Record], case_id: str, at: int) -> bool:
+    """Whether a journal is that of a fork of `case_id` at record `at` (a repeated fork is answered with it)."""
+    if not records:
+        return False
+    first = records[0]
+    start = first if first.get("kind") == "start" else first.get("start")
+    return isinstance(start, dict) and start.get("forked_from") == {"case_id": case_id, "seq": at}
+
+
 def fork_row(origin: CaseRow, new_case_id: str, last_seq: int, now: float) -> CaseRow:
     """The row a fork is written with: running (it is loaded at once, and recovery resumes it if not)."""
     return CaseRow(

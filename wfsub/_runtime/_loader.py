@@ -442,6 +442,12 @@ class CaseLoader:
         parked[actor.case_id] = self.clock.now()
         self.parked_added.set()
 
+    def bring_back(self, case_id: str) -> None:
+        """Have the sweep bring `case_id` back soon if the store holds it live and this node's (a write for it
+        whose outcome is unknown: a retry, a fork)."""
+        self.missed_ids.add(case_id)
+        self.missed.set()
+
     def left_memory(self, actor: CaseActor) -> None:
         if self.cases.get(actor.case_id) is actor:
             del self.cases[actor.case_id]

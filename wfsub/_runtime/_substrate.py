@@ -58,6 +58,7 @@ from .._errors import (
     CaseExists,
     CaseFailed,
     CaseNotFound,
+    CommitUnknown,
     RestoredError,
     SignalRejected,
     StoreConflict,
@@ -1354,6 +1355,9 @@ class Substrate:
         except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
             now = await store.row(case_id)
             raise SignalRejected.not_retryable(case_id, now.state if now is not None else row.state) from None
+        except CommitUnknown:  # re-opened or not, the store decides: the sweep brings it back if it runs again
+            loader.bring_back(case_id)
+            raise
         await loader.load(case_id)
         return self.handle(case_id)
 
@@ -1384,8 +1388,16 @@ class Substrate:
         row = lifecycle.fork_row(origin, new_id, int(records[-1]["seq"]), now)
         try:
             await store.write(CaseWrite(new_id, records, row, inbox_done=inbox_done))
+        except CommitUnknown:  # started or not, the store decides: the sweep brings it back if it was
+            loader.bring_back(new_id)
+            raise
         except StoreConflict:
-            raise CaseExists(new_id) from None
+            if not lifecycle.same_fork(await store.journal(new_id), case_id, at):
+                raise CaseExists(new_id) from None
+            # the same fork repeated (after a CommitUnknown, say): answered with the case it started
+            started = await store.row(new_id)
+            if started is not None and CaseState(started.state).ended:
+                return self.handle(new_id)
         await loader.load(new_id)
         return self.handle(new_id)
 
