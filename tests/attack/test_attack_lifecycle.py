@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseExists, CaseFailed, SignalRejected, Substrate, loop, seq, task, wait
+from wfsub import CaseExists, CaseFailed, Queue, SignalRejected, Substrate, loop, seq, task, wait
 from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore
 
 from ..stores import _pg
@@ -97,3 +97,87 @@ async def test_a_fork_whose_commit_answer_was_lost_can_be_repeated_and_runs(comm
         with anyio.fail_after(15):
             assert await sub.await_case("f") == {"go": 2, "went": 2}
         assert [r.kind for r in await sub.journal("f")] == ["start", "signal", "end"]
+
+
+def adder() -> Any:
+    def add(ctx: Any) -> dict[str, Any]:
+        return {"n": ctx.get("n", 0) + 1, "total": ctx.get("total", 0) + ctx["item"]}
+
+    return loop(seq(wait("add", into="item"), task(add, name="add")), while_=lambda d: d.get("n", 0) < 40)
+
+
+async def send_once(sub: Substrate, case_id: str, i: int) -> None:
+    """Send round i with its request id until an answer says it was applied (a lost answer is sent again)."""
+    while True:
+        try:
+            await sub.signal(case_id, "add", i, request_id=f"r{i}")
+            return
+        except CommitUnknown:
+            await anyio.sleep(0.05)  # the case is read back from its journal, then the repeat applies once
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_compaction_on_postgres_with_answers_lost_keeps_every_signal_once(tmp_path: Path) -> None:
+    """A Postgres connection that loses the answer of writes (input commits and compaction writes alike) on an
+    endless case compacted every 5 records: every acknowledged signal is applied exactly once, the journal starts
+    with a snapshot record, and a restarted node without the faults reads the same data back from it."""
+    schema = _pg.emptied_schema()
+    proxy = Proxy(_pg.database_dsn())
+    workflows = {"cart": adder()}
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5)
+        async with Substrate(store=store, workflows=workflows, compact_after=5, node_id="n1") as sub:
+            await sub.new_case("cart", {}, case_id="c")
+            with anyio.fail_after(120):
+                for i in range(39):
+                    if i % 3 == 1:
+                        proxy.drop_answers(1, after=300)
+                    await send_once(sub, "c", i)
+            kinds = [r.kind for r in await sub.journal("c")]
+            assert kinds[0] == "snapshot" and "start" not in kinds
+            assert proxy.dropped > 0
+    finally:
+        proxy.down()
+    async with Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=workflows,
+                         compact_after=5, node_id="n1") as sub:
+        await sub.signal("c", "add", 39, request_id="r39")
+        with anyio.fail_after(30):
+            result = await sub.await_case("c")
+        assert result["n"] == 40 and result["total"] == sum(range(40))
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_queued_cases_on_postgres_with_answers_lost_each_start_once_and_end(tmp_path: Path) -> None:
+    """A queue of concurrency 2 on Postgres whose connection loses write answers (queue items, claims, starts,
+    ends): every case acknowledged as queued starts exactly once and ends; none is stuck queued or counted
+    running for good."""
+    schema = _pg.emptied_schema()
+    proxy = Proxy(_pg.database_dsn())
+    flow = seq(task(lambda ctx: {"out": ctx["i"] * 2}, name="double"))
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5)
+        async with Substrate(store=store, workflows={"w": flow}, queues={"q": Queue(concurrency=2)},
+                             node_id="n1") as sub:
+            ids: list[str] = []
+            with anyio.fail_after(120):
+                for i in range(12):
+                    if i % 3 == 0:
+                        proxy.drop_answers(1)
+                    while True:
+                        try:
+                            await sub.new_case("w", {"i": i}, case_id=f"q{i}", queue="q")
+                            break
+                        except CommitUnknown:
+                            await anyio.sleep(0.05)  # repeated with the same id and data: one case
+                    ids.append(f"q{i}")
+                for i, case_id in enumerate(ids):
+                    if i % 4 == 0:
+                        proxy.drop_answers(1)
+                    result = await sub.await_case(case_id)
+                    assert result["out"] == i * 2
+            for case_id in ids:
+                kinds = [r.kind for r in await sub.journal(case_id)]
+                assert kinds == ["start", "end"], (case_id, kinds)
+            assert proxy.dropped > 0
+    finally:
+        proxy.down()
