@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseExists, CaseFailed, Queue, SignalRejected, Substrate, loop, seq, task, wait
+from wfsub import CaseExists, CaseFailed, CaseNotFound, Queue, SignalRejected, Substrate, loop, seq, task, wait
 from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore
 
 from ..lifecycle._util import KINDS, node, store_maker
@@ -226,3 +226,72 @@ async def test_a_fork_of_a_compacted_journal_keeps_its_origin_and_tags(kind: str
         status = sub.status("fk")
         assert (status.forked_from, status.tags) == ("c", {"customer": "c-17"})
         assert {c.case_id for c in sub.cases(tags={"customer": "c-17"})} == {"c", "fk"}
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_retry_fork_and_delete_on_postgres_with_their_answers_lost(tmp_path: Path) -> None:
+    """On Postgres, the connection resets right after each of retry, fork and delete commits (the answer lost):
+    each call still answers as it went (read back), the retried case and the fork run to their ends, and the
+    deleted case is gone."""
+    schema = _pg.emptied_schema()
+    proxy = Proxy(_pg.database_dsn())
+    fixed, flow = failing_until_fixed()
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5)
+        async with Substrate(store=store, workflows={"w": flow}, node_id="n1") as sub:
+            with anyio.fail_after(60):
+                h = await sub.new_case("w", {}, case_id="c")
+                with pytest.raises(CaseFailed):
+                    await h.result()
+                fixed["ok"] = True
+                proxy.drop_answers(1, after=200)
+                await sub.retry("c")
+                assert await sub.await_case("c") == {"done": True}
+                proxy.drop_answers(1, after=200)
+                await sub.fork("c", at=0, new_case_id="f")
+                assert await sub.await_case("f") == {"done": True}
+                proxy.drop_answers(1)
+                await sub.delete("c")
+                assert [c.case_id for c in sub.cases()] == ["f"]
+                assert proxy.dropped == 3
+                with pytest.raises(CaseNotFound):
+                    await sub.journal("c")
+    finally:
+        proxy.down()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_queue_full_across_a_restart_cancel_while_queued_and_dedup_reuse(kind: str, tmp_path: Path) -> None:
+    """A queue of concurrency 1 held by a case waiting for a signal: the queued cases survive a restart still
+    queued; one cancelled while queued ends cancelled and frees its dedup key for a new case; once the holder
+    ends, the rest start in priority order, each exactly once."""
+    make = store_maker(kind, tmp_path)
+    flow = seq(wait("go"), task(lambda ctx: {"went": True}, name="went"))
+    queues = {"q": Queue(concurrency=1)}
+    async with Substrate(store=make(), workflows={"w": flow}, queues=queues, **node(kind)) as sub:
+        await sub.new_case("w", {}, case_id="holder", queue="q")
+        for name, priority in [("low", 5), ("high", 0), ("gone", 1)]:
+            await sub.new_case("w", {}, case_id=name, queue="q", priority=priority, dedup=name + "-key")
+        with anyio.fail_after(30):
+            while sub.status("holder").state != "waiting_signal":
+                await anyio.sleep(0.01)
+    async with Substrate(store=make(), workflows={"w": flow}, queues=queues, **node(kind)) as sub:
+        assert {c.case_id for c in sub.cases(state="queued")} == {"low", "high", "gone"}
+        with pytest.raises(CaseExists, match="gone"):
+            await sub.new_case("w", {}, case_id="again", queue="q", dedup="gone-key")
+        await sub.cancel("gone")
+        assert sub.status("gone").state == "cancelled"
+        await sub.new_case("w", {}, case_id="again", queue="q", priority=9, dedup="gone-key")
+        await sub.signal("holder", "go", 1)
+        with anyio.fail_after(30):
+            assert await sub.await_case("holder") == {"go": 1, "went": True}
+            while sub.status("high").state != "waiting_signal":
+                await anyio.sleep(0.01)
+            assert {c.case_id for c in sub.cases(state="queued")} == {"low", "again"}
+            for name in ["high", "low", "again"]:
+                while sub.status(name).state != "waiting_signal":
+                    await anyio.sleep(0.01)
+                await sub.signal(name, "go", name)
+                assert (await sub.await_case(name))["went"] is True
+        for name in ["holder", "high", "low", "again"]:
+            assert [r.kind for r in await sub.journal(name)] == ["start", "signal", "end"]
