@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseExists, CaseFailed, CaseNotFound, Queue, SignalRejected, Substrate, loop, seq, task, wait
+from wfsub import CaseExists, CaseFailed, CaseNotFound, Queue, Schedule, SignalRejected, Substrate, loop, seq, task, wait
 from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore
 
 from ..lifecycle._util import KINDS, node, store_maker
@@ -295,3 +295,10 @@ async def test_a_queue_full_across_a_restart_cancel_while_queued_and_dedup_reuse
                 assert (await sub.await_case(name))["went"] is True
         for name in ["holder", "high", "low", "again"]:
             assert [r.kind for r in await sub.journal(name)] == ["start", "signal", "end"]
+
+
+def test_a_cron_with_a_seconds_field_is_refused_naming_the_five_fields() -> None:
+    """A six-field cron (a seconds field, as Quartz writes it) is refused naming the schedule and the five fields
+    taken, rather than firing a slot every second."""
+    with pytest.raises(ValueError, match=r"Schedule\('nightly'\).*6 fields.*minute hour day-of-month"):
+        Schedule("nightly", "report", cron="0 30 2 * * *")

@@ -117,6 +117,10 @@ class Schedule:
             if not isinstance(cron, str):
                 raise bad_option(owner, "cron must be a str of five fields", cron, fix="e.g. cron='0 2 * * *'",
                                  error=TypeError)
+            if len(cron.split()) > 5:  # cronsim takes a sixth field as seconds: a slot a second, not what is meant
+                raise bad_option(owner, f"cron expression {cron!r} has {len(cron.split())} fields (a seconds field "
+                                 "is not taken)", NOTHING,
+                                 fix="five fields: minute hour day-of-month month day-of-week, e.g. '30 2 * * *'")
             try:
                 CronSim(cron, datetime.now(zone))
             except CronSimError as exc:
