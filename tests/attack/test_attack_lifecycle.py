@@ -3,6 +3,7 @@ the wrong moment: a commit whose answer is lost, a Postgres connection cut mid-w
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import anyio
 import pytest
 
 from wfsub import CaseExists, CaseFailed, CaseNotFound, Queue, Schedule, SignalRejected, Substrate, loop, seq, task, wait
-from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore
+from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore, StoreError
 
 from ..lifecycle._util import KINDS, node, store_maker
 from ..stores import _pg
@@ -302,3 +303,60 @@ def test_a_cron_with_a_seconds_field_is_refused_naming_the_five_fields() -> None
     taken, rather than firing a slot every second."""
     with pytest.raises(ValueError, match=r"Schedule\('nightly'\).*6 fields.*minute hour day-of-month"):
         Schedule("nightly", "report", cron="0 30 2 * * *")
+
+
+class OutageOnDrop(Proxy):
+    """A proxy that, once it swallows an answer, also goes down: the store cannot ask how the write went."""
+
+    def _take_drop(self, server: Any) -> bool:
+        if not super()._take_drop(server):
+            return False
+        threading.Thread(target=self.down, daemon=True).start()
+        return True
+
+
+async def send_through(sub: Substrate, case_id: str, i: int) -> None:
+    """Send round i (request id r{i}) until it is acknowledged, through outages and lost answers."""
+    while True:
+        try:
+            await sub.signal(case_id, "add", i, request_id=f"r{i}")
+            return
+        except StoreError:  # (CommitUnknown too) the store was away: the same request id applies once
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_a_compaction_whose_answer_is_lost_in_an_outage_loses_nothing(tmp_path: Path) -> None:
+    """The compaction write of an endless case on Postgres loses its answer and the server stays unreachable past
+    retry_for (CommitUnknown inside the owner): once it is back the case is read back from whichever journal the
+    store holds, takes every later signal once, and a restarted node finishes it with the right totals."""
+    schema = _pg.emptied_schema()
+    proxy = OutageOnDrop(_pg.database_dsn())
+    workflows = {"cart": adder()}
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=1.0, connect_timeout=0.5)
+        async with Substrate(store=store, workflows=workflows, compact_after=5, node_id="n1") as sub:
+            await sub.new_case("cart", {}, case_id="c")
+            with anyio.fail_after(90):
+                for i in range(4):
+                    await send_through(sub, "c", i)
+                proxy.drop_answers(1, after=2000)  # only a compaction write (its snapshot record) is that large
+                await send_through(sub, "c", 4)  # committed and answered; its compaction then loses its answer
+                while proxy.dropped == 0:
+                    await anyio.sleep(0.01)
+                proxy.up()
+                for i in range(5, 20):
+                    await send_through(sub, "c", i)
+                while sub.data("c").get("n") != 20:  # the last signal is committed; its task runs next
+                    await anyio.sleep(0.01)
+                assert sub.data("c")["total"] == sum(range(20))
+                assert (await sub.journal("c"))[0].kind == "snapshot"
+    finally:
+        proxy.down()
+    async with Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=workflows,
+                         compact_after=5, node_id="n1") as sub:
+        for i in range(20, 40):
+            await send_through(sub, "c", i)
+        with anyio.fail_after(30):
+            result = await sub.await_case("c")
+        assert result["n"] == 40 and result["total"] == sum(range(40))
