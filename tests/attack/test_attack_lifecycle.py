@@ -10,7 +10,19 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import CaseExists, CaseFailed, CaseNotFound, Queue, Schedule, SignalRejected, Substrate, loop, seq, task, wait
+from wfsub import (
+    CaseExists,
+    CaseFailed,
+    CaseNotFound,
+    Queue,
+    Schedule,
+    SignalRejected,
+    Substrate,
+    loop,
+    seq,
+    task,
+    wait,
+)
 from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore, StoreError
 
 from ..lifecycle._util import KINDS, node, store_maker
@@ -274,7 +286,7 @@ async def test_a_queue_full_across_a_restart_cancel_while_queued_and_dedup_reuse
         for name, priority in [("low", 5), ("high", 0), ("gone", 1)]:
             await sub.new_case("w", {}, case_id=name, queue="q", priority=priority, dedup=name + "-key")
         with anyio.fail_after(30):
-            while sub.status("holder").state != "waiting_signal":
+            while sub.status("holder").state != "waiting_signal":  # noqa: ASYNC110 - the queue starts it in the background
                 await anyio.sleep(0.01)
     async with Substrate(store=make(), workflows={"w": flow}, queues=queues, **node(kind)) as sub:
         assert {c.case_id for c in sub.cases(state="queued")} == {"low", "high", "gone"}
@@ -286,11 +298,11 @@ async def test_a_queue_full_across_a_restart_cancel_while_queued_and_dedup_reuse
         await sub.signal("holder", "go", 1)
         with anyio.fail_after(30):
             assert await sub.await_case("holder") == {"go": 1, "went": True}
-            while sub.status("high").state != "waiting_signal":
+            while sub.status("high").state != "waiting_signal":  # noqa: ASYNC110 - the queue starts it in the background
                 await anyio.sleep(0.01)
             assert {c.case_id for c in sub.cases(state="queued")} == {"low", "again"}
             for name in ["high", "low", "again"]:
-                while sub.status(name).state != "waiting_signal":
+                while sub.status(name).state != "waiting_signal":  # noqa: ASYNC110 - the queue starts it in the background
                     await anyio.sleep(0.01)
                 await sub.signal(name, "go", name)
                 assert (await sub.await_case(name))["went"] is True
@@ -308,10 +320,19 @@ def test_a_cron_with_a_seconds_field_is_refused_naming_the_five_fields() -> None
 class OutageOnDrop(Proxy):
     """A proxy that, once it swallows an answer, also goes down: the store cannot ask how the write went."""
 
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.went_down = threading.Event()
+
     def _take_drop(self, server: Any) -> bool:
         if not super()._take_drop(server):
             return False
-        threading.Thread(target=self.down, daemon=True).start()
+
+        def down() -> None:
+            self.down()
+            self.went_down.set()
+
+        threading.Thread(target=down, daemon=True).start()
         return True
 
 
@@ -342,12 +363,12 @@ async def test_a_compaction_whose_answer_is_lost_in_an_outage_loses_nothing(tmp_
                     await send_through(sub, "c", i)
                 proxy.drop_answers(1, after=2000)  # only a compaction write (its snapshot record) is that large
                 await send_through(sub, "c", 4)  # committed and answered; its compaction then loses its answer
-                while proxy.dropped == 0:
+                while not proxy.went_down.is_set():  # noqa: ASYNC110 - the proxy's thread takes it down
                     await anyio.sleep(0.01)
                 proxy.up()
                 for i in range(5, 20):
                     await send_through(sub, "c", i)
-                while sub.data("c").get("n") != 20:  # the last signal is committed; its task runs next
+                while sub.data("c").get("n") != 20:  # noqa: ASYNC110 - the last signal is committed; its task next
                     await anyio.sleep(0.01)
                 assert sub.data("c")["total"] == sum(range(20))
                 assert (await sub.journal("c"))[0].kind == "snapshot"
