@@ -381,3 +381,48 @@ async def test_a_compaction_whose_answer_is_lost_in_an_outage_loses_nothing(tmp_
         with anyio.fail_after(30):
             result = await sub.await_case("c")
         assert result["n"] == 40 and result["total"] == sum(range(40))
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_two_nodes_run_one_schedule_while_one_loses_answers_and_pause_holds_on_both() -> None:
+    """Two nodes share a schedule on Postgres; one's connection loses write answers (slot starts, its pause): each
+    slot still starts exactly one case with one `start` record, a pause made on that node holds on the other, and a
+    resume on the other starts the next slots again (the paused ones not caught up)."""
+    from wfsub.testing import VirtualClock
+
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    proxy = Proxy(dsn)
+    flow = seq(task(lambda ctx: {"ran": True}, name="run"))
+    s = Schedule("both", "job", every=60, data=lambda slot: {"minute": slot.minute})
+    clock = VirtualClock(start=1_767_225_630.0)  # 2026-01-01T00:00:30Z
+
+    def ids(sub: Substrate) -> list[str]:
+        return sorted(c.case_id for c in sub.cases(limit=1000) if c.case_id.startswith("both@"))
+
+    try:
+        async with (
+            Substrate(store=PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5),
+                      clock=clock, workflows={"job": flow}, schedules=[s], node_id="a") as a,
+            Substrate(store=PostgresStore(dsn, schema=schema), clock=clock, workflows={"job": flow},
+                      schedules=[s], node_id="b") as b,
+        ):
+            with anyio.fail_after(60):
+                for _ in range(5):
+                    proxy.drop_answers(1, after=300)
+                    await clock.advance(60)
+                assert len(ids(b)) == 5
+                proxy.drop_answers(1)
+                await a.pause_schedule("both")
+                assert [x.paused for x in await b.schedules()] == [True]
+                await clock.advance(180)
+                assert len(ids(b)) == 5
+                await b.resume_schedule("both")
+                await clock.advance(120)
+                started = ids(a)
+                assert started == ids(b) and len(started) == 7
+                for case_id in started:
+                    assert (await b.await_case(case_id))["ran"] is True
+                    assert [r.kind for r in await a.journal(case_id)] == ["start", "end"]
+            assert proxy.dropped > 0
+    finally:
+        proxy.down()
