@@ -426,3 +426,31 @@ async def test_two_nodes_run_one_schedule_while_one_loses_answers_and_pause_hold
             assert proxy.dropped > 0
     finally:
         proxy.down()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a failed case stays owned by the node it failed on: take_over moves only cases with ended_at IS NULL "
+    "(wfsub/_store/sql/postgres/migrations take_over), and Substrate._retry refuses a row whose owner is another "
+    "node (wfsub/_runtime/_substrate.py _retry) whether or not that node's lease has expired, so a case that "
+    "failed on a node that is gone for good (a replaced pod, a new node_id) can never be retried"
+))
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_a_case_that_failed_on_a_node_gone_for_good_can_be_retried_on_another() -> None:
+    """A case failed on node a, which stopped and whose lease has run out: node b retries it (the refusal's own
+    words: 'retry it there (or once that node has gone)') and it runs to its end there."""
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    fixed, flow = failing_until_fixed()
+    async with Substrate(store=PostgresStore(dsn, schema=schema, lease_seconds=1.0), workflows={"w": flow},
+                         node_id="a") as a:
+        h = await a.new_case("w", {}, case_id="c")
+        with pytest.raises(CaseFailed):
+            await h.result()
+    fixed["ok"] = True
+    async with Substrate(store=PostgresStore(dsn, schema=schema, lease_seconds=1.0), workflows={"w": flow},
+                         node_id="b") as b:
+        with anyio.fail_after(30):
+            expired = f"SELECT count(*) FROM {schema}.nodes WHERE node_id = 'a' AND lease_until > {schema}.db_now()"
+            while _pg.fetchval(expired):  # noqa: ASYNC110 - node a's lease runs out on the database's clock
+                await anyio.sleep(0.05)
+            await b.retry("c")
+            assert await b.await_case("c") == {"done": True}
