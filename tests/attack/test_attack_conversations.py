@@ -8,6 +8,7 @@ the others pin behaviour that held up (or a fault fixed here).
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 from collections.abc import Mapping
@@ -17,9 +18,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from structlog.testing import capture_logs
 
 import wfsub
 from wfsub import (
+    CaseFailed,
     Client,
     Retry,
     SignalRejected,
@@ -27,6 +30,7 @@ from wfsub import (
     Substrate,
     effect,
     seq,
+    start_case,
     task,
     wait,
 )
@@ -169,3 +173,35 @@ async def test_status_of_a_case_in_memory_answers_while_the_database_is_away() -
     finally:
         proxy.down()
 
+
+
+# -- child cases -------------------------------------------------------------------------------------------------
+
+
+def _kid(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kid": True}
+
+
+def _huge_child_id(ctx: Mapping[str, Any]) -> str:
+    """A child id of 9,600 characters that do not compress (a Postgres index entry holds at most 8,191 bytes)."""
+    return "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(150))
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+@pytest.mark.xfail(strict=True, reason=(
+    "a child id the store can never hold (Postgres: 'index row requires 9624 bytes', SQLSTATE 54000) is a "
+    "StoreError that wfsub/_runtime/_children.py:131 (_persist) takes for an outage and retries forever: the parent "
+    "waits at start_case for ever, logging 'store trouble'; no door bounds a case id's length (SQLite takes it)"))
+async def test_a_child_id_the_store_cannot_hold_fails_the_step() -> None:
+    """start_case with a child id Postgres cannot index fails the parent's step, rather than retrying for ever."""
+    flows = {"kid": task(_kid), "parent": start_case("kid", case_id=_huge_child_id)}
+    store = make_store("postgres", Path("."))
+    with capture_logs() as logs:
+        async with Substrate(store=store, workflows=flows) as sub:
+            handle = await sub.new_case("parent", {}, case_id="p1")
+            with anyio.fail_after(BOUND):
+                while not handle.done() and not any(e.get("event") == "store trouble; trying again" for e in logs):  # noqa: ASYNC110 - a log line
+                    await anyio.sleep(0.01)
+            assert handle.done(), sub.status("p1").state
+            with pytest.raises(CaseFailed, match="start_case"):
+                await handle.result()
