@@ -160,7 +160,9 @@ async def test_status_of_a_case_in_memory_answers_while_the_database_is_away() -
                               sync_timeout=0.5)
         async with Substrate(store=store, workflows=flows) as sub:
             await sub.new_case("waits", {"n": 1}, case_id="s1")
-            assert sub.status("s1").state == "waiting_signal"
+            with anyio.fail_after(BOUND):
+                while sub.status("s1").state != "waiting_signal":  # noqa: ASYNC110 - a state, not a time
+                    await anyio.sleep(0.005)
             proxy.down()
             try:
                 status = sub.status("s1")
