@@ -29,6 +29,7 @@ from wfsub import (
     StoreError,
     Substrate,
     effect,
+    mi,
     seq,
     start_case,
     task,
@@ -131,6 +132,20 @@ async def test_a_client_update_to_an_ended_case_is_refused_as_the_owner_refuses_
         assert sub.data("c1") == {"n": 3, "add": 2, "done": None}
 
 
+async def test_a_standby_update_to_an_ended_case_is_refused(tmp_path: Path) -> None:
+    """A standby's update of an ended case raises SignalRejected as its owner's does; a retried answered call
+    still gets its answer."""
+    path = tmp_path / "cases.db"
+    async with Substrate(store=path, workflows=ANSWERING) as owner, Substrate(store=path, workflows=ANSWERING) as sb:
+        assert sb.standby and not owner.standby
+        await _ended_counter(sb)
+        with pytest.raises(SignalRejected, match="case 'c1' cannot take update 'add': it has already ended"):
+            await sb.update("c1", "add", 5)
+        with pytest.raises(SignalRejected, match="it has already ended"):
+            await sb.handle("c1").update("add", 5)
+        assert await sb.update("c1", "add", 2, request_id="r1") == 1
+
+
 async def test_wfsub_update_of_an_ended_case_exits_1(tmp_path: Path) -> None:
     """`wfsub update` of an ended case prints the refusal and exits 1, rather than printing null and exiting 0."""
     path = tmp_path / "cases.db"
@@ -207,3 +222,62 @@ async def test_a_child_id_the_store_cannot_hold_fails_the_step() -> None:
             assert handle.done(), sub.status("p1").state
             with pytest.raises(CaseFailed, match="start_case"):
                 await handle.result()
+
+
+_kid_runs: list[str] = []
+
+
+async def _kid_effect(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    _kid_runs.append(wfsub.effect_info().case_id)
+    return {"kid_ran": True}
+
+
+FAMILY = {
+    "kid": effect(_kid_effect),
+    "parent": seq(
+        wait("go", reply=lambda c: "going"),
+        start_case("kid", data=lambda c: {"from": "parent"}, into="child"),
+        mi(start_case("kid", wait=False, into="cid"), count=3),
+        wait("end", reply=lambda c: c["child"]),
+    ),
+}
+
+
+async def _update_through(sub: Substrate, name: str, request_id: str) -> Any:
+    """An update retried with its request id while the store says its outcome is unknown (what a caller does)."""
+    for _ in range(5):
+        try:
+            return await sub.update("p1", name, None, request_id=request_id)
+        except StoreError:
+            continue
+    raise AssertionError(f"update {name!r} kept failing")
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+@pytest.mark.parametrize("lost", [1, 3, 6])
+async def test_lost_commit_answers_during_updates_and_child_starts_apply_once(lost: int) -> None:
+    """With the server's answers to writes lost (the proxy resets the connection after the server committed), an
+    update retried with its request id is applied once and answered, and each child (waited for, and of an mi)
+    starts once and runs once."""
+    _kid_runs.clear()
+    proxy = Proxy(_pg.database_dsn())
+    try:
+        store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=0.5)
+        async with Substrate(store=store, workflows=FAMILY) as sub:
+            await sub.new_case("parent", {}, case_id="p1")
+            proxy.drop_answers(lost, after=400)
+            with anyio.fail_after(BOUND):
+                assert await _update_through(sub, "go", "g1") == "going"
+                assert await _update_through(sub, "end", "e1") == {"from": "parent", "kid_ran": True}
+                assert await _update_through(sub, "go", "g1") == "going"
+                data = await sub.await_case("p1")
+            children = sub.status("p1").children
+            assert len(children) == 4 and sorted(_kid_runs) == sorted(children)
+            for child in children:
+                assert [r.kind for r in await sub.journal(child)].count("start") == 1
+                assert sub.status(child).parent == "p1"
+            journal = await sub.journal("p1")
+            assert [r.kind for r in journal].count("signal") == 2
+            assert data["end"] is None and data["go"] is None and proxy.dropped >= 1
+    finally:
+        proxy.down()
