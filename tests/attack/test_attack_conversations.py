@@ -8,6 +8,7 @@ the others pin behaviour that held up (or a fault fixed here).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sys
 import threading
@@ -92,6 +93,24 @@ async def test_a_heartbeat_sent_from_a_worker_thread_is_kept_for_the_retry(store
     """wfsub.heartbeat() called from the worker thread of a blocking job (anyio.to_thread) records its details on
     every store, as from the effect's own task; it used to fail the effect with NoEventLoopError on a store."""
     await _threaded_heartbeats(store)
+
+
+async def _asyncio_thread_job(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    def work() -> Any:
+        wfsub.heartbeat({"page": 9})
+        return wfsub.effect_info().heartbeat
+
+    return {"seen": await asyncio.to_thread(work), "attempt": wfsub.effect_info().attempt}
+
+
+async def test_a_heartbeat_from_asyncio_to_thread_is_recorded(tmp_path: Path) -> None:
+    """asyncio.to_thread (which copies the effect's context into a thread anyio did not start) may heartbeat in a
+    durable case: the call is recorded and the effect goes on (it used to fail with NoEventLoopError)."""
+    async with Substrate(store=tmp_path / "cases.db", workflows={"job": seq(effect(_asyncio_thread_job,
+                                                                                    heartbeat_timeout=3600))}) as sub:
+        handle = await sub.new_case("job", {}, case_id="j1")
+        with anyio.fail_after(BOUND):
+            assert await handle.result() == {"seen": None, "attempt": 1}
 
 
 def test_a_heartbeat_from_a_worker_thread_on_trio(tmp_path: Path) -> None:
