@@ -351,3 +351,52 @@ async def test_a_queued_cases_timeout_counts_from_its_start(kind: str, tmp_path:
         await clock.advance(1)
         with pytest.raises(CaseCancelled, match="timeout"):
             await sub.await_case("bounded")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_case_claimed_by_a_process_killed_before_starting_it_is_started_once_by_another_node(
+    kind: str, tmp_path: Path
+) -> None:
+    """A process with a random node id SIGKILLed between claiming a queued case and writing its start: a node with
+    another id takes the claim over and starts the case exactly once (SQLite: the next owner; Postgres: two live
+    nodes, once the dead node's lease has run out)."""
+    import sys
+    import uuid
+
+    import anyio
+
+    from ._util import ROOT
+
+    if kind == "sqlite":
+        spec = str(tmp_path / "cases.db")
+        stores: list[Any] = [spec]
+    else:
+        from wfsub.stores import PostgresStore
+
+        from ..stores import _pg
+
+        if not _pg.ENABLED:
+            pytest.skip(_pg.SKIP_REASON)
+        dsn, schema = _pg.database_dsn(), _pg.new_schema()
+        spec = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}&lease_seconds=0.5"
+        stores = [PostgresStore(dsn, schema=schema), PostgresStore(dsn, schema=schema)]
+    done = await anyio.run_process([sys.executable, "-m", "tests.durable._queue_child", spec, "orphan"], cwd=ROOT,
+                                   check=False)
+    assert done.returncode == -9, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().startswith("claimed orphan doomed-"), done.stdout
+    queues = {"q": Queue(concurrency=1)}
+    nodes = [Substrate(store=s, workflows=WORKFLOWS, queues=queues, node_id=f"live-{uuid.uuid4().hex[:8]}")
+             for s in stores]
+    async with nodes[0] as first:
+        if len(nodes) > 1:
+            await nodes[1].__aenter__()
+        try:
+            with anyio.fail_after(60):  # a bound against a hang (never recovered), not an expected time
+                assert await first.await_case("orphan") == {"k": 1, "ran": True}
+            journal = await first.journal("orphan")
+            assert [r.kind for r in journal].count("start") == 1 and journal[-1].kind == "end"
+            item = first._queues.item("orphan")
+            assert item is not None and item.node in {n._owner for n in nodes}
+        finally:
+            if len(nodes) > 1:
+                await nodes[1].__aexit__(None, None, None)

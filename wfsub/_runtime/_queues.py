@@ -24,8 +24,11 @@ Decisions written down here:
 - Starting on a queue that `queues=` does not name is refused with the names it has (a `Client`: the queues
   registered in the store). Each Substrate records its queues in the store; the newest registration of a queue
   wins (a WARNING names the one it replaced), and every node claims with the registered limits.
-- A node that stopped between claiming a case and writing its start starts it again when it comes back (same
-  node id); the queue counts it as running meanwhile.
+- A node that stopped between claiming a case and writing its start leaves it counted as running until another
+  takes the claim over and starts it (once: the take-over is one store transaction, and a case id is written once):
+  on SQLite the next owner of the file, when it opens (the owner is the file's only claimer); on Postgres any live
+  node once the claimer's lease has run out (it looks whenever it looks for room), or the claimer itself when it
+  comes back with the same node id.
 """
 
 from __future__ import annotations
@@ -252,6 +255,11 @@ class Queues:
             wake: float | None = None
             self.busy(1)
             try:
+                if not isinstance(table, QueueTable) and table.shared:  # claimed by nodes whose lease ran out
+                    for item in await table.queue_orphans(self.node, own=False):
+                        _log.warning("queues: starting a case claimed by a node that stopped before starting it",
+                                     case_id=item.case_id, queue=item.queue)
+                        await self._start(item)
                 specs = {} if isinstance(table, QueueTable) else await table.queue_specs()
                 for name, mine in self.queues.items():
                     queue = Queue.from_spec(specs[name]) if name in specs else mine  # the newest registration

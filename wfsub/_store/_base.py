@@ -409,8 +409,11 @@ class Store(Protocol):
         """One queue item, read on the calling thread (status() is synchronous)."""
         ...
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
-        """Items `node` claimed whose case it never wrote (it stopped in between): to start again."""
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
+        """Items claimed by a process that stopped before writing their case, taken over by `node` (each by one
+        node) to start: on a shared store those of nodes whose lease ran out, and with `own` those `node` claimed
+        itself (in an earlier process: only when it opens); on SQLite, when it opens (`own`), every such item (its
+        owner is the only claimer)."""
         ...
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:

@@ -328,10 +328,10 @@ class MemoryStore(SingleNode):
         self._queue.sweep()
         return self._queue.items.get(case_id)
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         self._check_open("list queued cases")
         await anyio.lowlevel.checkpoint()
-        return self._queue.orphans(node)
+        return self._queue.orphans(node) if own else []  # (one process: no other node claims)
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
         self._check_open("record a queue")

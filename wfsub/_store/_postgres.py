@@ -1121,11 +1121,12 @@ class PostgresStore(StoreBase):
 
         return self._read_sync("reading a queued case", run)
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
-            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node)]
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node, own)]
 
-        return await self._read("listing queued cases", run)
+        loop = self._running("take over claimed queued cases")
+        return await loop.call(self._pooled("taking over claimed queued cases", run, idempotent=False))
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
         text = to_json(self._name, f"queue {name!r}", dict(spec))

@@ -210,8 +210,14 @@ class QueueTable:
         return sorted(found, key=lambda i: -i.order)[:limit]
 
     def orphans(self, node: str) -> list[QueueItem]:
-        return [i for i in self.items.values() if i.state == STARTED and i.node == node and self.ended(i.case_id)
-                is None]
+        """The started items whose case is not there, taken by `node` (one process: its owner is the only
+        claimer, so these were claimed by an earlier owner that stopped before starting them)."""
+        taken = []
+        for case_id, item in list(self.items.items()):
+            if item.state == STARTED and self.ended(case_id) is None:
+                self.items[case_id] = item = replace(item, node=node)
+                taken.append(item)
+        return taken
 
 
 __all__ = [

@@ -335,8 +335,14 @@ SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, st
 FROM queue_items WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY item_order DESC LIMIT :limit;
 
+-- name: queue_orphans_take
+-- Items claimed by a process that stopped before writing their case (the file's owner is the only claimer, so
+-- every such item is an earlier owner's), taken by node :node.
+UPDATE queue_items SET node = :node
+WHERE state = 'started' AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = queue_items.case_id);
+
 -- name: queue_orphans
--- Items a node claimed whose case it never wrote.
+-- Items node :node claimed whose case it has not written.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items q WHERE state = 'started' AND node = :node
   AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
