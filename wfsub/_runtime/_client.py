@@ -34,7 +34,7 @@ from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside
 from ._persist import status_of
-from ._queues import Queue, check_queued, queued_status
+from ._queues import Queue, check_queued, queued_start, queued_status
 from ._status import CaseState, CaseStatus
 from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
 
@@ -127,7 +127,6 @@ class Client:
         Substrate registered)."""
         door = self._door("start a case")
         case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
-        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
             specs = await self._store.queue_specs()
             wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,
@@ -159,8 +158,7 @@ class Client:
         if queue is not None:
             journaled, _ = as_journaled(dict(start_data or {}), "data", self._max_payload)
             item = QueueItem(case_id, queue, partition, priority, dedup,
-                             {"workflow": name, "data": journaled, "timeout": timeout, "seed": seed}, now + wait_for,
-                             now)
+                             queued_start(name, journaled, timeout, seed, case_tags), now + wait_for, now)
             await self._store.queue_put(item)  # CaseExists: the id is taken, or a live case holds the dedup key
             return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout

@@ -152,6 +152,20 @@ def check_queued(
     return float(delay)
 
 
+def queued_start(
+    workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
+    parent: str | None = None,
+) -> dict[str, Any]:
+    """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
+    that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before."""
+    start: dict[str, Any] = {"workflow": workflow, "data": data, "timeout": timeout, "seed": seed}
+    if tags:
+        start["tags"] = dict(tags)
+    if parent is not None:
+        start["parent"] = parent
+    return start
+
+
 StartItem = Callable[[QueueItem], Awaitable[object]]
 
 
@@ -215,12 +229,13 @@ class Queues:
         table = self.table
         return table.items.get(case_id) if isinstance(table, QueueTable) else table.read_queue_item(case_id)
 
-    def items(self, state: str | None, queue: str | None, limit: int) -> list[QueueItem]:
-        """Queue items newest first, read on the calling thread (cases() is synchronous)."""
+    def items(self, state: str | None, queue: str | None, limit: int, before: int | None = None) -> list[QueueItem]:
+        """Queue items newest first (`order` below `before`), read on the calling thread (cases() is
+        synchronous)."""
         table = self.table
         if isinstance(table, QueueTable):
-            return table.listed(state, queue, limit)
-        return table.read_queue_items(state=state, queue=queue, limit=limit)
+            return table.listed(state, queue, limit, before)
+        return table.read_queue_items(state=state, queue=queue, limit=limit, before=before)
 
     async def wait_moved(self, case_id: str, written: Callable[[str], bool]) -> None:
         """Return once the queued case has been cancelled, or has started and its case is `written` (a claimed
@@ -299,6 +314,9 @@ class Queues:
             self._moved(item.case_id)
 
 
+QUEUED_ORDER = 2**52  # `cases()` lists queued cases first, their `order` this plus their place in the queues
+
+
 def queued_status(item: QueueItem) -> CaseStatus:
     """The status of a case that has not left its queue (queued, or cancelled while queued)."""
     cancelled = item.state == "cancelled"
@@ -307,7 +325,8 @@ def queued_status(item: QueueItem) -> CaseStatus:
         effects_pending=0, timers_armed=0, regions=(), wakeups=0, started_at=None,
         workflow=item.start.get("workflow"), queue=item.queue, priority=item.priority, dedup=item.dedup,
         partition=item.partition, cancel_reason="cancelled while queued" if cancelled else None,
+        order=QUEUED_ORDER + item.order, tags=dict(item.start.get("tags") or {}), parent=item.start.get("parent"),
     )
 
 
-__all__ = ["Queue", "Queues", "check_queued", "check_queues", "queued_status"]
+__all__ = ["QUEUED_ORDER", "Queue", "Queues", "check_queued", "check_queues", "queued_start", "queued_status"]

@@ -87,7 +87,7 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
-from ._queues import Queue, Queues, check_queued, check_queues, queued_status
+from ._queues import QUEUED_ORDER, Queue, Queues, check_queued, check_queues, queued_start, queued_status
 from ._registry import Workflows
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
@@ -562,7 +562,6 @@ class Substrate:
         """
         self._check_open("start a case")
         case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
-        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
@@ -594,7 +593,7 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                {"workflow": name, "data": start_data, "timeout": timeout, "seed": seed}, now + wait_for, now,
+                queued_start(name, start_data, timeout, seed, case_tags, _parent), now + wait_for, now,
             )
             return await self._enqueue(item)
         deadline = None if timeout is None else now + timeout
@@ -751,7 +750,8 @@ class Substrate:
         seed = start.get("seed")
         await self.new_case(
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
-            scheduler="deterministic" if seed is None else Seeded(seed),
+            scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
+            _parent=start.get("parent"),
         )
 
     def _written(self, case_id: str) -> bool:
@@ -1238,9 +1238,44 @@ class Substrate:
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
         filters["parent"] = parent
-        if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
-            items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
-            return [self._queued_status(i) for i in items if workflow is None or i.start.get("workflow") == workflow]
+        queued = self._queued_listed(state, workflow, limit, before, filters)
+        if state == CaseState.QUEUED.value or len(queued) == limit:
+            return queued
+        limit -= len(queued)
+        if before is not None and before > QUEUED_ORDER:
+            before = None  # (the queued cases come first: the next page starts at the newest started case)
+        return queued + self._started_listed(state, workflow, limit, before, filters)
+
+    def _queued_listed(
+        self, state: str | None, workflow: str | None, limit: int, before: int | None, filters: dict[str, Any]
+    ) -> list[CaseStatus]:
+        """The queued cases `cases()` lists first, newest first: they have no row yet, only their queue items
+        (their `order` is QUEUED_ORDER plus the item's, so `before=` pages through them, then the started cases)."""
+        if state not in (None, CaseState.QUEUED.value) or (before is not None and before <= QUEUED_ORDER):
+            return []
+        if not (self._queues.queues or self._store):
+            return []
+        match = Listing(CaseState.QUEUED.value, workflow, limit, None, **filters)
+        found: list[CaseStatus] = []
+        cursor = None if before is None else before - QUEUED_ORDER
+        while len(found) < limit:
+            items = self._queues.items("queued", None, max(limit, 100), cursor)
+            for item in items:
+                status = self._queued_status(item)
+                row = CaseRow(item.case_id, status.workflow or "", "", CaseState.QUEUED.value, math.nan, 0.0,
+                              tags=status.tags, parent=status.parent)
+                if match.matches(0, row):
+                    found.append(status)
+                    if len(found) == limit:
+                        break
+            if len(items) < max(limit, 100):
+                break
+            cursor = items[-1].order
+        return found
+
+    def _started_listed(
+        self, state: str | None, workflow: str | None, limit: int, before: int | None, filters: dict[str, Any]
+    ) -> list[CaseStatus]:
         if self._store is None:
             found = []
             match = Listing(state, workflow, limit, before, **filters)

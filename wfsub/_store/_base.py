@@ -400,9 +400,10 @@ class Store(Protocol):
         ...
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
-        """Queue items, newest first, read on the calling thread (cases() is synchronous)."""
+        """Queue items, newest first (those whose `order` is below `before`, if given), read on the calling thread
+        (cases() is synchronous)."""
         ...
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:

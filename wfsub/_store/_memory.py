@@ -318,10 +318,10 @@ class MemoryStore(SingleNode):
         return self._queue.cancel(case_id)
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
         self._check_open("list queued cases")
-        return self._queue.listed(state, queue, limit)
+        return self._queue.listed(state, queue, limit, before)
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:
         self._check_open("read a queued case")

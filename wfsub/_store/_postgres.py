@@ -1107,10 +1107,10 @@ class PostgresStore(StoreBase):
         return await loop.call(self._pooled(f"cancelling queued case {case_id!r}", run))
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
-            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit)]
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit, before)]
 
         return self._read_sync("listing queued cases", run)
 

@@ -203,10 +203,11 @@ class QueueTable:
         self.items[case_id] = item = replace(item, state=CANCELLED)
         return item
 
-    def listed(self, state: str | None, queue: str | None, limit: int) -> list[QueueItem]:
+    def listed(self, state: str | None, queue: str | None, limit: int, before: int | None = None) -> list[QueueItem]:
         self.sweep()
         found = [i for i in self.items.values()
-                 if (state is None or i.state == state) and (queue is None or i.queue == queue)]
+                 if (state is None or i.state == state) and (queue is None or i.queue == queue)
+                 and (before is None or i.order < before)]
         return sorted(found, key=lambda i: -i.order)[:limit]
 
     def orphans(self, node: str) -> list[QueueItem]:

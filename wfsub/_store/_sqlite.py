@@ -585,9 +585,9 @@ class SqliteStore(SingleNode):
         return cancelled
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
-        params = {"state": state, "queue": queue, "limit": limit}
+        params = {"state": state, "queue": queue, "limit": limit, "before": before}
         return self._read_sync("listing queued cases", lambda conn: _items(conn, "queue_list", params))
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:

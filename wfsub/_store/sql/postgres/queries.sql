@@ -311,6 +311,7 @@ FROM queue_items WHERE case_id = $1;
 -- Items newest first, by state and queue.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
+  AND ($4::bigint IS NULL OR item_order < $4)
 ORDER BY item_order DESC LIMIT $3;
 
 -- name: queue_orphans

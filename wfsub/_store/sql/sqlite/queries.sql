@@ -333,6 +333,7 @@ FROM queue_items WHERE case_id = :case_id;
 -- Items newest first, by state and queue.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+  AND (:before IS NULL OR item_order < :before)
 ORDER BY item_order DESC LIMIT :limit;
 
 -- name: queue_orphans_take
