@@ -56,9 +56,10 @@ from .._errors import (
     WfsubError,
     not_our_child,
     outbound_value,
+    unknown_name,
 )
 from .._outbound import Outbound
-from .._terms import SignalCase, StartCase
+from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
 from .._vm._records import InstanceFrame
 from ._status import CaseStatus
@@ -66,6 +67,7 @@ from ._status import CaseStatus
 if TYPE_CHECKING:
     from .._vm import EffectRequest
     from ._case import CaseActor
+    from ._registry import Workflows
     from ._substrate import Substrate
 
 _log = get_logger("wfsub.runtime")
@@ -166,9 +168,12 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         # Shielded: a withdrawal while the start is being written waits for it, so the child it may cancel exists.
         with anyio.CancelScope(shield=True):
             try:
-                await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent)
-            except CaseExists:
+                await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent, queue=t.queue,
+                                   priority=t.priority or 0, dedup=t.dedup)
+            except CaseExists as exc:
                 found, other = _existing(sub, child_id)
+                if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
+                    raise
                 if other != parent:
                     raise not_our_child(child_id, parent, req.path, other) from None
 
@@ -188,6 +193,28 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
             await _cancel_child(actor, req, sub, child_id)
         raise
     return result if t.into is None else {t.into: result}
+
+
+def check_child_queues(workflows: Workflows, queues: Mapping[str, object]) -> None:
+    """Every `start_case(..., queue=)` of the registered workflows (each version, and the library) names a queue of
+    the Substrate's `queues=`: else ValueError naming the workflow, the step's path and the queues there are."""
+    roots: list[tuple[str, Term]] = []
+    for name, programs in workflows.versions.items():
+        roots += [(f"workflows[{name!r}]", p.term) for p in programs]
+    roots += [(f"library[{n!r}]", t) for n, t in workflows.library.items() if n not in workflows.versions]
+    seen: set[int] = set()
+    for where, root in roots:
+        stack: list[tuple[str, Any]] = [(root.kind, root)]
+        while stack:
+            path, term = stack.pop()
+            if not isinstance(term, Term) or id(term) in seen:
+                continue
+            seen.add(id(term))
+            if isinstance(term, StartCase) and isinstance(term.queue, str) and term.queue not in queues:
+                raise unknown_name("queue", term.queue, queues, fix=(
+                    f"start_case({term.workflow!r}) at {where} {path} starts its child on it: add it to "
+                    "Substrate(queues={name: Queue()}), or name a queue there"))
+            stack += [(child_path(path, selector, child), child) for selector, child in children(term)]
 
 
 def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:

@@ -77,7 +77,7 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import children_in
+from ._children import check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
 from ._inputs import admit
@@ -291,6 +291,7 @@ class Substrate:
             ended=self._memory_ended, is_open=lambda: self._phase == "open",
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
+        check_child_queues(self._workflows, self._queues.queues)
         self._schedules = self._check_schedules(schedules)
         self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
