@@ -32,8 +32,12 @@ failure of the step with `CaseFailed` (the child failed) or `CaseCancelled` (the
 step (the parent or the step's region is cancelled, a failure elsewhere withdraws it, `terminate()`) cancels the
 child, with compensation; `"abandon"` leaves it running. A Substrate closing or a case leaving this node is not a
 withdrawal: the step stays in flight in the store and the child runs on. The child's cancel is sent when the
-parent's step is withdrawn; a process that dies between the two leaves the child running (cancel it by hand, or
-find it with `cases(parent=)`).
+parent's step is withdrawn. A child the parent waits for with "cancel" says so in its `start` record
+(`cancel_with_parent`), so when a process dies after the parent ended (cancelled, failed, terminated) and before
+the child's cancel was sent, the next Substrate to open the store cancels the child, with compensation, once (its
+request id is fixed: `{parent}:ended:cancel:{child}`). Not covered: a parent that lives on after its waiting step
+was withdrawn (a region cancelled) when the process dies before the child's cancel: that child runs on (find it
+with `cases(parent=)`). A child queued (`start_case(..., queue=)`) is cancelled in its queue.
 
 Transient store trouble (StoreError) while starting, signalling or waiting is retried with a capped backoff on
 the Substrate's clock; a Substrate that closes meanwhile leaves the step in flight, to be attempted again.
@@ -59,6 +63,7 @@ from .._errors import (
     unknown_name,
 )
 from .._outbound import Outbound
+from .._store import Store
 from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
 from .._vm._records import InstanceFrame
@@ -169,7 +174,8 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         with anyio.CancelScope(shield=True):
             try:
                 await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent, queue=t.queue,
-                                   priority=t.priority or 0, dedup=t.dedup)
+                                   priority=t.priority or 0, dedup=t.dedup,
+                                   _cancel_with_parent=t.wait is True and t.on_parent_cancel == "cancel")
             except CaseExists as exc:
                 found, other = _existing(sub, child_id)
                 if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
@@ -241,6 +247,31 @@ async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Substrate, ch
                              request_id=f"{actor.case_id}:{req.effect_id}:{req.path}:cancel")
         except WfsubError as exc:  # (ended already, or the store is out: it is logged, the parent goes on)
             _log.info("child not cancelled", case_id=actor.case_id, child=child_id, error=str(exc))
+
+
+async def cancel_children_of_ended(sub: Substrate, store: Store) -> None:
+    """Cancel (with compensation) the live children whose parent has ended although it waited for them with
+    `on_parent_cancel="cancel"` (`cancel_with_parent` in their `start` record): the parent's own cancel of the
+    child was lost with the process that ended the parent. Run when a Substrate opens its store; the cancel's
+    request id makes it apply once, however many nodes send it."""
+    try:
+        found = await store.children_of_ended()
+    except StoreError as exc:  # looked for again when the Substrate next opens
+        _log.error("could not look for the children of ended cases", error=str(exc))
+        return
+    for child_id, parent in found:
+        try:
+            journal = await store.journal(child_id)
+            if not journal or not journal[0].get("cancel_with_parent"):
+                continue  # not waited for (wait=False), or abandoned with its parent (on_parent_cancel="abandon")
+            row = await store.row(parent)
+            ended = "was cancelled" if row is None or row.state == "cancelled" else f"ended {row.state}"
+            _log.warning("cancelling a child whose parent ended before cancelling it", case_id=child_id,
+                         parent=parent)
+            await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {ended}",
+                             request_id=f"{parent}:ended:cancel:{child_id}")
+        except WfsubError as exc:  # (ended meanwhile, or the store is out: the next open looks again)
+            _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
 
 
 async def _signal_case(actor: CaseActor, req: EffectRequest, t: SignalCase, ctx: Mapping[str, Any]) -> Any:

@@ -224,7 +224,7 @@ class CaseLoader:
 
     async def start(
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
-        deadline: float | None, *, queued: bool,
+        deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). Raises CaseExists for an id
@@ -237,7 +237,8 @@ class CaseLoader:
         journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
         journal.deadline = deadline
         journal.parent = actor.parent
-        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent)
+        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
+                             cancel_with_parent)
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:
             try:

@@ -77,7 +77,7 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import check_child_queues, children_in
+from ._children import cancel_children_of_ended, check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._hub import TraceHub
 from ._inputs import admit
@@ -427,6 +427,7 @@ class Substrate:
                 again = True
             if again:
                 await loader.load_quietly(row.case_id)
+        case_tg.start_soon(cancel_children_of_ended, self, store)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -549,6 +550,7 @@ class Substrate:
         partition: str | None = None,
         delay: float | None = None,
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
+        _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -594,7 +596,8 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                queued_start(name, start_data, timeout, seed, case_tags, _parent), now + wait_for, now,
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent), now + wait_for,
+                now,
             )
             return await self._enqueue(item)
         deadline = None if timeout is None else now + timeout
@@ -620,7 +623,8 @@ class Substrate:
             written = anyio.Event()
             self._starting[case_id] = (name, start_data or {}, written)
             try:
-                await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+                await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
+                                         cancel_with_parent=_cancel_with_parent)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -752,7 +756,7 @@ class Substrate:
         await self.new_case(
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
-            _parent=start.get("parent"),
+            _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
         )
 
     def _written(self, case_id: str) -> bool:

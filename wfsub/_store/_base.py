@@ -410,6 +410,11 @@ class Store(Protocol):
         """One queue item, read on the calling thread (status() is synchronous)."""
         ...
 
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        """(child id, parent id) of up to `limit` child cases (`start_case`) that have not ended whose parent has,
+        oldest first."""
+        ...
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         """Items claimed by a process that stopped before writing their case, taken over by `node` (each by one
         node) to start: on a shared store those of nodes whose lease ran out, and with `own` those `node` claimed

@@ -328,6 +328,15 @@ class MemoryStore(SingleNode):
         self._queue.sweep()
         return self._queue.items.get(case_id)
 
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        self._check_open("list the children of ended cases")
+        await anyio.lowlevel.checkpoint()
+        rows = {case_id: self._row(case) for case_id, case in self._cases.items() if case.row is not None}
+        found = sorted((row.order, row.case_id, row.parent) for row in rows.values()
+                       if row.parent is not None and row.ended_at is None and row.parent in rows
+                       and rows[row.parent].ended_at is not None)
+        return [(case_id, parent) for _, case_id, parent in found[:limit] if parent is not None]
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         self._check_open("list queued cases")
         await anyio.lowlevel.checkpoint()

@@ -1121,6 +1121,12 @@ class PostgresStore(StoreBase):
 
         return self._read_sync("reading a queued case", run)
 
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        async def run(conn: Any) -> list[tuple[str, str]]:
+            return [(str(f[0]), str(f[1])) for f in await conn.fetch(Q["children_of_ended"], limit)]
+
+        return await self._read("listing the children of ended cases", run)
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
             return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node, own)]

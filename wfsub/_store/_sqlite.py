@@ -594,6 +594,12 @@ class SqliteStore(SingleNode):
         found = self._read_sync("reading a queued case", lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
         return found[0] if found else None
 
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            return [(str(c), str(p)) for c, p in conn.execute(Q["children_of_ended"], {"limit": limit})]
+
+        return await self._read("listing the children of ended cases", read)
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         if not own:  # the file's owner is its only claimer: no other live process claims from it
             return []

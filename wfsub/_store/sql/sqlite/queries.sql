@@ -369,3 +369,8 @@ UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = :case_id;
 
+-- name: children_of_ended
+-- Child cases that have not ended whose parent has (its cancel may not have reached them: see _runtime/_children).
+SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
+ORDER BY c.case_order LIMIT :limit;
