@@ -85,7 +85,7 @@ class Outside:
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
-            inputs.against_summary(msg, summary, case_id, models)
+            inputs.against_summary(msg, summary, case_id, models, row)
         body = inputs.inbox_body(msg, self.max_payload)
         return await self.store.inbox_put(
             case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
@@ -137,7 +137,7 @@ class Outside:
             )
         found = await self.store.newest_program(workflow)
         if found is None:
-            raise WorkflowNotRegistered(workflow, [])
+            raise WorkflowNotRegistered(workflow, [], store=self.store.url)
         return workflow, found.fingerprint
 
     async def start(
@@ -179,7 +179,7 @@ async def check_case_input(
     msg = inputs.shaped(kind, body, request_id, case_id=row.case_id)
     found = await store.program(row.fingerprint)
     if found is not None:
-        inputs.against_summary(msg, found.summary, row.case_id)
+        inputs.against_summary(msg, found.summary, row.case_id, row=row)
 
 
 async def same_start(store: Store, case_id: str, workflow: str | None, data: Mapping[str, Any] | None) -> None:

@@ -331,4 +331,26 @@ def queued_status(item: QueueItem) -> CaseStatus:
     )
 
 
-__all__ = ["QUEUED_ORDER", "Queue", "Queues", "check_queued", "check_queues", "queued_start", "queued_status"]
+def queued_listing(items: list[QueueItem], workflow: str | None, filters: dict[str, Any]) -> list[CaseStatus]:
+    """`cases(state="queued")` of a Client: the queued items that pass the filters (their tags and parent are
+    kept in the item; a queued case has no start time yet, so a filter on it matches none)."""
+    if filters.get("started_after") is not None or filters.get("started_before") is not None:
+        return []
+    prefix, parent = filters.get("id_prefix"), filters.get("parent")
+    tags = filters.get("tags") or {}
+    found = [queued_status(item) for item in items]
+    return [s for s in found
+            if (workflow is None or s.workflow == workflow) and (prefix is None or s.case_id.startswith(prefix))
+            and (parent is None or s.parent == parent) and all(s.tags.get(k) == v for k, v in tags.items())]
+
+
+__all__ = [
+    "QUEUED_ORDER",
+    "Queue",
+    "Queues",
+    "check_queued",
+    "check_queues",
+    "queued_listing",
+    "queued_start",
+    "queued_status",
+]

@@ -293,7 +293,7 @@ class Substrate:
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
         check_child_queues(self._workflows, self._queues.queues)
         self._schedules = self._check_schedules(schedules)
-        self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
+        self._children: dict[str, list[str]] = {}  # parent id -> children (no store: all; else: last read)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -1327,14 +1327,16 @@ class Substrate:
             listed.sort(key=lambda status: -(status.order or 0))
         return [self._with_queue(status) for status in listed[:limit]]
 
-    async def journal(self, case_id: str) -> list[JournalRecord]:
-        """Every record of a durable case's journal, in order (a Substrate without a store has none)."""
+    async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
+        """Every record of a durable case's journal, in order (a Substrate without a store has none). `newest=N`:
+        only its start record and the newest N records after it (the rest is read but not validated nor
+        returned: what a view of a long journal needs)."""
         if self._store is None:
             raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
         records = await self._store.journal(case_id)
         if not records:
             raise CaseNotFound(case_id)
-        return [JournalRecord.model_validate(r) for r in records]
+        return [JournalRecord.model_validate(r) for r in inputs.journal_part(records, newest)]
 
     async def prune(self, older_than: float) -> int:
         """Remove the cases that ended at least `older_than` seconds ago (never one without an `end`)."""

@@ -124,7 +124,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError
+from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError, newer_store
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -475,11 +475,8 @@ class PostgresStore(StoreBase):
                     await conn.execute(f'CREATE SCHEMA "{self.schema}"')  # a checked identifier (_SCHEMA)
                 version = await self._version(conn)
                 if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        self._name,
-                        f"the schema {self.schema!r} has store layout version {version}, newer than this wfsub "
-                        f"reads (up to {SCHEMA_VERSION}): a newer wfsub wrote it. Upgrade wfsub (pip install -U "
-                        "'wfsub[postgres]') on this node; this version leaves the schema untouched",
+                    raise newer_store(
+                        self._name, f"the schema {self.schema!r}", version, SCHEMA_VERSION, "'wfsub[postgres]'"
                     )
                 if 0 < version < SCHEMA_VERSION and not owner:
                     raise StoreError(

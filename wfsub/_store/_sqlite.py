@@ -58,7 +58,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import CaseExists, StoreConflict, StoreError
+from .._errors import CaseExists, StoreConflict, StoreError, newer_store
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
@@ -287,12 +287,7 @@ class SqliteStore(SingleNode):
                 "application's database",
             )
         if version > self._layout.version:
-            raise StoreError(
-                self.path,
-                f"the file has store layout version {version}, newer than this wfsub reads (up to "
-                f"{self._layout.version}): a newer wfsub wrote it. Upgrade wfsub (pip install -U wfsub) to open "
-                "it; this version leaves the file untouched",
-            )
+            raise newer_store(self.path, "the file", version, self._layout.version)
         if version == 0:
             raise StoreError(
                 self.path, "the file carries wfsub's application id but no layout version: it was damaged or "
