@@ -456,3 +456,32 @@ async def test_a_queued_case_keeps_its_tags_through_its_queue(kind: str, tmp_pat
         assert sub.status("tagged").tags == {"customer": "c-17"}
         assert [s.case_id for s in sub.cases(tags={"customer": "c-17"})] == ["tagged"]
         assert (await sub.journal("tagged"))[0].model_dump()["tags"] == {"customer": "c-17"}
+
+
+async def test_a_clients_cases_lists_queued_cases_first_and_pages_across_both(tmp_path: Path) -> None:
+    """A wfsub.Client's cases() without a state lists the queued cases (with their tags) before the started ones,
+    and paging with before= goes through both without losing or repeating a case."""
+    db = str(tmp_path / "cases.db")
+    async with Substrate(store=db, workflows=WORKFLOWS, queues={"mail": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", case_id="x")
+        await sub.new_case("waits", queue="mail", case_id="a")
+        await eventually_state(sub, "a", "waiting_signal")
+        await sub.new_case("job", queue="mail", case_id="b", tags={"t": "1"})
+        await sub.new_case("job", queue="mail", case_id="c")
+        async with wfsub.Client(db) as client:
+            assert [s.case_id for s in await client.cases()] == ["c", "b", "a", "x"]
+            listed: list[str] = []
+            before = None
+            while page := await client.cases(limit=1, before=before):
+                listed += [s.case_id for s in page]
+                before = page[-1].order
+            assert listed == ["c", "b", "a", "x"]
+            assert [s.case_id for s in await client.cases(tags={"t": "1"})] == ["b"]
+            c_order = (await client.status("c")).order
+            assert [s.case_id for s in await client.cases(state="queued", before=c_order)] == ["b"]
+
+
+async def eventually_state(sub: Substrate, case_id: str, state: str) -> None:
+    from ._util import eventually
+
+    await eventually(lambda: sub.status(case_id).state == state)

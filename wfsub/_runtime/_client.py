@@ -35,7 +35,7 @@ from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside
 from ._persist import status_of
-from ._queues import Queue, check_queued, queued_listing, queued_start, queued_status
+from ._queues import QUEUED_ORDER, Queue, check_queued, queued_page, queued_start, queued_status
 from ._status import CaseState, CaseStatus
 from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
 
@@ -255,12 +255,16 @@ class Client:
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
-        if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
-            items = self._store.read_queue_items(state="queued", limit=limit)
-            return queued_listing(items, workflow, {**filters, "parent": parent})
-        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent,
-                                       **filters)
-        return [status_of(row, _no_redaction) for row in rows]
+        store = self._store
+        queued = queued_page(lambda n, below: store.read_queue_items(state="queued", limit=n, before=below), state,
+                             workflow, limit, before, {**filters, "parent": parent})
+        if state == CaseState.QUEUED.value or len(queued) == limit:
+            return queued
+        if before is not None and before > QUEUED_ORDER:
+            before = None  # (the queued cases come first: the next page starts at the newest started case)
+        rows = await store.cases(state=state, workflow=workflow, limit=limit - len(queued), before=before,
+                                 parent=parent, **filters)
+        return queued + [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
         """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no

@@ -331,17 +331,36 @@ def queued_status(item: QueueItem) -> CaseStatus:
     )
 
 
-def queued_listing(items: list[QueueItem], workflow: str | None, filters: dict[str, Any]) -> list[CaseStatus]:
-    """`cases(state="queued")` of a Client: the queued items that pass the filters (their tags and parent are
-    kept in the item; a queued case has no start time yet, so a filter on it matches none)."""
+def queued_page(
+    read: Callable[[int, int | None], list[QueueItem]], state: str | None, workflow: str | None, limit: int,
+    before: int | None, filters: Mapping[str, Any],
+) -> list[CaseStatus]:
+    """The queued cases `cases()` lists first (a Substrate's and a Client's), newest first, that pass the filters:
+    they have no row yet, only their queue items, which carry their workflow, tags and parent (a queued case has no
+    start time: a filter on it matches none). Their `order` is QUEUED_ORDER plus the item's, so `before=` pages
+    through them and then on into the started cases. `read(n, before)`: up to n queued items below `before`."""
+    if state not in (None, CaseState.QUEUED.value) or (before is not None and before <= QUEUED_ORDER):
+        return []
     if filters.get("started_after") is not None or filters.get("started_before") is not None:
         return []
     prefix, parent = filters.get("id_prefix"), filters.get("parent")
-    tags = filters.get("tags") or {}
-    found = [queued_status(item) for item in items]
-    return [s for s in found
-            if (workflow is None or s.workflow == workflow) and (prefix is None or s.case_id.startswith(prefix))
-            and (parent is None or s.parent == parent) and all(s.tags.get(k) == v for k, v in tags.items())]
+    tags: Mapping[str, str] = filters.get("tags") or {}
+    found: list[CaseStatus] = []
+    cursor = None if before is None else before - QUEUED_ORDER
+    chunk = max(limit, 100)
+    while len(found) < limit:
+        items = read(chunk, cursor)
+        for item in items:
+            s = queued_status(item)
+            if ((workflow is None or s.workflow == workflow) and (prefix is None or s.case_id.startswith(prefix))
+                    and (parent is None or s.parent == parent) and all(s.tags.get(k) == v for k, v in tags.items())):
+                found.append(s)
+                if len(found) == limit:
+                    break
+        if len(items) < chunk:
+            break
+        cursor = items[-1].order
+    return found
 
 
 __all__ = [
@@ -350,7 +369,7 @@ __all__ = [
     "Queues",
     "check_queued",
     "check_queues",
-    "queued_listing",
+    "queued_page",
     "queued_start",
     "queued_status",
 ]

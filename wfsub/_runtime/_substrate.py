@@ -87,7 +87,16 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
-from ._queues import QUEUED_ORDER, Queue, Queues, check_queued, check_queues, queued_start, queued_status
+from ._queues import (
+    QUEUED_ORDER,
+    Queue,
+    Queues,
+    check_queued,
+    check_queues,
+    queued_page,
+    queued_start,
+    queued_status,
+)
 from ._registry import Workflows
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
@@ -1254,29 +1263,10 @@ class Substrate:
     def _queued_listed(
         self, state: str | None, workflow: str | None, limit: int, before: int | None, filters: dict[str, Any]
     ) -> list[CaseStatus]:
-        """The queued cases `cases()` lists first, newest first: they have no row yet, only their queue items
-        (their `order` is QUEUED_ORDER plus the item's, so `before=` pages through them, then the started cases)."""
-        if state not in (None, CaseState.QUEUED.value) or (before is not None and before <= QUEUED_ORDER):
-            return []
         if not (self._queues.queues or self._store):
             return []
-        match = Listing(CaseState.QUEUED.value, workflow, limit, None, **filters)
-        found: list[CaseStatus] = []
-        cursor = None if before is None else before - QUEUED_ORDER
-        while len(found) < limit:
-            items = self._queues.items("queued", None, max(limit, 100), cursor)
-            for item in items:
-                status = self._queued_status(item)
-                row = CaseRow(item.case_id, status.workflow or "", "", CaseState.QUEUED.value, math.nan, 0.0,
-                              tags=status.tags, parent=status.parent)
-                if match.matches(0, row):
-                    found.append(status)
-                    if len(found) == limit:
-                        break
-            if len(items) < max(limit, 100):
-                break
-            cursor = items[-1].order
-        return found
+        return queued_page(lambda n, below: self._queues.items("queued", None, n, below), state, workflow, limit,
+                           before, filters)
 
     def _started_listed(
         self, state: str | None, workflow: str | None, limit: int, before: int | None, filters: dict[str, Any]
