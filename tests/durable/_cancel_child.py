@@ -1,8 +1,8 @@
 """A process that dies between its parent case's cancel and the cancel of the child the parent waits for:
 `python -m tests.durable._cancel_child STORE` (cwd: the repo root; STORE a SQLite path or a Postgres URL).
 
-It starts parent `P` (`start_case` waiting for child `P/seq[0].start_case`, which waits for a signal), cancels
-the parent once the child waits, and SIGKILLs itself where the runtime would send the child's cancel, once the
+It starts parent `P` (`start_case` waiting for children that wait for a signal, two of them through a queue of
+concurrency 1, so one stays queued), cancels the parent once they are there, and SIGKILLs itself where the runtime would send the child's cancel, once the
 parent's end is in the store (it prints "parent-ended" then; "parent-live" if the end never came).
 """
 
@@ -18,7 +18,7 @@ import anyio
 from wfsub import Substrate
 from wfsub._runtime import _children
 
-from .test_children_crash import CHILD_ID, WORKFLOWS
+from .test_children_crash import CHILD_ID, QUEUES, WORKFLOWS
 
 
 async def die(actor: Any, req: Any, sub: Substrate, child_id: str) -> None:
@@ -38,11 +38,12 @@ async def die(actor: Any, req: Any, sub: Substrate, child_id: str) -> None:
 
 async def main(store: str) -> None:
     _children._cancel_child = die  # type: ignore[assignment]
-    async with Substrate(store=store, workflows=WORKFLOWS) as sub:
+    async with Substrate(store=store, workflows=WORKFLOWS, queues=QUEUES) as sub:
         await sub.new_case("parent", {}, case_id="P")
         while True:
             try:
-                if sub.status(CHILD_ID).state == "waiting_signal":
+                if [sub.status(c).state for c in (CHILD_ID, "queued-a", "queued-b")] == [
+                        "waiting_signal", "waiting_signal", "queued"]:
                     break
             except Exception:  # noqa: BLE001 - not started yet
                 pass

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from wfsub import Substrate, par, seq, start_case, task, wait
+from wfsub import Queue, Substrate, par, seq, start_case, task, wait
 
 from ._util import ROOT, eventually, kinds
 
@@ -20,9 +20,12 @@ PARENT = seq(par(
     start_case("child"),
     start_case("child", case_id=lambda c: "abandoned", on_parent_cancel="abandon"),
     start_case("child", case_id=lambda c: "unwaited", wait=False),
+    start_case("child", case_id=lambda c: "queued-a", queue="kids"),
+    start_case("child", case_id=lambda c: "queued-b", queue="kids"),
     wait("never"),
 ))
 WORKFLOWS: dict[str, Any] = {"parent": PARENT, "child": CHILD}
+QUEUES = {"kids": Queue(concurrency=1)}
 CHILD_ID = "P/seq[0].par[0].start_case"
 
 
@@ -42,18 +45,20 @@ async def test_a_child_whose_parent_ended_before_its_cancel_is_cancelled_once_af
     kind: str, tmp_path: Path
 ) -> None:
     """Killed after the parent's cancelled end is durable and before the child's cancel was sent: the next
-    Substrate cancels the waited-for child once (one cancel record, across another restart too); the abandoned
-    and the unwaited children stay live."""
+    Substrate cancels the waited-for children once (one cancel record, across another restart too; the one still
+    queued in its queue); the abandoned and the unwaited children stay live."""
     spec = spec_of(kind, tmp_path)
     done = await anyio.run_process([sys.executable, "-m", "tests.durable._cancel_child", spec], cwd=ROOT,
                                    check=False)
     assert done.returncode == -9, done.stderr.decode()[-3000:]
     assert done.stdout.decode().split() == ["parent-ended"], done.stdout
     for _ in range(2):
-        async with Substrate(store=spec, workflows=WORKFLOWS) as sub:
+        async with Substrate(store=spec, workflows=WORKFLOWS, queues=QUEUES) as sub:
             assert sub.status("P").state == "cancelled"
-            await eventually(lambda: sub.status(CHILD_ID).state == "cancelled")
-            assert sub.status(CHILD_ID).cancel_reason == "its parent 'P' was cancelled"
-            assert kinds(await sub.journal(CHILD_ID)).count("cancel") == 1
+            for child in (CHILD_ID, "queued-a", "queued-b"):
+                await eventually(lambda child=child: sub.status(child).state == "cancelled")
+            for child in (CHILD_ID, "queued-a"):
+                assert sub.status(child).cancel_reason == "its parent 'P' was cancelled"
+                assert kinds(await sub.journal(child)).count("cancel") == 1
             for other in ("abandoned", "unwaited"):
                 assert sub.status(other).state == "waiting_signal"

@@ -269,14 +269,17 @@ async def cancel_children_of_ended(sub: Substrate, store: Store) -> None:
     child was lost with the process that ended the parent. Run when a Substrate opens its store; the cancel's
     request id makes it apply once, however many nodes send it."""
     try:
-        found = await store.children_of_ended()
+        found: list[tuple[str, str, bool | None]] = [(c, p, None) for c, p in await store.children_of_ended()]
+        found += await _queued_children_of_ended(store)
     except StoreError as exc:  # looked for again when the Substrate next opens
         _log.error("could not look for the children of ended cases", error=str(exc))
         return
-    for child_id, parent in found:
+    for child_id, parent, flagged in found:
         try:
-            journal = await store.journal(child_id)
-            if not journal or not journal[0].get("cancel_with_parent"):
+            if flagged is None:
+                journal = await store.journal(child_id)
+                flagged = bool(journal) and bool(journal[0].get("cancel_with_parent"))
+            if not flagged:
                 continue  # not waited for (wait=False), or abandoned with its parent (on_parent_cancel="abandon")
             row = await store.row(parent)
             ended = "was cancelled" if row is None or row.state == "cancelled" else f"ended {row.state}"
@@ -286,6 +289,24 @@ async def cancel_children_of_ended(sub: Substrate, store: Store) -> None:
                              request_id=f"{parent}:ended:cancel:{child_id}")
         except WfsubError as exc:  # (ended meanwhile, or the store is out: the next open looks again)
             _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
+
+
+async def _queued_children_of_ended(store: Store) -> list[tuple[str, str, bool | None]]:
+    """(child id, parent id, True) of the queued children (`start_case(..., queue=)`) waited for with "cancel"
+    whose parent has ended."""
+    found: list[tuple[str, str, bool | None]] = []
+    before: int | None = None
+    while True:
+        items = store.read_queue_items(state="queued", limit=1000, before=before)
+        for item in items:
+            parent = item.start.get("parent")
+            if isinstance(parent, str) and item.start.get("cancel_with_parent"):
+                row = await store.row(parent)
+                if row is not None and row.ended_at is not None:
+                    found.append((item.case_id, parent, True))
+        if len(items) < 1000:
+            return found
+        before = items[-1].order
 
 
 async def _signal_case(actor: CaseActor, req: EffectRequest, t: SignalCase, ctx: Mapping[str, Any]) -> Any:
