@@ -1,9 +1,10 @@
-"""A process that dies between its parent case's cancel and the cancel of the child the parent waits for:
+"""A process that dies between its parent case's cancel and the cancel of the children the parent waits for:
 `python -m tests.durable._cancel_child STORE` (cwd: the repo root; STORE a SQLite path or a Postgres URL).
 
 It starts parent `P` (`start_case` waiting for children that wait for a signal, two of them through a queue of
-concurrency 1, so one stays queued), cancels the parent once they are there, and SIGKILLs itself where the runtime would send the child's cancel, once the
-parent's end is in the store (it prints "parent-ended" then; "parent-live" if the end never came).
+concurrency 1, so one stays queued), cancels the parent once they are there, and SIGKILLs itself where the
+runtime would send the first child's cancel, once the parent's end is in the store (it prints "parent-ended"
+then; "parent-live" if the end never came).
 """
 
 from __future__ import annotations
