@@ -647,6 +647,35 @@ class ReplayDivergence(WfsubError):
         )
 
 
+def bad_compact_after(value: object) -> ValueError:
+    """The refusal of `Substrate(compact_after=...)`: not None and not an int of at least 2."""
+    error = bad_input(
+        "compact_after must be an int >= 2 (the journal records a live case keeps before it is compacted) or None",
+        value, error=ValueError,
+        fix="pass e.g. compact_after=1000 (the default), or None to keep every record of every case",
+    )
+    assert isinstance(error, ValueError)
+    return error
+
+
+def compacted_divergence(
+    case_id: str | None, seq: int, taken_on: object, program: str, why: str | None = None
+) -> ReplayDivergence:
+    """A compacted journal (its first record a `snapshot`) replayed on a program its snapshot cannot be restored
+    on: another version, or a snapshot or bytecode format this wfsub does not read."""
+    taken = str(taken_on)[:16]
+    happened = why or (
+        f"it is replayed on program {program[:16]}: the records before seq {seq} were removed by compaction, so the "
+        "case replays only on the version its snapshot was taken on"
+    )
+    return ReplayDivergence(
+        case_id, seq, "snapshot",
+        f"program {taken} (the version the journal was compacted on)",
+        f"{happened}; register that version beside the newer ones (a compacted case runs on, or migrates from, "
+        "no other)",
+    )
+
+
 class StoreConflict(StoreError):
     """A write was refused because it conflicts with what the store holds (a journal seq written twice, a case's
     second `end`): that write alone was undone. A `start` record that conflicts means the case id is taken."""

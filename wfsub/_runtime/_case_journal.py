@@ -33,6 +33,7 @@ from .._errors import (
 )
 from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
+from . import _compact as compaction
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
 from ._inputs import kind_of
 from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
@@ -160,6 +161,12 @@ async def journal_inbox(actor: CaseActor) -> None:
             _apply_record(actor, msg, record)
         else:  # a retried call (same request_id): applied once already
             actor.answer(msg, None)
+    if compaction.due(actor):  # an endless case: its journal starts again from a snapshot record
+        try:
+            await compaction.compact(actor)
+        except StoreError as exc:  # (StoreConflict, CommitUnknown: as an input's commit above)
+            actor.fenced = True
+            raise Fenced(exc) from exc
 
 
 def _store_failed(actor: CaseActor, entries: list[tuple[Message, dict[str, Any]]], exc: StoreError) -> None:

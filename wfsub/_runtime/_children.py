@@ -278,7 +278,9 @@ async def cancel_children_of_ended(sub: Substrate, store: Store) -> None:
         try:
             if flagged is None:
                 journal = await store.journal(child_id)
-                flagged = bool(journal) and bool(journal[0].get("cancel_with_parent"))
+                first = journal[0] if journal else {}
+                start = (first.get("start") or {}) if first.get("kind") == "snapshot" else first  # (compacted)
+                flagged = bool(start.get("cancel_with_parent"))
             if not flagged:
                 continue  # not waited for (wait=False), or abandoned with its parent (on_parent_cancel="abandon")
             row = await store.row(parent)

@@ -79,6 +79,7 @@ from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
 from ._children import cancel_children_of_ended, check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
+from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled
@@ -180,6 +181,8 @@ class Substrate:
       items or an effect result (a bigger one is refused with a ValueError naming the limit; nothing is written).
     - `evict_after`: with a store, seconds a case may wait for a signal or timer in memory before it leaves
       memory (it comes back on its next input or due timer; see the README).
+    - `compact_after`: with a store, the journal records a live case keeps before its owner compacts them into
+      one `snapshot` record (default 1000; None keeps every record): an endless case keeps a bounded journal.
     - `node_id`: the name of this Substrate as the owner of a store (with a shared store, a node): a node that
       restarts with the same id finds its cases at once; others take a dead node's cases over after its lease.
     - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
@@ -219,6 +222,7 @@ class Substrate:
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         schedules: Sequence[Schedule] = (),
         queues: Mapping[str, Queue] | None = None,
+        compact_after: int | None = DEFAULT_COMPACT_AFTER,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -254,6 +258,7 @@ class Substrate:
                 "pass store=... (a SQLite path, or wfsub.stores.MemoryStore() in tests)"
             )
         self._evict_after = evict_after
+        self._compact_after = check_compact_after(compact_after)
         self._end_events: dict[str, anyio.Event] = {}  # awaiters of cases not in memory, by case id
         self._ended_poll_at = 0.0  # monotonic time when those awaiters next re-read their rows
         self._level = trace_level
@@ -454,6 +459,7 @@ class Substrate:
                 background.wake(min(dues))  # its timers are now the due loop's to watch
 
         shared.on_evict = left_memory
+        shared.compact_after = self._compact_after
         shared.on_effect_wait = loader.waits_on_effects
         case_tg.start_soon(loader.effect_rows)
         if self._evict_after is not None:

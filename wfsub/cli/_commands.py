@@ -484,7 +484,9 @@ async def _steerable(store: Store, case_id: str, what: str, request_id: str | No
     row = await case_row(store, case_id)
     state = CaseState(row.state)
     if state.ended:
-        if request_id is not None and any(rec.get("request_id") == request_id for rec in await store.journal(case_id)):
+        from ..lowlevel import journaled_request_ids  # (a compacted journal's snapshot record keeps them)
+
+        if request_id is not None and request_id in journaled_request_ids(await store.journal(case_id)):
             r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
             return None
         raise CliError(

@@ -265,7 +265,7 @@ class _Inspector:
         async def context() -> dict[str, Any]:
             shown, journal_note = await self._journal(case_id, signature, full_journal)
             fingerprint = None
-            if shown and shown[0].kind == "start":
+            if shown and shown[0].kind in ("start", "snapshot"):  # (a compacted journal: its snapshot record)
                 fingerprint = (shown[0].model_extra or {}).get("fingerprint")
             shown = shown or []
             hidden = 0

@@ -109,6 +109,10 @@ def _entry(r: JournalRecord, redact: Redact) -> Entry:
         if isinstance(forked, dict):
             title += f", forked from {forked.get('case_id')} at record {forked.get('seq')}"
         return Entry(seq, time, kind, title, json_text(_redacted(redact, x.get("data"))))
+    if kind == "snapshot":  # a compaction: the records before it were replaced by the state they led to
+        title = (f"compacted: the records before seq {seq} were replaced by a snapshot of the case (version "
+                 f"{str(x.get('fingerprint', ''))[:12]})")
+        return Entry(seq, time, kind, title, json_text(_redacted(redact, (x.get("start") or {}).get("data"))))
     if kind == "signal":
         payload = x.get("payload")
         return Entry(seq, time, kind, f"signal {x.get('name')}",
