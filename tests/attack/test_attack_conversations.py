@@ -184,10 +184,6 @@ async def test_wfsub_update_of_an_ended_case_exits_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
-@pytest.mark.xfail(strict=True, reason=(
-    "status() of a case the owner holds in memory lists its children with a synchronous store read "
-    "(wfsub/_runtime/_children.py:115, children_in -> PostgresStore.read_cases): during an outage it blocks the event "
-    "loop for sync_timeout and raises StoreError, though everything else it shows is in memory"))
 async def test_status_of_a_case_in_memory_answers_while_the_database_is_away() -> None:
     """An owner's status() of a live case it runs answers during a Postgres outage (the case runs in memory)."""
     proxy = Proxy(_pg.database_dsn())

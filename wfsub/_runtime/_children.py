@@ -63,6 +63,7 @@ from .._errors import (
     unknown_name,
 )
 from .._outbound import Outbound
+from .._program import EffectSpec, Program
 from .._store import Store
 from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
@@ -120,15 +121,35 @@ def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
     if store is None:
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found[:CHILDREN_SHOWN])}) if found else status
-    if sub._phase != "open":  # closed: its store is too; what it read last stands (status() works after close)
+    if sub._phase != "open" or not _may_start_children(sub, status):
+        # closed (its store is too: what it read last stands), or a version with no start_case: nothing to read
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found)}) if found else status
-    rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+    try:
+        rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+    except StoreError as exc:  # the store is away: the status of a case in memory still answers, with what was read
+        _log.warning("cannot list a case's children; its status shows those read before", case_id=status.case_id,
+                     error=str(exc))
+        found = sub._children.get(status.case_id)
+        return status.model_copy(update={"children": tuple(found)}) if found else status
     if not rows:
         return status
     children = tuple(row.case_id for row in reversed(rows))
     sub._children[status.case_id] = list(children)  # (kept for a status read after the Substrate closed)
     return status.model_copy(update={"children": children})
+
+
+def starts_children(program: Program) -> bool:
+    """Whether a program has a `start_case` step (one that has none never has children to list)."""
+    return any(isinstance(c, EffectSpec) and isinstance(c.fn, Outbound) and isinstance(c.fn.term, StartCase)
+               for c in program.consts)
+
+
+def _may_start_children(sub: Substrate, status: CaseStatus) -> bool:
+    """False only when the case's version is known here and has no `start_case` (a case of an unknown version, or
+    of a term started without a name, is read: the store decides)."""
+    found = sub._workflows.by_fingerprint.get(status.version) if status.version is not None else None
+    return found is None or starts_children(found[1])
 
 
 async def stored_children(store: Store, status: CaseStatus) -> CaseStatus:
