@@ -511,3 +511,58 @@ async def test_a_second_trigger_in_the_same_second_runs_again_or_says_why_not(tm
             return  # refused, saying so
         assert await second.result() == {"ran": True}
         assert len(runs) == 2
+
+
+def failing_adder(fixed: dict[str, bool]) -> Any:
+    def add(ctx: Any) -> dict[str, Any]:
+        n = ctx.get("n", 0) + 1
+        if n == 9 and not fixed["ok"]:
+            raise RuntimeError("bad at 9")
+        return {"n": n, "total": ctx.get("total", 0) + ctx["item"]}
+
+    return loop(seq(wait("add", into="item"), task(add, name="add")), while_=lambda d: d.get("n", 0) < 12)
+
+
+async def failed_compacted_case(sub: Substrate) -> None:
+    h = await sub.new_case("cart", {}, case_id="c")
+    for i in range(9):
+        await sub.signal("c", "add", i, request_id=f"r{i}")
+    with pytest.raises(CaseFailed, match="bad at 9"):
+        await h.result()
+    assert (await sub.journal("c"))[0].kind == "snapshot"
+
+
+async def test_retry_of_a_compacted_case_is_refused_naming_the_fork_that_runs_it_again(tmp_path: Path) -> None:
+    """An endless case that failed after its journal was compacted: retry is refused saying why and naming the
+    fork (with its record) that runs the failed step again; that fork, made after the fix, runs to its end."""
+    fixed = {"ok": False}
+    workflows = {"cart": failing_adder(fixed)}
+    async with Substrate(store=str(tmp_path / "r.db"), workflows=workflows, compact_after=4) as sub:
+        await failed_compacted_case(sub)
+        fixed["ok"] = True
+        with pytest.raises(SignalRejected, match=r"compacted .*`fork\(case_id, at=(\d+)\)`") as refused:
+            await sub.retry("c")
+        at = int(str(refused.value).split("at=")[1].split(")")[0])
+        await sub.fork("c", at=at, new_case_id="again")
+        for i in range(9, 12):
+            await sub.signal("again", "add", i, request_id=f"r{i}")
+        with anyio.fail_after(30):
+            assert await sub.await_case("again") == {"item": 11, "n": 12, "total": sum(range(12))}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "retry rebuilds a case from its `start` record (wfsub/_runtime/_lifecycle.py retry_record), so a case whose "
+    "journal was compacted (an endless case, the kind compact_after is for) can never be retried, only forked"
+))
+async def test_a_compacted_case_that_failed_can_be_retried(tmp_path: Path) -> None:
+    """An endless case that failed after compaction is re-opened by retry at its failed step like any case."""
+    fixed = {"ok": False}
+    workflows = {"cart": failing_adder(fixed)}
+    async with Substrate(store=str(tmp_path / "r.db"), workflows=workflows, compact_after=4) as sub:
+        await failed_compacted_case(sub)
+        fixed["ok"] = True
+        await sub.retry("c")
+        for i in range(9, 12):
+            await sub.signal("c", "add", i, request_id=f"r{i}")
+        with anyio.fail_after(30):
+            assert (await sub.await_case("c"))["total"] == sum(range(12))

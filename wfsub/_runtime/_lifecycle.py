@@ -74,6 +74,14 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
     """The `retry` record that re-opens a failed (or poison-suspended) case, or SignalRejected saying why it
     cannot be retried."""
     state = row.state
+    if records and records[0].get("kind") == "snapshot":
+        last = int(records[-2 if records[-1].get("kind") == "end" else -1].get("seq", 0))
+        raise SignalRejected.not_retryable(
+            case_id, state,
+            f"its journal was compacted (it starts at the snapshot record {records[0].get('seq')}), and retry "
+            f"rebuilds a case from its start record; fork it instead, from before the failure: `fork(case_id, "
+            f"at={last})` (`wfsub fork STORE {case_id} --at {last}`) runs the failed step again in a new case",
+        )
     if not records or records[0].get("kind") != "start":
         raise SignalRejected.not_retryable(case_id, state, "its journal does not start with its start record")
     end = records[-1] if records[-1].get("kind") == "end" else None
