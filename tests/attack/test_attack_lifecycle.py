@@ -566,3 +566,60 @@ async def test_a_compacted_case_that_failed_can_be_retried(tmp_path: Path) -> No
             await sub.signal("c", "add", i, request_id=f"r{i}")
         with anyio.fail_after(30):
             assert (await sub.await_case("c"))["total"] == sum(range(12))
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+@pytest.mark.parametrize("queued", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
+    "delete leaves a queued case's queue item behind, so a new_case on the queue with its id is answered with "
+    "that old item (Substrate._enqueue in wfsub/_runtime/_substrate.py) and never runs; see the single-node test"
+)))])
+async def test_a_case_deleted_on_another_node_is_gone_here_too_and_its_id_starts_afresh(queued: bool) -> None:
+    """Node b deletes an ended case node a ran (and still keeps in memory): on a it is then not found, and a
+    new_case with its id starts a new case that is in the store and runs, rather than answering with the
+    deleted run."""
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    runs: list[int] = []
+
+    def run(ctx: Any) -> dict[str, Any]:
+        runs.append(1)
+        return {"ok": len(runs)}
+
+    workflows = {"w": seq(task(run, name="run"))}
+    queues = {"q": Queue(concurrency=5)}
+    extra: dict[str, Any] = {"queue": "q"} if queued else {}
+    async with (
+        Substrate(store=PostgresStore(dsn, schema=schema), workflows=workflows, queues=queues, node_id="a") as a,
+        Substrate(store=PostgresStore(dsn, schema=schema), workflows=workflows, queues=queues, node_id="b") as b,
+    ):
+        with anyio.fail_after(30):
+            assert await (await a.new_case("w", {}, case_id="c", **extra)).result() == {"ok": 1}
+            await b.delete("c")
+            again = await a.new_case("w", {}, case_id="c", **extra)
+            assert await again.result() == {"ok": 2}
+            assert [r.kind for r in await b.journal("c")] == ["start", "end"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "delete removes a case's journal, row, snapshots and tags but not its queue item (the stores' delete), and "
+    "Substrate._enqueue (wfsub/_runtime/_substrate.py) answers a put that finds the old item as 'the same start "
+    "again': the new case is acknowledged and never queued, started or stored (its result() waits for good)"
+))
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_deleted_queued_case_id_can_be_queued_again_and_runs(kind: str, tmp_path: Path) -> None:
+    """A case started on a queue ends and is deleted; a new_case on the queue with the same id is a new case:
+    it is in the store (queued or started) and runs to its end."""
+    runs: list[int] = []
+
+    def run(ctx: Any) -> dict[str, Any]:
+        runs.append(1)
+        return {"ok": len(runs)}
+
+    workflows = {"w": seq(task(run, name="run"))}
+    async with Substrate(store=store_maker(kind, tmp_path)(), workflows=workflows,
+                         queues={"q": Queue(concurrency=2)}) as sub:
+        assert await (await sub.new_case("w", {}, case_id="c", queue="q")).result() == {"ok": 1}
+        await sub.delete("c")
+        again = await sub.new_case("w", {}, case_id="c", queue="q")
+        assert sub.status("c").state in {"queued", "running", "done"}
+        with anyio.fail_after(30):
+            assert await again.result() == {"ok": 2}

@@ -602,7 +602,8 @@ class Substrate:
             if not durable:
                 raise
             assert isinstance(case_id, str)
-            return await self._same_start(case_id, name, start_data)
+            if not await self._deleted_elsewhere(case_id):
+                return await self._same_start(case_id, name, start_data)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
@@ -657,6 +658,19 @@ class Substrate:
         if _parent is not None and not durable:  # (a durable child is found through the store's parent index)
             self._children.setdefault(_parent, []).append(case_id)
         return CaseHandle(self, actor)
+
+    async def _deleted_elsewhere(self, case_id: str) -> bool:
+        """Whether an ended case kept in memory here is no longer in the store (another node or a client deleted
+        it): it leaves memory, so its id starts a new case rather than answering with the deleted run."""
+        actor = self._cases.get(case_id)
+        if actor is None or actor.journal is None or actor.state not in FINAL or not actor.recorded:
+            return False
+        assert self._store is not None
+        if await self._store.row(case_id) is not None:
+            return False
+        if self._cases.get(case_id) is actor:
+            del self._cases[case_id]
+        return True
 
     async def _joined(self, case_id: str) -> bool:
         """Wait for the calls of this Substrate that are writing a start with this case id (a queued start is not in
