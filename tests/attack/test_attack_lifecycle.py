@@ -623,3 +623,25 @@ async def test_a_deleted_queued_case_id_can_be_queued_again_and_runs(kind: str, 
         assert sub.status("c").state in {"queued", "running", "done"}
         with anyio.fail_after(30):
             assert await again.result() == {"ok": 2}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an ended case kept in memory (retain_ended) is answered from memory by status() and await_case() "
+    "(Substrate.status / _wait_end in wfsub/_runtime/_substrate.py) after another node deleted it from the store"
+))
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_a_case_deleted_on_another_node_is_not_found_by_await_case_here() -> None:
+    """After node b deletes an ended case that node a ran, a's await_case raises CaseNotFound, as b's does (the
+    promise of delete), instead of answering with the deleted run."""
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    workflows = {"w": seq(task(lambda ctx: {"ok": True}, name="run"))}
+    async with (
+        Substrate(store=PostgresStore(dsn, schema=schema), workflows=workflows, node_id="a") as a,
+        Substrate(store=PostgresStore(dsn, schema=schema), workflows=workflows, node_id="b") as b,
+    ):
+        assert await (await a.new_case("w", {}, case_id="c")).result() == {"ok": True}
+        await b.delete("c")
+        with pytest.raises(CaseNotFound):
+            await b.await_case("c")
+        with pytest.raises(CaseNotFound):
+            await a.await_case("c")
