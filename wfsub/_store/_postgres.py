@@ -1104,7 +1104,7 @@ class PostgresStore(StoreBase):
             return None if found is None else item_of(found, loads(found[5]))
 
         loop = self._running("cancel a queued case")
-        return await loop.call(self._pooled(f"cancelling queued case {case_id!r}", run))
+        return await loop.call(self._pooled(f"cancelling case {case_id!r} if it waits in a queue", run))
 
     def read_queue_items(
         self, *, state: str | None = None, queue: str | None = None, limit: int = 100
@@ -1119,7 +1119,7 @@ class PostgresStore(StoreBase):
             found = await conn.fetchrow(Q["queue_get"], case_id)
             return None if found is None else item_of(found, loads(found[5]))
 
-        return self._read_sync("reading a queued case", run)
+        return self._read_sync(f"looking for case {case_id!r} among the queued cases", run)
 
     async def queue_orphans(self, node: str) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
