@@ -205,3 +205,46 @@ async def test_a_clients_calls_in_an_outage_fail_naming_the_case_and_what_was_be
             assert (await client.status("a")).state == CaseState.CANCELLED
     finally:
         proxy.down()
+
+
+def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m wfsub ARGS`, as an operator runs it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "wfsub", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_the_update_command_on_a_mistyped_path_creates_no_store_and_says_so(tmp_path: Path) -> None:
+    """`wfsub update` on a path that holds no store exits 1 saying so, and leaves no new store file behind."""
+    ran = command("update", "lons.db", "k1", "approve", "{}", cwd=tmp_path)
+    assert ran.returncode == 1, ran
+    assert "no store file here" in ran.stderr and "lons.db" in ran.stderr, ran.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_the_update_command_names_a_missing_case_with_the_commands_words(tmp_path: Path) -> None:
+    """`wfsub update` of a case the store lacks says so and how to list the cases, as the other commands do."""
+    path = tmp_path / "c.db"
+    async with Substrate(store=str(path), workflows={"f": TWO_WAITS}):
+        pass
+    ran = command("update", str(path), "nope", "approve", "{}", cwd=tmp_path)
+    assert ran.returncode == 1, ran
+    assert "no case 'nope' in sqlite:///" in ran.stderr and "wfsub cases" in ran.stderr, ran.stderr
+    assert "new_case()" not in ran.stderr and "retain_ended" not in ran.stderr, ran.stderr
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the command takes a request id applied by another kind of input as this cancel's own: `wfsub cancel "
+    "--request-id` of an ended case prints that it recorded the cancel when the id was a signal's "
+    "(wfsub/cli/_commands.py `_steerable`, which looks for the id whatever the record's kind)"))
+async def test_the_cancel_command_does_not_claim_a_cancel_it_never_recorded(tmp_path: Path) -> None:
+    """`wfsub cancel --request-id R` of an ended case whose id R a signal used does not say the cancel was done."""
+    path = tmp_path / "c.db"
+    async with Substrate(store=str(path), workflows={"f": TWO_WAITS}) as sub:
+        await sub.new_case("f", {}, case_id="a")
+        await sub.signal("a", "go", {}, request_id="r1")
+        await sub.signal("a", "more", {}, request_id="r2")
+        await sub.await_case("a")
+    ran = command("cancel", str(path), "a", "--request-id", "r2", cwd=tmp_path)
+    assert "recorded the cancel" not in ran.stdout + ran.stderr, ran
+    assert ran.returncode == 1, ran
