@@ -248,3 +248,76 @@ async def test_the_cancel_command_does_not_claim_a_cancel_it_never_recorded(tmp_
     ran = command("cancel", str(path), "a", "--request-id", "r2", cwd=tmp_path)
     assert "recorded the cancel" not in ran.stdout + ran.stderr, ran
     assert ran.returncode == 1, ran
+
+
+@pytest.fixture
+def private_server() -> Iterator[Any]:
+    """A Postgres server of this test's own (never the shared one), that it may crash and start again (in a
+    directory of its own: pytest's are closed to the `postgres` user the server runs as under root)."""
+    import shutil
+    import tempfile
+
+    from ..chaos._server import PrivateServer, ServerUnavailable
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    workdir = Path(tempfile.mkdtemp(prefix="wfsub-attack-pg-"))
+    try:
+        try:
+            server = PrivateServer.start(workdir)
+        except ServerUnavailable as exc:
+            pytest.skip(str(exc))
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def test_a_clients_calls_across_a_server_crash_apply_once_and_its_awaiter_wakes(private_server: Any) -> None:
+    """A Client's new_case, signal (with a request id) and await_case made while the Postgres server is down and
+    started again return once it is back (or are repeated by the caller after a StoreError), and apply once."""
+    store_of = lambda: PostgresStore(private_server.dsn, schema="w", retry_for=60, connect_timeout=1)  # noqa: E731
+    async with Substrate(store=store_of(), workflows={"f": TWO_WAITS}, node_id="owner") as sub, Client(
+        store_of()
+    ) as client:
+        await client.new_case("f", {}, case_id="a")
+        got: dict[str, Any] = {}
+
+        async def through_the_crash() -> None:
+            for name, call in (
+                ("b", lambda: client.new_case("f", {}, case_id="b")),
+                ("go", lambda: client.signal("a", "go", {}, request_id="g1")),
+                ("more", lambda: client.signal("a", "more", {}, request_id="m1")),
+            ):
+                try:
+                    got[name] = await call()
+                except StoreError:  # its outcome unknown: the caller repeats it, as the README says
+                    got[name] = await call()
+            got["end"] = await client.await_case("a", timeout=120)
+
+        await anyio.to_thread.run_sync(private_server.crash)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(through_the_crash)
+            await anyio.to_thread.run_sync(private_server.start_again)
+        assert got["end"] == {"go": {}, "more": {}}
+        assert [r.kind for r in await sub.journal("a")] == ["start", "signal", "signal", "end"]
+        assert [r.kind for r in await sub.journal("b")] == ["start"]
+        assert (await client.status("b")).state == CaseState.WAITING_SIGNAL
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a repeated start by id compares the workflow and the start data only: other tags are dropped silently and "
+    "the caller gets the case with its first tags (wfsub/_runtime/_outside.py:197 start_differs, "
+    "wfsub/_runtime/_substrate.py:651 _same_start)"))
+@pytest.mark.parametrize("door", ["owner", "client"])
+async def test_a_repeated_start_with_other_tags_is_not_taken_as_the_same_start(door: str, tmp_path: Path) -> None:
+    """new_case(case_id=X) again with equal data but other tags raises CaseExists naming the tags."""
+    path = str(tmp_path / "c.db")
+    async with Substrate(store=path, workflows={"f": TWO_WAITS}) as sub, Client(path) as client:
+        caller: Any = sub if door == "owner" else client
+        await caller.new_case("f", {}, case_id="t", tags={"tenant": "acme"})
+        with pytest.raises(WfsubError, match="tags"):
+            await caller.new_case("f", {}, case_id="t", tags={"tenant": "globex"})
+        assert (await client.status("t")).tags == {"tenant": "acme"}
