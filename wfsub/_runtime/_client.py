@@ -100,7 +100,7 @@ class Client:
 
     def _door(self, what: str) -> Outside:
         if self._phase != "open" or self._outside is None:
-            raise SubstrateClosed(f"{what} (a Client works inside `async with wfsub.Client(store) as client:`)")
+            raise SubstrateClosed(what, client=True)
         return self._outside
 
     # -- starting and steering ---------------------------------------------------------------------------------
