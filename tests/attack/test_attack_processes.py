@@ -475,3 +475,31 @@ async def test_a_client_steering_a_case_cancelled_in_its_queue_hears_that_it_end
             await client.cancel("w")
         with pytest.raises(SignalRejected, match="has already ended"):
             await client.signal("w", "go")
+
+
+async def test_a_client_sees_a_case_it_queued_from_queued_to_started_and_gets_its_handle(tmp_path: Path) -> None:
+    """A Client's status of a case it started on a queue is queued, then the case's own, never CaseNotFound
+    (also while the owner has claimed it and not yet written its start); its handles work while it is queued."""
+    path = str(tmp_path / "c.db")
+    async with Substrate(store=path, workflows={"f": TWO_WAITS}, queues={"q": Queue(concurrency=1)}) as sub, Client(
+        path
+    ) as client:
+        await client.new_case("f", {}, case_id="r", queue="q")
+        started = await client.new_case("f", {}, case_id="w", queue="q")
+        assert started.status().state == CaseState.QUEUED and started.status().queue == "q"
+        handle = await client.handle("w")
+        assert handle.status().state == CaseState.QUEUED
+        seen: list[CaseState] = []
+
+        async def r_waits() -> bool:
+            seen.append((await client.status("r")).state)
+            return seen[-1] == CaseState.WAITING_SIGNAL
+
+        await until(r_waits)
+        assert set(seen) <= {CaseState.QUEUED, CaseState.RUNNING, CaseState.WAITING_SIGNAL}, seen
+        await sub.cancel("r")
+
+        async def w_started() -> bool:
+            return (await client.status("w")).state in (CaseState.RUNNING, CaseState.WAITING_SIGNAL)
+
+        await until(w_started)

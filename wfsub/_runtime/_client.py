@@ -222,8 +222,10 @@ class Client:
     # -- reading ---------------------------------------------------------------------------------------------
 
     async def handle(self, case_id: str) -> CaseHandle:
-        """A handle to an existing case (CaseNotFound if there is none)."""
-        await self._door("get a case's handle").row(case_id)
+        """A handle to an existing case, queued or started (CaseNotFound if there is none)."""
+        door = self._door("get a case's handle")
+        if not (isinstance(case_id, str) and self._store.read_queue_item(case_id) is not None):
+            await door.row(case_id)
         return ClientHandle(self, case_id)
 
     async def status(self, case_id: str) -> CaseStatus:
@@ -232,7 +234,13 @@ class Client:
         item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
         if item is not None and item.state in ("queued", "cancelled"):
             return queued_status(item)
-        status = status_of(await door.row(case_id), _no_redaction)
+        try:
+            row = await door.row(case_id)
+        except CaseNotFound:
+            if item is None:
+                raise
+            return queued_status(item)  # claimed by a node that has not written its start yet: not started
+        status = status_of(row, _no_redaction)
         if item is not None:
             status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
                                                "partition": item.partition, "dequeued_at": item.started_at})
@@ -350,10 +358,18 @@ class ClientHandle(CaseHandle):
         return await self._client.await_case(self.case_id, timeout, model=model)
 
     def status(self) -> CaseStatus:
-        row = self._client._store.read_row(self.case_id)
+        store = self._client._store
+        item = store.read_queue_item(self.case_id)
+        row = None if item is not None and item.state in ("queued", "cancelled") else store.read_row(self.case_id)
         if row is None:
-            raise CaseNotFound(self.case_id)
-        return status_of(row, _no_redaction)
+            if item is None:
+                raise CaseNotFound(self.case_id)
+            return queued_status(item)  # queued, cancelled there, or claimed and not started yet
+        status = status_of(row, _no_redaction)
+        if item is not None:
+            status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
+                                               "partition": item.partition, "dequeued_at": item.started_at})
+        return status
 
     def data(self) -> dict[str, Any]:
         row = self._client._store.read_row(self.case_id)
