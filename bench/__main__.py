@@ -16,7 +16,7 @@ import sys
 
 from ._figures import FIGURES
 
-SUITES = ("core", "runtime", "updates", "net", "store", "durable", "children", "eviction", "postgres", "nodes", "processes", "import", "web", "queues")  # postgres prints why it skips without a server
+SUITES = ("core", "runtime", "updates", "net", "store", "durable", "compaction", "children", "eviction", "postgres", "nodes", "processes", "import", "web", "queues")  # postgres prints why it skips without a server
 OPTIONAL = ("peers",)  # run only when named: they need packages that `make bench` does not install
 
 

@@ -481,6 +481,72 @@ class StoreError(WfsubError):
         super().__init__(f"store {store}: {message}")
 
 
+def newer_store(store: str, what: str, version: int, reads: int, package: str = "wfsub") -> StoreError:
+    """A store written by a newer wfsub than this one: `what` is the file or schema, `package` what to upgrade
+    (`'wfsub[postgres]'`). The fix depends on how wfsub is installed (`upgrade_advice`)."""
+    return StoreError(
+        store,
+        f"{what} has store layout version {version}, newer than this wfsub reads (up to {reads}): a newer wfsub "
+        f"wrote it. {upgrade_advice(package, checkout_of())}. This wfsub leaves it untouched",
+    )
+
+
+def upgrade_advice(package: str, checkout: str | None) -> str:
+    """How to get a newer wfsub: `pip install -U` for an installed package (`checkout` None); for one run from a
+    checkout (an editable / develop install, or a source tree on the path: `checkout_of()`), updating it."""
+    if checkout is None:
+        return f"To open it, upgrade wfsub: pip install -U {package}"
+    return (
+        f"To open it, update the checkout this wfsub runs from ({checkout}): git pull there, or check out a newer "
+        "release (pip install -U does not change a checkout), then run pip install -e . there if its dependencies "
+        "changed"
+    )
+
+
+def checkout_of(package_dir: str | None = None, direct_url: str | None = None) -> str | None:
+    """The source checkout a wfsub runs from, or None when it is an installed package.
+
+    wfsub runs from a checkout when its package directory (`package_dir`; None: this wfsub's own) is not inside
+    a site-packages or dist-packages directory (an editable install, `pip install -e .`, or a source tree on
+    sys.path). The checkout is then the directory its editable install's `direct_url.json` names (`direct_url`:
+    that file's text; for this wfsub, read from its installed distribution), else the package's parent."""
+    import json
+    from pathlib import Path
+
+    if package_dir is None:
+        here = Path(__file__).resolve().parent
+        direct_url = _direct_url()
+    else:
+        here = Path(package_dir).resolve()
+    if any(part in ("site-packages", "dist-packages") for part in here.parts):
+        return None
+    if direct_url:
+        try:
+            info = json.loads(direct_url)
+        except ValueError:
+            info = None
+        url = info.get("url") if isinstance(info, dict) else None
+        dir_info = info.get("dir_info") if isinstance(info, dict) else None
+        editable = isinstance(dir_info, dict) and dir_info.get("editable")
+        if editable and isinstance(url, str) and url.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            root = Path(unquote(urlparse(url).path))
+            if here.is_relative_to(root):
+                return str(root)
+    return str(here.parent)
+
+
+def _direct_url() -> str | None:
+    """The installed distribution's `direct_url.json` (PEP 610), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.distribution("wfsub").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 class RestoredError(WfsubError):
     """An exception rebuilt from stored data (a snapshot, a journal record): the original type is gone, its name
     (`type_name`) and message are kept, and `str()` shows both."""
@@ -538,8 +604,15 @@ def error_text(exc: BaseException) -> str:
 class WorkflowNotRegistered(WfsubError):
     """A case was started from (or recorded with) a workflow name that is not registered."""
 
-    def __init__(self, name: object, registered: Iterable[str]) -> None:
+    def __init__(self, name: object, registered: Iterable[str], store: str | None = None) -> None:
         self.name = name
+        if store is not None:  # asked of a store by a process that registers nothing (a Client)
+            super().__init__(
+                f"no workflow {name!r} is registered with the store {store}: no Substrate that opened it with "
+                "workflows= registered that name; check the name (a client starts cases only of workflows a "
+                "Substrate registered with the store)"
+            )
+            return
         listed = ", ".join(sorted(registered)) or "none"
         super().__init__(
             f"no workflow {name!r} is registered (registered: {listed}); with a store, cases start only from "
@@ -552,21 +625,57 @@ class ReplayDivergence(WfsubError):
     journal expected, what happened instead, and the tasks run since the previous record."""
 
     def __init__(
-        self, case_id: str | None, seq: int, kind: str, expected: str, happened: str, tasks: Sequence[str] = ()
+        self, case_id: str | None, seq: int, kind: str, expected: str, happened: str, tasks: Sequence[str] = (),
+        names: Sequence[str] | None = None,
     ) -> None:
         self.case_id = case_id
         self.seq = seq
         self.kind = kind
         self.expected = expected
         self.happened = happened
-        self.tasks = list(tasks)
-        ran = ", ".join(self.tasks) if self.tasks else "none"
+        self.tasks = list(tasks)  # their node paths
+        if names is None:  # the digest's own list of tasks knows their names
+            names = getattr(tasks, "names", None) or [""] * len(self.tasks)
+        self.task_names = [*names, *[""] * (len(self.tasks) - len(names))][: len(self.tasks)]  # (their names)
+        ran = ", ".join(
+            f"task {name!r} at {path}" if name else f"the task at {path}"
+            for name, path in zip(self.task_names, self.tasks, strict=True)
+        ) or "none"
         super().__init__(
             f"case {case_id!r} diverges at journal record {seq} ({kind}): expected {expected}, but {happened}; "
             f"tasks run since the previous record: {ran}. A task that reads a clock, randomness or global state, "
             "or a changed workflow, makes a journal diverge: keep tasks pure, or register the version the case "
             "started on"
         )
+
+
+def bad_compact_after(value: object) -> ValueError:
+    """The refusal of `Substrate(compact_after=...)`: not None and not an int of at least 2."""
+    error = bad_input(
+        "compact_after must be an int >= 2 (the journal records a live case keeps before it is compacted) or None",
+        value, error=ValueError,
+        fix="pass e.g. compact_after=1000 (the default), or None to keep every record of every case",
+    )
+    assert isinstance(error, ValueError)
+    return error
+
+
+def compacted_divergence(
+    case_id: str | None, seq: int, taken_on: object, program: str, why: str | None = None
+) -> ReplayDivergence:
+    """A compacted journal (its first record a `snapshot`) replayed on a program its snapshot cannot be restored
+    on: another version, or a snapshot or bytecode format this wfsub does not read."""
+    taken = str(taken_on)[:16]
+    happened = why or (
+        f"it is replayed on program {program[:16]}: the records before seq {seq} were removed by compaction, so the "
+        "case replays only on the version its snapshot was taken on"
+    )
+    return ReplayDivergence(
+        case_id, seq, "snapshot",
+        f"program {taken} (the version the journal was compacted on)",
+        f"{happened}; register that version beside the newer ones (a compacted case runs on, or migrates from, "
+        "no other)",
+    )
 
 
 class StoreConflict(StoreError):

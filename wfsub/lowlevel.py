@@ -19,6 +19,7 @@ from __future__ import annotations
 from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
+from ._runtime._compact import request_ids_of as journaled_request_ids
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
 from ._runtime._lifecycle import fork_records as fork_records
@@ -60,6 +61,7 @@ __all__ = [
     "check_input",
     "check_version",
     "fork_records",
+    "journaled_request_ids",
     "loads_input",
     "retry_record",
     "status_of",

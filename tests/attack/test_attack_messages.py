@@ -1,8 +1,7 @@
 """Attacks on what wfsub's messages, listings and views say to an operator, through the public API and the
 `wfsub` command only.
 
-Each `xfail(strict=True)` test is a fault found here: it fails on the code as it is and says, in its reason, what
-is wrong. The other tests pin behaviour that was checked and found right.
+Each test pins what a person reads: a fault found here (now fixed), or behaviour that was checked and found right.
 """
 
 from __future__ import annotations
@@ -173,12 +172,6 @@ def test_signal_refusals_name_the_wait_and_where_the_case_waits(store: tuple[Pat
     assert "pay at seq[1].wait" in said["unknown"] and "signal 'first' at seq[0].wait" in said["unknown"]
 
 
-WHERE_UNSAID = ("a refusal made from the program summary (command, Client) passes waiting=None, so it never says "
-                "where the case waits now, though the case row it holds has `at` and `signals` (`wfsub cases` prints "
-                "them): wfsub/_runtime/_inputs.py:249,265")
-
-
-@pytest.mark.xfail(strict=True, reason=WHERE_UNSAID)
 def test_the_signal_command_refusal_says_where_the_case_waits(store: tuple[Path, dict[str, str]]) -> None:
     """`wfsub signal` refusing a payload says the case waits now for signal 'first' at seq[0].wait."""
     db, _ = store
@@ -198,7 +191,6 @@ async def _client_refusals(db: Path) -> list[str]:
     return said
 
 
-@pytest.mark.xfail(strict=True, reason=WHERE_UNSAID)
 def test_a_client_refusal_says_where_the_case_waits(store: tuple[Path, dict[str, str]]) -> None:
     """A Client's refused payload and unknown signal name the waits and say the case waits at seq[0].wait."""
     db, _ = store
@@ -215,8 +207,6 @@ def test_show_lists_compensations_of_a_failed_and_a_cancelled_case(store: tuple[
         assert code == 0 and "compensated" in out and "undo" in out and "done" in out
 
 
-@pytest.mark.xfail(strict=True, reason="a task compensation is listed with path None (only effects get theirs), "
-                   "unlike README's 'refund at seq[1].saga[1.compensation].effect: done': wfsub/cli/_commands.py:172")
 def test_show_names_the_path_of_a_task_compensation(store: tuple[Path, dict[str, str]]) -> None:
     """`wfsub show --json` gives each compensation's node path."""
     db, _ = store
@@ -233,10 +223,6 @@ def test_a_failed_task_compensation_is_named_in_the_error_show_prints(store: tup
     assert "seq[0].saga[0.compensation].task" in out and "undo broke" in out
 
 
-@pytest.mark.xfail(strict=True, reason="a task compensation that failed is missing from show's compensation list "
-                   "(only effects' journal records and the end's 'compensated' names are read, and a failed task is "
-                   "in neither), and the cancel that ran it is not shown (cancel_reason null): "
-                   "wfsub/cli/_commands.py:145-172")
 def test_show_lists_a_failed_task_compensation_of_a_cancel_with_its_outcome(
     store: tuple[Path, dict[str, str]],
 ) -> None:
@@ -258,9 +244,6 @@ def test_trace_shows_replayed_failures_by_their_own_type(store: tuple[Path, dict
     assert code == 0 and 'type="Declined"' in out and "card 42 declined" in out and "RestoredError" not in out
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub trace` cuts every detail value at 60 characters whatever the width "
-                   "or --level: a non-JSON result's failure reads \"returned data that is no...\", losing 'not JSON', "
-                   "the value's path and the fix (only --json has them): wfsub/_trace/_model.py:54")
 def test_trace_text_keeps_the_words_of_a_non_json_result_failure(store: tuple[Path, dict[str, str]]) -> None:
     """`wfsub trace --level full` shows that the effect's result was not JSON, and the fix."""
     db, _ = store
@@ -354,9 +337,6 @@ async def test_structlog_sink_logs_the_epoch_and_the_iso_time(caplog: pytest.Log
     assert messages and all("time=" in m and "time_iso=" in m and ISO.search(m) for m in messages)
 
 
-@pytest.mark.xfail(strict=True, reason="JsonlSink writes TraceEvent.model_dump_json() as is: epoch `time` only, no "
-                   "`time_iso`, unlike StructlogSink, `wfsub trace --json` and `wfsub journal`: "
-                   "wfsub/_trace/_sinks.py:93")
 async def test_jsonl_sink_writes_the_iso_time_beside_the_epoch(tmp_path: Path) -> None:
     """JsonlSink gives each event `time` and `time_iso` with its zone, as the command's JSON does."""
     path = tmp_path / "trace.jsonl"
@@ -366,9 +346,6 @@ async def test_jsonl_sink_writes_the_iso_time_beside_the_epoch(tmp_path: Path) -
         assert isinstance(rec["time"], float) and ISO.fullmatch(rec["time_iso"])
 
 
-@pytest.mark.xfail(strict=True, reason="`wfsub cancel --region` prints only \"done: case 'reg' recorded the cancel of "
-                   "region 'R'\" though that cancel ended the whole case; the why is only in `show`: "
-                   "wfsub/cli/_commands.py:369")
 async def test_the_region_cancel_command_says_the_cancel_ended_the_case_and_why(tmp_path: Path) -> None:
     """`wfsub cancel --region R` on a region holding the rest of the case says the case ended, and why."""
     db = tmp_path / "cases.db"

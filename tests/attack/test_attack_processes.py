@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from wfsub import (
     CaseExists,
+    CaseNotFound,
     CaseState,
     Client,
     Queue,
@@ -388,19 +389,20 @@ async def test_a_client_with_no_owner_takes_a_field_by_name_when_the_model_popul
 
 
 async def test_reading_cases_after_the_substrate_closed_says_the_substrate_is_closed(tmp_path: Path) -> None:
-    """status, a handle's status, cases and journal after `async with Substrate` ended raise
-    SubstrateClosed naming the case, not the store's advice to call store.open()."""
+    """After `async with Substrate` ended, status of a case it had still answers; cases, journal and the status of
+    a case it never held raise SubstrateClosed (or CaseNotFound), never the store's advice to call store.open()."""
     sub = Substrate(store=str(tmp_path / "c.db"), workflows={"f": TWO_WAITS})
     async with sub:
         handle = await sub.new_case("f", {}, case_id="x")
-    for read in (lambda: sub.status("x"), handle.status, sub.cases):
-        with pytest.raises(SubstrateClosed, match="the Substrate is not open") as caught:
-            read()
-        assert "store.open" not in str(caught.value)
-    with pytest.raises(SubstrateClosed, match="cannot read the status of case 'x'"):
-        sub.status("x")
-    with pytest.raises(SubstrateClosed, match="cannot read the journal of case 'x'"):
+        await handle.signal("go")
+    assert sub.status("x").state == handle.status().state == CaseState.WAITING_SIGNAL
+    with pytest.raises(SubstrateClosed, match="cannot list cases: the Substrate is not open"):
+        sub.cases()
+    with pytest.raises(SubstrateClosed, match="cannot read the journal of case 'x': the Substrate is not open"):
         await sub.journal("x")
+    with pytest.raises((SubstrateClosed, CaseNotFound)) as caught:
+        sub.status("nope")
+    assert "store.open" not in str(caught.value) and "'nope'" in str(caught.value)
 
 
 async def test_a_closed_client_says_the_client_is_closed(tmp_path: Path) -> None:

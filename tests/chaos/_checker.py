@@ -115,6 +115,11 @@ def _calls(h: History) -> list[Violation]:
         key = f"start:{spec.case_id}"
         outcomes = by_key.get(key, [])
         starts = [r for r in journal if r.get("kind") == "start"]
+        # a compacted journal: its snapshot record holds the start and the request ids of the records it replaced
+        snap = journal[0] if journal and journal[0].get("kind") == "snapshot" else None
+        if snap is not None:
+            starts.append(snap.get("start") or {})
+        compacted_ids = set((snap.get("state") or {}).get("request_ids", ())) if snap is not None else set()
         if any(a["outcome"] == "ok" for a in outcomes) and not starts:
             out.append(Violation("acknowledged-input-lost", spec.case_id, "new_case returned but the journal has no "
                                  "start record", [*outcomes[-3:], *map(_short, journal[:3])]))
@@ -132,6 +137,8 @@ def _calls(h: History) -> list[Violation]:
             key = f"{op.kind}:{op.request_id}"
             outcomes = by_key.get(key, [])
             applied = [r for r in journal if r.get("request_id") == op.request_id]
+            if op.request_id in compacted_ids:
+                applied.append({"request_id": op.request_id, "kind": "compacted"})
             final = [a for a in outcomes if a["outcome"] in ("ok", "rejected", "not-sent")]
             if any(a["outcome"] == "ok" for a in outcomes) and not applied:
                 out.append(Violation("acknowledged-input-lost", spec.case_id, f"{op.kind} {op.request_id!r} "

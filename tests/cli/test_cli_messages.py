@@ -112,11 +112,11 @@ async def test_show_lists_the_compensations_of_a_cancelled_case_with_their_outco
         line = next(line for line in ran.out.splitlines() if line.startswith("compensated"))
         assert "release at seq[0].saga[0.compensation].effect: done" in line, ran.out
     ran = await wfsub(loans, "show", "cases.db", "L-1")
-    assert "unhold: done" in ran.out  # a compensating task: named by the case's end
+    assert "unhold at seq[0].saga[1.compensation].task: done" in ran.out  # a task: where, from the summary
     shown = json.loads((await wfsub(loans, "show", "cases.db", "L-1", "--json")).out)
     assert shown["compensations"] == [
         {"name": "release", "path": "seq[0].saga[0.compensation].effect", "outcome": "done", "error": None},
-        {"name": "unhold", "path": None, "outcome": "done", "error": None},
+        {"name": "unhold", "path": "seq[0].saga[1.compensation].task", "outcome": "done", "error": None},
     ]
 
 

@@ -622,7 +622,8 @@ class CountingSource:
         self.sub = sub
         self.lists = 0
         self.status, self.data, self.journal = sub.status, sub.data, sub.journal
-        self.signal, self.cancel = sub.signal, sub.cancel
+        self.signal, self.cancel, self.update = sub.signal, sub.cancel, sub.update
+        self.retry, self.fork = sub.retry, sub.fork
 
     def cases(self, **query: Any) -> list[wfsub.CaseStatus]:
         if query.get("limit") != web_app.COUNT_CAP + 1:

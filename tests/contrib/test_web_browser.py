@@ -38,7 +38,8 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web-inspector.png"
 
 async def test_operator_lists_filters_opens_a_case_signals_it_and_watches_it_move_on(tmp_path: Path) -> None:
     """List, filter, open a case, see its node highlighted in the drawn SVG, send a signal from the form, and
-    watch the case page (then the list) move on without a reload, with no CSP violation or script error."""
+    watch the case page (then the list) move on without a reload; retry a failed case from its page; all with no
+    CSP violation or script error."""
     release = anyio.Event()
 
     async def pack(ctx: Mapping[str, Any]) -> Any:
@@ -79,14 +80,16 @@ async def test_operator_lists_filters_opens_a_case_signals_it_and_watches_it_mov
                     await anyio.sleep(0.01)
             base = f"http://127.0.0.1:{port}"
             try:
-                await _drive(base, sub, target, other, release, tmp_path)
+                await _drive(base, sub, target, other, cases["broken"][0], release, tmp_path)
             finally:
                 release.set()
                 server.should_exit = True
                 server.force_exit = True  # the page's event streams stay open: do not wait for them
 
 
-async def _drive(base: str, sub: Substrate, target: str, other: str, release: anyio.Event, tmp: Path) -> None:
+async def _drive(
+    base: str, sub: Substrate, target: str, other: str, broken: str, release: anyio.Event, tmp: Path
+) -> None:
     problems: list[str] = []
     playwright_api.expect.set_options(timeout=30_000)  # a bound for a loaded machine: each wait is on the DOM
     async with playwright_api.async_playwright() as pw:
@@ -145,6 +148,15 @@ async def _drive(base: str, sub: Substrate, target: str, other: str, release: an
             await page.goto(base + "/")
             await playwright_api.expect(page.locator(f'tr[data-case="{target}"]')).to_have_attribute(
                 "data-state", "done")
+
+            # retry the failed case from its page: re-opened, it fails again, and its timeline says it was retried
+            await page.click(f'td.id a:text-is("{broken}")')
+            await playwright_api.expect(page.locator("#case-state")).to_have_text("failed")
+            await page.click("#retry-send")
+            await playwright_api.expect(page.locator("#message")).to_have_text(
+                "retried: the case is re-opened at the step that failed")
+            await playwright_api.expect(page.locator("#timeline")).to_contain_text("retried (run 1)")
+            await playwright_api.expect(page.locator("#case-state")).to_have_text("failed")
         finally:
             await browser.close()
     assert problems == []

@@ -22,7 +22,7 @@ pytest.importorskip("jinja2", reason="the web extra (jinja2) is not installed")
 pytest.importorskip("uvicorn", reason="uvicorn (the web extra's server) is not installed")
 
 import wfsub
-from wfsub import Substrate, seq, task, wait
+from wfsub import Substrate, loop, seq, start_case, task, wait
 from wfsub.contrib import web
 from wfsub.contrib.web import _app as web_app
 
@@ -142,3 +142,106 @@ def test_wfsub_web_refuses_a_taken_port_and_a_single_term(tmp_path: Path) -> Non
     one = subprocess.run([*WFSUB, "web", str(db), "--port", str(_free_port()), "-w", "flows:ONE"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=60)
     assert one.returncode == 1 and "needs the dict of name -> workflow" in one.stderr
+
+
+BROKEN = {"on": True}
+
+
+def _step(c: dict[str, object]) -> dict[str, object]:
+    if BROKEN["on"]:
+        raise RuntimeError("the step is broken")
+    return {"stepped": True}
+
+
+ACTION_FLOWS = {
+    "counter": loop(wait("add", into="added", reply=lambda c: {"seen": c["added"]}), until=lambda c: False),
+    "flaky": seq(task(_step, name="step"), wait("go")),
+}
+
+
+async def _in_state(sub: Substrate, case_id: str, state: str) -> None:
+    with anyio.fail_after(10):
+        while sub.status(case_id).state != state:  # noqa: ASYNC110 - waiting on a state
+            await anyio.sleep(0.005)
+
+
+async def test_update_retry_and_fork_over_a_client_reach_the_owner(tmp_path: Path) -> None:
+    """Over a Client, an update is answered on the page by the owner, an unknown name is refused by the program
+    summary's check, a retry re-opens a failed case and a fork leads to the new case's page."""
+    db = tmp_path / "s.db"
+    BROKEN["on"] = True
+    async with Substrate(store=db, workflows=ACTION_FLOWS) as sub:
+        await sub.new_case("counter", case_id="n", tags={"team": "ops"})
+        await sub.new_case("flaky", case_id="f")
+        await _in_state(sub, "n", "waiting_signal")
+        await _in_state(sub, "f", "failed")
+        async with wfsub.Client(db) as client:
+            asgi = web.app(client, workflows=ACTION_FLOWS)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+                listing = await http.get("/", params={"tag": "team=ops"})
+                assert re.findall(r'<tr data-case="([^"]+)"', listing.text) == ["n"]
+                page = await http.get("/case/n")
+                assert '<datalist id="update-names"><option value="add"></datalist>' in page.text
+                csrf = http.cookies.get(web_app.CSRF_COOKIE)
+                assert csrf
+                answered = await http.post("/case/n", data={"csrf": csrf, "action": "update", "name": "add",
+                                                           "payload": "5"})
+                assert answered.status_code == 200
+                assert "update &#39;add&#39; answered: {\n  &#34;seen&#34;: 5\n}" in answered.text
+                unknown = await http.post("/case/n", data={"csrf": csrf, "action": "update", "name": "nope"})
+                assert unknown.status_code == 409 and "nope" in unknown.text
+                BROKEN["on"] = False
+                retried = await http.post("/case/f", data={"csrf": csrf, "action": "retry"})
+                assert retried.status_code == 303
+                await _in_state(sub, "f", "waiting_signal")
+                not_failed = await http.post("/case/f", data={"csrf": csrf, "action": "retry"})
+                assert not_failed.status_code == 409 and "retried" in not_failed.text
+                forked = await http.post("/case/f", data={"csrf": csrf, "action": "fork", "at": "0",
+                                                         "new_case_id": "f2"})
+                assert forked.status_code == 303 and forked.headers["location"].startswith("/case/f2?")
+                await _in_state(sub, "f2", "waiting_signal")
+                copy = await http.get(forked.headers["location"])
+                assert '<a id="case-forked-from" href="/case/f">f</a>' in copy.text
+                bad = await http.post("/case/f", data={"csrf": csrf, "action": "fork", "at": "999"})
+                assert bad.status_code == 400 and "999" in bad.text
+
+
+async def test_a_client_source_counts_and_shows_queued_cases(tmp_path: Path) -> None:
+    """Over a Client, a case waiting in a queue is listed and counted as queued, and its page shows its queue."""
+    db = tmp_path / "s.db"
+    async with Substrate(store=db, workflows=FLOWS, queues={"slow": wfsub.Queue(concurrency=1)}) as sub:
+        await sub.new_case("greet", case_id="q1", queue="slow", priority=2, delay=3600)
+        async with wfsub.Client(db) as client:
+            assert [s.case_id for s in await client.cases(state="queued")] == ["q1"]
+            assert await client.cases(state="queued", tags={"a": "b"}) == []
+            asgi = web.app(client, workflows=FLOWS)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+                listing = await http.get("/", params={"state": "queued"})
+                assert re.findall(r'<tr data-case="([^"]+)" data-state="([^"]+)">', listing.text) == [
+                    ("q1", "queued")]
+                assert re.search(r'data-state="queued"><b>1</b> queued', listing.text)
+                page = await http.get("/case/q1")
+                assert re.search(r'id="case-queue"><span class="mono">slow</span>, priority 2', page.text)
+
+
+async def test_a_client_source_filters_by_parent(tmp_path: Path) -> None:
+    """Over a Client, ?parent= lists the cases a case started (Client.cases(parent=)), and the parent's page
+    links them."""
+    flows = {**FLOWS, "parent": seq(start_case("greet", wait=False), wait("end"))}
+    db = tmp_path / "s.db"
+    async with Substrate(store=db, workflows=flows) as sub:
+        await sub.new_case("parent", case_id="p")
+        await sub.new_case("greet", case_id="other")
+        await _in_state(sub, "p", "waiting_signal")
+        kids = sub.status("p").children
+        assert len(kids) == 1
+        async with wfsub.Client(db) as client:
+            assert [s.case_id for s in await client.cases(parent="p")] == list(kids)
+            with pytest.raises(ValueError, match="parent must be a case id"):
+                await client.cases(parent="")
+            asgi = web.app(client, workflows=flows)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+                listing = await http.get("/", params={"parent": "p"})
+                assert re.findall(r'<tr data-case="([^"]+)"', listing.text) == list(kids)
+                page = await http.get("/case/p")
+                assert f">{kids[0]}</a>" in page.text

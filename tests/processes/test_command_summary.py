@@ -54,8 +54,9 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("args", "says"),
     [
         (["signal", "l1", "aprove", '{"by": "ann"}'],
-         "case 'l1' refused the signal 'aprove': case 'l1' cannot take signal 'aprove': the workflow never "
-         "waits for signal 'aprove' (it waits for: approve at seq[1].wait); check the signal name; nothing was sent"),
+         "case 'l1' cannot take signal 'aprove': the workflow never waits for signal 'aprove' (it waits for: "
+         "approve at seq[1].wait); the case waits now for signal 'approve' at seq[1].wait; check the signal name; "
+         "nothing was sent"),
         (["signal", "l1", "approve", '{"by": 3}'],
          "its payload does not fit Approval (by: Input should be a valid string); send a payload that validates"),
         (["signal", "l1", "approve", "{}"], "its payload does not fit Approval (by: Field required)"),

@@ -389,12 +389,13 @@ async def test_a_write_postgres_refuses_fails_alone_in_its_group(tmp_path: Path)
 
 
 async def test_a_newer_schema_version_is_refused_and_left_untouched(tmp_path: Path) -> None:
-    """A schema of a newer layout version is refused with a StoreError saying to upgrade, and left as it is."""
+    """A schema of a newer layout version is refused with a StoreError saying to update (the tests run wfsub from
+    its checkout: the checkout, not pip), and left as it is."""
     store = new_store(tmp_path, fresh=True)
     async with opened(store):
         pass
     sql(store, "UPDATE S.meta SET value = '99' WHERE key = 'version'")
-    newer = rf"layout version 99, newer than this wfsub reads \(up to {SCHEMA_VERSION}\).*Upgrade"
+    newer = rf"layout version 99, newer than this wfsub reads \(up to {SCHEMA_VERSION}\).*update the checkout"
     with pytest.raises(StoreError, match=newer):
         await twin(store).open(owner=True, owner_id="A")
     assert sql(store, "SELECT value FROM S.meta WHERE key = 'version'") == "99"

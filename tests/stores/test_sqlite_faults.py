@@ -130,7 +130,8 @@ async def test_another_applications_database_is_refused(tmp_path: Path) -> None:
 
 
 async def test_a_file_written_by_a_newer_wfsub_is_refused(tmp_path: Path) -> None:
-    """A store whose layout version is above SCHEMA_VERSION: StoreError saying a newer wfsub wrote it, upgrade."""
+    """A store whose layout version is above SCHEMA_VERSION: StoreError saying a newer wfsub wrote it, and (the
+    tests run wfsub from its checkout) to update the checkout rather than pip install -U."""
     path = tmp_path / "s.db"
     await make_store_file(path)
     with closing(sqlite3.connect(path)) as conn:
@@ -139,7 +140,7 @@ async def test_a_file_written_by_a_newer_wfsub_is_refused(tmp_path: Path) -> Non
     for owner in (True, False):
         error = await open_fails(path, owner=owner)
         assert f"layout version {SCHEMA_VERSION + 1}" in str(error) and "a newer wfsub wrote it" in str(error)
-        assert "pip install -U wfsub" in str(error)
+        assert "update the checkout" in str(error) and "pip install -U wfsub" not in str(error)
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
 

@@ -104,6 +104,7 @@ class Shared:
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
     updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
     substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
+    compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
 
 
 class CaseEvicted(Exception):

@@ -5,7 +5,10 @@ A durable case (one with a `CaseJournal`) journals every input before applying i
 gives each its sequence number and the step count at which it applies, commits them in one write (grouped by
 the store with other cases' writes), then applies them in order at that count. Its senders are answered once
 their input is committed and applied. The inputs from outside were checked at their door (`_inputs.admit`:
-the vm's check, their JSON as journaled), so a record is built from the message as it is. The case tells the
+the vm's check, their JSON as journaled), so a record is built from the message as it is. A region operation
+is also checked against the case as it will be when applied (is the region active, does it take the operation):
+it goes first in its batch, so a refused one is never journaled and its sender (an inbox row too) hears why. The
+case tells the
 store when it parks on a signal or a timer (its case row, without waiting for the commit) and when it ends (an
 `end` record, waited for).
 
@@ -30,6 +33,7 @@ from .._errors import (
 )
 from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
+from . import _compact as compaction
 from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
 from ._inputs import kind_of
 from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
@@ -85,7 +89,10 @@ async def journal_inbox(actor: CaseActor) -> None:
     repeated: list[int] = []  # inbox rows of retried calls: taken, nothing journaled
     seq = j.seq
     fresh_ids: list[str] = []
-    for msg in batch:
+    for index, msg in enumerate(batch):
+        if type(msg) is RegionOp and entries:  # checked against the case as it is when applied: first in a batch
+            actor.inbox[:0] = batch[index:]  # (the next batch: durable_burst journals until the inbox is empty)
+            break
         request_id = getattr(msg, "request_id", None)
         if request_id is not None:
             if request_id in j.request_ids:  # a retried call: applied once already, no record, no seq
@@ -154,6 +161,12 @@ async def journal_inbox(actor: CaseActor) -> None:
             _apply_record(actor, msg, record)
         else:  # a retried call (same request_id): applied once already
             actor.answer(msg, None)
+    if compaction.due(actor):  # an endless case: its journal starts again from a snapshot record
+        try:
+            await compaction.compact(actor)
+        except StoreError as exc:  # (StoreConflict, CommitUnknown: as an input's commit above)
+            actor.fenced = True
+            raise Fenced(exc) from exc
 
 
 def _store_failed(actor: CaseActor, entries: list[tuple[Message, dict[str, Any]]], exc: StoreError) -> None:
@@ -223,6 +236,10 @@ def _record_for(actor: CaseActor, msg: Message, digest: str, now: float) -> dict
     assert isinstance(msg, RegionOp)  # checked by `_inputs.admit` at its door, its items as journaled
     if m.ended:
         raise actor.ended_error(msg.what)
+    # Whether the region is active (and takes the operation) is checked now, not only at the door: the operation
+    # is first in its batch (`journal_inbox`), so the case is as it will be when the operation is applied, and a
+    # refused one is never journaled (its inbox row is marked refused, and its sender hears why).
+    m.check_region_op(msg.action.value, msg.name, msg.items)
     fields: dict[str, Any] = {"region": msg.name, **_request(msg)}
     if msg.action is RegionAction.ADD_INSTANCES:
         fields["items"] = msg.items

@@ -64,6 +64,7 @@ from .._vm._records import InstanceFrame
 from ._status import CaseStatus
 
 if TYPE_CHECKING:
+    from .._store import Store
     from .._vm import EffectRequest
     from ._case import CaseActor
     from ._substrate import Substrate
@@ -112,7 +113,20 @@ def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
     if store is None:
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found[:CHILDREN_SHOWN])}) if found else status
+    if sub._phase != "open":  # closed: its store is too; what it read last stands (status() works after close)
+        found = sub._children.get(status.case_id)
+        return status.model_copy(update={"children": tuple(found)}) if found else status
     rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+    if not rows:
+        return status
+    children = tuple(row.case_id for row in reversed(rows))
+    sub._children[status.case_id] = list(children)  # (kept for a status read after the Substrate closed)
+    return status.model_copy(update={"children": children})
+
+
+async def stored_children(store: Store, status: CaseStatus) -> CaseStatus:
+    """`status` with the ids of the cases that case started as its store lists them (a Client's `status()`)."""
+    rows = await store.cases(parent=status.case_id, limit=CHILDREN_SHOWN)
     if not rows:
         return status
     return status.model_copy(update={"children": tuple(row.case_id for row in reversed(rows))})

@@ -30,11 +30,12 @@ from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
+from ._children import stored_children
 from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside
 from ._persist import status_of
-from ._queues import Queue, check_queued, queued_status
+from ._queues import Queue, check_queued, queued_listing, queued_status
 from ._status import CaseState, CaseStatus
 from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
 
@@ -229,7 +230,7 @@ class Client:
         return ClientHandle(self, case_id)
 
     async def status(self, case_id: str) -> CaseStatus:
-        """The case's status as the store last recorded it."""
+        """The case's status as the store last recorded it, with the cases it started (`children`)."""
         door = self._door("read a case's status")
         item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
         if item is not None and item.state in ("queued", "cancelled"):
@@ -240,7 +241,7 @@ class Client:
             if item is None:
                 raise
             return queued_status(item)  # claimed by a node that has not written its start yet: not started
-        status = status_of(row, _no_redaction)
+        status = await stored_children(self._store, status_of(row, _no_redaction))
         if item is not None:
             status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
                                                "partition": item.partition, "dequeued_at": item.started_at})
@@ -253,16 +254,22 @@ class Client:
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None,
+        started_before: float | None = None, parent: str | None = None,
     ) -> list[CaseStatus]:
         """Cases newest first, filtered as `Substrate.cases` filters them, at most `limit` (page with `before`)."""
         self._door("list cases")
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
-        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
+        if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
+            items = self._store.read_queue_items(state="queued", limit=limit)
+            return queued_listing(items, workflow, {**filters, "parent": parent})
+        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent,
+                                       **filters)
         return [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
@@ -291,13 +298,14 @@ class Client:
         if not CaseState(row.state).ended or not await self._store.delete(case_id):
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
 
-    async def journal(self, case_id: str) -> list[JournalRecord]:
-        """Every record of the case's journal, in order."""
+    async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
+        """Every record of the case's journal, in order (`newest=N`: its start record and the newest N after it,
+        as `Substrate.journal`)."""
         self._door("read a journal")
         records = await self._store.journal(case_id)
         if not records:
             raise CaseNotFound(case_id)
-        return [JournalRecord.model_validate(r) for r in records]
+        return [JournalRecord.model_validate(r) for r in inputs.journal_part(records, newest)]
 
     async def await_case(
         self, case_id: str, timeout: float | None = None, *, model: type[BaseModel] | None = None  # noqa: ASYNC109

@@ -43,6 +43,10 @@ class CaseJournal:
     order: int = 0
     epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
     request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
+    start: Record | None = None  # the case's `start` record (a compaction's `snapshot` record keeps it)
+    first_seq: int = 0  # the seq of the first record the journal keeps (0, or the last compaction's snapshot)
+    uncompactable: bool = False  # its data is not JSON: no snapshot, so no compaction (see `_compact`)
+    compactions: int = 0  # compactions this actor made (tests and benchmarks read it)
     run: int = 0  # retries of the case so far (`Substrate.retry`): its next `end` carries it
     recovered: dict[str, int] | None = None  # the row's count of recoveries without a new record (poison cases)
     migrated_from: str | None = None  # the fingerprint before the case's latest migration (its row keeps it)

@@ -40,9 +40,11 @@ from .._json import MAX_DEPTH
 from .._json import too_deep as nested_too_deep
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
+from ._status import CaseState
 from ._summary import model_name, payload_errors
 
 if TYPE_CHECKING:
+    from .._store import CaseRow
     from .._vm import Machine
 
 KINDS = ("signal", "update", "cancel", *ACTION_OF_KIND)
@@ -250,13 +252,30 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
     # a cancel needs nothing of the case (its reason's size: `bounded_reason`): it is refused once the case ended
 
 
+def waiting_of(summary: Mapping[str, Any], row: CaseRow | None) -> dict[str, str] | None:
+    """Where a case no process here runs waits for signals now, as its row last recorded it: each signal it waits
+    for -> the node path of the wait that holds it (the row's `at` among the summary's waits of that signal).
+    None where the row cannot say: no row, or a case running now (its row is from before it ran)."""
+    if row is None or row.state in (CaseState.RUNNING.value, CaseState.INITIALIZING.value):
+        return None
+    waits = summary.get("waits") or {}
+    waiting = {}
+    for name in row.signals:
+        paths = list(waits.get(name) or ())
+        here = [path for path in row.at if path in paths]
+        waiting[name] = here[0] if here else (paths[0] if paths else str(summary.get("root", "?")))
+    return waiting
+
+
 def against_summary(
-    msg: External, summary: Mapping[str, Any], case_id: str, models: Mapping[str, type] | None = None
+    msg: External, summary: Mapping[str, Any], case_id: str, models: Mapping[str, type] | None = None,
+    row: CaseRow | None = None,
 ) -> None:
     """The owner's refusal of an input, made from the program summary of the case's version (see the module):
     an unknown signal or region, or a payload that does not fit its model. `models`: the version's own payload
     models when this process has the program registered (a standby): the payload is then checked by the model
-    itself, exactly as the owner will; otherwise against its JSON Schema."""
+    itself, exactly as the owner will; otherwise against its JSON Schema. `row`: the case's row, so a refusal
+    says where the case waits now (`waiting_of`), as the owner's does."""
     root = str(summary.get("root", ""))
     if type(msg) is Signal:
         assert isinstance(msg, Signal)
@@ -265,9 +284,10 @@ def against_summary(
         updates = summary.get("updates")
         if msg.update and updates is not None and msg.name not in updates:
             raise SignalRejected.not_an_update(case_id, msg.name, updates, signals)
+        waiting = waiting_of(summary, row)
         if msg.name not in signals:
             known = {name: list(waits.get(name) or ["?"]) for name in signals}
-            raise SignalRejected.unknown_signal(case_id, msg.name, known, None)  # (where it waits: not known here)
+            raise SignalRejected.unknown_signal(case_id, msg.name, known, waiting)
         paths = list(waits.get(msg.name) or [root])
         model = (models or {}).get(msg.name)
         if model is not None:
@@ -275,7 +295,7 @@ def against_summary(
                 model.model_validate(msg.payload)  # type: ignore[attr-defined]
             except ValidationError as exc:
                 raise SignalRejected.invalid_payload(
-                    case_id, msg.name, model, exc.errors(include_url=False), paths, None
+                    case_id, msg.name, model, exc.errors(include_url=False), paths, waiting
                 ) from None
             return
         schema = signals[msg.name]
@@ -283,7 +303,7 @@ def against_summary(
             errors = payload_errors(schema, msg.payload)
             if errors:
                 named = type(model_name(schema), (), {})
-                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, None)
+                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, waiting)
     elif type(msg) is RegionOp:
         assert isinstance(msg, RegionOp)
         regions = summary.get("regions") or {}
@@ -433,6 +453,19 @@ def listing(
                             fix=f"e.g. {name}=time.time() - 3600")
     return {"tags": tags(tags_given), "id_prefix": id_prefix, "started_after": started_after,
             "started_before": started_before}
+
+
+def journal_part(records: list[Any], newest: object) -> list[Any]:
+    """The records `journal(case_id, newest=)` returns: every one (None), or the start and the newest `newest`
+    (an int >= 0) after it."""
+    if newest is None:
+        return records
+    if isinstance(newest, bool) or not isinstance(newest, int) or newest < 0:
+        raise bad_input("journal(): newest must be an int >= 0 (or None for every record)", newest,
+                        error=ValueError, fix="e.g. newest=500: the start record and the newest 500")
+    if len(records) <= newest + 1:
+        return records
+    return [records[0], *records[len(records) - newest:]]
 
 
 LIFECYCLE_KINDS = ("retry", "fork")

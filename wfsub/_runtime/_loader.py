@@ -22,6 +22,7 @@ from .._vm import Machine
 from ._case import CaseActor, moved_away
 from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
+from ._compact import start_of
 from ._durable import CaseJournal
 from ._journal import start_record
 from ._mailbox import TimerFired
@@ -232,6 +233,7 @@ class CaseLoader:
         journal.deadline = deadline
         journal.parent = actor.parent
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent)
+        journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:
             try:
@@ -255,9 +257,10 @@ class CaseLoader:
         """Raise `Existing` when the stored case `case_id` started from the same workflow and data as `start`
         (a repeated `new_case`, e.g. after a CommitUnknown): a live one of this node's is brought into memory."""
         stored = await self.store.load(case_id)
-        if stored is None or stored.start.get("workflow") != start["workflow"]:
+        began = None if stored is None else start_of(stored.start)  # (kept in a compaction's snapshot record)
+        if stored is None or began is None or began.get("workflow") != start["workflow"]:
             return
-        if stored.start.get("data") != start["data"]:
+        if began.get("data") != start["data"]:
             return
         row = stored.row
         mine = not self.store.shared or row.owner == self.owner

@@ -28,6 +28,7 @@ from .._errors import CaseExists, CaseNotFound, SignalRejected, StoreConflict, S
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
+from ._compact import request_ids_of, start_of
 from ._journal import as_journaled, start_record
 from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
@@ -85,7 +86,7 @@ class Outside:
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
-            inputs.against_summary(msg, summary, case_id, models)
+            inputs.against_summary(msg, summary, case_id, models, row)
         body = inputs.inbox_body(msg, self.max_payload)
         return await self.store.inbox_put(
             case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
@@ -137,7 +138,7 @@ class Outside:
             )
         found = await self.store.newest_program(workflow)
         if found is None:
-            raise WorkflowNotRegistered(workflow, [])
+            raise WorkflowNotRegistered(workflow, [], store=self.store.url)
         return workflow, found.fingerprint
 
     async def start(
@@ -166,7 +167,7 @@ async def applied(store: Store | None, case_id: str, request_id: str | None) -> 
     first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
     if store is None or request_id is None:
         return False
-    return any(record.get("request_id") == request_id for record in await store.journal(case_id))
+    return request_id in request_ids_of(await store.journal(case_id))  # (a compacted journal's snapshot keeps them)
 
 
 async def check_case_input(
@@ -179,7 +180,7 @@ async def check_case_input(
     msg = inputs.shaped(kind, body, request_id, case_id=row.case_id)
     found = await store.program(row.fingerprint)
     if found is not None:
-        inputs.against_summary(msg, found.summary, row.case_id)
+        inputs.against_summary(msg, found.summary, row.case_id, row=row)
 
 
 async def same_start(store: Store, case_id: str, workflow: str | None, data: Mapping[str, Any] | None) -> None:
@@ -187,7 +188,7 @@ async def same_start(store: Store, case_id: str, workflow: str | None, data: Map
     is another. A case whose start record is not committed yet is another caller's start in flight: equal."""
     loaded = await store.load(case_id)
     if loaded is not None:
-        start = loaded.start
+        start = start_of(loaded.start)  # (kept in a compaction's snapshot record)
         had = start.get("data")
         if "sent" in start and dict(start.get("sent") or {}) == dict(data or {}):
             had = data  # queued as sent, its data since given by the input model (`_queued`): the same start

@@ -28,6 +28,7 @@ from .._errors import CaseNotFound, ReplayDivergence, StoreError
 from .._program import Program
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
+from ._compact import is_snapshot, replayer_for, start_of
 from ._durable import CaseJournal, snapshot_of, usable
 from ._journal import effective, end_record, input_record
 from ._queued import checked_start
@@ -74,19 +75,24 @@ async def rebuild(
     stored = await store.load(case_id)
     if stored is None:
         raise CaseNotFound(case_id)
-    row, start = stored.row, stored.start
+    row, first = stored.row, stored.start
+    start = start_of(first)  # (a compacted journal's first record is its `snapshot`, which keeps the start)
     found = workflows.find(row.fingerprint)
     if found is not None:
         program = found[1]
         if now is not None and stored.snapshot is None and not stored.records and not row.ended_at:
             start = await checked_start(store, workflows, row, start, program, now)
         snapshot = stored.snapshot if usable(stored.snapshot) else None
-        records = stored.records if snapshot is not None else await _after_start(store, case_id)
-        replayer = Replayer(
-            program, start, trace_level=trace_level, snapshot=snapshot.state if snapshot else None,
-            max_instances=max_instances,
-        )
         try:
+            if snapshot is not None:
+                records = stored.records
+                replayer = Replayer(
+                    program, start, trace_level=trace_level, snapshot=snapshot.state, max_instances=max_instances,
+                )
+            else:  # from the first record kept: the start, or a compaction's snapshot record
+                records = stored.records if stored.snapshot is None else await _after_first(store, case_id)
+                base = first if is_snapshot(first) else start  # (a queued case's start: as checked above)
+                replayer = replayer_for(program, base, trace_level=trace_level, max_instances=max_instances)
             for record in effective(records):
                 replayer.apply(record)
             # On to where the live case was after its last record: blocked again, with the same effects in flight
@@ -97,9 +103,10 @@ async def rebuild(
             await suspend(store, row, str(exc), redact)
             raise
         journal = _journal(store, row, start, replayer)
+        journal.first_seq = int(first["seq"])
         loaded = Loaded(row, start, program, replayer, journal)
     else:
-        loaded = await migrate(store, workflows, row, start, trace_level, max_instances, redact)
+        loaded = await migrate(store, workflows, row, first, trace_level, max_instances, redact)
     loaded.heartbeats = dict(stored.heartbeats)
     return loaded
 
@@ -119,7 +126,10 @@ async def migrate(
         )
         await suspend(store, row, reason, redact)
         raise ReplayDivergence(row.case_id, 0, "start", f"workflow {row.workflow!r} registered", "it is not")
-    records = [start, *await _after_start(store, row.case_id)]
+    records = await store.journal(row.case_id)  # from its first record kept: the start, or a snapshot record
+    if not records:
+        raise CaseNotFound(row.case_id)
+    start = start_of(records[0])
     newest: ReplayDivergence | None = None
     for program in reversed(versions):
         try:
@@ -132,6 +142,7 @@ async def migrate(
         await suspend(store, row, str(newest), redact)
         raise newest
     journal = _journal(store, row, start, replayer)
+    journal.first_seq = int(records[0]["seq"])
     m = replayer.machine
     digest, _ = m.take_digest()
     now = replayer.time
@@ -159,7 +170,7 @@ def check_version(
     """The case replayed on `program`, or the ReplayDivergence that suspends it there, as a migration decides:
     the whole journal applies, and the effects and timers then in flight are the ones its row recorded (see
     `_same_requests`). A Substrate migrates by it; `wfsub replay` checks it before a deploy."""
-    replayer = Replayer(program, records[0], trace_level=trace_level, max_instances=max_instances)
+    replayer = replayer_for(program, records[0], trace_level=trace_level, max_instances=max_instances)
     records = effective(records)
     for record in records[1:]:
         replayer.apply(record)
@@ -243,8 +254,9 @@ def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> N
     )
 
 
-async def _after_start(store: Store, case_id: str) -> list[Record]:
-    return [r for r in await store.journal(case_id) if r["seq"] > 0]
+async def _after_first(store: Store, case_id: str) -> list[Record]:
+    """The records after the first one the journal keeps (its start, or a compaction's snapshot record)."""
+    return (await store.journal(case_id))[1:]
 
 
 def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> CaseJournal:
@@ -258,6 +270,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = set(replayer.request_ids)
+    journal.start = start
     journal.run = replayer.run_count
     journal.recovered = row.recovered
     journal.migrated_from = row.migrated_from

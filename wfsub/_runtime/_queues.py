@@ -302,4 +302,16 @@ def queued_status(item: QueueItem) -> CaseStatus:
     )
 
 
-__all__ = ["Queue", "Queues", "check_queued", "check_queues", "queued_status"]
+def queued_listing(items: list[QueueItem], workflow: str | None, filters: dict[str, Any]) -> list[CaseStatus]:
+    """`cases(state="queued")`: the queued items that pass the filters. A queued case has no tags, parent or start
+    time yet, so a filter on one of them matches none."""
+    if filters.get("tags") or filters.get("parent") is not None or filters.get("started_after") is not None \
+            or filters.get("started_before") is not None:
+        return []
+    prefix = filters.get("id_prefix")
+    return [queued_status(item) for item in items
+            if (workflow is None or item.start.get("workflow") == workflow)
+            and (prefix is None or item.case_id.startswith(prefix))]
+
+
+__all__ = ["Queue", "Queues", "check_queued", "check_queues", "queued_listing", "queued_status"]

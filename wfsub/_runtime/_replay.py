@@ -1,5 +1,8 @@
 """Replaying a journal: rebuild a case from its start record (or a snapshot) and the records after it.
 
+A compacted journal starts with a `snapshot` record instead of `start`: the replay restores it and checks the
+records after it (what that verifies, and what it cannot, is said in `_compact`).
+
 The vm runs to each record's step count before the record is applied (no effect runs: recorded outcomes are
 fed back; tasks re-run), so the replayed case passes through exactly the states the live one did. A record that
 does not apply is a divergence, named precisely (`ReplayDivergence`): an effect or timer id the program never
@@ -280,11 +283,19 @@ def replay(
 
     The report's `divergence` is None when the whole journal applies, else the first record that does not.
     """
+    from ._compact import replayer_for  # (it builds on this module)
+
     records = [as_record(r) for r in journal]
-    if not records or records[0].get("kind") != "start":
-        raise ValueError("a journal starts with its start record: pass sub.journal(case_id) (or `wfsub journal`)")
+    if not records or records[0].get("kind") not in ("start", "snapshot"):
+        raise ValueError(
+            "a journal starts with its start record (or, compacted, its snapshot record): pass sub.journal(case_id) "
+            "(or `wfsub journal`) whole"
+        )
     program = workflow if isinstance(workflow, Program) else compile_workflow(workflow, library=library)
-    replayer = Replayer(program, records[0], trace_level=trace_level)
+    try:
+        replayer = replayer_for(program, records[0], trace_level=trace_level)
+    except ReplayDivergence as exc:  # a compacted journal on a program its snapshot cannot be restored on
+        return ReplayReport("unknown", {}, [], exc)
     divergence = None
     records = effective(records)
     try:

@@ -80,6 +80,7 @@ from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
 from ._children import children_in
 from ._clock import Clock, RealClock, VirtualClock
+from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled
@@ -88,7 +89,7 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
-from ._queues import Queue, Queues, check_queued, check_queues, queued_status
+from ._queues import Queue, Queues, check_queued, check_queues, queued_listing, queued_status
 from ._registry import Workflows
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
@@ -172,6 +173,8 @@ class Substrate:
       items or an effect result (a bigger one is refused with a ValueError naming the limit; nothing is written).
     - `evict_after`: with a store, seconds a case may wait for a signal or timer in memory before it leaves
       memory (it comes back on its next input or due timer; see the README).
+    - `compact_after`: with a store, the journal records a live case keeps before its owner compacts them into
+      one `snapshot` record (default 1000; None keeps every record): an endless case keeps a bounded journal.
     - `node_id`: the name of this Substrate as the owner of a store (with a shared store, a node): a node that
       restarts with the same id finds its cases at once; others take a dead node's cases over after its lease.
     - `redact`: a function over data applied to what people read (trace event details, suspended reasons, failure
@@ -211,6 +214,7 @@ class Substrate:
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         schedules: Sequence[Schedule] = (),
         queues: Mapping[str, Queue] | None = None,
+        compact_after: int | None = DEFAULT_COMPACT_AFTER,
     ) -> None:
         if trace_level not in LEVELS:
             raise ValueError(f"trace_level must be one of {', '.join(LEVELS)}, got {trace_level!r}")
@@ -246,6 +250,7 @@ class Substrate:
                 "pass store=... (a SQLite path, or wfsub.stores.MemoryStore() in tests)"
             )
         self._evict_after = evict_after
+        self._compact_after = check_compact_after(compact_after)
         self._end_events: dict[str, anyio.Event] = {}  # awaiters of cases not in memory, by case id
         self._ended_poll_at = 0.0  # monotonic time when those awaiters next re-read their rows
         self._level = trace_level
@@ -293,7 +298,7 @@ class Substrate:
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
         self._schedules = self._check_schedules(schedules)
-        self._children: dict[str, list[str]] = {}  # without a store: parent id -> the children it started, in order
+        self._children: dict[str, list[str]] = {}  # parent id -> children (no store: all; else: last read)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
                         "live": 0}  # live: case actors running here (started, recovered or brought back) not exited
 
@@ -444,6 +449,7 @@ class Substrate:
                 background.wake(min(dues))  # its timers are now the due loop's to watch
 
         shared.on_evict = left_memory
+        shared.compact_after = self._compact_after
         shared.on_effect_wait = loader.waits_on_effects
         case_tg.start_soon(loader.effect_rows)
         if self._evict_after is not None:
@@ -1252,7 +1258,7 @@ class Substrate:
         filters["parent"] = parent
         if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
             items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
-            return [self._queued_status(i) for i in items if workflow is None or i.start.get("workflow") == workflow]
+            return queued_listing(items, workflow, filters)
         if self._store is None:
             found = []
             match = Listing(state, workflow, limit, before, **filters)
@@ -1303,8 +1309,10 @@ class Substrate:
             listed.sort(key=lambda status: -(status.order or 0))
         return [self._with_queue(status) for status in listed[:limit]]
 
-    async def journal(self, case_id: str) -> list[JournalRecord]:
-        """Every record of a durable case's journal, in order (a Substrate without a store has none)."""
+    async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
+        """Every record of a durable case's journal, in order (a Substrate without a store has none). `newest=N`:
+        only its start record and the newest N records after it (the rest is read but not validated nor
+        returned: what a view of a long journal needs)."""
         if self._store is None:
             raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
         try:
@@ -1313,7 +1321,7 @@ class Substrate:
             raise self._closed_or(exc, f"read the journal of case {case_id!r}") from exc
         if not records:
             raise CaseNotFound(case_id)
-        return [JournalRecord.model_validate(r) for r in records]
+        return [JournalRecord.model_validate(r) for r in inputs.journal_part(records, newest)]
 
     async def prune(self, older_than: float) -> int:
         """Remove the cases that ended at least `older_than` seconds ago (never one without an `end`)."""

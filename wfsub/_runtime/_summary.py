@@ -7,7 +7,10 @@ A summary is JSON:
     {"workflow": name, "root": the workflow's root node path,
      "signals": {name: the JSON Schema of its payload model, or None},
      "updates": {name: the JSON Schema of its payload model, or None},   (the names an update can be sent to)
-     "regions": {name: "scope" | "mi"}}
+     "regions": {name: "scope" | "mi"},
+     "compensations": {name: [node paths]}}          (each saga compensation's name -> where it starts)
+
+`compensations` lets `wfsub show` say where each compensation a case's end names ran (the end records names).
 
 `payload_errors(schema, payload)` checks a payload against the JSON Schema of its model (the subset pydantic
 writes: types, properties and required, items, enums and consts, anyOf, $ref into $defs, bounds on numbers and
@@ -21,6 +24,7 @@ itself. Errors come as pydantic gives them (`loc`, `msg`), so the refusal reads 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,8 +48,29 @@ def summary_of(name: str, program: Program, input_model: type | None = None) -> 
         "waits": signal_waits(program),  # each signal -> the node paths of the waits that take it (for refusals)
         "updates": {name: signals.get(name) for name in sorted(program.updates)},
         "regions": dict(sorted(program.regions.items())),
+        "compensations": compensations_of(program),
     }
     return ProgramSummary(program.fingerprint, name, summary)
+
+
+_HANDLER_START = re.compile(r"\[\d+\.compensation\]\.\w+")
+
+
+def compensations_of(program: Program) -> dict[str, list[str]]:
+    """Each saga compensation of a program -> the node paths where it starts, by the name a case's end records
+    for it (the task's or effect's name, a scope's name, else its path, as the compiler names it)."""
+    labels: dict[str, str] = {}
+    for path, label in zip(program.paths, program.labels, strict=True):
+        labels.setdefault(path, label)
+    scopes = {path: name for name, paths in program.region_paths.items() for path in paths}
+    found: dict[str, list[str]] = {}
+    for path in labels:
+        for match in _HANDLER_START.finditer(path):
+            start = path[: match.end()]
+            name = labels.get(start) or scopes.get(start) or start
+            if start not in found.get(name, ()):
+                found.setdefault(name, []).append(start)
+    return found
 
 
 def _schema_of(model: type | None) -> dict[str, Any] | None:

@@ -162,6 +162,9 @@ class CaseWrite:
     - `snapshot`: stored beside older ones (the store may drop all but the newest few).
     - `inbox_done`: inbox rows moved into this journal: deleted in the same transaction.
     - `inbox_refused`: inbox rows refused: (id, reason), kept and marked.
+    - `compact`: a compaction (see `wfsub._runtime._compact`): the seq of the `snapshot` record among `records`;
+      the case's records and snapshots before that seq are deleted in the same transaction, so the journal then
+      starts with that record (or, the write refused, nothing changed). Seqs are never renumbered.
     - `epoch`: on a shared store, the epoch the writer holds the case at (`CaseRow.epoch` from `load()`,
       `take_over()`, or 1 after the start write). Every write for an existing case checks, under a lock on the
       case row, that this node owns the case at this epoch; otherwise that write alone fails with StoreConflict
@@ -176,6 +179,7 @@ class CaseWrite:
     inbox_done: list[int] = field(default_factory=list)
     inbox_refused: list[tuple[int, str]] = field(default_factory=list)
     epoch: int | None = None
+    compact: int | None = None
 
 
 @dataclass(slots=True)
@@ -183,7 +187,7 @@ class StoredCase:
     """What recovery needs to rebuild a case: its row, the newest usable snapshot, the records after it."""
 
     row: CaseRow
-    start: Record  # the `start` record (always kept)
+    start: Record  # the first record kept: `start`, or after a compaction the `snapshot` record (which holds it)
     snapshot: Snapshot | None  # the newest snapshot (the caller checks its versions)
     records: list[Record]  # the records after the snapshot's seq (after `start` without a snapshot), in order
     heartbeats: dict[str, Any] = field(default_factory=dict)  # see `Store.put_heartbeats`
@@ -222,6 +226,11 @@ class Store(Protocol):
 
     async def row(self, case_id: str) -> CaseRow | None:
         """The case row (None: no such case)."""
+        ...
+
+    async def first_seq(self, case_id: str) -> int | None:
+        """The seq of the first record the case's journal still keeps: 0 (its `start`) until a compaction, then
+        the seq of its `snapshot` record (the records before it are gone). None: no such case."""
         ...
 
     def read_row(self, case_id: str) -> CaseRow | None:

@@ -48,6 +48,7 @@ from ._rows import (
     decode_tags,
     encode_write,
     inbox_text,
+    kept_snapshot,
     loads,
     no_start,
     second_end,
@@ -187,6 +188,8 @@ class MemoryStore(SingleNode):
         seqs: set[int] = set()
         ended = case.ended
         for record in change.records:
+            if record.kind == "start" and (case.row is not None or case.journal):  # (its seq 0 compacted away)
+                raise StoreConflict(self._name, seq_taken(change.case_id, record.seq))
             if record.request_id is not None and record.request_id in seen_ids:
                 appended.append(False)
                 continue
@@ -219,6 +222,11 @@ class MemoryStore(SingleNode):
             snap = change.snapshot.params
             case.snapshots[snap["seq"]] = (snap["format"], snap["bytecode"], snap["state"])
             for seq in sorted(case.snapshots)[:-SNAPSHOTS_KEPT]:
+                del case.snapshots[seq]
+        if change.compact is not None:  # (in the same write: the journal starts with the snapshot record)
+            for seq in [seq for seq in case.journal if seq < change.compact]:
+                del case.journal[seq]
+            for seq in [seq for seq in case.snapshots if seq < change.compact]:
                 del case.snapshots[seq]
         for inbox_id in change.inbox_done:
             self._inbox.pop(inbox_id, None)
@@ -392,18 +400,24 @@ class MemoryStore(SingleNode):
         case = self._cases.get(case_id)
         if case is None or case.row is None:
             return None
-        if 0 not in case.journal:
+        if not case.journal:
             raise DamagedEntry(self._name, case_id, no_start(case_id))
+        first = decode_start(self._name, case_id, case.journal[min(case.journal)])
         snapshot = None
-        after = 0
         if case.snapshots:
-            after = max(case.snapshots)
-            fmt, bytecode, state = case.snapshots[after]
-            snapshot = Snapshot(case_id, after, fmt, bytecode, loads(state))
+            at = max(case.snapshots)
+            fmt, bytecode, state = case.snapshots[at]
+            snapshot = kept_snapshot(Snapshot(case_id, at, fmt, bytecode, loads(state)), first)
+        after = first["seq"] if snapshot is None else snapshot.seq
         records = [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal) if seq > after]
-        start = decode_start(self._name, case_id, case.journal[0])
         heartbeats = loads(case.heartbeats) if case.heartbeats is not None else {}
-        return StoredCase(self._with_refused(self._row(case)), start, snapshot, records, heartbeats)
+        return StoredCase(self._with_refused(self._row(case)), first, snapshot, records, heartbeats)
+
+    async def first_seq(self, case_id: str) -> int | None:
+        self._check_open("read a journal")
+        await anyio.lowlevel.checkpoint()
+        case = self._cases.get(case_id)
+        return min(case.journal) if case is not None and case.journal else None
 
     async def row(self, case_id: str) -> CaseRow | None:
         await anyio.lowlevel.checkpoint()

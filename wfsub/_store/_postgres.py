@@ -124,7 +124,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError
+from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError, newer_store
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -165,6 +165,7 @@ from ._rows import (
     encode_record,
     encode_write,
     inbox_text,
+    kept_snapshot,
     loads,
     second_end,
     seq_taken,
@@ -205,6 +206,12 @@ class _Statement(NamedTuple):
     query: str
     args: tuple[Any, ...]
     decode: Callable[[Any], Any]  # the statement's row -> the write's result (or a StoreError)
+
+
+def _write_query(change: EncodedWrite) -> str:
+    """The statement of a case write: `start_group` when it starts a case (refused if the case exists: after a
+    compaction its seq 0 is gone, not its row), else `write_group`."""
+    return Q["start_group"] if any(record.kind == "start" for record in change.records) else Q["write_group"]
 
 
 def _query(job: Job) -> str:
@@ -475,11 +482,8 @@ class PostgresStore(StoreBase):
                     await conn.execute(f'CREATE SCHEMA "{self.schema}"')  # a checked identifier (_SCHEMA)
                 version = await self._version(conn)
                 if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        self._name,
-                        f"the schema {self.schema!r} has store layout version {version}, newer than this wfsub "
-                        f"reads (up to {SCHEMA_VERSION}): a newer wfsub wrote it. Upgrade wfsub (pip install -U "
-                        "'wfsub[postgres]') on this node; this version leaves the schema untouched",
+                    raise newer_store(
+                        self._name, f"the schema {self.schema!r}", version, SCHEMA_VERSION, "'wfsub[postgres]'"
                     )
                 if 0 < version < SCHEMA_VERSION and not owner:
                     raise StoreError(
@@ -731,7 +735,7 @@ class PostgresStore(StoreBase):
                     committed = await self._committed(token, backend, deadline)
                     if committed is False:
                         kind = "retry"  # provably not committed: the same group again
-                    elif committed and query == Q["write_group"]:
+                    elif committed and query in (Q["write_group"], Q["compact_group"], Q["start_group"]):
                         await self._resolve(query, group, deadline)
                         return
                     else:
@@ -880,9 +884,12 @@ class PostgresStore(StoreBase):
         self._running("write")
         encoded = encode_write(self._name, change)
         epoch = change.epoch
+        query, args = _write_query(encoded), self._write_args(encoded, epoch, False)
+        if encoded.compact is not None:  # its own statement: the write, then the deletes, in one transaction
+            query, args = Q["compact_group"], (*args, encoded.compact)
         job = Job(
-            _Statement(Q["write_group"], self._write_args(encoded, epoch, False), partial(
-                self._write_result, encoded.case_id, epoch)), f"case {encoded.case_id!r}", wait=wait,
+            _Statement(query, args, partial(self._write_result, encoded.case_id, epoch)), f"case {encoded.case_id!r}",
+            wait=wait,
         )
         self._submit(job)
         if not wait:
@@ -899,7 +906,7 @@ class PostgresStore(StoreBase):
                 "record (seq 0) and its row"
             )
         job = Job(
-            _Statement(Q["write_group"], self._write_args(encoded, None, True), partial(
+            _Statement(_write_query(encoded), self._write_args(encoded, None, True), partial(
                 self._write_result, encoded.case_id, None)), f"queued case {encoded.case_id!r}", wait=True,
         )
         self._submit(job)
@@ -1284,9 +1291,10 @@ class PostgresStore(StoreBase):
                 found = await conn.fetchrow(Q["case_row"], case_id)
                 if found is None:
                     return None
-                start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_start"], case_id))
-                snapshot = decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id))
-                after = 0 if snapshot is None else snapshot.seq
+                start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_first"], case_id))
+                snapshot = kept_snapshot(
+                    decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id)), start)
+                after = start["seq"] if snapshot is None else snapshot.seq
                 records = [decode_record(self._name, case_id, text)
                            for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
                 beats = await conn.fetchval(Q["heartbeats_get"], case_id)
@@ -1297,6 +1305,13 @@ class PostgresStore(StoreBase):
 
     async def row(self, case_id: str) -> CaseRow | None:
         return await self._read(f"reading the row of case {case_id!r}", partial(_case_row, case_id))
+
+    async def first_seq(self, case_id: str) -> int | None:
+        async def read(conn: Any) -> int | None:
+            found = await conn.fetchval(Q["journal_first_seq"], case_id)
+            return None if found is None else int(found)
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
 
     def read_row(self, case_id: str) -> CaseRow | None:
         """`row()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""

@@ -66,6 +66,7 @@ class EncodedWrite:
     snapshot: EncodedSnapshot | None
     inbox_done: list[int]
     inbox_refused: list[tuple[int, str]]
+    compact: int | None = None
 
 
 def to_json(store: str, what: str, value: object) -> str:
@@ -294,7 +295,29 @@ def encode_write(store: str, change: CaseWrite) -> EncodedWrite:
         snapshot=encode_snapshot(store, change.snapshot) if change.snapshot is not None else None,
         inbox_done=[int(i) for i in change.inbox_done],
         inbox_refused=[(int(i), str(reason)) for i, reason in change.inbox_refused],
+        compact=_compact_seq(store, change, records),
     )
+
+
+def _compact_seq(store: str, change: CaseWrite, records: list[EncodedRecord]) -> int | None:
+    """The seq a compaction keeps records from: the seq of the write's own `snapshot` record (StoreError else)."""
+    seq = change.compact
+    if seq is None:
+        return None
+    if not any(record.seq == seq and record.kind == "snapshot" for record in records):
+        raise StoreError(
+            store, f"a CaseWrite for case {change.case_id!r} compacts before seq {seq!r} without a `snapshot` record "
+            "at that seq: a compaction writes the snapshot the journal then starts with, in the same write",
+        )
+    return int(seq)
+
+
+def kept_snapshot(snapshot: Snapshot | None, first: Record) -> Snapshot | None:
+    """The newest snapshot if it was taken at or after the first record kept (one from before a compaction,
+    written late, is not used: the records after it are gone)."""
+    if snapshot is None or snapshot.seq < int(first.get("seq", 0)):
+        return None
+    return snapshot
 
 
 def second_end(case_id: str, seq: int) -> str:

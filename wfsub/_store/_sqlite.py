@@ -58,7 +58,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import CaseExists, StoreConflict, StoreError
+from .._errors import CaseExists, StoreConflict, StoreError, newer_store
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
@@ -74,6 +74,7 @@ from ._rows import (
     encode_record,
     encode_write,
     inbox_text,
+    kept_snapshot,
     loads,
     second_end,
     seq_taken,
@@ -287,12 +288,7 @@ class SqliteStore(SingleNode):
                 "application's database",
             )
         if version > self._layout.version:
-            raise StoreError(
-                self.path,
-                f"the file has store layout version {version}, newer than this wfsub reads (up to "
-                f"{self._layout.version}): a newer wfsub wrote it. Upgrade wfsub (pip install -U wfsub) to open "
-                "it; this version leaves the file untouched",
-            )
+            raise newer_store(self.path, "the file", version, self._layout.version)
         if version == 0:
             raise StoreError(
                 self.path, "the file carries wfsub's application id but no layout version: it was damaged or "
@@ -725,10 +721,11 @@ class SqliteStore(SingleNode):
             found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
             if found is None:
                 return None
-            start = conn.execute(Q["journal_start"], {"case_id": case_id}).fetchone()
+            start = conn.execute(Q["journal_first"], {"case_id": case_id}).fetchone()
             start_record = decode_start(self.path, case_id, None if start is None else start[0])
-            snapshot = decode_snapshot(case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone())
-            after = 0 if snapshot is None else snapshot.seq
+            snapshot = kept_snapshot(decode_snapshot(
+                case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone()), start_record)
+            after = start_record["seq"] if snapshot is None else snapshot.seq
             rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
             records = [decode_record(self.path, case_id, text) for (text,) in rows]
             (beats,) = conn.execute(Q["heartbeats_get"], {"case_id": case_id}).fetchone() or (None,)
@@ -740,6 +737,13 @@ class SqliteStore(SingleNode):
 
     async def row(self, case_id: str) -> CaseRow | None:
         return await self._read(f"reading the row of case {case_id!r}", self._row_reader(case_id))
+
+    async def first_seq(self, case_id: str) -> int | None:
+        def read(conn: sqlite3.Connection) -> int | None:
+            found = conn.execute(Q["journal_first_seq"], {"case_id": case_id}).fetchone()
+            return None if found is None or found[0] is None else int(found[0])
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
 
     def read_row(self, case_id: str) -> CaseRow | None:
         """`row()` on the calling thread (one primary-key read: `Substrate.status` and `data` are synchronous)."""
@@ -876,6 +880,7 @@ class SqliteStore(SingleNode):
 
 def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
     appended: list[bool] = []
+    _refuse_second_start(change, conn)
     for record in change.records:
         params = {
             "case_id": change.case_id,
@@ -894,6 +899,7 @@ def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
                 raise Refused(second_end(change.case_id, record.seq)) from exc
             raise
         appended.append(cursor.rowcount == 1)
+    _compact(change, conn)
     if change.row is not None:
         conn.execute(Q["case_put"], change.row.params)
     if change.snapshot is not None:
@@ -918,6 +924,9 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
         for change in changes
         for record in change.records
     ]
+    starting = [record[0] for record in records if record[2] == "start"]
+    if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
+        raise Redo  # a case id taken: each write alone, where its own refusal is said
     if records:
         if JSON_EACH:  # one call: each sqlite3 call (and each row of an executemany) is a round trip of the GIL
             appended = conn.execute(Q["records_append"], {"records": _array(records).decode()}).rowcount
@@ -934,6 +943,7 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
             conn.executemany(Q["case_put"], rows)
     outcomes = []
     for change in changes:
+        _compact(change, conn)
         if change.snapshot is not None:
             conn.execute(Q["snapshot_put"], change.snapshot.params)
             conn.execute(Q["snapshot_trim"], {"case_id": change.case_id, "keep": SNAPSHOTS_KEPT})
@@ -945,7 +955,25 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     return outcomes
 
 
+def _compact(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    """A compaction, in the write's transaction, after its `snapshot` record was appended: what precedes it goes."""
+    if change.compact is not None:
+        params = {"case_id": change.case_id, "seq": change.compact}
+        conn.execute(Q["journal_compact"], params)
+        conn.execute(Q["snapshots_compact"], params)
+
+
+def _refuse_second_start(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    """A `start` record for a case the store holds is refused as its seq 0 would be: a compaction removed that
+    record, never the case's row, so the row says the id is taken."""
+    if any(record.kind == "start" for record in change.records) and conn.execute(
+        Q["case_exists"], {"case_id": change.case_id}
+    ).fetchone() is not None:
+        raise Refused(seq_taken(change.case_id, 0))
+
+
 def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
+    _refuse_second_start(change, conn)
     start = change.records[0]
     params = {"case_id": change.case_id, "seq": 0, "kind": start.kind, "request_id": None, "record": start.text}
     try:

@@ -32,13 +32,14 @@ class TraceEvent(BaseModel):
             return None
         return datetime.fromtimestamp(self.time, UTC).isoformat(timespec="milliseconds")
 
-    def format(self) -> str:
+    def format(self, limit: int | None = 60) -> str:
         """One readable line: time, case, seq, kind, node path and detail.
 
         Wall-clock times show as ISO 8601 in UTC with its zone (`2026-11-26T05:20:48.123+00:00`); small times
-        (a virtual clock) as seconds.
+        (a virtual clock) as seconds. Each detail value longer than `limit` characters is cut there, ending in
+        `...` (a log line stays short); `limit=None` shows every value whole, as `wfsub trace` does.
         """
-        detail = " ".join(f"{k}={_short(v)}" for k, v in self.detail.items())
+        detail = " ".join(f"{k}={_short(v, limit)}" for k, v in self.detail.items())
         when = self.iso_time or f"{self.time:10.3f}"
         return f"{when:>12}  {self.case_id}  #{self.seq:<4d} {self.kind:<18} {self.path}  {detail}".rstrip()
 
@@ -46,12 +47,12 @@ class TraceEvent(BaseModel):
 _WALL_CLOCK = 1e9  # seconds since the epoch (2001): below it, a time is read as a clock's own seconds
 
 
-def _short(value: object) -> str:
+def _short(value: object, limit: int | None) -> str:
     try:
         text = json.dumps(value, default=repr)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if limit is None or len(text) <= limit else text[: max(limit - 3, 0)] + "..."
 
 
 RawBatch = tuple[str, float, Sequence[VmEvent], Any]

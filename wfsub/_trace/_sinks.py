@@ -11,6 +11,7 @@ sink that raises is counted and logged; neither ever blocks or kills a case.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -80,6 +81,9 @@ class MemorySink:
 class JsonlSink:
     """Appends one JSON object per event to a file (`str` or path-like); the file opens on the first write.
 
+    Each object is the event's fields with, beside the epoch `time`, `time_iso`: ISO 8601 in UTC with its zone
+    (null for a virtual clock's own seconds), as `wfsub trace --json` writes them.
+
     File writes run in a worker thread, so a slow disk delays only this sink's worker, never the event loop.
     """
 
@@ -90,7 +94,7 @@ class JsonlSink:
         self._file: IO[str] | None = None
 
     async def write(self, events: Sequence[TraceEvent]) -> None:
-        text = "".join(e.model_dump_json() + "\n" for e in events)
+        text = "".join(f'{e.model_dump_json()[:-1]},"time_iso":{json.dumps(e.iso_time)}}}\n' for e in events)
         await anyio.to_thread.run_sync(self._write, text)
 
     def _write(self, text: str) -> None:

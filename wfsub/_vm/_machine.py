@@ -171,7 +171,7 @@ class Machine:
             h.update(_encoded(outputs).encode())
             vm.digest = h.hexdigest()
             vm.outputs = []
-            return vm.digest, _Paths(vm.paths, _runs([], outputs))
+            return vm.digest, _Paths(vm.paths, _runs([], outputs), vm.program.labels)
         # the same bytes as the one-shot encoding of every pair: "[" + the pairs' texts joined by "," + "]"
         raw = outputs[1:]
         h = _hasher(vm, head).copy()
@@ -181,7 +181,7 @@ class Machine:
         vm.digest = h.hexdigest()
         vm.outputs = []
         vm.digest_hasher = None
-        return vm.digest, _Paths(vm.paths, _runs(head.runs, raw))
+        return vm.digest, _Paths(vm.paths, _runs(head.runs, raw), vm.program.labels)
 
     @property
     def next_effect_id(self) -> int:
@@ -366,6 +366,25 @@ class Machine:
                 self.case_id, f"{action} {name!r}", name, program.regions, program.root_path
             )
 
+    def check_region_op(self, action: str, name: str, items: Sequence[Any] | None = None) -> None:
+        """Raise what the region operation `action` ("cancel region", "complete region", "add instances to",
+        "close instances of") on `name` would raise now, changing nothing: an unknown or inactive region, a
+        refused completion or addition. A durable case checks an operation so before it journals it."""
+        if action == "complete region":
+            acts = self._activations(action, name)
+            refused = self._vm.complete_refusal(name, acts)
+            if refused is not None:
+                raise SignalRejected.refused(self.case_id, f"{action} {name!r}", refused[1], self._path(refused[0]))
+        elif action == "add instances to":
+            frame = self._dynamic_mi(action, name)
+            reason = self._vm.add_refusal(name, frame, len(items or ()))
+            if reason is not None:
+                raise SignalRejected.refused(self.case_id, f"{action} {name!r}", reason, self._path(frame))
+        elif action == "close instances of":
+            self._dynamic_mi(action, name)
+        else:
+            self._activations(action, name)
+
     def cancel_region(self, name: str) -> None:
         """Withdraw all work of every live activation of region `name` (scope or named mi).
 
@@ -498,14 +517,22 @@ def _runs(runs: list[int], pairs: Sequence[Any]) -> list[int]:
 
 
 class _Paths(Sequence[str]):
-    """The node paths of the tasks a digest covers, made when read (only a replay's divergence reads them)."""
+    """The node paths of the tasks a digest covers, made when read (only a replay's divergence reads them);
+    `names` gives each task's name beside."""
 
-    __slots__ = ("_paths", "_runs", "_ips")
+    __slots__ = ("_paths", "_runs", "_ips", "_labels")
 
-    def __init__(self, paths: Sequence[str], runs: list[int]) -> None:
+    def __init__(self, paths: Sequence[str], runs: list[int], labels: Sequence[str] = ()) -> None:
         self._paths = paths
         self._runs = runs
         self._ips: list[int] | None = None
+        self._labels = labels
+
+    @property
+    def names(self) -> list[str]:
+        """Each task's name (its `name=`, else its function's), in the order of the paths ("" where unknown)."""
+        labels = self._labels
+        return [labels[ip] if ip < len(labels) else "" for ip in self.ips]
 
     @property
     def ips(self) -> list[int]:

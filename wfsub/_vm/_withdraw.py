@@ -355,6 +355,7 @@ def compensation_done(m: Interp, comp: CompensationFrame) -> None:
             cause["compensated"] = list(comp.compensated)
         kill_subtree(m, m.root)
         record = _record(exc, message, m.paths[comp.ip], comp.compensated, cause)
+        record["failures"] = exc.failures  # each compensation that failed: type, message, path (`wfsub show`)
         m._set_error(comp.ip, exc, message, record)
         m._finish(FAILED, message)
         return

@@ -9,7 +9,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import wraps
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -25,7 +25,7 @@ from ._targets import CliError, Target, _store_for_cli, case_row, load_redact, l
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from ..stores import CaseRow, Store
+    from ..stores import CaseRow, Owner, Store
     from . import _render as r
 
 
@@ -147,7 +147,7 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
         filtered = state or workflow or before or tags or id_prefix or parent
         r.err.print("no cases" + (" match" if filtered else " in the store"))
     if len(rows) == limit:
-        r.err.print(f"more: --before {rows[-1].order}", style="dim")
+        r.err.print(f"there may be more: add --before {rows[-1].order} for the next page", style="dim")
 
 
 @main.command()
@@ -209,21 +209,55 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
                     r.out.print(f"{key:<12} {'-' if shown_value is None else shown_value}")
             return
         row = await case_row(s, case_id)
-        records = await s.journal(case_id) if row.state in ("cancelled", "failed") else []
+        ended_badly = row.state in ("cancelled", "failed")
+        records = await s.journal(case_id) if ended_badly else []
+        version = await s.program(row.fingerprint) if ended_badly else None
+        summary = version.summary if version is not None else None
+        run_by = None if row.state in ("done", "failed", "cancelled") else await _run_by(s, row)
         children = await s.cases(parent=case_id, limit=_CHILDREN_SHOWN)
     status = status_of(row, lambda v: v).model_copy(update={"children": tuple(c.case_id for c in reversed(children))})
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
-    ran = _compensations(records, named)
+    ran = _compensations(records, named, _compensation_paths(summary))
+    cancels = [rec for rec in records if rec.get("kind") == "cancel"]
+    if status.cancel_reason is None and cancels:  # a cancel whose compensation failed ended the case failed
+        status = status.model_copy(update={"cancel_reason": cancels[-1].get("reason")})
     if as_json:
         shown = status.model_dump(mode="json") | {"fingerprint": row.fingerprint, "last_seq": row.last_seq,
-                                                  "compensations": ran}
+                                                  "compensations": ran, "run_by": run_by}
         shown["timers"] = [r.with_iso(t, "due") for t in shown["timers"]]
         shown["effects"] = [r.with_iso(e, "started_at", "retry_at") for e in shown["effects"]]
         shown["refused"] = [r.with_iso(x, "time") for x in shown["refused"]]
         r.print_json(r.with_iso(shown, "started_at", "ended_at"), indent=2)
         return
-    r.out.print(r.status_table(status, row, ran))
+    r.out.print(r.status_table(status, row, ran, run_by))
+
+
+async def _run_by(store: Store, row: CaseRow) -> str:
+    """Who runs a case that has not ended, for people: the store's owner (a single-node store) or the node that
+    owns the case (a shared store) and whether it runs now; a case nobody runs waits for a Substrate to open the
+    store (its row says what it did last, not that something is doing it)."""
+    if not store.shared:
+        owner = await store.owner()
+        if owner is None:
+            return "no Substrate has the store open now: the case goes on when one opens it"
+        return f"the Substrate {_owner(owner)}"
+    nodes = getattr(store, "nodes", None)
+    live = {node.owner_id: node for node in await nodes()} if nodes is not None else {}
+    if row.owner is None:
+        return "no node yet: the first node that runs its workflow version takes it"
+    if row.owner in live:
+        return f"node {_owner(live[row.owner])}"
+    if live:
+        return f"node {row.owner!r}, whose lease has lapsed: a live node takes the case over"
+    return f"node {row.owner!r}; no node runs now: the case goes on when one opens the store"
+
+
+def _compensation_paths(summary: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """Each compensation of the case's version -> where it starts, from the version's program summary ({}: no
+    summary, or one written before summaries listed compensations)."""
+    listed = summary.get("compensations") if summary is not None else None
+    return dict(listed) if isinstance(listed, dict) else {}
 
 
 _CHILDREN_SHOWN = 1000  # (as `status().children` shows; `wfsub cases --parent` pages through them all)
@@ -231,9 +265,13 @@ _CHILDREN_SHOWN = 1000  # (as `status().children` shows; `wfsub cases --parent` 
 _COMPENSATION = re.compile(r"\[\d+\.compensation\]")
 
 
-def _compensations(records: list[dict[str, Any]], compensated: tuple[str, ...]) -> list[dict[str, Any]]:
+def _compensations(
+    records: list[dict[str, Any]], compensated: tuple[str, ...], paths: dict[str, list[str]]
+) -> list[dict[str, Any]]:
     """The compensations a case's end ran, with their outcomes: each compensating effect the journal recorded
-    (done, or failed with its error), then each step its end names as compensated that was no effect."""
+    (done, or failed with its error), each step its end names as compensated that was no effect, and each
+    compensation its end's CompensationFailed lists as failed. `paths`: each compensation's name -> where it
+    starts (from the program summary), for the steps the end names without a path."""
     ran: list[dict[str, Any]] = []
     for rec in records:
         if rec.get("kind") == "effect" and _COMPENSATION.search(str(rec.get("path", ""))):
@@ -243,7 +281,23 @@ def _compensations(records: list[dict[str, Any]], compensated: tuple[str, ...]) 
                 "error": f"{error.get('type')}: {error.get('message')}" if error else None,
             })
     named = {c["name"] for c in ran}
-    ran += [{"name": n, "path": None, "outcome": "done", "error": None} for n in compensated if n not in named]
+    for name in compensated:
+        if name not in named:
+            where = paths.get(name) or []
+            ran.append({"name": name, "path": " or ".join(where) or None, "outcome": "done", "error": None})
+    end = records[-1] if records and records[-1].get("kind") == "end" else {}
+    record = (end.get("error") or {}).get("record") or {}
+    by_path = {path: name for name, where in paths.items() for path in where}
+    shown = {c["path"] for c in ran}
+    for failure in record.get("failures") or ():
+        path = str(failure.get("path"))
+        start = next((p for p in sorted(by_path, key=len, reverse=True) if path.startswith(p)), None)
+        if path in shown or start in shown:
+            continue  # a compensating effect's own record said it already
+        ran.append({
+            "name": by_path.get(start or "", path), "path": path, "outcome": "failed",
+            "error": f"{failure.get('type')}: {failure.get('message')}",
+        })
     return ran
 
 
@@ -298,7 +352,7 @@ async def trace(store: str, workflow: str, case_id: str, level: str, redact_spec
         if as_json:
             r.print_json(r.with_iso(event.model_dump(mode="json"), "time"))
         else:
-            r.out.out(event.format(), highlight=False)
+            r.out.out(event.format(limit=None), highlight=False)  # every detail whole: nothing cut
     if report.divergence is not None:
         raise CliError(f"the replay diverged, so the trace stops there: {report.divergence}")
 
@@ -432,7 +486,9 @@ async def _steerable(store: Store, case_id: str, what: str, request_id: str | No
     row = await case_row(store, case_id)
     state = CaseState(row.state)
     if state.ended:
-        if request_id is not None and any(rec.get("request_id") == request_id for rec in await store.journal(case_id)):
+        from ..lowlevel import journaled_request_ids  # (a compacted journal's snapshot record keeps them)
+
+        if request_id is not None and request_id in journaled_request_ids(await store.journal(case_id)):
             r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
             return None
         raise CliError(
@@ -452,7 +508,7 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
     try:
         await check_case_input(store, row, kind, body, request_id)
     except SignalRejected as exc:  # refused as the owner would refuse it, even while no owner runs
-        raise CliError(f"case {row.case_id!r} refused the {what}: {exc}; nothing was sent") from None
+        raise _refused(row.case_id, what, str(exc), "nothing was sent") from None
     inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=request_id, created_at=time.time())
     owner = await store.owner()
     if owner is None:
@@ -462,21 +518,63 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
         )
         return
     if not wait:
-        r.err.print(f"sent: the {what} is in the inbox of {owner.owner_id!r}, which applies it shortly")
+        r.err.print(f"sent: the {what} is in the inbox of {_owner(owner)}, which applies it while it runs")
         return
-    with anyio.move_on_after(patience):
-        while True:
+    recorded = False
+    with anyio.move_on_after(patience) as scope:
+        while not recorded:
             found = await store.inbox_row(inbox_id)
             if found is None:
-                r.err.print(f"done: case {row.case_id!r} recorded the {what}")
-                return
-            if found.refused is not None:
-                raise CliError(f"case {row.case_id!r} refused the {what}: {found.refused}")
+                recorded = True
+            elif found.refused is not None:
+                raise _refused(row.case_id, what, found.refused, "the case is unchanged")
+            else:
+                await anyio.sleep(WAIT_POLL)
+    if not recorded:
+        raise CliError(
+            f"the owner {_owner(owner)} did not take the {what} within {patience:g}s; it stays in the inbox and "
+            "is applied when the owner takes it (check that that process is running and not stuck: its log says "
+            "why; --timeout waits longer)"
+        )
+    then = await _what_followed(store, row.case_id, scope.deadline - anyio.current_time())
+    r.err.print(f"done: case {row.case_id!r} recorded the {what}{then}")
+
+
+def _refused(case_id: str, what: str, reason: str, then: str) -> CliError:
+    """A refusal of an input as the command says it: the refusal's own text when it names the case (it says what
+    could not be done and why), else `case ... refused the ...: reason`; then what became of the input."""
+    said = reason if reason.startswith(f"case {case_id!r} ") else f"case {case_id!r} refused the {what}: {reason}"
+    return CliError(f"{said}; {then}")
+
+
+def _owner(owner: Owner) -> str:
+    """Who owns a store, for people: its id, and its process and host where known."""
+    where = " on ".join(part for part in (
+        f"pid {owner.pid}" if owner.pid is not None else "", f"host {owner.host}" if owner.host else "",
+    ) if part)
+    return f"{owner.owner_id!r}" + (f" ({where})" if where else "")
+
+
+async def _what_followed(store: Store, case_id: str, patience: float) -> str:
+    """Once the owner recorded an input, follow the case (within what is left of `--timeout`) until its row says
+    it waits again or ended: if it ended, what to add to the command's answer, and why (a region's cancel can take
+    the whole case with it); "" if it goes on. The owner records the row when the case parks, ends, or has waited
+    on effects for a tenth of a second, so this is short: the command never waits for a case's effects."""
+    from .. import CaseState
+
+    with anyio.move_on_after(max(patience, 0.0)):
+        while True:
+            row = await case_row(store, case_id)
+            state = CaseState(row.state)
+            if state is CaseState.DONE:
+                return ", and the case went on to its end: it is done"
+            if state.ended:
+                why = row.cancel_reason or (row.error or {}).get("message") or "no reason recorded"
+                return f", which ended the case: it is {state.value}: {why}"
+            if state.parked or state in (CaseState.SUSPENDED, CaseState.WAITING_EFFECT):
+                return ""  # it goes on: it waits again
             await anyio.sleep(WAIT_POLL)
-    raise CliError(
-        f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and is "
-        "applied when the owner takes it (check that the Substrate is running and not stuck)"
-    )
+    return ""
 
 
 # -- replaying and pruning ------------------------------------------------------------------------------------
@@ -491,28 +589,32 @@ async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], req
 @_run
 async def replay_cases(store: str, workflow: str, case_ids: tuple[str, ...], every: bool,
                        state: str | None) -> None:
-    """Re-run cases from their journals on the workflow; exit status 1 if any diverges."""
+    """Re-run cases from their journals on the workflow; exit status 1 if any diverges (or cannot be replayed)."""
     if bool(case_ids) == every:
         raise click.UsageError("give CASE_IDs or --all (not both)")
     if state is not None and not every:
         raise click.UsageError("--state filters --all; drop it, or use --all")
     target = load_target(workflow)
-    failed = 0
+    outcomes: dict[str, int] = {"ok": 0, "diverged": 0, "skipped": 0}
     async with opened(store) as s:
         ids = list(case_ids) or await _all_ids(s, state)
         with _progress() as progress:
             task = progress.add_task("replaying", total=len(ids))
             for case_id in ids:
-                problem = await _replay_one(s, target, case_id)
-                failed += problem is not None
+                outcomes[await _replay_one(s, target, case_id)] += 1
                 progress.advance(task)
-    r.err.print(f"{len(ids) - failed} of {len(ids)} cases replayed without divergence")
-    if failed:
+    said = f"{outcomes['ok']} of {len(ids)} cases replayed without divergence"
+    if outcomes["diverged"]:
+        said += f"; {outcomes['diverged']} diverged"
+    if outcomes["skipped"]:
+        said += f"; {outcomes['skipped']} not replayed (SKIPPED above: {workflow} cannot replay them)"
+    r.err.print(said)
+    if outcomes["diverged"] or outcomes["skipped"]:
         raise SystemExit(1)
 
 
-async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
-    """Replay one case and print its line; the problem (divergence, no workflow), or None when it replays."""
+async def _replay_one(store: Store, target: Target, case_id: str) -> str:
+    """Replay one case and print its line: "ok", "diverged", or "skipped" (no case, no workflow for it)."""
     from .. import replay
     from ..lowlevel import check_version
 
@@ -521,7 +623,7 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
         program, warning = target.program_for(row)
     except CliError as exc:  # one case the target cannot replay: say so and go on with the others
         r.out.print(f"SKIPPED   {case_id}  {exc.message}", style="yellow", markup=False)
-        return exc.message
+        return "skipped"
     records = await store.journal(case_id)
     report = replay(program, records, trace_level="none")
     divergence: ReplayDivergence | None = report.divergence
@@ -534,11 +636,11 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str | None:
         # the vm's `blocked` is, for a person, a case that waits (for a signal, an effect or a timer)
         reached = "waiting" if report.state == "blocked" else report.state
         r.out.print(f"ok        {case_id}  {reached}", markup=False)
-        return None
+        return "ok"
     r.out.print(f"DIVERGED  {case_id}  {divergence}", style="red", markup=False)
     if warning:
         r.out.print(f"  note: {warning}", style="yellow", markup=False)
-    return str(divergence)
+    return "diverged"
 
 
 async def _all_ids(store: Store, state: str | None) -> list[str]:

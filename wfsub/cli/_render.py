@@ -17,9 +17,10 @@ if TYPE_CHECKING:
     from ..stores import CaseRow
 
 # On a terminal tables fit its width (columns fold, never cut with an ellipsis); piped into a file or another
-# program they keep their natural width, so a case id is always whole.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 10_000)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# program they keep their natural width, so a case id is always whole. No Rich markup: what is printed is a
+# store's text (node paths such as `seq[2].xor[default].wait`, case ids, reasons), shown exactly as written.
+out = Console(highlight=False, markup=False, soft_wrap=False, width=None if sys.stdout.isatty() else 10_000)
+err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 _WALL_CLOCK = 1e9  # seconds since the epoch: below it, a time is a virtual clock's own seconds
 
@@ -95,8 +96,10 @@ def schedules_table(rows: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
-def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = ()) -> Table:
-    """A case's status as two columns: what, and its value."""
+def status_table(
+    status: CaseStatus, row: CaseRow, compensations: Sequence[dict[str, Any]] = (), run_by: str | None = None,
+) -> Table:
+    """A case's status as two columns: what, and its value (`run_by`: who runs a case that has not ended)."""
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
@@ -120,6 +123,8 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     if status.ended_at is not None:
         table.add_row("ended", when(status.ended_at))
     table.add_row("recorded", f"{when(row.updated_at)} (journal record {row.last_seq})")
+    if run_by is not None:
+        table.add_row("run by", run_by)
     if status.at:
         table.add_row("at", "\n".join(status.at))
     if status.signals:
@@ -132,7 +137,10 @@ def status_table(status: CaseStatus, row: CaseRow, compensations: Sequence[dict[
     if status.failure is not None:
         f = status.failure
         table.add_row("error", Text(f"{f.type} at {f.path}: {f.message}", style="red"))
-    if status.cancel_reason is not None:
+    if status.cancel_reason is not None and state == "failed":  # a cancel whose compensations failed
+        table.add_row("cancel", f"{status.cancel_reason} (it ran the compensations below; the case failed "
+                      "because one of them failed)")
+    elif status.cancel_reason is not None:
         table.add_row("cancelled", status.cancel_reason)
     if status.children:
         table.add_row("children", "\n".join(status.children))

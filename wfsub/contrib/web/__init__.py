@@ -11,20 +11,28 @@ It needs the `web` extra (`pip install 'wfsub[web]'`: starlette and jinja2); `im
 
 Pages:
 
-- `/` the cases, newest first: counts per state, filters by state and workflow (the filters `Substrate.cases()`
-  has: it has no tag or parent filter, so neither has the page), paging by cursor (`before=`, the `order` of the
-  last case of the page, as `cases()` takes it), each row with its case id, workflow, state, where it is (`at`),
-  what it waits for, and its start and end times (ISO 8601 in UTC). A page reads one page of the store (the list
-  never loads every case). The public API has no count, so each state's count reads at most 100 cases of that
-  state and shows "100+" beyond; the counts are shared by every request for a second, or for ten times as long
-  as reading them took when that is longer (`cases(state=)` also looks at every case in memory).
-- `/case/<id>` one case: its status, its data, its workflow drawn by `to_mermaid(term, highlight=status.at)`
-  (rendered in the page by the copy of Mermaid shipped in this package, `static/mermaid.min.js`, MIT licence in
-  `static/mermaid.LICENSE`: the page loads nothing from the network), the journal as a timeline (start, inputs,
-  effect outcomes with their errors, timers fired and armed with their due times, the end; the newest 500 records,
-  all with `?journal=all`), the failure with its traceback, and the actions: a signal (name and JSON payload) and
-  cancel, with or without compensation. An action is answered on the page with the API's own message
-  (`SignalRejected`, `CaseNotFound`, a payload that is not JSON).
+- `/` the cases, newest first: counts per state (queued included), filters by state, workflow, tags
+  (`tag=key=value`, several: every pair must hold) and parent (`parent=ID`: the cases it started), paging by
+  cursor (`before=`, the `order` of the last case of the page, as `cases()` takes it; the link to the older page
+  keeps the filters), each row with its case id, workflow, state, where it is (`at`), what it waits for, its tags,
+  and its start and end times (ISO 8601 in UTC). A page reads one page of the store (the list never loads every
+  case). The public API has no count, so each state's count reads at most 100 cases of that state (under the
+  page's other filters) and shows "100+" beyond; the counts are shared by every request for a second, or for ten
+  times as long as reading them took when that is longer (`cases(state=)` also looks at every case in memory).
+- `/case/<id>` one case: its status (tags, version and the version it migrated from, the case it was forked from,
+  parent and children as links, its queue fields while queued), its data, its workflow drawn by
+  `to_mermaid(term, highlight=status.at)` (rendered in the page by the copy of Mermaid shipped in this package,
+  `static/mermaid.min.js`, MIT licence in `static/mermaid.LICENSE`: the page loads nothing from the network), the
+  inputs its owner refused (`status().refused`), the journal as a timeline (start, inputs, effect outcomes with
+  their errors, timers fired and armed with their due times, migrations, retries, the end; the start and the
+  newest 500 records, read with `journal(case_id, newest=500)`, all with `?journal=all`), the failure with its
+  traceback, and the actions: signal and update (a name, offered from those the case's version takes when
+  `workflows=` holds it, and a JSON payload; an update's answer is shown on the page, waiting up to 10 s for it),
+  cancel with or without compensation, retry (a failed or poison-suspended case) and fork (at a record's seq,
+  optionally with the new case's id; it leads to the new case's page). Each action is the API's own call, and a
+  refusal is answered on the page with the API's own message (`SignalRejected`, `CaseNotFound`, `CaseExists`, a
+  payload that is not JSON, a fork at a seq the journal does not hold); over a Client, names and payloads are
+  checked against the program summary as the Client checks them.
 
 Both pages follow their data live without a reload: a small script (`static/inspector.js`, no framework) listens
 to server-sent events at `/events` and swaps the part of the page that changed. The public API has no change
@@ -33,10 +41,10 @@ watches it, and tells them only when it changed; a client that is slow to read s
 neither the change rate nor the number of clients grows a backlog.
 
 The drawing needs the workflows themselves, which the Substrate does not hand out: pass `workflows=` (the mapping
-given to `Substrate(workflows=...)`, versions included; a case is drawn on the version whose fingerprint its
-journal recorded). The Substrate's `redact=` covers what it says (status messages and tracebacks), not `data()`
-or the journal; pass the same function as `redact=` here to apply it to the data and journal values the pages
-show.
+given to `Substrate(workflows=...)`, versions included; a case is drawn on the version it runs on, found by
+fingerprint, and its forms offer that version's signal and update names). The Substrate's `redact=` covers what
+it says (status messages and tracebacks), not `data()` or the journal; pass the same function as `redact=` here
+to apply it to the data, journal values and update answers the pages show.
 
 Safety: every value from a case is escaped (Jinja2 autoescape: a `<script>` in data stays text); every response
 carries a Content-Security-Policy that allows scripts and connections from the app's own origin only; actions are

@@ -24,7 +24,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import wfsub
-from wfsub import CaseNotFound, CaseState, CaseStatus, JournalRecord, SignalRejected, Term, WfsubError
+from wfsub import (
+    CaseExists,
+    CaseHandle,
+    CaseNotFound,
+    CaseState,
+    CaseStatus,
+    JournalRecord,
+    SignalRejected,
+    Term,
+    WfsubError,
+)
 from wfsub.lowlevel import loads_input
 
 from . import _view
@@ -35,6 +45,7 @@ HERE = Path(__file__).parent
 CSRF_COOKIE = "wfsub_csrf"
 COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
 COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again (at least)
+UPDATE_WAIT = 10.0  # seconds an update from the form waits for its answer (the case keeps it after)
 JOURNAL_SHOWN = 500  # the newest records the case page shows unless ?journal=all
 JOURNALS_KEPT = 16  # journals kept between requests, each with the status it was read at...
 JOURNAL_RECORDS_KEPT = 200_000  # ...and at most this many records in all
@@ -45,6 +56,8 @@ CSP = (
 )  # Mermaid styles its SVG with inline style attributes: style-src needs 'unsafe-inline', scripts do not
 
 Context = dict[str, Any]
+Tags = tuple[tuple[str, str], ...]
+ListKey = tuple[str | None, str | None, Tags, str | None, int | None, int]
 Auth = Callable[[Request], "bool | Awaitable[bool]"]
 
 
@@ -57,10 +70,20 @@ class CaseSource(Protocol):
     def data(self, case_id: str) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
 
     def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
+        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
+        tags: Mapping[str, str] | None = None, parent: str | None = None,
     ) -> list[CaseStatus] | Awaitable[list[CaseStatus]]: ...
 
-    async def journal(self, case_id: str) -> list[JournalRecord]: ...
+    async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]: ...
+
+    async def update(
+        self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the API's own parameter)
+    ) -> Any: ...
+
+    async def retry(self, case_id: str) -> CaseHandle: ...
+
+    async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle: ...
 
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None: ...
 
@@ -106,11 +129,11 @@ def app(
     - `redact`: a function over data applied to the case data and journal values the pages show.
     - `page_size`: cases per page of the list (a request may ask for up to 500 with `?limit=`).
     """
-    for name in ("status", "data", "cases", "journal", "signal", "cancel"):
+    for name in ("status", "data", "cases", "journal", "signal", "update", "cancel", "retry", "fork"):
         if not callable(getattr(source, name, None)):
             raise TypeError(
                 f"app(source) needs a Substrate or a wfsub.Client (or an object with status, data, cases, journal, "
-                f"signal and cancel); {type(source).__name__} has no {name}()"
+                f"signal, update, cancel, retry and fork); {type(source).__name__} has no {name}()"
             )
     if auth is not None and not callable(auth):
         raise TypeError(f"auth must be a function of the request returning True or False, got {auth!r}")
@@ -145,8 +168,8 @@ class _Inspector:
         self.drawings = drawings
         self.redact = redact
         self.page_size = page_size
-        self.counts_at: dict[str | None, tuple[float, dict[str, str]]] = {}  # workflow -> (read again at, counts)
-        self.journals: OrderedDict[str, tuple[str, list[JournalRecord]]] = OrderedDict()
+        self.counts_at: dict[Hashable, tuple[float, dict[str, str]]] = {}  # filters -> (read again at, counts)
+        self.journals: OrderedDict[tuple[str, bool], tuple[str, list[JournalRecord]]] = OrderedDict()
         self.live = Live(self._read_view)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -159,56 +182,78 @@ class _Inspector:
 
     # -- the cases page ------------------------------------------------------------------------------------
 
-    def _list_query(self, request: Request) -> tuple[str | None, str | None, int | None, int]:
+    def _list_query(self, request: Request) -> ListKey:
         q = request.query_params
         state = q.get("state") or None
         if state is not None and state not in STATES:
             raise HTTPException(400, f"state must be one of {', '.join(STATES)}, got {state!r}")
         workflow = q.get("workflow") or None
+        tags = _tag_params(q.getlist("tag"))
+        parent = q.get("parent", "").strip() or None
         before = _int_param(q.get("before"), "before", 1, None)
         limit = _int_param(q.get("limit"), "limit", 1, 500) or self.page_size
-        return state, workflow, before, limit
+        return state, workflow, tags, parent, before, limit
 
-    async def counts(self, workflow: str | None) -> dict[str, str]:
-        """Cases per state (for one workflow or all), capped at COUNT_CAP, shared between requests for a second,
-        or for ten times as long as reading them took (the reads run on the Substrate's event loop: they take at
-        most a tenth of it)."""
+    async def _cases(self, state: str | None, workflow: str | None, tags: Tags, parent: str | None, limit: int,
+                     before: int | None = None) -> list[CaseStatus]:
+        """One page of `cases()` with the filters given (a filter not given is not passed: a source that predates
+        it still answers the others)."""
+        extra: dict[str, Any] = {}
+        if tags:
+            extra["tags"] = dict(tags)
+        if parent is not None:
+            extra["parent"] = parent
+        try:
+            return await _done(self.source.cases(state=state, workflow=workflow, limit=limit, before=before,
+                                                 **extra))
+        except (ValueError, TypeError) as exc:  # a filter the API refuses, with its own message
+            raise HTTPException(400, str(exc)) from None
+
+    async def counts(self, workflow: str | None, tags: Tags = (), parent: str | None = None) -> dict[str, str]:
+        """Cases per state (under the page's filters but its state), capped at COUNT_CAP, shared between requests
+        for a second, or for ten times as long as reading them took (the reads run on the Substrate's event loop:
+        they take at most a tenth of it)."""
         now = time.monotonic()
-        cached = self.counts_at.get(workflow)
+        key = (workflow, tags, parent)
+        cached = self.counts_at.get(key)
         if cached is not None and now < cached[0]:
             return cached[1]
         counts = {}
         for state in STATES:
-            n = len(await _done(self.source.cases(state=state, workflow=workflow, limit=COUNT_CAP + 1)))
+            n = len(await self._cases(state, workflow, tags, parent, COUNT_CAP + 1))
             counts[state] = f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
         took = time.monotonic() - now
-        if len(self.counts_at) > 64:  # one entry per workflow filter seen: keep it bounded
+        if len(self.counts_at) > 64:  # one entry per filter seen: keep it bounded
             self.counts_at.clear()
-        self.counts_at[workflow] = (now + max(COUNTS_TTL, 10 * took), counts)
+        self.counts_at[key] = (now + max(COUNTS_TTL, 10 * took), counts)
         return counts
 
-    async def _list_view(
-        self, key: tuple[str | None, str | None, int | None, int]
-    ) -> tuple[Hashable, dict[str, Any]]:
-        state, workflow, before, limit = key
-        page = await _done(self.source.cases(state=state, workflow=workflow, limit=limit, before=before))
-        counts = await self.counts(workflow)
+    async def _list_view(self, key: ListKey) -> tuple[Hashable, dict[str, Any]]:
+        state, workflow, tags, parent, before, limit = key
+        page = await self._cases(state, workflow, tags, parent, limit, before)
+        counts = await self.counts(workflow, tags, parent)
         rows = [
             {"id": s.case_id, "workflow": s.workflow or "", "state": s.state.value, "at": ", ".join(s.at),
-             "waits": _view.waits_for(s), "started": _view.when(s.started_at), "ended": _view.when(s.ended_at)}
+             "waits": _view.waits_for(s), "started": _view.when(s.started_at), "ended": _view.when(s.ended_at),
+             "tags": _view.tags_text(s.tags)}
             for s in page
         ]
         signature = (tuple(tuple(r.values()) for r in rows), tuple(counts.values()))
         older = page[-1].order if len(page) == limit and page[-1].order else None
+        filters = _query_dict(state, workflow, tags, parent, None, None)
         context = {"rows": rows, "counts": counts, "state": state, "workflow": workflow, "before": before,
-                   "limit": limit, "older": _query(state=state, workflow=workflow, before=older, limit=limit)
-                   if older else None}
+                   "tags": [f"{k}={v}" for k, v in tags], "parent": parent, "limit": limit,
+                   "filtered": bool(state or workflow or tags or parent),
+                   "newest": _query(state, workflow, tags, parent, None, limit),
+                   "by_state": {s: _query(s, workflow, tags, parent, None, None) for s in STATES},
+                   "older": _query(state, workflow, tags, parent, older, limit) if older else None,
+                   "filters": filters}
         return signature, context
 
     async def cases_page(self, request: Request) -> Response:
         key = self._list_query(request)
         signature, context = await self._list_view(key)
-        live = "/events?" + urlencode({"view": "cases", **_query_dict(*key), "sig": sig_hash(signature)})
+        live = "/events?" + urlencode([("view", "cases"), *_query_dict(*key), ("sig", sig_hash(signature))])
         return self._html("cases.html", request, context, live=live)
 
     # -- the case page -------------------------------------------------------------------------------------
@@ -218,49 +263,56 @@ class _Inspector:
         signature = status.model_dump_json()
 
         async def context() -> dict[str, Any]:
-            journal, journal_note = await self._journal(case_id, signature)
+            shown, journal_note = await self._journal(case_id, signature, full_journal)
             fingerprint = None
-            if journal and journal[0].kind == "start":
-                fingerprint = (journal[0].model_extra or {}).get("fingerprint")
-            shown = journal or []
+            if shown and shown[0].kind in ("start", "snapshot"):  # (a compacted journal: its snapshot record)
+                fingerprint = (shown[0].model_extra or {}).get("fingerprint")
+            shown = shown or []
             hidden = 0
-            if not full_journal and len(shown) > JOURNAL_SHOWN + 1:
-                hidden = len(shown) - JOURNAL_SHOWN - 1
-                shown = [shown[0], *shown[-JOURNAL_SHOWN:]]  # the start, then the newest records
+            if not full_journal and len(shown) == JOURNAL_SHOWN + 1:  # the start, then the newest records
+                hidden = max(0, shown[1].seq - shown[0].seq - 1)
             try:  # read after the journal, so that the status is never older than the journal shown with it
                 now = await _done(self.source.status(case_id))
                 data = self.redact(await _done(self.source.data(case_id)))
             except CaseNotFound:
                 now, data = status, None
             diagram, diagram_note = self.drawings.draw(now, fingerprint)
+            signals, updates = self.drawings.names(now, fingerprint)
             return {
                 "status": now, "state": now.state.value, "waits": _view.waits_for(now),
                 "data": _view.json_text(data), "diagram": diagram, "diagram_note": diagram_note,
                 "timeline": _view.timeline(shown, now, self.redact), "hidden": hidden,
-                "journal_note": journal_note, "journal_count": len(journal or []),
+                "refused": _view.refused(now), "tags": _view.tags_text(now.tags),
+                "journal_note": journal_note, "journal_last": shown[-1].seq if shown else None,
                 "full_journal": full_journal, "case_id": case_id,
+                "signal_names": signals, "update_names": updates,
             }
 
         return signature, context
 
-    async def _journal(self, case_id: str, signature: str) -> tuple[list[JournalRecord] | None, str]:
-        """The case's journal (or None and why there is none). `journal()` reads and validates every record
-        (about 30 us each), and a journal only grows with an input, which changes the case's status: so a journal
-        read at the same status is the same journal, and is kept (the newest JOURNALS_KEPT of them)."""
-        kept = self.journals.get(case_id)
+    async def _journal(
+        self, case_id: str, signature: str, full: bool
+    ) -> tuple[list[JournalRecord] | None, str]:
+        """The case's journal as the page shows it: every record (`full`), or the start and the newest
+        JOURNAL_SHOWN (`journal(case_id, newest=)` validates only those); or None and why there is none. A
+        journal only grows with an input, which changes the case's status: so a journal read at the same status
+        is the same journal, and is kept (the newest JOURNALS_KEPT of them)."""
+        key = (case_id, full)
+        kept = self.journals.get(key)
         if kept is not None and kept[0] == signature:
-            self.journals.move_to_end(case_id)
+            self.journals.move_to_end(key)
             return kept[1], ""
         try:
-            journal = await self.source.journal(case_id)
+            journal = await (self.source.journal(case_id) if full
+                             else self.source.journal(case_id, newest=JOURNAL_SHOWN))
         except ValueError as exc:  # a Substrate without a store keeps no journal
             return None, str(exc)
         except CaseNotFound:
             return None, "the store has no journal for this case"
         now = await _done(self.source.status(case_id))
         if now.model_dump_json() == signature:  # else it moved on while it was read
-            self.journals[case_id] = (signature, journal)
-            self.journals.move_to_end(case_id)
+            self.journals[key] = (signature, journal)
+            self.journals.move_to_end(key)
             while len(self.journals) > JOURNALS_KEPT or (
                 len(self.journals) > 1 and sum(len(j) for _, j in self.journals.values()) > JOURNAL_RECORDS_KEPT
             ):
@@ -276,10 +328,10 @@ class _Inspector:
                 raise HTTPException(403, "this inspector is read only: it takes no actions")
             form = await _form(request)
             _check_csrf(request, form.get("csrf", ""))
-            message, failed, code = await self._act(case_id, form)
-            if not failed:  # answered by the page it leads to: a reload does not send it again
-                here = f"{request.scope.get('root_path', '')}/case/{quote(case_id, safe='/')}"
-                return RedirectResponse(f"{here}?{urlencode(_sent(form))}", status_code=303)
+            message, failed, code, lead = await self._act(case_id, form)
+            if not failed and lead is not None:  # answered by the page it leads to: a reload does not send it again
+                here = f"{request.scope.get('root_path', '')}/case/{quote(lead, safe='/')}"
+                return RedirectResponse(f"{here}?{urlencode(_sent(form, case_id))}", status_code=303)
         else:
             message = _sent_message(request.query_params)
         full = request.query_params.get("journal") == "all"
@@ -293,39 +345,60 @@ class _Inspector:
         context.update(message=message, failed=failed, form=form)
         return self._html("case.html", request, context, live=live, status=code)
 
-    async def _act(self, case_id: str, form: dict[str, str]) -> tuple[str, bool, int]:
-        """Do a form's action; (the message to show, whether it was refused, the status code)."""
+    async def _act(self, case_id: str, form: dict[str, str]) -> tuple[str, bool, int, str | None]:
+        """Do a form's action: (the message to show, whether it was refused, the status code, the case whose
+        page it leads to: None to answer on this page, as an update's answer is)."""
         action = form.get("action")
         try:
-            if action == "signal":
+            if action in ("signal", "update"):
                 name = form.get("name", "").strip()
                 if not name:
-                    return "the signal needs a name: type the name the case waits for", True, 400
+                    return f"the {action} needs a name: type one the case takes", True, 400, None
                 text = form.get("payload", "").strip()
                 try:
                     payload = loads_input(text, "the payload") if text else None  # (too deep: a ValueError)
                 except json.JSONDecodeError as exc:
                     return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
-                            'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400
-                await self.source.signal(case_id, name, payload)
-                return "", False, 200
+                            'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400, None
+                if action == "signal":
+                    await self.source.signal(case_id, name, payload)
+                    return "", False, 200, case_id
+                try:
+                    answer = await self.source.update(case_id, name, payload, timeout=UPDATE_WAIT)
+                except TimeoutError:
+                    return (f"update {name!r} sent, but the case has not answered it within {UPDATE_WAIT:g} s; "
+                            "it keeps the update and answers when a wait takes it"), False, 202, None
+                return f"update {name!r} answered: {_view.json_text(self.redact(answer))}", False, 200, None
             if action == "cancel":
                 compensate = form.get("compensate") == "yes"
                 reason = form.get("reason", "").strip() or "cancelled from the inspector"
                 await self.source.cancel(case_id, compensate, reason=reason)
-                return "", False, 200
+                return "", False, 200, case_id
+            if action == "retry":
+                await self.source.retry(case_id)
+                return "", False, 200, case_id
+            if action == "fork":
+                at_text = form.get("at", "").strip()
+                try:
+                    at = int(at_text)
+                except ValueError:
+                    return (f"fork needs the seq of a record of the journal (a whole number) as 'at', got "
+                            f"{at_text!r}"), True, 400, None
+                new_id = form.get("new_case_id", "").strip() or None
+                handle = await self.source.fork(case_id, at=at, new_case_id=new_id)
+                return "", False, 200, handle.case_id
         except CaseNotFound as exc:
-            return str(exc), True, 404
-        except SignalRejected as exc:
-            return str(exc), True, 409
+            return str(exc), True, 404, None
+        except (SignalRejected, CaseExists) as exc:
+            return str(exc), True, 409, None
         except (WfsubError, ValueError, TypeError) as exc:  # a payload too big or not JSON-able, a closed Substrate
-            return str(exc), True, 400
-        return f"unknown action {action!r}: the form sends signal or cancel", True, 400
+            return str(exc), True, 400, None
+        return (f"unknown action {action!r}: the forms send signal, update, cancel, retry or fork"), True, 400, None
 
     # -- live ----------------------------------------------------------------------------------------------
 
     async def _read_view(self, key: Any) -> tuple[Hashable, Callable[[], Awaitable[str]]]:
-        """A feed's reader; the key is ("cases", root, state, workflow, before, limit) or ("case", root, id, all)."""
+        """A feed's reader; the key is ("cases", root, *ListKey) or ("case", root, id, all)."""
         root = key[1]
         if key[0] == "cases":
             signature, context = await self._list_view(key[2:])
@@ -401,14 +474,45 @@ class _Drawings:
 
     def __init__(self, versions: dict[str, list[Term]]) -> None:
         self.versions = versions
+        self.library = {name: terms[-1] for name, terms in versions.items() if terms}  # what start_case and call name
         self._fingerprints: dict[Term, str] = {}
+        self._names: dict[Term, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._drawn: dict[tuple[Term, tuple[str, ...]], tuple[str, str]] = {}
 
     def _fingerprint(self, term: Term) -> str:
         found = self._fingerprints.get(term)
         if found is None:
-            found = self._fingerprints[term] = wfsub.compile(term).fingerprint
+            try:
+                program = wfsub.compile(term, library=self.library)
+            except wfsub.InvalidWorkflow:  # (not one the Substrate would run: it is drawn, but matches no version)
+                self._fingerprints[term] = ""
+                self._names[term] = ((), ())
+                return ""
+            found = self._fingerprints[term] = program.fingerprint
+            self._names[term] = (tuple(sorted(program.signals)), tuple(sorted(program.updates)))
         return found
+
+    def _version(self, status: CaseStatus, fingerprint: str | None) -> tuple[Term | None, bool]:
+        """The term of the version a case runs on (status.version, else its start record's), and whether it is
+        that version (False: the newest one given, standing in for it)."""
+        terms = self.versions.get(status.workflow or "") if status.workflow else None
+        if not terms:
+            return None, False
+        wanted = status.version or fingerprint
+        if wanted is not None:
+            for t in terms:
+                if self._fingerprint(t) == wanted:
+                    return t, True
+        return terms[-1], wanted is None
+
+    def names(self, status: CaseStatus, fingerprint: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the signal names, the update names) the case's version takes; ((), ()) when the app does not hold that
+        version (the form still sends any name: the API's own check answers)."""
+        term, exact = self._version(status, fingerprint)
+        if term is None or not exact:
+            return (), ()
+        self._fingerprint(term)
+        return self._names[term]
 
     def draw(self, status: CaseStatus, fingerprint: str | None) -> tuple[str, str]:
         """(the Mermaid text, a note on what is drawn) for a case; ('', why not) when it cannot be drawn."""
@@ -536,19 +640,29 @@ def _check_csrf(request: Request, sent: str) -> None:
 # -- small helpers -------------------------------------------------------------------------------------------
 
 
-def _sent(form: Mapping[str, str]) -> dict[str, str]:
+def _sent(form: Mapping[str, str], case_id: str) -> dict[str, str]:
     """The query of the page an action that went through leads to: what was sent, never free text to show."""
-    if form.get("action") == "signal":
+    action = form.get("action")
+    if action == "signal":
         return {"sent": "signal", "name": form.get("name", "").strip()[:200]}
+    if action == "retry":
+        return {"sent": "retry"}
+    if action == "fork":
+        return {"sent": "fork", "from": case_id[:200], "at": form.get("at", "").strip()[:20]}
     return {"sent": "cancel", "compensate": "yes" if form.get("compensate") == "yes" else "no"}
 
 
 def _sent_message(query: Mapping[str, str]) -> str:
     """The message the page an action led to shows (built here, so a link cannot make the page say anything)."""
-    if query.get("sent") == "signal" and query.get("name"):
+    sent = query.get("sent")
+    if sent == "signal" and query.get("name"):
         return f"signal {query['name'][:200]!r} sent"
-    if query.get("sent") == "cancel":
+    if sent == "cancel":
         return f"cancel sent ({'with' if query.get('compensate') == 'yes' else 'without'} compensation)"
+    if sent == "retry":
+        return "retried: the case is re-opened at the step that failed"
+    if sent == "fork" and query.get("from") and query.get("at", "").isdigit():
+        return f"forked from case {query['from'][:200]!r} at record {int(query['at'][:20])}"
     return ""
 
 
@@ -585,10 +699,29 @@ def _int_param(text: str | None, name: str, low: int, high: int | None) -> int |
     return value
 
 
-def _query_dict(state: str | None, workflow: str | None, before: int | None, limit: int | None) -> dict[str, Any]:
-    given = {"state": state, "workflow": workflow, "before": before, "limit": limit}
-    return {k: v for k, v in given.items() if v is not None}
+def _tag_params(given: list[str]) -> Tags:
+    """The `tag=key=value` filters of the list (several: every pair must hold), sorted (one key per view)."""
+    tags: dict[str, str] = {}
+    for text in given:
+        text = text.strip()
+        if not text:
+            continue
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise HTTPException(400, f"tag must be key=value (e.g. tag=customer=ana), got {text!r}")
+        tags[key.strip()] = value.strip()
+    return tuple(sorted(tags.items()))
 
 
-def _query(**given: Any) -> str:
-    return urlencode(_query_dict(**given))
+def _query_dict(
+    state: str | None, workflow: str | None, tags: Tags, parent: str | None, before: int | None, limit: int | None
+) -> list[tuple[str, Any]]:
+    given = [("state", state), ("workflow", workflow), *(("tag", f"{k}={v}") for k, v in tags),
+             ("parent", parent), ("before", before), ("limit", limit)]
+    return [(k, v) for k, v in given if v is not None]
+
+
+def _query(
+    state: str | None, workflow: str | None, tags: Tags, parent: str | None, before: int | None, limit: int | None
+) -> str:
+    return urlencode(_query_dict(state, workflow, tags, parent, before, limit))

@@ -9,7 +9,7 @@ the number of feeds is bounded (`max_feeds`: a stream beyond it is refused with 
 without live updates).
 
 A read runs on the event loop the Substrate runs on, so a view that takes long to read (a case with a long
-journal: `journal()` reads it whole) is read less often, waiting twice as long as its last read took: the
+journal read whole with ?journal=all) is read less often, waiting twice as long as its last read took: the
 inspector takes at most a third of the loop per watched view.
 
 Polling is the watchers' own work: the first to arrive polls, and when it leaves another takes over, so the app

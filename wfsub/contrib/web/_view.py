@@ -39,6 +39,11 @@ def cut(text: str) -> str:
     return f"{text[:TEXT_LIMIT]}\n... ({len(text) - TEXT_LIMIT:,} more characters)"
 
 
+def tags_text(tags: dict[str, str]) -> str:
+    """A case's tags in one short line: key=value, comma separated, in key order."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(tags.items()))
+
+
 def waits_for(status: CaseStatus) -> str:
     """What a case waits for now: its signals, its effects in flight, its armed timers (with their due times)."""
     parts = [f"signal {name}" for name in status.signals]
@@ -68,6 +73,15 @@ class Entry:
     pending: bool = False
 
 
+def refused(status: CaseStatus) -> list[Entry]:
+    """The inputs the case's owner refused (the latest ten, newest first), as timeline entries."""
+    return [
+        Entry("", when(r.time), "refused", f"refused {r.kind}" + (f" {r.name}" if r.name else "")
+              + (f" (request {r.request_id})" if r.request_id else ""), error=r.reason)
+        for r in status.refused
+    ]
+
+
 def _redacted(redact: Redact, value: Any) -> Any:
     return value if value is None else redact(value)
 
@@ -91,7 +105,14 @@ def _entry(r: JournalRecord, redact: Redact) -> Entry:
         title = f"started {x.get('workflow') or 'a workflow'} (version {str(x.get('fingerprint', ''))[:12]})"
         if x.get("deadline") is not None:
             title += f", deadline {when(x['deadline'])}"
+        forked = x.get("forked_from")
+        if isinstance(forked, dict):
+            title += f", forked from {forked.get('case_id')} at record {forked.get('seq')}"
         return Entry(seq, time, kind, title, json_text(_redacted(redact, x.get("data"))))
+    if kind == "snapshot":  # a compaction: the records before it were replaced by the state they led to
+        title = (f"compacted: the records before seq {seq} were replaced by a snapshot of the case (version "
+                 f"{str(x.get('fingerprint', ''))[:12]})")
+        return Entry(seq, time, kind, title, json_text(_redacted(redact, (x.get("start") or {}).get("data"))))
     if kind == "signal":
         payload = x.get("payload")
         return Entry(seq, time, kind, f"signal {x.get('name')}",
@@ -109,6 +130,15 @@ def _entry(r: JournalRecord, redact: Redact) -> Entry:
     if kind == "cancel":
         how = "with compensation" if x.get("compensate", True) else "without compensation"
         return Entry(seq, time, kind, f"cancel {how}: {_redacted(redact, x.get('reason'))}")
+    if kind == "retry":
+        title = f"retried (run {x.get('run')})"
+        if x.get("ended") is not None:
+            title += f": the end at record {x.get('ended')} is dropped"
+        redo = x.get("redo") or []
+        if redo:
+            title += f"; the effect outcome{'s' if len(redo) > 1 else ''} at record{'s' if len(redo) > 1 else ''} " \
+                     f"{', '.join(str(r) for r in redo)} run again"
+        return Entry(seq, time, kind, title)
     if kind == "version":
         return Entry(seq, time, kind, f"migrated from version {str(x.get('from'))[:12]} to {str(x.get('to'))[:12]}")
     if kind == "end":

@@ -145,9 +145,6 @@ FROM cases WHERE case_id = $1;
 UPDATE journal SET record = $2
 WHERE case_id = $1 AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = $1 AND seq > 0);
 
--- name: journal_start
-SELECT record FROM journal WHERE case_id = $1 AND seq = 0;
-
 -- name: journal_after
 SELECT record FROM journal WHERE case_id = $1 AND seq > $2 ORDER BY seq;
 
@@ -237,6 +234,48 @@ SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = $1;
 -- name: program_newest
 -- The newest registered version of a workflow.
 SELECT fingerprint, workflow, summary FROM programs WHERE workflow = $1 ORDER BY program_order DESC LIMIT 1;
+
+-- name: compact_group
+-- One compacting write of a case: `write_group`'s write (which appends its `snapshot` record at seq $29, fenced
+-- as any write), then, only if it was applied, the case's records and snapshots before that seq are deleted, in
+-- the same statement and so the same transaction. $30 is the group's commit token, as `write_group`'s last.
+WITH written AS (
+    SELECT status, appended, info, at_seq, cur_owner, cur_epoch
+    FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                    $22, $23, $24, $25, $26, $27, $28, $30)
+), gone AS (
+    DELETE FROM journal WHERE case_id = $2 AND seq < $29::bigint AND (SELECT status FROM written) = 'ok'
+    RETURNING 1
+), gone_snapshots AS (
+    DELETE FROM snapshots WHERE case_id = $2 AND seq < $29::bigint AND (SELECT status FROM written) = 'ok'
+    RETURNING 1
+)
+SELECT status, appended, info, at_seq, cur_owner, cur_epoch FROM written;
+
+-- name: journal_first
+-- The first record a case's journal keeps: its `start` (seq 0), or after a compaction its `snapshot` record.
+SELECT record FROM journal WHERE case_id = $1 ORDER BY seq LIMIT 1;
+
+-- name: journal_first_seq
+-- The seq of the first record a case's journal keeps (NULL: no such case).
+SELECT min(seq) FROM journal WHERE case_id = $1;
+
+-- name: start_group
+-- `write_group` for a write carrying a `start` record: refused as a seq 0 written twice when the case exists (a
+-- compaction removes its seq 0, never its row); write_case is not run then (a one-time filter), so the group's
+-- commit token (on its first write) is recorded here instead.
+WITH token AS (
+    INSERT INTO commits (token, at) SELECT $29::text, db_now()
+    WHERE $29::text IS NOT NULL AND EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+    RETURNING 1
+)
+SELECT status, appended, info, at_seq, cur_owner, cur_epoch
+FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                $22, $23, $24, $25, $26, $27, $28, $29)
+WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+UNION ALL
+SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
+WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2);
 
 -- name: schedule_register
 -- A schedule's registration: the newest wins; a new one starts at $3. Returns the row as it is now.

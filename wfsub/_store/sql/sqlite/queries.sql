@@ -162,10 +162,6 @@ SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at
        tags, forked_from
 FROM cases WHERE case_id = :case_id;
 
--- name: journal_start
--- The `start` record of a case (seq 0).
-SELECT record FROM journal WHERE case_id = :case_id AND seq = 0;
-
 -- name: journal_start_replace
 -- Replace the `start` record of a case whose journal holds nothing else (a queued case just claimed).
 UPDATE journal SET record = :record
@@ -259,6 +255,31 @@ SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_
 -- name: inbox_any
 -- Whether any input waits in the inbox (one step into the partial index inbox_pending).
 SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
+
+-- name: journal_first
+-- The first record a case's journal keeps: its `start` (seq 0), or after a compaction its `snapshot` record.
+SELECT record FROM journal WHERE case_id = :case_id ORDER BY seq LIMIT 1;
+
+-- name: journal_first_seq
+-- The seq of the first record a case's journal keeps (NULL: no such case).
+SELECT min(seq) FROM journal WHERE case_id = :case_id;
+
+-- name: journal_compact
+-- A compaction: the records before the case's new `snapshot` record go, in the transaction that appends it.
+DELETE FROM journal WHERE case_id = :case_id AND seq < :seq;
+
+-- name: snapshots_compact
+-- A compaction: the snapshots taken before the case's new `snapshot` record go with the records they precede.
+DELETE FROM snapshots WHERE case_id = :case_id AND seq < :seq;
+
+-- name: case_exists
+-- Whether the store holds a case with this id: a `start` record for it is refused (after a compaction its seq 0
+-- is gone, its row is not).
+SELECT 1 FROM cases WHERE case_id = :case_id;
+
+-- name: cases_existing
+-- Which of a group's starting cases (a JSON array of ids) the store holds already.
+SELECT case_id FROM cases WHERE case_id IN (SELECT value FROM json_each(:ids));
 
 -- name: schedule_register
 -- A schedule's registration: the newest wins; a new one starts at :first_slot.
