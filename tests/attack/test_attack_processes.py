@@ -30,6 +30,7 @@ from wfsub import (
     Substrate,
     SubstrateClosed,
     WfsubError,
+    Workflow,
     seq,
     wait,
 )
@@ -505,3 +506,30 @@ async def test_a_client_sees_a_case_it_queued_from_queued_to_started_and_gets_it
             return (await client.status("w")).state in (CaseState.RUNNING, CaseState.WAITING_SIGNAL)
 
         await until(w_started)
+
+
+class Loan(BaseModel):
+    amount: int
+    note: str | None = None
+
+
+LOANS = {"f": Workflow(TWO_WAITS, input=Loan)}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a start's data is compared as journaled: the owner journals the input model's dump (defaults filled in) and "
+    "keeps what was sent only for a start a Client queued, so a Client's retry of an owner's start, or the "
+    "owner's retry of a start a Client queued, with the very same data, is refused as 'other start data' "
+    "(wfsub/_runtime/_outside.py:185 same_start, wfsub/_runtime/_substrate.py _same_start)"))
+@pytest.mark.parametrize("first", ["owner", "client"])
+async def test_a_start_retried_through_the_other_door_with_the_same_data_is_the_same_case(
+    first: str, tmp_path: Path
+) -> None:
+    """new_case(case_id=K) with the same data, made once by the owner and once by a Client (either first),
+    gives one case, although the input model fills in a default."""
+    path = str(tmp_path / "c.db")
+    async with Substrate(store=path, workflows=LOANS) as sub, Client(path) as client:
+        callers: list[Any] = [sub, client] if first == "owner" else [client, sub]
+        for caller in callers:
+            assert (await caller.new_case("f", {"amount": 7}, case_id="k")).case_id == "k"
+        assert [r.kind for r in await sub.journal("k")][:1] == ["start"]
