@@ -205,7 +205,7 @@ async def test_a_clients_calls_in_an_outage_fail_naming_the_case_and_what_was_be
     try:
         async with Substrate(store=PostgresStore(dsn, schema=schema), workflows={"f": TWO_WAITS},
                              node_id="owner"), Client(
-            PostgresStore(proxy.dsn, schema=schema, retry_for=1, connect_timeout=0.5)
+            PostgresStore(proxy.dsn, schema=schema, retry_for=0.5, connect_timeout=0.25)
         ) as client:
             await client.new_case("f", {}, case_id="a")
             proxy.down()
@@ -552,3 +552,11 @@ async def test_the_commands_refusals_name_commands_not_python_calls(tmp_path: Pa
         said.append(ran.stderr)
     for words in said:
         assert "(case_id)" not in words and "signal()" not in words, words
+
+
+async def test_a_client_on_a_mistyped_path_says_so_and_creates_no_store(tmp_path: Path) -> None:
+    """Client("lons.db") where no store is raises StoreError saying so, and leaves no empty store behind."""
+    with pytest.raises(StoreError, match="no store file here"):
+        async with Client(str(tmp_path / "lons.db")):
+            pass
+    assert os.listdir(tmp_path) == []

@@ -56,7 +56,7 @@ class Client:
     def __init__(self, store: Any, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD) -> None:
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
             raise ValueError(f"max_payload_bytes must be an int >= 1, got {max_payload_bytes!r}")
-        opened = _open_store(store)
+        opened = _open_store(store, existing=True)  # a mistyped path is an error, not a new empty store
         if opened is None:
             raise ValueError(
                 "a Client needs a store: pass a path or sqlite:///path, postgresql://..., or a store object (a "
