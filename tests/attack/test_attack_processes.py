@@ -54,12 +54,16 @@ async def until(predicate: Any) -> None:
 
 
 @contextmanager
-def owner_process(path: Path, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    """The owning Substrate of the loan service in a child process on a SQLite file (it printed `ready`)."""
+def owner_process(path: Path, tmp_path: Path, module: str = "tests.processes._owner") -> Iterator[
+    subprocess.Popen[str]
+]:
+    """An owning Substrate in a child process on a SQLite file (it printed `ready`): the loan service's by
+    default, killed at the end if the test has not already."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOANS_LOG": str(tmp_path / "runs.jsonl")}
+    args = ["sqlite", str(path)] if module == "tests.processes._owner" else [str(path)]
     errors = tmp_path / "owner.err"
     with errors.open("w") as err, subprocess.Popen(
-        [sys.executable, "-m", "tests.processes._owner", "sqlite", str(path)], cwd=ROOT, env=env,
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
     ) as child:
         assert child.stdout is not None and child.stdin is not None
@@ -560,3 +564,27 @@ async def test_a_client_on_a_mistyped_path_says_so_and_creates_no_store(tmp_path
         async with Client(str(tmp_path / "lons.db")):
             pass
     assert os.listdir(tmp_path) == []
+
+
+async def test_a_standbys_update_sent_as_its_owner_dies_is_answered_once_after_the_takeover(tmp_path: Path) -> None:
+    """An update a standby sends right after the owner is SIGKILLed is answered once the standby owns the file;
+    the same request id again gets the same answer and journals nothing more."""
+    from ._update_owner import ADDING
+
+    path = tmp_path / "u.db"
+    with owner_process(path, tmp_path, "tests.attack._update_owner") as owner:
+        async with Substrate(store=str(path), workflows={"adding": ADDING}) as sub:
+            assert sub.standby
+            await sub.new_case("adding", {}, case_id="a")
+
+            async def waits() -> bool:
+                return sub.status("a").signals == ("add",)
+
+            await until(waits)
+            os.kill(owner.pid, signal.SIGKILL)
+            owner.wait(timeout=60)
+            with anyio.fail_after(60):
+                assert await sub.update("a", "add", {"n": 4}, request_id="u1") == {"total": 40}
+                assert await sub.update("a", "add", {"n": 4}, request_id="u1") == {"total": 40}
+            assert not sub.standby
+            assert [r.kind for r in await sub.journal("a")] == ["start", "signal"]
