@@ -537,6 +537,10 @@ class StartCase(Term):
     wait: Any = True
     into: Any = None
     on_parent_cancel: Any = "cancel"
+    _added = ("queue", "priority", "dedup")
+    queue: Any = None  # the child is started through this queue of the Substrate's `queues=`
+    priority: Any = None  # its priority there (None: 0)
+    dedup: Any = None  # its dedup key there
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
@@ -925,6 +929,9 @@ def start_case(
     wait: bool = True,
     into: str | None = None,
     on_parent_cancel: str = "cancel",
+    queue: str | None = None,
+    priority: int | None = None,
+    dedup: str | None = None,
 ) -> Term:
     """Start a child case of the registered workflow `workflow`, with the start data `data(ctx)` (None: none).
 
@@ -934,9 +941,11 @@ def start_case(
     itself); a failed child fails the step with CaseFailed (a cancelled one with CaseCancelled). `wait=False`:
     the child's id is stored `into` (default "child") and the parent goes on. `on_parent_cancel="cancel"`: a
     parent cancelled (or the step withdrawn) while it waits cancels the child, with compensation; `"abandon"`
-    leaves it running.
+    leaves it running. `queue=` (a queue of the Substrate's `queues=`), `priority=`, `dedup=`: the child goes
+    through that queue as `new_case(..., queue=, priority=, dedup=)` would start it (a queued child waits there;
+    a dedup key held by a live case of the queue fails the step with CaseExists).
     """
-    return StartCase(workflow, data, case_id, wait, into, on_parent_cancel)
+    return StartCase(workflow, data, case_id, wait, into, on_parent_cancel, queue, priority, dedup)
 
 
 def signal_case(

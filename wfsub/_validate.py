@@ -782,6 +782,15 @@ def _check_start_case(c: _Checker, t: StartCase, path: str) -> None:
         c.add(path, f"start_case wait= must be True (wait for the child's end) or False (go on), got {t.wait!r}")
     if t.into is not None and (not isinstance(t.into, str) or not t.into):
         c.add(path, f"start_case into= must be a non-empty str (a key of the data) or None, got {t.into!r}")
+    if t.queue is not None and (not isinstance(t.queue, str) or not t.queue):
+        c.add(path, f"start_case queue= must be the name of a queue (a non-empty str) or None, got {t.queue!r}")
+    if t.priority is not None and (isinstance(t.priority, bool) or not isinstance(t.priority, int)):
+        c.add(path, f"start_case priority= must be an int (lower starts first) or None, got {t.priority!r}")
+    if t.dedup is not None and (not isinstance(t.dedup, str) or not t.dedup):
+        c.add(path, f"start_case dedup= must be a non-empty str or None, got {t.dedup!r}")
+    if t.queue is None and (t.priority is not None or t.dedup is not None):
+        c.add(path, f"start_case({t.workflow!r}): priority= and dedup= apply to a child started through a queue: "
+                    "pass queue='name' too")
     if t.on_parent_cancel not in ("cancel", "abandon"):
         c.add(
             path,

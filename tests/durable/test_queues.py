@@ -351,3 +351,137 @@ async def test_a_queued_cases_timeout_counts_from_its_start(kind: str, tmp_path:
         await clock.advance(1)
         with pytest.raises(CaseCancelled, match="timeout"):
             await sub.await_case("bounded")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_case_claimed_by_a_process_killed_before_starting_it_is_started_once_by_another_node(
+    kind: str, tmp_path: Path
+) -> None:
+    """A process with a random node id SIGKILLed between claiming a queued case and writing its start: a node with
+    another id takes the claim over and starts the case exactly once (SQLite: the next owner; Postgres: two live
+    nodes, once the dead node's lease has run out)."""
+    import sys
+    import uuid
+
+    import anyio
+
+    from ._util import ROOT
+
+    if kind == "sqlite":
+        spec = str(tmp_path / "cases.db")
+        stores: list[Any] = [spec]
+    else:
+        from wfsub.stores import PostgresStore
+
+        from ..stores import _pg
+
+        if not _pg.ENABLED:
+            pytest.skip(_pg.SKIP_REASON)
+        dsn, schema = _pg.database_dsn(), _pg.new_schema()
+        spec = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}&lease_seconds=0.5"
+        stores = [PostgresStore(dsn, schema=schema), PostgresStore(dsn, schema=schema)]
+    done = await anyio.run_process([sys.executable, "-m", "tests.durable._queue_child", spec, "orphan"], cwd=ROOT,
+                                   check=False)
+    assert done.returncode == -9, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().startswith("claimed orphan doomed-"), done.stdout
+    queues = {"q": Queue(concurrency=1)}
+    nodes = [Substrate(store=s, workflows=WORKFLOWS, queues=queues, node_id=f"live-{uuid.uuid4().hex[:8]}")
+             for s in stores]
+    async with nodes[0] as first:
+        if len(nodes) > 1:
+            await nodes[1].__aenter__()
+        try:
+            with anyio.fail_after(60):  # a bound against a hang (never recovered), not an expected time
+                assert await first.await_case("orphan") == {"k": 1, "ran": True}
+            journal = await first.journal("orphan")
+            assert [r.kind for r in journal].count("start") == 1 and journal[-1].kind == "end"
+            item = first._queues.item("orphan")
+            assert item is not None and item.node in {n._owner for n in nodes}
+        finally:
+            if len(nodes) > 1:
+                await nodes[1].__aexit__(None, None, None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cases_lists_queued_cases_first_and_pages_across_queued_and_started(kind: str, tmp_path: Path) -> None:
+    """cases() without a state lists queued cases (newest queued first) before the started ones, and paging with
+    before= at every page size goes through both without losing or repeating a case; filters apply to both."""
+    clock = VirtualClock(start=T0)
+    async with substrate(kind, tmp_path, clock, {"mail": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", case_id="x", tags={"t": "1"})
+        await sub.new_case("waits", queue="mail", case_id="a")
+        await clock.advance(5)
+        assert sub.status("a").state == "waiting_signal"
+        await sub.new_case("waits", case_id="y")
+        await sub.new_case("job", queue="mail", case_id="b", tags={"t": "1"})
+        await sub.new_case("job", queue="mail", case_id="c")
+        assert [s.case_id for s in sub.cases()] == ["c", "b", "y", "a", "x"]
+        for size in (1, 2, 3, 4):
+            listed: list[str] = []
+            before = None
+            while page := sub.cases(limit=size, before=before):
+                listed += [s.case_id for s in page]
+                before = page[-1].order
+            assert listed == ["c", "b", "y", "a", "x"], size
+        assert [s.case_id for s in sub.cases(tags={"t": "1"})] == ["b", "x"]
+        assert [s.case_id for s in sub.cases(state="queued")] == ["c", "b"]
+        assert [s.case_id for s in sub.cases(workflow="job")] == ["c", "b"]
+        assert [s.case_id for s in sub.cases(state="queued", before=sub.status("c").order)] == ["b"]
+        assert [s.case_id for s in sub.cases(state="queued", before=sub.status("b").order)] == []
+        assert [s.case_id for s in sub.cases(started_after=0)] == ["y", "a", "x"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_queued_case_keeps_its_tags_through_its_queue(kind: str, tmp_path: Path) -> None:
+    """new_case(tags=, queue=) is accepted: the queued case shows and is listed by its tags, and keeps them in its
+    status and start record once it has left the queue (also when a restarted Substrate starts it)."""
+    clock = VirtualClock(start=T0)
+    make = store_maker(kind, tmp_path)
+    async with Substrate(store=make(), clock=clock, workflows=WORKFLOWS, queues={"mail": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", queue="mail", case_id="blocker")
+        await sub.new_case("job", {"n": 1}, queue="mail", case_id="tagged", tags={"customer": "c-17"})
+        await clock.advance(5)
+        assert sub.status("tagged").state == "queued" and sub.status("tagged").tags == {"customer": "c-17"}
+        assert [s.case_id for s in sub.cases(tags={"customer": "c-17"})] == ["tagged"]
+        if kind == "none":
+            await sub.signal("blocker", "go")
+            assert await sub.await_case("tagged") == {"n": 1, "ran": True}
+            assert sub.status("tagged").tags == {"customer": "c-17"}
+            return
+    async with Substrate(store=make(), clock=clock, workflows=WORKFLOWS, queues={"mail": Queue(concurrency=1)}) as sub:
+        await clock.advance(5)
+        assert sub.status("tagged").state == "queued"
+        await sub.signal("blocker", "go")
+        assert await sub.await_case("tagged") == {"n": 1, "ran": True}
+        assert sub.status("tagged").tags == {"customer": "c-17"}
+        assert [s.case_id for s in sub.cases(tags={"customer": "c-17"})] == ["tagged"]
+        assert (await sub.journal("tagged"))[0].model_dump()["tags"] == {"customer": "c-17"}
+
+
+async def test_a_clients_cases_lists_queued_cases_first_and_pages_across_both(tmp_path: Path) -> None:
+    """A wfsub.Client's cases() without a state lists the queued cases (with their tags) before the started ones,
+    and paging with before= goes through both without losing or repeating a case."""
+    db = str(tmp_path / "cases.db")
+    async with Substrate(store=db, workflows=WORKFLOWS, queues={"mail": Queue(concurrency=1)}) as sub:
+        await sub.new_case("waits", case_id="x")
+        await sub.new_case("waits", queue="mail", case_id="a")
+        await eventually_state(sub, "a", "waiting_signal")
+        await sub.new_case("job", queue="mail", case_id="b", tags={"t": "1"})
+        await sub.new_case("job", queue="mail", case_id="c")
+        async with wfsub.Client(db) as client:
+            assert [s.case_id for s in await client.cases()] == ["c", "b", "a", "x"]
+            listed: list[str] = []
+            before = None
+            while page := await client.cases(limit=1, before=before):
+                listed += [s.case_id for s in page]
+                before = page[-1].order
+            assert listed == ["c", "b", "a", "x"]
+            assert [s.case_id for s in await client.cases(tags={"t": "1"})] == ["b"]
+            c_order = (await client.status("c")).order
+            assert [s.case_id for s in await client.cases(state="queued", before=c_order)] == ["b"]
+
+
+async def eventually_state(sub: Substrate, case_id: str, state: str) -> None:
+    from ._util import eventually
+
+    await eventually(lambda: sub.status(case_id).state == state)

@@ -129,13 +129,3 @@ async def test_delete_without_a_store() -> None:
         await sub.delete("a")
         with pytest.raises(CaseNotFound):
             sub.status("a")
-
-
-async def test_tags_and_a_queue_are_refused_together(tmp_path: Path) -> None:
-    """A queued case keeps no tags: new_case(tags=..., queue=...) is refused naming both, nothing is written."""
-    from wfsub import Queue
-
-    async with Substrate(store=str(tmp_path / "s.db"), workflows=WORKFLOWS, queues={"q": Queue(concurrency=1)}) as sub:
-        with pytest.raises(ValueError, match="a case started on queue 'q' takes no tags"):
-            await sub.new_case("flow", case_id="x", tags={"a": "b"}, queue="q")
-        assert sub.cases() == []

@@ -32,8 +32,12 @@ failure of the step with `CaseFailed` (the child failed) or `CaseCancelled` (the
 step (the parent or the step's region is cancelled, a failure elsewhere withdraws it, `terminate()`) cancels the
 child, with compensation; `"abandon"` leaves it running. A Substrate closing or a case leaving this node is not a
 withdrawal: the step stays in flight in the store and the child runs on. The child's cancel is sent when the
-parent's step is withdrawn; a process that dies between the two leaves the child running (cancel it by hand, or
-find it with `cases(parent=)`).
+parent's step is withdrawn. A child the parent waits for with "cancel" says so in its `start` record
+(`cancel_with_parent`), so when a process dies after the parent ended (cancelled, failed, terminated) and before
+the child's cancel was sent, the next Substrate to open the store cancels the child, with compensation, once (its
+request id is fixed: `{parent}:ended:cancel:{child}`). Not covered: a parent that lives on after its waiting step
+was withdrawn (a region cancelled) when the process dies before the child's cancel: that child runs on (find it
+with `cases(parent=)`). A child queued (`start_case(..., queue=)`) is cancelled in its queue.
 
 Transient store trouble (StoreError) while starting, signalling or waiting is retried with a capped backoff on
 the Substrate's clock; a Substrate that closes meanwhile leaves the step in flight, to be attempted again.
@@ -56,9 +60,12 @@ from .._errors import (
     WfsubError,
     not_our_child,
     outbound_value,
+    unknown_name,
 )
 from .._outbound import Outbound
-from .._terms import SignalCase, StartCase
+from .._program import EffectSpec, Program
+from .._store import Store
+from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
 from .._vm._records import InstanceFrame
 from ._status import CaseStatus
@@ -67,6 +74,7 @@ if TYPE_CHECKING:
     from .._store import Store
     from .._vm import EffectRequest
     from ._case import CaseActor
+    from ._registry import Workflows
     from ._substrate import Substrate
 
 _log = get_logger("wfsub.runtime")
@@ -113,15 +121,35 @@ def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
     if store is None:
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found[:CHILDREN_SHOWN])}) if found else status
-    if sub._phase != "open":  # closed: its store is too; what it read last stands (status() works after close)
+    if sub._phase != "open" or not _may_start_children(sub, status):
+        # closed (its store is too: what it read last stands), or a version with no start_case: nothing to read
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found)}) if found else status
-    rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+    try:
+        rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+    except StoreError as exc:  # the store is away: the status of a case in memory still answers, with what was read
+        _log.warning("cannot list a case's children; its status shows those read before", case_id=status.case_id,
+                     error=str(exc))
+        found = sub._children.get(status.case_id)
+        return status.model_copy(update={"children": tuple(found)}) if found else status
     if not rows:
         return status
     children = tuple(row.case_id for row in reversed(rows))
     sub._children[status.case_id] = list(children)  # (kept for a status read after the Substrate closed)
     return status.model_copy(update={"children": children})
+
+
+def starts_children(program: Program) -> bool:
+    """Whether a program has a `start_case` step (one that has none never has children to list)."""
+    return any(isinstance(c, EffectSpec) and isinstance(c.fn, Outbound) and isinstance(c.fn.term, StartCase)
+               for c in program.consts)
+
+
+def _may_start_children(sub: Substrate, status: CaseStatus) -> bool:
+    """False only when the case's version is known here and has no `start_case` (a case of an unknown version, or
+    of a term started without a name, is read: the store decides)."""
+    found = sub._workflows.by_fingerprint.get(status.version) if status.version is not None else None
+    return found is None or starts_children(found[1])
 
 
 async def stored_children(store: Store, status: CaseStatus) -> CaseStatus:
@@ -180,9 +208,13 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         # Shielded: a withdrawal while the start is being written waits for it, so the child it may cancel exists.
         with anyio.CancelScope(shield=True):
             try:
-                await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent)
-            except CaseExists:
+                await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent, queue=t.queue,
+                                   priority=t.priority or 0, dedup=t.dedup,
+                                   _cancel_with_parent=t.wait is True and t.on_parent_cancel == "cancel")
+            except CaseExists as exc:
                 found, other = _existing(sub, child_id)
+                if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
+                    raise
                 if other != parent:
                     raise not_our_child(child_id, parent, req.path, other) from None
 
@@ -202,6 +234,28 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
             await _cancel_child(actor, req, sub, child_id)
         raise
     return result if t.into is None else {t.into: result}
+
+
+def check_child_queues(workflows: Workflows, queues: Mapping[str, object]) -> None:
+    """Every `start_case(..., queue=)` of the registered workflows (each version, and the library) names a queue of
+    the Substrate's `queues=`: else ValueError naming the workflow, the step's path and the queues there are."""
+    roots: list[tuple[str, Term]] = []
+    for name, programs in workflows.versions.items():
+        roots += [(f"workflows[{name!r}]", p.term) for p in programs]
+    roots += [(f"library[{n!r}]", t) for n, t in workflows.library.items() if n not in workflows.versions]
+    seen: set[int] = set()
+    for where, root in roots:
+        stack: list[tuple[str, Any]] = [(root.kind, root)]
+        while stack:
+            path, term = stack.pop()
+            if not isinstance(term, Term) or id(term) in seen:
+                continue
+            seen.add(id(term))
+            if isinstance(term, StartCase) and isinstance(term.queue, str) and term.queue not in queues:
+                raise unknown_name("queue", term.queue, queues, fix=(
+                    f"start_case({term.workflow!r}) at {where} {path} starts its child on it: add it to "
+                    "Substrate(queues={name: Queue()}), or name a queue there"))
+            stack += [(child_path(path, selector, child), child) for selector, child in children(term)]
 
 
 def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
@@ -228,6 +282,54 @@ async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Substrate, ch
                              request_id=f"{actor.case_id}:{req.effect_id}:{req.path}:cancel")
         except WfsubError as exc:  # (ended already, or the store is out: it is logged, the parent goes on)
             _log.info("child not cancelled", case_id=actor.case_id, child=child_id, error=str(exc))
+
+
+async def cancel_children_of_ended(sub: Substrate, store: Store) -> None:
+    """Cancel (with compensation) the live children whose parent has ended although it waited for them with
+    `on_parent_cancel="cancel"` (`cancel_with_parent` in their `start` record): the parent's own cancel of the
+    child was lost with the process that ended the parent. Run when a Substrate opens its store; the cancel's
+    request id makes it apply once, however many nodes send it."""
+    try:
+        found: list[tuple[str, str, bool | None]] = [(c, p, None) for c, p in await store.children_of_ended()]
+        found += await _queued_children_of_ended(store)
+    except StoreError as exc:  # looked for again when the Substrate next opens
+        _log.error("could not look for the children of ended cases", error=str(exc))
+        return
+    for child_id, parent, flagged in found:
+        try:
+            if flagged is None:
+                journal = await store.journal(child_id)
+                first = journal[0] if journal else {}
+                start = (first.get("start") or {}) if first.get("kind") == "snapshot" else first  # (compacted)
+                flagged = bool(start.get("cancel_with_parent"))
+            if not flagged:
+                continue  # not waited for (wait=False), or abandoned with its parent (on_parent_cancel="abandon")
+            row = await store.row(parent)
+            ended = "was cancelled" if row is None or row.state == "cancelled" else f"ended {row.state}"
+            _log.warning("cancelling a child whose parent ended before cancelling it", case_id=child_id,
+                         parent=parent)
+            await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {ended}",
+                             request_id=f"{parent}:ended:cancel:{child_id}")
+        except WfsubError as exc:  # (ended meanwhile, or the store is out: the next open looks again)
+            _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
+
+
+async def _queued_children_of_ended(store: Store) -> list[tuple[str, str, bool | None]]:
+    """(child id, parent id, True) of the queued children (`start_case(..., queue=)`) waited for with "cancel"
+    whose parent has ended."""
+    found: list[tuple[str, str, bool | None]] = []
+    before: int | None = None
+    while True:
+        items = store.read_queue_items(state="queued", limit=1000, before=before)
+        for item in items:
+            parent = item.start.get("parent")
+            if isinstance(parent, str) and item.start.get("cancel_with_parent"):
+                row = await store.row(parent)
+                if row is not None and row.ended_at is not None:
+                    found.append((item.case_id, parent, True))
+        if len(items) < 1000:
+            return found
+        before = items[-1].order
 
 
 async def _signal_case(actor: CaseActor, req: EffectRequest, t: SignalCase, ctx: Mapping[str, Any]) -> Any:

@@ -35,7 +35,7 @@ from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside
 from ._persist import status_of
-from ._queues import Queue, check_queued, queued_listing, queued_status
+from ._queues import QUEUED_ORDER, Queue, check_queued, queued_page, queued_start, queued_status
 from ._status import CaseState, CaseStatus
 from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
 
@@ -128,7 +128,6 @@ class Client:
         Substrate registered)."""
         door = self._door("start a case")
         case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
-        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
             specs = await self._store.queue_specs()
             wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,
@@ -160,8 +159,7 @@ class Client:
         if queue is not None:
             journaled, _ = as_journaled(dict(start_data or {}), "data", self._max_payload)
             item = QueueItem(case_id, queue, partition, priority, dedup,
-                             {"workflow": name, "data": journaled, "timeout": timeout, "seed": seed}, now + wait_for,
-                             now)
+                             queued_start(name, journaled, timeout, seed, case_tags), now + wait_for, now)
             await self._store.queue_put(item)  # CaseExists: the id is taken, or a live case holds the dedup key
             return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout
@@ -265,12 +263,16 @@ class Client:
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
-        if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
-            items = self._store.read_queue_items(state="queued", limit=limit)
-            return queued_listing(items, workflow, {**filters, "parent": parent})
-        rows = await self._store.cases(state=state, workflow=workflow, limit=limit, before=before, parent=parent,
-                                       **filters)
-        return [status_of(row, _no_redaction) for row in rows]
+        store = self._store
+        queued = queued_page(lambda n, below: store.read_queue_items(state="queued", limit=n, before=below), state,
+                             workflow, limit, before, {**filters, "parent": parent})
+        if state == CaseState.QUEUED.value or len(queued) == limit:
+            return queued
+        if before is not None and before > QUEUED_ORDER:
+            before = None  # (the queued cases come first: the next page starts at the newest started case)
+        rows = await store.cases(state=state, workflow=workflow, limit=limit - len(queued), before=before,
+                                 parent=parent, **filters)
+        return queued + [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
         """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no

@@ -1,6 +1,7 @@
 """Heartbeats: an effect telling its case it is still working, and the timeout that notices when it stops.
 
-- `wfsub.heartbeat(details=None)`, called inside an effect (its async function or a task it awaits), records
+- `wfsub.heartbeat(details=None)`, called inside an effect (its async function, a task it awaits, or a worker
+  thread it awaits, such as `anyio.to_thread.run_sync`: the call is handed to the event loop), records
   `details` (JSON: dicts, lists, str, numbers, bool, None; copied as JSON when called, so later changes to the
   object do not show) and the time, on the case's clock. Outside an effect it raises `RuntimeError`.
 - `effect(..., heartbeat_timeout=seconds)`: each attempt is watched on the case's clock; an attempt that goes that
@@ -23,11 +24,14 @@ heartbeats of the last second.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from .._errors import HeartbeatTimeout, StoreError, heartbeat_not_json
 from .._json import decode, encode, journaled, output_problem
@@ -54,15 +58,26 @@ class Beats:
     since: float = 0.0  # the heartbeat timeout counts from here: the attempt's start or its newest heartbeat
     current: int = 0  # the attempt running now
     on_beat: Callable[[], None] | None = None  # a durable case persists it
+    thread: int | None = None  # the event loop's thread (a heartbeat from another thread is handed to it)
+    token: Any = None  # the event loop, for that hand-over
 
     def start_attempt(self, attempt: int) -> Any:
         """An attempt starts now: its heartbeat timeout counts from here; returns what `effect_info().heartbeat`
         shows it (the newest details sent before it)."""
         self.current = attempt
         self.since = self.clock.now()
+        self.thread, self.token = threading.get_ident(), anyio.lowlevel.current_token()
         return self.details
 
     def beat(self, name: str, path: str, details: Any) -> None:
+        """Record a heartbeat; from a worker thread (a blocking job the effect runs in `anyio.to_thread` or
+        `asyncio.to_thread`), it is handed to the event loop, which owns the clock, the timeout and the writes."""
+        if self.thread is not None and threading.get_ident() != self.thread:
+            anyio.from_thread.run_sync(self._beat, name, path, details, token=self.token)
+        else:
+            self._beat(name, path, details)
+
+    def _beat(self, name: str, path: str, details: Any) -> None:
         if details is None:
             copy = None
         else:

@@ -486,9 +486,3 @@ def fork_body(at: object, new_case_id: object, case_id: str | None = None) -> di
     return {"at": at, "new_case_id": new_case_id}
 
 
-def tags_unqueued(tags_given: Mapping[str, str], queue: object, case_id: str | None = None) -> None:
-    """Tags and `queue=` do not go together: a queued case's start record is written when it leaves its queue,
-    and its queue item does not carry tags."""
-    if tags_given and queue is not None:
-        raise bad_input(f"a case started on queue {queue!r} takes no tags", NOTHING, case_id=case_id,
-                        error=ValueError, fix="start it without tags=, or without queue=")

@@ -201,10 +201,12 @@ def _models_in(value: Any) -> bool:
 def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
     deadline: float | None, now: float, tags: Mapping[str, str] | None = None, parent: str | None = None,
+    cancel_with_parent: bool = False,
 ) -> Record:
     """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), its
     tags (kept only when there are some, so an untagged start reads as before), and for a child case
-    (`start_case`) its `parent`."""
+    (`start_case`) its `parent`, and `cancel_with_parent: true` when its parent waits for it and cancels it when it
+    withdraws the step (so a parent that ended before its cancel reached the child still cancels it)."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
     start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
                      "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
@@ -212,6 +214,8 @@ def start_record(
         start["tags"] = dict(tags)
     if parent is not None:
         start["parent"] = parent
+    if cancel_with_parent:
+        start["cancel_with_parent"] = True
     return start
 
 

@@ -94,6 +94,9 @@ class CaseLoader:
         self.busy = busy
         self.is_open = is_open
         self.loading: dict[str, anyio.Event] = {}
+        # case id -> set once the start being written with that id is written (the actor is in `cases` then) or
+        # refused (an earlier case has the id: loads go on to the store's)
+        self.starting: dict[str, anyio.Event] = {}
         # The tracing trace() gave an evicted case (its level, its own sinks): the case gets it back when it comes
         # back. Its sinks stay retained meanwhile (the hub closes them with the Substrate).
         self.evicted_tracing: dict[str, tuple[str, tuple[TraceSink, ...]]] = {}
@@ -132,7 +135,10 @@ class CaseLoader:
         return loaded
 
     async def load(self, case_id: str) -> CaseActor | None:
-        """Bring a durable case that has not ended into memory (once, however many callers ask at the same time)."""
+        """Bring a durable case that has not ended into memory (once, however many callers ask at the same time).
+        A start being written with its id is waited for first: its actor if it was written, else the stored case."""
+        while (pending := self.starting.get(case_id)) is not None:
+            await pending.wait()
         actor = self.cases.get(case_id)
         if actor is not None:
             return actor
@@ -219,7 +225,7 @@ class CaseLoader:
 
     async def start(
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
-        deadline: float | None, *, queued: bool,
+        deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). Raises CaseExists for an id
@@ -232,7 +238,8 @@ class CaseLoader:
         journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
         journal.deadline = deadline
         journal.parent = actor.parent
-        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent)
+        start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
+                             cancel_with_parent)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:
@@ -242,16 +249,23 @@ class CaseLoader:
                 await self.started_before(case_id, start)
                 raise CaseExists(case_id) from None
             return
-        self.cases[case_id] = actor  # reserve the id while the start record is written
+        # The id is not put in `cases` before its start is written: the id may be a parked case's, which an input
+        # arriving meanwhile brings back from the store (it waits for this write's outcome in `load`).
+        written = self.starting[case_id] = anyio.Event()
         try:
             await self.store.write(change)
+            self.cases[case_id] = actor  # (the caller spawns it before it awaits anything)
         except StoreConflict:  # an earlier run's case has this id: its start record is there
-            self.cases.pop(case_id, None)
+            self._started(case_id, written)
             await self.started_before(case_id, start)
             raise CaseExists(case_id) from None
-        except BaseException:
-            self.cases.pop(case_id, None)
-            raise
+        finally:
+            self._started(case_id, written)
+
+    def _started(self, case_id: str, written: anyio.Event) -> None:
+        if self.starting.get(case_id) is written:
+            del self.starting[case_id]
+        written.set()
 
     async def started_before(self, case_id: str, start: dict[str, Any]) -> None:
         """Raise `Existing` when the stored case `case_id` started from the same workflow and data as `start`

@@ -24,8 +24,11 @@ Decisions written down here:
 - Starting on a queue that `queues=` does not name is refused with the names it has (a `Client`: the queues
   registered in the store). Each Substrate records its queues in the store; the newest registration of a queue
   wins (a WARNING names the one it replaced), and every node claims with the registered limits.
-- A node that stopped between claiming a case and writing its start starts it again when it comes back (same
-  node id); the queue counts it as running meanwhile.
+- A node that stopped between claiming a case and writing its start leaves it counted as running until another
+  takes the claim over and starts it (once: the take-over is one store transaction, and a case id is written once):
+  on SQLite the next owner of the file, when it opens (the owner is the file's only claimer); on Postgres any live
+  node once the claimer's lease has run out (it looks whenever it looks for room), or the claimer itself when it
+  comes back with the same node id.
 """
 
 from __future__ import annotations
@@ -149,6 +152,22 @@ def check_queued(
     return float(delay)
 
 
+def queued_start(
+    workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
+    parent: str | None = None, cancel_with_parent: bool = False,
+) -> dict[str, Any]:
+    """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
+    that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before."""
+    start: dict[str, Any] = {"workflow": workflow, "data": data, "timeout": timeout, "seed": seed}
+    if tags:
+        start["tags"] = dict(tags)
+    if parent is not None:
+        start["parent"] = parent
+    if cancel_with_parent:
+        start["cancel_with_parent"] = True
+    return start
+
+
 StartItem = Callable[[QueueItem], Awaitable[object]]
 
 
@@ -212,12 +231,13 @@ class Queues:
         table = self.table
         return table.items.get(case_id) if isinstance(table, QueueTable) else table.read_queue_item(case_id)
 
-    def items(self, state: str | None, queue: str | None, limit: int) -> list[QueueItem]:
-        """Queue items newest first, read on the calling thread (cases() is synchronous)."""
+    def items(self, state: str | None, queue: str | None, limit: int, before: int | None = None) -> list[QueueItem]:
+        """Queue items newest first (`order` below `before`), read on the calling thread (cases() is
+        synchronous)."""
         table = self.table
         if isinstance(table, QueueTable):
-            return table.listed(state, queue, limit)
-        return table.read_queue_items(state=state, queue=queue, limit=limit)
+            return table.listed(state, queue, limit, before)
+        return table.read_queue_items(state=state, queue=queue, limit=limit, before=before)
 
     async def wait_moved(self, case_id: str, written: Callable[[str], bool]) -> None:
         """Return once the queued case has been cancelled, or has started and its case is `written` (a claimed
@@ -252,6 +272,11 @@ class Queues:
             wake: float | None = None
             self.busy(1)
             try:
+                if not isinstance(table, QueueTable) and table.shared:  # claimed by nodes whose lease ran out
+                    for item in await table.queue_orphans(self.node, own=False):
+                        _log.warning("queues: starting a case claimed by a node that stopped before starting it",
+                                     case_id=item.case_id, queue=item.queue)
+                        await self._start(item)
                 specs = {} if isinstance(table, QueueTable) else await table.queue_specs()
                 for name, mine in self.queues.items():
                     queue = Queue.from_spec(specs[name]) if name in specs else mine  # the newest registration
@@ -291,6 +316,9 @@ class Queues:
             self._moved(item.case_id)
 
 
+QUEUED_ORDER = 2**52  # `cases()` lists queued cases first, their `order` this plus their place in the queues
+
+
 def queued_status(item: QueueItem) -> CaseStatus:
     """The status of a case that has not left its queue (queued, or cancelled while queued)."""
     cancelled = item.state == "cancelled"
@@ -299,19 +327,49 @@ def queued_status(item: QueueItem) -> CaseStatus:
         effects_pending=0, timers_armed=0, regions=(), wakeups=0, started_at=None,
         workflow=item.start.get("workflow"), queue=item.queue, priority=item.priority, dedup=item.dedup,
         partition=item.partition, cancel_reason="cancelled while queued" if cancelled else None,
+        order=QUEUED_ORDER + item.order, tags=dict(item.start.get("tags") or {}), parent=item.start.get("parent"),
     )
 
 
-def queued_listing(items: list[QueueItem], workflow: str | None, filters: dict[str, Any]) -> list[CaseStatus]:
-    """`cases(state="queued")`: the queued items that pass the filters. A queued case has no tags, parent or start
-    time yet, so a filter on one of them matches none."""
-    if filters.get("tags") or filters.get("parent") is not None or filters.get("started_after") is not None \
-            or filters.get("started_before") is not None:
+def queued_page(
+    read: Callable[[int, int | None], list[QueueItem]], state: str | None, workflow: str | None, limit: int,
+    before: int | None, filters: Mapping[str, Any],
+) -> list[CaseStatus]:
+    """The queued cases `cases()` lists first (a Substrate's and a Client's), newest first, that pass the filters:
+    they have no row yet, only their queue items, which carry their workflow, tags and parent (a queued case has no
+    start time: a filter on it matches none). Their `order` is QUEUED_ORDER plus the item's, so `before=` pages
+    through them and then on into the started cases. `read(n, before)`: up to n queued items below `before`."""
+    if state not in (None, CaseState.QUEUED.value) or (before is not None and before <= QUEUED_ORDER):
         return []
-    prefix = filters.get("id_prefix")
-    return [queued_status(item) for item in items
-            if (workflow is None or item.start.get("workflow") == workflow)
-            and (prefix is None or item.case_id.startswith(prefix))]
+    if filters.get("started_after") is not None or filters.get("started_before") is not None:
+        return []
+    prefix, parent = filters.get("id_prefix"), filters.get("parent")
+    tags: Mapping[str, str] = filters.get("tags") or {}
+    found: list[CaseStatus] = []
+    cursor = None if before is None else before - QUEUED_ORDER
+    chunk = max(limit, 100)
+    while len(found) < limit:
+        items = read(chunk, cursor)
+        for item in items:
+            s = queued_status(item)
+            if ((workflow is None or s.workflow == workflow) and (prefix is None or s.case_id.startswith(prefix))
+                    and (parent is None or s.parent == parent) and all(s.tags.get(k) == v for k, v in tags.items())):
+                found.append(s)
+                if len(found) == limit:
+                    break
+        if len(items) < chunk:
+            break
+        cursor = items[-1].order
+    return found
 
 
-__all__ = ["Queue", "Queues", "check_queued", "check_queues", "queued_listing", "queued_status"]
+__all__ = [
+    "QUEUED_ORDER",
+    "Queue",
+    "Queues",
+    "check_queued",
+    "check_queues",
+    "queued_page",
+    "queued_start",
+    "queued_status",
+]

@@ -78,7 +78,7 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import children_in
+from ._children import cancel_children_of_ended, check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
@@ -89,7 +89,16 @@ from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
-from ._queues import Queue, Queues, check_queued, check_queues, queued_listing, queued_status
+from ._queues import (
+    QUEUED_ORDER,
+    Queue,
+    Queues,
+    check_queued,
+    check_queues,
+    queued_page,
+    queued_start,
+    queued_status,
+)
 from ._registry import Workflows
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
@@ -297,6 +306,7 @@ class Substrate:
             ended=self._memory_ended, is_open=lambda: self._phase == "open",
         )
         self._queued_terms: dict[str, Term] = {}  # without a store: queued cases of unregistered terms
+        check_child_queues(self._workflows, self._queues.queues)
         self._schedules = self._check_schedules(schedules)
         self._children: dict[str, list[str]] = {}  # parent id -> children (no store: all; else: last read)
         self._counts = {"started": 0, "done": 0, "failed": 0, "cancelled": 0, "evicted": 0, "idle_evicted": 0,
@@ -432,6 +442,7 @@ class Substrate:
                 again = True
             if again:
                 await loader.load_quietly(row.case_id)
+        case_tg.start_soon(cancel_children_of_ended, self, store)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -555,6 +566,7 @@ class Substrate:
         partition: str | None = None,
         delay: float | None = None,
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
+        _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -569,7 +581,6 @@ class Substrate:
         """
         self._check_open("start a case")
         case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
-        inputs.tags_unqueued(case_tags, queue, case_id if isinstance(case_id, str) else None)
         wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
@@ -601,7 +612,8 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                {"workflow": name, "data": start_data, "timeout": timeout, "seed": seed}, now + wait_for, now,
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent), now + wait_for,
+                now,
             )
             return await self._enqueue(item)
         deadline = None if timeout is None else now + timeout
@@ -627,7 +639,8 @@ class Substrate:
             written = anyio.Event()
             self._starting[case_id] = (name, start_data or {}, written)
             try:
-                await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued)
+                await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
+                                         cancel_with_parent=_cancel_with_parent)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -758,7 +771,8 @@ class Substrate:
         seed = start.get("seed")
         await self.new_case(
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
-            scheduler="deterministic" if seed is None else Seeded(seed),
+            scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
+            _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
         )
 
     def _written(self, case_id: str) -> bool:
@@ -1256,9 +1270,25 @@ class Substrate:
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before)
         filters["parent"] = parent
-        if state == CaseState.QUEUED.value:  # (queued cases have no row yet: their queue items)
-            items = self._queues.items("queued", None, limit) if self._queues.queues or self._store else []
-            return queued_listing(items, workflow, filters)
+        queued = self._queued_listed(state, workflow, limit, before, filters)
+        if state == CaseState.QUEUED.value or len(queued) == limit:
+            return queued
+        limit -= len(queued)
+        if before is not None and before > QUEUED_ORDER:
+            before = None  # (the queued cases come first: the next page starts at the newest started case)
+        return queued + self._started_listed(state, workflow, limit, before, filters)
+
+    def _queued_listed(
+        self, state: str | None, workflow: str | None, limit: int, before: int | None, filters: dict[str, Any]
+    ) -> list[CaseStatus]:
+        if not (self._queues.queues or self._store):
+            return []
+        return queued_page(lambda n, below: self._queues.items("queued", None, n, below), state, workflow, limit,
+                           before, filters)
+
+    def _started_listed(
+        self, state: str | None, workflow: str | None, limit: int, before: int | None, filters: dict[str, Any]
+    ) -> list[CaseStatus]:
         if self._store is None:
             found = []
             match = Listing(state, workflow, limit, before, **filters)

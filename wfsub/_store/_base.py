@@ -409,17 +409,26 @@ class Store(Protocol):
         ...
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
-        """Queue items, newest first, read on the calling thread (cases() is synchronous)."""
+        """Queue items, newest first (those whose `order` is below `before`, if given), read on the calling thread
+        (cases() is synchronous)."""
         ...
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:
         """One queue item, read on the calling thread (status() is synchronous)."""
         ...
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
-        """Items `node` claimed whose case it never wrote (it stopped in between): to start again."""
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        """(child id, parent id) of up to `limit` child cases (`start_case`) that have not ended whose parent has,
+        oldest first."""
+        ...
+
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
+        """Items claimed by a process that stopped before writing their case, taken over by `node` (each by one
+        node) to start: on a shared store those of nodes whose lease ran out, and with `own` those `node` claimed
+        itself (in an earlier process: only when it opens); on SQLite, when it opens (`own`), every such item (its
+        owner is the only claimer)."""
         ...
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:

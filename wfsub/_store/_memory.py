@@ -326,20 +326,29 @@ class MemoryStore(SingleNode):
         return self._queue.cancel(case_id)
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
         self._check_open("list queued cases")
-        return self._queue.listed(state, queue, limit)
+        return self._queue.listed(state, queue, limit, before)
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:
         self._check_open("read a queued case")
         self._queue.sweep()
         return self._queue.items.get(case_id)
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        self._check_open("list the children of ended cases")
+        await anyio.lowlevel.checkpoint()
+        rows = {case_id: self._row(case) for case_id, case in self._cases.items() if case.row is not None}
+        found = sorted((row.order, row.case_id, row.parent) for row in rows.values()
+                       if row.parent is not None and row.ended_at is None and row.parent in rows
+                       and rows[row.parent].ended_at is not None)
+        return [(case_id, parent) for _, case_id, parent in found[:limit] if parent is not None]
+
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         self._check_open("list queued cases")
         await anyio.lowlevel.checkpoint()
-        return self._queue.orphans(node)
+        return self._queue.orphans(node) if own else []  # (one process: no other node claims)
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
         self._check_open("record a queue")

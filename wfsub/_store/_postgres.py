@@ -1114,10 +1114,10 @@ class PostgresStore(StoreBase):
         return await loop.call(self._pooled(f"cancelling case {case_id!r} if it waits in a queue", run))
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
-            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit)]
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit, before)]
 
         return self._read_sync("listing queued cases", run)
 
@@ -1128,11 +1128,18 @@ class PostgresStore(StoreBase):
 
         return self._read_sync(f"looking for case {case_id!r} among the queued cases", run)
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
-        async def run(conn: Any) -> list[QueueItem]:
-            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node)]
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        async def run(conn: Any) -> list[tuple[str, str]]:
+            return [(str(f[0]), str(f[1])) for f in await conn.fetch(Q["children_of_ended"], limit)]
 
-        return await self._read("listing queued cases", run)
+        return await self._read("listing the children of ended cases", run)
+
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
+        async def run(conn: Any) -> list[QueueItem]:
+            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node, own)]
+
+        loop = self._running("take over claimed queued cases")
+        return await loop.call(self._pooled("taking over claimed queued cases", run, idempotent=False))
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
         text = to_json(self._name, f"queue {name!r}", dict(spec))

@@ -203,15 +203,22 @@ class QueueTable:
         self.items[case_id] = item = replace(item, state=CANCELLED)
         return item
 
-    def listed(self, state: str | None, queue: str | None, limit: int) -> list[QueueItem]:
+    def listed(self, state: str | None, queue: str | None, limit: int, before: int | None = None) -> list[QueueItem]:
         self.sweep()
         found = [i for i in self.items.values()
-                 if (state is None or i.state == state) and (queue is None or i.queue == queue)]
+                 if (state is None or i.state == state) and (queue is None or i.queue == queue)
+                 and (before is None or i.order < before)]
         return sorted(found, key=lambda i: -i.order)[:limit]
 
     def orphans(self, node: str) -> list[QueueItem]:
-        return [i for i in self.items.values() if i.state == STARTED and i.node == node and self.ended(i.case_id)
-                is None]
+        """The started items whose case is not there, taken by `node` (one process: its owner is the only
+        claimer, so these were claimed by an earlier owner that stopped before starting them)."""
+        taken = []
+        for case_id, item in list(self.items.items()):
+            if item.state == STARTED and self.ended(case_id) is None:
+                self.items[case_id] = item = replace(item, node=node)
+                taken.append(item)
+        return taken
 
 
 __all__ = [

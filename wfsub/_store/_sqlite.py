@@ -582,9 +582,9 @@ class SqliteStore(SingleNode):
         return cancelled
 
     def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100
+        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
     ) -> list[QueueItem]:
-        params = {"state": state, "queue": queue, "limit": limit}
+        params = {"state": state, "queue": queue, "limit": limit, "before": before}
         return self._read_sync("listing queued cases", lambda conn: _items(conn, "queue_list", params))
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:
@@ -592,8 +592,20 @@ class SqliteStore(SingleNode):
         found = self._read_sync(what, lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
         return found[0] if found else None
 
-    async def queue_orphans(self, node: str) -> list[QueueItem]:
-        return await self._read("listing queued cases", lambda conn: _items(conn, "queue_orphans", {"node": node}))
+    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            return [(str(c), str(p)) for c, p in conn.execute(Q["children_of_ended"], {"limit": limit})]
+
+        return await self._read("listing the children of ended cases", read)
+
+    async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
+        if not own:  # the file's owner is its only claimer: no other live process claims from it
+            return []
+        writer = self._running("take over claimed queued cases")
+        job = Job(partial(_apply_queue_orphans, node), "taking over claimed queued cases", wait=True)
+        writer.submit(job)
+        taken: list[QueueItem] = await job.outcome()
+        return taken
 
     async def queue_register(self, name: str, spec: Mapping[str, Any], node: str) -> tuple[dict[str, Any], str] | None:
         writer = self._running("record a queue")
@@ -1054,6 +1066,11 @@ def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> t
     found = conn.execute(Q["queue_spec_get"], params).fetchone()
     conn.execute(Q["queue_register"], params)
     return None if found is None else (loads(found[0]), str(found[1]))
+
+
+def _apply_queue_orphans(node: str, conn: sqlite3.Connection) -> list[QueueItem]:
+    conn.execute(Q["queue_orphans_take"], {"node": node})
+    return _items(conn, "queue_orphans", {"node": node})
 
 
 def _apply_queue_cancel(case_id: str, conn: sqlite3.Connection) -> QueueItem | None:

@@ -350,13 +350,19 @@ FROM queue_items WHERE case_id = $1;
 -- Items newest first, by state and queue.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
+  AND ($4::bigint IS NULL OR item_order < $4)
 ORDER BY item_order DESC LIMIT $3;
 
 -- name: queue_orphans
--- Items a node claimed whose case it never wrote.
-SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
-FROM queue_items q WHERE state = 'started' AND node = $1
-  AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
+-- Items claimed by a node that stopped before writing their case, taken over by node $1: those of nodes whose
+-- lease has run out, and with $2 its own (claimed by an earlier process with its node id). The update re-checks a
+-- row another node took meanwhile (its new claimer's lease holds), so each is taken by one node.
+UPDATE queue_items q SET node = $1
+WHERE q.state = 'started' AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id)
+  AND ((q.node = $1 AND $2)
+       OR (q.node IS DISTINCT FROM $1
+           AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = q.node AND n.lease_until > db_now())))
+RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
 
 -- name: queue_spec_get
 -- A queue's registered configuration.
@@ -380,3 +386,8 @@ UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigi
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = $1;
 
+-- name: children_of_ended
+-- Child cases that have not ended whose parent has (its cancel may not have reached them: see _runtime/_children).
+SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
+ORDER BY c.case_order LIMIT $1;

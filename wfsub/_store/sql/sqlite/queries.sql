@@ -354,10 +354,17 @@ FROM queue_items WHERE case_id = :case_id;
 -- Items newest first, by state and queue.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+  AND (:before IS NULL OR item_order < :before)
 ORDER BY item_order DESC LIMIT :limit;
 
+-- name: queue_orphans_take
+-- Items claimed by a process that stopped before writing their case (the file's owner is the only claimer, so
+-- every such item is an earlier owner's), taken by node :node.
+UPDATE queue_items SET node = :node
+WHERE state = 'started' AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = queue_items.case_id);
+
 -- name: queue_orphans
--- Items a node claimed whose case it never wrote.
+-- Items node :node claimed whose case it has not written.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
 FROM queue_items q WHERE state = 'started' AND node = :node
   AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
@@ -383,3 +390,8 @@ UPDATE cases SET heartbeats = :heartbeats WHERE case_id = :case_id;
 -- What `heartbeats_put` kept for a case.
 SELECT heartbeats FROM cases WHERE case_id = :case_id;
 
+-- name: children_of_ended
+-- Child cases that have not ended whose parent has (its cancel may not have reached them: see _runtime/_children).
+SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
+ORDER BY c.case_order LIMIT :limit;
