@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import wfsub
 from wfsub.stores import MemoryStore, SqliteStore, Store
@@ -101,3 +103,24 @@ async def eventually(check: Any, limit: float = 30.0, every: float = 0.005) -> N
             if found:
                 return
             await anyio.sleep(every)
+
+
+def same_store(kind: str, tmp_path: Path) -> Callable[[], Any]:
+    """A maker of the store each Substrate of a test opens ("none", "memory", "sqlite" or "postgres"): the same
+    place each time, so a restart sees what the last one wrote (Postgres: a new store object on one new schema;
+    skipped where no server is reachable)."""
+    if kind == "none":
+        return lambda: None
+    if kind == "memory":
+        memory = MemoryStore()
+        return lambda: memory
+    if kind == "sqlite":
+        return lambda: str(tmp_path / "cases.db")
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    return lambda: PostgresStore(dsn, schema=schema)

@@ -33,6 +33,7 @@ from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
 from ._util import field, outside
+from ._util import same_store as reopenable
 
 
 def count(ctx: Any) -> dict[str, Any]:
@@ -42,21 +43,6 @@ def count(ctx: Any) -> dict[str, Any]:
 ENDLESS = loop(seq(wait("add", into="item"), task(count)), while_=lambda d: True)
 
 
-def reopenable(kind: str, tmp_path: Path) -> Callable[[], Any]:
-    """A function giving the same store each time it is called (a new Postgres store object on one schema)."""
-    if kind == "memory":
-        memory = MemoryStore()
-        return lambda: memory
-    if kind == "sqlite":
-        return lambda: str(tmp_path / "cases.db")
-    from wfsub.stores import PostgresStore
-
-    from ..stores import _pg
-
-    if not _pg.ENABLED:
-        pytest.skip(_pg.SKIP_REASON)
-    dsn, schema = _pg.database_dsn(), _pg.new_schema()
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 KINDS = ["memory", "sqlite", "postgres"]

@@ -3,7 +3,7 @@ case is brought back (a restart on MemoryStore, SQLite and Postgres) and in `rep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,10 @@ from wfsub import SignalRejected, Substrate, replay, seq, task, wait
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from ._util import same_store as reopenable
+
 DRAWS = {"next": 1}  # global state the tasks read: nondeterministic tasks
+
 
 
 def roll(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,21 +36,6 @@ def _fresh() -> None:
     DRAWS["next"] = 1
 
 
-def reopenable(kind: str, tmp_path: Path) -> Callable[[], Any]:
-    """A maker of the store a restarted Substrate opens: the same MemoryStore, the same file, the same schema."""
-    if kind == "memory":
-        memory = MemoryStore()
-        return lambda: memory
-    if kind == "sqlite":
-        return lambda: str(tmp_path / "cases.db")
-    from wfsub.stores import PostgresStore
-
-    from ..stores import _pg
-
-    if not _pg.ENABLED:
-        pytest.skip(_pg.SKIP_REASON)
-    dsn, schema = _pg.database_dsn(), _pg.new_schema()
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])

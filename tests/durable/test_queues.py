@@ -4,7 +4,6 @@ SQLite and Postgres, and across two nodes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ from wfsub import CaseCancelled, CaseExists, Queue, Substrate, seq, sleep, task,
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from ._util import same_store as store_maker
+
 KINDS = ["none", "memory", "sqlite", "postgres"]
 T0 = 1_800_000_000.0
 
@@ -24,22 +25,6 @@ WAITS = seq(wait("go"), task(lambda c: {"ran": True}, name="run"))
 WORKFLOWS = {"job": ONE_STEP, "slow": SLOW, "waits": WAITS}
 
 
-def store_maker(kind: str, tmp_path: Path) -> Callable[[], Any]:
-    if kind == "none":
-        return lambda: None
-    if kind == "memory":
-        memory = MemoryStore()
-        return lambda: memory
-    if kind == "sqlite":
-        return lambda: str(tmp_path / "cases.db")
-    from wfsub.stores import PostgresStore
-
-    from ..stores import _pg
-
-    if not _pg.ENABLED:
-        pytest.skip(_pg.SKIP_REASON)
-    dsn, schema = _pg.database_dsn(), _pg.new_schema()
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 def substrate(kind: str, tmp_path: Path, clock: VirtualClock, queues: dict[str, Queue], **options: Any) -> Substrate:

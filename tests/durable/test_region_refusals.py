@@ -3,7 +3,7 @@ journaled, and its sender hears why, through the API and the inbox alike. Memory
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +11,10 @@ import anyio
 import pytest
 
 from wfsub import SignalRejected, Substrate, scope, seq, task, wait
-from wfsub.stores import MemoryStore, SqliteStore
+from wfsub.stores import SqliteStore
 
 from ._util import kinds, outside
+from ._util import same_store as reopenable
 
 
 def _noted(ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -23,20 +24,6 @@ def _noted(ctx: Mapping[str, Any]) -> dict[str, Any]:
 FLOWS = {"w": seq(wait("a"), scope("R", wait("b"), on_cancel=task(_noted)))}
 
 
-def reopenable(kind: str, tmp_path: Path) -> Callable[[], Any]:
-    if kind == "memory":
-        memory = MemoryStore()
-        return lambda: memory
-    if kind == "sqlite":
-        return lambda: str(tmp_path / "cases.db")
-    from wfsub.stores import PostgresStore
-
-    from ..stores import _pg
-
-    if not _pg.ENABLED:
-        pytest.skip(_pg.SKIP_REASON)
-    dsn, schema = _pg.database_dsn(), _pg.new_schema()
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])

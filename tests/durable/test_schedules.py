@@ -3,7 +3,6 @@ catch-up policy, restarts and two nodes; overlap, pause, resume and trigger."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,9 @@ import pytest
 
 import wfsub
 from wfsub import Schedule, Substrate, seq, task, wait
-from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
+
+from ._util import same_store as store_maker
 
 KINDS = ["memory", "sqlite", "postgres"]
 
@@ -22,26 +22,12 @@ WAITS = seq(wait("go"), task(lambda c: {"ran": True}, name="run"))
 WORKFLOWS = {"job": ONE_STEP, "waits": WAITS}
 
 
+
 def at(text: str) -> float:
     """Seconds since the epoch of an ISO time with a zone."""
     return datetime.fromisoformat(text).timestamp()
 
 
-def store_maker(kind: str, tmp_path: Path) -> Callable[[], Any]:
-    """What each Substrate of a test is given: the same place each time (a restart sees what the last one wrote)."""
-    if kind == "memory":
-        memory = MemoryStore()
-        return lambda: memory
-    if kind == "sqlite":
-        return lambda: str(tmp_path / "cases.db")
-    from wfsub.stores import PostgresStore
-
-    from ..stores import _pg
-
-    if not _pg.ENABLED:
-        pytest.skip(_pg.SKIP_REASON)
-    dsn, schema = _pg.database_dsn(), _pg.new_schema()
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 def node(kind: str, name: str = "n1") -> dict[str, Any]:

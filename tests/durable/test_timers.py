@@ -12,7 +12,10 @@ from wfsub import Substrate, seq, sleep, task
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from ._util import same_store as reopenable
+
 YEAR = 365 * 86400.0
+
 
 
 def store_for(kind: str, tmp_path: Path) -> Any:
@@ -71,21 +74,6 @@ async def test_a_year_long_timer_from_data_completes_with_bounded_firings(kind: 
     assert clock.fired <= 10, f"{clock.fired} clock firings for one timer"
 
 
-def reopenable(kind: str, tmp_path: Path) -> Any:
-    """A function giving the same store each time it is called (a new Postgres store object on one schema)."""
-    if kind == "memory":
-        memory = MemoryStore()
-        return lambda: memory
-    if kind == "sqlite":
-        return lambda: str(tmp_path / "cases.db")
-    from wfsub.stores import PostgresStore
-
-    from ..stores import _pg
-
-    if not _pg.ENABLED:
-        pytest.skip(_pg.SKIP_REASON)
-    dsn, schema = _pg.database_dsn(), _pg.new_schema()
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
