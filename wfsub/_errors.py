@@ -462,10 +462,12 @@ class SnapshotMismatch(WfsubError):
 class SubstrateClosed(WfsubError):
     """The Substrate is not open: use it inside `async with Substrate(...) as sub:`."""
 
-    def __init__(self, what: str) -> None:
-        super().__init__(
-            f"cannot {what}: the Substrate is not open; call it inside `async with Substrate() as sub:`"
+    def __init__(self, what: str, *, client: bool = False) -> None:
+        how = (
+            "the Client is not open; call it inside `async with wfsub.Client(store) as client:`" if client
+            else "the Substrate is not open; call it inside `async with Substrate() as sub:`"
         )
+        super().__init__(f"cannot {what}: {how}")
 
 
 class StoreError(WfsubError):

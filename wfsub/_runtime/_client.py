@@ -56,7 +56,7 @@ class Client:
     def __init__(self, store: Any, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD) -> None:
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
             raise ValueError(f"max_payload_bytes must be an int >= 1, got {max_payload_bytes!r}")
-        opened = _open_store(store)
+        opened = _open_store(store, existing=True)  # a mistyped path is an error, not a new empty store
         if opened is None:
             raise ValueError(
                 "a Client needs a store: pass a path or sqlite:///path, postgresql://..., or a store object (a "
@@ -101,7 +101,7 @@ class Client:
 
     def _door(self, what: str) -> Outside:
         if self._phase != "open" or self._outside is None:
-            raise SubstrateClosed(f"{what} (a Client works inside `async with wfsub.Client(store) as client:`)")
+            raise SubstrateClosed(what, client=True)
         return self._outside
 
     # -- starting and steering ---------------------------------------------------------------------------------
@@ -221,8 +221,10 @@ class Client:
     # -- reading ---------------------------------------------------------------------------------------------
 
     async def handle(self, case_id: str) -> CaseHandle:
-        """A handle to an existing case (CaseNotFound if there is none)."""
-        await self._door("get a case's handle").row(case_id)
+        """A handle to an existing case, queued or started (CaseNotFound if there is none)."""
+        door = self._door("get a case's handle")
+        if not (isinstance(case_id, str) and self._store.read_queue_item(case_id) is not None):
+            await door.row(case_id)
         return ClientHandle(self, case_id)
 
     async def status(self, case_id: str) -> CaseStatus:
@@ -231,7 +233,13 @@ class Client:
         item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
         if item is not None and item.state in ("queued", "cancelled"):
             return queued_status(item)
-        status = await stored_children(self._store, status_of(await door.row(case_id), _no_redaction))
+        try:
+            row = await door.row(case_id)
+        except CaseNotFound:
+            if item is None:
+                raise
+            return queued_status(item)  # claimed by a node that has not written its start yet: not started
+        status = await stored_children(self._store, status_of(row, _no_redaction))
         if item is not None:
             status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
                                                "partition": item.partition, "dequeued_at": item.started_at})
@@ -360,10 +368,18 @@ class ClientHandle(CaseHandle):
         return await self._client.await_case(self.case_id, timeout, model=model)
 
     def status(self) -> CaseStatus:
-        row = self._client._store.read_row(self.case_id)
+        store = self._client._store
+        item = store.read_queue_item(self.case_id)
+        row = None if item is not None and item.state in ("queued", "cancelled") else store.read_row(self.case_id)
         if row is None:
-            raise CaseNotFound(self.case_id)
-        return status_of(row, _no_redaction)
+            if item is None:
+                raise CaseNotFound(self.case_id)
+            return queued_status(item)  # queued, cancelled there, or claimed and not started yet
+        status = status_of(row, _no_redaction)
+        if item is not None:
+            status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
+                                               "partition": item.partition, "dequeued_at": item.started_at})
+        return status
 
     def data(self) -> dict[str, Any]:
         row = self._client._store.read_row(self.case_id)

@@ -64,6 +64,7 @@ from .._errors import (
     StoreConflict,
     StoreError,
     SubstrateClosed,
+    WfsubError,
     WorkflowNotRegistered,
     answer_gone,
     update_timeout,
@@ -911,6 +912,11 @@ class Substrate:
             raise CaseNotFound(case_id)
         return await self._loader.live(case_id, what)
 
+    def _closed_or(self, exc: StoreError, what: str) -> WfsubError:
+        """A read of the store that failed after the Substrate closed (and its store with it) is SubstrateClosed,
+        not the store's advice to open it; any other failure is what it was."""
+        return SubstrateClosed(what) if self._phase == "closed" else exc
+
     def _row_now(self, case_id: str) -> CaseRow | None:
         """A durable case's row, read on this thread (status, data and cases are synchronous)."""
         assert self._store is not None
@@ -1228,7 +1234,10 @@ class Substrate:
     def status(self, case_id: str) -> CaseStatus:
         """Where the case is: state, threads (`at`), waits, effects and timers in flight, times, failure, and the
         cases it started (`children`)."""
-        return children_in(self, self._status(case_id))
+        try:
+            return children_in(self, self._status(case_id))
+        except StoreError as exc:
+            raise self._closed_or(exc, f"read the status of case {case_id!r}") from exc
 
     def _status(self, case_id: str) -> CaseStatus:
         actor = self._cases.get(case_id) if isinstance(case_id, str) else None
@@ -1250,7 +1259,10 @@ class Substrate:
         if actor is not None:
             return actor.data()
         if self._store is not None and isinstance(case_id, str):
-            row = self._row_now(case_id)
+            try:
+                row = self._row_now(case_id)
+            except StoreError as exc:
+                raise self._closed_or(exc, f"read the data of case {case_id!r}") from exc
             if row is not None:
                 return dict(row.data or {})
         return self._get(case_id).data()
@@ -1309,7 +1321,11 @@ class Substrate:
         store = self._store
         listed: list[CaseStatus] = []
         seen: set[str] = set()
-        for row in store.read_cases(state=state, workflow=workflow, limit=limit, before=before, **filters):
+        try:
+            rows = store.read_cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
+        except StoreError as exc:
+            raise self._closed_or(exc, "list cases") from exc
+        for row in rows:
             seen.add(row.case_id)
             live = self._cases.get(row.case_id)
             if live is None or live.exited or live.journal is None:
@@ -1344,7 +1360,10 @@ class Substrate:
         returned: what a view of a long journal needs)."""
         if self._store is None:
             raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
-        records = await self._store.journal(case_id)
+        try:
+            records = await self._store.journal(case_id)
+        except StoreError as exc:
+            raise self._closed_or(exc, f"read the journal of case {case_id!r}") from exc
         if not records:
             raise CaseNotFound(case_id)
         return [JournalRecord.model_validate(r) for r in inputs.journal_part(records, newest)]
@@ -1654,7 +1673,12 @@ class CaseHandle:
 
     def status(self) -> CaseStatus:
         actor = self._current()
-        return children_in(self._sub, actor.status()) if actor is not None else self._sub.status(self.case_id)
+        if actor is None:
+            return self._sub.status(self.case_id)
+        try:
+            return children_in(self._sub, actor.status())
+        except StoreError as exc:
+            raise self._sub._closed_or(exc, f"read the status of case {self.case_id!r}") from exc
 
     def data(self) -> dict[str, Any]:
         """A copy of the case's data now (the final data once it has ended)."""

@@ -15,7 +15,8 @@ A summary is JSON:
 `payload_errors(schema, payload)` checks a payload against the JSON Schema of its model (the subset pydantic
 writes: types, properties and required, items, enums and consts, anyOf, $ref into $defs, bounds on numbers and
 lengths, extra properties forbidden). It refuses only what the model would refuse: where pydantic's lax mode takes
-a value (the str "3" for an int, 1 for a bool), so does it; the owner checks the payload again with the model
+a value (the str "3" for an int, 1 for a bool, a number for a datetime or a
+timedelta, "1" for an IntEnum), so does it; the owner checks the payload again with the model
 itself. Errors come as pydantic gives them (`loc`, `msg`), so the refusal reads as the owner's. The check itself
 (the refusal and its message) is in `wfsub._runtime._inputs`, the one module that checks inputs.
 """
@@ -171,11 +172,13 @@ def _check(
         errors.append({"loc": loc, "msg": f"Input should be {schema['const']!r}"})
         return
     choices = schema.get("enum")
-    if isinstance(choices, list) and value not in choices:
+    if isinstance(choices, list) and value not in choices and not _numeric_choice(choices, value):
         shown = " or ".join(repr(choice) for choice in choices)
         errors.append({"loc": loc, "msg": f"Input should be {shown}"})
         return
     kind = schema.get("type")
+    if kind == "string" and schema.get("format") in _TIMES and isinstance(value, int | float):
+        return  # lax mode reads a number as a time (epoch seconds, seconds of a duration): the owner decides
     if isinstance(kind, str) and not _type_ok(kind, value):
         if kind == "object":
             msg = f"Input should be a valid dictionary or instance of {model_name(schema)}"
@@ -195,6 +198,19 @@ def _check(
                 _check(item, element, (*loc, index), errors, defs)
     elif (kind == "object" or "properties" in schema) and isinstance(value, Mapping):
         _object(schema, value, loc, errors, defs)
+
+
+_TIMES = frozenset({"date-time", "date", "time", "duration"})  # the string formats pydantic also reads from numbers
+
+
+def _numeric_choice(choices: list[Any], value: Any) -> bool:
+    """Whether lax mode takes `value`, a numeric str such as "1", as one of an enum's number choices (IntEnum)."""
+    if not isinstance(value, str):
+        return False
+    number = _number(value)
+    return number is not None and any(
+        isinstance(c, int | float) and not isinstance(c, bool) and c == number for c in choices
+    )
 
 
 def _bounds(

@@ -1111,7 +1111,7 @@ class PostgresStore(StoreBase):
             return None if found is None else item_of(found, loads(found[5]))
 
         loop = self._running("cancel a queued case")
-        return await loop.call(self._pooled(f"cancelling queued case {case_id!r}", run))
+        return await loop.call(self._pooled(f"cancelling case {case_id!r} if it waits in a queue", run))
 
     def read_queue_items(
         self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
@@ -1126,7 +1126,7 @@ class PostgresStore(StoreBase):
             found = await conn.fetchrow(Q["queue_get"], case_id)
             return None if found is None else item_of(found, loads(found[5]))
 
-        return self._read_sync("reading a queued case", run)
+        return self._read_sync(f"looking for case {case_id!r} among the queued cases", run)
 
     async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
         async def run(conn: Any) -> list[tuple[str, str]]:

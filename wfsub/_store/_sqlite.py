@@ -575,7 +575,8 @@ class SqliteStore(SingleNode):
 
     async def queue_cancel(self, case_id: str) -> QueueItem | None:
         writer = self._running("cancel a queued case")
-        job = Job(partial(_apply_queue_cancel, case_id), f"cancelling queued case {case_id!r}", wait=True)
+        what = f"cancelling case {case_id!r} if it waits in a queue"
+        job = Job(partial(_apply_queue_cancel, case_id), what, wait=True)
         writer.submit(job)
         cancelled: QueueItem | None = await job.outcome()
         return cancelled
@@ -587,7 +588,8 @@ class SqliteStore(SingleNode):
         return self._read_sync("listing queued cases", lambda conn: _items(conn, "queue_list", params))
 
     def read_queue_item(self, case_id: str) -> QueueItem | None:
-        found = self._read_sync("reading a queued case", lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
+        what = f"looking for case {case_id!r} among the queued cases"
+        found = self._read_sync(what, lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
         return found[0] if found else None
 
     async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ import anyio
 import click
 
 from .. import InvalidWorkflow, ReplayDivergence, WfsubError
-from ._targets import CliError, Target, case_row, load_redact, load_target, opened
+from ._targets import CliError, Target, _store_for_cli, case_row, load_redact, load_target, opened
 
 # What a command needs (the runtime, the stores, the compiler, Rich) is imported by the command when it runs,
 # so `wfsub --help` and a mistyped command load none of it.
@@ -413,7 +413,9 @@ async def update(store: str, case_id: str, name: str, payload: str | None, reque
     from .. import Client
 
     value = _payload(payload)
-    async with Client(store) as client:
+    async with opened(store) as s:  # a store and a case that exist (a mistyped path is an error, not a new store)
+        await case_row(s, case_id)
+    async with Client(_store_for_cli(store)) as client:
         try:
             answer = await client.update(case_id, name, value, request_id=request_id, timeout=patience)
         except TimeoutError as exc:
