@@ -602,9 +602,10 @@ async def test_a_case_deleted_on_another_node_is_gone_here_too_and_its_id_starts
 @pytest.mark.xfail(strict=True, reason=(
     "delete removes a case's journal, row, snapshots and tags but not its queue item (the stores' delete), and "
     "Substrate._enqueue (wfsub/_runtime/_substrate.py) answers a put that finds the old item as 'the same start "
-    "again': the new case is acknowledged and never queued, started or stored (its result() waits for good)"
+    "again': the new case is acknowledged and never started or stored (on SQLite it shows `queued` for good and "
+    "its result() waits for good; in memory it is not found)"
 ))
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory"])
 async def test_a_deleted_queued_case_id_can_be_queued_again_and_runs(kind: str, tmp_path: Path) -> None:
     """A case started on a queue ends and is deleted; a new_case on the queue with the same id is a new case:
     it is in the store (queued or started) and runs to its end."""
