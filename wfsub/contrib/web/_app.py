@@ -32,6 +32,7 @@ from wfsub import (
     CaseStatus,
     JournalRecord,
     SignalRejected,
+    StoreError,
     Term,
     WfsubError,
 )
@@ -148,7 +149,16 @@ def app(
         Route("/events", inspector.events),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return _Guard(Starlette(routes=routes), auth)
+    return _Guard(Starlette(routes=routes, exception_handlers={StoreError: _store_unreachable}), auth)
+
+
+async def _store_unreachable(request: Request, exc: Exception) -> Response:
+    """A read of the store that failed (the server down, the network cut, the file locked): a 503 that says so,
+    never a 500 with a traceback; the page answers again once the store does."""
+    _log.warning("the inspector could not read the store: %s", exc)
+    return PlainTextResponse(
+        f"the store could not be read, so this page cannot be shown: {exc}\n"
+        "Reload the page once the store answers again.", 503)
 
 
 # -- the application's state and pages -----------------------------------------------------------------------
@@ -187,10 +197,10 @@ class _Inspector:
         state = q.get("state") or None
         if state is not None and state not in STATES:
             raise HTTPException(400, f"state must be one of {', '.join(STATES)}, got {state!r}")
-        workflow = q.get("workflow") or None
+        workflow = _text_param(q.get("workflow") or None, "workflow")
         tags = _tag_params(q.getlist("tag"))
-        parent = q.get("parent", "").strip() or None
-        before = _int_param(q.get("before"), "before", 1, None)
+        parent = _text_param(q.get("parent", "").strip() or None, "parent")
+        before = _int_param(q.get("before"), "before", 1, MAX_CURSOR)
         limit = _int_param(q.get("limit"), "limit", 1, 500) or self.page_size
         return state, workflow, tags, parent, before, limit
 
@@ -320,7 +330,7 @@ class _Inspector:
         return journal, ""
 
     async def case_page(self, request: Request) -> Response:
-        case_id = request.path_params["case_id"]
+        case_id = _text_param(request.path_params["case_id"], "the case id")
         message, failed, code = "", False, 200
         form: dict[str, str] = {}
         if request.method == "POST":
@@ -360,6 +370,12 @@ class _Inspector:
                 except json.JSONDecodeError as exc:
                     return (f"the payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
                             'write it as JSON, e.g. {"by": "ana"}, or leave it empty'), True, 400, None
+                except ValueError as exc:  # too deep (its message names the payload), or a number too long to read
+                    text = str(exc)
+                    if not text.startswith("the payload"):
+                        text = (f"the payload cannot be read: {text.split(';')[0]}; send numbers that long as "
+                                "strings, or keep the value elsewhere and pass a reference")
+                    return text, True, 400, None
                 if action == "signal":
                     await self.source.signal(case_id, name, payload)
                     return "", False, 200, case_id
@@ -430,7 +446,7 @@ class _Inspector:
         if view == "cases":
             key = ("cases", root, *self._list_query(request))
         elif view == "case" and q.get("case"):
-            key = ("case", root, q["case"], q.get("journal") == "all")
+            key = ("case", root, _text_param(q["case"], "case"), q.get("journal") == "all")
         else:
             raise HTTPException(400, "events?view= must be 'cases' (with the list's filters) or 'case' (with case=ID)")
         if self.live.full(key):
@@ -699,6 +715,17 @@ def _int_param(text: str | None, name: str, low: int, high: int | None) -> int |
     return value
 
 
+MAX_CURSOR = 2**63 - 1  # the largest `before` a store's order column can hold
+
+
+def _text_param(text: str | None, name: str) -> Any:
+    """`text` unless it holds a NUL character, which no store can look up (Postgres refuses it in text)."""
+    if text is not None and "\x00" in text:
+        raise HTTPException(400, f"{name} holds a NUL character (%00), which no case id, name or tag can: "
+                                 f"remove it from the address")
+    return text
+
+
 def _tag_params(given: list[str]) -> Tags:
     """The `tag=key=value` filters of the list (several: every pair must hold), sorted (one key per view)."""
     tags: dict[str, str] = {}
@@ -706,7 +733,7 @@ def _tag_params(given: list[str]) -> Tags:
         text = text.strip()
         if not text:
             continue
-        key, sep, value = text.partition("=")
+        key, sep, value = _text_param(text, "tag").partition("=")
         if not sep or not key.strip():
             raise HTTPException(400, f"tag must be key=value (e.g. tag=customer=ana), got {text!r}")
         tags[key.strip()] = value.strip()
