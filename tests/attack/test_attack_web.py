@@ -242,6 +242,30 @@ async def test_each_action_refusal_names_what_and_how_over_a_client(tmp_path: Pa
                 assert big.status_code == 413 and "larger than" in big.text
 
 
+async def test_a_fork_to_a_new_id_with_a_nul_is_refused_by_the_form(tmp_path: Path) -> None:
+    """The fork form refuses a new case id holding a NUL with a 400 naming it (SQLite answered 'no case' for it)."""
+    async with inspector(tmp_path / "s.db") as (sub, client):
+        csrf = await token(client)
+        sent = await client.post("/case/c-1", data={"csrf": csrf, "action": "fork", "at": "0",
+                                                    "new_case_id": "n\x00"})
+        assert sent.status_code == 400 and "holds a NUL character" in unescape(message(sent))
+        assert [s.case_id for s in sub.cases()] == ["c-1"]
+
+
+@pytest.mark.xfail(strict=True, reason="case ids are not checked for NUL: wfsub/_runtime/_substrate.py:832 "
+                   "(_new_id) accepts 'n\\x00'; SQLite's fork then answers CaseNotFound for the new id, Postgres a "
+                   "StoreError; the check belongs with the other input checks in wfsub/_runtime/_inputs.py")
+async def test_the_api_refuses_a_case_id_holding_a_nul_with_a_clear_message(tmp_path: Path) -> None:
+    """new_case and fork refuse a case id holding a NUL with a ValueError naming it, on every store."""
+    for store in _stores(tmp_path):
+        async with Substrate(store=store, workflows=FLOWS) as sub:
+            with pytest.raises(ValueError, match="NUL"):
+                await sub.new_case("greet", {}, case_id="a\x00b")
+            await sub.new_case("greet", {}, case_id="c")
+            with pytest.raises(ValueError, match="NUL"):
+                await sub.fork("c", at=0, new_case_id="n\x00")
+
+
 # -- the store going away --------------------------------------------------------------------------------------
 
 

@@ -401,6 +401,9 @@ class _Inspector:
                     return (f"fork needs the seq of a record of the journal (a whole number) as 'at', got "
                             f"{at_text!r}"), True, 400, None
                 new_id = form.get("new_case_id", "").strip() or None
+                if new_id is not None and "\x00" in new_id:
+                    return (f"the new case id {new_id!r} holds a NUL character, which no store keeps: "
+                            "type a visible id, or leave it empty for a fresh one"), True, 400, None
                 handle = await self.source.fork(case_id, at=at, new_case_id=new_id)
                 return "", False, 200, handle.case_id
         except CaseNotFound as exc:
