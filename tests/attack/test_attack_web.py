@@ -302,6 +302,53 @@ async def test_a_postgres_store_cut_away_answers_503_with_the_reason_then_recove
         proxy.down()
 
 
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_a_signal_whose_commit_answer_was_lost_and_is_sent_again_is_applied_once() -> None:
+    """A signal form whose commit answer is lost answers 503 and keeps its request id; sending that form again
+    applies the signal once (the form carried no request id: the resend was applied twice)."""
+    flows = {"count": loop(wait("add", into="last"), until=lambda c: False)}
+    schema = _pg.emptied_schema()
+    proxy = Proxy(_pg.database_dsn())
+    try:
+        async with Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=flows) as sub:
+            await sub.new_case("count", {}, case_id="c-1")
+            await _waiting(sub, "c-1")
+            store = PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=0.5)
+            async with wfsub.Client(store) as source:
+                asgi = web.app(source, workflows=flows)
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                             base_url="http://i") as client:
+                    page = await client.get("/case/c-1")
+
+                    def form_of(page: httpx.Response) -> dict[str, str]:
+                        found = re.search(r'id="signal-form">(.*?)</form>', page.text, re.S)
+                        assert found
+                        return dict(re.findall(r'type="hidden" name="([^"]+)" value="([^"]*)"', found.group(1)))
+
+                    form = {**form_of(page), "name": "add", "payload": '{"n": 1}'}
+                    assert form["request_id"]
+                    proxy.drop_answers(1, after=150)
+                    lost = await client.post("/case/c-1", data=form)
+                    assert proxy.dropped == 1
+                    assert lost.status_code == 503 and "send the form again" in unescape(message(lost))
+                    assert form_of(lost)["request_id"] == form["request_id"]
+                    again = await client.post("/case/c-1", data={**form, **form_of(lost)})
+                    assert again.status_code == 303
+                    with anyio.fail_after(10):
+                        while sub.data("c-1").get("last") is None:  # noqa: ASYNC110 - a state
+                            await anyio.sleep(0.01)
+                    fresh = await client.get("/case/c-1")
+                    assert form_of(fresh)["request_id"] != form["request_id"]
+                    await sub.signal("c-1", "add", {"n": 2})  # a later input: every earlier one is applied by now
+                    with anyio.fail_after(10):
+                        while (sub.data("c-1").get("last") or {}).get("n") != 2:  # noqa: ASYNC110 - a state
+                            await anyio.sleep(0.01)
+                    kinds = [r.kind for r in await sub.journal("c-1")]
+                    assert kinds.count("signal") == 2, kinds
+    finally:
+        proxy.down()
+
+
 async def test_a_sqlite_file_locked_by_another_process_still_serves_the_pages(tmp_path: Path) -> None:
     """An exclusive lock held on the SQLite file by another connection does not stop the pages (WAL reads)."""
     db = tmp_path / "s.db"

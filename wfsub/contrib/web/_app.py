@@ -352,13 +352,17 @@ class _Inspector:
         live = "/events?" + urlencode({"view": "case", "case": case_id, "sig": sig_hash(signature),
                                        **({"journal": "all"} if full else {})})
         context = await make()
-        context.update(message=message, failed=failed, form=form)
+        # a form refused because the store did not answer keeps its request id: sent again, it is applied once
+        request_id = form.get("request_id", "") if code == 503 else ""
+        context.update(message=message, failed=failed, form=form,
+                       request_id=request_id or secrets.token_urlsafe(16))
         return self._html("case.html", request, context, live=live, status=code)
 
     async def _act(self, case_id: str, form: dict[str, str]) -> tuple[str, bool, int, str | None]:
         """Do a form's action: (the message to show, whether it was refused, the status code, the case whose
         page it leads to: None to answer on this page, as an update's answer is)."""
         action = form.get("action")
+        request_id = form.get("request_id", "").strip() or None  # the form's own: sent again, it is taken once
         try:
             if action in ("signal", "update"):
                 name = form.get("name", "").strip()
@@ -377,10 +381,11 @@ class _Inspector:
                                 "strings, or keep the value elsewhere and pass a reference")
                     return text, True, 400, None
                 if action == "signal":
-                    await self.source.signal(case_id, name, payload)
+                    await self.source.signal(case_id, name, payload, request_id=request_id)
                     return "", False, 200, case_id
                 try:
-                    answer = await self.source.update(case_id, name, payload, timeout=UPDATE_WAIT)
+                    answer = await self.source.update(case_id, name, payload, request_id=request_id,
+                                                      timeout=UPDATE_WAIT)
                 except TimeoutError:
                     return (f"update {name!r} sent, but the case has not answered it within {UPDATE_WAIT:g} s; "
                             "it keeps the update and answers when a wait takes it"), False, 202, None
@@ -388,7 +393,7 @@ class _Inspector:
             if action == "cancel":
                 compensate = form.get("compensate") == "yes"
                 reason = form.get("reason", "").strip() or "cancelled from the inspector"
-                await self.source.cancel(case_id, compensate, reason=reason)
+                await self.source.cancel(case_id, compensate, reason=reason, request_id=request_id)
                 return "", False, 200, case_id
             if action == "retry":
                 await self.source.retry(case_id)
@@ -410,6 +415,9 @@ class _Inspector:
             return str(exc), True, 404, None
         except (SignalRejected, CaseExists) as exc:
             return str(exc), True, 409, None
+        except StoreError as exc:  # the store did not answer (or its answer was lost): the form may be sent again
+            return (f"{exc} -- send the form again: it carries the same request id, so the case takes it once"
+                    ), True, 503, None
         except (WfsubError, ValueError, TypeError) as exc:  # a payload too big or not JSON-able, a closed Substrate
             return str(exc), True, 400, None
         return (f"unknown action {action!r}: the forms send signal, update, cancel, retry or fork"), True, 400, None
