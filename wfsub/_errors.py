@@ -229,7 +229,7 @@ class SignalRejected(WfsubError):
         if why is None:
             why = (
                 f"it is {state}, and retry re-opens a failed case (or one suspended after too many recoveries); "
-                "check status(case_id).state"
+                "look at its state first (`status()`, or `wfsub show`)"
             )
         return cls(case_id, "be retried", why)
 
@@ -320,8 +320,8 @@ class SignalRejected(WfsubError):
         """`name` is not a name the workflow answers: no wait(name, reply=...) and no reply(name, ...) step."""
         listed = ", ".join(repr(n) for n in sorted(updates)) or "none"
         if name in set(known):
-            fix = (f"the workflow waits for signal {name!r} but never answers it: send it with signal(), or give "
-                   f"its wait reply=fn or add a reply({name!r}, fn) step")
+            fix = (f"the workflow waits for signal {name!r} but never answers it: send it as a signal instead (a "
+                   f"signal call, or `wfsub signal`), or give its wait reply=fn or add a reply({name!r}, fn) step")
         else:
             fix = f"the workflow never waits for {name!r}; check the name"
         return cls(case_id, f"take update {name!r}", f"it answers no update of that name (updates: {listed}); {fix}")

@@ -539,10 +539,6 @@ async def test_a_start_retried_through_the_other_door_with_the_same_data_is_the_
         assert [r.kind for r in await sub.journal("k")][:1] == ["start"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the command prints the API's advice: `wfsub retry` says 'check status(case_id).state', `wfsub fork` "
-    "'`journal(case_id)` lists them', `wfsub update` 'send it with signal()' (wfsub/_errors.py builders, "
-    "shared by the API and the command) where an operator needs `wfsub show`, `wfsub journal`, `wfsub signal`"))
 async def test_the_commands_refusals_name_commands_not_python_calls(tmp_path: Path) -> None:
     """The refusals `wfsub retry`, `wfsub fork` and `wfsub update` print point to wfsub commands."""
     path = tmp_path / "c.db"
