@@ -140,6 +140,19 @@ class CaseExists(WfsubError):
         super().__init__(text)
 
     @classmethod
+    def triggered(cls, case_id: str, schedule: str) -> CaseExists:
+        """`trigger_schedule` in a second that already started the schedule's case of that second."""
+        error = cls.__new__(cls)
+        error.case_id = case_id
+        error.differs = None
+        WfsubError.__init__(
+            error,
+            f"schedule {schedule!r} already started case {case_id!r} this second (a trigger, or its slot): a "
+            "triggered case is named by the second it starts in, so trigger it again in a second, or follow that case",
+        )
+        return error
+
+    @classmethod
     def dedup(cls, case_id: str, queue: str, key: str, holder: str) -> CaseExists:
         """A queued start refused: a live case of the queue holds its `dedup` key."""
         error = cls.__new__(cls)
