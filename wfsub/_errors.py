@@ -140,6 +140,19 @@ class CaseExists(WfsubError):
         super().__init__(text)
 
     @classmethod
+    def triggered(cls, case_id: str, schedule: str) -> CaseExists:
+        """`trigger_schedule` in a second that already started the schedule's case of that second."""
+        error = cls.__new__(cls)
+        error.case_id = case_id
+        error.differs = None
+        WfsubError.__init__(
+            error,
+            f"schedule {schedule!r} already started case {case_id!r} this second (a trigger, or its slot): a "
+            "triggered case is named by the second it starts in, so trigger it again in a second, or follow that case",
+        )
+        return error
+
+    @classmethod
     def dedup(cls, case_id: str, queue: str, key: str, holder: str) -> CaseExists:
         """A queued start refused: a live case of the queue holds its `dedup` key."""
         error = cls.__new__(cls)
@@ -229,7 +242,7 @@ class SignalRejected(WfsubError):
         if why is None:
             why = (
                 f"it is {state}, and retry re-opens a failed case (or one suspended after too many recoveries); "
-                "check status(case_id).state"
+                "look at its state first (`status()`, or `wfsub show`)"
             )
         return cls(case_id, "be retried", why)
 
@@ -320,8 +333,8 @@ class SignalRejected(WfsubError):
         """`name` is not a name the workflow answers: no wait(name, reply=...) and no reply(name, ...) step."""
         listed = ", ".join(repr(n) for n in sorted(updates)) or "none"
         if name in set(known):
-            fix = (f"the workflow waits for signal {name!r} but never answers it: send it with signal(), or give "
-                   f"its wait reply=fn or add a reply({name!r}, fn) step")
+            fix = (f"the workflow waits for signal {name!r} but never answers it: send it as a signal instead (a "
+                   f"signal call, or `wfsub signal`), or give its wait reply=fn or add a reply({name!r}, fn) step")
         else:
             fix = f"the workflow never waits for {name!r}; check the name"
         return cls(case_id, f"take update {name!r}", f"it answers no update of that name (updates: {listed}); {fix}")

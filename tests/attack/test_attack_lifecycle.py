@@ -484,11 +484,6 @@ async def test_a_fork_queued_while_no_owner_runs_is_not_dropped_by_a_delete_of_i
             assert await sub.await_case("f") == {"go": 1, "went": True}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trigger_schedule names its case {name}@{now in whole seconds} (Substrate.trigger_schedule in "
-    "wfsub/_runtime/_substrate.py) and starting is idempotent by id, so a second trigger in the same second "
-    "returns the first trigger's case, ended or not, and runs nothing, without a word"
-))
 async def test_a_second_trigger_in_the_same_second_runs_again_or_says_why_not(tmp_path: Path) -> None:
     """Triggering a schedule twice within one second (a double click on 'run now') either runs the workflow twice
     or refuses the second trigger saying so; it never answers with the first run as if it were a new one."""

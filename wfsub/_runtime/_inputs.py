@@ -477,7 +477,7 @@ def fork_body(at: object, new_case_id: object, case_id: str | None = None) -> di
     """The arguments of a fork, checked: `at` an int seq >= 0, `new_case_id` None or a visible str."""
     if isinstance(at, bool) or not isinstance(at, int) or at < 0:
         raise bad_input("fork: at must be the seq of a record of the case (an int >= 0)", at, case_id=case_id,
-                        fix="pass at= the seq of a record `journal(case_id)` lists")
+                        fix="pass the seq of a record its journal lists (`journal()`, or `wfsub journal`)")
     if new_case_id is not None and (
         not isinstance(new_case_id, str) or not new_case_id or new_case_id != new_case_id.strip()
     ):

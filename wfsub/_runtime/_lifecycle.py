@@ -187,7 +187,7 @@ def fork_records(
     if at < 0 or at > last:
         raise ValueError(
             f"fork: case {case_id!r} has no record {at}: its journal holds records {first} to {last}; "
-            "pass at= one of those (`journal(case_id)` lists them)"
+            "fork at one of those (its journal lists them: `journal()`, or `wfsub journal`)"
         )
     prefix = [dict(record) for record in records if int(record["seq"]) <= at and record.get("kind") != "end"]
     start = dict(prefix[0])

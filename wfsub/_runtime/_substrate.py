@@ -753,11 +753,17 @@ class Substrate:
         await self._schedules.pause(name, False)
 
     async def trigger_schedule(self, name: str) -> CaseHandle:
-        """Start schedule `name`'s workflow now, with id `{name}@{now}` (paused or not; not counted as a slot)."""
+        """Start schedule `name`'s workflow now, with id `{name}@{now}` (paused or not; not counted as a slot);
+        CaseExists when a case of that id (a trigger or a slot in the same second) exists."""
         self._check_open("trigger a schedule")
         schedule = self._schedules.get(name)
         now = float(math.floor(self._clock.now()))
-        return await self._start_scheduled(schedule, now, schedule.case_id(now))
+        case_id = schedule.case_id(now)
+        try:  # a second trigger in one second would be the same start, answered with the first: say so instead
+            self.status(case_id)
+        except CaseNotFound:
+            return await self._start_scheduled(schedule, now, case_id)
+        raise CaseExists.triggered(case_id, name)
 
     # -- queues --------------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The `wfsub` command (also `python -m wfsub`): see and steer the cases in a store, and look at workflows.
 
-    wfsub cases   STORE [--state S] [--workflow NAME] [--limit N] [--json]
+    wfsub cases   STORE [--state S] [--workflow NAME] [--tag K=V] [--parent ID] [--limit N] [--json]
     wfsub show    STORE CASE_ID [--json]
     wfsub data    STORE CASE_ID
     wfsub journal STORE CASE_ID                          (JSON lines)
@@ -9,6 +9,10 @@
     wfsub update  STORE CASE_ID NAME ['{"json": 1}'] [--request-id ID] [--timeout S]   (prints the answer)
     wfsub cancel  STORE CASE_ID [--reason R] [--region NAME] [--no-compensate]
     wfsub replay  STORE (CASE_ID... | --all) --workflow app:flows   (exit status 1 on a divergence)
+    wfsub retry   STORE CASE_ID                          (a failed case, at the step that failed)
+    wfsub fork    STORE CASE_ID --at SEQ [--id NEW]
+    wfsub delete  STORE CASE_ID                          (an ended case)
+    wfsub schedules STORE [--json]
     wfsub prune   STORE --older-than 30d
     wfsub graph   app:flow [--format mermaid|dot] [--case CASE_ID --store STORE]
     wfsub validate app:flow
