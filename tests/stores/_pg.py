@@ -127,20 +127,14 @@ def emptied_schema() -> str:
 
 _EMPTY = f"""
 DO $$
+DECLARE
+    t record;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = '{SHARED}' AND c.relname = 'commits') THEN
-        DELETE FROM {SHARED}.journal;
-        DELETE FROM {SHARED}.snapshots;
-        DELETE FROM {SHARED}.inbox;
-        DELETE FROM {SHARED}.cases;
-        DELETE FROM {SHARED}.nodes;
-        DELETE FROM {SHARED}.commits;
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = '{SHARED}' AND c.relname = 'programs') THEN
-        DELETE FROM {SHARED}.programs;
-    END IF;
+    -- every table but `meta` (the layout version): cases, journals, the inbox, nodes, commits, programs, and the
+    -- queue, queue-item and schedule rows (a queue registered or an item claimed by one test must not reach the next)
+    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = '{SHARED}' AND tablename <> 'meta' LOOP
+        EXECUTE format('DELETE FROM %I.%I', '{SHARED}', t.tablename);
+    END LOOP;
 END
 $$
 """
