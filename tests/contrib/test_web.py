@@ -692,3 +692,32 @@ def _live_of(asgi: Any) -> web._live.Live:
         if owner is not None:
             return owner.live  # type: ignore[no-any-return]
     raise AssertionError("no inspector route")
+
+
+async def test_a_live_view_that_cannot_be_read_warns_once_per_outage(caplog: pytest.LogCaptureFixture) -> None:
+    """A store away for many polls logs one warning (with its traceback) and one when reading works again, not one
+    per poll."""
+    from wfsub import StoreError
+
+    failing = {"on": True}
+
+    async def read(key: Any) -> tuple[Any, Callable[[], Any]]:
+        if failing["on"]:
+            raise StoreError("the store is away")
+
+        async def render() -> str:
+            return "<p>back</p>"
+
+        return "sig", render
+
+    live = web._live.Live(read)
+    feed = web._live._Feed(("case", "", "c", False))
+    with caplog.at_level("WARNING", logger="wfsub.web"):
+        for _ in range(20):
+            await live._poll(feed)
+        failing["on"] = False
+        await live._poll(feed)
+    said = [r.getMessage() for r in caplog.records if r.name == "wfsub.web"]
+    assert said == ["reading a live view failed; trying again at each poll until it works",
+                    "reading a live view works again"]
+    assert b"back" in feed.payload

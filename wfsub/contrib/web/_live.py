@@ -47,6 +47,7 @@ class _Feed:
     polling: bool = False
     sig: str = ""
     payload: bytes = b""
+    failing: bool = False  # the last read failed (logged once per outage, not at every poll)
     changed: anyio.Event = field(default_factory=anyio.Event)
     vacated: anyio.Event = field(default_factory=anyio.Event)
 
@@ -141,8 +142,13 @@ class Live:
                 return
             html = await render()
         except Exception:  # a store error: try again at the next poll; the page keeps what it shows
-            _log.warning("reading a live view failed; trying again", exc_info=True)
+            if not feed.failing:  # once per outage: a store away for an hour is one warning, not 14,400
+                feed.failing = True
+                _log.warning("reading a live view failed; trying again at each poll until it works", exc_info=True)
             return
+        if feed.failing:
+            feed.failing = False
+            _log.warning("reading a live view works again")
         feed.sig = sig
         feed.payload = _event("update", html)
         changed, feed.changed = feed.changed, anyio.Event()
