@@ -139,10 +139,19 @@ def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
     return status.model_copy(update={"children": children})
 
 
+_STARTS: dict[str, bool] = {}  # fingerprint -> whether that program has a start_case (a program never changes)
+
+
 def starts_children(program: Program) -> bool:
-    """Whether a program has a `start_case` step (one that has none never has children to list)."""
-    return any(isinstance(c, EffectSpec) and isinstance(c.fn, Outbound) and isinstance(c.fn.term, StartCase)
-               for c in program.consts)
+    """Whether a program has a `start_case` step (one that has none never has children to list); read once per
+    version, since `status()` asks on every call."""
+    found = _STARTS.get(program.fingerprint)
+    if found is None:
+        found = _STARTS[program.fingerprint] = any(
+            isinstance(c, EffectSpec) and isinstance(c.fn, Outbound) and isinstance(c.fn.term, StartCase)
+            for c in program.consts
+        )
+    return found
 
 
 def _may_start_children(sub: Substrate, status: CaseStatus) -> bool:
