@@ -49,7 +49,9 @@ from typing import Any
 from ._terms import Retry, Term
 
 BYTECODE_VERSION = 1
-"""Bumped whenever the meaning of a program changes: part of every fingerprint."""
+"""Bumped whenever the meaning of an existing program changes (an opcode's operands or effect, the vm state a
+snapshot holds): part of every fingerprint and every snapshot. A new opcode is not such a change: no program stored
+before it uses it, so adding one (REPLY, FINALLY) keeps the version, and with it every stored case's fingerprint."""
 
 
 class Op(IntEnum):
