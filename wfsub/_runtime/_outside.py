@@ -201,7 +201,8 @@ async def same_start(
 ) -> None:
     """Return if the existing case `case_id` is the start asked for again; CaseExists naming what differs if it
     is another. `asked`: the start asked for, as a start record has it (`data`, and `sent` where the caller sent
-    other data); `model`: the workflow's input model where the caller has it (see `start_differs`)."""
+    other data); `model`: the workflow's input model where the caller has it (see `start_differs`). A case whose
+    start record is not committed yet is another caller's start in flight: equal."""
     loaded = await store.load(case_id)
     if loaded is not None:
         start = start_of(loaded.start)  # (kept in a compaction's snapshot record)

@@ -599,7 +599,7 @@ class Substrate:
         model = self._workflows.input_of(program)
         start_data = inputs.start_data(data, model, name, case_id) if data is not None or model else None
         durable = self._store is not None
-        sent = self._sent(data, model, _sent) if durable else None
+        sent = self._as_sent(data, model, _sent) if durable else None
         try:
             case_id = self._new_id(case_id)
         except CaseExists:
@@ -686,7 +686,7 @@ class Substrate:
             waited = True
         return waited and await self._store.row(case_id) is not None
 
-    def _sent(
+    def _as_sent(
         self, data: object, model: type[BaseModel] | None, queued: Mapping[str, Any] | None
     ) -> dict[str, Any] | None:
         """The start data as its caller sent it, as JSON, where the input `model` makes the case start with other
