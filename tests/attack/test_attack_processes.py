@@ -377,10 +377,6 @@ async def test_a_client_with_no_owner_takes_numbers_the_model_takes_as_times_and
     assert data["plan"] == {"at": "2023-11-14T22:13:20Z", "every": "PT1H", "level": 2}  # the model's dump
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the summary keeps only the model's JSON Schema, which names a field by its alias: a field name that "
-    "populate_by_name (or a validation_alias's AliasChoices) lets the model take is refused as 'Field required' "
-    "(wfsub/_runtime/_summary.py _object)"))
 async def test_a_client_with_no_owner_takes_a_field_by_name_when_the_model_populates_by_name(tmp_path: Path) -> None:
     """A Client's check lets through {"user": ...} for a model with Field(alias="userName") and
     populate_by_name=True, as the owner's model takes it."""
@@ -518,11 +514,6 @@ class Loan(BaseModel):
 LOANS = {"f": Workflow(TWO_WAITS, input=Loan)}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a start's data is compared as journaled: the owner journals the input model's dump (defaults filled in) and "
-    "keeps what was sent only for a start a Client queued, so a Client's retry of an owner's start, or the "
-    "owner's retry of a start a Client queued, with the very same data, is refused as 'other start data' "
-    "(wfsub/_runtime/_outside.py:185 same_start, wfsub/_runtime/_substrate.py _same_start)"))
 @pytest.mark.parametrize("first", ["owner", "client"])
 async def test_a_start_retried_through_the_other_door_with_the_same_data_is_the_same_case(
     first: str, tmp_path: Path

@@ -8,8 +8,10 @@ the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
   owner claims it (`Store.claim_queued`: on SQLite the owner, on Postgres the first node that runs its version)
   and runs it. The version is the caller's own registered program (a standby) or the newest version of that
   workflow whose summary the store holds (a client).
-- A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and equal start data give
-  back that case, and write nothing; anything else is `CaseExists` naming what differs.
+- A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and the same start data
+  give back that case, and write nothing; anything else is `CaseExists` naming what differs. The same data: as its
+  callers sent it (a start record keeps that as `sent` where the input model's dump differs), whichever door took
+  the first start, or, for a door with the workflow's input model (a standby), as the model reads it.
 - A `retry` or `fork` is checked against the stored journal as the owner checks it, written to the inbox (kinds
   `retry`, `fork`) and followed until the owner has done it or refused it (its reason raised as SignalRejected).
 - Waiting for a case to end: `EndWatcher` looks at the store when it changes (a cheap check: SQLite's
@@ -23,13 +25,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
+from pydantic import BaseModel
 
-from .._errors import CaseExists, CaseNotFound, SignalRejected, StoreConflict, StoreError, WorkflowNotRegistered
+from .._errors import (
+    CaseExists,
+    CaseNotFound,
+    InvalidStartData,
+    SignalRejected,
+    StoreConflict,
+    StoreError,
+    WorkflowNotRegistered,
+)
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 from ._compact import request_ids_of, start_of
-from ._journal import as_journaled, start_record
+from ._journal import as_journaled, same_data, sent_of, start_record
 from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
 from ._registry import Workflows
@@ -144,12 +155,14 @@ class Outside:
     async def start(
         self, name: str, fingerprint: str, data: dict[str, Any] | None, case_id: str, deadline: float | None,
         seed: int | None, now: float | None = None, tags: Mapping[str, str] | None = None,
+        sent: Mapping[str, Any] | None = None, model: type[BaseModel] | None = None,
     ) -> bool:
         """Queue a new case for the owner; False when `case_id` is that same case already (nothing written).
-        `now`: its start time (default: this process's clock; a shared store's clients give database time)."""
+        `now`: its start time (default: this process's clock; a shared store's clients give database time).
+        `sent`, `model`: a standby's caller's data as sent (JSON) where its input `model` made `data` of it."""
         journaled, _ = as_journaled(data or {}, "data", self.max_payload)
         now = self.now() if now is None else now
-        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now, tags)
+        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now, tags, sent=sent)
         row = CaseRow(
             case_id=case_id, workflow=name, fingerprint=fingerprint, state=CaseState.RUNNING.value, started_at=now,
             updated_at=now, data=dict(journaled),
@@ -157,7 +170,7 @@ class Outside:
         try:
             await self.store.queue_case(CaseWrite(case_id, [start], row))
         except StoreConflict:
-            await same_start(self.store, case_id, name, journaled)
+            await same_start(self.store, case_id, name, start, model)
             return False
         return True
 
@@ -183,33 +196,48 @@ async def check_case_input(
         inputs.against_summary(msg, found.summary, row.case_id, row=row)
 
 
-async def same_start(store: Store, case_id: str, workflow: str | None, data: Mapping[str, Any] | None) -> None:
+async def same_start(
+    store: Store, case_id: str, workflow: str | None, asked: Mapping[str, Any], model: type[BaseModel] | None = None
+) -> None:
     """Return if the existing case `case_id` is the start asked for again; CaseExists naming what differs if it
-    is another. A case whose start record is not committed yet is another caller's start in flight: equal."""
+    is another. `asked`: the start asked for, as a start record has it (`data`, and `sent` where the caller sent
+    other data); `model`: the workflow's input model where the caller has it (see `start_differs`). A case whose
+    start record is not committed yet is another caller's start in flight: equal."""
     loaded = await store.load(case_id)
     if loaded is not None:
         start = start_of(loaded.start)  # (kept in a compaction's snapshot record)
-        had = start.get("data")
-        if "sent" in start and dict(start.get("sent") or {}) == dict(data or {}):
-            had = data  # queued as sent, its data since given by the input model (`_queued`): the same start
-        start_differs(case_id, start.get("workflow"), had, workflow, data)
+        start_differs(case_id, start, workflow, asked, model)
 
 
 def start_differs(
-    case_id: str, had_workflow: object, had_data: Mapping[str, Any] | None, workflow: str | None,
-    data: Mapping[str, Any] | None,
+    case_id: str, had: Mapping[str, Any], workflow: str | None, asked: Mapping[str, Any],
+    model: type[BaseModel] | None = None,
 ) -> None:
-    """CaseExists naming what differs between an existing case's start and a start asked for with its id."""
+    """CaseExists naming what differs between an existing case's start (`had`: its start record, or a start in
+    flight or queued: `workflow`, `data`, `sent`?) and a start asked for with its id (`same_data`). With the
+    workflow's input `model` (a Substrate, not a client), data a client queued that its owner has not yet given
+    the model's dump is read through the model too, so the answer does not depend on whether the owner has."""
     differs = []
+    had_workflow = had.get("workflow")
     if had_workflow != workflow:
         differs.append(f"workflow {had_workflow!r} (this call: {workflow!r})")
-    before = dict(had_data or {})
-    now = dict(data or {})
-    if before != now:
+    if not same_data(had, asked) and not _same_as_read(had, asked, model):
+        before, now = sent_of(had), sent_of(asked)
         keys = sorted({k for k in (*before, *now) if before.get(k, _NONE) != now.get(k, _NONE)})
         differs.append(f"other start data (keys that differ: {', '.join(map(repr, keys))})")
     if differs:
         raise CaseExists(case_id, " and ".join(differs))
+
+
+def _same_as_read(had: Mapping[str, Any], asked: Mapping[str, Any], model: type[BaseModel] | None) -> bool:
+    """Whether `model` reads the data of a start no owner has given its dump yet as the data asked for."""
+    if model is None or "sent" in had:
+        return False
+    try:
+        read = inputs.start_data(dict(had.get("data") or {}), model)
+    except InvalidStartData:  # the owner will fail that case; a start with data the model takes is another one
+        return False
+    return read == dict(asked.get("data") or {})
 
 
 _NONE = object()
