@@ -2,8 +2,10 @@
 the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
 
 - An input (signal, cancel, region operation) is checked against the case's row (unknown id: `CaseNotFound`;
-  ended: `SignalRejected`) and against the program summary of its recorded version (`_inputs.against_summary`),
-  then written to the store's inbox; the call returns once that row is committed. The owner applies it.
+  ended: `SignalRejected`), its request id against the journal (one the case took from an input of the same kind:
+  a retried call, which returns and writes nothing; of another kind: `SignalRejected`, see `_request_ids`) and
+  against the program summary of its recorded version (`_inputs.against_summary`), then written to the store's
+  inbox; the call returns once that row is committed. The owner applies it.
 - A new case is a `start` record and a row marked queued (`Store.queue_case`), written in one transaction; the
   owner claims it (`Store.claim_queued`: on SQLite the owner, on Postgres the first node that runs its version)
   and runs it. The version is the caller's own registered program (a standby) or the newest version of that
@@ -39,11 +41,12 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
-from ._compact import request_ids_of, start_of
+from ._compact import start_of
 from ._journal import as_journaled, same_data, sent_of, start_record
 from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
 from ._registry import Workflows
+from ._request_ids import journaled_kinds, taken
 from ._status import CaseState
 from ._summary import summary_of
 from ._updates import remote_answer, row_result
@@ -91,9 +94,9 @@ class Outside:
         0 for a retried call whose input was applied (nothing written)."""
         if row is None:
             row = await self.row(case_id)
+        if await applied(self.store, case_id, msg.request_id, inputs.kind_of(msg), msg.what):
+            return 0  # a retried call whose input was applied (it may have ended the case): what it returned first
         if CaseState(row.state).ended:
-            if await applied(self.store, case_id, msg.request_id):
-                return 0  # a retried call whose input was applied (and ended the case): what it returned first
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
@@ -175,12 +178,12 @@ class Outside:
         return True
 
 
-async def applied(store: Store | None, case_id: str, request_id: str | None) -> bool:
-    """Whether the case's journal holds an input with `request_id`: a call repeated with that id answers as the
-    first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
+async def applied(store: Store | None, case_id: str, request_id: str | None, kind: str, action: str) -> bool:
+    """Whether the case's journal holds the input of `kind` with `request_id`: a call repeated with that id answers
+    as the first one did. SignalRejected when an input of another kind used the id (see `_request_ids`)."""
     if store is None or request_id is None:
         return False
-    return request_id in request_ids_of(await store.journal(case_id))  # (a compacted journal's snapshot keeps them)
+    return taken(await journaled_kinds(store, case_id, request_id), request_id, kind, case_id, action)
 
 
 async def check_case_input(
@@ -188,9 +191,10 @@ async def check_case_input(
 ) -> None:
     """Check an input for an existing case as its owner would, against the program summary of the version the
     case recorded (`wfsub.lowlevel`; the `wfsub` command runs it before writing to the inbox): SignalRejected for
-    an unknown signal or region, or a payload that does not fit its model. A version without a summary in the
-    store is left to the owner."""
+    an unknown signal or region, a payload that does not fit its model, or a request id an input of another kind
+    used. A version without a summary in the store is left to the owner."""
     msg = inputs.shaped(kind, body, request_id, case_id=row.case_id)
+    await applied(store, row.case_id, request_id, inputs.kind_of(msg), msg.what)  # (an id another kind used)
     found = await store.program(row.fingerprint)
     if found is not None:
         inputs.against_summary(msg, found.summary, row.case_id, row=row)

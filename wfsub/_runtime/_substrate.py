@@ -101,6 +101,7 @@ from ._queues import (
     queued_status,
 )
 from ._registry import Workflows
+from ._request_ids import taken
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
@@ -967,7 +968,7 @@ class Substrate:
                 return
             await self._signal(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id):
+            if not await applied(self._store, case_id, msg.request_id, "signal", msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
@@ -1006,19 +1007,30 @@ class Substrate:
                 return await outside.update(case_id, msg, remote.row)
             except SignalRejected:  # an ended case: a retried call gets what the first got
                 row = await self._store.row(case_id) if self._store is not None else None
-                if row is None or not await applied(self._store, case_id, uid):
+                if row is None or not await applied(self._store, case_id, uid, "update", msg.what):
                     raise
                 found, value = row_result(row, msg.name, uid)
                 if not found:
                     raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT) from None
                 return value
         updates = of_actor(actor)
-        first = uid not in updates.pending and uid not in updates.answers
-        waiter = updates.waiter(uid)
         journal = actor.journal
+        while True:
+            first = uid not in updates.pending and uid not in updates.answers
+            if not (first and journal is not None and taken(journal.request_ids, uid, "update", case_id, msg.what)):
+                break
+            commit = journal.committing.get(uid)
+            if commit is None:  # applied before: nothing is sent again
+                break
+            # Its first call gave up while its record was being committed: the commit decides. Written, the update
+            # is applied (the vm owes its answer, or gave it); not written, the id is free and this call sends it.
+            await commit.done.wait()
+            if actor.fenced and commit.error is not None:
+                raise commit.error
+        waiter = updates.waiter(uid)
         if first and journal is not None and uid in journal.request_ids:  # applied before: nothing is sent again
-            if not (actor.machine is not None and actor.machine.owes(uid)):  # and its answer is no longer kept
-                updates.pending.pop(uid, None)
+            if waiter.answer is None and not (actor.machine is not None and actor.machine.owes(uid)):
+                updates.pending.pop(uid, None)  # and its answer is no longer kept
                 raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT)
         elif first:
             try:
@@ -1114,7 +1126,7 @@ class Substrate:
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
             if row is not None and CaseState(row.state).ended:
-                if await applied(self._store, case_id, msg.request_id):
+                if await applied(self._store, case_id, msg.request_id, "cancel", msg.what):
                     return  # a retried cancel that was applied (and ended the case): what it returned first
                 raise SignalRejected.ended(case_id, msg.what, row.state)
         try:
@@ -1130,7 +1142,7 @@ class Substrate:
             await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
-            if self._store is not None and await applied(self._store, actor.case_id, msg.request_id):
+            if await applied(self._store, actor.case_id, msg.request_id, "cancel", msg.what):
                 return  # a retried cancel that was applied (and ended the case): what it returned first
             raise actor.ended_error(msg.what)
         if actor.journal is None:
@@ -1175,7 +1187,7 @@ class Substrate:
             msg.reply = Reply()
             await self._ask(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id):
+            if not await applied(self._store, case_id, msg.request_id, action.kind, msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 

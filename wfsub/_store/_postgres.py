@@ -1337,6 +1337,13 @@ class PostgresStore(StoreBase):
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
 
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        async def read(conn: Any) -> list[Record]:
+            found = await conn.fetch(Q["journal_request"], case_id, request_id)
+            return [decode_record(self._name, case_id, text) for (text,) in found]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
     async def journal_epochs(self, case_id: str) -> list[tuple[int, int]]:
         """(seq, epoch of the node that appended it) of each record of the case, in order."""
 
