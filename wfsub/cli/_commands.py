@@ -487,15 +487,13 @@ async def _steerable(store: Store, case_id: str, kind: str, what: str, request_i
 
     row = await case_row(store, case_id)
     state = CaseState(row.state)
+    try:  # live or ended: a retry sends nothing (as a Client's does), rather than an inbox row its owner drops
+        if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
+            r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
+            return None
+    except SignalRejected as exc:
+        raise _refused(case_id, what, str(exc), "nothing was sent") from None
     if state.ended:
-        try:
-            if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
-                r.err.print(
-                    f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)"
-                )
-                return None
-        except SignalRejected as exc:
-            raise _refused(case_id, what, str(exc), "nothing was sent") from None
         raise CliError(
             f"case {case_id!r} has ended ({state.value} at {r.when(row.ended_at)}): it takes no {what}; nothing "
             "was sent"
