@@ -322,3 +322,28 @@ async def test_a_client_s_inputs_retried_after_lost_commit_answers_apply_once(lo
             assert proxy.dropped >= lost
     finally:
         proxy.down()
+
+
+# -- an update retried through a Client once its answer is no longer kept --------------------------------------------
+
+ASKED = {"f": loop(wait("ask", reply=_yes), while_=lambda d: True)}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Outside.update (wfsub/_runtime/_outside.py, update: `send` returns 0 for an applied id, then remote_answer "
+    "polls the row for an answer the case dropped after ANSWERS_KEPT newer ones) waits for its timeout, or "
+    "forever, and then says the case keeps the update; the owner raises answer_gone. The row does not say whether "
+    "the vm still owes an applied update its answer, so a Client cannot tell 'not yet' from 'gone'"
+))
+async def test_a_client_retrying_an_update_whose_answer_is_no_longer_kept_is_told_so(tmp_path: Path) -> None:
+    """After 101 newer updates, Client.update retried with the first one's id raises SignalRejected saying its
+    answer is no longer kept (as the owner's does), rather than waiting for an answer that never comes."""
+    path = str(tmp_path / "c.db")
+    async with Substrate(store=path, workflows=ASKED) as sub, Client(path) as client:
+        await sub.new_case("f", {}, case_id="c")
+        for i in range(101):
+            await sub.update("c", "ask", None, request_id=f"u{i}")
+        with pytest.raises(SignalRejected, match="no longer kept"):
+            await sub.update("c", "ask", None, request_id="u0")
+        with pytest.raises(SignalRejected, match="no longer kept"):
+            await client.update("c", "ask", None, request_id="u0", timeout=0.5)
