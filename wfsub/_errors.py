@@ -759,6 +759,18 @@ def outbound_value(label: str, path: str, what: str, value: object, fix: str, ca
     return bad_input(f"{label} at {path}: {what}", value, fix=fix, case_id=case_id)
 
 
+def store_refused(error: StoreError, case_id: str, path: str, what: str) -> StoreError:
+    """A `start_case` or `signal_case` step whose write the store refused for good (`refused_for_good`: data it
+    cannot hold): the step fails with this, naming the case, the node path and the store's reason."""
+    return StoreError(
+        error.store,
+        f"{what} at {path} of case {case_id!r} was refused by the store, which would refuse it again however often "
+        f"it is sent, so the step fails rather than retrying ({str(error).removeprefix(f'store {error.store}: ')}); "
+        "change what the step sends (its case_id=, data= or payload=), or catch the failure with "
+        "scope(on_error=...)",
+    )
+
+
 def not_our_child(child_id: str, parent: str, path: str, other: str | None) -> CaseExists:
     """`start_case` found a case with the child's id that this parent did not start (`other`: its parent)."""
     owner = "no parent" if other is None else f"parent {other!r}"

@@ -19,11 +19,12 @@ store used before `open()`, opened twice, or used while closing.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .._errors import StoreError
+from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
 SCHEMA_VERSION = 7
@@ -502,6 +503,32 @@ def _verb(action: str) -> str:
     return _VERBS.get(first, first) + space + rest
 
 
+LASTING_SQLSTATES = ("22", "23", "54")
+"""The SQLSTATE classes of a request the database refuses for what it holds, however often it is sent: a data
+exception (22: a NUL in text, a value out of range), an integrity violation (23) and a program limit exceeded (54:
+an index entry larger than a page allows)."""
+
+
+def refused_for_good(error: StoreError) -> bool:
+    """Whether a store refused a request for what it holds rather than for how the store was reached: a Postgres
+    error of a `LASTING_SQLSTATES` class, or SQLite's constraint, too-big or type-mismatch errors. Sent again, it is
+    refused again, so a caller that retries store trouble must not retry this. A `StoreConflict` is the store's own
+    answer about a write (fenced, a seq taken, a case moved) and is not one of these: sent again, it may pass."""
+    if isinstance(error, StoreConflict):
+        return False
+    cause = error.__cause__
+    for _ in range(8):  # (a driver's error may be wrapped once or twice; never follow a cycle)
+        if cause is None:
+            return False
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(state, str):
+            return state[:2] in LASTING_SQLSTATES
+        if isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 def require_store(store: object) -> Store:
     if not isinstance(store, Store):
         raise TypeError(
@@ -512,6 +539,7 @@ def require_store(store: object) -> Store:
 
 
 __all__ = [
+    "LASTING_SQLSTATES",
     "REFUSED_KEPT",
     "SCHEMA_VERSION",
     "CaseRow",
@@ -526,6 +554,7 @@ __all__ = [
     "Store",
     "StoreBase",
     "StoredCase",
+    "refused_for_good",
     "require_store",
 ]
 
