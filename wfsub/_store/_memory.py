@@ -215,8 +215,8 @@ class MemoryStore(SingleNode):
         if change.row is not None:
             if case.row is None:
                 case.order, self._next_order = self._next_order, self._next_order + 1
-                if 0 in case.journal:  # (as the SQL stores' trigger: what the start record says, read only)
-                    case.tags, case.forked_from = start_meta(case.journal[0])
+                if case.journal:  # (as the SQL stores' trigger: what the first record's start says, read only)
+                    case.tags, case.forked_from = start_meta(case.journal[min(case.journal)])
             case.row = change.row.params
         if change.snapshot is not None:
             snap = change.snapshot.params
