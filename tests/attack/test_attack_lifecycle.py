@@ -423,12 +423,6 @@ async def test_two_nodes_run_one_schedule_while_one_loses_answers_and_pause_hold
         proxy.down()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a failed case stays owned by the node it failed on: take_over moves only cases with ended_at IS NULL "
-    "(wfsub/_store/sql/postgres/migrations take_over), and Substrate._retry refuses a row whose owner is another "
-    "node (wfsub/_runtime/_substrate.py _retry) whether or not that node's lease has expired, so a case that "
-    "failed on a node that is gone for good (a replaced pod, a new node_id) can never be retried"
-))
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 async def test_a_case_that_failed_on_a_node_gone_for_good_can_be_retried_on_another() -> None:
     """A case failed on node a, which stopped and whose lease has run out: node b retries it (the refusal's own
@@ -451,11 +445,6 @@ async def test_a_case_that_failed_on_a_node_gone_for_good_can_be_retried_on_anot
             assert await b.await_case("c") == {"done": True}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "delete removes a case's inbox rows with it (the stores' delete), so a fork or retry a Client or `wfsub fork` "
-    "queued while no owner ran, and acknowledged as 'done when one opens the store', is dropped without a word; "
-    "Client.delete (wfsub/_runtime/_client.py delete) and Substrate.delete do not look for pending inputs"
-))
 async def test_a_fork_queued_while_no_owner_runs_is_not_dropped_by_a_delete_of_its_origin(tmp_path: Path) -> None:
     """With no owner running, a Client queues a fork of an ended case, then deletes that case: either the delete
     is refused (an input for it is pending) or the fork is still made when an owner opens the store; never is
@@ -614,10 +603,6 @@ async def test_a_deleted_queued_case_id_can_be_queued_again_and_runs(kind: str, 
             assert await again.result() == {"ok": 2}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an ended case kept in memory (retain_ended) is answered from memory by status() and await_case() "
-    "(Substrate.status / _wait_end in wfsub/_runtime/_substrate.py) after another node deleted it from the store"
-))
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 async def test_a_case_deleted_on_another_node_is_not_found_by_await_case_here() -> None:
     """After node b deletes an ended case that node a ran, a's await_case raises CaseNotFound, as b's does (the

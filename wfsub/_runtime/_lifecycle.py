@@ -19,11 +19,17 @@ recovered again (its effects and timers are no longer listed, so the next start 
 re-opens it the same way as a failed case, with nothing dropped: its `retry` record is a new record, so the count
 starts again.
 
+Delete. An ended case is deleted only while no input for it waits in the store's inbox: a `retry` or `fork` a
+client (or `wfsub`) queued while no owner ran is acknowledged as done once an owner takes it, and deleting its
+case first would drop it without a word. So `delete` refuses, naming the inputs, until an owner has taken them
+(applied, or refused with a reason); the store checks this in the same transaction as the delete.
+
 Fork. A fork is a new case whose journal is the origin's records up to and including `at`, with its `start`
 record naming the origin (`forked_from: {case_id, seq}`) and keeping the origin's tags (of a compacted journal:
-the `start` its first record, the `snapshot`, holds; the stores read a row's tags and origin from there); it is written in one
-transaction, then loaded like any case (replayed, then live: effects in flight at `at` start again). A fork
-taken where the origin was suspended or had ended runs on from there: an `end` record is never copied.
+the `start` its first record, the `snapshot`, holds; the stores read a row's tags and origin from there); it is
+written in one transaction, then loaded like any case (replayed, then live: effects in flight at `at` start
+again). A fork taken where the origin was suspended or had ended runs on from there: an `end` record is never
+copied.
 """
 
 from __future__ import annotations
@@ -174,6 +180,17 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
                                 epoch=row.epoch or None))
 
 
+async def delete_ended(store: Store, case_id: str) -> None:
+    """Delete a case whose row says it ended, or SignalRejected saying why not: inputs for it wait in the inbox
+    (naming them), or its `end` record is not written yet."""
+    if await store.delete(case_id):
+        return
+    pending = await store.inbox_pending(case_id)
+    if pending:
+        raise SignalRejected.inputs_pending(case_id, [(row.id, row.kind) for row in pending])
+    raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+
+
 def fork_records(
     case_id: str, records: list[Record], at: object, new_case_id: str, now: float
 ) -> list[Record]:
@@ -194,13 +211,13 @@ def fork_records(
             "fork at one of those (its journal lists them: `journal()`, or `wfsub journal`)"
         )
     prefix = [dict(record) for record in records if int(record["seq"]) <= at and record.get("kind") != "end"]
-    first = prefix[0]
-    start = dict(first.get("start") or {}) if first.get("kind") == "snapshot" else first
+    head = prefix[0]
+    start: Record = dict(head.get("start") or {}) if head.get("kind") == "snapshot" else head
     start["case_id"] = new_case_id
     start["forked_from"] = {"case_id": case_id, "seq": at}
     start["time"] = start.get("time", now)
-    if first is not start:  # a compacted journal: its snapshot record holds the start (what the stores read)
-        first["start"] = start
+    if head is not start:  # a compacted journal: its snapshot record holds the start (what the stores read)
+        head["start"] = start
     return prefix
 
 
