@@ -11,7 +11,8 @@ For tools that work on a store beside the Substrate that owns it (the `wfsub` co
 `status_of` (a case's status from its stored row), `check_input` (an input for a case, checked as its owner
 will check it, before it is put in the store's inbox) and `check_case_input` (the same input checked against the
 program summary of the case's recorded version, as the owner would refuse it, even while no owner runs), and
-`loads_input` (the JSON text of an input's value read, refused with a message when it nests too deep).
+`loads_input` (the JSON text of an input's value read, refused with a message when it nests too deep), and
+`cancel_queued` (a case that waits in its queue cancelled there: it ends as any case, in one transaction).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ._runtime._lifecycle import retry_record as retry_record
 from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
+from ._runtime._queues import cancel_queued as cancel_queued
 from ._runtime._registry import Workflows as Workflows
 from ._runtime._registry import entries as workflow_entries
 from ._runtime._registry import term_of as term_of
@@ -57,6 +59,7 @@ __all__ = [
     "TimerRequest",
     "VmEvent",
     "Workflows",
+    "cancel_queued",
     "check_case_input",
     "check_input",
     "check_version",

@@ -431,10 +431,6 @@ async def _queued_and_cancelled(caller: Any, client: Client) -> None:
     await caller.cancel("w", request_id="c1")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a start by id does not look at the queue items: the id of a case cancelled while queued starts a second, "
-    "live case (the owner's status then says waiting_signal, a Client's says cancelled) "
-    "(wfsub/_runtime/_substrate.py:583 new_case, _new_id; the Client's through _outside.py same_start)"))
 @pytest.mark.parametrize("door", ["owner", "client"])
 async def test_a_start_with_the_id_of_a_case_cancelled_in_its_queue_starts_nothing_new(
     door: str, tmp_path: Path
@@ -451,10 +447,6 @@ async def test_a_start_with_the_id_of_a_case_cancelled_in_its_queue_starts_nothi
         assert (await client.status("w")).state == CaseState.CANCELLED
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a queued case's cancel keeps no request id: its retry raises SignalRejected from the owner "
-    "(wfsub/_runtime/_substrate.py:1040) and CaseNotFound from a Client, whose cancel looks for a case row a "
-    "queued case never had (wfsub/_runtime/_client.py:197)"))
 @pytest.mark.parametrize("door", ["owner", "client"])
 async def test_a_retried_cancel_of_a_queued_case_returns_as_the_first_did(door: str, tmp_path: Path) -> None:
     """cancel(W, request_id=c1) again after it cancelled W in its queue returns, as a retry after a lost answer."""
@@ -466,10 +458,6 @@ async def test_a_retried_cancel_of_a_queued_case_returns_as_the_first_did(door: 
         await caller.cancel("w", request_id="c1")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a Client's cancel and signal of a case cancelled in its queue raise CaseNotFound ('start it with "
-    "new_case() first') though status() shows the case cancelled: they look only for a case row "
-    "(wfsub/_runtime/_client.py:197 cancel, :170 signal)"))
 async def test_a_client_steering_a_case_cancelled_in_its_queue_hears_that_it_ended(tmp_path: Path) -> None:
     """A Client's cancel and signal of a case cancelled while queued raise SignalRejected saying it has ended."""
     path = str(tmp_path / "c.db")
