@@ -10,9 +10,12 @@ For tools that work on a store beside the Substrate that owns it (the `wfsub` co
 `workflow_entries` and `term_of` (the versions of one `workflows=` entry, and the term of each),
 `status_of` (a case's status from its stored row), `check_input` (an input for a case, checked as its owner
 will check it, before it is put in the store's inbox) and `check_case_input` (the same input checked against the
-program summary of the case's recorded version, as the owner would refuse it, even while no owner runs), and
-`loads_input` (the JSON text of an input's value read, refused with a message when it nests too deep), and
-`cancel_queued` (a case that waits in its queue cancelled there: it ends as any case, in one transaction).
+program summary of the case's recorded version, as the owner would refuse it, even while no owner runs),
+`request_applied` (whether a case took the input of a kind with a request id: a retried call; SignalRejected
+when an input of another kind used the id, since a request id names one input of one kind), `loads_input`
+(the JSON text of an input's value read, refused with a message when it nests too deep), `check_case_id` (a
+case id checked as every door checks it: a new case's, or one to look up), and `cancel_queued` (a case that
+waits in its queue cancelled there: it ends as any case, in one transaction).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
 from ._runtime._compact import request_ids_of as journaled_request_ids
+from ._runtime._inputs import check_case_id as check_case_id
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
 from ._runtime._lifecycle import fork_records as fork_records
 from ._runtime._lifecycle import retry_record as retry_record
+from ._runtime._outside import applied as request_applied
 from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
@@ -60,12 +65,14 @@ __all__ = [
     "VmEvent",
     "Workflows",
     "cancel_queued",
+    "check_case_id",
     "check_case_input",
     "check_input",
     "check_version",
     "fork_records",
     "journaled_request_ids",
     "loads_input",
+    "request_applied",
     "retry_record",
     "status_of",
     "term_of",

@@ -223,10 +223,6 @@ def _huge_child_id(ctx: Mapping[str, Any]) -> str:
 
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
-@pytest.mark.xfail(strict=True, reason=(
-    "a child id the store can never hold (Postgres: 'index row requires 9624 bytes', SQLSTATE 54000) is a "
-    "StoreError that wfsub/_runtime/_children.py:131 (_persist) takes for an outage and retries forever: the parent "
-    "waits at start_case for ever, logging 'store trouble'; no door bounds a case id's length (SQLite takes it)"))
 async def test_a_child_id_the_store_cannot_hold_fails_the_step() -> None:
     """start_case with a child id Postgres cannot index fails the parent's step, rather than retrying for ever."""
     flows = {"kid": task(_kid), "parent": start_case("kid", case_id=_huge_child_id)}
@@ -330,11 +326,6 @@ def _released(store: HeldWrites) -> Iterator[None]:
         store.release.set()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a retried update whose first call gave up (timeout=, a cancel) while its record was being committed finds its "
-    "request id journaled but not yet applied nor answered, and wfsub/_runtime/_substrate.py:947-950 (_update) takes "
-    "that for an answer dropped from the latest 100: SignalRejected 'its answer is no longer kept', so a caller "
-    "following the advice sends it again under a new id and it applies twice"))
 async def test_an_update_retried_while_its_first_call_is_being_committed_gets_its_answer() -> None:
     """timeout= leaves the update with the case: a retry with the same request_id, made while the first call's
     record is still being committed, waits for the answer and the update applies once."""

@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from .._errors import CaseCancelled, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
+from .._errors import CaseCancelled, CaseExists, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
 from .._store import Store
 from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
@@ -32,8 +32,9 @@ from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
 from ._children import stored_children
 from ._journal import JournalRecord, as_journaled
+from ._lifecycle import delete_ended
 from ._mailbox import RegionAction
-from ._outside import EndWatcher, Outside
+from ._outside import EndWatcher, Outside, same_start, start_differs
 from ._persist import status_of
 from ._queues import (
     IN_QUEUE,
@@ -137,7 +138,8 @@ class Client:
         `tags` as for `Substrate.new_case`; `queue=` and the rest: as on Substrate.new_case (the queue must be one a
         Substrate registered)."""
         door = self._door("start a case")
-        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        case_id = f"case-{secrets.token_hex(8)}" if case_id is None else inputs.check_case_id(case_id)
+        case_tags = inputs.tags(tags, case_id)
         if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
             specs = await self._store.queue_specs()
             wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,
@@ -152,15 +154,6 @@ class Client:
                     f"scheduler must be 'deterministic' or Seeded(seed) (from wfsub.lowlevel), got {scheduler!r}"
                 )
             seed = scheduler.seed
-        if case_id is None:
-            case_id = f"case-{secrets.token_hex(8)}"
-        elif not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
-        elif not case_id or case_id != case_id.strip():
-            raise ValueError(
-                f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
-                "to get a fresh one"
-            )
         name, fingerprint = await door.version(workflow)
         found = await self._store.program(fingerprint)
         if found is not None:  # its input model, as the owner checks it (`Workflow(term, input=Model)`)
@@ -170,16 +163,31 @@ class Client:
             journaled, _ = as_journaled(dict(start_data or {}), "data", self._max_payload)
             item = QueueItem(case_id, queue, partition, priority, dedup,
                              queued_start(name, journaled, timeout, seed, case_tags), now + wait_for, now)
-            await self._store.queue_put(item)  # CaseExists: the id is taken, or a live case holds the dedup key
+            try:
+                await self._store.queue_put(item)
+            except CaseExists as exc:  # the id is taken (or a live case holds the dedup key: `differs` says so)
+                if exc.differs is not None:
+                    raise
+                await self._same_queued(case_id, name, item.start)
             return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout
         await door.start(name, fingerprint, start_data, case_id, deadline, seed, now, tags=case_tags)
         return ClientHandle(self, case_id)
 
+    async def _same_queued(self, case_id: str, workflow: str, asked: Mapping[str, Any]) -> None:
+        """A queued start repeated with the id of a queue item or a case: return if it is the same start (its other
+        options stand, as a Substrate's), else CaseExists naming what differs."""
+        known = self._store.read_queue_item(case_id)
+        if known is not None:
+            start_differs(case_id, known.start, workflow, asked)
+        else:
+            await same_start(self._store, case_id, workflow, asked)
+
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`); returns once it is in the store's inbox (the owner applies it)."""
         door = self._door("send a signal")
-        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.signal(name, payload, request_id, case_id)
         await door.send(case_id, msg)
 
     async def update(
@@ -190,7 +198,8 @@ class Client:
         inbox, and the answer is read from the case's row once the owner has written it."""
         door = self._door("send an update")
         _check_await_timeout(timeout)
-        msg = inputs.update(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.update(name, payload, request_id, case_id)
         if timeout is None:
             return await door.update(case_id, msg)
         with anyio.move_on_after(timeout):
@@ -202,9 +211,10 @@ class Client:
     ) -> None:
         """Cancel a case (see Substrate.cancel); SignalRejected if it has ended."""
         door = self._door("cancel a case")
-        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
-        row = await self._store.row(case_id) if isinstance(case_id, str) else None
-        if row is None and isinstance(case_id, str):
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.cancel(reason, compensate, request_id, case_id)
+        row = await self._store.row(case_id)
+        if row is None:
             inputs.bounded_reason(msg, self._max_payload, case_id)
             now = await self._store.database_time() if self._store.shared else _now()
             if await cancel_queued(self._store, case_id, msg.reason, msg.request_id, now) is not None:
@@ -229,7 +239,8 @@ class Client:
         self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
     ) -> None:
         door = self._door(action.value)
-        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.region(action, region, items, request_id, case_id)
         await door.send(case_id, msg)
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -237,14 +248,16 @@ class Client:
     async def handle(self, case_id: str) -> CaseHandle:
         """A handle to an existing case, queued or started (CaseNotFound if there is none)."""
         door = self._door("get a case's handle")
-        if not (isinstance(case_id, str) and self._store.read_queue_item(case_id) is not None):
+        case_id = inputs.check_case_id(case_id, new=False)
+        if self._store.read_queue_item(case_id) is None:
             await door.row(case_id)
         return ClientHandle(self, case_id)
 
     async def status(self, case_id: str) -> CaseStatus:
         """The case's status as the store last recorded it, with the cases it started (`children`)."""
         door = self._door("read a case's status")
-        item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
+        case_id = inputs.check_case_id(case_id, new=False)
+        item = self._store.read_queue_item(case_id)
         if item is not None and item.state == "queued":
             return queued_status(item)
         try:
@@ -266,30 +279,27 @@ class Client:
     ) -> list[CaseStatus]:
         """Cases newest first, filtered as `Substrate.cases` filters them, at most `limit` (page with `before`)."""
         self._door("list cases")
-        if parent is not None and (not isinstance(parent, str) or not parent):
-            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
-                                 started_after=started_after, started_before=started_before)
+                                 started_after=started_after, started_before=started_before, parent=parent)
         store = self._store
         queued = queued_page(lambda n, below: store.read_queue_items(state="queued", limit=n, before=below), state,
-                             workflow, limit, before, {**filters, "parent": parent})
+                             workflow, limit, before, filters)
         if state == CaseState.QUEUED.value or len(queued) == limit:
             return queued
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
         rows = await store.cases(state=state, workflow=workflow, limit=limit - len(queued), before=before,
-                                 parent=parent, **filters)
+                                 **filters)
         return queued + [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
         """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no
         owner runs). SignalRejected with the reason when it cannot be retried."""
         door = self._door("retry a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         await door.lifecycle(case_id, "retry", {})
         return ClientHandle(self, case_id)
 
@@ -297,8 +307,7 @@ class Client:
         """A new case from the journal of `case_id` up to record `at` (see `Substrate.fork`): its owner does it;
         returns once done (or queued while no owner runs)."""
         door = self._door("fork a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         body = inputs.fork_body(at, new_case_id, case_id)
         body["new_case_id"] = new_id = new_case_id or f"case-{secrets.token_hex(8)}"
         await door.lifecycle(case_id, "fork", body)
@@ -307,13 +316,15 @@ class Client:
     async def delete(self, case_id: str) -> None:
         """Remove an ended case at once (see `Substrate.delete`); SignalRejected for one that has not ended."""
         row = await self._door("delete a case").row(case_id)
-        if not CaseState(row.state).ended or not await self._store.delete(case_id):
+        if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
+        await delete_ended(self._store, case_id)
 
     async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
         """Every record of the case's journal, in order (`newest=N`: its start record and the newest N after it,
         as `Substrate.journal`)."""
         self._door("read a journal")
+        case_id = inputs.check_case_id(case_id, new=False)
         records = await self._store.journal(case_id)
         if not records:
             raise CaseNotFound(case_id)
@@ -326,6 +337,7 @@ class Client:
         TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting."""
         _check_await_timeout(timeout)
         door = self._door("await a case")
+        case_id = inputs.check_case_id(case_id, new=False)
         if timeout is None:
             return _validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
         if timeout == 0:

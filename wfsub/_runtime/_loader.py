@@ -10,7 +10,7 @@ at the same time. It exists only for a Substrate with a store, made when the sto
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -24,7 +24,7 @@ from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
 from ._compact import start_of
 from ._durable import CaseJournal
-from ._journal import start_record
+from ._journal import same_data, start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
 from ._persist import Loaded, end_suspended, rebuild, suspend
@@ -105,6 +105,9 @@ class CaseLoader:
         self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
         self.missed_ids: set[str] = set()  # those cases
         self.ended_here: Callable[[str], None] = _nothing  # wakes the awaiters of a case that ended out of memory
+        # Counts a live case's recovery (a poison case is suspended instead: False); the Substrate sets it, and a
+        # takeover counts as a recovery as a restart does (see `_lifecycle.recovering`).
+        self.recovering: Callable[[CaseRow], Awaitable[bool]] = _always
         # The loops below sleep on the case clock only until their next entry falls due, and on these events while
         # they have none: a VirtualClock advanced by a year fires them once per entry, not once per period.
         self.effect_waits_added = anyio.Event()
@@ -226,10 +229,11 @@ class CaseLoader:
     async def start(
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
+        sent: Mapping[str, Any] | None = None,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
-        the case is queued for any node of a shared store instead (placement="any"). Raises CaseExists for an id
-        an earlier run's case has."""
+        the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
+        caller sent it (see `start_record`). Raises CaseExists for an id an earlier run's case has."""
         machine = actor.machine
         assert machine is not None
         machine.digesting = True  # its task outputs are digested into each record from now on
@@ -239,7 +243,7 @@ class CaseLoader:
         journal.deadline = deadline
         journal.parent = actor.parent
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
-                             cancel_with_parent)
+                             cancel_with_parent, sent)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:
@@ -274,7 +278,7 @@ class CaseLoader:
         began = None if stored is None else start_of(stored.start)  # (kept in a compaction's snapshot record)
         if stored is None or began is None or began.get("workflow") != start["workflow"]:
             return
-        if began.get("data") != start["data"]:
+        if not same_data(began, start):
             return
         row = stored.row
         mine = not self.store.shared or row.owner == self.owner
@@ -301,10 +305,11 @@ class CaseLoader:
     async def taken(self, row: CaseRow) -> None:
         """A case this node has just taken over (its epoch bumped). An actor of it still in memory is never
         trusted: it holds an older epoch (this node had the case before a pause and lost it meanwhile), so it
-        leaves memory without writing. The case is then brought back at the new epoch if it was running; a
-        parked one comes back on its next input or due timer."""
+        leaves memory without writing. The case is then brought back at the new epoch if it was running (counted
+        as a recovery: a case that kills each node that runs it is suspended as a poison case, not taken over from
+        node to node for ever); a parked one comes back on its next input or due timer."""
         self.drop_stale(row)
-        if row.state in LIVE or row.effects:
+        if (row.state in LIVE or row.effects) and await self.recovering(row):
             await self.load_quietly(row.case_id)
 
     def drop_stale(self, row: CaseRow) -> bool:
@@ -497,3 +502,7 @@ class CaseLoader:
 
 def _nothing(case_id: str) -> None:
     pass
+
+
+async def _always(row: CaseRow) -> bool:
+    return True

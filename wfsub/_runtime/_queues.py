@@ -53,6 +53,7 @@ from .._errors import NOTHING, StoreError, bad_option, unknown_name
 from .._store import CaseRow, CaseWrite, Store
 from .._store._queueing import CANCELLED, QUEUED, QueueItem, QueueLimits, QueueTable
 from .._trace import get_logger
+from ._inputs import MAX_CASE_ID_BYTES, stored_key
 from ._journal import end_record, input_record, start_record
 from ._status import CaseState, CaseStatus
 
@@ -155,6 +156,8 @@ def check_queued(
         if value is not None and (not isinstance(value, str) or not value):
             raise bad_option("new_case", f"{name} must be a non-empty str or None", value,
                              fix=f"e.g. {name}='customer-17'", error=TypeError)
+        if value is not None:
+            stored_key(value, f"new_case: {name}", MAX_CASE_ID_BYTES)
     if delay is None:
         return 0.0
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:
@@ -164,10 +167,12 @@ def check_queued(
 
 def queued_start(
     workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
-    parent: str | None = None, cancel_with_parent: bool = False,
+    parent: str | None = None, cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
-    that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before."""
+    that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before;
+    `sent`, the data as its caller sent it, only where the input model made `data` differ from it (it goes to the
+    case's `start` record, see `_journal`)."""
     start: dict[str, Any] = {"workflow": workflow, "data": data, "timeout": timeout, "seed": seed}
     if tags:
         start["tags"] = dict(tags)
@@ -175,6 +180,8 @@ def queued_start(
         start["parent"] = parent
     if cancel_with_parent:
         start["cancel_with_parent"] = True
+    if sent is not None and dict(sent) != (data or {}):
+        start["sent"] = dict(sent)
     return start
 
 

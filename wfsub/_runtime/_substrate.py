@@ -103,6 +103,7 @@ from ._queues import (
     with_item,
 )
 from ._registry import Workflows
+from ._request_ids import taken
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
@@ -301,8 +302,9 @@ class Substrate:
         self._standby_ok = standby
         self._outside: Outside | None = None  # while a standby: its door to the owner through the store
         self._standby_since = 0.0
-        # case id -> (workflow, data, set once its start is written or failed) of a start being written now
-        self._starting: dict[str, tuple[str, dict[str, Any], anyio.Event]] = {}
+        # case id -> (its start: workflow, data, sent; set once its start is written or failed) of a start being
+        # written now
+        self._starting: dict[str, tuple[dict[str, Any], anyio.Event]] = {}
         self._queues = Queues(
             check_queues(queues), node=self._owner, now=lambda: self._clock.now(),
             deadline=lambda t: self._clock.deadline_scope(t), busy=self._busy, start=self._start_queued,
@@ -437,20 +439,16 @@ class Substrate:
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
         )
+        loader.recovering = self._recovering
         for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
-            try:
-                again = await lifecycle.recovering(store, row, self._max_recoveries, self._redact)
-            except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
-                _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
-                again = True
-            if again:
+            if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
         case_tg.start_soon(cancel_children_of_ended, self, store)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
         if store.shared:
-            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
+            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._changed_elsewhere)
         else:  # cases started by a standby or a client are queued for this owner
             case_tg.start_soon(background.changes_loop, loader.claim_queued)
 
@@ -476,7 +474,27 @@ class Substrate:
         if self._queues.queues:
             case_tg.start_soon(self._queues.run)
 
+    async def _recovering(self, row: CaseRow) -> bool:
+        """Count one more recovery of a live case, at startup or at a takeover; False: it is suspended as a poison
+        case (see `_lifecycle.recovering`)."""
+        assert self._store is not None
+        try:
+            return await lifecycle.recovering(self._store, row, self._max_recoveries, self._redact)
+        except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
+            _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
+            return True
+
     # -- many nodes (a shared store) ---------------------------------------------------------------------------
+
+    def _changed_elsewhere(self, case_ids: set[str] | None) -> None:
+        """Cases that ended on other nodes, or that another node or a client deleted (NOTIFY): an ended copy kept
+        in memory here is stale either way (deleted, or re-opened by a retry and ended again there), so it leaves
+        memory and reads go to the store; then their awaiters wake."""
+        for case_id in case_ids or ():
+            actor = self._cases.get(case_id)
+            if actor is not None and actor.journal is not None and actor.state in FINAL and actor.recorded:
+                del self._cases[case_id]
+        self._ended_elsewhere(case_ids)
 
     def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
         """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all).
@@ -570,6 +588,7 @@ class Substrate:
         delay: float | None = None,
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
+        _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -583,7 +602,9 @@ class Substrate:
         seconds it waits at least); see the README, Queues.
         """
         self._check_open("start a case")
-        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        if case_id is not None:
+            case_id = inputs.check_case_id(case_id)
+        case_tags = inputs.tags(tags, case_id)
         wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
@@ -599,6 +620,7 @@ class Substrate:
         model = self._workflows.input_of(program)
         start_data = inputs.start_data(data, model, name, case_id) if data is not None or model else None
         durable = self._store is not None
+        sent = self._as_sent(data, model, _sent) if durable else None
         try:
             case_id = self._new_id(case_id)
         except CaseExists:
@@ -606,13 +628,13 @@ class Substrate:
                 raise
             assert isinstance(case_id, str)
             if not await self._deleted_elsewhere(case_id):
-                return await self._same_start(case_id, name, start_data)
+                return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         elif queue is None and self._queues.queues:
             known = self._queues.item(case_id)
             if known is not None and known.state in ("queued", "cancelled"):  # (not one being started from there)
-                return self._same_queued(known, name, start_data)
+                return self._same_queued(known, name, {"data": start_data}, model)
         now = self._clock.now()
         if queue is not None:
             if name is None:
@@ -620,15 +642,15 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent), now + wait_for,
-                now,
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent),
+                now + wait_for, now,
             )
-            return await self._enqueue(item)
+            return await self._enqueue(item, model)
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
             await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed,
-                                      tags=case_tags)
+                                      tags=case_tags, sent=sent, model=model)
             return CaseHandle(self, None, case_id)
         level = self._case_level()
         machine = Machine(
@@ -643,20 +665,20 @@ class Substrate:
             assert name is not None
             queued = placement == "any"
             if await self._joined(case_id):  # another call of this Substrate wrote this id's start meanwhile
-                return await self._same_start(case_id, name, start_data)
+                return await self._same_start(case_id, name, start_data, sent, model)
             written = anyio.Event()
-            self._starting[case_id] = (name, start_data or {}, written)
+            self._starting[case_id] = ({"workflow": name, "data": start_data or {}, "sent": sent}, written)
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
-                                         cancel_with_parent=_cancel_with_parent)
+                                         cancel_with_parent=_cancel_with_parent, sent=sent)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
                 self._starting.pop(case_id, None)
                 written.set()
-                return await self._same_start(case_id, name, start_data)
+                return await self._same_start(case_id, name, start_data, sent, model)
             finally:
-                if self._starting.get(case_id, (None, None, None))[2] is written:
+                if self._starting.get(case_id, (None, None))[1] is written:
                     del self._starting[case_id]
                 written.set()
             if queued:
@@ -685,28 +707,49 @@ class Substrate:
         assert self._store is not None
         waited = False
         while (first := self._starting.get(case_id)) is not None:
-            await first[2].wait()
+            await first[1].wait()
             waited = True
         return waited and await self._store.row(case_id) is not None
 
-    async def _same_start(self, case_id: str, name: str | None, data: Mapping[str, Any] | None) -> CaseHandle:
+    def _as_sent(
+        self, data: object, model: type[BaseModel] | None, queued: Mapping[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The start data as its caller sent it, as JSON, where the input `model` makes the case start with other
+        data (its dump): kept in the start record so that a retry with the same data is the same start, whichever
+        door takes it. None where there is no model, or the data sent is not JSON (a retry compares dumps)."""
+        if queued is not None:  # dequeued: the data sent to the queue (its `data` is the model's dump already)
+            return dict(queued)
+        if model is None:
+            return None
+        sent = data.model_dump(mode="json") if isinstance(data, BaseModel) else {} if data is None else data
+        try:
+            journaled, _ = as_journaled(sent, "data", self._max_payload)
+        except (TypeError, ValueError):
+            return None
+        return journaled if isinstance(journaled, dict) else None
+
+    async def _same_start(
+        self, case_id: str, name: str | None, data: Mapping[str, Any] | None, sent: Mapping[str, Any] | None,
+        model: type[BaseModel] | None,
+    ) -> CaseHandle:
         """A start repeated with the id of an existing durable case: its handle if it is the same start (nothing is
-        written), else CaseExists naming what differs."""
+        written), else CaseExists naming what differs. `sent`: the data as the caller sent it, where the input
+        `model` gave `data` (see `_outside.start_differs`)."""
         assert self._store is not None
         journaled, _ = as_journaled(dict(data or {}), "data", self._max_payload)
+        asked = {"data": journaled} if sent is None else {"data": journaled, "sent": dict(sent)}
         starting = self._starting.get(case_id)
         if starting is not None:  # another call is writing its start record now
-            start_differs(case_id, starting[0], starting[1], name, journaled)
+            start_differs(case_id, starting[0], name, asked, model)
         else:
-            await same_start(self._store, case_id, name, journaled)
+            await same_start(self._store, case_id, name, asked, model)
         actor = self._cases.get(case_id)
         return CaseHandle(self, actor) if actor is not None else CaseHandle(self, None, case_id)
 
     def handle(self, case_id: str) -> CaseHandle:
         """A handle to an existing case (CaseNotFound if there is none): in memory, or in the store."""
         self._check_open("get a case's handle")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is not None and not actor.evicted:
             return CaseHandle(self, actor)
@@ -773,7 +816,7 @@ class Substrate:
 
     # -- queues --------------------------------------------------------------------------------------------------
 
-    async def _enqueue(self, item: QueueItem) -> CaseHandle:
+    async def _enqueue(self, item: QueueItem, model: type[BaseModel] | None) -> CaseHandle:
         try:
             await self._queues.put(item)
         except CaseExists as exc:
@@ -782,17 +825,19 @@ class Substrate:
                 raise
             known = self._queues.item(item.case_id)
             if known is not None:  # the same start again (a schedule's slot on two nodes): that case
-                return self._same_queued(known, item.start["workflow"], item.start["data"])
+                return self._same_queued(known, item.start["workflow"], item.start, model)
             if self._store is None:
                 raise
-            return await self._same_start(item.case_id, item.start["workflow"], item.start["data"])
+            return await self._same_start(item.case_id, item.start["workflow"], item.start["data"],
+                                          item.start.get("sent"), model)
         return CaseHandle(self, None, item.case_id)
 
-    def _same_queued(self, known: QueueItem, workflow: str | None, data: object) -> CaseHandle:
-        """A start repeated with the id of a case started on a queue: its handle if it is the same start, else
-        CaseExists."""
-        if (known.start.get("workflow"), known.start.get("data")) != (workflow, data):
-            raise CaseExists(known.case_id, "another workflow or other start data") from None
+    def _same_queued(
+        self, known: QueueItem, workflow: str | None, asked: Mapping[str, Any], model: type[BaseModel] | None
+    ) -> CaseHandle:
+        """A start repeated with the id of a case started on a queue (`asked`: as a start record has it): its
+        handle if it is the same start, else CaseExists naming what differs."""
+        start_differs(known.case_id, known.start, workflow, asked, model)
         return CaseHandle(self, self._cases.get(known.case_id), known.case_id)
 
     async def _start_queued(self, item: QueueItem) -> None:
@@ -804,6 +849,7 @@ class Substrate:
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
+            _sent=start.get("sent"),
         )
 
     def _written(self, case_id: str) -> bool:
@@ -839,13 +885,7 @@ class Substrate:
             while new in self._cases:
                 new = f"case-{self._prefix}-{next(self._ids)}"
             return new
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
-        if not case_id or case_id != case_id.strip():
-            raise ValueError(
-                f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
-                "to get a fresh one"
-            )
+        case_id = inputs.check_case_id(case_id)
         if case_id in self._cases:
             raise CaseExists(case_id)
         return case_id
@@ -898,8 +938,7 @@ class Substrate:
     # -- finding cases (in memory, else in the store) ---------------------------------------------------------
 
     def _get(self, case_id: str) -> CaseActor:
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is None:
             raise CaseNotFound(case_id)
@@ -908,8 +947,7 @@ class Substrate:
     async def _live(self, case_id: str, what: str) -> CaseActor:
         """The case's actor, loaded from the store if it is parked there (raises for an unknown or ended case)."""
         self._check_open(what)
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is not None:
             return actor
@@ -940,7 +978,8 @@ class Substrate:
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
         `request_id` makes a retried call apply once."""
-        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.signal(name, payload, request_id, case_id)
         try:
             try:
                 actor = await self._live(case_id, msg.what)
@@ -949,7 +988,7 @@ class Substrate:
                 return
             await self._signal(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id):
+            if not await applied(self._store, case_id, msg.request_id, "signal", msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
@@ -967,7 +1006,8 @@ class Substrate:
         keeps the update). A call repeated with the same `request_id` gets the first call's answer, also while
         the first is waiting and after a crash of the process that owned the case."""
         _check_await_timeout(timeout)
-        msg = inputs.update(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.update(name, payload, request_id, case_id)
         if timeout is None:
             return await self._update(case_id, msg, None)
         with self._clock.deadline_scope(timeout):
@@ -978,7 +1018,7 @@ class Substrate:
         uid = msg.request_id
         assert uid is not None
         if actor is None or actor.evicted:
-            actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+            actor = self._cases.get(case_id)
         if actor is None:
             try:
                 actor = await self._live(case_id, msg.what)
@@ -988,19 +1028,30 @@ class Substrate:
                 return await outside.update(case_id, msg, remote.row)
             except SignalRejected:  # an ended case: a retried call gets what the first got
                 row = await self._store.row(case_id) if self._store is not None else None
-                if row is None or not await applied(self._store, case_id, uid):
+                if row is None or not await applied(self._store, case_id, uid, "update", msg.what):
                     raise
                 found, value = row_result(row, msg.name, uid)
                 if not found:
                     raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT) from None
                 return value
         updates = of_actor(actor)
-        first = uid not in updates.pending and uid not in updates.answers
-        waiter = updates.waiter(uid)
         journal = actor.journal
+        while True:
+            first = uid not in updates.pending and uid not in updates.answers
+            if not (first and journal is not None and taken(journal.request_ids, uid, "update", case_id, msg.what)):
+                break
+            commit = journal.committing.get(uid)
+            if commit is None:  # applied before: nothing is sent again
+                break
+            # Its first call gave up while its record was being committed: the commit decides. Written, the update
+            # is applied (the vm owes its answer, or gave it); not written, the id is free and this call sends it.
+            await commit.done.wait()
+            if actor.fenced and commit.error is not None:
+                raise commit.error
+        waiter = updates.waiter(uid)
         if first and journal is not None and uid in journal.request_ids:  # applied before: nothing is sent again
-            if not (actor.machine is not None and actor.machine.owes(uid)):  # and its answer is no longer kept
-                updates.pending.pop(uid, None)
+            if waiter.answer is None and not (actor.machine is not None and actor.machine.owes(uid)):
+                updates.pending.pop(uid, None)  # and its answer is no longer kept
                 raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT)
         elif first:
             try:
@@ -1081,16 +1132,17 @@ class Substrate:
         compensates, ends it at once. A suspended case (durable, no version can run it) ends at once.
         """
         self._check_open("cancel a case")
-        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
-        if self._store is None and self._queues.queues and isinstance(case_id, str) and case_id not in self._cases:
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.cancel(reason, compensate, request_id, case_id)
+        if self._store is None and self._queues.queues and case_id not in self._cases:
             if await self._queues.cancel(case_id, msg.reason, msg.request_id) is not None:
                 return  # it was queued: it never starts
             item = self._queues.item(case_id)
             if item is not None and item.state == "cancelled":
                 raise SignalRejected.ended(case_id, msg.what, "cancelled")
         if case_id not in self._cases and self._store is not None:
-            row = await self._store.row(case_id) if isinstance(case_id, str) else None
-            if row is None and isinstance(case_id, str):
+            row = await self._store.row(case_id)
+            if row is None:
                 if await self._cancel_queued(case_id, msg):
                     return  # it was queued: it ended there, and never starts
                 row = await self._store.row(case_id)  # (cancelled there meanwhile, or started from there)
@@ -1100,7 +1152,7 @@ class Substrate:
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
             if row is not None and CaseState(row.state).ended:
-                if await applied(self._store, case_id, msg.request_id):
+                if await applied(self._store, case_id, msg.request_id, "cancel", msg.what):
                     return  # a retried cancel that was applied (and ended the case): what it returned first
                 raise SignalRejected.ended(case_id, msg.what, row.state)
         try:
@@ -1127,7 +1179,7 @@ class Substrate:
             await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
-            if self._store is not None and await applied(self._store, actor.case_id, msg.request_id):
+            if await applied(self._store, actor.case_id, msg.request_id, "cancel", msg.what):
                 return  # a retried cancel that was applied (and ended the case): what it returned first
             raise actor.ended_error(msg.what)
         if actor.journal is None:
@@ -1158,7 +1210,8 @@ class Substrate:
     async def _region(
         self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
     ) -> None:
-        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.region(action, region, items, request_id, case_id)
         try:
             try:
                 actor = await self._live(case_id, msg.what)
@@ -1172,7 +1225,7 @@ class Substrate:
             msg.reply = Reply()
             await self._ask(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id):
+            if not await applied(self._store, case_id, msg.request_id, action.kind, msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
@@ -1187,8 +1240,9 @@ class Substrate:
         A durable case that is not in memory (parked in the store, evicted) is not loaded to be awaited: the
         awaiter is woken when the case ends, wherever its next input brings it back."""
         _check_await_timeout(timeout)
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
+        if self._store is not None and self._phase == "open":
+            await self._deleted_elsewhere(case_id)  # an ended copy in memory: still in the store? (one row read)
         return _validated(case_id, await self._outcome(case_id, None, timeout), model)
 
     async def _left_queue(self, case_id: str) -> None:
@@ -1268,14 +1322,15 @@ class Substrate:
             raise self._closed_or(exc, f"read the status of case {case_id!r}") from exc
 
     def _status(self, case_id: str) -> CaseStatus:
-        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        case_id = inputs.check_case_id(case_id, new=False)
+        actor = self._cases.get(case_id)
         if actor is not None:
             return self._with_queue(actor.status())
-        if self._store is not None and isinstance(case_id, str):
+        if self._store is not None:
             row = self._row_now(case_id)
             if row is not None:
                 return self._with_queue(status_of(row, self._redact))
-        if self._queues.queues and isinstance(case_id, str):
+        if self._queues.queues:
             item = self._queues.item(case_id)
             if item is not None:
                 return self._queued_status(item)
@@ -1283,10 +1338,11 @@ class Substrate:
 
     def data(self, case_id: str) -> dict[str, Any]:
         """A copy of the case's data now (the final data once it has ended)."""
-        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        case_id = inputs.check_case_id(case_id, new=False)
+        actor = self._cases.get(case_id)
         if actor is not None:
             return actor.data()
-        if self._store is not None and isinstance(case_id, str):
+        if self._store is not None:
             try:
                 row = self._row_now(case_id)
             except StoreError as exc:
@@ -1305,14 +1361,11 @@ class Substrate:
         `parent` (the children a case started). Page with `before`: pass the `order` of the last case of the
         previous page. A case in memory is reported (and filtered by state) as it is now; one that is not, as the
         store last recorded it."""
-        if parent is not None and (not isinstance(parent, str) or not parent):
-            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
-                                 started_after=started_after, started_before=started_before)
-        filters["parent"] = parent
+                                 started_after=started_after, started_before=started_before, parent=parent)
         queued = self._queued_listed(state, workflow, limit, before, filters)
         if state == CaseState.QUEUED.value or len(queued) == limit:
             return queued
@@ -1388,6 +1441,7 @@ class Substrate:
         returned: what a view of a long journal needs)."""
         if self._store is None:
             raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
+        case_id = inputs.check_case_id(case_id, new=False)
         try:
             records = await self._store.journal(case_id)
         except StoreError as exc:
@@ -1419,8 +1473,7 @@ class Substrate:
 
         SignalRejected (with the reason) for a case that is not failed, or whose failure ran compensations."""
         self._check_open("retry a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         if self._outside is not None:  # a standby: the owner retries it
             await self._outside.lifecycle(case_id, "retry", {})
             return CaseHandle(self, None, case_id)
@@ -1434,10 +1487,14 @@ class Substrate:
         row = await store.row(case_id)
         if row is None:
             raise CaseNotFound(case_id)
-        if store.shared and row.owner not in (None, self._owner):
-            raise SignalRejected.not_retryable(
-                case_id, row.state, f"node {row.owner!r} owns it: retry it there (or once that node has gone)"
-            )
+        if store.shared and row.owner != self._owner:
+            taken = await store.take_ended(case_id) if CaseState(row.state).ended else None
+            if taken is None:  # a node whose lease is live owns it (its memory holds it): that node retries it
+                raise SignalRejected.not_retryable(
+                    case_id, row.state, f"node {row.owner!r} owns it: retry it there (a Client or `wfsub retry` "
+                    "sends it there), or once that node has gone (its lease expired)"
+                )
+            row = taken
         record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
         if actor is not None and self._cases.get(case_id) is actor:
             del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
@@ -1458,8 +1515,7 @@ class Substrate:
         ValueError for an `at` the journal does not hold (compaction may have removed it: the message names the
         first record still kept)."""
         self._check_open("fork a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         body = inputs.fork_body(at, new_case_id, case_id)
         if self._outside is not None:  # a standby: the owner forks it
             if new_case_id is None:
@@ -1526,8 +1582,7 @@ class Substrate:
         CaseNotFound; its id starts a new case). CaseNotFound for no such case; SignalRejected for a case that has
         not ended."""
         self._check_open("delete a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is not None and not actor.evicted:
             if actor.state not in FINAL:
@@ -1548,8 +1603,7 @@ class Substrate:
             raise CaseNotFound(case_id)
         if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
-        if not await self._store.delete(case_id):
-            raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+        await lifecycle.delete_ended(self._store, case_id)
         self._cases.pop(case_id, None)
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:

@@ -447,8 +447,10 @@ class PostgresStore(StoreBase):
             if owner:
                 await self._register(conn, owner_id)
                 self._node = owner_id  # from here on, a failed open gives the lease back
-        finally:
-            await conn.close()
+        except BaseException:
+            conn.terminate()  # (a close would wait on a connection that may be broken)
+            raise
+        await conn.close()
         c = self._c
         try:
             c.pool = await self._asyncpg.create_pool(
@@ -552,6 +554,7 @@ class PostgresStore(StoreBase):
             await asyncio.shield(c.writer_task)  # commits what was queued
         if c.listen_task is not None:
             c.listen_task.cancel()
+            await asyncio.wait({c.listen_task}, timeout=self.connect_timeout)  # its connection closed, not dropped
         if self._node is not None and c.pool is not None:
             try:
                 async with c.pool.acquire(timeout=self.connect_timeout) as conn:
@@ -694,7 +697,7 @@ class PostgresStore(StoreBase):
             conn = await self._connect_retrying("reconnecting the writer", deadline)
             try:
                 c.writer_backend = await conn.fetchrow(Q["backend_me"])
-            except Exception:
+            except BaseException:
                 conn.terminate()
                 raise
             c.writer = conn
@@ -926,7 +929,7 @@ class PostgresStore(StoreBase):
 
     async def delete(self, case_id: str) -> bool:
         async def run(conn: Any) -> bool:
-            count: int = await conn.fetchval(Q["delete"], case_id, TOMBSTONE)
+            count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
             return count > 0
 
         loop = self._running("delete a case")
@@ -966,6 +969,16 @@ class PostgresStore(StoreBase):
 
         within = min(self.retry_for, self.lease_seconds / 3)
         return await loop.call(self._pooled(f"renewing the lease of node {node!r}", run, within=within), cancel=False)
+
+    async def take_ended(self, case_id: str) -> CaseRow | None:
+        loop = self._running("take an ended case")
+        node = self._owner_node("take an ended case")
+
+        async def run(conn: Any) -> CaseRow | None:
+            found = await conn.fetchrow(Q["take_ended"], case_id, node)
+            return None if found is None else _row(found)
+
+        return await loop.call(self._pooled(f"taking ended case {case_id!r}", run, idempotent=False), cancel=False)
 
     async def take_over(self, limit: int = 1000) -> list[CaseRow]:
         loop = self._running("take cases over")
@@ -1204,11 +1217,14 @@ class PostgresStore(StoreBase):
         conn = await self._connect_retrying("subscribing to notifications", deadline)
         try:
             await conn.add_listener(f"{self.schema}_changed", self._on_notify)
-        except Exception as exc:
+        except BaseException as exc:  # (a close cancelling it too: the connection is closed, never dropped)
             conn.terminate()
-            if first:
+            if first and isinstance(exc, Exception):
                 raise fault(self._name, "subscribing to notifications", exc) from exc
             raise
+        if self._closing or self._c is not c:  # the store closed while this connected
+            conn.terminate()
+            return
         conn.add_termination_listener(self._on_listener_lost)
         c.listener = conn
         if not first:
@@ -1241,7 +1257,7 @@ class PostgresStore(StoreBase):
         if note.get("s") == self._sender:
             return  # this store object's own write: it knows
         kind = note.get("k")
-        if kind == "e":
+        if kind in ("e", "d"):  # an `end`, or a delete: either way a copy of the case kept in memory is stale
             case_id = note.get("c")
             with self._flag_lock:
                 if self._ended is not None:
@@ -1265,9 +1281,10 @@ class PostgresStore(StoreBase):
             call_soon_on(token, event.set)
 
     def drain_ended(self) -> set[str] | None:
-        """The ids of the cases whose `end` another node committed since the last call, as NOTIFY told; None
-        when some may have been missed (the listener reconnected, or more than ENDED_KEPT piled up): then re-read
-        the rows of every case you wait for. For waiters on cases other nodes own (`await_case`)."""
+        """The ids of the cases whose `end` another node committed, or that another node or a client deleted, since
+        the last call, as NOTIFY told; None when some may have been missed (the listener reconnected, or more than
+        ENDED_KEPT piled up): then re-read the rows of every case you wait for. For waiters on cases other nodes
+        own (`await_case`), and for ended cases kept in memory (a stale copy leaves memory)."""
         self._running("drain ended cases")
         with self._flag_lock:
             ended, self._ended = self._ended, set()
@@ -1335,6 +1352,13 @@ class PostgresStore(StoreBase):
     async def journal(self, case_id: str) -> list[Record]:
         async def read(conn: Any) -> list[Record]:
             found = await conn.fetch(Q["journal_after"], case_id, -1)
+            return [decode_record(self._name, case_id, text) for (text,) in found]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        async def read(conn: Any) -> list[Record]:
+            found = await conn.fetch(Q["journal_request"], case_id, request_id)
             return [decode_record(self._name, case_id, text) for (text,) in found]
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
@@ -1417,6 +1441,12 @@ class PostgresStore(StoreBase):
             return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
+
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        async def read(conn: Any) -> list[InboxRow]:
+            return [decode_inbox(found) for found in await conn.fetch(Q["inbox_pending"], case_id, limit)]
+
+        return await self._read(f"reading the inbox of case {case_id!r}", read)
 
     # -- for tests of connection loss ------------------------------------------------------------------------
 

@@ -778,6 +778,13 @@ class SqliteStore(SingleNode):
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
 
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        def read(conn: sqlite3.Connection) -> list[Record]:
+            rows = conn.execute(Q["journal_request"], {"case_id": case_id, "request_id": request_id})
+            return [decode_record(self.path, case_id, text) for (text,) in rows]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
     def _rows(self, query: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], list[CaseRow]]:
         def read(conn: sqlite3.Connection) -> list[CaseRow]:
             return [decode_row(found[0], found) for found in conn.execute(Q[query], params)]
@@ -860,6 +867,13 @@ class SqliteStore(SingleNode):
             return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
+
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        def read(conn: sqlite3.Connection) -> list[InboxRow]:
+            found = conn.execute(Q["inbox_pending"], {"case_id": case_id, "limit": limit}).fetchall()
+            return [decode_inbox(row) for row in found]
+
+        return await self._read(f"reading the inbox of case {case_id!r}", read)
 
     def changed(self) -> bool:
         version = self._data_version_now("poll for changes")
