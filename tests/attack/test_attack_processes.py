@@ -458,6 +458,31 @@ async def test_a_client_steering_a_case_cancelled_in_its_queue_hears_that_it_end
             await client.signal("w", "go")
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "a durable start without queue= does not look at the queue items: while case W waits in its queue, "
+    "new_case(case_id=W) with other data writes and runs a second case W at once (the owner's start is refused "
+    "only by a case row, which a waiting case has not; a Client's by the row queue_case writes), and W's own "
+    "start from its queue later fails as 'case exists' (wfsub/_runtime/_substrate.py new_case, loader.start; "
+    "_outside.py Outside.start)"))
+@pytest.mark.parametrize("door", ["owner", "client"])
+async def test_a_start_with_the_id_of_a_case_waiting_in_its_queue_starts_nothing_new(
+    door: str, tmp_path: Path
+) -> None:
+    """new_case(case_id=W) without a queue, while W waits in its queue, with other data raises CaseExists and
+    starts nothing (W stays queued)."""
+    path = str(tmp_path / "c.db")
+    queues = {"q": Queue(concurrency=1)}
+    async with Substrate(store=path, workflows={"f": TWO_WAITS}, queues=queues) as sub, Client(path) as client:
+        caller: Any = sub if door == "owner" else client
+        await caller.new_case("f", {}, case_id="r", queue="q")
+        await caller.new_case("f", {"n": 1}, case_id="w", queue="q")
+        with contextlib.suppress(CaseExists):
+            await caller.new_case("f", {"n": 2}, case_id="w")
+        assert sub.status("w").state == CaseState.QUEUED
+        with pytest.raises(CaseNotFound):
+            await client.journal("w")
+
+
 async def test_a_client_sees_a_case_it_queued_from_queued_to_started_and_gets_its_handle(tmp_path: Path) -> None:
     """A Client's status of a case it started on a queue is queued, then the case's own, never CaseNotFound
     (also while the owner has claimed it and not yet written its start); its handles work while it is queued."""
