@@ -226,6 +226,7 @@ class CaseLoader:
     async def start(
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
+        parent_step: dict[str, Any] | None = None,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). Raises CaseExists for an id
@@ -238,8 +239,9 @@ class CaseLoader:
         journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
         journal.deadline = deadline
         journal.parent = actor.parent
+        journal.parent_step = parent_step
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
-                             cancel_with_parent)
+                             cancel_with_parent, parent_step)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:

@@ -79,12 +79,12 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import cancel_children_of_ended, check_child_queues, children_in
+from ._children import LostChildren, check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
 from ._inputs import admit
-from ._journal import JournalRecord, as_journaled
+from ._journal import JournalRecord, as_journaled, parent_step_of
 from ._loader import CaseLoader, Existing, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
@@ -424,8 +424,10 @@ class Substrate:
             is_open=lambda: self._phase == "open",
         )
         loader.ended_here = lambda case_id: self._ended_elsewhere({case_id})
+        lost = LostChildren(self, store, case_tg.start_soon)  # cancels of children a dead process did not send
         if store.shared:
             node = self._node = Node(store, self._lease, clock, loader.taken, loader.recheck, store.lease_seconds)
+            node.took_over = lost.look  # (the parents taken over may have lost their children's cancels)
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
@@ -443,7 +445,7 @@ class Substrate:
                 again = True
             if again:
                 await loader.load_quietly(row.case_id)
-        case_tg.start_soon(cancel_children_of_ended, self, store)
+        lost.look()
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -568,6 +570,7 @@ class Substrate:
         delay: float | None = None,
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
+        _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -614,8 +617,8 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent), now + wait_for,
-                now,
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, _parent_step),
+                now + wait_for, now,
             )
             return await self._enqueue(item)
         deadline = None if timeout is None else now + timeout
@@ -642,7 +645,7 @@ class Substrate:
             self._starting[case_id] = (name, start_data or {}, written)
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
-                                         cancel_with_parent=_cancel_with_parent)
+                                         cancel_with_parent=_cancel_with_parent, parent_step=_parent_step)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -794,6 +797,7 @@ class Substrate:
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
+            _parent_step=parent_step_of(start),
         )
 
     def _written(self, case_id: str) -> bool:
