@@ -247,6 +247,18 @@ class SignalRejected(WfsubError):
         return cls(case_id, "be retried", why)
 
     @classmethod
+    def reused_request_id(
+        cls, case_id: str | None, action: str, request_id: str, used_by: str, kind: str
+    ) -> SignalRejected:
+        """An input whose request_id an input of another kind of the same case used: a request id names one
+        input of one kind, so this is not a retry of that input (and is not applied)."""
+        return cls(
+            case_id, action,
+            f"request_id {request_id!r} was used by {_a(used_by)} of this case, and a request id names one input; "
+            f"pass a fresh request_id for this {kind} (repeat an id only to retry the same call)",
+        )
+
+    @classmethod
     def refused_by_owner(cls, case_id: str | None, action: str, reason: str) -> SignalRejected:
         """A `retry` or `fork` sent through the store's inbox that the owning Substrate refused (its words)."""
         return cls(case_id, action, f"the Substrate that owns it refused: {reason}")
@@ -346,6 +358,11 @@ def update_timeout(case_id: str, name: str, timeout: float) -> TimeoutError:
         f"update {name!r} of case {case_id!r} got no answer within {timeout:g}s; the case keeps the update: call "
         "again with the same request_id to wait for its answer"
     )
+
+
+def _a(kind: str) -> str:
+    """`kind` with its article, as a sentence names an input ("a signal", "an update")."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
 def answer_gone(case_id: str, name: str, request_id: str, kept: int) -> SignalRejected:

@@ -10,8 +10,10 @@ For tools that work on a store beside the Substrate that owns it (the `wfsub` co
 `workflow_entries` and `term_of` (the versions of one `workflows=` entry, and the term of each),
 `status_of` (a case's status from its stored row), `check_input` (an input for a case, checked as its owner
 will check it, before it is put in the store's inbox) and `check_case_input` (the same input checked against the
-program summary of the case's recorded version, as the owner would refuse it, even while no owner runs), and
-`loads_input` (the JSON text of an input's value read, refused with a message when it nests too deep).
+program summary of the case's recorded version, as the owner would refuse it, even while no owner runs),
+`request_applied` (whether a case took the input of a kind with a request id: a retried call; SignalRejected
+when an input of another kind used the id, since a request id names one input of one kind), and `loads_input`
+(the JSON text of an input's value read, refused with a message when it nests too deep).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
 from ._runtime._lifecycle import fork_records as fork_records
 from ._runtime._lifecycle import retry_record as retry_record
+from ._runtime._outside import applied as request_applied
 from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
@@ -63,6 +66,7 @@ __all__ = [
     "fork_records",
     "journaled_request_ids",
     "loads_input",
+    "request_applied",
     "retry_record",
     "status_of",
     "term_of",

@@ -330,11 +330,6 @@ def _released(store: HeldWrites) -> Iterator[None]:
         store.release.set()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a retried update whose first call gave up (timeout=, a cancel) while its record was being committed finds its "
-    "request id journaled but not yet applied nor answered, and wfsub/_runtime/_substrate.py:947-950 (_update) takes "
-    "that for an answer dropped from the latest 100: SignalRejected 'its answer is no longer kept', so a caller "
-    "following the advice sends it again under a new id and it applies twice"))
 async def test_an_update_retried_while_its_first_call_is_being_committed_gets_its_answer() -> None:
     """timeout= leaves the update with the case: a retry with the same request_id, made while the first call's
     record is still being committed, waits for the answer and the update applies once."""

@@ -163,6 +163,7 @@ class _SilentProxy(Proxy):
                 sink.shutdown(socket.SHUT_WR)
 
 
+@pytest.mark.long
 async def test_an_awaiter_on_another_node_wakes_when_its_notifications_are_silently_lost() -> None:
     """With its LISTEN connection silently dead, a node still wakes awaiters of other nodes' cases (it polls)."""
     schema = _pg.new_schema()

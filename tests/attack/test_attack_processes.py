@@ -124,10 +124,6 @@ async def test_inputs_a_standby_sends_while_its_owner_lies_sigkilled_are_applied
     assert sorted(runs(tmp_path)) == [("k1", "disburse"), ("k1", "score"), ("k2", "disburse"), ("k2", "score")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "request ids are deduplicated per case only, whatever the kind: a cancel whose request_id a signal used is "
-    "taken as a retry and answered OK without being applied (wfsub/_runtime/_case_journal.py:95, and "
-    "wfsub/_runtime/_outside.py:169 `applied` for an ended case)"))
 @pytest.mark.parametrize("door", ["owner", "client"])
 async def test_a_cancel_that_reuses_a_signals_request_id_is_applied_or_refused_never_dropped(
     door: str, tmp_path: Path
@@ -254,10 +250,6 @@ async def test_the_update_command_names_a_missing_case_with_the_commands_words(t
     assert "new_case()" not in ran.stderr and "retain_ended" not in ran.stderr, ran.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the command takes a request id applied by another kind of input as this cancel's own: `wfsub cancel "
-    "--request-id` of an ended case prints that it recorded the cancel when the id was a signal's "
-    "(wfsub/cli/_commands.py `_steerable`, which looks for the id whatever the record's kind)"))
 async def test_the_cancel_command_does_not_claim_a_cancel_it_never_recorded(tmp_path: Path) -> None:
     """`wfsub cancel --request-id R` of an ended case whose id R a signal used does not say the cancel was done."""
     path = tmp_path / "c.db"
@@ -377,10 +369,6 @@ async def test_a_client_with_no_owner_takes_numbers_the_model_takes_as_times_and
     assert data["plan"] == {"at": "2023-11-14T22:13:20Z", "every": "PT1H", "level": 2}  # the model's dump
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the summary keeps only the model's JSON Schema, which names a field by its alias: a field name that "
-    "populate_by_name (or a validation_alias's AliasChoices) lets the model take is refused as 'Field required' "
-    "(wfsub/_runtime/_summary.py _object)"))
 async def test_a_client_with_no_owner_takes_a_field_by_name_when_the_model_populates_by_name(tmp_path: Path) -> None:
     """A Client's check lets through {"user": ...} for a model with Field(alias="userName") and
     populate_by_name=True, as the owner's model takes it."""
@@ -518,11 +506,6 @@ class Loan(BaseModel):
 LOANS = {"f": Workflow(TWO_WAITS, input=Loan)}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a start's data is compared as journaled: the owner journals the input model's dump (defaults filled in) and "
-    "keeps what was sent only for a start a Client queued, so a Client's retry of an owner's start, or the "
-    "owner's retry of a start a Client queued, with the very same data, is refused as 'other start data' "
-    "(wfsub/_runtime/_outside.py:185 same_start, wfsub/_runtime/_substrate.py _same_start)"))
 @pytest.mark.parametrize("first", ["owner", "client"])
 async def test_a_start_retried_through_the_other_door_with_the_same_data_is_the_same_case(
     first: str, tmp_path: Path

@@ -178,6 +178,7 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         )
 
 
+@pytest.mark.long
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from([1, 3, 1000]))
 def test_vm_agrees_with_reference_interpreter(data: st.DataObject, quanta: int) -> None:

@@ -17,6 +17,7 @@ from contextlib import closing
 from pathlib import Path
 
 import anyio
+import pytest
 
 from wfsub import JournalRecord
 
@@ -83,6 +84,7 @@ class Run:
         return {line.split()[1] for line in self.lines if line.startswith(kind + " ") and line.endswith("\n")}
 
 
+@pytest.mark.long
 def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
     """SIGKILLed at random points under load and restarted: acknowledged cases and signals kept, all end right."""
     path, side = tmp_path / "load.db", tmp_path / "side.jsonl"

@@ -169,6 +169,7 @@ async def test_delay_partitions_and_the_refusals(kind: str, tmp_path: Path) -> N
         assert await sub.await_case("d") == {"ran": True} and sub.status("d").dequeued_at == T0 + 30
 
 
+@pytest.mark.long
 async def test_concurrency_3_over_two_nodes_never_runs_more_than_3(tmp_path: Path) -> None:
     """200 cases queued through two nodes on one Postgres store on a queue of concurrency 3: checked from their
     journals afterwards, never more than 3 were started and not ended at once, and all ran, once each."""

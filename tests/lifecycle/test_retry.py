@@ -110,8 +110,8 @@ async def test_a_failed_effect_runs_again_and_the_retry_survives_a_restart(kind:
         handle = await sub.retry("p1")
         assert not handle.status().ended
         journal = await sub.journal("p1")
-        retry = journal[-1]
-        assert retry.kind == "retry" and (retry.model_extra or {})["redo"] == [1], journal
+        retry = next(r for r in journal if r.kind == "retry")  # (the charge may have run again already)
+        assert (retry.model_extra or {})["redo"] == [1], journal
         with pytest.raises(SignalRejected, match="cannot be retried: it is "):
             await sub.retry("p1")  # live again: not failed
         await eventually(lambda: sub.status("p1").state == "waiting_signal")  # the charge's outcome recorded

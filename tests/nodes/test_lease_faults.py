@@ -95,6 +95,7 @@ def calls(path: Path) -> list[tuple[int, int, float]]:
     return found
 
 
+@pytest.mark.long
 async def test_a_node_cut_off_from_its_store_starts_no_retry_once_its_lease_is_in_doubt(
     tmp_path: Path, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -83,6 +83,7 @@ def test_placement_any_needs_a_shared_store() -> None:
         anyio.run(start)
 
 
+@pytest.mark.long
 async def test_a_killed_node_loses_nothing_acknowledged_and_no_case_runs_twice(tmp_path: Path) -> None:
     """A SIGKILLed node of three loses no acknowledged signal, and no case runs twice or interleaves two owners."""
     # Three node processes share 1,002 cases: every case ends once, each acknowledged signal is in its journal,

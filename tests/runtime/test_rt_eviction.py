@@ -128,6 +128,7 @@ def test_evict_after_needs_a_store_and_a_positive_number() -> None:
             Substrate(store=MemoryStore(), evict_after=bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.long
 async def test_a_hundred_thousand_parked_cases_leave_memory_and_signals_and_timers_still_reach_them() -> None:
     """100,000 parked cases with evict_after leave memory, and signals and timers still reach and end them."""
     # Signals reach a sample; the sleepers' timers fire from the store's due-time index, each case ending as it

@@ -540,7 +540,7 @@ async def test_virtual_clock_refuses_to_advance_past_a_case_that_never_parks() -
     from wfsub.testing import VirtualClock
 
     clock = VirtualClock()
-    clock.MAX_ROUNDS = 50
+    clock.MAX_ROUNDS, clock.MAX_SECONDS = 50, 0.0
     spin = wfsub.loop(wfsub.task(lambda c: None), while_=lambda c: True)
     async with wfsub.Substrate(clock=clock, trace_level="none") as sub:
         await sub.new_case(spin)

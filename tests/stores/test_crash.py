@@ -77,6 +77,7 @@ def run_and_kill(path: Path, run: int, synchronous: str, how: str, backend: str,
     return acked, "done\n" in lines
 
 
+@pytest.mark.long
 def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_written(tmp_path: Path) -> None:
     """Writers SIGKILLed at random moments lose no acknowledged record and leave gapless journals, rows in step."""
     # Eight runs on one file: synchronous FULL and NORMAL, children on asyncio and on trio. Checked: every

@@ -240,9 +240,10 @@ def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     unused = [name for name in QUERIES if f'"{name}"' not in source and not name.startswith(composed)]
     assert unused == []
     literals = {lit for sql in QUERIES.values() for lit in re.findall(r"'[^']*'", sql)}
-    # the kind a case ends with, and the states of a queue item: part of a rule, not a value (a partial index on a
-    # state is used only by a query that names that state as a literal)
-    assert literals == {"'end'", "'queued'", "'started'", "'ended'", "'cancelled'"}
+    # the kind a case ends with, the kind of a compaction's record (it keeps the request ids it replaced), and the
+    # states of a queue item: part of a rule, not a value (a partial index on a state is used only by a query that
+    # names that state as a literal)
+    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'"}
     formatted = re.findall(r'execute\(f"([^"]*)"', source)
     assert formatted == [
         "PRAGMA application_id = {int(APPLICATION_ID)}",

@@ -12,6 +12,12 @@ case tells the
 store when it parks on a signal or a timer (its case row, without waiting for the commit) and when it ends (an
 `end` record, waited for).
 
+Request ids (see `_request_ids`): an input whose id the case took from an input of the same kind is a retry,
+answered without a record (in the same batch: once the input it repeats is committed, with its outcome); one
+whose id an input of another kind took is refused like any input the case refuses; an input refused for any
+reason leaves its id free. The ids of a commit being written are in `CaseJournal.committing`, so an update
+retried meanwhile (`Substrate.update`) waits for that commit instead of taking its id for an answer long gone.
+
 These are functions over the actor (`_case.CaseActor`), which calls them where its coroutine reaches them.
 """
 
@@ -34,11 +40,12 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
 from . import _compact as compaction
-from ._durable import SNAPSHOT_EVERY, CaseJournal, snapshot_of
+from ._durable import SNAPSHOT_EVERY, CaseJournal, InCommit, snapshot_of
 from ._inputs import kind_of
 from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import log_refused
+from ._request_ids import taken
 from ._status import CaseState
 from ._updates import row_answers, row_refused
 
@@ -88,34 +95,64 @@ async def journal_inbox(actor: CaseActor) -> None:
     told: list[tuple[External, str]] = []  # the refused inbox inputs, logged once their refusal is committed
     repeated: list[int] = []  # inbox rows of retried calls: taken, nothing journaled
     seq = j.seq
-    fresh_ids: list[str] = []
+    fresh: dict[str, Message] = {}  # request id -> the input of this batch that carries it
+    twins: list[Message] = []  # retries of an input of this batch (same id, same kind): answered as it is
     for index, msg in enumerate(batch):
         if type(msg) is RegionOp and entries:  # checked against the case as it is when applied: first in a batch
             actor.inbox[:0] = batch[index:]  # (the next batch: durable_burst journals until the inbox is empty)
             break
         request_id = getattr(msg, "request_id", None)
-        if request_id is not None:
-            if request_id in j.request_ids:  # a retried call: applied once already, no record, no seq
-                actor.answer(msg, None)
-                inbox_id: int = getattr(msg, "inbox_id", 0)
+        inbox_id: int = getattr(msg, "inbox_id", 0)
+        try:
+            if request_id is not None and taken(
+                j.request_ids, request_id, kind_of(_external(msg)), actor.case_id, _external(msg).what
+            ):  # a retried call: applied once already (or in this commit), no record, no seq
+                if request_id in fresh:
+                    twins.append(msg)
+                else:
+                    actor.answer(msg, None)
                 if inbox_id:
                     repeated.append(inbox_id)
                 continue
-            j.request_ids.add(request_id)
-            fresh_ids.append(request_id)
-        try:
             record = _record_for(actor, msg, digest, now)
-        except (WfsubError, TypeError, ValueError) as exc:  # refused before anything is written
+        except (WfsubError, TypeError, ValueError) as exc:  # refused before anything is written (its id stays free)
             actor.answer(msg, exc)
-            inbox_id = getattr(msg, "inbox_id", 0)
             if inbox_id:
                 refused.append((inbox_id, str(exc)))
                 if isinstance(msg, Signal | Cancel | RegionOp):
                     told.append((msg, str(exc)))
             continue
+        if request_id is not None:
+            j.request_ids[request_id] = kind_of(_external(msg))
+            fresh[request_id] = msg
         entries.append((msg, record))
     if not entries and not refused and not repeated:
         return
+    commit = InCommit()  # a caller retrying one of these inputs meanwhile waits for it (`Substrate._update`)
+    for request_id in fresh:
+        j.committing[request_id] = commit
+    try:
+        await _commit_batch(actor, entries, refused, told, repeated, twins, seq, list(fresh), commit)
+    finally:
+        for request_id in fresh:
+            j.committing.pop(request_id, None)
+        commit.done.set()
+
+
+def _external(msg: Message) -> External:
+    """An input that carries a request id: one from outside the case."""
+    assert isinstance(msg, Signal | Cancel | RegionOp)
+    return msg
+
+
+async def _commit_batch(
+    actor: CaseActor, entries: list[tuple[Message, dict[str, Any]]], refused: list[tuple[int, str]],
+    told: list[tuple[External, str]], repeated: list[int], twins: list[Message], seq: int, fresh_ids: list[str],
+    commit: InCommit,
+) -> None:
+    """Commit a batch built by `journal_inbox`, then apply it; its twins hear what the inputs they repeat heard."""
+    j = actor.journal
+    assert j is not None
     records = [record for _, record in entries]
     inbox_done = [i for i in (getattr(msg, "inbox_id", 0) for msg, _ in entries) if i]
     inbox_done += repeated
@@ -126,8 +163,9 @@ async def journal_inbox(actor: CaseActor) -> None:
             await lease.wait()
         except anyio.get_cancelled_exc_class():  # closing with nothing written: close_live answers the inbox
             j.seq = seq
-            j.request_ids.difference_update(fresh_ids)
-            actor.inbox[:0] = [msg for msg, _ in entries]
+            for request_id in fresh_ids:
+                j.request_ids.pop(request_id, None)
+            actor.inbox[:0] = [msg for msg, _ in entries] + twins
             raise
     try:
         if actor.stale is not None:  # another node took the case while this one could not tell: nothing is ours
@@ -137,18 +175,21 @@ async def journal_inbox(actor: CaseActor) -> None:
             appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
     except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
         actor.fenced = True  # (before the answers: a caller that hears of it sends the input to the owner)
-        for msg, _ in entries:
+        commit.error = exc
+        for msg in [*(msg for msg, _ in entries), *twins]:
             actor.answer(msg, exc)
         raise Fenced(exc) from exc
     except CommitUnknown as exc:  # written or not, this process cannot tell: the journal decides, so the case
         actor.fenced = True  # leaves memory and is read back from it (`CaseLoader.left_memory`: the sweep)
-        for msg, _ in entries:
+        commit.error = exc
+        for msg in [*(msg for msg, _ in entries), *twins]:
             actor.answer(msg, exc)  # (a caller retries with its request_id: applied once)
         raise Fenced(exc) from exc
     except StoreError as exc:
         j.seq = seq  # nothing was written: the numbers are free again
-        j.request_ids.difference_update(fresh_ids)
-        _store_failed(actor, entries, exc)
+        for request_id in fresh_ids:
+            j.request_ids.pop(request_id, None)
+        _store_failed(actor, [*entries, *((msg, {}) for msg in twins)], exc)
         return
     if told:
         j.refused = None  # its status reads them again
@@ -161,6 +202,8 @@ async def journal_inbox(actor: CaseActor) -> None:
             _apply_record(actor, msg, record)
         else:  # a retried call (same request_id): applied once already
             actor.answer(msg, None)
+    for msg in twins:
+        actor.answer(msg, None)
     if compaction.due(actor):  # an endless case: its journal starts again from a snapshot record
         try:
             await compaction.compact(actor)

@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from .._errors import CaseCancelled, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
+from .._errors import CaseCancelled, CaseExists, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
 from .._store import Store
 from .._store import open_store as _open_store
 from .._store._queueing import QueueItem
@@ -33,7 +33,7 @@ from . import _inputs as inputs
 from ._children import stored_children
 from ._journal import JournalRecord, as_journaled
 from ._mailbox import RegionAction
-from ._outside import EndWatcher, Outside
+from ._outside import EndWatcher, Outside, same_start, start_differs
 from ._persist import status_of
 from ._queues import QUEUED_ORDER, Queue, check_queued, queued_page, queued_start, queued_status
 from ._status import CaseState, CaseStatus
@@ -160,11 +160,25 @@ class Client:
             journaled, _ = as_journaled(dict(start_data or {}), "data", self._max_payload)
             item = QueueItem(case_id, queue, partition, priority, dedup,
                              queued_start(name, journaled, timeout, seed, case_tags), now + wait_for, now)
-            await self._store.queue_put(item)  # CaseExists: the id is taken, or a live case holds the dedup key
+            try:
+                await self._store.queue_put(item)
+            except CaseExists as exc:  # the id is taken (or a live case holds the dedup key: `differs` says so)
+                if exc.differs is not None:
+                    raise
+                await self._same_queued(case_id, name, item.start)
             return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout
         await door.start(name, fingerprint, start_data, case_id, deadline, seed, now, tags=case_tags)
         return ClientHandle(self, case_id)
+
+    async def _same_queued(self, case_id: str, workflow: str, asked: Mapping[str, Any]) -> None:
+        """A queued start repeated with the id of a queue item or a case: return if it is the same start (its other
+        options stand, as a Substrate's), else CaseExists naming what differs."""
+        known = self._store.read_queue_item(case_id)
+        if known is not None:
+            start_differs(case_id, known.start, workflow, asked)
+        else:
+            await same_start(self._store, case_id, workflow, asked)
 
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`); returns once it is in the store's inbox (the owner applies it)."""

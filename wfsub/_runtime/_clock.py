@@ -77,7 +77,8 @@ class VirtualClock:
     """
 
     SETTLE_ROUNDS = 3  # consecutive idle rounds that count as settled
-    MAX_ROUNDS = 200_000  # a case still busy after this many rounds never parks: settle() raises
+    MAX_ROUNDS = 200_000  # a case still busy after this many rounds and MAX_SECONDS never parks: settle() raises
+    MAX_SECONDS = 60.0  # (a case waiting on its store is busy too: a loaded machine's commit can take seconds)
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
@@ -140,8 +141,14 @@ class VirtualClock:
     async def settle(self) -> None:
         """Wait until every attached Substrate is idle (see the class docstring)."""
         idle_rounds = 0
-        for _ in range(self.MAX_ROUNDS):
-            await anyio.lowlevel.checkpoint()
+        rounds = 0
+        began = time.monotonic()
+        while rounds < self.MAX_ROUNDS or time.monotonic() - began < self.MAX_SECONDS:
+            if rounds < self.MAX_ROUNDS:
+                await anyio.lowlevel.checkpoint()
+            else:  # past the rounds a case's own work takes: a store's I/O, most likely; look every ms
+                await anyio.sleep(0.001)
+            rounds += 1
             if self._idle():
                 idle_rounds += 1
                 if idle_rounds >= self.SETTLE_ROUNDS:
@@ -149,7 +156,8 @@ class VirtualClock:
             else:
                 idle_rounds = 0
         raise RuntimeError(
-            f"VirtualClock: the cases did not settle within {self.MAX_ROUNDS:,} event-loop rounds; some case "
+            f"VirtualClock: the cases did not settle within {self.MAX_ROUNDS:,} event-loop rounds and "
+            f"{self.MAX_SECONDS:g} s; some case "
             "never parks (a loop with no wait, sleep or effect?), so time cannot be advanced past it"
         )
 

@@ -13,9 +13,9 @@ the case (its lease, a takeover) is refused and writes nothing.
 `start` is the case's `start` record as it was (its workflow, data, scheduler, deadline and start time: what a
 repeated `new_case` compares against); `state` is a snapshot as the store keeps them (`_durable.snapshot_of`:
 the machine, the acceptance time of the last record applied, the due time of each armed timer, the request ids
-of the inputs journaled so far, so a retried call stays applied once) taken right after the record before it
-was applied, before the vm ran on: the records after it apply at their own steps as they would have. Its `seq`
-is the snapshot record's own.
+of the inputs journaled so far with their kinds, so a retried call stays applied once: see `_request_ids`)
+taken right after the record before it was applied, before the vm ran on: the records after it apply at their
+own steps as they would have. Its `seq` is the snapshot record's own.
 
 When it happens: after a commit of inputs, once they are applied, if the case has not ended. So a journal holds
 at most `compact_after` records plus the inputs of one commit (at most `mailbox_size` external ones and what
@@ -57,6 +57,7 @@ from .._store import CaseWrite, Record
 from .._trace import get_logger
 from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
 from ._durable import snapshot_of
+from ._request_ids import request_kinds_of
 
 if TYPE_CHECKING:
     from ._case import CaseActor
@@ -95,11 +96,8 @@ def start_of(first: Mapping[str, Any]) -> dict[str, Any]:
 
 def request_ids_of(records: list[Record]) -> set[str]:
     """The request ids a journal has applied: those of its records, and those its `snapshot` record keeps from
-    the records it replaced."""
-    found = {r["request_id"] for r in records if isinstance(r.get("request_id"), str)}
-    if records and is_snapshot(records[0]):
-        found.update(str(i) for i in (records[0].get("state") or {}).get("request_ids", ()))
-    return found
+    the records it replaced (their kinds: `_request_ids.request_kinds_of`)."""
+    return set(request_kinds_of(records))
 
 
 def base_state(first: Mapping[str, Any], program: Program) -> dict[str, Any]:

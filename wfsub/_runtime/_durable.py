@@ -16,13 +16,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from .._program import BYTECODE_VERSION
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Snapshot, Store
 from .._vm import Machine
 from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
 from ._journal import input_record
+from ._request_ids import RequestKinds, for_snapshot
 
 SNAPSHOT_EVERY = 32  # a case that parks writes a snapshot once this many records came since the last one
+
+
+class InCommit:
+    """The outcome of a commit of inputs being written, for a caller that retries one of them meanwhile (an update
+    whose first call gave up): `done` is set once the commit has ended and its inputs are applied; `error` is
+    what the commit raised (None: written, or nothing written and the ids are free again)."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
 
 
 @dataclass(slots=True)
@@ -42,7 +57,10 @@ class CaseJournal:
     deadline: float | None = None  # the case's timeout as an absolute time (from the start record)
     order: int = 0
     epoch: int = 1  # shared stores: the epoch this node holds the case at (every write is fenced by it)
-    request_ids: set[str] = field(default_factory=set)  # of the inputs journaled (recovery reads them back)
+    # request id -> input kind, of the inputs journaled or in the commit being written (recovery reads them back;
+    # see `_request_ids`)
+    request_ids: RequestKinds = field(default_factory=dict)
+    committing: dict[str, InCommit] = field(default_factory=dict)  # the ids of the commit being written
     start: Record | None = None  # the case's `start` record (a compaction's `snapshot` record keeps it)
     first_seq: int = 0  # the seq of the first record the journal keeps (0, or the last compaction's snapshot)
     uncompactable: bool = False  # its data is not JSON: no snapshot, so no compaction (see `_compact`)
@@ -82,7 +100,7 @@ def snapshot_of(machine: Machine, journal: CaseJournal, timers: Mapping[int, flo
     """A snapshot of a case after its last record applied, or None when its data is not JSON (then the whole
     journal is replayed on recovery: slower, never wrong)."""
     state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers),
-             "request_ids": sorted(journal.request_ids)}
+             "request_ids": for_snapshot(journal.request_ids)}
     if journal.run:
         state["run"] = journal.run
     try:

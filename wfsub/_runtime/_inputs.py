@@ -41,7 +41,7 @@ from .._json import too_deep as nested_too_deep
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
 from ._status import CaseState
-from ._summary import model_name, payload_errors
+from ._summary import model_name, payload_errors, summary_names
 
 if TYPE_CHECKING:
     from .._store import CaseRow
@@ -300,7 +300,7 @@ def against_summary(
             return
         schema = signals[msg.name]
         if isinstance(schema, Mapping):
-            errors = payload_errors(schema, msg.payload)
+            errors = payload_errors(schema, msg.payload, names=summary_names(summary))
             if errors:
                 named = type(model_name(schema), (), {})
                 raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, waiting)
@@ -394,7 +394,7 @@ def start_against_summary(
     schema = summary.get("input")
     if not isinstance(schema, Mapping):
         return
-    errors = payload_errors(schema, {} if data is None else data)
+    errors = payload_errors(schema, {} if data is None else data, names=summary_names(summary))
     if errors:
         raise InvalidStartData(workflow, type(model_name(schema), (), {}), errors, case_id)
 

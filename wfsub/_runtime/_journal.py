@@ -4,7 +4,7 @@ A case is a deterministic function of its program, its start data and its inputs
 (the vm step count at which each was applied), so its journal holds exactly those:
 
     start            {seq: 0, kind, case_id, workflow, fingerprint, data, scheduler, deadline, time, tags?,
-                      forked_from? {case_id, seq}}
+                      forked_from? {case_id, seq}, sent?}
     signal           {seq, kind, step, time, digest, name, payload, request_id?}
     effect           {seq, kind, step, time, digest, effect_id, path, name, result | error}
     timer            {seq, kind, step, time, digest, timer_id, path}
@@ -15,6 +15,10 @@ A case is a deterministic function of its program, its start data and its inputs
     version          {seq, kind, step, time, digest, from, to}
     retry            {seq, kind, step, time, digest, run, ended?, redo}
     end              {seq, kind, time, outcome, result? | error? | reason?, run?}
+
+A start's `data` is what the case starts with (the workflow's input model's JSON dump, defaults filled in, when it
+has one); `sent` is the data as its caller sent it, kept only where it differs from `data`, so a start repeated
+with the same data is the same start whichever door (an owner, a standby, a client) took each (`same_data`).
 
 A `retry` (`Substrate.retry`) re-opens a failed case: a replay drops the `end` at seq `ended` and the effect
 outcomes at the seqs in `redo` (the failed effect runs again), then applies the records after the retry. `run`
@@ -201,14 +205,16 @@ def _models_in(value: Any) -> bool:
 def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
     deadline: float | None, now: float, tags: Mapping[str, str] | None = None, parent: str | None = None,
-    cancel_with_parent: bool = False, parent_step: Mapping[str, Any] | None = None,
+    cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
+    parent_step: Mapping[str, Any] | None = None,
 ) -> Record:
     """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), its
     tags (kept only when there are some, so an untagged start reads as before), and for a child case
     (`start_case`) its `parent`, and `cancel_with_parent: true` when its parent waits for it and cancels it when it
     withdraws the step (so a parent that ended before its cancel reached the child still cancels it), with
     `parent_step` naming that step ({"effect_id", "path"}: its row keeps it too, so a parent that withdrew the
-    step and died before cancelling the child is found, and the cancel has the step's own request id)."""
+    step and died before cancelling the child is found, and the cancel has the step's own request id). `sent`: the
+    data as the caller sent it (JSON), kept when the input model made `data` differ from it (see the module)."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
     start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
                      "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
@@ -220,6 +226,8 @@ def start_record(
         start["cancel_with_parent"] = True
     if parent_step is not None:
         start["parent_step"] = dict(parent_step)
+    if sent is not None and dict(sent) != dict(data or {}):
+        start["sent"] = dict(sent)
     return start
 
 
@@ -229,6 +237,21 @@ def parent_step_of(start: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(step, Mapping) and isinstance(step.get("effect_id"), int) and isinstance(step.get("path"), str):
         return {"effect_id": step["effect_id"], "path": step["path"]}
     return None
+
+
+def sent_of(start: Mapping[str, Any]) -> dict[str, Any]:
+    """The data a start's caller sent: its `sent` where it keeps one, else its `data` (a start record, or the
+    start a queue item keeps)."""
+    return dict(start.get("sent", start.get("data")) or {})
+
+
+def same_data(had: Mapping[str, Any], asked: Mapping[str, Any]) -> bool:
+    """Whether two starts (start records, or the starts queue items keep) carry the same data: their callers sent
+    equal data, or the cases start with equal data (the input model reads both the same). A start record written
+    before `sent` was kept compares as its data alone."""
+    if sent_of(had) == sent_of(asked):
+        return True
+    return dict(had.get("data") or {}) == dict(asked.get("data") or {})
 
 
 def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:

@@ -10,7 +10,7 @@ at the same time. It exists only for a Substrate with a store, made when the sto
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -24,7 +24,7 @@ from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
 from ._compact import start_of
 from ._durable import CaseJournal
-from ._journal import start_record
+from ._journal import same_data, start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
 from ._persist import Loaded, end_suspended, rebuild, suspend
@@ -226,11 +226,12 @@ class CaseLoader:
     async def start(
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
+        sent: Mapping[str, Any] | None = None,
         parent_step: dict[str, Any] | None = None,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
-        the case is queued for any node of a shared store instead (placement="any"). Raises CaseExists for an id
-        an earlier run's case has."""
+        the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
+        caller sent it (see `start_record`). Raises CaseExists for an id an earlier run's case has."""
         machine = actor.machine
         assert machine is not None
         machine.digesting = True  # its task outputs are digested into each record from now on
@@ -241,7 +242,7 @@ class CaseLoader:
         journal.parent = actor.parent
         journal.parent_step = parent_step
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
-                             cancel_with_parent, parent_step)
+                             cancel_with_parent, sent, parent_step)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:
@@ -276,7 +277,7 @@ class CaseLoader:
         began = None if stored is None else start_of(stored.start)  # (kept in a compaction's snapshot record)
         if stored is None or began is None or began.get("workflow") != start["workflow"]:
             return
-        if began.get("data") != start["data"]:
+        if not same_data(began, start):
             return
         row = stored.row
         mine = not self.store.shared or row.owner == self.owner

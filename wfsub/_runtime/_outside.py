@@ -2,14 +2,18 @@
 the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
 
 - An input (signal, cancel, region operation) is checked against the case's row (unknown id: `CaseNotFound`;
-  ended: `SignalRejected`) and against the program summary of its recorded version (`_inputs.against_summary`),
-  then written to the store's inbox; the call returns once that row is committed. The owner applies it.
+  ended: `SignalRejected`), its request id against the journal (one the case took from an input of the same kind:
+  a retried call, which returns and writes nothing; of another kind: `SignalRejected`, see `_request_ids`) and
+  against the program summary of its recorded version (`_inputs.against_summary`), then written to the store's
+  inbox; the call returns once that row is committed. The owner applies it.
 - A new case is a `start` record and a row marked queued (`Store.queue_case`), written in one transaction; the
   owner claims it (`Store.claim_queued`: on SQLite the owner, on Postgres the first node that runs its version)
   and runs it. The version is the caller's own registered program (a standby) or the newest version of that
   workflow whose summary the store holds (a client).
-- A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and equal start data give
-  back that case, and write nothing; anything else is `CaseExists` naming what differs.
+- A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and the same start data
+  give back that case, and write nothing; anything else is `CaseExists` naming what differs. The same data: as its
+  callers sent it (a start record keeps that as `sent` where the input model's dump differs), whichever door took
+  the first start, or, for a door with the workflow's input model (a standby), as the model reads it.
 - A `retry` or `fork` is checked against the stored journal as the owner checks it, written to the inbox (kinds
   `retry`, `fork`) and followed until the owner has done it or refused it (its reason raised as SignalRejected).
 - Waiting for a case to end: `EndWatcher` looks at the store when it changes (a cheap check: SQLite's
@@ -23,16 +27,26 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
+from pydantic import BaseModel
 
-from .._errors import CaseExists, CaseNotFound, SignalRejected, StoreConflict, StoreError, WorkflowNotRegistered
+from .._errors import (
+    CaseExists,
+    CaseNotFound,
+    InvalidStartData,
+    SignalRejected,
+    StoreConflict,
+    StoreError,
+    WorkflowNotRegistered,
+)
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
-from ._compact import request_ids_of, start_of
-from ._journal import as_journaled, start_record
+from ._compact import start_of
+from ._journal import as_journaled, same_data, sent_of, start_record
 from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
 from ._registry import Workflows
+from ._request_ids import journaled_kinds, taken
 from ._status import CaseState
 from ._summary import summary_of
 from ._updates import remote_answer, row_result
@@ -80,9 +94,9 @@ class Outside:
         0 for a retried call whose input was applied (nothing written)."""
         if row is None:
             row = await self.row(case_id)
+        if await applied(self.store, case_id, msg.request_id, inputs.kind_of(msg), msg.what):
+            return 0  # a retried call whose input was applied (it may have ended the case): what it returned first
         if CaseState(row.state).ended:
-            if await applied(self.store, case_id, msg.request_id):
-                return 0  # a retried call whose input was applied (and ended the case): what it returned first
             raise SignalRejected.ended(case_id, msg.what, row.state)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
@@ -144,12 +158,14 @@ class Outside:
     async def start(
         self, name: str, fingerprint: str, data: dict[str, Any] | None, case_id: str, deadline: float | None,
         seed: int | None, now: float | None = None, tags: Mapping[str, str] | None = None,
+        sent: Mapping[str, Any] | None = None, model: type[BaseModel] | None = None,
     ) -> bool:
         """Queue a new case for the owner; False when `case_id` is that same case already (nothing written).
-        `now`: its start time (default: this process's clock; a shared store's clients give database time)."""
+        `now`: its start time (default: this process's clock; a shared store's clients give database time).
+        `sent`, `model`: a standby's caller's data as sent (JSON) where its input `model` made `data` of it."""
         journaled, _ = as_journaled(data or {}, "data", self.max_payload)
         now = self.now() if now is None else now
-        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now, tags)
+        start = start_record(case_id, name, fingerprint, journaled, seed, deadline, now, tags, sent=sent)
         row = CaseRow(
             case_id=case_id, workflow=name, fingerprint=fingerprint, state=CaseState.RUNNING.value, started_at=now,
             updated_at=now, data=dict(journaled),
@@ -157,17 +173,17 @@ class Outside:
         try:
             await self.store.queue_case(CaseWrite(case_id, [start], row))
         except StoreConflict:
-            await same_start(self.store, case_id, name, journaled)
+            await same_start(self.store, case_id, name, start, model)
             return False
         return True
 
 
-async def applied(store: Store | None, case_id: str, request_id: str | None) -> bool:
-    """Whether the case's journal holds an input with `request_id`: a call repeated with that id answers as the
-    first one did (asked only when a call is refused for its case having ended, so a journal read is cheap enough)."""
+async def applied(store: Store | None, case_id: str, request_id: str | None, kind: str, action: str) -> bool:
+    """Whether the case's journal holds the input of `kind` with `request_id`: a call repeated with that id answers
+    as the first one did. SignalRejected when an input of another kind used the id (see `_request_ids`)."""
     if store is None or request_id is None:
         return False
-    return request_id in request_ids_of(await store.journal(case_id))  # (a compacted journal's snapshot keeps them)
+    return taken(await journaled_kinds(store, case_id, request_id), request_id, kind, case_id, action)
 
 
 async def check_case_input(
@@ -175,41 +191,57 @@ async def check_case_input(
 ) -> None:
     """Check an input for an existing case as its owner would, against the program summary of the version the
     case recorded (`wfsub.lowlevel`; the `wfsub` command runs it before writing to the inbox): SignalRejected for
-    an unknown signal or region, or a payload that does not fit its model. A version without a summary in the
-    store is left to the owner."""
+    an unknown signal or region, a payload that does not fit its model, or a request id an input of another kind
+    used. A version without a summary in the store is left to the owner."""
     msg = inputs.shaped(kind, body, request_id, case_id=row.case_id)
+    await applied(store, row.case_id, request_id, inputs.kind_of(msg), msg.what)  # (an id another kind used)
     found = await store.program(row.fingerprint)
     if found is not None:
         inputs.against_summary(msg, found.summary, row.case_id, row=row)
 
 
-async def same_start(store: Store, case_id: str, workflow: str | None, data: Mapping[str, Any] | None) -> None:
+async def same_start(
+    store: Store, case_id: str, workflow: str | None, asked: Mapping[str, Any], model: type[BaseModel] | None = None
+) -> None:
     """Return if the existing case `case_id` is the start asked for again; CaseExists naming what differs if it
-    is another. A case whose start record is not committed yet is another caller's start in flight: equal."""
+    is another. `asked`: the start asked for, as a start record has it (`data`, and `sent` where the caller sent
+    other data); `model`: the workflow's input model where the caller has it (see `start_differs`). A case whose
+    start record is not committed yet is another caller's start in flight: equal."""
     loaded = await store.load(case_id)
     if loaded is not None:
         start = start_of(loaded.start)  # (kept in a compaction's snapshot record)
-        had = start.get("data")
-        if "sent" in start and dict(start.get("sent") or {}) == dict(data or {}):
-            had = data  # queued as sent, its data since given by the input model (`_queued`): the same start
-        start_differs(case_id, start.get("workflow"), had, workflow, data)
+        start_differs(case_id, start, workflow, asked, model)
 
 
 def start_differs(
-    case_id: str, had_workflow: object, had_data: Mapping[str, Any] | None, workflow: str | None,
-    data: Mapping[str, Any] | None,
+    case_id: str, had: Mapping[str, Any], workflow: str | None, asked: Mapping[str, Any],
+    model: type[BaseModel] | None = None,
 ) -> None:
-    """CaseExists naming what differs between an existing case's start and a start asked for with its id."""
+    """CaseExists naming what differs between an existing case's start (`had`: its start record, or a start in
+    flight or queued: `workflow`, `data`, `sent`?) and a start asked for with its id (`same_data`). With the
+    workflow's input `model` (a Substrate, not a client), data a client queued that its owner has not yet given
+    the model's dump is read through the model too, so the answer does not depend on whether the owner has."""
     differs = []
+    had_workflow = had.get("workflow")
     if had_workflow != workflow:
         differs.append(f"workflow {had_workflow!r} (this call: {workflow!r})")
-    before = dict(had_data or {})
-    now = dict(data or {})
-    if before != now:
+    if not same_data(had, asked) and not _same_as_read(had, asked, model):
+        before, now = sent_of(had), sent_of(asked)
         keys = sorted({k for k in (*before, *now) if before.get(k, _NONE) != now.get(k, _NONE)})
         differs.append(f"other start data (keys that differ: {', '.join(map(repr, keys))})")
     if differs:
         raise CaseExists(case_id, " and ".join(differs))
+
+
+def _same_as_read(had: Mapping[str, Any], asked: Mapping[str, Any], model: type[BaseModel] | None) -> bool:
+    """Whether `model` reads the data of a start no owner has given its dump yet as the data asked for."""
+    if model is None or "sent" in had:
+        return False
+    try:
+        read = inputs.start_data(dict(had.get("data") or {}), model)
+    except InvalidStartData:  # the owner will fail that case; a start with data the model takes is another one
+        return False
+    return read == dict(asked.get("data") or {})
 
 
 _NONE = object()

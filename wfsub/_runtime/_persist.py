@@ -35,6 +35,7 @@ from ._queued import checked_start
 from ._refusals import refused_inputs
 from ._registry import Workflows
 from ._replay import Replayer
+from ._request_ids import journaled_kinds, taken
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 from ._updates import with_taken
 
@@ -270,7 +271,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.parent_step = parent_step_of(start)
     journal.order = row.order
     journal.epoch = row.epoch or 1
-    journal.request_ids = set(replayer.request_ids)
+    journal.request_ids = dict(replayer.request_ids)
     journal.start = start
     journal.run = replayer.run_count
     journal.recovered = row.recovered
@@ -298,7 +299,10 @@ async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any
 async def end_suspended(
     store: Store, row: CaseRow, reason: str, now: float, request_id: str | None, inbox_done: list[int] | None = None
 ) -> None:
-    """Cancel a suspended case: it ends at once, with no compensation (no program can run it)."""
+    """Cancel a suspended case: it ends at once, with no compensation (no program can run it). A request id
+    another kind of input of the case used is refused (SignalRejected, see `_request_ids`)."""
+    if request_id is not None:
+        taken(await journaled_kinds(store, row.case_id, request_id), request_id, "cancel", row.case_id, "cancel")
     asked = {} if request_id is None else {"request_id": request_id}
     cancel = input_record(row.last_seq + 1, "cancel", None, now, None, reason=reason, compensate=False, **asked)
     runs = sum(1 for record in await store.journal(row.case_id) if record.get("kind") == "retry")

@@ -48,7 +48,7 @@ async def checked_start(
         raise StartRefused(row.case_id) from exc
     if data == given:
         return start
-    checked = {**start, "data": data, "sent": given}
+    checked = {**start, "data": data, "sent": start.get("sent", given)}  # (what its caller sent, kept as it was)
     await store.replace_start(row.case_id, checked)
     return checked
 

@@ -27,6 +27,7 @@ from .._terms import Term
 from .._trace import TraceEvent
 from .._vm import EffectRequest, Machine, RunResult, Scheduler, Seeded, TimerRequest
 from ._journal import INPUT_KINDS, JournalRecord, effective
+from ._request_ids import RequestKinds, input_kind, kept_kinds
 
 Record = dict[str, Any]
 
@@ -65,7 +66,7 @@ class Replayer:
         self.armed: set[int] = set()
         self.events: list[TraceEvent] = []
         self.cancel_reason: str | None = None  # of the last `cancel` record applied (a case being cancelled)
-        self.request_ids: set[str] = set(snapshot.get("request_ids", ())) if snapshot is not None else set()
+        self.request_ids: RequestKinds = kept_kinds(snapshot)  # request id -> input kind (see `_request_ids`)
         self.run_count = int(snapshot.get("run", 0)) if snapshot is not None else 0  # retries applied so far
         self.requested_before = 0  # effect ids below it were requested before the snapshot the replay starts from
         extra = {} if max_instances is None else {"max_instances": max_instances}
@@ -172,7 +173,7 @@ class Replayer:
         self.seq = int(rec["seq"])
         request_id = rec.get("request_id")
         if request_id is not None:
-            self.request_ids.add(request_id)
+            self.request_ids[request_id] = input_kind(rec)
         self._input(rec, kind)
 
     def _input(self, rec: Mapping[str, Any], kind: str) -> None:

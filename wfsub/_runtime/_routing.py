@@ -80,17 +80,10 @@ class InboxRouter:
         except StoreError:
             raise  # the store failed to load the case: the input is tried again, never refused for it
         except (WfsubError, TypeError, ValueError, KeyError) as exc:
-            reason = str(exc)
-            if isinstance(exc, SignalRejected) and await applied(self.store, row.case_id, row.request_id):
-                await self.store.write(CaseWrite(row.case_id, inbox_done=[row.id]))  # a retried call: taken once
-                return
-            if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
-                stored = await self.store.row(row.case_id)
-                if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)
-                    why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""
-                    await self.loader.end_suspended(stored, why, row.request_id, inbox_done=[row.id])
-                    return
-            await self.refuse(row, reason)
+            try:
+                await self.not_taken(row, exc)
+            except SignalRejected as reused:  # its request id was used by an input of another kind
+                await self.refuse(row, str(reused))
             return
         except Exception as exc:  # a bug of ours: refuse the input, log it, keep the Substrate running
             _log.exception("could not take an input from the inbox", case_id=row.case_id, kind=row.kind)
@@ -98,6 +91,23 @@ class InboxRouter:
             return
         msg.reply = self.moving[row.id] = Reply()
         actor.post(msg)
+
+    async def not_taken(self, row: InboxRow, exc: Exception) -> None:
+        """An inbox input its case did not take (`exc`): a retried call that was applied is done, a cancel of a
+        suspended case ends it, anything else is refused with the reason."""
+        reason = str(exc)
+        if isinstance(exc, SignalRejected) and await applied(
+            self.store, row.case_id, row.request_id, row.kind, _what(row)
+        ):
+            await self.store.write(CaseWrite(row.case_id, inbox_done=[row.id]))  # a retried call: taken once
+            return
+        if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
+            stored = await self.store.row(row.case_id)
+            if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)
+                why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""
+                await self.loader.end_suspended(stored, why, row.request_id, inbox_done=[row.id])
+                return
+        await self.refuse(row, reason)
 
     async def refuse(self, row: InboxRow, reason: str) -> None:
         """Mark an inbox input refused, log it, and have the case's status read its refusals again."""
@@ -118,3 +128,11 @@ class InboxRouter:
             raise actor.ended_error(msg.what)
         inputs.admit(msg, machine, self.max_payload)
         return actor, msg
+
+
+def _what(row: InboxRow) -> str:
+    """What an inbox input asks of its case, in a refusal's words ("take signal 'go'", "cancel")."""
+    try:
+        return inputs.shaped(row.kind, row.body, row.request_id, case_id=row.case_id).what
+    except (WfsubError, TypeError, ValueError):
+        return f"take a {row.kind} input"

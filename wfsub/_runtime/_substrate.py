@@ -101,6 +101,7 @@ from ._queues import (
     queued_status,
 )
 from ._registry import Workflows
+from ._request_ids import taken
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
@@ -300,8 +301,9 @@ class Substrate:
         self._standby_ok = standby
         self._outside: Outside | None = None  # while a standby: its door to the owner through the store
         self._standby_since = 0.0
-        # case id -> (workflow, data, set once its start is written or failed) of a start being written now
-        self._starting: dict[str, tuple[str, dict[str, Any], anyio.Event]] = {}
+        # case id -> (its start: workflow, data, sent; set once its start is written or failed) of a start being
+        # written now
+        self._starting: dict[str, tuple[dict[str, Any], anyio.Event]] = {}
         self._queues = Queues(
             check_queues(queues), node=self._owner, now=lambda: self._clock.now(),
             deadline=lambda t: self._clock.deadline_scope(t), busy=self._busy, start=self._start_queued,
@@ -572,6 +574,7 @@ class Substrate:
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
         _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
+        _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -601,6 +604,7 @@ class Substrate:
         model = self._workflows.input_of(program)
         start_data = inputs.start_data(data, model, name, case_id) if data is not None or model else None
         durable = self._store is not None
+        sent = self._as_sent(data, model, _sent) if durable else None
         try:
             case_id = self._new_id(case_id)
         except CaseExists:
@@ -608,7 +612,7 @@ class Substrate:
                 raise
             assert isinstance(case_id, str)
             if not await self._deleted_elsewhere(case_id):
-                return await self._same_start(case_id, name, start_data)
+                return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
         now = self._clock.now()
@@ -618,15 +622,16 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, _parent_step),
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent,
+                             _parent_step),
                 now + wait_for, now,
             )
-            return await self._enqueue(item)
+            return await self._enqueue(item, model)
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
             await self._outside.start(name, program.fingerprint, start_data, case_id, deadline, seed,
-                                      tags=case_tags)
+                                      tags=case_tags, sent=sent, model=model)
             return CaseHandle(self, None, case_id)
         level = self._case_level()
         machine = Machine(
@@ -641,20 +646,21 @@ class Substrate:
             assert name is not None
             queued = placement == "any"
             if await self._joined(case_id):  # another call of this Substrate wrote this id's start meanwhile
-                return await self._same_start(case_id, name, start_data)
+                return await self._same_start(case_id, name, start_data, sent, model)
             written = anyio.Event()
-            self._starting[case_id] = (name, start_data or {}, written)
+            self._starting[case_id] = ({"workflow": name, "data": start_data or {}, "sent": sent}, written)
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
-                                         cancel_with_parent=_cancel_with_parent, parent_step=_parent_step)
+                                         cancel_with_parent=_cancel_with_parent, sent=sent,
+                                         parent_step=_parent_step)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
                 self._starting.pop(case_id, None)
                 written.set()
-                return await self._same_start(case_id, name, start_data)
+                return await self._same_start(case_id, name, start_data, sent, model)
             finally:
-                if self._starting.get(case_id, (None, None, None))[2] is written:
+                if self._starting.get(case_id, (None, None))[1] is written:
                     del self._starting[case_id]
                 written.set()
             if queued:
@@ -683,20 +689,42 @@ class Substrate:
         assert self._store is not None
         waited = False
         while (first := self._starting.get(case_id)) is not None:
-            await first[2].wait()
+            await first[1].wait()
             waited = True
         return waited and await self._store.row(case_id) is not None
 
-    async def _same_start(self, case_id: str, name: str | None, data: Mapping[str, Any] | None) -> CaseHandle:
+    def _as_sent(
+        self, data: object, model: type[BaseModel] | None, queued: Mapping[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The start data as its caller sent it, as JSON, where the input `model` makes the case start with other
+        data (its dump): kept in the start record so that a retry with the same data is the same start, whichever
+        door takes it. None where there is no model, or the data sent is not JSON (a retry compares dumps)."""
+        if queued is not None:  # dequeued: the data sent to the queue (its `data` is the model's dump already)
+            return dict(queued)
+        if model is None:
+            return None
+        sent = data.model_dump(mode="json") if isinstance(data, BaseModel) else {} if data is None else data
+        try:
+            journaled, _ = as_journaled(sent, "data", self._max_payload)
+        except (TypeError, ValueError):
+            return None
+        return journaled if isinstance(journaled, dict) else None
+
+    async def _same_start(
+        self, case_id: str, name: str | None, data: Mapping[str, Any] | None, sent: Mapping[str, Any] | None,
+        model: type[BaseModel] | None,
+    ) -> CaseHandle:
         """A start repeated with the id of an existing durable case: its handle if it is the same start (nothing is
-        written), else CaseExists naming what differs."""
+        written), else CaseExists naming what differs. `sent`: the data as the caller sent it, where the input
+        `model` gave `data` (see `_outside.start_differs`)."""
         assert self._store is not None
         journaled, _ = as_journaled(dict(data or {}), "data", self._max_payload)
+        asked = {"data": journaled} if sent is None else {"data": journaled, "sent": dict(sent)}
         starting = self._starting.get(case_id)
         if starting is not None:  # another call is writing its start record now
-            start_differs(case_id, starting[0], starting[1], name, journaled)
+            start_differs(case_id, starting[0], name, asked, model)
         else:
-            await same_start(self._store, case_id, name, journaled)
+            await same_start(self._store, case_id, name, asked, model)
         actor = self._cases.get(case_id)
         return CaseHandle(self, actor) if actor is not None else CaseHandle(self, None, case_id)
 
@@ -771,7 +799,7 @@ class Substrate:
 
     # -- queues --------------------------------------------------------------------------------------------------
 
-    async def _enqueue(self, item: QueueItem) -> CaseHandle:
+    async def _enqueue(self, item: QueueItem, model: type[BaseModel] | None) -> CaseHandle:
         try:
             await self._queues.put(item)
         except CaseExists as exc:
@@ -780,13 +808,12 @@ class Substrate:
                 raise
             known = self._queues.item(item.case_id)
             if known is not None:  # the same start again (a schedule's slot on two nodes): that case
-                if (known.start.get("workflow"), known.start.get("data")) != (item.start["workflow"],
-                                                                              item.start["data"]):
-                    raise CaseExists(item.case_id, "another workflow or other start data") from None
+                start_differs(item.case_id, known.start, item.start["workflow"], item.start, model)
                 return CaseHandle(self, self._cases.get(item.case_id), item.case_id)
             if self._store is None:
                 raise
-            return await self._same_start(item.case_id, item.start["workflow"], item.start["data"])
+            return await self._same_start(item.case_id, item.start["workflow"], item.start["data"],
+                                          item.start.get("sent"), model)
         return CaseHandle(self, None, item.case_id)
 
     async def _start_queued(self, item: QueueItem) -> None:
@@ -799,6 +826,7 @@ class Substrate:
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
             _parent_step=parent_step_of(start),
+            _sent=start.get("sent"),
         )
 
     def _written(self, case_id: str) -> bool:
@@ -947,7 +975,7 @@ class Substrate:
                 return
             await self._signal(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id):
+            if not await applied(self._store, case_id, msg.request_id, "signal", msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
@@ -987,19 +1015,30 @@ class Substrate:
                 return await outside.update(case_id, msg, remote.row)
             except SignalRejected:  # an ended case: a retried call gets what the first got
                 row = await self._store.row(case_id) if self._store is not None else None
-                if row is None or not await applied(self._store, case_id, uid):
+                if row is None or not await applied(self._store, case_id, uid, "update", msg.what):
                     raise
                 found, value = row_result(row, msg.name, uid)
                 if not found:
                     raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT) from None
                 return value
         updates = of_actor(actor)
-        first = uid not in updates.pending and uid not in updates.answers
-        waiter = updates.waiter(uid)
         journal = actor.journal
+        while True:
+            first = uid not in updates.pending and uid not in updates.answers
+            if not (first and journal is not None and taken(journal.request_ids, uid, "update", case_id, msg.what)):
+                break
+            commit = journal.committing.get(uid)
+            if commit is None:  # applied before: nothing is sent again
+                break
+            # Its first call gave up while its record was being committed: the commit decides. Written, the update
+            # is applied (the vm owes its answer, or gave it); not written, the id is free and this call sends it.
+            await commit.done.wait()
+            if actor.fenced and commit.error is not None:
+                raise commit.error
+        waiter = updates.waiter(uid)
         if first and journal is not None and uid in journal.request_ids:  # applied before: nothing is sent again
-            if not (actor.machine is not None and actor.machine.owes(uid)):  # and its answer is no longer kept
-                updates.pending.pop(uid, None)
+            if waiter.answer is None and not (actor.machine is not None and actor.machine.owes(uid)):
+                updates.pending.pop(uid, None)  # and its answer is no longer kept
                 raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT)
         elif first:
             try:
@@ -1132,7 +1171,7 @@ class Substrate:
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
             if row is not None and CaseState(row.state).ended:
-                if await applied(self._store, case_id, msg.request_id):
+                if await applied(self._store, case_id, msg.request_id, "cancel", msg.what):
                     return  # a retried cancel that was applied (and ended the case): what it returned first
                 raise SignalRejected.ended(case_id, msg.what, row.state)
         try:
@@ -1148,7 +1187,7 @@ class Substrate:
             await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
-            if self._store is not None and await applied(self._store, actor.case_id, msg.request_id):
+            if await applied(self._store, actor.case_id, msg.request_id, "cancel", msg.what):
                 return  # a retried cancel that was applied (and ended the case): what it returned first
             raise actor.ended_error(msg.what)
         if actor.journal is None:
@@ -1193,7 +1232,7 @@ class Substrate:
             msg.reply = Reply()
             await self._ask(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id):
+            if not await applied(self._store, case_id, msg.request_id, action.kind, msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 

@@ -4,7 +4,8 @@ input as the case's owner would before writing it to the inbox.
 
 A summary is JSON:
 
-    {"workflow": name, "root": the workflow's root node path,
+    {"format": 2, "workflow": name, "root": the workflow's root node path,
+     "input": the JSON Schema of the start data's model (`Workflow(term, input=Model)`), or None,
      "signals": {name: the JSON Schema of its payload model, or None},
      "updates": {name: the JSON Schema of its payload model, or None},   (the names an update can be sent to)
      "regions": {name: "scope" | "mi"},
@@ -12,13 +13,27 @@ A summary is JSON:
 
 `compensations` lets `wfsub show` say where each compensation a case's end names ran (the end records names).
 
-`payload_errors(schema, payload)` checks a payload against the JSON Schema of its model (the subset pydantic
-writes: types, properties and required, items, enums and consts, anyOf, $ref into $defs, bounds on numbers and
-lengths, extra properties forbidden). It refuses only what the model would refuse: where pydantic's lax mode takes
-a value (the str "3" for an int, 1 for a bool, a number for a datetime or a
-timedelta, "1" for an IntEnum), so does it; the owner checks the payload again with the model
-itself. Errors come as pydantic gives them (`loc`, `msg`), so the refusal reads as the owner's. The check itself
-(the refusal and its message) is in `wfsub._runtime._inputs`, the one module that checks inputs.
+Each schema is the one pydantic writes for validation, with what a check needs besides (`Checked`): per object,
+the other names its fields are taken by (`x-wfsub-names`: a field's name when the model populates by name, each
+`AliasChoices` choice and `AliasPath`), and `x-wfsub-any` where a before, wrap or plain validator decides.
+
+`payload_errors(schema, payload)` checks a payload against such a schema (the subset pydantic writes: types,
+properties and required, items, enums and consts, anyOf, $ref into $defs, bounds on numbers and lengths, extra
+properties forbidden). Errors come as pydantic gives them (`loc`, `msg`), so the refusal reads as the owner's. The
+check itself (the refusal and its message) is in `wfsub._runtime._inputs`, the one module that checks inputs.
+
+The rule: the check never refuses what the owner's model would take; where it cannot tell, it lets the input
+through, and the owner, which validates again with the model itself, refuses it then (the refusal is kept in
+`status().refused`). So:
+- where pydantic's lax mode takes a value (the str "3" for an int, 1 for a bool, a number for a datetime or a
+  timedelta, "1" for an IntEnum), so does the check;
+- a field is found under each name the model takes it by, in the model's order; an `AliasPath` counts as given
+  when its first key is there, and what it leads to is left to the owner;
+- where a validator that runs before the type's own (a field's or `Annotated` `BeforeValidator`, `WrapValidator`
+  or `PlainValidator`, a model's `mode="before"` validator) or a type pydantic cannot describe is, anything goes;
+  validators that run after (`mode="after"`) only refuse more, so the check does not need them;
+- a summary of format 1 (written before summaries listed the other names) cannot say whether a field was given
+  under another name: a missing field and a key no property names are let through.
 """
 
 from __future__ import annotations
@@ -28,8 +43,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
 from .._program import Program, signal_waits
 from .._store import ProgramSummary
+
+SUMMARY_FORMAT = 2
+"""The summary's `format`: 2 lists the other names each field is taken by and marks where validators decide; a
+summary without it (format 1, kept by a store from before) has the plain JSON Schemas (see `payload_errors`)."""
+
+NAMES = "x-wfsub-names"  # in an object schema: {property: [each path the model takes it by, in the model's order]}
+ANY = "x-wfsub-any"  # in a schema: a validator of the model decides what it takes here, so the check lets it be
 
 
 def summary_of(name: str, program: Program, input_model: type | None = None) -> ProgramSummary:
@@ -37,12 +62,11 @@ def summary_of(name: str, program: Program, input_model: type | None = None) -> 
     `Workflow(term, input=Model)`: its JSON Schema is kept, so a client refuses a bad start as the owner would)."""
     signals: dict[str, Any] = {}
     for signal in sorted(program.signals):
-        model = program.signal_models.get(signal)
-        schema = getattr(model, "model_json_schema", None)
-        signals[signal] = schema() if callable(schema) else None
+        signals[signal] = model_schema(program.signal_models.get(signal))
     summary = {
+        "format": SUMMARY_FORMAT,
         "workflow": name,
-        "input": _schema_of(input_model),
+        "input": model_schema(input_model),
         "root": program.root_path,
         "signals": signals,
         "waits": signal_waits(program),  # each signal -> the node paths of the waits that take it (for refusals)
@@ -73,9 +97,82 @@ def compensations_of(program: Program) -> dict[str, list[str]]:
     return found
 
 
-def _schema_of(model: type | None) -> dict[str, Any] | None:
+def model_schema(model: type | None) -> dict[str, Any] | None:
+    """The JSON Schema of a payload or input model as it validates (`Checked`), None for no model."""
     schema = getattr(model, "model_json_schema", None)
-    return schema() if callable(schema) else None
+    if not callable(schema):
+        return None
+    found: dict[str, Any] = schema(mode="validation", schema_generator=Checked)
+    return found
+
+
+class Checked(GenerateJsonSchema):
+    """The JSON Schema pydantic writes for a model's validation, plus what a check needs that it leaves out:
+    - each object schema's `x-wfsub-names`: the names (and `AliasPath`s) a field is also taken by, where they are
+      more than its property name: a field's other `AliasChoices`, and its own name when the model populates by
+      name (`populate_by_name`/`validate_by_name`);
+    - `x-wfsub-any` where a before, wrap or plain validator (a field's, an `Annotated` one's or a model's
+      `mode="before"`) decides what is taken: such a validator may take anything, so the check takes anything there;
+    - a type pydantic cannot write a schema for is `{}` (anything), not an error."""
+
+    def model_fields_schema(self, schema: core_schema.ModelFieldsSchema) -> JsonSchemaValue:
+        return self._named(super().model_fields_schema(schema), list(schema["fields"].items()))
+
+    def typed_dict_schema(self, schema: core_schema.TypedDictSchema) -> JsonSchemaValue:
+        # (its own config: the config in force here is the enclosing model's once the super call has returned)
+        own = schema.get("config")
+        return self._named(super().typed_dict_schema(schema), list(schema["fields"].items()), own)
+
+    def dataclass_args_schema(self, schema: core_schema.DataclassArgsSchema) -> JsonSchemaValue:
+        fields = [(field["name"], field) for field in schema["fields"]]
+        return self._named(super().dataclass_args_schema(schema), fields)
+
+    def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema) -> JsonSchemaValue:
+        return {**super().function_before_schema(schema), ANY: True}
+
+    def function_wrap_schema(self, schema: core_schema.WrapValidatorFunctionSchema) -> JsonSchemaValue:
+        return {**super().function_wrap_schema(schema), ANY: True}
+
+    def function_plain_schema(self, schema: core_schema.PlainValidatorFunctionSchema) -> JsonSchemaValue:
+        return {**super().function_plain_schema(schema), ANY: True}
+
+    def handle_invalid_for_json_schema(self, schema: Any, error_info: str) -> JsonSchemaValue:
+        return {ANY: True}
+
+    def _named(
+        self, json_schema: JsonSchemaValue, fields: list[tuple[str, Any]], config: Mapping[str, Any] | None = None
+    ) -> JsonSchemaValue:
+        """`json_schema` (an object's) with the names its fields are also taken by (`NAMES`)."""
+        properties = json_schema.get("properties")
+        if not isinstance(properties, dict):
+            return json_schema
+        if config is None:  # the model's config in force (pydantic keeps it on the generator while it walks)
+            config = getattr(getattr(self, "_config", None), "config_dict", None) or {}
+        by_name = bool(config.get("validate_by_name") or config.get("populate_by_name"))
+        by_alias = config.get("validate_by_alias", True) is not False
+        names: dict[str, list[list[str | int]]] = {}
+        for name, field in fields:
+            paths = _paths(field.get("validation_alias")) if by_alias else []
+            key = next((p[0] for p in paths if len(p) == 1 and isinstance(p[0], str)), name) if paths else name
+            if by_name or not paths:
+                paths.append([name])
+            if key not in properties:  # named otherwise than this check can follow: the owner decides
+                return {**json_schema, ANY: True}
+            if paths != [[key]]:
+                names[key] = paths
+        return {**json_schema, NAMES: names} if names else json_schema
+
+
+def _paths(alias: Any) -> list[list[str | int]]:
+    """A core schema's `validation_alias` as the paths it names, in order: "a" -> [["a"]], an AliasPath ["a", 0]
+    -> [["a", 0]], AliasChoices -> [[...], [...]]."""
+    if isinstance(alias, str):
+        return [[alias]]
+    if isinstance(alias, list) and alias and all(isinstance(part, list) for part in alias):
+        return [list(part) for part in alias if part]
+    if isinstance(alias, list) and alias:
+        return [list(alias)]
+    return []
 
 
 def model_name(schema: Mapping[str, Any]) -> str:
@@ -96,12 +193,20 @@ _TYPE_MESSAGES = {
 }
 
 
-def payload_errors(schema: Mapping[str, Any], payload: Any) -> list[dict[str, Any]]:
-    """What a payload breaks of its model's JSON Schema, as pydantic's errors (`loc`, `msg`); [] if nothing."""
+def payload_errors(schema: Mapping[str, Any], payload: Any, *, names: bool = True) -> list[dict[str, Any]]:
+    """What a payload breaks of its model's JSON Schema, as pydantic's errors (`loc`, `msg`); [] if nothing.
+    `names=False`: the schema may not list every name a field is taken by (a summary of format 1), so a field
+    missing under its property name, or a key no property names, is let through."""
     errors: list[dict[str, Any]] = []
     defs = schema.get("$defs", {})
-    _check(schema, payload, (), errors, defs if isinstance(defs, Mapping) else {})
+    _check(schema, payload, (), errors, defs if isinstance(defs, Mapping) else {}, names)
     return errors
+
+
+def summary_names(summary: Mapping[str, Any]) -> bool:
+    """Whether a summary lists every name its models take a field by (format 2 on; see `payload_errors`)."""
+    found = summary.get("format")
+    return isinstance(found, int) and found >= 2
 
 
 def _resolve(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -153,17 +258,19 @@ def _type_ok(kind: str, value: Any) -> bool:
 
 def _check(
     schema: Mapping[str, Any], value: Any, loc: tuple[Any, ...], errors: list[dict[str, Any]],
-    defs: Mapping[str, Any],
+    defs: Mapping[str, Any], names: bool = True,
 ) -> None:
+    if schema.get(ANY):
+        return
     schema = _resolve(schema, defs)
-    if not schema:
+    if not schema or schema.get(ANY):
         return
     options = schema.get("anyOf")
     if isinstance(options, list) and options:
         for option in options:
             if isinstance(option, Mapping):
                 trial: list[dict[str, Any]] = []
-                _check(option, value, loc, trial, defs)
+                _check(option, value, loc, trial, defs, names)
                 if not trial:
                     return
         errors.append({"loc": loc, "msg": "Input does not match any of the types allowed"})
@@ -195,9 +302,9 @@ def _check(
         item = schema.get("items")
         if isinstance(item, Mapping):
             for index, element in enumerate(value):
-                _check(item, element, (*loc, index), errors, defs)
+                _check(item, element, (*loc, index), errors, defs, names)
     elif (kind == "object" or "properties" in schema) and isinstance(value, Mapping):
-        _object(schema, value, loc, errors, defs)
+        _object(schema, value, loc, errors, defs, names)
 
 
 _TIMES = frozenset({"date-time", "date", "time", "duration"})  # the string formats pydantic also reads from numbers
@@ -250,17 +357,37 @@ def _lengths(
 
 def _object(
     schema: Mapping[str, Any], value: Mapping[str, Any], loc: tuple[Any, ...], errors: list[dict[str, Any]],
-    defs: Mapping[str, Any],
+    defs: Mapping[str, Any], names: bool = True,
 ) -> None:
     properties = schema.get("properties", {})
     if not isinstance(properties, Mapping):
         return
+    listed = schema.get(NAMES)
+    other_names: Mapping[str, Any] = listed if isinstance(listed, Mapping) else {}
     required = schema.get("required", [])
-    missing = [name for name in (required if isinstance(required, list) else []) if name not in value]
-    errors.extend({"loc": (*loc, name), "msg": "Field required"} for name in missing)
+    needed = set(required) if isinstance(required, list) else set()
+    used: set[Any] = set()
     for name, item in properties.items():
-        if name in value and isinstance(item, Mapping):
-            _check(item, value[name], (*loc, name), errors, defs)
-    if schema.get("additionalProperties") is False:
-        extra = [name for name in value if name not in properties]
+        paths = other_names.get(name)
+        path = _given(paths if isinstance(paths, list) else [[name]], value)
+        if path is None:
+            if name in needed and names:
+                errors.append({"loc": (*loc, name), "msg": "Field required"})
+            continue
+        used.add(path[0])
+        if len(path) == 1 and isinstance(item, Mapping):  # (an AliasPath's value, deeper in: the owner checks it)
+            _check(item, value[path[0]], (*loc, path[0]), errors, defs, names)
+    if schema.get("additionalProperties") is False and names:
+        extra = [name for name in value if name not in used]
         errors.extend({"loc": (*loc, name), "msg": "Extra inputs are not permitted"} for name in extra)
+
+
+def _given(paths: list[Any], value: Mapping[str, Any]) -> list[Any] | None:
+    """The first of a field's paths that `value` holds, as pydantic looks them up (None: the field is missing).
+    An AliasPath counts as given when its first key is there (where it leads is the owner's to check)."""
+    for path in paths:
+        if isinstance(path, list) and path and path[0] in value:
+            return path
+        if isinstance(path, str) and path in value:
+            return [path]
+    return None

@@ -252,6 +252,13 @@ class Store(Protocol):
         """Every record of the case, in order (empty: no such case)."""
         ...
 
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        """The records that say whether the case's journal holds an input with `request_id`, in order: the one
+        that carries it (at most one: an id is unique within its case), after the journal's `snapshot` record if
+        it was compacted (that record keeps the ids of the records it replaced). Empty: neither (an indexed read,
+        for a client's check of an id before it writes to the inbox)."""
+        ...
+
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,

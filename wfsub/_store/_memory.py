@@ -463,6 +463,12 @@ class MemoryStore(SingleNode):
             return []
         return [decode_record(self._name, case_id, case.journal[seq]) for seq in sorted(case.journal)]
 
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        return [
+            record for record in await self.journal(case_id)
+            if record.get("request_id") == request_id or record.get("kind") == "snapshot"
+        ]
+
     async def cases(
         self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
         tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,

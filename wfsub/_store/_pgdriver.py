@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from ._group import call_soon_on
 _log = get_logger("wfsub.store")
 
 T = TypeVar("T")
+STOP_GRACE = 1.0  # seconds the driver loop gives its cancelled work to end (close its connections) at close
 OPTIONS = ("schema", "lease_seconds", "connect_timeout", "retry_for")
 """wfsub's own options, taken out of a DSN's query string before the driver sees it."""
 
@@ -154,8 +156,20 @@ class DriverLoop:
 
     def stop(self) -> None:
         if self.thread.is_alive():
+            # Work still running (a synchronous read its caller gave up on, a retry past an outage) is cancelled
+            # and let finish, so its connection is closed rather than dropped with the loop.
+            with contextlib.suppress(Exception):
+                self.submit(self._cancel_pending()).result(STOP_GRACE + 1.0)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join()
+
+    @staticmethod
+    async def _cancel_pending() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_GRACE)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)

@@ -447,8 +447,10 @@ class PostgresStore(StoreBase):
             if owner:
                 await self._register(conn, owner_id)
                 self._node = owner_id  # from here on, a failed open gives the lease back
-        finally:
-            await conn.close()
+        except BaseException:
+            conn.terminate()  # (a close would wait on a connection that may be broken)
+            raise
+        await conn.close()
         c = self._c
         try:
             c.pool = await self._asyncpg.create_pool(
@@ -552,6 +554,7 @@ class PostgresStore(StoreBase):
             await asyncio.shield(c.writer_task)  # commits what was queued
         if c.listen_task is not None:
             c.listen_task.cancel()
+            await asyncio.wait({c.listen_task}, timeout=self.connect_timeout)  # its connection closed, not dropped
         if self._node is not None and c.pool is not None:
             try:
                 async with c.pool.acquire(timeout=self.connect_timeout) as conn:
@@ -694,7 +697,7 @@ class PostgresStore(StoreBase):
             conn = await self._connect_retrying("reconnecting the writer", deadline)
             try:
                 c.writer_backend = await conn.fetchrow(Q["backend_me"])
-            except Exception:
+            except BaseException:
                 conn.terminate()
                 raise
             c.writer = conn
@@ -1205,11 +1208,14 @@ class PostgresStore(StoreBase):
         conn = await self._connect_retrying("subscribing to notifications", deadline)
         try:
             await conn.add_listener(f"{self.schema}_changed", self._on_notify)
-        except Exception as exc:
+        except BaseException as exc:  # (a close cancelling it too: the connection is closed, never dropped)
             conn.terminate()
-            if first:
+            if first and isinstance(exc, Exception):
                 raise fault(self._name, "subscribing to notifications", exc) from exc
             raise
+        if self._closing or self._c is not c:  # the store closed while this connected
+            conn.terminate()
+            return
         conn.add_termination_listener(self._on_listener_lost)
         c.listener = conn
         if not first:
@@ -1336,6 +1342,13 @@ class PostgresStore(StoreBase):
     async def journal(self, case_id: str) -> list[Record]:
         async def read(conn: Any) -> list[Record]:
             found = await conn.fetch(Q["journal_after"], case_id, -1)
+            return [decode_record(self._name, case_id, text) for (text,) in found]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        async def read(conn: Any) -> list[Record]:
+            found = await conn.fetch(Q["journal_request"], case_id, request_id)
             return [decode_record(self._name, case_id, text) for (text,) in found]
 
         return await self._read(f"reading the journal of case {case_id!r}", read)

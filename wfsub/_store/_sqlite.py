@@ -787,6 +787,13 @@ class SqliteStore(SingleNode):
 
         return await self._read(f"reading the journal of case {case_id!r}", read)
 
+    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
+        def read(conn: sqlite3.Connection) -> list[Record]:
+            rows = conn.execute(Q["journal_request"], {"case_id": case_id, "request_id": request_id})
+            return [decode_record(self.path, case_id, text) for (text,) in rows]
+
+        return await self._read(f"reading the journal of case {case_id!r}", read)
+
     def _rows(self, query: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], list[CaseRow]]:
         def read(conn: sqlite3.Connection) -> list[CaseRow]:
             return [decode_row(found[0], found) for found in conn.execute(Q[query], params)]

@@ -393,7 +393,7 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
     """Send signal NAME with a JSON PAYLOAD to a case."""
     body = _checked("signal", {"name": name, "payload": _payload(payload)}, request_id)
     async with opened(store) as s:
-        row = await _steerable(s, case_id, f"signal {name!r}", request_id)
+        row = await _steerable(s, case_id, "signal", f"signal {name!r}", request_id)
         if row is not None:
             await _post(s, row, "signal", body, request_id, wait, patience, f"signal {name!r}")
 
@@ -449,11 +449,11 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
             r.out.print(f"case {case_id!r} was queued: cancelled, it will not start")
             return
         if region is None:
-            row = await _steerable(s, case_id, "cancel", request_id)
+            row = await _steerable(s, case_id, "cancel", "cancel", request_id)
             if row is not None:
                 await _post(s, row, "cancel", body, request_id, wait, patience, "cancel")
         else:
-            row = await _steerable(s, case_id, f"cancel region {region!r}", request_id)
+            row = await _steerable(s, case_id, "cancel_region", f"cancel region {region!r}", request_id)
             if row is not None:
                 await _post(s, row, "cancel_region", body, request_id, wait, patience, f"cancel of region {region!r}")
 
@@ -478,19 +478,24 @@ def _checked(kind: str, body: dict[str, Any], request_id: str | None) -> dict[st
         raise click.UsageError(str(exc)) from None
 
 
-async def _steerable(store: Store, case_id: str, what: str, request_id: str | None) -> CaseRow | None:
-    """The row of a case that can take `what`; None when `request_id` was applied already (said so: a retried
-    command answers as the first did, also when that input ended the case)."""
-    from .. import CaseState
+async def _steerable(store: Store, case_id: str, kind: str, what: str, request_id: str | None) -> CaseRow | None:
+    """The row of a case that can take `what` (an input of `kind`); None when `request_id` is that of the `kind`
+    input the case took (said so: a retried command answers as the first did, also when that input ended the
+    case). A request id another kind of input used is refused: it names that input, not this one."""
+    from .. import CaseState, SignalRejected
+    from ..lowlevel import request_applied  # (a compacted journal's snapshot record keeps the ids)
 
     row = await case_row(store, case_id)
     state = CaseState(row.state)
     if state.ended:
-        from ..lowlevel import journaled_request_ids  # (a compacted journal's snapshot record keeps them)
-
-        if request_id is not None and request_id in journaled_request_ids(await store.journal(case_id)):
-            r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
-            return None
+        try:
+            if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
+                r.err.print(
+                    f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)"
+                )
+                return None
+        except SignalRejected as exc:
+            raise _refused(case_id, what, str(exc), "nothing was sent") from None
         raise CliError(
             f"case {case_id!r} has ended ({state.value} at {r.when(row.ended_at)}): it takes no {what}; nothing "
             "was sent"

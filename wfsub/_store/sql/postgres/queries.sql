@@ -256,6 +256,11 @@ SELECT status, appended, info, at_seq, cur_owner, cur_epoch FROM written;
 -- The first record a case's journal keeps: its `start` (seq 0), or after a compaction its `snapshot` record.
 SELECT record FROM journal WHERE case_id = $1 ORDER BY seq LIMIT 1;
 
+-- name: journal_request
+-- The record carrying a request id (the unique index), and a compaction's `snapshot` record, which keeps the ids of
+-- the records it replaced.
+SELECT record FROM journal WHERE case_id = $1 AND (request_id = $2 OR kind = 'snapshot') ORDER BY seq;
+
 -- name: journal_first_seq
 -- The seq of the first record a case's journal keeps (NULL: no such case).
 SELECT min(seq) FROM journal WHERE case_id = $1;

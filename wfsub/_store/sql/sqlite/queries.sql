@@ -260,6 +260,11 @@ SELECT 1 FROM inbox WHERE refused IS NULL AND id > :after LIMIT 1;
 -- The first record a case's journal keeps: its `start` (seq 0), or after a compaction its `snapshot` record.
 SELECT record FROM journal WHERE case_id = :case_id ORDER BY seq LIMIT 1;
 
+-- name: journal_request
+-- The record carrying a request id (the unique index), and a compaction's `snapshot` record, which keeps the ids of
+-- the records it replaced.
+SELECT record FROM journal WHERE case_id = :case_id AND (request_id = :request_id OR kind = 'snapshot') ORDER BY seq;
+
 -- name: journal_first_seq
 -- The seq of the first record a case's journal keeps (NULL: no such case).
 SELECT min(seq) FROM journal WHERE case_id = :case_id;
