@@ -49,7 +49,7 @@ async def main(store: str, when: str) -> None:
     waited = ["waited", "abandoned", "queued-a"] + (["kept"] if when == "live" else [])
     async with Substrate(store=store, workflows=WORKFLOWS, queues=QUEUES) as sub:
         await sub.new_case(when, {}, case_id="P")
-        while True:
+        for _ in range(6000):  # (a bound: the children start at their own pace)
             try:
                 if all(sub.status(c).state == "waiting_signal" for c in waited) and \
                         sub.status("queued-b").state == "queued":
@@ -57,6 +57,9 @@ async def main(store: str, when: str) -> None:
             except Exception:  # noqa: BLE001 - not started yet
                 pass
             await anyio.sleep(0.01)
+        else:
+            print("children-not-there", flush=True)
+            return
         await sub.cancel_region("P", "kids")
         await anyio.sleep_forever()
 

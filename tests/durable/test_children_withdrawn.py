@@ -60,8 +60,9 @@ async def test_a_child_whose_step_was_withdrawn_before_its_cancel_is_cancelled_o
     another restart too; the one still queued in its queue), and leaves the abandoned child and the child whose
     step is still in flight running; the parent lives on."""
     spec = spec_of(kind, tmp_path)
-    done = await anyio.run_process([sys.executable, "-m", "tests.durable._withdrawn_child", spec, when], cwd=ROOT,
-                                   check=False)
+    with anyio.fail_after(120):  # (a bound on a hang: the process dies by its own hand well before)
+        done = await anyio.run_process([sys.executable, "-m", "tests.durable._withdrawn_child", spec, when],
+                                       cwd=ROOT, check=False)
     assert done.returncode == -9, done.stderr.decode()[-3000:]
     assert done.stdout.decode().split() == [when], done.stdout
     UNDONE.clear()

@@ -602,7 +602,7 @@ class SqliteStore(SingleNode):
         self, owner: str | None, after: int = 0, limit: int = 1000
     ) -> list[tuple[int, str, str, dict[str, Any]]]:
         def read(conn: sqlite3.Connection) -> list[tuple[int, str, str, dict[str, Any]]]:
-            found = conn.execute(Q["children_waited_for"], {"after": after, "limit": limit})
+            found = conn.execute(Q["children_waited_for"], {"after": after, "limit": limit, "step": "$.parent_step"})
             return [(int(o), str(c), str(p), step) for o, c, p, text in found if isinstance(step := loads(text), dict)]
 
         return await self._read("listing the children waited for by live cases", read)
