@@ -237,6 +237,19 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def inputs_pending(cls, case_id: str | None, pending: Sequence[tuple[int, str]]) -> SignalRejected:
+        """`delete` of an ended case for which inputs (inbox id, kind) wait in the store's inbox: a `retry` or
+        `fork` queued while no owner ran would be lost with it."""
+        shown = ", ".join(f"{kind} (inbox id {inbox_id})" for inbox_id, kind in pending)
+        reason = (
+            f"inputs sent to it wait in the store's inbox, not yet taken by the Substrate that owns the store: "
+            f"{shown}; deleting it now would drop them. Let an owner take them first (open a Substrate on the store, "
+            "or wait for the one that runs: it applies a retry or fork, or refuses the input with a reason), then "
+            "delete it"
+        )
+        return cls(case_id, "be deleted", reason)
+
+    @classmethod
     def not_retryable(cls, case_id: str | None, state: str, why: str | None = None) -> SignalRejected:
         """`retry` of a case that is not failed (nor suspended as a poison case), or whose failure compensated."""
         if why is None:
@@ -757,6 +770,18 @@ def outbound_value(label: str, path: str, what: str, value: object, fix: str, ca
     """A `start_case` or `signal_case` step whose function (`case_id=`, `data=`, `payload=`) returned what the step
     cannot use: it fails at its node with this text."""
     return bad_input(f"{label} at {path}: {what}", value, fix=fix, case_id=case_id)
+
+
+def store_refused(error: StoreError, case_id: str, path: str, what: str) -> StoreError:
+    """A `start_case` or `signal_case` step whose write the store refused for good (`refused_for_good`: data it
+    cannot hold): the step fails with this, naming the case, the node path and the store's reason."""
+    return StoreError(
+        error.store,
+        f"{what} at {path} of case {case_id!r} was refused by the store, which would refuse it again however often "
+        f"it is sent, so the step fails rather than retrying ({str(error).removeprefix(f'store {error.store}: ')}); "
+        "change what the step sends (its case_id=, data= or payload=), or catch the failure with "
+        "scope(on_error=...)",
+    )
 
 
 def not_our_child(child_id: str, parent: str, path: str, other: str | None) -> CaseExists:

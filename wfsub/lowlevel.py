@@ -12,8 +12,9 @@ For tools that work on a store beside the Substrate that owns it (the `wfsub` co
 will check it, before it is put in the store's inbox) and `check_case_input` (the same input checked against the
 program summary of the case's recorded version, as the owner would refuse it, even while no owner runs),
 `request_applied` (whether a case took the input of a kind with a request id: a retried call; SignalRejected
-when an input of another kind used the id, since a request id names one input of one kind), and `loads_input`
-(the JSON text of an input's value read, refused with a message when it nests too deep).
+when an input of another kind used the id, since a request id names one input of one kind), `loads_input`
+(the JSON text of an input's value read, refused with a message when it nests too deep), and `check_case_id` (a
+case id checked as every door checks it: a new case's, or one to look up).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from . import _deprecated
 from ._program import Op as Op
 from ._program import Program as Program
 from ._runtime._compact import request_ids_of as journaled_request_ids
+from ._runtime._inputs import check_case_id as check_case_id
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
 from ._runtime._lifecycle import fork_records as fork_records
@@ -60,6 +62,7 @@ __all__ = [
     "TimerRequest",
     "VmEvent",
     "Workflows",
+    "check_case_id",
     "check_case_input",
     "check_input",
     "check_version",

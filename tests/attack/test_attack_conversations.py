@@ -223,10 +223,6 @@ def _huge_child_id(ctx: Mapping[str, Any]) -> str:
 
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
-@pytest.mark.xfail(strict=True, reason=(
-    "a child id the store can never hold (Postgres: 'index row requires 9624 bytes', SQLSTATE 54000) is a "
-    "StoreError that wfsub/_runtime/_children.py:131 (_persist) takes for an outage and retries forever: the parent "
-    "waits at start_case for ever, logging 'store trouble'; no door bounds a case id's length (SQLite takes it)"))
 async def test_a_child_id_the_store_cannot_hold_fails_the_step() -> None:
     """start_case with a child id Postgres cannot index fails the parent's step, rather than retrying for ever."""
     flows = {"kid": task(_kid), "parent": start_case("kid", case_id=_huge_child_id)}

@@ -48,7 +48,12 @@ sent by the next Substrate to open the store, and by a node of a shared store af
 A child queued (`start_case(..., queue=)`) is cancelled in its queue.
 
 Transient store trouble (StoreError) while starting, signalling or waiting is retried with a capped backoff on
-the Substrate's clock; a Substrate that closes meanwhile leaves the step in flight, to be attempted again.
+the Substrate's clock; a Substrate that closes meanwhile leaves the step in flight, to be attempted again. A
+refusal the store would repeat however often it is asked (`refused_for_good`: on Postgres a data exception, an
+integrity violation or a program limit, SQLSTATE classes 22, 23, 54) fails the step with the store's reason
+instead. A child id no case may have (`check_case_id`) fails the step before anything is sent, and so does a
+target id of `signal_case` that no store could hold. Request ids derived from case ids (`signal_case`'s, a child's
+cancel) go through `derived_request_id`, which keeps them within the bound every store indexes.
 """
 
 from __future__ import annotations
@@ -68,14 +73,16 @@ from .._errors import (
     WfsubError,
     not_our_child,
     outbound_value,
+    store_refused,
     unknown_name,
 )
 from .._outbound import Outbound
 from .._program import EffectSpec, Program
-from .._store import Store
+from .._store import Store, refused_for_good
 from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
 from .._vm._records import InstanceFrame
+from . import _inputs as inputs
 from ._compact import start_of
 from ._journal import parent_step_of
 from ._status import FINAL, CaseStatus
@@ -179,9 +186,11 @@ async def stored_children(store: Store, status: CaseStatus) -> CaseStatus:
     return status.model_copy(update={"children": tuple(row.case_id for row in reversed(rows))})
 
 
-async def _persist(actor: CaseActor, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
+async def _persist(actor: CaseActor, path: str, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
     """`call()`, tried again after a StoreError (a store outage must not fail the step); a Substrate closing
-    meanwhile leaves the step in flight: it waits here to be cancelled with its case's task group."""
+    meanwhile leaves the step in flight: it waits here to be cancelled with its case's task group. A refusal the
+    store would repeat however often it is asked (`refused_for_good`: data it cannot hold) fails the step at
+    `path` instead, with the store's reason."""
     delay = 0.05
     clock = actor.shared.clock
     while True:
@@ -190,6 +199,8 @@ async def _persist(actor: CaseActor, what: str, call: Callable[[], Awaitable[Any
         except SubstrateClosed:
             await anyio.sleep_forever()
         except StoreError as exc:  # (a StoreConflict too: the case moved to another node; sent again, it goes there)
+            if refused_for_good(exc):
+                raise store_refused(exc, actor.case_id, path, what) from exc
             _log.warning("store trouble; trying again", case_id=actor.case_id, action=what, error=str(exc),
                          delay=delay)
             await clock.sleep(delay)
@@ -209,8 +220,13 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         if not isinstance(child_id, str) or not child_id:
             raise outbound_value(label, req.path, "case_id(ctx) must return a non-empty str", child_id,
                                  "return the id the child case should have", parent)
+        fix = "make case_id(ctx) return an id a case may have (not retried: the same data gives the same id)"
     else:
         child_id = default_child_id(parent, req.path, ctx)
+        fix = ("give the step case_id=fn returning a shorter id (the default is the parent's id and the node path; "
+               "not retried: the same data gives the same id)")
+    inputs.check_case_id(child_id, f"{label} at {req.path} of case {inputs.shown(parent)}: the child's case id",
+                         fix=fix)
     cancels = t.wait is True and t.on_parent_cancel == "cancel"
     data = t.data(ctx) if t.data is not None else None
     if data is not None and not isinstance(data, Mapping):
@@ -239,10 +255,11 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
                     raise not_our_child(child_id, parent, req.path, other) from None
 
     try:
-        await _persist(actor, f"start child {child_id!r}", start)
+        await _persist(actor, req.path, f"{label}: the start of child {inputs.shown(child_id)}", start)
         if not t.wait:
             return {t.into or "child": child_id}
-        result = await _persist(actor, f"await child {child_id!r}", lambda: sub.await_case(child_id))
+        result = await _persist(actor, req.path, f"{label}: the wait for child {inputs.shown(child_id)}",
+                                lambda: sub.await_case(child_id))
     except CaseFailed as exc:  # a copy: the child's own exception object is handed to its other awaiters too
         failed = CaseFailed(exc.case_id, exc.path, exc.reason)
         failed.record, failed.traceback = exc.record, exc.traceback
@@ -299,7 +316,7 @@ def cancel_request_id(parent: str, effect_id: int, path: str) -> str:
     """The request id of the cancel a parent's withdrawn step (effect `effect_id` at `path`) sends its child: the
     same wherever it is sent from (the step itself, or a Substrate that finds the cancel was lost), so a child
     gets it once (a second cancel while it compensates would end it at once)."""
-    return f"{parent}:{effect_id}:{path}:cancel"
+    return inputs.derived_request_id(f"{parent}:{effect_id}:{path}:cancel")
 
 
 async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Substrate, child_id: str) -> None:
@@ -385,8 +402,8 @@ async def cancel_children_of_ended(
                          parent=parent)
             # The step's own request id when the child names it: a cancel the step sent before the process died
             # is then not applied twice (a second cancel would cut the child's compensation short).
-            request_id = f"{parent}:ended:cancel:{child_id}" if step is None else cancel_request_id(
-                parent, step["effect_id"], step["path"])
+            request_id = inputs.derived_request_id(f"{parent}:ended:cancel:{child_id}") if step is None else \
+                cancel_request_id(parent, step["effect_id"], step["path"])
             await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {ended}",
                              request_id=request_id)
         except WfsubError as exc:  # (ended meanwhile, or the store is out: the next open looks again)
@@ -486,8 +503,10 @@ async def _signal_case(actor: CaseActor, req: EffectRequest, t: SignalCase, ctx:
     if not isinstance(target, str) or not target:
         raise outbound_value(label, req.path, "case_id(ctx) must return a non-empty str", target,
                              "return the id of the case to signal", actor.case_id)
+    inputs.check_case_id(target, f"{label} at {req.path} of case {inputs.shown(actor.case_id)}: the case id to "
+                         "signal", new=False, fix="return the id of the case to signal")
     payload = t.payload(ctx) if t.payload is not None else None
-    request_id = f"{actor.case_id}:{req.effect_id}:{req.path}"
-    await _persist(actor, f"signal case {target!r}", lambda: sub.signal(target, t.name, payload,
-                                                                        request_id=request_id))
+    request_id = inputs.derived_request_id(f"{actor.case_id}:{req.effect_id}:{req.path}")
+    await _persist(actor, req.path, f"{label} to case {inputs.shown(target)}",
+                   lambda: sub.signal(target, t.name, payload, request_id=request_id))
     return None

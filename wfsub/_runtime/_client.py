@@ -32,6 +32,7 @@ from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
 from ._children import stored_children
 from ._journal import JournalRecord, as_journaled
+from ._lifecycle import delete_ended
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside, same_start, start_differs
 from ._persist import status_of
@@ -127,7 +128,8 @@ class Client:
         `tags` as for `Substrate.new_case`; `queue=` and the rest: as on Substrate.new_case (the queue must be one a
         Substrate registered)."""
         door = self._door("start a case")
-        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        case_id = f"case-{secrets.token_hex(8)}" if case_id is None else inputs.check_case_id(case_id)
+        case_tags = inputs.tags(tags, case_id)
         if queue is not None or (priority, dedup, partition, delay) != (0, None, None, None):
             specs = await self._store.queue_specs()
             wait_for = check_queued({name: Queue.from_spec(spec) for name, spec in specs.items()}, queue, priority,
@@ -142,15 +144,6 @@ class Client:
                     f"scheduler must be 'deterministic' or Seeded(seed) (from wfsub.lowlevel), got {scheduler!r}"
                 )
             seed = scheduler.seed
-        if case_id is None:
-            case_id = f"case-{secrets.token_hex(8)}"
-        elif not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
-        elif not case_id or case_id != case_id.strip():
-            raise ValueError(
-                f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
-                "to get a fresh one"
-            )
         name, fingerprint = await door.version(workflow)
         found = await self._store.program(fingerprint)
         if found is not None:  # its input model, as the owner checks it (`Workflow(term, input=Model)`)
@@ -183,7 +176,8 @@ class Client:
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`); returns once it is in the store's inbox (the owner applies it)."""
         door = self._door("send a signal")
-        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.signal(name, payload, request_id, case_id)
         await door.send(case_id, msg)
 
     async def update(
@@ -194,7 +188,8 @@ class Client:
         inbox, and the answer is read from the case's row once the owner has written it."""
         door = self._door("send an update")
         _check_await_timeout(timeout)
-        msg = inputs.update(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.update(name, payload, request_id, case_id)
         if timeout is None:
             return await door.update(case_id, msg)
         with anyio.move_on_after(timeout):
@@ -206,8 +201,9 @@ class Client:
     ) -> None:
         """Cancel a case (see Substrate.cancel); SignalRejected if it has ended."""
         door = self._door("cancel a case")
-        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
-        if isinstance(case_id, str) and await self._store.queue_cancel(case_id) is not None:
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.cancel(reason, compensate, request_id, case_id)
+        if await self._store.queue_cancel(case_id) is not None:
             return  # it was queued: it never starts
         await door.send(case_id, msg)
 
@@ -229,7 +225,8 @@ class Client:
         self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
     ) -> None:
         door = self._door(action.value)
-        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.region(action, region, items, request_id, case_id)
         await door.send(case_id, msg)
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -237,14 +234,16 @@ class Client:
     async def handle(self, case_id: str) -> CaseHandle:
         """A handle to an existing case, queued or started (CaseNotFound if there is none)."""
         door = self._door("get a case's handle")
-        if not (isinstance(case_id, str) and self._store.read_queue_item(case_id) is not None):
+        case_id = inputs.check_case_id(case_id, new=False)
+        if self._store.read_queue_item(case_id) is None:
             await door.row(case_id)
         return ClientHandle(self, case_id)
 
     async def status(self, case_id: str) -> CaseStatus:
         """The case's status as the store last recorded it, with the cases it started (`children`)."""
         door = self._door("read a case's status")
-        item = self._store.read_queue_item(case_id) if isinstance(case_id, str) else None
+        case_id = inputs.check_case_id(case_id, new=False)
+        item = self._store.read_queue_item(case_id)
         if item is not None and item.state in ("queued", "cancelled"):
             return queued_status(item)
         try:
@@ -270,30 +269,27 @@ class Client:
     ) -> list[CaseStatus]:
         """Cases newest first, filtered as `Substrate.cases` filters them, at most `limit` (page with `before`)."""
         self._door("list cases")
-        if parent is not None and (not isinstance(parent, str) or not parent):
-            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
-                                 started_after=started_after, started_before=started_before)
+                                 started_after=started_after, started_before=started_before, parent=parent)
         store = self._store
         queued = queued_page(lambda n, below: store.read_queue_items(state="queued", limit=n, before=below), state,
-                             workflow, limit, before, {**filters, "parent": parent})
+                             workflow, limit, before, filters)
         if state == CaseState.QUEUED.value or len(queued) == limit:
             return queued
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
         rows = await store.cases(state=state, workflow=workflow, limit=limit - len(queued), before=before,
-                                 parent=parent, **filters)
+                                 **filters)
         return queued + [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
         """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no
         owner runs). SignalRejected with the reason when it cannot be retried."""
         door = self._door("retry a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         await door.lifecycle(case_id, "retry", {})
         return ClientHandle(self, case_id)
 
@@ -301,8 +297,7 @@ class Client:
         """A new case from the journal of `case_id` up to record `at` (see `Substrate.fork`): its owner does it;
         returns once done (or queued while no owner runs)."""
         door = self._door("fork a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         body = inputs.fork_body(at, new_case_id, case_id)
         body["new_case_id"] = new_id = new_case_id or f"case-{secrets.token_hex(8)}"
         await door.lifecycle(case_id, "fork", body)
@@ -311,13 +306,15 @@ class Client:
     async def delete(self, case_id: str) -> None:
         """Remove an ended case at once (see `Substrate.delete`); SignalRejected for one that has not ended."""
         row = await self._door("delete a case").row(case_id)
-        if not CaseState(row.state).ended or not await self._store.delete(case_id):
+        if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
+        await delete_ended(self._store, case_id)
 
     async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
         """Every record of the case's journal, in order (`newest=N`: its start record and the newest N after it,
         as `Substrate.journal`)."""
         self._door("read a journal")
+        case_id = inputs.check_case_id(case_id, new=False)
         records = await self._store.journal(case_id)
         if not records:
             raise CaseNotFound(case_id)
@@ -330,6 +327,7 @@ class Client:
         TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting."""
         _check_await_timeout(timeout)
         door = self._door("await a case")
+        case_id = inputs.check_case_id(case_id, new=False)
         if timeout is None:
             return _validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
         if timeout == 0:

@@ -21,6 +21,12 @@ node) or a call that another node makes for one of its cases. Every door goes th
    input is written to the inbox: `against_summary(msg, summary, case_id)` checks it against the program summary
    of the case's recorded version (`_summary`), with the same refusals the owner would make.
 
+Ids are checked here too, once per door. `check_case_id` is the only check of a case id: of a new case's (a
+non-empty str of visible characters, at most `MAX_CASE_ID_BYTES` of UTF-8: what every store can index) wherever
+one is made (`new_case`, `fork`, a `start_case` child, a schedule's slot), and of an id to look up (only what no
+store could hold: a NUL, a lone surrogate) wherever one is read. `request_id` bounds request ids the same way, and
+`derived_request_id` keeps the ones wfsub builds from case ids within that bound.
+
 Refusals are made by the builders in `wfsub._errors` (`bad_input`, `SignalRejected`), so a refusal reads the
 same from every door. `start` (the data of `new_case`) is checked by `start_data` here too, against the input
 model its workflow was registered with (`Workflow(term, input=Model)`), whichever door starts the case.
@@ -28,7 +34,9 @@ model its workflow was registered with (`Workflow(term, input=Model)`), whicheve
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -99,12 +107,121 @@ def bounded_reason(msg: Cancel, limit: int | None, case_id: str | None = None) -
             )
 
 
+MAX_CASE_ID_BYTES = 1000
+"""The longest case id, in bytes of UTF-8 (1,000 ASCII characters; fewer of other scripts).
+
+Every store indexes case ids, and Postgres refuses a btree entry longer than 2,704 bytes (a third of a page). Its
+widest entries hold a case id and a request id together (`journal (case_id, request_id)`), and the request ids
+wfsub makes itself name cases (`{parent}:{effect id}:{path}`): 1,000 bytes of case id and `MAX_REQUEST_ID_BYTES`
+of request id fit in one entry with room to spare, and a case id fits in the NOTIFY payload (at most 8,000 bytes)
+that tells every node a case changed. SQLite and memory have no such bound; the same one holds on every store, so
+a case that starts on one starts on any."""
+
+MAX_REQUEST_ID_BYTES = 1500
+"""The longest request id, in bytes of UTF-8: a request id is indexed beside its case's id (`MAX_CASE_ID_BYTES`).
+A request id wfsub derives from case ids and node paths (`derived_request_id`) that would be longer is replaced by
+a digest of itself."""
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # a NUL, or half of a surrogate pair: no store keeps either
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # Unicode's control characters (Cc), and the above
+_NAMES = {"\x00": "a NUL character", "\t": "a tab", "\n": "a line break", "\r": "a carriage return"}
+
+NEW_ID_FIX = ("pass an id of visible characters (letters, digits, '-', '_', ':', '/', '@', spaces inside), at most "
+              f"{MAX_CASE_ID_BYTES:,} bytes of UTF-8, or omit it to get a fresh one")
+
+
+def shown(text: str, limit: int = 60) -> str:
+    """`text` as its repr, shortened past `limit` characters (an id of a megabyte is not printed whole)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def check_case_id(value: object, what: str = "case_id", *, new: bool = True, fix: str = NEW_ID_FIX) -> str:
+    """A case id, checked at every door it comes through (the API, a Client, the command, the web inspector, a
+    `start_case` step, a schedule); returns it as given.
+
+    `new`: the id of a case about to be created (`new_case`, `fork(new_case_id=)`, a child's id): a non-empty str
+    with no leading or trailing space, no control character (NUL, tab, line break, ... : Unicode's category Cc),
+    valid Unicode (no lone surrogate) and at most `MAX_CASE_ID_BYTES` bytes of UTF-8. Otherwise the id of a case
+    to find (`status`, `signal`, `handle`, ...): only a str that no store could hold is refused (a NUL, a lone
+    surrogate), since a store written by an older wfsub may hold ids the rules for new ones now refuse.
+    `what` names the id in the message (`"case_id"`, `"the child's case id of start_case('x') at seq[0] ..."`);
+    `fix` says what to do instead. TypeError for a value that is not a str, else ValueError."""
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise TypeError(f"{what} must be a str, got {type(value).__name__} {value!r}: {fix}")
+        value = str(value)  # (a subclass of str: stored and compared as the plain str it holds)
+    if not new:
+        if value.isascii() and "\x00" not in value:  # (the common case, on every lookup)
+            return value
+        found = _UNSTORABLE.search(value)
+        if found is not None:
+            raise ValueError(_unfit(value, what, found, "no store keeps it, so no case has this id",
+                                    "check where the id came from (a NUL is %00 in an address)"))
+        return value
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise ValueError(_unfit(value, what, found, "which no case id may hold", fix))
+    if not value or value != value.strip():
+        raise ValueError(f"{what} is empty or has leading or trailing spaces ({shown(value)}): {fix}")
+    size = len(value) if value.isascii() else len(value.encode("utf-8"))
+    if size > MAX_CASE_ID_BYTES:
+        raise ValueError(
+            f"{what} is {size:,} bytes of UTF-8 ({shown(value)}), more than the {MAX_CASE_ID_BYTES:,} a case id may "
+            f"have (every store indexes case ids): {fix}"
+        )
+    return value
+
+
+def _unfit(value: str, what: str, found: re.Match[str], why: str, fix: str) -> str:
+    char = found.group()
+    name = _NAMES.get(char) or (
+        f"half of a surrogate pair (U+{ord(char):04X}: not valid Unicode)" if "\ud800" <= char <= "\udfff"
+        else f"a control character (U+{ord(char):04X})"
+    )
+    return f"{what} holds {name} at index {found.start()} ({shown(value)}), {why}: {fix}"
+
+
 def request_id(value: object, case_id: str | None = None) -> str | None:
-    """A request id: None, or a non-empty str."""
-    if value is not None and (not isinstance(value, str) or not value):
+    """A request id: None, or a non-empty str that every store keeps and indexes beside its case's id
+    (`stored_key`: no NUL, at most `MAX_REQUEST_ID_BYTES` bytes of UTF-8)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
         raise bad_input("request_id must be a non-empty str (or None)", value, case_id=case_id,
                         fix="pass the same id when you retry a call, so it applies once")
+    return stored_key(value, "request_id", MAX_REQUEST_ID_BYTES, case_id)
+
+
+def stored_key(value: str, what: str, limit: int, case_id: str | None = None) -> str:
+    """`value`, a key a store indexes (a request id, a queue's dedup or partition key), if every store can: no NUL
+    and no lone surrogate (neither is text Postgres keeps), at most `limit` bytes of UTF-8 (what its index
+    takes); else ValueError naming `what`."""
+    if not value.isascii() or "\x00" in value:
+        found = _UNSTORABLE.search(value)
+        if found is not None:
+            where = "" if case_id is None else f" (an input for case {case_id!r})"
+            raise ValueError(_unfit(value, what, found, f"which no store keeps{where}",
+                                    "use printable text, e.g. a UUID or 'order-42-approve'"))
+    size = len(value) if value.isascii() else len(value.encode("utf-8"))
+    if size > limit:
+        raise bad_input(
+            f"{what} is {size:,} bytes of UTF-8 ({shown(value)}), more than the {limit:,} it may have, as every "
+            "store indexes it", NOTHING, case_id=case_id, error=ValueError,
+            fix="use a short key, e.g. a UUID, or a digest of a long one (hashlib.sha256(text).hexdigest())",
+        )
     return value
+
+
+def derived_request_id(text: str) -> str:
+    """A request id wfsub makes from case ids and node paths (`signal_case`'s `{case id}:{effect id}:{path}`, the
+    cancel of a child): `text` itself, or, past `MAX_REQUEST_ID_BYTES`, `sha256:` and the hex digest of its UTF-8
+    (deterministic, so every attempt, replay and node derives the same one)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_REQUEST_ID_BYTES:
+        return text
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def reason(value: object, case_id: str | None = None) -> str:
@@ -435,9 +552,14 @@ def tags(value: object, case_id: str | None = None) -> dict[str, str]:
 
 def listing(
     *, limit: object, before: object, tags_given: object, id_prefix: object, started_after: object,
-    started_before: object,
+    started_before: object, parent: object = None,
 ) -> dict[str, Any]:
     """The filters of `cases()` beyond state and workflow, checked (a ValueError or TypeError naming the filter)."""
+    if parent is not None:
+        if parent == "":
+            raise ValueError("cases(): parent must be a case id (a non-empty str) or None, got '': pass the id of the "
+                             "case whose children to list")
+        parent = check_case_id(parent, "cases(): parent", new=False)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise bad_input("cases(): limit must be an int >= 1", limit, error=ValueError, fix="e.g. limit=100")
     if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
@@ -446,13 +568,15 @@ def listing(
     if id_prefix is not None and (not isinstance(id_prefix, str) or not id_prefix):
         raise bad_input("cases(): id_prefix must be a non-empty str", id_prefix,
                         fix="pass the start of the case ids to list, e.g. id_prefix='order-'")
+    if id_prefix is not None:
+        check_case_id(id_prefix, "cases(): id_prefix", new=False)
     for name, when in (("started_after", started_after), ("started_before", started_before)):
         if when is not None and (isinstance(when, bool) or not isinstance(when, int | float)
                                  or when != when or when in (float("inf"), float("-inf"))):
             raise bad_input(f"cases(): {name} must be a time in seconds (the clock's, e.g. time.time())", when,
                             fix=f"e.g. {name}=time.time() - 3600")
     return {"tags": tags(tags_given), "id_prefix": id_prefix, "started_after": started_after,
-            "started_before": started_before}
+            "started_before": started_before, "parent": parent}
 
 
 def journal_part(records: list[Any], newest: object) -> list[Any]:
@@ -474,15 +598,13 @@ LIFECYCLE_KINDS = ("retry", "fork")
 
 
 def fork_body(at: object, new_case_id: object, case_id: str | None = None) -> dict[str, Any]:
-    """The arguments of a fork, checked: `at` an int seq >= 0, `new_case_id` None or a visible str."""
+    """The arguments of a fork, checked: `at` an int seq >= 0, `new_case_id` None or a new case's id (`case_id`)."""
     if isinstance(at, bool) or not isinstance(at, int) or at < 0:
         raise bad_input("fork: at must be the seq of a record of the case (an int >= 0)", at, case_id=case_id,
                         fix="pass the seq of a record its journal lists (`journal()`, or `wfsub journal`)")
-    if new_case_id is not None and (
-        not isinstance(new_case_id, str) or not new_case_id or new_case_id != new_case_id.strip()
-    ):
-        raise bad_input("fork: new_case_id must be a non-empty str without leading or trailing spaces (or None)",
-                        new_case_id, case_id=case_id, fix="pass a visible id, or omit it to get a fresh one")
+    if new_case_id is not None:
+        where = "fork" if case_id is None else f"fork of case {shown(case_id)}"
+        new_case_id = check_case_id(new_case_id, f"{where}: new_case_id")
     return {"at": at, "new_case_id": new_case_id}
 
 

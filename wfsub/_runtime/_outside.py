@@ -82,8 +82,7 @@ class Outside:
         return known.summary, None
 
     async def row(self, case_id: object) -> CaseRow:
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         row = await self.store.row(case_id)
         if row is None:
             raise CaseNotFound(case_id)

@@ -300,9 +300,15 @@ async def end_suspended(
     store: Store, row: CaseRow, reason: str, now: float, request_id: str | None, inbox_done: list[int] | None = None
 ) -> None:
     """Cancel a suspended case: it ends at once, with no compensation (no program can run it). A request id
-    another kind of input of the case used is refused (SignalRejected, see `_request_ids`)."""
-    if request_id is not None:
-        taken(await journaled_kinds(store, row.case_id, request_id), request_id, "cancel", row.case_id, "cancel")
+    another kind of input of the case used is refused (SignalRejected, see `_request_ids`); the id of a cancel the
+    case took (one that set it compensating before it was suspended) is that cancel retried: nothing is written
+    (a second cancel would end the case at once, skipping the compensation the first one asked for)."""
+    if request_id is not None and taken(
+        await journaled_kinds(store, row.case_id, request_id), request_id, "cancel", row.case_id, "cancel"
+    ):
+        if inbox_done:
+            await store.write(CaseWrite(row.case_id, inbox_done=list(inbox_done)))
+        return
     asked = {} if request_id is None else {"request_id": request_id}
     cancel = input_record(row.last_seq + 1, "cancel", None, now, None, reason=reason, compensate=False, **asked)
     runs = sum(1 for record in await store.journal(row.case_id) if record.get("kind") == "retry")

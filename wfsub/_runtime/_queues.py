@@ -44,6 +44,7 @@ from .._errors import NOTHING, StoreError, bad_option, unknown_name
 from .._store import Store
 from .._store._queueing import QueueItem, QueueLimits, QueueTable
 from .._trace import get_logger
+from ._inputs import MAX_CASE_ID_BYTES, stored_key
 from ._status import CaseState, CaseStatus
 
 _log = get_logger("wfsub.runtime")
@@ -145,6 +146,8 @@ def check_queued(
         if value is not None and (not isinstance(value, str) or not value):
             raise bad_option("new_case", f"{name} must be a non-empty str or None", value,
                              fix=f"e.g. {name}='customer-17'", error=TypeError)
+        if value is not None:
+            stored_key(value, f"new_case: {name}", MAX_CASE_ID_BYTES)
     if delay is None:
         return 0.0
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:

@@ -55,6 +55,7 @@ from .._errors import NOTHING, CaseExists, StoreError, bad_option, unknown_name
 from .._store import ScheduleRow, Store
 from .._store._memory import ScheduleTable
 from .._trace import get_logger
+from . import _inputs as inputs
 
 _log = get_logger("wfsub.runtime")
 
@@ -106,6 +107,8 @@ class Schedule:
         if not isinstance(name, str) or not name or name != name.strip() or "@" in name or len(name) > 200:
             raise bad_option(owner, "name must be a visible str of at most 200 characters without '@'", name,
                              fix="its cases are named '{name}@{slot}'; pass a name like 'nightly-report'")
+        inputs.check_case_id(f"{name}@{slot_text(0)}", f"{owner}: the id of each case it starts ('{{name}}@{{slot}}')",
+                             fix="give the schedule a name of visible characters, like 'nightly-report'")
         if not isinstance(workflow, str) or not workflow:
             raise bad_option(owner, "workflow must be the name of a registered workflow", workflow,
                              fix="pass the name it has in Substrate(workflows={name: term})", error=TypeError)

@@ -440,20 +440,16 @@ class Substrate:
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
         )
+        loader.recovering = self._recovering
         for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
-            try:
-                again = await lifecycle.recovering(store, row, self._max_recoveries, self._redact)
-            except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
-                _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
-                again = True
-            if again:
+            if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
         lost.look()
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
         if store.shared:
-            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
+            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._changed_elsewhere)
         else:  # cases started by a standby or a client are queued for this owner
             case_tg.start_soon(background.changes_loop, loader.claim_queued)
 
@@ -479,7 +475,27 @@ class Substrate:
         if self._queues.queues:
             case_tg.start_soon(self._queues.run)
 
+    async def _recovering(self, row: CaseRow) -> bool:
+        """Count one more recovery of a live case, at startup or at a takeover; False: it is suspended as a poison
+        case (see `_lifecycle.recovering`)."""
+        assert self._store is not None
+        try:
+            return await lifecycle.recovering(self._store, row, self._max_recoveries, self._redact)
+        except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
+            _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
+            return True
+
     # -- many nodes (a shared store) ---------------------------------------------------------------------------
+
+    def _changed_elsewhere(self, case_ids: set[str] | None) -> None:
+        """Cases that ended on other nodes, or that another node or a client deleted (NOTIFY): an ended copy kept
+        in memory here is stale either way (deleted, or re-opened by a retry and ended again there), so it leaves
+        memory and reads go to the store; then their awaiters wake."""
+        for case_id in case_ids or ():
+            actor = self._cases.get(case_id)
+            if actor is not None and actor.journal is not None and actor.state in FINAL and actor.recorded:
+                del self._cases[case_id]
+        self._ended_elsewhere(case_ids)
 
     def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
         """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all).
@@ -588,7 +604,9 @@ class Substrate:
         seconds it waits at least); see the README, Queues.
         """
         self._check_open("start a case")
-        case_tags = inputs.tags(tags, case_id if isinstance(case_id, str) else None)
+        if case_id is not None:
+            case_id = inputs.check_case_id(case_id)
+        case_tags = inputs.tags(tags, case_id)
         wait_for = check_queued(self._queues.queues, queue, priority, dedup, partition, delay)
         if placement not in ("here", "any"):
             raise ValueError(f"placement must be 'here' (this Substrate runs the case) or 'any', got {placement!r}")
@@ -731,8 +749,7 @@ class Substrate:
     def handle(self, case_id: str) -> CaseHandle:
         """A handle to an existing case (CaseNotFound if there is none): in memory, or in the store."""
         self._check_open("get a case's handle")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is not None and not actor.evicted:
             return CaseHandle(self, actor)
@@ -868,13 +885,7 @@ class Substrate:
             while new in self._cases:
                 new = f"case-{self._prefix}-{next(self._ids)}"
             return new
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
-        if not case_id or case_id != case_id.strip():
-            raise ValueError(
-                f"case_id {case_id!r} is empty or has leading/trailing spaces: pass a visible id, or omit it "
-                "to get a fresh one"
-            )
+        case_id = inputs.check_case_id(case_id)
         if case_id in self._cases:
             raise CaseExists(case_id)
         return case_id
@@ -927,8 +938,7 @@ class Substrate:
     # -- finding cases (in memory, else in the store) ---------------------------------------------------------
 
     def _get(self, case_id: str) -> CaseActor:
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is None:
             raise CaseNotFound(case_id)
@@ -937,8 +947,7 @@ class Substrate:
     async def _live(self, case_id: str, what: str) -> CaseActor:
         """The case's actor, loaded from the store if it is parked there (raises for an unknown or ended case)."""
         self._check_open(what)
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is not None:
             return actor
@@ -966,7 +975,8 @@ class Substrate:
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
         `request_id` makes a retried call apply once."""
-        msg = inputs.signal(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.signal(name, payload, request_id, case_id)
         try:
             try:
                 actor = await self._live(case_id, msg.what)
@@ -994,7 +1004,8 @@ class Substrate:
         the first is waiting and after a crash of the process that owned the case. A case that moves to another
         node while the call waits (a takeover) answers from there: the call reads the answer from its row."""
         _check_await_timeout(timeout)
-        msg = inputs.update(name, payload, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.update(name, payload, request_id, case_id)
         if timeout is None:
             return await self._update(case_id, msg, None)
         with self._clock.deadline_scope(timeout):
@@ -1005,7 +1016,7 @@ class Substrate:
         uid = msg.request_id
         assert uid is not None
         if actor is None or actor.evicted:
-            actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+            actor = self._cases.get(case_id)
         if actor is None:
             try:
                 actor = await self._live(case_id, msg.what)
@@ -1156,15 +1167,16 @@ class Substrate:
         compensates, ends it at once. A suspended case (durable, no version can run it) ends at once.
         """
         self._check_open("cancel a case")
-        msg = inputs.cancel(reason, compensate, request_id, case_id if isinstance(case_id, str) else None)
-        if self._queues.queues and isinstance(case_id, str) and case_id not in self._cases:
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.cancel(reason, compensate, request_id, case_id)
+        if self._queues.queues and case_id not in self._cases:
             if await self._queues.cancel(case_id) is not None:
                 return  # it was queued: it never starts
             item = self._queues.item(case_id)
             if item is not None and item.state == "cancelled":
                 raise SignalRejected.ended(case_id, msg.what, "cancelled")
         if case_id not in self._cases and self._store is not None:
-            row = await self._store.row(case_id) if isinstance(case_id, str) else None
+            row = await self._store.row(case_id)
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
                 inputs.bounded_reason(msg, self._max_payload, case_id)
@@ -1218,7 +1230,8 @@ class Substrate:
     async def _region(
         self, case_id: str, action: RegionAction, region: str, items: Sequence[Any] | None, request_id: str | None
     ) -> None:
-        msg = inputs.region(action, region, items, request_id, case_id if isinstance(case_id, str) else None)
+        case_id = inputs.check_case_id(case_id, new=False)
+        msg = inputs.region(action, region, items, request_id, case_id)
         try:
             try:
                 actor = await self._live(case_id, msg.what)
@@ -1247,8 +1260,9 @@ class Substrate:
         A durable case that is not in memory (parked in the store, evicted) is not loaded to be awaited: the
         awaiter is woken when the case ends, wherever its next input brings it back."""
         _check_await_timeout(timeout)
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
+        if self._store is not None and self._phase == "open":
+            await self._deleted_elsewhere(case_id)  # an ended copy in memory: still in the store? (one row read)
         return _validated(case_id, await self._outcome(case_id, None, timeout), model)
 
     async def _left_queue(self, case_id: str) -> None:
@@ -1328,14 +1342,15 @@ class Substrate:
             raise self._closed_or(exc, f"read the status of case {case_id!r}") from exc
 
     def _status(self, case_id: str) -> CaseStatus:
-        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        case_id = inputs.check_case_id(case_id, new=False)
+        actor = self._cases.get(case_id)
         if actor is not None:
             return self._with_queue(actor.status())
-        if self._store is not None and isinstance(case_id, str):
+        if self._store is not None:
             row = self._row_now(case_id)
             if row is not None:
                 return self._with_queue(status_of(row, self._redact))
-        if self._queues.queues and isinstance(case_id, str):
+        if self._queues.queues:
             item = self._queues.item(case_id)
             if item is not None:
                 return self._queued_status(item)
@@ -1343,10 +1358,11 @@ class Substrate:
 
     def data(self, case_id: str) -> dict[str, Any]:
         """A copy of the case's data now (the final data once it has ended)."""
-        actor = self._cases.get(case_id) if isinstance(case_id, str) else None
+        case_id = inputs.check_case_id(case_id, new=False)
+        actor = self._cases.get(case_id)
         if actor is not None:
             return actor.data()
-        if self._store is not None and isinstance(case_id, str):
+        if self._store is not None:
             try:
                 row = self._row_now(case_id)
             except StoreError as exc:
@@ -1365,14 +1381,11 @@ class Substrate:
         `parent` (the children a case started). Page with `before`: pass the `order` of the last case of the
         previous page. A case in memory is reported (and filtered by state) as it is now; one that is not, as the
         store last recorded it."""
-        if parent is not None and (not isinstance(parent, str) or not parent):
-            raise ValueError(f"parent must be a case id (a non-empty str) or None, got {parent!r}")
         if state is not None and state not in CaseState.__members__.values():
             known = ", ".join(s.value for s in CaseState)
             raise ValueError(f"state must be one of {known} (or None), got {state!r}")
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
-                                 started_after=started_after, started_before=started_before)
-        filters["parent"] = parent
+                                 started_after=started_after, started_before=started_before, parent=parent)
         queued = self._queued_listed(state, workflow, limit, before, filters)
         if state == CaseState.QUEUED.value or len(queued) == limit:
             return queued
@@ -1448,6 +1461,7 @@ class Substrate:
         returned: what a view of a long journal needs)."""
         if self._store is None:
             raise ValueError("a Substrate without a store keeps no journal: pass store=... to make cases durable")
+        case_id = inputs.check_case_id(case_id, new=False)
         try:
             records = await self._store.journal(case_id)
         except StoreError as exc:
@@ -1479,8 +1493,7 @@ class Substrate:
 
         SignalRejected (with the reason) for a case that is not failed, or whose failure ran compensations."""
         self._check_open("retry a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         if self._outside is not None:  # a standby: the owner retries it
             await self._outside.lifecycle(case_id, "retry", {})
             return CaseHandle(self, None, case_id)
@@ -1494,10 +1507,14 @@ class Substrate:
         row = await store.row(case_id)
         if row is None:
             raise CaseNotFound(case_id)
-        if store.shared and row.owner not in (None, self._owner):
-            raise SignalRejected.not_retryable(
-                case_id, row.state, f"node {row.owner!r} owns it: retry it there (or once that node has gone)"
-            )
+        if store.shared and row.owner != self._owner:
+            taken = await store.take_ended(case_id) if CaseState(row.state).ended else None
+            if taken is None:  # a node whose lease is live owns it (its memory holds it): that node retries it
+                raise SignalRejected.not_retryable(
+                    case_id, row.state, f"node {row.owner!r} owns it: retry it there (a Client or `wfsub retry` "
+                    "sends it there), or once that node has gone (its lease expired)"
+                )
+            row = taken
         record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
         if actor is not None and self._cases.get(case_id) is actor:
             del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
@@ -1518,8 +1535,7 @@ class Substrate:
         ValueError for an `at` the journal does not hold (compaction may have removed it: the message names the
         first record still kept)."""
         self._check_open("fork a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         body = inputs.fork_body(at, new_case_id, case_id)
         if self._outside is not None:  # a standby: the owner forks it
             if new_case_id is None:
@@ -1585,8 +1601,7 @@ class Substrate:
         """Remove an ended case at once: its journal, row, snapshots and tags (`await_case` then raises
         CaseNotFound). CaseNotFound for no such case; SignalRejected for a case that has not ended."""
         self._check_open("delete a case")
-        if not isinstance(case_id, str):
-            raise TypeError(f"case_id must be a str, got {type(case_id).__name__} {case_id!r}")
+        case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
         if actor is not None and not actor.evicted:
             if actor.state not in FINAL:
@@ -1605,8 +1620,7 @@ class Substrate:
             raise CaseNotFound(case_id)
         if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
-        if not await self._store.delete(case_id):
-            raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+        await lifecycle.delete_ended(self._store, case_id)
         self._cases.pop(case_id, None)
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:

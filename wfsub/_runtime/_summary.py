@@ -26,7 +26,8 @@ The rule: the check never refuses what the owner's model would take; where it ca
 through, and the owner, which validates again with the model itself, refuses it then (the refusal is kept in
 `status().refused`). So:
 - where pydantic's lax mode takes a value (the str "3" for an int, 1 for a bool, a number for a datetime or a
-  timedelta, "1" for an IntEnum), so does the check;
+  timedelta, "1" for an IntEnum), so does the check; a str field of a model (or a field) that coerces numbers to
+  str (`coerce_numbers_to_str`) takes anything here, the owner checks it;
 - a field is found under each name the model takes it by, in the model's order; an `AliasPath` counts as given
   when its first key is there, and what it leads to is left to the owner;
 - where a validator that runs before the type's own (a field's or `Annotated` `BeforeValidator`, `WrapValidator`
@@ -112,7 +113,8 @@ class Checked(GenerateJsonSchema):
       more than its property name: a field's other `AliasChoices`, and its own name when the model populates by
       name (`populate_by_name`/`validate_by_name`);
     - `x-wfsub-any` where a before, wrap or plain validator (a field's, an `Annotated` one's or a model's
-      `mode="before"`) decides what is taken: such a validator may take anything, so the check takes anything there;
+      `mode="before"`) decides what is taken: such a validator may take anything, so the check takes anything there
+      (and on a str that `coerce_numbers_to_str` also takes numbers as);
     - a type pydantic cannot write a schema for is `{}` (anything), not an error."""
 
     def model_fields_schema(self, schema: core_schema.ModelFieldsSchema) -> JsonSchemaValue:
@@ -126,6 +128,13 @@ class Checked(GenerateJsonSchema):
     def dataclass_args_schema(self, schema: core_schema.DataclassArgsSchema) -> JsonSchemaValue:
         fields = [(field["name"], field) for field in schema["fields"]]
         return self._named(super().dataclass_args_schema(schema), fields)
+
+    def str_schema(self, schema: core_schema.StringSchema) -> JsonSchemaValue:
+        found = super().str_schema(schema)
+        config = getattr(getattr(self, "_config", None), "config_dict", None) or {}
+        if schema.get("coerce_numbers_to_str", config.get("coerce_numbers_to_str")):
+            return {**found, ANY: True}  # a number is taken too, as its str: what its lengths say is the owner's
+        return found
 
     def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema) -> JsonSchemaValue:
         return {**super().function_before_schema(schema), ANY: True}

@@ -34,6 +34,7 @@ from ._base import Snapshot as Snapshot
 from ._base import Store as Store
 from ._base import StoreBase as StoreBase
 from ._base import StoredCase as StoredCase
+from ._base import refused_for_good as refused_for_good
 from ._base import require_store as require_store
 from ._listing import Listing as Listing
 from ._memory import MemoryStore as MemoryStore

@@ -19,14 +19,15 @@ store used before `open()`, opened twice, or used while closing.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .._errors import StoreError
+from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -271,7 +272,9 @@ class Store(Protocol):
 
     async def delete(self, case_id: str) -> bool:
         """Remove an ended case (its row, journal, snapshots, inbox rows and tags) in one transaction; False (and
-        nothing removed) when there is no such case or it has no `end` record."""
+        nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
+        (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
+        them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
         ...
 
     async def live(self) -> list[CaseRow]:
@@ -300,6 +303,10 @@ class Store(Protocol):
         """One inbox row (None once it was moved into a journal)."""
         ...
 
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        """The inputs for a case still waiting in the inbox (neither taken nor refused), oldest first."""
+        ...
+
     def changed(self) -> bool:
         """Cheap and synchronous: whether another connection committed since the last call (inbox polling)."""
         ...
@@ -313,8 +320,9 @@ class Store(Protocol):
         ...
 
     def drain_ended(self) -> set[str] | None:
-        """Ids of the cases whose `end` another node committed since the last call; None when some may have been
-        missed (re-read every case waited for). Single-node stores: always empty (no other node ends a case)."""
+        """Ids of the cases whose `end` another node committed, or that another node or a client deleted, since the
+        last call; None when some may have been missed (re-read every case waited for). Single-node stores: always
+        empty (no other node ends a case)."""
         ...
 
     async def renew_lease(self) -> float:
@@ -326,6 +334,13 @@ class Store(Protocol):
         """Take up to `limit` cases of nodes whose lease expired: each becomes this node's with its epoch bumped,
         and is returned (the caller recovers the live ones; parked ones come back through `due()` and the
         inbox). Never gives one case to two nodes. Single-node stores: []."""
+        ...
+
+    async def take_ended(self, case_id: str) -> CaseRow | None:
+        """Take an ended case for this node, to re-open it (`retry`): when no node owns it, or its owner's lease
+        has expired (a node gone for good), it becomes this node's with its epoch bumped (fenced like a takeover:
+        a write of the old owner is refused) and its row is returned; None when a node whose lease is live owns
+        it, or there is no such ended case. Single-node stores: its row as it is."""
         ...
 
     async def queue_case(self, change: CaseWrite) -> None:
@@ -513,6 +528,32 @@ def _verb(action: str) -> str:
     return _VERBS.get(first, first) + space + rest
 
 
+LASTING_SQLSTATES = ("22", "23", "54")
+"""The SQLSTATE classes of a request the database refuses for what it holds, however often it is sent: a data
+exception (22: a NUL in text, a value out of range), an integrity violation (23) and a program limit exceeded (54:
+an index entry larger than a page allows)."""
+
+
+def refused_for_good(error: StoreError) -> bool:
+    """Whether a store refused a request for what it holds rather than for how the store was reached: a Postgres
+    error of a `LASTING_SQLSTATES` class, or SQLite's constraint, too-big or type-mismatch errors. Sent again, it is
+    refused again, so a caller that retries store trouble must not retry this. A `StoreConflict` is the store's own
+    answer about a write (fenced, a seq taken, a case moved) and is not one of these: sent again, it may pass."""
+    if isinstance(error, StoreConflict):
+        return False
+    cause = error.__cause__
+    for _ in range(8):  # (a driver's error may be wrapped once or twice; never follow a cycle)
+        if cause is None:
+            return False
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(state, str):
+            return state[:2] in LASTING_SQLSTATES
+        if isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 def require_store(store: object) -> Store:
     if not isinstance(store, Store):
         raise TypeError(
@@ -523,6 +564,7 @@ def require_store(store: object) -> Store:
 
 
 __all__ = [
+    "LASTING_SQLSTATES",
     "REFUSED_KEPT",
     "SCHEMA_VERSION",
     "CaseRow",
@@ -537,6 +579,7 @@ __all__ = [
     "Store",
     "StoreBase",
     "StoredCase",
+    "refused_for_good",
     "require_store",
 ]
 

@@ -59,6 +59,27 @@ AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON inste
 WAIT_POLL = 0.05  # seconds between looks at the inbox row of an input while waiting for the owner
 
 
+def _case_ids(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A case id given to a command (CASE_ID, --parent, --id-prefix; --id of a fork is a new case's), checked as
+    every door checks one (`wfsub.lowlevel.check_case_id`) before the store is opened: a usage error (status 2)."""
+    if value is None:
+        return value
+    from ..lowlevel import check_case_id
+
+    new = param.name == "new_case_id"
+    what = f"the new case id ({'/'.join(param.opts)})" if new else (
+        param.human_readable_name if isinstance(param, click.Argument) else "/".join(param.opts))
+    try:
+        for one in value if isinstance(value, tuple) else (value,):
+            check_case_id(one, what, new=new)
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
+CASE_ID = click.argument("case_id", callback=_case_ids)
+
+
 class _StateChoice(click.Choice[str]):
     """A choice of the case states (`CaseState` values), read from the runtime on first use (a command's own
     `--help` or its arguments), not when `wfsub` starts."""
@@ -112,8 +133,9 @@ def main() -> None:
 @click.option("--before", type=click.IntRange(min=1), metavar="ORDER", help="The page after a case's order.")
 @click.option("--tag", "tag_pairs", multiple=True, metavar="KEY=VALUE",
               help="Only cases tagged so (repeat: every tag must match).")
-@click.option("--id-prefix", metavar="TEXT", help="Only cases whose id starts with this.")
-@click.option("--parent", metavar="CASE", help="Only the child cases this case started (start_case).")
+@click.option("--id-prefix", metavar="TEXT", callback=_case_ids, help="Only cases whose id starts with this.")
+@click.option("--parent", metavar="CASE", callback=_case_ids,
+              help="Only the child cases this case started (start_case).")
 @AS_JSON
 @_run
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
@@ -185,7 +207,7 @@ async def schedules(store: str, as_json: bool) -> None:
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @AS_JSON
 @_run
 async def show(store: str, case_id: str, as_json: bool) -> None:
@@ -303,7 +325,7 @@ def _compensations(
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @_run
 async def data(store: str, case_id: str) -> None:
     """A case's data as JSON (as last recorded; the final data once it ended)."""
@@ -314,7 +336,7 @@ async def data(store: str, case_id: str) -> None:
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @_run
 async def journal(store: str, case_id: str) -> None:
     """A case's journal, one JSON record per line."""
@@ -328,7 +350,7 @@ async def journal(store: str, case_id: str) -> None:
 @main.command()
 @STORE
 @WORKFLOW
-@click.argument("case_id")
+@CASE_ID
 @click.option("--level", type=click.Choice(["min", "full"]), default="full", show_default=True)
 @click.option("--redact", "redact_spec", metavar="MODULE:ATTR",
               help="The app's redact= function: applied to each event's detail, as the Substrate does.")
@@ -379,7 +401,7 @@ def _payload(value: str | None) -> Any:
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @click.argument("name")
 @click.argument("payload", required=False)
 @click.option("--request-id", help="Sending again with the same id applies the signal once.")
@@ -400,7 +422,7 @@ async def signal(store: str, case_id: str, name: str, payload: str | None, reque
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @click.argument("name")
 @click.argument("payload", required=False)
 @click.option("--request-id", help="Sending again with the same id applies the update once and prints its answer.")
@@ -413,6 +435,7 @@ async def update(store: str, case_id: str, name: str, payload: str | None, reque
     from .. import Client
 
     value = _payload(payload)
+    _checked("update", {"name": name, "payload": value}, request_id)
     async with opened(store) as s:  # a store and a case that exist (a mistyped path is an error, not a new store)
         await case_row(s, case_id)
     async with Client(_store_for_cli(store)) as client:
@@ -425,7 +448,7 @@ async def update(store: str, case_id: str, name: str, payload: str | None, reque
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @click.option("--reason", default="cancelled", show_default=True, callback=lambda ctx, param, value: _reason(value),
               help="Recorded as the case's cancel reason.")
 @click.option("--region", metavar="NAME", help="Cancel only this region of the case (its scope or MI name).")
@@ -487,15 +510,13 @@ async def _steerable(store: Store, case_id: str, kind: str, what: str, request_i
 
     row = await case_row(store, case_id)
     state = CaseState(row.state)
+    try:  # live or ended: a retry sends nothing (as a Client's does), rather than an inbox row its owner drops
+        if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
+            r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
+            return None
+    except SignalRejected as exc:
+        raise _refused(case_id, what, str(exc), "nothing was sent") from None
     if state.ended:
-        try:
-            if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
-                r.err.print(
-                    f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)"
-                )
-                return None
-        except SignalRejected as exc:
-            raise _refused(case_id, what, str(exc), "nothing was sent") from None
         raise CliError(
             f"case {case_id!r} has ended ({state.value} at {r.when(row.ended_at)}): it takes no {what}; nothing "
             "was sent"
@@ -588,7 +609,7 @@ async def _what_followed(store: Store, case_id: str, patience: float) -> str:
 @main.command(name="replay")
 @STORE
 @WORKFLOW
-@click.argument("case_ids", nargs=-1, metavar="[CASE_ID]...")
+@click.argument("case_ids", nargs=-1, metavar="[CASE_ID]...", callback=_case_ids)
 @click.option("--all", "every", is_flag=True, help="Replay every case in the store (newest first).")
 @click.option("--state", type=_StateChoice(), help="With --all: only cases in this state.")
 @_run
@@ -708,7 +729,7 @@ async def prune(store: str, older_than: str) -> None:
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until the owner has re-opened the case (or refused).")
 @click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=10.0,
@@ -723,10 +744,11 @@ async def retry(store: str, case_id: str, wait: bool, patience: float) -> None:
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @click.option("--at", "at", type=click.IntRange(min=0), required=True, metavar="SEQ",
               help="The last record of the case's journal the fork keeps (`wfsub journal` lists them).")
-@click.option("--id", "new_case_id", metavar="NEW_ID", help="The new case's id (default: a fresh one).")
+@click.option("--id", "new_case_id", metavar="NEW_ID", callback=_case_ids,
+              help="The new case's id (default: a fresh one).")
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until the owner has started the fork (or refused).")
 @click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=10.0,
@@ -783,7 +805,7 @@ async def _lifecycle(store: Store, row: CaseRow, kind: str, body: dict[str, Any]
 
 @main.command()
 @STORE
-@click.argument("case_id")
+@CASE_ID
 @_run
 async def delete(store: str, case_id: str) -> None:
     """Remove one ended case (journal, row, snapshots, tags) from the store at once."""

@@ -36,7 +36,7 @@ from wfsub import (
     Term,
     WfsubError,
 )
-from wfsub.lowlevel import loads_input
+from wfsub.lowlevel import check_case_id, loads_input
 
 from . import _view
 from ._live import Live, sig_hash
@@ -199,7 +199,7 @@ class _Inspector:
             raise HTTPException(400, f"state must be one of {', '.join(STATES)}, got {state!r}")
         workflow = _text_param(q.get("workflow") or None, "workflow")
         tags = _tag_params(q.getlist("tag"))
-        parent = _text_param(q.get("parent", "").strip() or None, "parent")
+        parent = _case_param(q.get("parent", "").strip() or None, "parent")
         before = _int_param(q.get("before"), "before", 1, MAX_CURSOR)
         limit = _int_param(q.get("limit"), "limit", 1, 500) or self.page_size
         return state, workflow, tags, parent, before, limit
@@ -330,7 +330,7 @@ class _Inspector:
         return journal, ""
 
     async def case_page(self, request: Request) -> Response:
-        case_id = _text_param(request.path_params["case_id"], "the case id")
+        case_id = _case_param(request.path_params["case_id"], "the case id")
         message, failed, code = "", False, 200
         form: dict[str, str] = {}
         if request.method == "POST":
@@ -406,9 +406,12 @@ class _Inspector:
                     return (f"fork needs the seq of a record of the journal (a whole number) as 'at', got "
                             f"{at_text!r}"), True, 400, None
                 new_id = form.get("new_case_id", "").strip() or None
-                if new_id is not None and "\x00" in new_id:
-                    return (f"the new case id {new_id!r} holds a NUL character, which no store keeps: "
-                            "type a visible id, or leave it empty for a fresh one"), True, 400, None
+                if new_id is not None:
+                    try:  # (checked here too, so the form's field is named and nothing is sent)
+                        check_case_id(new_id, "the new case id",
+                                      fix="type an id of visible characters, or leave it empty for a fresh one")
+                    except ValueError as exc:
+                        return str(exc), True, 400, None
                 handle = await self.source.fork(case_id, at=at, new_case_id=new_id)
                 return "", False, 200, handle.case_id
         except CaseNotFound as exc:
@@ -457,7 +460,7 @@ class _Inspector:
         if view == "cases":
             key = ("cases", root, *self._list_query(request))
         elif view == "case" and q.get("case"):
-            key = ("case", root, _text_param(q["case"], "case"), q.get("journal") == "all")
+            key = ("case", root, _case_param(q["case"], "case"), q.get("journal") == "all")
         else:
             raise HTTPException(400, "events?view= must be 'cases' (with the list's filters) or 'case' (with case=ID)")
         if self.live.full(key):
@@ -727,6 +730,17 @@ def _int_param(text: str | None, name: str, low: int, high: int | None) -> int |
 
 
 MAX_CURSOR = 2**63 - 1  # the largest `before` a store's order column can hold
+
+
+def _case_param(text: str | None, name: str) -> Any:
+    """`text`, a case id to look up (the address's, `parent=`, `case=`), unless no store could hold it (a NUL, a
+    lone surrogate): a 400 saying so, as every door refuses it (`check_case_id`)."""
+    if text is not None:
+        try:
+            check_case_id(text, name, new=False, fix="remove it from the address (a NUL is %00)")
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+    return text
 
 
 def _text_param(text: str | None, name: str) -> Any:
