@@ -168,6 +168,7 @@ def check_queued(
 def queued_start(
     workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
     parent: str | None = None, cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
+    parent_step: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
     that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before;
@@ -178,8 +179,10 @@ def queued_start(
         start["tags"] = dict(tags)
     if parent is not None:
         start["parent"] = parent
-    if cancel_with_parent:
+    if cancel_with_parent or parent_step is not None:
         start["cancel_with_parent"] = True
+    if parent_step is not None:
+        start["parent_step"] = dict(parent_step)
     if sent is not None and dict(sent) != (data or {}):
         start["sent"] = dict(sent)
     return start

@@ -79,12 +79,12 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import cancel_children_of_ended, check_child_queues, children_in
+from ._children import LostChildren, check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
 from ._inputs import admit
-from ._journal import JournalRecord, as_journaled
+from ._journal import JournalRecord, as_journaled, parent_step_of
 from ._loader import CaseLoader, Existing, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
@@ -108,7 +108,8 @@ from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
-from ._updates import ANSWERS_KEPT, row_result
+from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
+from ._updates import moved as updates_moved
 from ._updates import of as of_actor
 from ._updates import result as update_result
 
@@ -428,8 +429,10 @@ class Substrate:
             is_open=lambda: self._phase == "open",
         )
         loader.ended_here = lambda case_id: self._ended_elsewhere({case_id})
+        lost = LostChildren(self, store, case_tg.start_soon)  # cancels of children a dead process did not send
         if store.shared:
             node = self._node = Node(store, self._lease, clock, loader.taken, loader.recheck, store.lease_seconds)
+            node.took_over = lost.look  # (the parents taken over may have lost their children's cancels)
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
@@ -443,7 +446,7 @@ class Substrate:
         for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
             if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
-        case_tg.start_soon(cancel_children_of_ended, self, store)
+        lost.look()
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -588,6 +591,7 @@ class Substrate:
         delay: float | None = None,
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
+        _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
@@ -642,7 +646,8 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent),
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent,
+                             _parent_step),
                 now + wait_for, now,
             )
             return await self._enqueue(item, model)
@@ -670,7 +675,8 @@ class Substrate:
             self._starting[case_id] = ({"workflow": name, "data": start_data or {}, "sent": sent}, written)
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
-                                         cancel_with_parent=_cancel_with_parent, sent=sent)
+                                         cancel_with_parent=_cancel_with_parent, sent=sent,
+                                         parent_step=_parent_step)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -849,6 +855,7 @@ class Substrate:
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
+            _parent_step=parent_step_of(start),
             _sent=start.get("sent"),
         )
 
@@ -1004,7 +1011,8 @@ class Substrate:
         a `check=` that says no: now, or when a wait takes it later), CaseFailed / CaseCancelled when the case
         fails or is cancelled before answering, TimeoutError after `timeout` seconds without an answer (the case
         keeps the update). A call repeated with the same `request_id` gets the first call's answer, also while
-        the first is waiting and after a crash of the process that owned the case."""
+        the first is waiting and after a crash of the process that owned the case. A case that moves to another
+        node while the call waits (a takeover) answers from there: the call reads the answer from its row."""
         _check_await_timeout(timeout)
         case_id = inputs.check_case_id(case_id, new=False)
         msg = inputs.update(name, payload, request_id, case_id)
@@ -1057,21 +1065,58 @@ class Substrate:
             try:
                 if actor.state in FINAL:
                     raise actor.ended_error(msg.what)
-                await self._signal(actor, msg)
+                inbox_id = await self._signal(actor, msg)
             except BaseException:
                 if updates.pending.get(uid) is waiter:
                     del updates.pending[uid]
                 raise
-        await waiter.event.wait()
+            if inbox_id is not None:  # the case moved to another owner before it took the update: sent there
+                updates_moved(updates, uid)  # (and any other caller of this id reads the row too)
+                return await self._answer_from_row(case_id, msg, inbox_id)
+        await self._wait_answer(actor, waiter)
         assert waiter.answer is not None
+        if waiter.answer[0] == MOVED:  # the case moved to another owner while we waited: its answer is there
+            return await self._answer_from_row(case_id, msg, 0)
         return update_result(actor.case_id, msg.name, waiter.answer, actor.outcome)
 
-    async def _signal(self, actor: CaseActor, msg: Signal) -> None:
-        """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
+    async def _wait_answer(self, actor: CaseActor, waiter: Pending) -> None:
+        """Wait for an update's answer here. A case that left memory and is now another node's (taken over while
+        it was evicted: no actor of this node will answer) is noticed by a look at its row every ENDED_POLL s."""
+        while True:
+            with anyio.move_on_after(ENDED_POLL):  # (real time, as the polls of the store)
+                await waiter.event.wait()
+            if waiter.event.is_set():
+                return
+            store = self._store
+            if store is None or not store.shared or self._cases.get(actor.case_id) is not None:
+                continue
+            try:
+                row = await store.row(actor.case_id)
+            except StoreError as exc:  # (looked at again at the next poll)
+                _log.warning("could not read the row of a case an update waits on", case_id=actor.case_id,
+                             error=str(exc))
+                continue
+            if row is None or row.owner != self._owner:
+                updates_moved(of_actor(actor))
+                return
+
+    async def _answer_from_row(self, case_id: str, msg: Signal, inbox_id: int) -> Any:
+        """An update's answer read from its case's row, written by the owner the case moved to (`inbox_id`: the
+        inbox row the update went to, whose refusal is raised; 0: none, the update was journaled before)."""
+        assert self._store is not None
+        assert msg.request_id is not None
+        return await remote_answer(self._store, case_id, msg.name, msg.request_id, inbox_id)
+
+    async def _signal(self, actor: CaseActor, msg: Signal) -> int | None:
+        """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox. Returns
+        the id of the inbox row it went to instead when the case has moved to another owner (else None)."""
         if self._phase != "open":
             raise SubstrateClosed("send a signal")
         if actor.evicted:  # a handle's actor that has left memory since
-            actor = await self._live(actor.case_id, msg.what)
+            try:
+                actor = await self._live(actor.case_id, msg.what)
+            except Remote as remote:  # another node's now (taken over meanwhile): through the inbox
+                return await self._to_inbox(actor.case_id, msg, remote.row)
         machine = actor.machine
         if machine is None or actor.state in FINAL:
             raise actor.ended_error(msg.what)
@@ -1079,21 +1124,22 @@ class Substrate:
             msg.payload = machine.check_update(msg.name, msg.payload) if msg.update else machine.check_signal(
                 msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
             await actor.send(msg)
-            return
+            return None
         admit(msg, machine, self._max_payload)  # and the payload as its record gives it back, before any write
         msg.reply = Reply()
-        await self._ask(actor, msg)
+        return await self._ask(actor, msg)
 
-    async def _to_inbox(self, case_id: str, msg: External, row: CaseRow) -> None:
+    async def _to_inbox(self, case_id: str, msg: External, row: CaseRow) -> int:
         """An input for a case another process owns: checked against its version's summary, then into the store's
         inbox, acknowledged once committed (its owner is woken by the store and journals it; a refusal is marked
-        on the inbox row)."""
+        on the inbox row). Returns the inbox row's id (0: a retried call whose input was applied)."""
         assert self._store is not None
         outside = self._outside or Outside(self._store, self._workflows, self._max_payload, self._clock.now)
-        await outside.send(case_id, msg, row)
+        return await outside.send(case_id, msg, row)
 
-    async def _ask(self, actor: CaseActor, msg: External) -> None:
-        """Send an input and wait for its answer (committed and applied, or refused)."""
+    async def _ask(self, actor: CaseActor, msg: External) -> int | None:
+        """Send an input and wait for its answer (committed and applied, or refused). Returns the id of the inbox
+        row it went to instead when the case moved to another owner meanwhile (else None)."""
         reply = msg.reply
         assert reply is not None
         while True:
@@ -1105,8 +1151,7 @@ class Substrate:
                     actor = await self._live(actor.case_id, msg.what)
                 except Remote as remote:  # fenced: another node has it now: the input goes to it through the inbox
                     msg.reply = None
-                    await self._to_inbox(actor.case_id, msg, remote.row)
-                    return
+                    return await self._to_inbox(actor.case_id, msg, remote.row)
                 if actor.machine is not None:  # brought back on another version, maybe: its own check again
                     admit(msg, actor.machine, self._max_payload)
         await reply.event.wait()
@@ -1117,9 +1162,9 @@ class Substrate:
                 if row is None:
                     raise reply.error
                 msg.reply = None
-                await self._to_inbox(actor.case_id, msg, row)
-                return
+                return await self._to_inbox(actor.case_id, msg, row)
             raise reply.error
+        return None
 
     async def cancel(
         self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None

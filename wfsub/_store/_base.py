@@ -93,6 +93,9 @@ class CaseRow:
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    # A child its parent waits for and cancels on withdrawal: the parent's step, {"effect_id", "path"} (a parent
+    # that withdrew that step but died before cancelling the child is found by it: `_runtime._children`).
+    parent_step: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -447,6 +450,14 @@ class Store(Protocol):
     async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
         """(child id, parent id) of up to `limit` child cases (`start_case`) that have not ended whose parent has,
         oldest first."""
+        ...
+
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        """(order, child id, parent id, the parent's step) of up to `limit` child cases that have not ended, whose
+        parent has not ended either and waits for them with "cancel" (their row has `parent_step`), with `order`
+        > `after`, oldest first; `owner` (shared stores): only those whose parent that node owns."""
         ...
 
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:

@@ -350,6 +350,17 @@ class MemoryStore(SingleNode):
                        and rows[row.parent].ended_at is not None)
         return [(case_id, parent) for _, case_id, parent in found[:limit] if parent is not None]
 
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        self._check_open("list the children waited for by live cases")
+        await anyio.lowlevel.checkpoint()
+        rows = {case_id: self._row(case) for case_id, case in self._cases.items() if case.row is not None}
+        found = sorted((row.order, row.case_id, row.parent, row.parent_step) for row in rows.values()
+                       if row.parent is not None and row.ended_at is None and row.parent in rows
+                       and rows[row.parent].ended_at is None and row.parent_step and row.order > after)
+        return [(o, c, p, step) for o, c, p, step in found[:limit] if p is not None and step is not None]
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         self._check_open("list queued cases")
         await anyio.lowlevel.checkpoint()

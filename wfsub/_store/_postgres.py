@@ -1155,6 +1155,15 @@ class PostgresStore(StoreBase):
 
         return await self._read("listing the children of ended cases", run)
 
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        async def run(conn: Any) -> list[tuple[int, str, str, dict[str, Any]]]:
+            found = await conn.fetch(Q["children_waited_for"], owner, after, limit)
+            return [(int(f[0]), str(f[1]), str(f[2]), step) for f in found if isinstance(step := loads(f[3]), dict)]
+
+        return await self._read("listing the children waited for by live cases", run)
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
             return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_orphans"], node, own)]

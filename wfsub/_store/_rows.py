@@ -143,6 +143,8 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
         detail["answers"] = row.answers
     if row.taken_refused:
         detail["taken_refused"] = row.taken_refused
+    if row.parent_step:  # (a child waited for with "cancel": the others keep their text)
+        detail["parent_step"] = row.parent_step
     return EncodedRow(
         {
             "case_id": row.case_id,
@@ -184,6 +186,8 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
             fields["answers"] = extra["answers"]
         if "taken_refused" in extra:
             fields["taken_refused"] = extra["taken_refused"]
+        if "parent_step" in extra:
+            fields["parent_step"] = extra["parent_step"]
     except (ValueError, TypeError, KeyError) as exc:  # edited or damaged: the case alone is shown suspended
         return _damaged_row(order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq,
                             next_due, exc)

@@ -598,6 +598,15 @@ class SqliteStore(SingleNode):
 
         return await self._read("listing the children of ended cases", read)
 
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[int, str, str, dict[str, Any]]]:
+            found = conn.execute(Q["children_waited_for"], {"after": after, "limit": limit, "step": "$.parent_step"})
+            return [(int(o), str(c), str(p), step) for o, c, p, text in found if isinstance(step := loads(text), dict)]
+
+        return await self._read("listing the children waited for by live cases", read)
+
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         if not own:  # the file's owner is its only claimer: no other live process claims from it
             return []

@@ -431,3 +431,13 @@ SELECT heartbeats FROM cases WHERE case_id = $1;
 SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
 WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
 ORDER BY c.case_order LIMIT $1;
+
+-- name: children_waited_for
+-- Child cases that have not ended, whose parent has not ended either and waits for them with "cancel" (their row
+-- names the parent's step): a parent that withdrew that step may have died before cancelling them (see
+-- _runtime/_children). Only those whose parent node $1 owns ($1 NULL: every one). The step is JSON text.
+SELECT c.case_order, c.case_id, c.parent, (c.detail::jsonb) ->> 'parent_step' AS step
+FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > $2
+  AND ($1::text IS NULL OR p.owner = $1) AND (c.detail::jsonb) ? 'parent_step'
+ORDER BY c.case_order LIMIT $3;

@@ -417,3 +417,13 @@ SELECT heartbeats FROM cases WHERE case_id = :case_id;
 SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
 WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
 ORDER BY c.case_order LIMIT :limit;
+
+-- name: children_waited_for
+-- Child cases that have not ended, whose parent has not ended either and waits for them with "cancel" (their row
+-- names the parent's step): a parent that withdrew that step may have died before cancelling them (see
+-- _runtime/_children). The step is JSON text; :step is its JSON path in the row's detail ('$.parent_step').
+SELECT c.case_order, c.case_id, c.parent, json_extract(c.detail, :step) AS step
+FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > :after
+  AND json_extract(c.detail, :step) IS NOT NULL
+ORDER BY c.case_order LIMIT :limit;
