@@ -91,6 +91,7 @@ from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
 from ._queues import (
+    IN_QUEUE,
     QUEUED_ORDER,
     Queue,
     Queues,
@@ -99,6 +100,7 @@ from ._queues import (
     queued_page,
     queued_start,
     queued_status,
+    with_item,
 )
 from ._registry import Workflows
 from ._request_ids import taken
@@ -630,6 +632,10 @@ class Substrate:
                 return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
+        elif queue is None and self._queues.queues:
+            known = self._queues.item(case_id)
+            if known is not None and known.state in ("queued", "cancelled"):  # (not one being started from there)
+                return self._same_queued(known, name, {"data": start_data}, model)
         now = self._clock.now()
         if queue is not None:
             if name is None:
@@ -820,13 +826,20 @@ class Substrate:
                 raise
             known = self._queues.item(item.case_id)
             if known is not None:  # the same start again (a schedule's slot on two nodes): that case
-                start_differs(item.case_id, known.start, item.start["workflow"], item.start, model)
-                return CaseHandle(self, self._cases.get(item.case_id), item.case_id)
+                return self._same_queued(known, item.start["workflow"], item.start, model)
             if self._store is None:
                 raise
             return await self._same_start(item.case_id, item.start["workflow"], item.start["data"],
                                           item.start.get("sent"), model)
         return CaseHandle(self, None, item.case_id)
+
+    def _same_queued(
+        self, known: QueueItem, workflow: str | None, asked: Mapping[str, Any], model: type[BaseModel] | None
+    ) -> CaseHandle:
+        """A start repeated with the id of a case started on a queue (`asked`: as a start record has it): its
+        handle if it is the same start, else CaseExists naming what differs."""
+        start_differs(known.case_id, known.start, workflow, asked, model)
+        return CaseHandle(self, self._cases.get(known.case_id), known.case_id)
 
     async def _start_queued(self, item: QueueItem) -> None:
         start = item.start
@@ -853,16 +866,10 @@ class Substrate:
         return queued_status(item)
 
     def _with_queue(self, status: CaseStatus) -> CaseStatus:
-        """A started case's status with what its queue item says (when it started on a queue)."""
+        """A case's status with what its queue item says (when it started on a queue, or ended there)."""
         if not self._queues.queues:
             return status
-        item = self._queues.item(status.case_id)
-        if item is None:
-            return status
-        return status.model_copy(update={
-            "queue": item.queue, "priority": item.priority, "dedup": item.dedup, "partition": item.partition,
-            "dequeued_at": item.started_at,
-        })
+        return with_item(status, self._queues.item(status.case_id))
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":
@@ -951,6 +958,9 @@ class Substrate:
                 raise SignalRejected.ended(case_id, what, row.state)
             raise Remote(row)
         if self._loader is None:
+            item = self._queues.item(case_id) if self._queues.queues else None
+            if item is not None and item.state == "cancelled":  # (without a store: ended in its queue)
+                raise SignalRejected.ended(case_id, what, "cancelled")
             raise CaseNotFound(case_id)
         return await self._loader.live(case_id, what)
 
@@ -1125,14 +1135,18 @@ class Substrate:
         self._check_open("cancel a case")
         case_id = inputs.check_case_id(case_id, new=False)
         msg = inputs.cancel(reason, compensate, request_id, case_id)
-        if self._queues.queues and case_id not in self._cases:
-            if await self._queues.cancel(case_id) is not None:
+        if self._store is None and self._queues.queues and case_id not in self._cases:
+            if await self._queues.cancel(case_id, msg.reason, msg.request_id) is not None:
                 return  # it was queued: it never starts
             item = self._queues.item(case_id)
             if item is not None and item.state == "cancelled":
                 raise SignalRejected.ended(case_id, msg.what, "cancelled")
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id)
+            if row is None:
+                if await self._cancel_queued(case_id, msg):
+                    return  # it was queued: it ended there, and never starts
+                row = await self._store.row(case_id)  # (cancelled there meanwhile, or started from there)
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
                 inputs.bounded_reason(msg, self._max_payload, case_id)
@@ -1148,6 +1162,17 @@ class Substrate:
             await self._to_inbox(case_id, msg, remote.row)
             return
         await self._cancel(actor, msg)
+
+    async def _cancel_queued(self, case_id: str, msg: Cancel) -> bool:
+        """Cancel a durable case that waits in its queue (True: it ended there); False when it does not wait there
+        (no such item, or it has started: its cancel goes to the case)."""
+        inputs.bounded_reason(msg, self._max_payload, case_id)
+
+        def mine(name: str) -> str | None:  # (for a store that holds no version of it)
+            versions = self._workflows.versions.get(name)
+            return versions[-1].fingerprint if versions else None
+
+        return await self._queues.cancel(case_id, msg.reason, msg.request_id, mine) is not None
 
     async def _cancel(self, actor: CaseActor, msg: Cancel) -> None:
         self._check_open("cancel a case")
@@ -1231,8 +1256,8 @@ class Substrate:
         if item.state in ("queued", "started"):
             await self._queues.wait_moved(case_id, self._written)
             item = self._queues.item(case_id)
-        if item is not None and item.state == "cancelled":
-            raise CaseCancelled(case_id, "cancelled while queued")
+        if item is not None and item.state == "cancelled" and not self._written(case_id):
+            raise CaseCancelled(case_id, IN_QUEUE)  # (with a store: ended as any case, its row says how)
 
     async def _outcome(self, case_id: str, actor: CaseActor | None, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
         if timeout is None:
@@ -1565,8 +1590,9 @@ class Substrate:
         return actor
 
     async def delete(self, case_id: str) -> None:
-        """Remove an ended case at once: its journal, row, snapshots and tags (`await_case` then raises
-        CaseNotFound). CaseNotFound for no such case; SignalRejected for a case that has not ended."""
+        """Remove an ended case at once: its journal, row, snapshots, tags and queue item (`await_case` then raises
+        CaseNotFound; its id starts a new case). CaseNotFound for no such case; SignalRejected for a case that has
+        not ended."""
         self._check_open("delete a case")
         case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
@@ -1578,8 +1604,10 @@ class Substrate:
                     actor.on_recorded = anyio.Event()
                 await actor.on_recorded.wait()
         if self._store is None or (actor is not None and actor.journal is None):
-            if self._cases.pop(case_id, None) is None:
+            item = self._queues.item(case_id) if self._queues.queues else None
+            if self._cases.pop(case_id, None) is None and (item is None or item.state != "cancelled"):
                 raise CaseNotFound(case_id)
+            self._queues.forget(case_id)  # (a store removes its item as it deletes the case)
             return
         row = await self._store.row(case_id)
         if row is None:

@@ -270,7 +270,8 @@ class Store(Protocol):
         ...
 
     async def delete(self, case_id: str) -> bool:
-        """Remove an ended case (its row, journal, snapshots, inbox rows and tags) in one transaction; False (and
+        """Remove an ended case (its row, journal, snapshots, inbox rows, tags and queue item: see
+        `_queueing`) in one transaction; False (and
         nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
         (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
         them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
@@ -366,7 +367,7 @@ class Store(Protocol):
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         """Remove the cases that ended at or before `ended_before` (never one without `end`), at most `limit` of them
-        (None: all) in one transaction; returns how many."""
+        (None: all) in one transaction, as `delete` removes one; returns how many."""
         ...
 
     async def owner(self) -> Owner | None:
@@ -428,8 +429,10 @@ class Store(Protocol):
         the earliest time another may become startable without a case ending (None: none)."""
         ...
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
-        """Cancel a queued item (it never starts); None if there is none, or it has started already."""
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
+        """Cancel a queued item (it never starts) and write `ended`, its case ended (see `_queueing`), in one
+        transaction; None, writing nothing, if there is no item of that id waiting (none, or it started or was
+        cancelled already)."""
         ...
 
     def read_queue_items(

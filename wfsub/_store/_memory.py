@@ -38,7 +38,7 @@ from ._base import (
     StoredCase,
 )
 from ._listing import Listing
-from ._queueing import QueueItem, QueueLimits, QueueTable
+from ._queueing import QUEUED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -324,9 +324,14 @@ class MemoryStore(SingleNode):
         await anyio.lowlevel.checkpoint()
         return self._queue.claim(queue, limits, node, now, most)
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         self._check_open("cancel a queued case")
+        encoded = encode_write(self._name, ended)
         await anyio.lowlevel.checkpoint()
+        item = self._queue.items.get(case_id)
+        if item is None or item.state != QUEUED:
+            return None
+        self._apply(encoded)  # (refused whole, the item left queued, if its id were taken)
         return self._queue.cancel(case_id)
 
     def read_queue_items(
@@ -381,6 +386,7 @@ class MemoryStore(SingleNode):
             gone = gone[:limit]
         for case_id in gone:
             del self._cases[case_id]
+            self._queue.forget(case_id)
         for inbox_id in [i for i, row in self._inbox.items() if row.case_id in gone]:
             del self._inbox[inbox_id]
         return len(gone)
@@ -394,6 +400,7 @@ class MemoryStore(SingleNode):
         if any(row.case_id == case_id and row.refused is None for row in self._inbox.values()):
             return False  # an input waits for it (see `Store.delete`)
         del self._cases[case_id]
+        self._queue.forget(case_id)
         for inbox_id in [i for i, row in self._inbox.items() if row.case_id == case_id]:
             del self._inbox[inbox_id]
         return True

@@ -152,7 +152,7 @@ from ._pgdriver import (
     split_options,
     sqlstate,
 )
-from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -932,7 +932,7 @@ class PostgresStore(StoreBase):
 
     async def delete(self, case_id: str) -> bool:
         async def run(conn: Any) -> bool:
-            count: int = await conn.fetchval(Q["delete"], case_id, self._sender)
+            count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
             return count > 0
 
         loop = self._running("delete a case")
@@ -940,7 +940,7 @@ class PostgresStore(StoreBase):
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         async def run(conn: Any) -> int:
-            count: int = await conn.fetchval(Q["prune"], float(ended_before), limit)
+            count: int = await conn.fetchval(Q["prune"], float(ended_before), limit, TOMBSTONE)
             return count
 
         action = f"pruning cases ended before {ended_before}"
@@ -1121,10 +1121,18 @@ class PostgresStore(StoreBase):
         loop = self._running("claim queued cases")
         return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
+        encoded = encode_write(self._name, ended)
+        args = (*self._write_args(encoded, None, False), None)  # (no group commit token: its own transaction)
+
         async def run(conn: Any) -> QueueItem | None:
-            found = await conn.fetchrow(Q["queue_cancel"], case_id)
-            return None if found is None else item_of(found, loads(found[5]))
+            async with conn.transaction():
+                found = await conn.fetchrow(Q["queue_cancel"], case_id)
+                if found is None:
+                    return None
+                written = await conn.fetchrow(Q["write_group"], *args)
+                self._write_result(case_id, None, written)  # StoreConflict: rolled back, the item left queued
+                return item_of(found, loads(found[5]))
 
         loop = self._running("cancel a queued case")
         return await loop.call(self._pooled(f"cancelling case {case_id!r} if it waits in a queue", run))

@@ -62,7 +62,7 @@ from .._errors import CaseExists, StoreConflict, StoreError, newer_store
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
-from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     HEADS,
     SNAPSHOTS_KEPT,
@@ -576,10 +576,10 @@ class SqliteStore(SingleNode):
         claimed: tuple[list[QueueItem], float | None] = await job.outcome()
         return claimed
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         writer = self._running("cancel a queued case")
         what = f"cancelling case {case_id!r} if it waits in a queue"
-        job = Job(partial(_apply_queue_cancel, case_id), what, wait=True)
+        job = Job(partial(_apply_queue_cancel, case_id, encode_write(self.path, ended)), what, wait=True)
         writer.submit(job)
         cancelled: QueueItem | None = await job.outcome()
         return cancelled
@@ -1098,9 +1098,10 @@ def _apply_queue_orphans(node: str, conn: sqlite3.Connection) -> list[QueueItem]
     return _items(conn, "queue_orphans", {"node": node})
 
 
-def _apply_queue_cancel(case_id: str, conn: sqlite3.Connection) -> QueueItem | None:
+def _apply_queue_cancel(case_id: str, ended: EncodedWrite, conn: sqlite3.Connection) -> QueueItem | None:
     if conn.execute(Q["queue_cancel"], {"case_id": case_id}).rowcount == 0:
         return None
+    _apply_write(ended, conn)  # (Refused: the job's savepoint undoes the cancel too)
     found = _items(conn, "queue_get", {"case_id": case_id})
     return found[0] if found else None
 
@@ -1119,20 +1120,23 @@ def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:
     return cursor.lastrowid
 
 
+PRUNED = ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case", "prune_item_started", "prune_item")
+
+
 def _apply_prune(ended_before: float, limit: int | None, conn: sqlite3.Connection) -> int:
     params = {"before": ended_before, "limit": -1 if limit is None else limit}  # LIMIT -1: no limit
     gone = [case_id for (case_id,) in conn.execute(Q["prune_select"], params).fetchall()]
     for case_id in gone:
-        for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
-            conn.execute(Q[query], {"case_id": case_id})
+        for query in PRUNED:
+            conn.execute(Q[query], {"case_id": case_id, "tombstone": TOMBSTONE})
     return len(gone)
 
 
 def _apply_delete(case_id: str, conn: sqlite3.Connection) -> bool:
     if conn.execute(Q["delete_select"], {"case_id": case_id}).fetchone() is None:
         return False
-    for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
-        conn.execute(Q[query], {"case_id": case_id})
+    for query in PRUNED:
+        conn.execute(Q[query], {"case_id": case_id, "tombstone": TOMBSTONE})
     return True
 
 

@@ -225,7 +225,9 @@ SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL;
 
 -- name: prune
 -- Remove cases that ended before a time and whose journal holds their `end`, at most $2 (NULL: all), in one
--- statement; returns how many.
+-- statement; returns how many. A removed case's queue item goes too; one that started is kept as 'deleted' under
+-- a key no case id can be ($3, which starts with a space, then its order), so its start still counts in its
+-- queue's rate window (see _store/_queueing.py).
 WITH gone AS (
     SELECT c.case_id FROM cases c
     WHERE c.ended_at IS NOT NULL AND c.ended_at <= $1
@@ -238,6 +240,11 @@ WITH gone AS (
     DELETE FROM snapshots WHERE case_id IN (SELECT case_id FROM gone)
 ), inbox_gone AS (
     DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
+), items_kept AS (
+    UPDATE queue_items SET case_id = $3::text || item_order, state = 'deleted'
+    WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NOT NULL
+), items_gone AS (
+    DELETE FROM queue_items WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NULL
 ), cases_gone AS (
     DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING 1
 )
@@ -246,7 +253,7 @@ SELECT count(*) FROM cases_gone;
 -- name: delete
 -- Remove one case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
 -- many (0 or 1). The other nodes are told (NOTIFY 'd', $2: this store's sender id), so none answers for the
--- case from memory.
+-- case from memory. Its queue item as `prune` says ($3: the key's prefix).
 WITH gone AS (
     SELECT c.case_id FROM cases c
     WHERE c.case_id = $1 AND c.ended_at IS NOT NULL
@@ -259,6 +266,11 @@ WITH gone AS (
     DELETE FROM snapshots WHERE case_id IN (SELECT case_id FROM gone)
 ), inbox_gone AS (
     DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
+), items_kept AS (
+    UPDATE queue_items SET case_id = $3::text || item_order, state = 'deleted'
+    WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NOT NULL
+), items_gone AS (
+    DELETE FROM queue_items WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NULL
 ), cases_gone AS (
     DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING case_id
 ), told AS (
@@ -388,7 +400,7 @@ SELECT part, started_at FROM queue_items WHERE queue = $1 AND started_at > $2;
 UPDATE queue_items SET state = 'started', started_at = $2, node = $3 WHERE case_id = $1 AND state = 'queued';
 
 -- name: queue_cancel
--- Cancel a waiting item.
+-- Cancel a waiting item (its case's ended write follows in the same transaction: `write_group`).
 UPDATE queue_items SET state = 'cancelled' WHERE case_id = $1 AND state = 'queued'
 RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
 

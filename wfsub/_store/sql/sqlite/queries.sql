@@ -226,6 +226,17 @@ DELETE FROM inbox WHERE case_id = :case_id;
 -- A pruned case's row.
 DELETE FROM cases WHERE case_id = :case_id;
 
+-- name: prune_item_started
+-- A pruned case's queue item, if it started: kept as 'deleted' under a key no case id can be (:tombstone, which
+-- starts with a space, then its order), so its start still counts in its queue's rate window and its id starts
+-- afresh.
+UPDATE queue_items SET case_id = :tombstone || item_order, state = 'deleted'
+WHERE case_id = :case_id AND started_at IS NOT NULL;
+
+-- name: prune_item
+-- A pruned case's queue item that never started (cancelled while queued).
+DELETE FROM queue_items WHERE case_id = :case_id;
+
 -- name: case_queue
 -- A case started by a process that does not own the file: its row, marked queued, for the owner to claim.
 INSERT INTO cases (case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
