@@ -492,8 +492,9 @@ class Substrate:
     def _changed_elsewhere(self, case_ids: set[str] | None) -> None:
         """Cases that ended on other nodes, or that another node or a client deleted (NOTIFY): an ended copy kept
         in memory here is stale either way (deleted, or re-opened by a retry and ended again there), so it leaves
-        memory and reads go to the store; then their awaiters wake."""
-        for case_id in case_ids or ():
+        memory and reads go to the store; then their awaiters wake. None (some notices were missed: the listener
+        reconnected): every ended copy kept here may be stale, so all of them leave memory."""
+        for case_id in list(self._cases) if case_ids is None else case_ids:
             actor = self._cases.get(case_id)
             if actor is not None and actor.journal is not None and actor.state in FINAL and actor.recorded:
                 del self._cases[case_id]
@@ -1534,6 +1535,15 @@ class Substrate:
             raise CaseNotFound(case_id)
         if store.shared and row.owner != self._owner:
             taken = await store.take_ended(case_id) if CaseState(row.state).ended else None
+            if taken is None and CaseState(row.state).ended:  # another node took it since: say where it is now
+                now = await store.row(case_id)
+                if now is None:
+                    raise CaseNotFound(case_id)
+                row = now
+                if not CaseState(row.state).ended:  # re-opened there already
+                    raise SignalRejected.not_retryable(case_id, row.state)
+                if inbox_done:  # a queued retry this node took as its owner's lease ran out: left to the owner now
+                    raise Remote(row)
             if taken is None:  # a node whose lease is live owns it (its memory holds it): that node retries it
                 raise SignalRejected.not_retryable(
                     case_id, row.state, f"node {row.owner!r} owns it: retry it there (a Client or `wfsub retry` "
@@ -1547,7 +1557,9 @@ class Substrate:
             await lifecycle.reopen(store, row, record, inbox_done)
         except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
             now = await store.row(case_id)
-            raise SignalRejected.not_retryable(case_id, now.state if now is not None else row.state) from None
+            if now is None:  # deleted meanwhile (the store refuses to write a case it no longer holds)
+                raise CaseNotFound(case_id) from None
+            raise SignalRejected.not_retryable(case_id, now.state) from None
         except CommitUnknown:  # re-opened or not, the store decides: the sweep brings it back if it runs again
             loader.bring_back(case_id)
             raise

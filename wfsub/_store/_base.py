@@ -221,7 +221,9 @@ class Store(Protocol):
         ...
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
-        """Commit `change` (grouped with concurrent writes); per record, whether it was appended."""
+        """Commit `change` (grouped with concurrent writes); per record, whether it was appended. A write of records
+        or a row for a case the store does not hold (deleted or pruned meanwhile) is refused with StoreConflict
+        unless its records begin with the journal's first record (a `start`, or a compacted fork's `snapshot`)."""
         ...
 
     async def load(self, case_id: str) -> StoredCase | None:

@@ -42,11 +42,13 @@ from ._queueing import QUEUED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    case_gone,
     decode_record,
     decode_row,
     decode_start,
     decode_tags,
     encode_write,
+    headless,
     inbox_text,
     kept_snapshot,
     loads,
@@ -183,6 +185,8 @@ class MemoryStore(SingleNode):
     def _apply(self, change: EncodedWrite) -> list[bool]:
         """Check every rule first, then apply: a refused write changes nothing."""
         case = self._cases.get(change.case_id) or _Case()
+        if case.row is None and not case.journal and headless(change):
+            raise StoreConflict(self._name, case_gone(change.case_id))
         appended: list[bool] = []
         seen_ids = set(case.request_ids)
         seqs: set[int] = set()

@@ -156,6 +156,7 @@ from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits,
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    case_gone,
     decode_inbox,
     decode_record,
     decode_row,
@@ -877,6 +878,8 @@ class PostgresStore(StoreBase):
             return list(appended)
         if status == "fenced":
             raise StoreConflict(self._name, fenced(case_id, self._node, epoch, owner, now_epoch))
+        if status == "gone":
+            raise StoreConflict(self._name, case_gone(case_id))
         if info == "journal_one_end":
             raise StoreConflict(self._name, second_end(case_id, at_seq))
         if info in ("journal_pkey", "cases_case_id_key"):

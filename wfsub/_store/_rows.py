@@ -342,6 +342,28 @@ def seq_taken(case_id: str, seq: int) -> str:
     )
 
 
+HEADS = ("start", "snapshot")
+"""The kinds of record a journal can begin with: its `start`, or the `snapshot` a fork of a compacted journal
+begins with (which holds the start)."""
+
+
+def headless(change: EncodedWrite) -> bool:
+    """Whether a write changes a case (its records or its row) without carrying the first record of its journal:
+    such a write needs the case in the store. A case deleted (or pruned) while its owner wrote to it (a `retry`
+    re-opening it, a refusal marked on its row) would otherwise come back as a row, or a journal without its
+    start, that nothing can load."""
+    if change.records:
+        return change.records[0].kind not in HEADS
+    return change.row is not None
+
+
+def case_gone(case_id: str) -> str:
+    return (
+        f"case {case_id!r} is not in the store (it was deleted or pruned meanwhile): a write of its records or its "
+        "row needs the case, so this write was not applied (the other writes committed with it were)"
+    )
+
+
 def no_start(case_id: str) -> str:
     return (
         f"case {case_id!r} has a row but no `start` record (seq 0): a case's first write carries its `start` "

@@ -64,8 +64,10 @@ from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
 from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
+    HEADS,
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    case_gone,
     decode_inbox,
     decode_record,
     decode_row,
@@ -73,6 +75,7 @@ from ._rows import (
     decode_start,
     encode_record,
     encode_write,
+    headless,
     inbox_text,
     kept_snapshot,
     loads,
@@ -916,6 +919,8 @@ class SqliteStore(SingleNode):
 def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
     appended: list[bool] = []
     _refuse_second_start(change, conn)
+    if headless(change) and conn.execute(Q["case_exists"], {"case_id": change.case_id}).fetchone() is None:
+        raise Refused(case_gone(change.case_id))
     for record in change.records:
         params = {
             "case_id": change.case_id,
@@ -962,6 +967,12 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     starting = [record[0] for record in records if record[2] == "start"]
     if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
         raise Redo  # a case id taken: each write alone, where its own refusal is said
+    needed = {change.case_id for change in changes if headless(change)}
+    if needed:
+        needed -= {record[0] for record in records if record[2] in HEADS}  # started (or forked) in this batch
+        found = conn.execute(Q["cases_existing"], {"ids": _array(sorted(needed)).decode()}).fetchall()
+        if len(found) < len(needed):
+            raise Redo  # a case gone (deleted meanwhile): each write alone, where its own refusal is said
     if records:
         if JSON_EACH:  # one call: each sqlite3 call (and each row of an executemany) is a round trip of the GIL
             appended = conn.execute(Q["records_append"], {"records": _array(records).decode()}).rowcount

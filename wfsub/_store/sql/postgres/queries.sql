@@ -71,10 +71,28 @@ ORDER BY (node_id = $1) DESC, since DESC;
 
 -- name: write_group
 -- One write of a case (see write_case); the group commit runs it once per write, all in one transaction. The
--- last parameter is the group's commit token on its first write, NULL on the others.
+-- last parameter is the group's commit token on its first write, NULL on the others. A write of records or a row
+-- that does not carry the first record of a journal ($6[1]: `start`, or a compacted fork's `snapshot`) needs the
+-- case: its row is locked first, and a case deleted meanwhile (a row the lock waited for and found gone) is
+-- answered 'gone' with nothing written (write_case would insert it again: a row or a journal with no start).
+-- write_case is not run then (a one-time filter), so the group's commit token is recorded here instead.
+WITH held AS (
+    SELECT 1 FROM cases WHERE case_id = $2 FOR UPDATE
+), gone AS (
+    SELECT (coalesce(cardinality($5::bigint[]), 0) > 0 OR $9::boolean)
+           AND coalesce(($6::text[])[1], '') NOT IN ('start', 'snapshot')
+           AND NOT EXISTS (SELECT 1 FROM held) AS gone
+), token AS (
+    INSERT INTO commits (token, at) SELECT $29::text, db_now()
+    WHERE $29::text IS NOT NULL AND (SELECT gone FROM gone)
+    RETURNING 1
+)
 SELECT status, appended, info, at_seq, cur_owner, cur_epoch
 FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-                $22, $23, $24, $25, $26, $27, $28, $29);
+                $22, $23, $24, $25, $26, $27, $28, $29)
+WHERE NOT (SELECT gone FROM gone)
+UNION ALL
+SELECT 'gone', NULL::boolean[], NULL::text, NULL::bigint, NULL::text, NULL::bigint WHERE (SELECT gone FROM gone);
 
 -- name: inbox_put
 -- Insert an input into the inbox (and NOTIFY its case's owner); returns its id. The last parameter: as above.
@@ -127,10 +145,15 @@ RETURNING c.case_order, c.case_id, c.workflow, c.fingerprint, c.state, c.started
 SELECT claim_queued FROM claim_queued($1, $2, $3);
 
 -- name: inbox_take_owned
--- Inputs not yet refused, in id order, after an id, for cases this node owns or for no case at all.
+-- Inputs not yet refused, in id order, after an id, for cases this node owns or for no case at all, and the
+-- `retry` of an ended case whose owner's lease has expired (a node gone for good: any node takes the case to
+-- re-open it, `take_ended`; one that finds another node took it first leaves the input to that node).
 SELECT i.id, i.case_id, i.kind, i.body, i.request_id, i.created_at, i.refused
 FROM inbox i LEFT JOIN cases c ON c.case_id = i.case_id
-WHERE i.refused IS NULL AND i.id > $1 AND (c.owner = $3 OR c.case_id IS NULL)
+WHERE i.refused IS NULL AND i.id > $1
+  AND (c.owner = $3 OR c.case_id IS NULL
+       OR (i.kind = 'retry' AND c.ended_at IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = c.owner AND n.lease_until > db_now())))
 ORDER BY i.id LIMIT $2;
 
 -- name: inbox_take_all
