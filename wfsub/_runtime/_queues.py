@@ -37,7 +37,9 @@ Decisions written down here:
   takes the claim over and starts it (once: the take-over is one store transaction, and a case id is written once):
   on SQLite the next owner of the file, when it opens (the owner is the file's only claimer); on Postgres any live
   node once the claimer's lease has run out (it looks whenever it looks for room), or the claimer itself when it
-  comes back with the same node id.
+  comes back with the same node id. A node whose claim or start failed in the store (an outage, a commit whose
+  answer was lost: it may have claimed cases it never heard of) looks for its own claims never started at its
+  next round, and starts them.
 """
 
 from __future__ import annotations
@@ -273,6 +275,9 @@ class Queues:
         self.table: Store | QueueTable = QueueTable(ended, missing_is_ended=True)
         self.nudged = anyio.Event()
         self.moved: dict[str, anyio.Event] = {}  # case id -> set when that queued case started or was cancelled
+        # A claim or a start the store failed (an outage, a commit whose answer was lost) may have left cases
+        # claimed by this node and never started: the next round looks for them, as an opening does.
+        self.unsure = False
 
     def use(self, store: Store) -> None:
         self.table = store
@@ -360,6 +365,10 @@ class Queues:
             wake: float | None = None
             self.busy(1)
             try:
+                if self.unsure and not isinstance(table, QueueTable):  # this node's own claims never started
+                    self.unsure = False
+                    for item in await table.queue_orphans(self.node):
+                        await self._start(item)
                 if not isinstance(table, QueueTable) and table.shared:  # claimed by nodes whose lease ran out
                     for item in await table.queue_orphans(self.node, own=False):
                         _log.warning("queues: starting a case claimed by a node that stopped before starting it",
@@ -382,6 +391,7 @@ class Queues:
                         if len(claimed) < CLAIM_MOST:
                             break
             except StoreError as exc:
+                self.unsure = True
                 _log.error("queues: could not claim queued cases", error=str(exc))
             finally:
                 self.busy(-1)
@@ -395,7 +405,8 @@ class Queues:
     async def _start(self, item: QueueItem) -> None:
         try:
             await self.start(item)
-        except StoreError as exc:  # claimed, not started: this node starts it again when it next enters
+        except StoreError as exc:  # claimed, not started (or not known to be): the next round looks again
+            self.unsure = True
             _log.error("queues: the store failed starting a claimed case", case_id=item.case_id, error=str(exc))
         except Exception as exc:  # (it was checked when queued: a workflow this node has not registered, ...)
             _log.error("queues: could not start a claimed case", case_id=item.case_id, queue=item.queue,
