@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -173,6 +173,11 @@ class CaseWrite:
       `take_over()`, or 1 after the start write). Every write for an existing case checks, under a lock on the
       case row, that this node owns the case at this epoch; otherwise that write alone fails with StoreConflict
       (fencing: the case was taken over). None checks the owner only. Single-node stores ignore it.
+    - `from_queue`: the write that starts the case of a queue item (its start at dequeue, or its end when it is
+      cancelled in its queue). Any other write that starts a case (its journal's first record: a `start`, or a
+      fork's `snapshot`) is refused with StoreConflict while a queue item of its id waits (queued, or claimed and
+      its case not written): checked in the write's own transaction, so a start and a queueing of one id never
+      both commit (see `_queueing`).
     An `end` record is accepted once per case; a second one is a StoreError (only the owner writes it).
     """
 
@@ -184,6 +189,7 @@ class CaseWrite:
     inbox_refused: list[tuple[int, str]] = field(default_factory=list)
     epoch: int | None = None
     compact: int | None = None
+    from_queue: bool = False
 
 
 @dataclass(slots=True)
@@ -348,7 +354,8 @@ class Store(Protocol):
 
     async def queue_case(self, change: CaseWrite) -> None:
         """Commit a new case's start write (its `start` record and row) with no owner, for the first node that
-        claims it (`new_case(placement="any")`). StoreConflict if the case id is taken. Single-node stores raise
+        claims it (`new_case(placement="any")`). StoreConflict if the case id is taken (a case has it, or a queue item
+        of it waits: see `CaseWrite.from_queue`). Single-node stores raise
         StoreError: placement="any" needs a shared store."""
         ...
 

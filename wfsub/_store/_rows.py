@@ -67,6 +67,7 @@ class EncodedWrite:
     inbox_done: list[int]
     inbox_refused: list[tuple[int, str]]
     compact: int | None = None
+    from_queue: bool = False  # see CaseWrite
 
 
 def to_json(store: str, what: str, value: object) -> str:
@@ -303,6 +304,7 @@ def encode_write(store: str, change: CaseWrite) -> EncodedWrite:
         inbox_done=[int(i) for i in change.inbox_done],
         inbox_refused=[(int(i), str(reason)) for i, reason in change.inbox_refused],
         compact=_compact_seq(store, change, records),
+        from_queue=bool(change.from_queue),
     )
 
 
@@ -355,6 +357,20 @@ def headless(change: EncodedWrite) -> bool:
     if change.records:
         return change.records[0].kind not in HEADS
     return change.row is not None
+
+
+def starts_case(change: EncodedWrite) -> bool:
+    """Whether a write that is not its queue item's own (`CaseWrite.from_queue`) begins a journal: refused while a
+    queue item of its id waits, where the store holds no case of that id."""
+    return not change.from_queue and bool(change.records) and change.records[0].kind in HEADS
+
+
+def waits_in_queue(case_id: str) -> str:
+    return (
+        f"case {case_id!r} waits in its queue (queued, or claimed and not started yet): its id is taken by that "
+        "queued case, which starts from its queue. This write was not applied; use another case id, or read the "
+        "queued case (status(), read_queue_item())"
+    )
 
 
 def case_gone(case_id: str) -> str:
