@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -277,7 +277,8 @@ class Store(Protocol):
         `_queueing`) in one transaction; False (and
         nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
         (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
-        them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
+        them). An `inbox_put` for the case committed before the delete is seen by it; one under way waits for it
+        (and then names no case). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
         ...
 
     async def live(self) -> list[CaseRow]:
