@@ -89,6 +89,11 @@ class CaseRow:
     # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
     # or a call retried after a crash, finds its answer.
     answers: dict[str, Any] | None = None
+    # The ids of the updates the case journaled and has not answered yet (buffered, owed by a thread, or not yet
+    # applied): with `answers`, it tells a process reading the row that an update journaled at or before
+    # `last_seq` and in neither was answered, and its answer dropped. Written by a case that took updates; None
+    # on the other rows and on rows written before it was kept (an update missing from `answers` may be owed).
+    owed: list[str] | None = None
     # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
