@@ -1,4 +1,4 @@
--- Migration 9: an input put in the inbox and a `delete` of the same case serialize.
+-- Migration 10: an input put in the inbox and a `delete` of the same case serialize.
 --
 -- `delete` removes an ended case only when no input for it waits in the inbox. Before this layout it checked the
 -- inbox on the snapshot its statement took before it waited for the case row's lock, and an input put took no
