@@ -27,9 +27,9 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 9
-REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
+SCHEMA_VERSION = 10
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
+REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 
 Record = dict[str, Any]
 """One journal record as plain JSON-able data (see `wfsub._store._records` for the kinds and their fields).
@@ -89,6 +89,11 @@ class CaseRow:
     # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
     # or a call retried after a crash, finds its answer.
     answers: dict[str, Any] | None = None
+    # The ids of the updates the case journaled and has not answered yet (buffered, owed by a thread, or not yet
+    # applied): with `answers`, it tells a process reading the row that an update journaled at or before
+    # `last_seq` and in neither was answered, and its answer dropped. Written by a case that took updates; None
+    # on the other rows and on rows written before it was kept (an update missing from `answers` may be owed).
+    owed: list[str] | None = None
     # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
@@ -283,7 +288,8 @@ class Store(Protocol):
         `_queueing`) in one transaction; False (and
         nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
         (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
-        them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
+        them). An `inbox_put` for the case committed before the delete is seen by it; one under way waits for it
+        (and then names no case). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
         ...
 
     async def live(self) -> list[CaseRow]:

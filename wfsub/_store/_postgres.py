@@ -94,6 +94,15 @@ Inbox order. Inbox ids increase, but with several writers a smaller id may commi
 on a shared store read the inbox with `after=0` (pending rows only stay until moved or refused) and skip the ids
 already being moved, rather than keeping a cursor.
 
+Delete and the inbox. `delete` removes an ended case only when no input for it waits in the inbox, so an input
+put for the case and a delete of it must serialize: an input put holds a shared advisory lock on its case's key
+(`inbox_lock_key`, migration 9) until its group commits, and a delete locks the case row, then takes that key
+exclusively, then checks and deletes in a statement of its own (whose snapshot sees every input put before). A
+lock on the case row would make every input put wait for the owner's writes of that case (and two nodes' groups
+that each write a case and put an input for the other's could deadlock). A delete that finds the key held lets
+the row go and waits for the key alone before trying again: a group that puts an input for a case and then
+writes it would otherwise wait for the row while the delete waited for the key.
+
 The schema. Everything lives in one schema (`schema=`, default "wfsub"), created by the store; `meta` records
 ('application', 'wfsub') and the layout version. A new schema is built by running the numbered files in
 `sql/postgres/migrations/` in order (one path to build a layout, the one that is tested); an older schema is
@@ -942,9 +951,19 @@ class PostgresStore(StoreBase):
         return inbox_id
 
     async def delete(self, case_id: str) -> bool:
+        # The row first, then the case's inbox key, then the check in a statement of its own (a snapshot taken
+        # once both are held sees every input put for the case: migration 9). The key is only tried while the
+        # row is held: a group commit that put an input for the case and then writes it would wait for the row
+        # while this waited for the key. On failure the row goes and the key is waited for alone, then again.
         async def run(conn: Any) -> bool:
-            count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
-            return count > 0
+            while True:
+                async with conn.transaction():
+                    if await conn.fetchval(Q["delete_lock_case"], case_id) is None:
+                        return False
+                    if await conn.fetchval(Q["delete_hold_inbox"], case_id):
+                        count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
+                        return count > 0
+                await conn.fetchval(Q["delete_wait_inbox"], case_id)
 
         loop = self._running("delete a case")
         return await loop.call(self._pooled(f"deleting case {case_id!r}", run, idempotent=False), cancel=False)

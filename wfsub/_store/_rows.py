@@ -142,6 +142,8 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
     detail = {name: getattr(row, name) for name in (*_DETAIL, *_LATER_DETAIL)}
     if row.answers:  # (only a case that took updates has any: the other rows keep their text)
         detail["answers"] = row.answers
+    if row.owed is not None:  # (likewise: [] says "nothing owed", which a missing key does not)
+        detail["owed"] = row.owed
     if row.taken_refused:
         detail["taken_refused"] = row.taken_refused
     if row.parent_step:  # (a child waited for with "cancel": the others keep their text)
@@ -185,6 +187,8 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         fields.update({name: extra.get(name) for name in _LATER_DETAIL})
         if "answers" in extra:
             fields["answers"] = extra["answers"]
+        if "owed" in extra:
+            fields["owed"] = extra["owed"]
         if "taken_refused" in extra:
             fields["taken_refused"] = extra["taken_refused"]
         if "parent_step" in extra:

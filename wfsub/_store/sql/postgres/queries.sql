@@ -1,7 +1,8 @@
 -- Every statement the Postgres store runs, by name (`-- name: NAME`, then what it does). Values are always bound
 -- parameters ($1, $2, ...). Names are unqualified: each connection's `search_path` is the store's schema. The
 -- only text the store formats itself is the schema name in CREATE SCHEMA (a checked identifier, quoted).
--- The functions called here (write_case, inbox_put, take_over, claim_queued, db_now) are in migrations/.
+-- The functions called here (write_case, inbox_put, inbox_lock_key, take_over, claim_queued, db_now) are in
+-- migrations/.
 
 -- name: lock_layout
 -- One opener at a time checks, builds or migrates a schema (released at the end of its transaction).
@@ -250,8 +251,23 @@ WITH gone AS (
 )
 SELECT count(*) FROM cases_gone;
 
+-- name: delete_lock_case
+-- A delete's first statement: lock the case row (NULL: no such case), waiting for a write that holds it.
+SELECT 1 FROM cases WHERE case_id = $1 FOR UPDATE;
+
+-- name: delete_hold_inbox
+-- A delete's second statement, the row held: take the case's inbox key exclusively if no input put holds it
+-- (false: one is in flight; see migration 9).
+SELECT pg_try_advisory_xact_lock(inbox_lock_key($1));
+
+-- name: delete_wait_inbox
+-- Wait, holding nothing else, until the input puts of a case in flight have ended (the lock goes with the
+-- statement's own transaction).
+SELECT pg_advisory_xact_lock(inbox_lock_key($1));
+
 -- name: delete
--- Remove one case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
+-- A delete's last statement, the row and the inbox key held (so its snapshot sees every input put for the case):
+-- remove the case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
 -- many (0 or 1). The other nodes are told (NOTIFY 'd', $2: this store's sender id), so none answers for the
 -- case from memory. Its queue item as `prune` says ($3: the key's prefix).
 WITH gone AS (
