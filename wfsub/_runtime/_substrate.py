@@ -184,7 +184,8 @@ class Substrate:
       running that long after the cases were cancelled are logged (a WARNING naming them) and waited for.
     - `max_instances`: the most instances one mi without `max=` may start; beyond it the case fails at the mi.
     - `max_payload_bytes`: with a store, the largest JSON size of start data, a signal payload, `add_instances`
-      items or an effect result (a bigger one is refused with a ValueError naming the limit; nothing is written).
+      items, an effect result or heartbeat details (a bigger one is refused with a ValueError naming the limit;
+      nothing is written).
     - `evict_after`: with a store, seconds a case may wait for a signal or timer in memory before it leaves
       memory (it comes back on its next input or due timer; see the README).
     - `compact_after`: with a store, the journal records a live case keeps before its owner compacts them into

@@ -268,9 +268,10 @@ class Store(Protocol):
 
     async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
         """The records that say whether the case's journal holds an input with `request_id`, in order: the one
-        that carries it (at most one: an id is unique within its case), after the journal's `snapshot` record if
-        it was compacted (that record keeps the ids of the records it replaced). Empty: neither (an indexed read,
-        for a client's check of an id before it writes to the inbox)."""
+        that carries it (at most one: an id is unique within the records a case keeps), after the journal's
+        `snapshot` record if it was compacted (that record keeps the ids of the latest inputs it replaced: a
+        window, not all of them). Empty: neither (an indexed read, for a client's check of an id before it writes
+        to the inbox)."""
         ...
 
     async def cases(
