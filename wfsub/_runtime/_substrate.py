@@ -594,6 +594,7 @@ class Substrate:
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
         _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
+        _from_queue: bool = False,  # the start of a queue item this node claimed (the one start its id may have)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -636,9 +637,9 @@ class Substrate:
                 return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
-        elif queue is None and self._queues.queues:
-            known = self._queues.item(case_id)
-            if known is not None and known.state in ("queued", "cancelled"):  # (not one being started from there)
+        elif queue is None and self._queues.queues and not _from_queue:
+            known = self._queues.item(case_id)  # (one claimed is on its way: its case is not in memory yet)
+            if known is not None and known.state in ("queued", "started", "cancelled"):
                 return self._same_queued(known, name, {"data": start_data}, model)
         now = self._clock.now()
         if queue is not None:
@@ -677,7 +678,7 @@ class Substrate:
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
                                          cancel_with_parent=_cancel_with_parent, sent=sent,
-                                         parent_step=_parent_step)
+                                         parent_step=_parent_step, from_queue=_from_queue)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -857,7 +858,7 @@ class Substrate:
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
             _parent_step=parent_step_of(start),
-            _sent=start.get("sent"),
+            _sent=start.get("sent"), _from_queue=True,
         )
         step, parent = parent_step_of(start), start.get("parent")
         if step is not None and isinstance(parent, str):

@@ -38,7 +38,7 @@ from ._base import (
     StoredCase,
 )
 from ._listing import Listing
-from ._queueing import QUEUED, QueueItem, QueueLimits, QueueTable
+from ._queueing import QUEUED, STARTED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -56,7 +56,9 @@ from ._rows import (
     second_end,
     seq_taken,
     start_meta,
+    starts_case,
     to_json,
+    waits_in_queue,
 )
 from ._single import SingleNode
 
@@ -187,6 +189,10 @@ class MemoryStore(SingleNode):
         case = self._cases.get(change.case_id) or _Case()
         if case.row is None and not case.journal and headless(change):
             raise StoreConflict(self._name, case_gone(change.case_id))
+        if case.row is None and not case.journal and starts_case(change):
+            item = self._queue.items.get(change.case_id)
+            if item is not None and item.state in (QUEUED, STARTED):
+                raise StoreConflict(self._name, waits_in_queue(change.case_id))
         appended: list[bool] = []
         seen_ids = set(case.request_ids)
         seqs: set[int] = set()
