@@ -79,7 +79,7 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import LostChildren, check_child_queues, children_in
+from ._children import LostChildren, check_child_queues, children_in, started_from_queue
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
@@ -861,6 +861,9 @@ class Substrate:
             _parent_step=parent_step_of(start),
             _sent=start.get("sent"), _from_queue=True,
         )
+        step, parent = parent_step_of(start), start.get("parent")
+        if step is not None and isinstance(parent, str):
+            await started_from_queue(self, item.case_id, parent, step)
 
     def _written(self, case_id: str) -> bool:
         """Whether a case has been started (in memory here, or its row in the store)."""
@@ -878,7 +881,13 @@ class Substrate:
         """A case's status with what its queue item says (when it started on a queue, or ended there)."""
         if not self._queues.queues:
             return status
-        return with_item(status, self._queues.item(status.case_id))
+        try:
+            item = self._queues.item(status.case_id)
+        except StoreError as exc:  # the store is away: a case in memory still answers, without its queue's fields
+            _log.warning("cannot read a case's queue item; its status shows it without", case_id=status.case_id,
+                         error=str(exc))
+            return status
+        return with_item(status, item)
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":
@@ -1193,7 +1202,10 @@ class Substrate:
             if row is None:
                 if await self._cancel_queued(case_id, msg):
                     return  # it was queued: it ended there, and never starts
-                row = await self._store.row(case_id)  # (cancelled there meanwhile, or started from there)
+                # (cancelled there meanwhile, or started from there: a claimed case's start is written after its
+                # claim, so a cancel in between waits for that start and goes to the case)
+                await self._left_queue(case_id)
+                row = await self._store.row(case_id)
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
                 inputs.bounded_reason(msg, self._max_payload, case_id)
