@@ -49,6 +49,7 @@ REFUSED_KEPT = 10
 """Inputs refused by a `check=` when a wait took them from the buffer, kept newest first for `status().refused`."""
 
 ENDED = "ended"
+ENDED_STATES = ("done", "failed", "cancelled")  # a case row's states once its case has ended
 MOVED = "moved"  # not an answer: the case left this process, its answer is to be read from the case row
 
 
@@ -238,7 +239,7 @@ def row_result(row: CaseRow, name: str, uid: str) -> tuple[bool, Any]:
     answer = (row.answers or {}).get(uid)
     if isinstance(answer, list) and len(answer) == 2:
         return True, result(row.case_id, name, answer, lambda: row_outcome(row))
-    if row.state in ("done", "failed", "cancelled"):
+    if row.state in ENDED_STATES:
         row_outcome(row)
         return True, None
     return False, None
@@ -267,6 +268,9 @@ async def remote_answer(store: Store, case_id: str, name: str, uid: str, inbox_i
         row = await store.row(case_id)
         if row is None:
             raise CaseNotFound(case_id)
+        if inbox_id and row.state in ENDED_STATES and uid not in (row.answers or {}) \
+                and await journaled_at(store, case_id, uid) is None:  # ended before it took this one
+            raise SignalRejected.ended(case_id, f"take update {name!r}", row.state)
         found, value = row_result(row, name, uid)
         if found:
             return value
