@@ -1,0 +1,211 @@
+"""Attacks on case ids and request ids: ids at the byte bound in multibyte characters, the ids wfsub composes
+(children of children, a schedule's '{name}@{slot}', forks), every door agreeing, and a `start_case` child whose
+start meets a Postgres outage or loses its commit answer."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+import wfsub
+from wfsub import Client, Substrate, seq, start_case, task, wait
+from wfsub.cli import main as cli_main
+from wfsub.lowlevel import check_case_id
+from wfsub._runtime import _loader
+from wfsub.stores import PostgresStore
+
+from ..stores import _pg
+from ..stores._helpers import make_store
+from ..stores._proxy import Proxy
+
+BOUND = 30.0  # seconds: a bound against a hang, never a latency requirement
+needs_pg = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+STORES = ["memory", "sqlite", pytest.param("postgres", marks=needs_pg)]
+
+
+def _multibyte(n_bytes: int, width: int, seed: int = 7) -> str:
+    """Exactly `n_bytes` of UTF-8 in distinct characters of `width` bytes each (3: CJK, 4: beyond the BMP), padded
+    with ASCII: text no store compresses, at the bound in bytes while far below it in characters."""
+    rng = random.Random(seed)
+    low, high = (0x4E00, 0x9FFF) if width == 3 else (0x20000, 0x2A6DF)
+    chars = [chr(rng.randint(low, high)) for _ in range(n_bytes // width)]
+    text = "".join(chars) + "x" * (n_bytes % width)
+    assert len(text.encode("utf-8")) == n_bytes
+    return text
+
+
+async def until(predicate: Callable[[], Any]) -> None:
+    """Wait on a state the runtime reaches on its own, bounded against hangs."""
+    with anyio.fail_after(BOUND):
+        while not predicate():  # noqa: ASYNC110 - a state, not a time
+            await anyio.sleep(0.005)
+
+
+FLOWS = {
+    "wait": seq(wait("go", into="go")),
+    "kid": task(lambda c: {"kid": True}),
+}
+
+
+# -- ids at the bound, in multibyte characters -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("width", [3, 4])
+async def test_multibyte_ids_at_the_bound_round_trip(kind: str, width: int, tmp_path: Path) -> None:
+    """A case id of exactly MAX_CASE_ID_BYTES in 3- or 4-byte characters starts, takes a signal and a cancel with
+    request ids of exactly MAX_REQUEST_ID_BYTES in the same script, forks to another such id, and is listed."""
+    case_id = _multibyte(1000, width)
+    fork_id = _multibyte(1000, width, seed=8)
+    rid = _multibyte(1500, width, seed=9)
+    async with Substrate(store=make_store(kind, tmp_path), workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id=case_id)
+        await until(lambda: sub.status(case_id).signals == ("go",))
+        await sub.fork(case_id, at=0, new_case_id=fork_id)
+        await until(lambda: sub.status(fork_id).signals == ("go",))
+        await sub.signal(case_id, "go", 1, request_id=rid)
+        await sub.signal(case_id, "go", 1, request_id=rid)
+        assert await sub.await_case(case_id, timeout=BOUND) == {"go": 1}
+        await sub.cancel(fork_id, request_id=rid)
+        await until(lambda: sub.status(fork_id).state == "cancelled")
+        assert sorted(s.case_id for s in sub.cases()) == sorted([case_id, fork_id])
+        with pytest.raises(ValueError, match="1,001 bytes"):
+            await sub.new_case("wait", {}, case_id=case_id + "x")
+
+
+# -- a child's start meeting Postgres trouble ----------------------------------------------------------------------
+
+BIG = 20_000  # bytes of a child's start data: its start write is the only request this large
+
+
+class _Retried(logging.Handler):
+    """Counts the runtime's "store trouble; trying again" warnings (the step met a StoreError and will retry)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text.startswith("store trouble; trying again"):
+            self.seen.append(text)
+
+
+@pytest.fixture
+def retried() -> Any:
+    handler = _Retried()
+    log = logging.getLogger("wfsub.runtime")
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+
+
+def _child_flows(data: Callable[[Mapping[str, Any]], Any]) -> dict[str, Any]:
+    return {
+        "kid": task(lambda c: {"kid": True}),
+        "parent": seq(wait("go"), start_case("kid", data=data, into="kid"), task(lambda c: {"after": True})),
+    }
+
+
+def _big(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"blob": "b" * BIG}
+
+
+async def _one_child(sub: Substrate, parent: str) -> None:
+    """The parent ended with its child's result, and its one child ran once (one start, one end)."""
+    data = await sub.await_case(parent, timeout=BOUND)
+    assert data["kid"]["kid"] is True and data["after"] is True
+    kids = [s.case_id for s in sub.cases(parent=parent)]
+    assert kids == [f"{parent}/seq[1].start_case"], kids
+    kinds = [r.kind for r in await sub.journal(kids[0])]
+    assert kinds.count("start") == 1 and kinds.count("end") == 1, kinds
+
+
+@needs_pg
+async def test_a_child_start_whose_commit_answer_is_lost_starts_it_once() -> None:
+    """The answer to the commit of a child's start is lost (the connection reset after Postgres ran it): the step
+    goes on with the child it wrote, which runs once, and the parent ends with its result."""
+    proxy = Proxy(_pg.database_dsn())
+    schema = _pg.new_schema()
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=0.5)
+        async with Substrate(store=store, workflows=_child_flows(_big), node_id="n1") as sub:
+            await sub.new_case("parent", {}, case_id="p")
+            await until(lambda: sub.status("p").signals == ("go",))
+            proxy.drop_answers(1, after=BIG)
+            await sub.signal("p", "go")
+            await _one_child(sub, "p")
+            assert proxy.dropped == 1
+    finally:
+        proxy.down()
+
+
+class _DownAfterDrop(Proxy):
+    """A proxy that, having swallowed an answer, goes down: the store cannot ask Postgres how the write went, so
+    the writer reports CommitUnknown to the runtime."""
+
+    def _take_drop(self, server: Any) -> bool:
+        taken = super()._take_drop(server)
+        if taken:
+            import threading
+
+            threading.Thread(target=self.down, daemon=True).start()
+        return taken
+
+
+@needs_pg
+async def test_a_child_start_whose_commit_is_unknown_is_retried_and_starts_it_once(
+    retried: _Retried, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's start whose commit answer is lost while Postgres cannot be reached (CommitUnknown: an outage, not
+    a refusal) is retried, not failed; once Postgres is back the step finds the child it wrote, and the child is
+    brought back into memory and run then, not left owned and idle until the periodic sweep of live cases."""
+    monkeypatch.setattr(_loader, "SWEEP_EVERY", 3600.0)  # (30 s by default: the sweep alone would mask the fault)
+    proxy = _DownAfterDrop(_pg.database_dsn())
+    schema = _pg.new_schema()
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.3)
+        async with Substrate(store=store, workflows=_child_flows(_big), node_id="n1") as sub:
+            await sub.new_case("parent", {}, case_id="p")
+            await until(lambda: sub.status("p").signals == ("go",))
+            proxy.drop_answers(1, after=BIG)
+            await sub.signal("p", "go")
+            await until(lambda: any("the start of child" in s for s in retried.seen))
+            proxy.up()
+            await _one_child(sub, "p")
+            assert proxy.dropped == 1
+    finally:
+        proxy.down()
+
+
+@needs_pg
+async def test_a_child_start_during_an_outage_is_retried_not_failed(retried: _Retried) -> None:
+    """Postgres becomes unreachable just as a child is about to be started: the step is retried (not failed as a
+    refusal), and once Postgres is back the child runs once and the parent ends with its result."""
+    proxy = Proxy(_pg.database_dsn())
+    schema = _pg.new_schema()
+
+    def cut(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        proxy.down()
+        return {"small": 1}
+
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.3)
+        async with Substrate(store=store, workflows=_child_flows(cut), node_id="n1") as sub:
+            await sub.new_case("parent", {}, case_id="p")
+            await until(lambda: sub.status("p").signals == ("go",))
+            await sub.signal("p", "go")
+            await until(lambda: any("the start of child" in s for s in retried.seen))
+            proxy.up()
+            await _one_child(sub, "p")
+    finally:
+        proxy.down()
