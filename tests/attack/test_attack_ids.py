@@ -21,6 +21,7 @@ from wfsub.lowlevel import check_case_id
 from wfsub._runtime import _loader
 from wfsub.stores import PostgresStore
 
+from ..contrib.test_web import token
 from ..stores import _pg
 from ..stores._helpers import make_store
 from ..stores._proxy import Proxy
@@ -209,3 +210,134 @@ async def test_a_child_start_during_an_outage_is_retried_not_failed(retried: _Re
             await _one_child(sub, "p")
     finally:
         proxy.down()
+
+
+@needs_pg
+async def test_a_child_start_cut_off_then_a_restart_starts_the_child_once(retried: _Retried) -> None:
+    """Postgres is cut off while a child's start is being retried and the Substrate is closed meanwhile: a new
+    Substrate on the same store (reached directly) recovers the parent, whose step starts the child once."""
+    proxy = Proxy(_pg.database_dsn())
+    schema = _pg.new_schema()
+
+    def cut(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        proxy.down()
+        return {"small": 1}
+
+    try:
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.3)
+        async with Substrate(store=store, workflows=_child_flows(cut), node_id="n1") as sub:
+            await sub.new_case("parent", {}, case_id="p")
+            await until(lambda: sub.status("p").signals == ("go",))
+            await sub.signal("p", "go")
+            await until(lambda: any("the start of child" in s for s in retried.seen))
+        direct = PostgresStore(_pg.database_dsn(), schema=schema)
+        async with Substrate(store=direct, workflows=_child_flows(_big), node_id="n1") as sub:
+            await _one_child(sub, "p")
+    finally:
+        proxy.down()
+
+
+# -- ids wfsub composes ----------------------------------------------------------------------------------------------
+
+SUFFIX = "/start_case/start_case"  # a grandchild's default id: {top}/{path in top}/{path in the child}
+
+
+def _nested() -> dict[str, Any]:
+    return {
+        "kid": task(lambda c: {"kid": True}),
+        "mid": start_case("kid", into="kid"),
+        "top": start_case("mid", into="mid"),
+    }
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_grandchild_s_default_id_at_the_bound_starts_and_one_past_it_fails_each_level(
+    kind: str, tmp_path: Path
+) -> None:
+    """A grandchild's default id ({top}/{path}/{path}) of exactly MAX_CASE_ID_BYTES in 4-byte characters is
+    started and listed under its parent; one byte more fails the middle case's step naming the child id, and the
+    top case fails with the middle case's failure."""
+    top = _multibyte(1000 - len(SUFFIX), 4)
+    async with Substrate(store=make_store(kind, tmp_path), workflows=_nested()) as sub:
+        data = await (await sub.new_case("top", {}, case_id=top)).result(timeout=BOUND)
+        assert data["mid"]["kid"]["kid"] is True
+        grandchild = top + SUFFIX
+        assert len(grandchild.encode()) == 1000
+        assert [s.case_id for s in sub.cases(parent=top + "/start_case")] == [grandchild]
+        longer = _multibyte(1000 - len(SUFFIX) + 1, 4)
+        with pytest.raises(wfsub.CaseFailed) as info:
+            await (await sub.new_case("top", {}, case_id=longer)).result(timeout=BOUND)
+        said = str(info.value)
+        assert "failed" in said
+        mid = sub.status(longer + "/start_case")
+        assert mid.state == "failed" and mid.error is not None
+        assert "the child's case id is 1,001 bytes of UTF-8" in mid.error, mid.error
+        assert sub.cases(parent=longer + "/start_case") == []
+
+
+# -- every door agreeing ---------------------------------------------------------------------------------------------
+
+
+async def test_every_door_takes_an_id_at_the_bound_and_refuses_one_byte_more(tmp_path: Path) -> None:
+    """An id of exactly MAX_CASE_ID_BYTES in 3-byte characters is taken as a new id by the API, a Client, the
+    command (fork --id) and the web inspector (fork form); one byte more is refused by each, with the same words."""
+    import httpx
+
+    from wfsub.contrib import web
+
+    db = tmp_path / "s.db"
+    at = [_multibyte(1000, 3, seed=s) for s in range(4)]
+    over = _multibyte(1001, 3)
+    words = "is 1,001 bytes of UTF-8"
+    async with Substrate(store=db, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c")
+        await until(lambda: sub.status("c").signals == ("go",))
+        with pytest.raises(ValueError, match=words):
+            await sub.fork("c", at=0, new_case_id=over)
+        await sub.fork("c", at=0, new_case_id=at[0])
+        async with Client(str(db)) as client:
+            with pytest.raises(ValueError, match=words):
+                await client.fork("c", at=0, new_case_id=over)
+            with pytest.raises(ValueError, match=words):
+                await client.new_case("wait", {}, case_id=over)
+            await client.new_case("wait", {}, case_id=at[1])
+        asgi = web.app(sub, workflows=FLOWS)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+            csrf = await token(http)
+            page = await http.post("/case/c", data={"csrf": csrf, "action": "fork", "at": "0", "new_case_id": over})
+            assert page.status_code == 400 and words in page.text, page.text[:500]
+            page = await http.post("/case/c", data={"csrf": csrf, "action": "fork", "at": "0",
+                                                    "new_case_id": at[2]})
+            assert page.status_code in (200, 303), page.text[:500]
+            page = await http.get(f"/case/{at[2]}")
+            assert page.status_code == 200 and "waiting_signal" in page.text
+        runner = CliRunner()
+        done = await anyio.to_thread.run_sync(
+            lambda: runner.invoke(cli_main, ["fork", str(db), "c", "--at", "0", "--id", over]))
+        assert done.exit_code == 2 and words in done.output, done.output
+        done = await anyio.to_thread.run_sync(
+            lambda: runner.invoke(cli_main, ["fork", str(db), "c", "--at", "0", "--id", at[3]]))
+        assert done.exit_code == 0, done.output
+        for made in at:
+            await until(lambda made=made: sub.status(made).signals == ("go",))
+        assert check_case_id(at[3]) == at[3]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_listing_by_id_prefix_finds_ids_holding_the_highest_code_point(kind: str, tmp_path: Path) -> None:
+    """cases(id_prefix=) finds every id that starts with the prefix on every store, the command's --id-prefix too,
+    including ids whose next character is U+10FFFF (a visible-enough id every door takes): SQLite bounded the
+    range by prefix + U+10FFFF and missed them."""
+    ids = ["a\U0010ffffb", "a\U0010ffff", "ab", "\U0010ffff", "\U0010ffff\U0010ffffz", "b"]
+    store = make_store(kind, tmp_path)
+    async with Substrate(store=store, workflows=FLOWS) as sub:
+        for case_id in ids:
+            await sub.new_case("wait", {}, case_id=case_id)
+        assert sorted(s.case_id for s in sub.cases(id_prefix="a")) == sorted(ids[:3])
+        assert sorted(s.case_id for s in sub.cases(id_prefix="a\U0010ffff")) == sorted(ids[:2])
+        assert sorted(s.case_id for s in sub.cases(id_prefix="\U0010ffff")) == sorted(ids[3:5])
+        assert sorted(s.case_id for s in sub.cases(id_prefix="\U0010ffff\U0010ffff")) == [ids[4]]
+    if kind == "sqlite":
+        done = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(
+            cli_main, ["cases", str(tmp_path / "cases.db"), "--id-prefix", "a", "--json"]))
+        assert done.exit_code == 0 and done.output.count('"case_id"') == 3, done.output
