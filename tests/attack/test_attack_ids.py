@@ -341,3 +341,20 @@ async def test_listing_by_id_prefix_finds_ids_holding_the_highest_code_point(kin
         done = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(
             cli_main, ["cases", str(tmp_path / "cases.db"), "--id-prefix", "a", "--json"]))
         assert done.exit_code == 0 and done.output.count('"case_id"') == 3, done.output
+
+
+async def test_a_default_child_id_holding_a_control_character_says_which_name_not_to_shorten() -> None:
+    """A start_case under a defer branch whose signal name holds a tab makes a default child id with that tab: the
+    step fails saying a name in the node path holds what no case id may and to give case_id= a visible id, not
+    to return "a shorter id" (the id is short)."""
+    flows = {"kid": FLOWS["kid"], "p": wfsub.defer({"go\tnow": start_case("kid")})}
+    async with Substrate(workflows=flows) as sub:
+        handle = await sub.new_case("p", {}, case_id="p")
+        await until(lambda: sub.status("p").signals == ("go\tnow",))
+        await sub.signal("p", "go\tnow")
+        with pytest.raises(wfsub.CaseFailed) as info:
+            await handle.result(timeout=BOUND)
+        said = str(info.value)
+        assert "the child's case id holds a tab at index 10" in said, said
+        assert "returning a visible id (a name in the node path" in said and "shorter" not in said, said
+        assert sub.cases(parent="p") == []

@@ -213,8 +213,10 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         fix = "make case_id(ctx) return an id a case may have (not retried: the same data gives the same id)"
     else:
         child_id = default_child_id(parent, req.path, ctx)
-        fix = ("give the step case_id=fn returning a shorter id (the default is the parent's id and the node path; "
-               "not retried: the same data gives the same id)")
+        long = len(child_id.encode("utf-8", "surrogatepass")) > inputs.MAX_CASE_ID_BYTES
+        fix = ("give the step case_id=fn returning a " + ("shorter id" if long else "visible id (a name in the node "
+               "path, a signal's of a defer or a node's of a net, holds what no case id may)") + " (the default is "
+               "the parent's id and the node path; not retried: the same data gives the same id)")
     inputs.check_case_id(child_id, f"{label} at {req.path} of case {inputs.shown(parent)}: the child's case id",
                          fix=fix)
     data = t.data(ctx) if t.data is not None else None
