@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 import wfsub
 from wfsub import Client, Substrate, seq, start_case, task, wait
+from wfsub._runtime import _loader
 from wfsub.cli import main as cli_main
 from wfsub.lowlevel import check_case_id
-from wfsub._runtime import _loader
 from wfsub.stores import PostgresStore
 
 from ..contrib.test_web import token
@@ -358,3 +358,39 @@ async def test_a_default_child_id_holding_a_control_character_says_which_name_no
         assert "the child's case id holds a tab at index 10" in said, said
         assert "returning a visible id (a name in the node path" in said and "shorter" not in said, said
         assert sub.cases(parent="p") == []
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=needs_pg)])
+async def test_looking_up_an_id_longer_than_any_case_has_is_not_found_at_every_door(kind: str, tmp_path: Path) -> None:
+    """An id to look up may be of any length (only a NUL or a lone surrogate is refused): one of 9,000 characters
+    is CaseNotFound from the Substrate and a Client (signal, update, cancel, status: nothing reaches an index that
+    could not hold it), a 404 from the inspector and exit 1 from the command, the error showing the id shortened
+    rather than echoing it whole."""
+    import httpx
+
+    from wfsub.contrib import web
+
+    long = "z" * 9000
+    store = make_store(kind, tmp_path)
+    async with Substrate(store=store, workflows=FLOWS) as sub:
+        await sub.new_case("wait", {}, case_id="c")
+        calls: list[Callable[[], Any]] = [
+            lambda: sub.signal(long, "go"), lambda: sub.cancel(long), lambda: sub.update(long, "go")]
+        async with Client(make_store(kind, tmp_path) if kind == "sqlite" else PostgresStore(
+                store.dsn, schema=store.schema)) as client:
+            calls += [lambda: client.signal(long, "go"), lambda: client.cancel(long), lambda: client.status(long),
+                      lambda: client.update(long, "go", timeout=1)]
+            for call in calls:
+                with pytest.raises(wfsub.CaseNotFound) as info:
+                    await call()
+                assert "(9,000 characters)" in str(info.value) and len(str(info.value)) < 400, str(info.value)
+        with pytest.raises(wfsub.CaseNotFound, match=r"\(9,000 characters\)"):
+            sub.status(long)
+        asgi = web.app(sub, workflows=FLOWS)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://i") as http:
+            page = await http.get(f"/case/{long}")
+            assert page.status_code == 404 and "(9,000 characters)" in page.text  # (the page names its address)
+    if kind == "sqlite":
+        done = await anyio.to_thread.run_sync(
+            lambda: CliRunner().invoke(cli_main, ["show", str(tmp_path / "cases.db"), long], env={"COLUMNS": "300"}))
+        assert done.exit_code == 1 and "(9,000 characters)" in done.output and long not in done.output, done.output
