@@ -239,6 +239,19 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def inputs_pending(cls, case_id: str | None, pending: Sequence[tuple[int, str]]) -> SignalRejected:
+        """`delete` of an ended case for which inputs (inbox id, kind) wait in the store's inbox: a `retry` or
+        `fork` queued while no owner ran would be lost with it."""
+        shown = ", ".join(f"{kind} (inbox id {inbox_id})" for inbox_id, kind in pending)
+        reason = (
+            f"inputs sent to it wait in the store's inbox, not yet taken by the Substrate that owns the store: "
+            f"{shown}; deleting it now would drop them. Let an owner take them first (open a Substrate on the store, "
+            "or wait for the one that runs: it applies a retry or fork, or refuses the input with a reason), then "
+            "delete it"
+        )
+        return cls(case_id, "be deleted", reason)
+
+    @classmethod
     def not_retryable(cls, case_id: str | None, state: str, why: str | None = None) -> SignalRejected:
         """`retry` of a case that is not failed (nor suspended as a poison case), or whose failure compensated."""
         if why is None:

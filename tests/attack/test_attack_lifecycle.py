@@ -219,17 +219,12 @@ async def test_paging_with_before_while_cases_are_started_lists_each_older_case_
         assert seen == [f"old-{i:02d}" for i in reversed(range(23))]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a fork at the snapshot record of a compacted journal writes no `start` record at seq 0, and the stores derive "
-    "a row's tags and forked_from only from one (wfsub/_store/_memory.py:218, the SQL stores' seq-0 trigger in "
-    "sql/*/migrations/0007_case_lifecycle.sql); wfsub/_runtime/_lifecycle.py:fork_records puts forked_from on the "
-    "snapshot record, not on the start it holds"
-))
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_fork_of_a_compacted_journal_keeps_its_origin_and_tags(kind: str, tmp_path: Path) -> None:
     """A fork at the first record a compacted journal keeps (its snapshot) names its origin in
     status().forked_from and keeps the origin's tags, so cases(tags=...) lists it, as a fork of any record does."""
-    async with Substrate(store=store_maker(kind, tmp_path)(), workflows={"cart": adder()}, compact_after=5) as sub:
+    async with Substrate(store=store_maker(kind, tmp_path)(), workflows={"cart": adder()}, compact_after=5,
+                         **node(kind)) as sub:
         await sub.new_case("cart", {}, case_id="c", tags={"customer": "c-17"})
         for i in range(12):
             await sub.signal("c", "add", i, request_id=f"r{i}")
@@ -428,12 +423,6 @@ async def test_two_nodes_run_one_schedule_while_one_loses_answers_and_pause_hold
         proxy.down()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a failed case stays owned by the node it failed on: take_over moves only cases with ended_at IS NULL "
-    "(wfsub/_store/sql/postgres/migrations take_over), and Substrate._retry refuses a row whose owner is another "
-    "node (wfsub/_runtime/_substrate.py _retry) whether or not that node's lease has expired, so a case that "
-    "failed on a node that is gone for good (a replaced pod, a new node_id) can never be retried"
-))
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 async def test_a_case_that_failed_on_a_node_gone_for_good_can_be_retried_on_another() -> None:
     """A case failed on node a, which stopped and whose lease has run out: node b retries it (the refusal's own
@@ -456,11 +445,6 @@ async def test_a_case_that_failed_on_a_node_gone_for_good_can_be_retried_on_anot
             assert await b.await_case("c") == {"done": True}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "delete removes a case's inbox rows with it (the stores' delete), so a fork or retry a Client or `wfsub fork` "
-    "queued while no owner ran, and acknowledged as 'done when one opens the store', is dropped without a word; "
-    "Client.delete (wfsub/_runtime/_client.py delete) and Substrate.delete do not look for pending inputs"
-))
 async def test_a_fork_queued_while_no_owner_runs_is_not_dropped_by_a_delete_of_its_origin(tmp_path: Path) -> None:
     """With no owner running, a Client queues a fork of an ended case, then deletes that case: either the delete
     is refused (an input for it is pending) or the fork is still made when an owner opens the store; never is
@@ -527,28 +511,26 @@ async def failed_compacted_case(sub: Substrate) -> None:
     assert (await sub.journal("c"))[0].kind == "snapshot"
 
 
-async def test_retry_of_a_compacted_case_is_refused_naming_the_fork_that_runs_it_again(tmp_path: Path) -> None:
-    """An endless case that failed after its journal was compacted: retry is refused saying why and naming the
-    fork (with its record) that runs the failed step again; that fork, made after the fix, runs to its end."""
+async def test_a_fork_of_a_failed_compacted_case_before_its_failure_runs_the_failed_step_again(
+    tmp_path: Path,
+) -> None:
+    """An endless case that failed after its journal was compacted can also be forked at its last record before
+    the failure (a new case instead of a retry): that fork, made after the fix, runs the failed step again and on
+    to its end."""
     fixed = {"ok": False}
     workflows = {"cart": failing_adder(fixed)}
     async with Substrate(store=str(tmp_path / "r.db"), workflows=workflows, compact_after=4) as sub:
         await failed_compacted_case(sub)
         fixed["ok"] = True
-        with pytest.raises(SignalRejected, match=r"compacted .*`fork\(case_id, at=(\d+)\)`") as refused:
-            await sub.retry("c")
-        at = int(str(refused.value).split("at=")[1].split(")")[0])
-        await sub.fork("c", at=at, new_case_id="again")
+        journal = await sub.journal("c")
+        assert journal[-1].kind == "end"
+        await sub.fork("c", at=journal[-2].seq, new_case_id="again")
         for i in range(9, 12):
             await sub.signal("again", "add", i, request_id=f"r{i}")
         with anyio.fail_after(30):
             assert await sub.await_case("again") == {"item": 11, "n": 12, "total": sum(range(12))}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "retry rebuilds a case from its `start` record (wfsub/_runtime/_lifecycle.py retry_record), so a case whose "
-    "journal was compacted (an endless case, the kind compact_after is for) can never be retried, only forked"
-))
 async def test_a_compacted_case_that_failed_can_be_retried(tmp_path: Path) -> None:
     """An endless case that failed after compaction is re-opened by retry at its failed step like any case."""
     fixed = {"ok": False}
@@ -621,10 +603,6 @@ async def test_a_deleted_queued_case_id_can_be_queued_again_and_runs(kind: str, 
             assert await again.result() == {"ok": 2}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an ended case kept in memory (retain_ended) is answered from memory by status() and await_case() "
-    "(Substrate.status / _wait_end in wfsub/_runtime/_substrate.py) after another node deleted it from the store"
-))
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 async def test_a_case_deleted_on_another_node_is_not_found_by_await_case_here() -> None:
     """After node b deletes an ended case that node a ran, a's await_case raises CaseNotFound, as b's does (the

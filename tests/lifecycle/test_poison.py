@@ -17,6 +17,7 @@ import pytest
 from wfsub import Substrate, effect, seq, task
 
 from ..durable._util import ROOT, eventually
+from ..stores import _pg
 from . import _poison
 from ._util import KINDS, node, store_maker
 
@@ -49,6 +50,29 @@ def test_a_case_that_kills_its_process_each_time_is_suspended_then_retried(tmp_p
     assert last_json(child("recover", path))["state"] == "suspended"  # left alone: its effect does not run
     done = last_json(child("retry", path, POISON_FIXED="1"))
     assert done["state"] == "done" and done["data"]["survived"] is True and done["data"]["finished"] is True
+
+
+def node_child(mode: str, schema: str, node_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.lifecycle._poison_nodes", mode, _pg.database_dsn(), schema, node_id], cwd=ROOT,
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+def test_a_case_that_kills_each_node_that_takes_it_over_is_suspended() -> None:
+    """A case whose effect SIGKILLs its process, on Postgres nodes that each have a new node id (so only a
+    takeover, never a restart's recovery, brings it back): taken over `max_recoveries` times, each taker killed,
+    then the next taker suspends it with the reason instead of running it again."""
+    schema = _pg.new_schema()
+    done = node_child("start", schema, "n0")
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    for i in range(1, _poison.MAX_RECOVERIES + 1):
+        done = node_child("takeover", schema, f"n{i}")
+        assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    found = last_json(node_child("takeover", schema, f"n{_poison.MAX_RECOVERIES + 1}"))
+    assert found["state"] == "suspended"
+    assert found["reason"].startswith(f"recovered {_poison.MAX_RECOVERIES} times without journaling a new record")
 
 
 class Hang:

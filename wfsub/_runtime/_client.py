@@ -32,6 +32,7 @@ from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
 from ._children import stored_children
 from ._journal import JournalRecord, as_journaled
+from ._lifecycle import delete_ended
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside, same_start, start_differs
 from ._persist import status_of
@@ -305,8 +306,9 @@ class Client:
     async def delete(self, case_id: str) -> None:
         """Remove an ended case at once (see `Substrate.delete`); SignalRejected for one that has not ended."""
         row = await self._door("delete a case").row(case_id)
-        if not CaseState(row.state).ended or not await self._store.delete(case_id):
+        if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
+        await delete_ended(self._store, case_id)
 
     async def journal(self, case_id: str, *, newest: int | None = None) -> list[JournalRecord]:
         """Every record of the case's journal, in order (`newest=N`: its start record and the newest N after it,

@@ -7,7 +7,10 @@ when the vm runs on (on the case's version, or the version it migrates to: a fix
 effect whose final outcome was the failure is in flight again and starts again. The retry record sits at the
 step of the last record kept (no task runs between them, so its digest is that record's), and `run` counts the
 retries: each later `end` carries it, so a case still ends once per run. A case whose failure ran compensations
-is refused: its undoing already happened, and running the failed step again would run on over it.
+is refused: its undoing already happened, and running the failed step again would run on over it. A compacted
+case (its journal starts with a `snapshot` record) is retried the same way: its retries before the snapshot are
+counted in the snapshot's state, and with no input after the snapshot the retry record sits at the snapshot's
+step (its digest None: the snapshot records none to check against).
 
 Poison cases. Recovery counts, in the case row (`recovered: {seq, count}`), the times it brought a live case back
 while its journal stood at the same last record: a case that kills (or hangs) its process each time it runs
@@ -16,10 +19,17 @@ recovered again (its effects and timers are no longer listed, so the next start 
 re-opens it the same way as a failed case, with nothing dropped: its `retry` record is a new record, so the count
 starts again.
 
+Delete. An ended case is deleted only while no input for it waits in the store's inbox: a `retry` or `fork` a
+client (or `wfsub`) queued while no owner ran is acknowledged as done once an owner takes it, and deleting its
+case first would drop it without a word. So `delete` refuses, naming the inputs, until an owner has taken them
+(applied, or refused with a reason); the store checks this in the same transaction as the delete.
+
 Fork. A fork is a new case whose journal is the origin's records up to and including `at`, with its `start`
-record naming the origin (`forked_from: {case_id, seq}`) and keeping the origin's tags; it is written in one
-transaction, then loaded like any case (replayed, then live: effects in flight at `at` start again). A fork
-taken where the origin was suspended or had ended runs on from there: an `end` record is never copied.
+record naming the origin (`forked_from: {case_id, seq}`) and keeping the origin's tags (of a compacted journal:
+the `start` its first record, the `snapshot`, holds; the stores read a row's tags and origin from there); it is
+written in one transaction, then loaded like any case (replayed, then live: effects in flight at `at` start
+again). A fork taken where the origin was suspended or had ended runs on from there: an `end` record is never
+copied.
 """
 
 from __future__ import annotations
@@ -46,11 +56,15 @@ def poison_reason(times: int, seq: int) -> str:
     )
 
 
-def _last_input(records: Sequence[Record]) -> tuple[int, str]:
-    """The step and digest of the last input record in `records` (0 and the initial digest: none)."""
-    for record in reversed(records):
+def _last_input(records: Sequence[Record]) -> tuple[int, str | None]:
+    """The step and digest of the last input record after the first record of a journal; with none, the first
+    record's: a `start` (step 0, the initial digest) or a compaction's `snapshot` (its step; its digest is not
+    recorded, so None: not checked)."""
+    for record in reversed(records[1:]):
         if record.get("kind") in INPUT_KINDS and record.get("step") is not None:
             return int(record["step"]), str(record.get("digest") or "")
+    if records and records[0].get("kind") == "snapshot":
+        return int(records[0].get("step") or 0), None
     return 0, ""
 
 
@@ -74,18 +88,14 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
     """The `retry` record that re-opens a failed (or poison-suspended) case, or SignalRejected saying why it
     cannot be retried."""
     state = row.state
-    if records and records[0].get("kind") == "snapshot":
-        last = int(records[-2 if records[-1].get("kind") == "end" else -1].get("seq", 0))
+    first = records[0] if records else {}
+    if first.get("kind") not in ("start", "snapshot"):
         raise SignalRejected.not_retryable(
-            case_id, state,
-            f"its journal was compacted (it starts at the snapshot record {records[0].get('seq')}), and retry "
-            f"rebuilds a case from its start record; fork it instead, from before the failure: `fork(case_id, "
-            f"at={last})` (`wfsub fork STORE {case_id} --at {last}`) runs the failed step again in a new case",
+            case_id, state, "its journal does not start with its start record (or, compacted, its snapshot record)"
         )
-    if not records or records[0].get("kind") != "start":
-        raise SignalRejected.not_retryable(case_id, state, "its journal does not start with its start record")
     end = records[-1] if records[-1].get("kind") == "end" else None
-    runs = sum(1 for record in records if record.get("kind") == "retry")
+    before = int((first.get("state") or {}).get("run", 0)) if first.get("kind") == "snapshot" else 0
+    runs = before + sum(1 for record in records if record.get("kind") == "retry")
     redo: list[int] = []
     ended: int | None = None
     if state == CaseState.FAILED.value:
@@ -113,7 +123,7 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
         path = error.get("path")
         for earlier in reversed(records[:-1]):  # the effect whose final outcome failed the case runs again
             kind = earlier.get("kind")
-            if kind in ("retry", "start"):
+            if kind in ("retry", "start", "snapshot"):
                 break
             if kind == "effect" and earlier.get("error") is not None and earlier.get("path") == path:
                 redo.append(int(earlier["seq"]))
@@ -124,7 +134,7 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
     else:
         raise SignalRejected.not_retryable(case_id, state)
     kept = effective([*records, {"seq": -1, "kind": "retry", "ended": ended, "redo": redo}])[:-1]
-    step, digest = _last_input(kept[1:])
+    step, digest = _last_input(kept)
     record: Record = {"seq": int(records[-1]["seq"]) + 1, "kind": "retry", "step": step, "time": now,
                       "digest": digest, "run": runs + 1, "redo": redo}
     if ended is not None:
@@ -170,6 +180,17 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
                                 epoch=row.epoch or None))
 
 
+async def delete_ended(store: Store, case_id: str) -> None:
+    """Delete a case whose row says it ended, or SignalRejected saying why not: inputs for it wait in the inbox
+    (naming them), or its `end` record is not written yet."""
+    if await store.delete(case_id):
+        return
+    pending = await store.inbox_pending(case_id)
+    if pending:
+        raise SignalRejected.inputs_pending(case_id, [(row.id, row.kind) for row in pending])
+    raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+
+
 def fork_records(
     case_id: str, records: list[Record], at: object, new_case_id: str, now: float
 ) -> list[Record]:
@@ -190,11 +211,13 @@ def fork_records(
             "fork at one of those (its journal lists them: `journal()`, or `wfsub journal`)"
         )
     prefix = [dict(record) for record in records if int(record["seq"]) <= at and record.get("kind") != "end"]
-    start = dict(prefix[0])
+    head = prefix[0]
+    start: Record = dict(head.get("start") or {}) if head.get("kind") == "snapshot" else head
     start["case_id"] = new_case_id
     start["forked_from"] = {"case_id": case_id, "seq": at}
     start["time"] = start.get("time", now)
-    prefix[0] = start
+    if head is not start:  # a compacted journal: its snapshot record holds the start (what the stores read)
+        head["start"] = start
     return prefix
 
 

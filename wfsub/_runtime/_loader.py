@@ -10,7 +10,7 @@ at the same time. It exists only for a Substrate with a store, made when the sto
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -113,6 +113,9 @@ class CaseLoader:
         self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
         self.missed_ids: set[str] = set()  # those cases
         self.ended_here: Callable[[str], None] = _nothing  # wakes the awaiters of a case that ended out of memory
+        # Counts a live case's recovery (a poison case is suspended instead: False); the Substrate sets it, and a
+        # takeover counts as a recovery as a restart does (see `_lifecycle.recovering`).
+        self.recovering: Callable[[CaseRow], Awaitable[bool]] = _always
         # The loops below sleep on the case clock only until their next entry falls due, and on these events while
         # they have none: a VirtualClock advanced by a year fires them once per entry, not once per period.
         self.effect_waits_added = anyio.Event()
@@ -313,10 +316,11 @@ class CaseLoader:
     async def taken(self, row: CaseRow) -> None:
         """A case this node has just taken over (its epoch bumped). An actor of it still in memory is never
         trusted: it holds an older epoch (this node had the case before a pause and lost it meanwhile), so it
-        leaves memory without writing. The case is then brought back at the new epoch if it was running; a
-        parked one comes back on its next input or due timer."""
+        leaves memory without writing. The case is then brought back at the new epoch if it was running (counted
+        as a recovery: a case that kills each node that runs it is suspended as a poison case, not taken over from
+        node to node for ever); a parked one comes back on its next input or due timer."""
         self.drop_stale(row)
-        if row.state in LIVE or row.effects:
+        if (row.state in LIVE or row.effects) and await self.recovering(row):
             await self.load_quietly(row.case_id)
 
     def drop_stale(self, row: CaseRow) -> bool:
@@ -509,3 +513,7 @@ class CaseLoader:
 
 def _nothing(case_id: str) -> None:
     pass
+
+
+async def _always(row: CaseRow) -> bool:
+    return True

@@ -437,20 +437,16 @@ class Substrate:
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
         )
+        loader.recovering = self._recovering
         for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
-            try:
-                again = await lifecycle.recovering(store, row, self._max_recoveries, self._redact)
-            except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
-                _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
-                again = True
-            if again:
+            if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
         case_tg.start_soon(cancel_children_of_ended, self, store)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
         if store.shared:
-            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._ended_elsewhere)
+            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._changed_elsewhere)
         else:  # cases started by a standby or a client are queued for this owner
             case_tg.start_soon(background.changes_loop, loader.claim_queued)
 
@@ -476,7 +472,27 @@ class Substrate:
         if self._queues.queues:
             case_tg.start_soon(self._queues.run)
 
+    async def _recovering(self, row: CaseRow) -> bool:
+        """Count one more recovery of a live case, at startup or at a takeover; False: it is suspended as a poison
+        case (see `_lifecycle.recovering`)."""
+        assert self._store is not None
+        try:
+            return await lifecycle.recovering(self._store, row, self._max_recoveries, self._redact)
+        except StoreError as exc:  # counting failed: recovered anyway (never kept back by a passing fault)
+            _log.warning("could not count a recovery", case_id=row.case_id, error=str(exc))
+            return True
+
     # -- many nodes (a shared store) ---------------------------------------------------------------------------
+
+    def _changed_elsewhere(self, case_ids: set[str] | None) -> None:
+        """Cases that ended on other nodes, or that another node or a client deleted (NOTIFY): an ended copy kept
+        in memory here is stale either way (deleted, or re-opened by a retry and ended again there), so it leaves
+        memory and reads go to the store; then their awaiters wake."""
+        for case_id in case_ids or ():
+            actor = self._cases.get(case_id)
+            if actor is not None and actor.journal is not None and actor.state in FINAL and actor.recorded:
+                del self._cases[case_id]
+        self._ended_elsewhere(case_ids)
 
     def _ended_elsewhere(self, case_ids: set[str] | None) -> None:
         """Cases that ended on other nodes: wake their awaiters here (None: some were missed: wake them all).
@@ -1200,6 +1216,8 @@ class Substrate:
         awaiter is woken when the case ends, wherever its next input brings it back."""
         _check_await_timeout(timeout)
         case_id = inputs.check_case_id(case_id, new=False)
+        if self._store is not None and self._phase == "open":
+            await self._deleted_elsewhere(case_id)  # an ended copy in memory: still in the store? (one row read)
         return _validated(case_id, await self._outcome(case_id, None, timeout), model)
 
     async def _left_queue(self, case_id: str) -> None:
@@ -1444,10 +1462,14 @@ class Substrate:
         row = await store.row(case_id)
         if row is None:
             raise CaseNotFound(case_id)
-        if store.shared and row.owner not in (None, self._owner):
-            raise SignalRejected.not_retryable(
-                case_id, row.state, f"node {row.owner!r} owns it: retry it there (or once that node has gone)"
-            )
+        if store.shared and row.owner != self._owner:
+            taken = await store.take_ended(case_id) if CaseState(row.state).ended else None
+            if taken is None:  # a node whose lease is live owns it (its memory holds it): that node retries it
+                raise SignalRejected.not_retryable(
+                    case_id, row.state, f"node {row.owner!r} owns it: retry it there (a Client or `wfsub retry` "
+                    "sends it there), or once that node has gone (its lease expired)"
+                )
+            row = taken
         record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
         if actor is not None and self._cases.get(case_id) is actor:
             del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
@@ -1553,8 +1575,7 @@ class Substrate:
             raise CaseNotFound(case_id)
         if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
-        if not await self._store.delete(case_id):
-            raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+        await lifecycle.delete_ended(self._store, case_id)
         self._cases.pop(case_id, None)
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:

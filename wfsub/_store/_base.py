@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 
@@ -269,7 +269,9 @@ class Store(Protocol):
 
     async def delete(self, case_id: str) -> bool:
         """Remove an ended case (its row, journal, snapshots, inbox rows and tags) in one transaction; False (and
-        nothing removed) when there is no such case or it has no `end` record."""
+        nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
+        (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
+        them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
         ...
 
     async def live(self) -> list[CaseRow]:
@@ -298,6 +300,10 @@ class Store(Protocol):
         """One inbox row (None once it was moved into a journal)."""
         ...
 
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        """The inputs for a case still waiting in the inbox (neither taken nor refused), oldest first."""
+        ...
+
     def changed(self) -> bool:
         """Cheap and synchronous: whether another connection committed since the last call (inbox polling)."""
         ...
@@ -311,8 +317,9 @@ class Store(Protocol):
         ...
 
     def drain_ended(self) -> set[str] | None:
-        """Ids of the cases whose `end` another node committed since the last call; None when some may have been
-        missed (re-read every case waited for). Single-node stores: always empty (no other node ends a case)."""
+        """Ids of the cases whose `end` another node committed, or that another node or a client deleted, since the
+        last call; None when some may have been missed (re-read every case waited for). Single-node stores: always
+        empty (no other node ends a case)."""
         ...
 
     async def renew_lease(self) -> float:
@@ -324,6 +331,13 @@ class Store(Protocol):
         """Take up to `limit` cases of nodes whose lease expired: each becomes this node's with its epoch bumped,
         and is returned (the caller recovers the live ones; parked ones come back through `due()` and the
         inbox). Never gives one case to two nodes. Single-node stores: []."""
+        ...
+
+    async def take_ended(self, case_id: str) -> CaseRow | None:
+        """Take an ended case for this node, to re-open it (`retry`): when no node owns it, or its owner's lease
+        has expired (a node gone for good), it becomes this node's with its epoch bumped (fenced like a takeover:
+        a write of the old owner is refused) and its row is returned; None when a node whose lease is live owns
+        it, or there is no such ended case. Single-node stores: its row as it is."""
         ...
 
     async def queue_case(self, change: CaseWrite) -> None:

@@ -215,8 +215,8 @@ class MemoryStore(SingleNode):
         if change.row is not None:
             if case.row is None:
                 case.order, self._next_order = self._next_order, self._next_order + 1
-                if 0 in case.journal:  # (as the SQL stores' trigger: what the start record says, read only)
-                    case.tags, case.forked_from = start_meta(case.journal[0])
+                if case.journal:  # (as the SQL stores' trigger: what the first record's start says, read only)
+                    case.tags, case.forked_from = start_meta(case.journal[min(case.journal)])
             case.row = change.row.params
         if change.snapshot is not None:
             snap = change.snapshot.params
@@ -387,6 +387,8 @@ class MemoryStore(SingleNode):
         case = self._cases.get(case_id)
         if case is None or not case.ended or case.row is None or case.row["ended_at"] is None:
             return False
+        if any(row.case_id == case_id and row.refused is None for row in self._inbox.values()):
+            return False  # an input waits for it (see `Store.delete`)
         del self._cases[case_id]
         for inbox_id in [i for i, row in self._inbox.items() if row.case_id == case_id]:
             del self._inbox[inbox_id]
@@ -525,6 +527,12 @@ class MemoryStore(SingleNode):
         await anyio.lowlevel.checkpoint()
         row = self._inbox.get(inbox_id)
         return None if row is None else self._inbox_row(inbox_id, row)
+
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        self._check_open("read the inbox")
+        await anyio.lowlevel.checkpoint()
+        ids = sorted(i for i, row in self._inbox.items() if row.case_id == case_id and row.refused is None)
+        return [self._inbox_row(i, self._inbox[i]) for i in ids[: max(limit, 0)]]
 
     def changed(self) -> bool:
         self._check_open("poll for changes")

@@ -929,7 +929,7 @@ class PostgresStore(StoreBase):
 
     async def delete(self, case_id: str) -> bool:
         async def run(conn: Any) -> bool:
-            count: int = await conn.fetchval(Q["delete"], case_id)
+            count: int = await conn.fetchval(Q["delete"], case_id, self._sender)
             return count > 0
 
         loop = self._running("delete a case")
@@ -969,6 +969,16 @@ class PostgresStore(StoreBase):
 
         within = min(self.retry_for, self.lease_seconds / 3)
         return await loop.call(self._pooled(f"renewing the lease of node {node!r}", run, within=within), cancel=False)
+
+    async def take_ended(self, case_id: str) -> CaseRow | None:
+        loop = self._running("take an ended case")
+        node = self._owner_node("take an ended case")
+
+        async def run(conn: Any) -> CaseRow | None:
+            found = await conn.fetchrow(Q["take_ended"], case_id, node)
+            return None if found is None else _row(found)
+
+        return await loop.call(self._pooled(f"taking ended case {case_id!r}", run, idempotent=False), cancel=False)
 
     async def take_over(self, limit: int = 1000) -> list[CaseRow]:
         loop = self._running("take cases over")
@@ -1239,7 +1249,7 @@ class PostgresStore(StoreBase):
         if note.get("s") == self._sender:
             return  # this store object's own write: it knows
         kind = note.get("k")
-        if kind == "e":
+        if kind in ("e", "d"):  # an `end`, or a delete: either way a copy of the case kept in memory is stale
             case_id = note.get("c")
             with self._flag_lock:
                 if self._ended is not None:
@@ -1263,9 +1273,10 @@ class PostgresStore(StoreBase):
             call_soon_on(token, event.set)
 
     def drain_ended(self) -> set[str] | None:
-        """The ids of the cases whose `end` another node committed since the last call, as NOTIFY told; None
-        when some may have been missed (the listener reconnected, or more than ENDED_KEPT piled up): then re-read
-        the rows of every case you wait for. For waiters on cases other nodes own (`await_case`)."""
+        """The ids of the cases whose `end` another node committed, or that another node or a client deleted, since
+        the last call, as NOTIFY told; None when some may have been missed (the listener reconnected, or more than
+        ENDED_KEPT piled up): then re-read the rows of every case you wait for. For waiters on cases other nodes
+        own (`await_case`), and for ended cases kept in memory (a stale copy leaves memory)."""
         self._running("drain ended cases")
         with self._flag_lock:
             ended, self._ended = self._ended, set()
@@ -1422,6 +1433,12 @@ class PostgresStore(StoreBase):
             return None if found is None else decode_inbox(found)
 
         return await self._read(f"reading inbox row {inbox_id}", read)
+
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        async def read(conn: Any) -> list[InboxRow]:
+            return [decode_inbox(found) for found in await conn.fetch(Q["inbox_pending"], case_id, limit)]
+
+        return await self._read(f"reading the inbox of case {case_id!r}", read)
 
     # -- for tests of connection loss ------------------------------------------------------------------------
 

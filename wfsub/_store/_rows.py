@@ -218,12 +218,15 @@ def decode_tags(text: str | None) -> dict[str, str]:
 
 
 def start_meta(text: str) -> tuple[str | None, str | None]:
-    """(tags as JSON text or None, forked_from) of a `start` record's text: what a row's read-only columns
-    hold (MemoryStore derives them as the SQL stores' triggers do)."""
+    """(tags as JSON text or None, forked_from) of the text of a journal's first record (its `start`, or the
+    `snapshot` record that holds it: a fork of a compacted journal): what a row's read-only columns hold
+    (MemoryStore derives them as the SQL stores' triggers do)."""
     try:
         start = loads(text)
     except ValueError:
         return None, None
+    if isinstance(start, dict) and start.get("kind") == "snapshot":
+        start = start.get("start")
     if not isinstance(start, dict):
         return None, None
     tags = start.get("tags")

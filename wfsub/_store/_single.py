@@ -58,6 +58,9 @@ class SingleNode(StoreBase):
         await anyio.lowlevel.checkpoint()
         return []
 
+    async def take_ended(self, case_id: str) -> CaseRow | None:
+        return await self.row(case_id)
+
     async def queue_case(self, change: CaseWrite) -> None:
         await anyio.lowlevel.checkpoint()
         raise StoreError(

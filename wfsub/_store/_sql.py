@@ -109,7 +109,7 @@ def load_layout(folder: Traversable, version: int | None = None, *, split: bool 
             f"migrations in {folder} are numbered {sorted(migrations)}: expected 1..{last} (layout version "
             f"{last}), one file per version, named NNNN_what.sql"
         )
-    return Layout(last, migrations)
+    return Layout(last, dict(sorted(migrations.items())))  # in version order (the folder lists them in any)
 
 
 @dataclass(frozen=True, slots=True)

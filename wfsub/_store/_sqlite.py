@@ -868,6 +868,13 @@ class SqliteStore(SingleNode):
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
+    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+        def read(conn: sqlite3.Connection) -> list[InboxRow]:
+            found = conn.execute(Q["inbox_pending"], {"case_id": case_id, "limit": limit}).fetchall()
+            return [decode_inbox(row) for row in found]
+
+        return await self._read(f"reading the inbox of case {case_id!r}", read)
+
     def changed(self) -> bool:
         version = self._data_version_now("poll for changes")
         changed = version != self._data_version

@@ -111,6 +111,17 @@ SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at
        detail, owner, epoch, tags::text, forked_from
 FROM take_over($1, $2);
 
+-- name: take_ended
+-- Take an ended case (to retry it) that no node owns, or whose owner's lease has expired; this node's lease must
+-- be live. Its epoch is bumped, as a takeover's.
+UPDATE cases c SET owner = $2, epoch = c.epoch + 1
+WHERE c.case_id = $1 AND c.ended_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = $2 AND n.lease_until > db_now())
+  AND (c.owner IS NULL OR c.owner = $2
+       OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = c.owner AND n.lease_until > db_now()))
+RETURNING c.case_order, c.case_id, c.workflow, c.fingerprint, c.state, c.started_at, c.updated_at, c.ended_at,
+          c.last_seq, c.next_due, c.detail, c.owner, c.epoch, c.tags::text, c.forked_from;
+
 -- name: claim_queued
 -- Claim queued cases whose fingerprint this node has registered.
 SELECT claim_queued FROM claim_queued($1, $2, $3);
@@ -129,6 +140,11 @@ WHERE refused IS NULL AND id > $1 ORDER BY id LIMIT $2;
 
 -- name: inbox_row
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = $1;
+
+-- name: inbox_pending
+-- The inputs for a case still waiting in the inbox, oldest first (index inbox_by_case).
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE case_id = $1 AND refused IS NULL ORDER BY id LIMIT $2;
 
 -- name: inbox_refused
 -- The latest inputs the owner refused for a case, newest first.
@@ -205,11 +221,14 @@ WITH gone AS (
 SELECT count(*) FROM cases_gone;
 
 -- name: delete
--- Remove one case if it ended and its journal holds its `end`; returns how many (0 or 1).
+-- Remove one case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
+-- many (0 or 1). The other nodes are told (NOTIFY 'd', $2: this store's sender id), so none answers for the
+-- case from memory.
 WITH gone AS (
     SELECT c.case_id FROM cases c
     WHERE c.case_id = $1 AND c.ended_at IS NOT NULL
       AND EXISTS (SELECT 1 FROM journal j WHERE j.case_id = c.case_id AND j.kind = 'end')
+      AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.case_id = c.case_id AND i.refused IS NULL)
     FOR UPDATE OF c
 ), journal_gone AS (
     DELETE FROM journal WHERE case_id IN (SELECT case_id FROM gone)
@@ -218,9 +237,13 @@ WITH gone AS (
 ), inbox_gone AS (
     DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
 ), cases_gone AS (
-    DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING 1
+    DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING case_id
+), told AS (
+    SELECT notify_change(json_build_object(
+        'k', 'd', 's', $2::text, 'c', CASE WHEN length(case_id) <= 1000 THEN case_id END
+    )) FROM cases_gone
 )
-SELECT count(*) FROM cases_gone;
+SELECT count(*) FROM told;
 
 -- name: program_put
 -- A program version's summary, once per fingerprint (a second registration keeps the first).

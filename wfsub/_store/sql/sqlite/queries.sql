@@ -151,6 +151,11 @@ WHERE refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 -- One inbox row.
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = :id;
 
+-- name: inbox_pending
+-- The inputs for a case still waiting in the inbox, oldest first.
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
+WHERE case_id = :case_id AND refused IS NULL ORDER BY id LIMIT :limit;
+
 -- name: inbox_refused
 -- The latest inputs the owner refused for a case, newest first.
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
@@ -199,10 +204,11 @@ WHERE ended_at IS NOT NULL AND ended_at <= :before
 LIMIT :limit;
 
 -- name: delete_select
--- One case, if it ended and its journal holds its `end` record (`delete`).
+-- One case, if it ended, its journal holds its `end` record and no input for it waits in the inbox (`delete`).
 SELECT case_id FROM cases
 WHERE case_id = :case_id AND ended_at IS NOT NULL
-  AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end');
+  AND EXISTS (SELECT 1 FROM journal WHERE journal.case_id = cases.case_id AND journal.kind = 'end')
+  AND NOT EXISTS (SELECT 1 FROM inbox WHERE inbox.case_id = cases.case_id AND inbox.refused IS NULL);
 
 -- name: prune_journal
 -- A pruned case's records.
