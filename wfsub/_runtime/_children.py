@@ -227,7 +227,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
     async def start() -> None:
         # A child an earlier attempt started is found first (not started again: a start repeated while the child
         # is being brought back into memory would race with the inputs that bring it back).
-        found, other = _existing(sub, child_id)
+        found, other = await _existing(sub, child_id)
         if found:
             if other != parent:
                 raise not_our_child(child_id, parent, req.path, other)
@@ -239,7 +239,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
                                    priority=t.priority or 0, dedup=t.dedup,
                                    _cancel_with_parent=t.wait is True and t.on_parent_cancel == "cancel")
             except CaseExists as exc:
-                found, other = _existing(sub, child_id)
+                found, other = await _existing(sub, child_id)
                 if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
                     raise
                 if other != parent:
@@ -286,9 +286,18 @@ def check_child_queues(workflows: Workflows, queues: Mapping[str, object]) -> No
             stack += [(child_path(path, selector, child), child) for selector, child in children(term)]
 
 
-def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
-    """Whether a case `case_id` exists (in memory or in the store), and its parent."""
-    try:
+async def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
+    """Whether a case `case_id` exists (in memory or in the store), and its parent. The store is read without
+    blocking the event loop (`status()` reads on the calling thread, waiting up to the store's sync timeout while
+    it is out, and a start is retried through an outage: every case here would stall with it)."""
+    actor = sub._cases.get(case_id)
+    if actor is not None:
+        return True, actor.parent
+    if sub._store is not None:
+        row = await sub._store.row(case_id)
+        if row is not None:
+            return True, row.parent
+    try:  # (a queued case, or one in memory only)
         return True, sub._status(case_id).parent
     except CaseNotFound:
         return False, None
