@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -420,3 +421,33 @@ async def test_a_signal_payload_holding_a_nul_is_refused_or_kept_on_postgres(tmp
         await sub.await_case("t", timeout=BOUND)
     async with Client(PostgresStore(_pg.database_dsn(), schema=schema)) as client:
         assert (await client.status("t")).state == "done"
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("\u200b", "has no visible character"),  # a zero-width space alone: a blank cell in every listing
+        ("\u2060\u0301", "has no visible character"),
+        ("order\u2028two", "holds a line separator (U+2028, a line break) at index 5"),
+        ("a\u2029b", "holds a paragraph separator (U+2029, a line break) at index 1"),
+    ],
+)
+async def test_a_new_id_that_shows_nothing_or_breaks_a_line_is_refused_at_every_door(
+    given: str, words: str, tmp_path: Path
+) -> None:
+    """A new case id of only invisible characters, or with Unicode's line or paragraph separator (a line break as
+    a tab or \\n is), is refused by the API, a Client and the command, with the same words; ids using such
+    characters among visible ones (an emoji sequence joined by U+200D, a combining accent) are taken."""
+    db = tmp_path / "s.db"
+    async with Substrate(store=db, workflows=FLOWS) as sub:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            await sub.new_case("wait", {}, case_id=given)
+        for fine in ("👨\u200d👩\u200d👧", "e\u0301", "a\u200bb"):
+            await sub.new_case("wait", {}, case_id=fine)
+        async with Client(str(db)) as client:
+            with pytest.raises(ValueError, match=re.escape(words)):
+                await client.new_case("wait", {}, case_id=given)
+        done = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(
+            cli_main, ["fork", str(db), "e\u0301", "--at", "0", "--id", given], env={"COLUMNS": "300"}))
+        assert done.exit_code == 2 and words in done.output, done.output
+        assert len(sub.cases()) == 3
