@@ -13,8 +13,9 @@ will check it, before it is put in the store's inbox) and `check_case_input` (th
 program summary of the case's recorded version, as the owner would refuse it, even while no owner runs),
 `request_applied` (whether a case took the input of a kind with a request id: a retried call; SignalRejected
 when an input of another kind used the id, since a request id names one input of one kind), `loads_input`
-(the JSON text of an input's value read, refused with a message when it nests too deep), and `check_case_id` (a
-case id checked as every door checks it: a new case's, or one to look up).
+(the JSON text of an input's value read, refused with a message when it nests too deep), `check_case_id` (a
+case id checked as every door checks it: a new case's, or one to look up), and `cancel_queued` (a case that
+waits in its queue cancelled there: it ends as any case, in one transaction).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ._runtime._outside import applied as request_applied
 from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
+from ._runtime._queues import cancel_queued as cancel_queued
 from ._runtime._registry import Workflows as Workflows
 from ._runtime._registry import entries as workflow_entries
 from ._runtime._registry import term_of as term_of
@@ -62,6 +64,7 @@ __all__ = [
     "TimerRequest",
     "VmEvent",
     "Workflows",
+    "cancel_queued",
     "check_case_id",
     "check_case_input",
     "check_input",

@@ -546,10 +546,7 @@ async def test_a_compacted_case_that_failed_can_be_retried(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
-@pytest.mark.parametrize("queued", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-    "delete leaves a queued case's queue item behind, so a new_case on the queue with its id is answered with "
-    "that old item (Substrate._enqueue in wfsub/_runtime/_substrate.py) and never runs; see the single-node test"
-)))])
+@pytest.mark.parametrize("queued", [False, True])
 async def test_a_case_deleted_on_another_node_is_gone_here_too_and_its_id_starts_afresh(queued: bool) -> None:
     """Node b deletes an ended case node a ran (and still keeps in memory): on a it is then not found, and a
     new_case with its id starts a new case that is in the store and runs, rather than answering with the
@@ -576,13 +573,7 @@ async def test_a_case_deleted_on_another_node_is_gone_here_too_and_its_id_starts
             assert [r.kind for r in await b.journal("c")] == ["start", "end"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "delete removes a case's journal, row, snapshots and tags but not its queue item (the stores' delete), and "
-    "Substrate._enqueue (wfsub/_runtime/_substrate.py) answers a put that finds the old item as 'the same start "
-    "again': the new case is acknowledged and never started or stored (on SQLite it shows `queued` for good and "
-    "its result() waits for good; in memory it is not found)"
-))
-@pytest.mark.parametrize("kind", ["memory"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_deleted_queued_case_id_can_be_queued_again_and_runs(kind: str, tmp_path: Path) -> None:
     """A case started on a queue ends and is deleted; a new_case on the queue with the same id is a new case:
     it is in the store (queued or started) and runs to its end."""

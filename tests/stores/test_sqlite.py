@@ -243,7 +243,7 @@ def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     # the kind a case ends with, the kind of a compaction's record (it keeps the request ids it replaced), and the
     # states of a queue item: part of a rule, not a value (a partial index on a state is used only by a query that
     # names that state as a literal)
-    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'"}
+    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'", "'deleted'"}
     formatted = re.findall(r'execute\(f"([^"]*)"', source)
     assert formatted == [
         "PRAGMA application_id = {int(APPLICATION_ID)}",

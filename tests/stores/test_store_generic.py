@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from wfsub import WfsubError
-from wfsub._errors import StoreError
+from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import CaseWrite, MemoryStore, ProgramSummary, SqliteStore, Store
 
 from ._helpers import end, first_write, opened, row, signal, snapshot, snapshot_count, start, twin
@@ -126,12 +126,15 @@ async def test_load_without_a_snapshot_returns_every_record_after_start(store: S
         assert await store.journal("nope") == []
 
 
-async def test_a_row_without_its_start_record_does_not_load(store: Store) -> None:
-    """A case whose row was written without `start` makes load() raise a StoreError that says so."""
+async def test_a_row_or_records_without_the_start_of_a_case_not_in_the_store_are_refused(store: Store) -> None:
+    """A write of a row, or of records after `start`, for a case the store does not hold (never started, or
+    deleted meanwhile) is refused with StoreConflict saying so, and writes nothing (load() finds no case)."""
     async with opened(store):
-        await store.write(CaseWrite("a", row=row("a")))
-        with pytest.raises(StoreError, match="no `start` record"):
-            await store.load("a")
+        for change in (CaseWrite("a", row=row("a")), CaseWrite("a", records=[signal(1)], row=row("a"))):
+            with pytest.raises(StoreConflict, match="is not in the store"):
+                await store.write(change)
+        assert await store.load("a") is None
+        assert await store.journal("a") == []
 
 
 async def test_only_the_two_newest_snapshots_are_kept(store: Store) -> None:

@@ -65,6 +65,7 @@ from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, Heartb
 from ._updates import Updates, with_taken
 from ._updates import at_end as updates_at_end
 from ._updates import dispatch as dispatch_answers
+from ._updates import moved as updates_moved
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
@@ -237,6 +238,9 @@ class CaseActor:
                 self.shared.on_evict(self)
             cause = fenced.__cause__
             refused = moved_away(cause.store if isinstance(cause, StoreError) else "?", self.case_id)
+            waiting = self.updates or self.shared.updates.get(self.case_id)
+            if waiting is not None:  # its update callers read their answers from the row from now on
+                updates_moved(waiting)
             for msg in self.inbox:  # inputs that came while the refused append was in flight: never applied
                 self.answer(msg, refused)
             self.inbox.clear()

@@ -339,6 +339,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         answers=row_answers(actor),
         taken_refused=row_refused(actor),
         parent=j.parent,
+        parent_step=j.parent_step,
     )
 
 

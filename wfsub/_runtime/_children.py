@@ -32,12 +32,20 @@ failure of the step with `CaseFailed` (the child failed) or `CaseCancelled` (the
 step (the parent or the step's region is cancelled, a failure elsewhere withdraws it, `terminate()`) cancels the
 child, with compensation; `"abandon"` leaves it running. A Substrate closing or a case leaving this node is not a
 withdrawal: the step stays in flight in the store and the child runs on. The child's cancel is sent when the
-parent's step is withdrawn. A child the parent waits for with "cancel" says so in its `start` record
-(`cancel_with_parent`), so when a process dies after the parent ended (cancelled, failed, terminated) and before
-the child's cancel was sent, the next Substrate to open the store cancels the child, with compensation, once (its
-request id is fixed: `{parent}:ended:cancel:{child}`). Not covered: a parent that lives on after its waiting step
-was withdrawn (a region cancelled) when the process dies before the child's cancel: that child runs on (find it
-with `cases(parent=)`). A child queued (`start_case(..., queue=)`) is cancelled in its queue.
+parent's step is withdrawn, with the request id `{parent}:{effect id}:{node path}:cancel`. A child the parent waits
+for with "cancel" says so in its `start` record (`cancel_with_parent`) and names the parent's step there and in
+its row (`parent_step`: effect id and node path), so a cancel lost with a process that died before sending it is
+sent by the next Substrate to open the store, and by a node of a shared store after it takes cases over
+(`cancel_lost_children`), with compensation, once (a cancel with the same request id is applied once):
+- the parent has ended (cancelled, failed, terminated): every such child of it is cancelled (request id: the
+  step's, or `{parent}:ended:cancel:{child}` for a child started before children named their parent's step);
+- the parent lives on (one of this node's) but no longer has that step in flight (its region was cancelled, a
+  timeout or another branch withdrew it): the parent is brought into memory if it is not there (its journal,
+  replayed, says which steps are in flight) and each child whose step it withdrew is cancelled. A child whose
+  step is still in flight is left alone. Children started before rows named the parent's step are not looked
+  for this way (find them with `cases(parent=)`).
+
+A child queued (`start_case(..., queue=)`) is cancelled in its queue.
 
 Transient store trouble (StoreError) while starting, signalling or waiting is retried with a capped backoff on
 the Substrate's clock; a Substrate that closes meanwhile leaves the step in flight, to be attempted again. A
@@ -50,7 +58,7 @@ cancel) go through `derived_request_id`, which keeps them within the bound every
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -75,7 +83,9 @@ from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
 from .._vm._records import InstanceFrame
 from . import _inputs as inputs
-from ._status import CaseStatus
+from ._compact import start_of
+from ._journal import parent_step_of
+from ._status import FINAL, CaseStatus
 
 if TYPE_CHECKING:
     from .._store import Store
@@ -219,6 +229,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
                "the parent's id and the node path; not retried: the same data gives the same id)")
     inputs.check_case_id(child_id, f"{label} at {req.path} of case {inputs.shown(parent)}: the child's case id",
                          fix=fix)
+    cancels = t.wait is True and t.on_parent_cancel == "cancel"
     data = t.data(ctx) if t.data is not None else None
     if data is not None and not isinstance(data, Mapping):
         raise outbound_value(label, req.path, "data(ctx) must return a mapping (the child's start data) or None",
@@ -237,7 +248,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
             try:
                 await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent, queue=t.queue,
                                    priority=t.priority or 0, dedup=t.dedup,
-                                   _cancel_with_parent=t.wait is True and t.on_parent_cancel == "cancel")
+                                   _parent_step={"effect_id": req.effect_id, "path": req.path} if cancels else None)
             except CaseExists as exc:
                 found, other = await _existing(sub, child_id)
                 if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
@@ -258,7 +269,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
     except CaseCancelled as exc:
         raise CaseCancelled(exc.case_id, exc.reason) from None
     except anyio.get_cancelled_exc_class():
-        if t.wait and t.on_parent_cancel == "cancel" and _withdrawn(actor, req, sub):
+        if cancels and _withdrawn(actor, req, sub):
             await _cancel_child(actor, req, sub, child_id)
         raise
     return result if t.into is None else {t.into: result}
@@ -312,60 +323,186 @@ def _withdrawn(actor: CaseActor, req: EffectRequest, sub: Substrate) -> bool:
     )
 
 
+def cancel_request_id(parent: str, effect_id: int, path: str) -> str:
+    """The request id of the cancel a parent's withdrawn step (effect `effect_id` at `path`) sends its child: the
+    same wherever it is sent from (the step itself, or a Substrate that finds the cancel was lost), so a child
+    gets it once (a second cancel while it compensates would end it at once)."""
+    return inputs.derived_request_id(f"{parent}:{effect_id}:{path}:cancel")
+
+
 async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Substrate, child_id: str) -> None:
     with anyio.move_on_after(10, shield=True):
         try:
             await sub.cancel(child_id, compensate=True, reason=f"its parent {actor.case_id!r} was cancelled",
-                             request_id=inputs.derived_request_id(
-                                 f"{actor.case_id}:{req.effect_id}:{req.path}:cancel"))
+                             request_id=cancel_request_id(actor.case_id, req.effect_id, req.path))
         except WfsubError as exc:  # (ended already, or the store is out: it is logged, the parent goes on)
             _log.info("child not cancelled", case_id=actor.case_id, child=child_id, error=str(exc))
 
 
-async def cancel_children_of_ended(sub: Substrate, store: Store) -> None:
+PAGE = 1000  # rows read at a time by the look for lost cancels
+
+
+class LostChildren:
+    """Runs `cancel_lost_children` in the background when asked (a Substrate opening its store, a takeover): one
+    look at a time, and one more after it when asked again meanwhile."""
+
+    def __init__(
+        self, sub: Substrate, store: Store, spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
+    ) -> None:
+        self.sub = sub
+        self.store = store
+        self.spawn = spawn
+        self.running = False
+        self.again = False
+
+    def look(self) -> None:
+        if self.running:
+            self.again = True
+            return
+        self.running = True
+        self.spawn(self._run)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self.again = False
+                await cancel_lost_children(self.sub, self.store)
+                if not self.again:
+                    return
+        finally:
+            self.running = False
+
+
+async def cancel_lost_children(sub: Substrate, store: Store) -> None:
+    """Send the cancels a process died before sending: to the live children a parent waited for with
+    `on_parent_cancel="cancel"` whose parent has ended, or lives on without the step that waited for them (see
+    the module). Each cancel's request id makes it apply once, however many nodes send it."""
+    try:
+        queued = await _queued_children(sub, store)
+    except StoreError as exc:  # looked for again when the Substrate next opens or takes cases over
+        _log.error("could not look for the queued children of ended cases", error=str(exc))
+        queued = []
+    await cancel_children_of_ended(sub, store, [(c, p, step) for c, p, ended, step in queued if ended])
+    await cancel_children_of_withdrawn(sub, store, [(c, p, step) for c, p, ended, step in queued
+                                                    if not ended and step is not None])
+
+
+async def cancel_children_of_ended(
+    sub: Substrate, store: Store, queued: list[tuple[str, str, dict[str, Any] | None]] | None = None
+) -> None:
     """Cancel (with compensation) the live children whose parent has ended although it waited for them with
     `on_parent_cancel="cancel"` (`cancel_with_parent` in their `start` record): the parent's own cancel of the
-    child was lost with the process that ended the parent. Run when a Substrate opens its store; the cancel's
-    request id makes it apply once, however many nodes send it."""
+    child was lost with the process that ended the parent. `queued`: (child, parent, step) of such children still
+    in their queue."""
     try:
-        found: list[tuple[str, str, bool | None]] = [(c, p, None) for c, p in await store.children_of_ended()]
-        found += await _queued_children_of_ended(store)
+        found: list[tuple[str, str, bool | None, dict[str, Any] | None]] = [
+            (c, p, None, None) for c, p in await store.children_of_ended()]
     except StoreError as exc:  # looked for again when the Substrate next opens
         _log.error("could not look for the children of ended cases", error=str(exc))
-        return
-    for child_id, parent, flagged in found:
+        found = []
+    found += [(c, p, True, step) for c, p, step in queued or ()]
+    for child_id, parent, flagged, step in found:
         try:
             if flagged is None:
-                journal = await store.journal(child_id)
-                first = journal[0] if journal else {}
-                start = (first.get("start") or {}) if first.get("kind") == "snapshot" else first  # (compacted)
-                flagged = bool(start.get("cancel_with_parent"))
+                flagged, step = await _waited_for(store, child_id)
             if not flagged:
                 continue  # not waited for (wait=False), or abandoned with its parent (on_parent_cancel="abandon")
             row = await store.row(parent)
             ended = "was cancelled" if row is None or row.state == "cancelled" else f"ended {row.state}"
             _log.warning("cancelling a child whose parent ended before cancelling it", case_id=child_id,
                          parent=parent)
+            # The step's own request id when the child names it: a cancel the step sent before the process died
+            # is then not applied twice (a second cancel would cut the child's compensation short).
+            request_id = inputs.derived_request_id(f"{parent}:ended:cancel:{child_id}") if step is None else \
+                cancel_request_id(parent, step["effect_id"], step["path"])
             await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {ended}",
-                             request_id=inputs.derived_request_id(f"{parent}:ended:cancel:{child_id}"))
+                             request_id=request_id)
         except WfsubError as exc:  # (ended meanwhile, or the store is out: the next open looks again)
             _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
 
 
-async def _queued_children_of_ended(store: Store) -> list[tuple[str, str, bool | None]]:
-    """(child id, parent id, True) of the queued children (`start_case(..., queue=)`) waited for with "cancel"
-    whose parent has ended."""
-    found: list[tuple[str, str, bool | None]] = []
+async def _waited_for(store: Store, child_id: str) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the parent of a stored child waits for it with "cancel", the parent's step when known): its row
+    names the step; a child started before rows named it says so in its `start` record only."""
+    row = await store.row(child_id)
+    if row is not None and row.parent_step:
+        return True, row.parent_step
+    journal = await store.journal(child_id)
+    start = start_of(journal[0]) if journal else {}
+    return bool(start.get("cancel_with_parent")), parent_step_of(start)
+
+
+async def cancel_children_of_withdrawn(
+    sub: Substrate, store: Store, queued: list[tuple[str, str, dict[str, Any]]] | None = None
+) -> None:
+    """Cancel (with compensation) the live children a live parent of this Substrate's waited for with
+    `on_parent_cancel="cancel"` at a step it has withdrawn since (its region was cancelled, a timeout or another
+    branch withdrew it): the step sends that cancel when it is withdrawn, and a process that died before it did
+    lost it. The parent is brought into memory if it is not there (its replay says which steps are in flight).
+    `queued`: (child, parent, step) of such children still in their queue (their parent this node's)."""
+    owner = sub._owner if store.shared else None
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    after = 0
+    try:
+        while True:
+            page = await store.children_waited_for(owner, after, PAGE)
+            found += [(child, parent, step) for _, child, parent, step in page]
+            if len(page) < PAGE:
+                break
+            after = page[-1][0]
+    except StoreError as exc:  # looked for again when the Substrate next opens or takes cases over
+        _log.error("could not look for the children of withdrawn steps", error=str(exc))
+    found += queued or ()
+    for child_id, parent, step in found:
+        try:
+            await _cancel_if_withdrawn(sub, child_id, parent, step)
+        except WfsubError as exc:  # (ended meanwhile, suspended, or the store is out: the next look tries again)
+            _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
+
+
+async def _cancel_if_withdrawn(sub: Substrate, child_id: str, parent: str, step: Mapping[str, Any]) -> None:
+    effect_id, path = step.get("effect_id"), step.get("path")
+    if not isinstance(effect_id, int) or not isinstance(path, str):
+        return  # (not a step this runtime wrote)
+    from ._loader import Remote  # (the loader imports this module's callers: imported when needed)
+
+    try:
+        actor = await sub._live(parent, "look at the steps of a parent case")
+    except Remote:
+        return  # another node's now: it looks when it takes the case over
+    if actor.state in FINAL or actor.journal is None or _in_flight(actor, effect_id):
+        return  # (an ended parent's children are `cancel_children_of_ended`'s)
+    _log.warning("cancelling a child whose parent withdrew the step waiting for it before cancelling it",
+                 case_id=child_id, parent=parent, path=path)
+    await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} withdrew the step waiting for it "
+                     f"({path})", request_id=cancel_request_id(parent, effect_id, path))
+
+
+def _in_flight(actor: CaseActor, effect_id: int) -> bool:
+    """Whether the case has effect `effect_id` in flight: started, or waiting to be started again (recovered)."""
+    if effect_id in actor.requested:
+        return True
+    return actor.resume is not None and any(req.effect_id == effect_id for req in actor.resume[0])
+
+
+async def _queued_children(sub: Substrate, store: Store) -> list[tuple[str, str, bool, dict[str, Any] | None]]:
+    """(child id, parent id, whether the parent ended, its step) of the queued children (`start_case(...,
+    queue=)`) waited for with "cancel" whose parent has ended, or lives on as this Substrate's."""
+    found: list[tuple[str, str, bool, dict[str, Any] | None]] = []
     before: int | None = None
     while True:
-        items = store.read_queue_items(state="queued", limit=1000, before=before)
+        items = store.read_queue_items(state="queued", limit=PAGE, before=before)
         for item in items:
             parent = item.start.get("parent")
             if isinstance(parent, str) and item.start.get("cancel_with_parent"):
                 row = await store.row(parent)
-                if row is not None and row.ended_at is not None:
-                    found.append((item.case_id, parent, True))
-        if len(items) < 1000:
+                if row is None:
+                    continue
+                if row.ended_at is not None:
+                    found.append((item.case_id, parent, True, parent_step_of(item.start)))
+                elif not store.shared or row.owner == sub._owner:
+                    found.append((item.case_id, parent, False, parent_step_of(item.start)))
+        if len(items) < PAGE:
             return found
         before = items[-1].order
 

@@ -36,7 +36,17 @@ from ._lifecycle import delete_ended
 from ._mailbox import RegionAction
 from ._outside import EndWatcher, Outside, same_start, start_differs
 from ._persist import status_of
-from ._queues import QUEUED_ORDER, Queue, check_queued, queued_page, queued_start, queued_status
+from ._queues import (
+    IN_QUEUE,
+    QUEUED_ORDER,
+    Queue,
+    cancel_queued,
+    check_queued,
+    queued_page,
+    queued_start,
+    queued_status,
+    with_item,
+)
 from ._status import CaseState, CaseStatus
 from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
 
@@ -203,9 +213,13 @@ class Client:
         door = self._door("cancel a case")
         case_id = inputs.check_case_id(case_id, new=False)
         msg = inputs.cancel(reason, compensate, request_id, case_id)
-        if await self._store.queue_cancel(case_id) is not None:
-            return  # it was queued: it never starts
-        await door.send(case_id, msg)
+        row = await self._store.row(case_id)
+        if row is None:
+            inputs.bounded_reason(msg, self._max_payload, case_id)
+            now = await self._store.database_time() if self._store.shared else _now()
+            if await cancel_queued(self._store, case_id, msg.reason, msg.request_id, now) is not None:
+                return  # it was queued: it ended there, and never starts
+        await door.send(case_id, msg, row)  # (no row: read again, it may have been written meanwhile)
 
     async def cancel_region(self, case_id: str, region: str, *, request_id: str | None = None) -> None:
         await self._region(case_id, RegionAction.CANCEL, region, None, request_id)
@@ -244,7 +258,7 @@ class Client:
         door = self._door("read a case's status")
         case_id = inputs.check_case_id(case_id, new=False)
         item = self._store.read_queue_item(case_id)
-        if item is not None and item.state in ("queued", "cancelled"):
+        if item is not None and item.state == "queued":
             return queued_status(item)
         try:
             row = await door.row(case_id)
@@ -252,11 +266,7 @@ class Client:
             if item is None:
                 raise
             return queued_status(item)  # claimed by a node that has not written its start yet: not started
-        status = await stored_children(self._store, status_of(row, _no_redaction))
-        if item is not None:
-            status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
-                                               "partition": item.partition, "dequeued_at": item.started_at})
-        return status
+        return with_item(await stored_children(self._store, status_of(row, _no_redaction)), item)
 
     async def data(self, case_id: str) -> dict[str, Any]:
         """The case's data as the store last recorded it (the final data once it has ended)."""
@@ -344,9 +354,9 @@ class Client:
         while True:
             event = watcher.event(case_id)  # before the read: an end committed after it wakes us
             item = self._store.read_queue_item(case_id)
-            if item is not None and item.state == "cancelled":
-                raise CaseCancelled(case_id, "cancelled while queued")
             if item is not None and self._store.read_row(case_id) is None:  # not started yet (or being started)
+                if item.state == "cancelled":  # (a store written before such a case was written ended)
+                    raise CaseCancelled(case_id, IN_QUEUE)
                 if check_only:
                     raise TimeoutError(f"case {case_id!r} is queued on {item.queue!r}: it has not started yet")
                 await anyio.sleep(QUEUED_POLL)
@@ -382,16 +392,12 @@ class ClientHandle(CaseHandle):
     def status(self) -> CaseStatus:
         store = self._client._store
         item = store.read_queue_item(self.case_id)
-        row = None if item is not None and item.state in ("queued", "cancelled") else store.read_row(self.case_id)
+        row = None if item is not None and item.state == "queued" else store.read_row(self.case_id)
         if row is None:
             if item is None:
                 raise CaseNotFound(self.case_id)
-            return queued_status(item)  # queued, cancelled there, or claimed and not started yet
-        status = status_of(row, _no_redaction)
-        if item is not None:
-            status = status.model_copy(update={"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
-                                               "partition": item.partition, "dequeued_at": item.started_at})
-        return status
+            return queued_status(item)  # queued, or claimed and not started yet
+        return with_item(status_of(row, _no_redaction), item)
 
     def data(self) -> dict[str, Any]:
         row = self._client._store.read_row(self.case_id)

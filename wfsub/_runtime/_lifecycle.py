@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._errors import SignalRejected
+from .._errors import CaseNotFound, SignalRejected
 from .._store import CaseRow, CaseWrite, Record, Store
 from ._journal import INPUT_KINDS, effective
 from ._persist import suspend
@@ -182,12 +182,18 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
 
 async def delete_ended(store: Store, case_id: str) -> None:
     """Delete a case whose row says it ended, or SignalRejected saying why not: inputs for it wait in the inbox
-    (naming them), or its `end` record is not written yet."""
+    (naming them), a retry re-opened it meanwhile (its state now), or its `end` record is not written yet;
+    CaseNotFound when it was deleted meanwhile."""
     if await store.delete(case_id):
         return
     pending = await store.inbox_pending(case_id)
     if pending:
         raise SignalRejected.inputs_pending(case_id, [(row.id, row.kind) for row in pending])
+    now = await store.row(case_id)  # what changed since the caller read it: deleted, or re-opened by a retry
+    if now is None:
+        raise CaseNotFound(case_id)
+    if not CaseState(now.state).ended:
+        raise SignalRejected.not_ended(case_id, "be deleted", now.state)
     raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
 
 

@@ -238,6 +238,7 @@ class CaseLoader:
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
         sent: Mapping[str, Any] | None = None,
+        parent_step: dict[str, Any] | None = None,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
@@ -250,8 +251,9 @@ class CaseLoader:
         journal = actor.journal = CaseJournal(self.store, case_id, workflow, fingerprint, now, time=now)
         journal.deadline = deadline
         journal.parent = actor.parent
+        journal.parent_step = parent_step
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
-                             cancel_with_parent, sent)
+                             cancel_with_parent, sent, parent_step)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
         if queued:

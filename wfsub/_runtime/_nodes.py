@@ -101,6 +101,7 @@ class Node:
         self.taken = taken  # a case this node took over: stale actors of it go, a live one is resumed
         self.recheck = recheck  # after a lapse: drop the actors of cases this node no longer holds at their epoch
         self.lease_seconds = lease_seconds
+        self.took_over: Callable[[], object] = _nothing  # called after a takeover that took some cases
         self.renewed_at = time.monotonic()  # when the last renewal that succeeded was sent (the store just opened)
         lease.renewed(self.renewed_at + lease_seconds / 2)
 
@@ -157,5 +158,11 @@ class Node:
                 _log.info("took over cases of nodes whose lease expired", count=len(rows))
             for row in rows:
                 await self.taken(row)
+            if rows:
+                self.took_over()
             if len(rows) < TAKEOVER_BATCH:
                 return
+
+
+def _nothing() -> None:
+    pass

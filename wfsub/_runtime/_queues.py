@@ -18,9 +18,18 @@ Decisions written down here:
   on other nodes).
 - `dedup=key`: a second live case (queued, or started and not ended) of the queue with that key is refused with
   `CaseExists` naming the case that holds it.
-- A queued case can be cancelled (it never starts: its state is `cancelled`, with no journal); `await_case` of a
-  queued case waits for it to start and end. `status()` of a queued case shows `queue`, `priority`, `dedup`,
-  `partition`; `started_at` and `dequeued_at` are None until it starts.
+- A queued case can be cancelled: it never starts, and ends there as any case ends (`cancel_queued`): in the
+  transaction that marks its queue item cancelled its case is written with a `start` record (its workflow's
+  newest version in the store, its start data, tags and parent), the `cancel` record (with the cancel's
+  `request_id`) and an `end` record (`cancelled`, with `queue` naming its queue), and its row. So every door
+  answers it as an ended case: `status()` says `cancelled` (`started_at` None: it never started), `await_case`
+  raises CaseCancelled, a retried cancel with its request id returns as the first did, other inputs are refused
+  as for an ended case, a start with its id is that case (or CaseExists), `journal()` reads its three records,
+  and `delete` removes it and its queue item. Its reason: the cancel's, or "cancelled while queued" for the
+  default one. Without a store it is kept as its cancelled queue item, which those doors read the same way (but
+  a retried cancel is refused as an ended case's: without a store no request id is kept), and `delete` removes.
+- `await_case` of a queued case waits for it to start and end. `status()` of a queued case shows `queue`,
+  `priority`, `dedup`, `partition`; `started_at` and `dequeued_at` are None until it starts.
 - Starting on a queue that `queues=` does not name is refused with the names it has (a `Client`: the queues
   registered in the store). Each Substrate records its queues in the store; the newest registration of a queue
   wins (a WARNING names the one it replaced), and every node claims with the registered limits.
@@ -28,7 +37,9 @@ Decisions written down here:
   takes the claim over and starts it (once: the take-over is one store transaction, and a case id is written once):
   on SQLite the next owner of the file, when it opens (the owner is the file's only claimer); on Postgres any live
   node once the claimer's lease has run out (it looks whenever it looks for room), or the claimer itself when it
-  comes back with the same node id.
+  comes back with the same node id. A node whose claim or start failed in the store (an outage, a commit whose
+  answer was lost: it may have claimed cases it never heard of) looks for its own claims never started at its
+  next round, and starts them.
 """
 
 from __future__ import annotations
@@ -41,10 +52,11 @@ from typing import Any
 import anyio
 
 from .._errors import NOTHING, StoreError, bad_option, unknown_name
-from .._store import Store
-from .._store._queueing import QueueItem, QueueLimits, QueueTable
+from .._store import CaseRow, CaseWrite, Store
+from .._store._queueing import CANCELLED, QUEUED, QueueItem, QueueLimits, QueueTable
 from .._trace import get_logger
 from ._inputs import MAX_CASE_ID_BYTES, stored_key
+from ._journal import end_record, input_record, start_record
 from ._status import CaseState, CaseStatus
 
 _log = get_logger("wfsub.runtime")
@@ -158,6 +170,7 @@ def check_queued(
 def queued_start(
     workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
     parent: str | None = None, cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
+    parent_step: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
     that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before;
@@ -168,14 +181,73 @@ def queued_start(
         start["tags"] = dict(tags)
     if parent is not None:
         start["parent"] = parent
-    if cancel_with_parent:
+    if cancel_with_parent or parent_step is not None:
         start["cancel_with_parent"] = True
+    if parent_step is not None:
+        start["parent_step"] = dict(parent_step)
     if sent is not None and dict(sent) != (data or {}):
         start["sent"] = dict(sent)
     return start
 
 
 StartItem = Callable[[QueueItem], Awaitable[object]]
+
+IN_QUEUE = "cancelled while queued"  # the reason of a queued case cancelled with the default one
+
+
+def cancelled_in_queue(
+    item: QueueItem, fingerprint: str, reason: str, request_id: str | None, now: float
+) -> CaseWrite:
+    """The write that ends a case cancelled while it waited in its queue (see the module): its start as its item
+    would have started it, then its `cancel` and `end` records, and its row."""
+    start, case_id = item.start, item.case_id
+    why = IN_QUEUE if reason == "cancelled" else reason
+    asked = {} if request_id is None else {"request_id": request_id}
+    end = end_record(2, now, "cancelled", reason=why)
+    end["queue"] = item.queue
+    records = [
+        start_record(case_id, start["workflow"], fingerprint, start.get("data"), start.get("seed"), None, now,
+                     start.get("tags"), start.get("parent"), bool(start.get("cancel_with_parent"))),
+        input_record(1, "cancel", None, now, None, reason=why, compensate=False, **asked),
+        end,
+    ]
+    row = CaseRow(
+        case_id=case_id, workflow=start["workflow"], fingerprint=fingerprint, state=CaseState.CANCELLED.value,
+        started_at=now, updated_at=now, ended_at=now, last_seq=2, data=dict(start.get("data") or {}),
+        cancel_reason=why, parent=start.get("parent"),
+    )
+    return CaseWrite(case_id, records, row)
+
+
+async def cancel_queued(
+    store: Store, case_id: str, reason: str, request_id: str | None, now: float,
+    version_of: Callable[[str], str | None] | None = None,
+) -> QueueItem | None:
+    """Cancel the case `case_id` if it waits in its queue, writing its case ended (see the module); None if it
+    does not wait there (no such item, or it started or was cancelled already). It is recorded on the newest
+    version of its workflow in the store; `version_of(workflow)`: the fingerprint to record when the store holds
+    none (a store written before program summaries)."""
+    item = store.read_queue_item(case_id)
+    if item is None or item.state != QUEUED:
+        return None
+    found = await store.newest_program(item.start["workflow"])
+    version = found.fingerprint if found is not None else (version_of(item.start["workflow"]) if version_of else None)
+    if version is None:
+        raise StoreError(store.url, f"cannot cancel queued case {case_id!r}: the store holds no version of its "
+                         f"workflow {item.start['workflow']!r}; open a Substrate that registers it, then cancel again")
+    return await store.queue_cancel(case_id, cancelled_in_queue(item, version, reason, request_id, now))
+
+
+def with_item(status: CaseStatus, item: QueueItem | None) -> CaseStatus:
+    """A case's status with what its queue item says (when it started on a queue); one cancelled while queued
+    never started (`started_at` None)."""
+    if item is None:
+        return status
+    update: dict[str, Any] = {"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
+                              "partition": item.partition, "dequeued_at": item.started_at}
+    if item.state == CANCELLED:
+        update["started_at"] = None
+    return status.model_copy(update=update)
 
 
 class Queues:
@@ -203,6 +275,9 @@ class Queues:
         self.table: Store | QueueTable = QueueTable(ended, missing_is_ended=True)
         self.nudged = anyio.Event()
         self.moved: dict[str, anyio.Event] = {}  # case id -> set when that queued case started or was cancelled
+        # A claim or a start the store failed (an outage, a commit whose answer was lost) may have left cases
+        # claimed by this node and never started: the next round looks for them, as an opening does.
+        self.unsure = False
 
     def use(self, store: Store) -> None:
         self.table = store
@@ -227,12 +302,23 @@ class Queues:
             await table.queue_put(item)
         self.nudge()
 
-    async def cancel(self, case_id: str) -> QueueItem | None:
+    async def cancel(
+        self, case_id: str, reason: str, request_id: str | None, version_of: Callable[[str], str | None] | None = None
+    ) -> QueueItem | None:
+        """Cancel a case waiting in its queue (see `cancel_queued`); None if it does not wait there."""
         table = self.table
-        item = table.cancel(case_id) if isinstance(table, QueueTable) else await table.queue_cancel(case_id)
+        if isinstance(table, QueueTable):
+            item = table.cancel(case_id)
+        else:
+            item = await cancel_queued(table, case_id, reason, request_id, self.now(), version_of)
         if item is not None:
             self._moved(case_id)
         return item
+
+    def forget(self, case_id: str) -> None:
+        """Without a store: a deleted case's item leaves its id (a store does it as it deletes the case)."""
+        if isinstance(self.table, QueueTable):
+            self.table.forget(case_id)
 
     def item(self, case_id: str) -> QueueItem | None:
         table = self.table
@@ -279,6 +365,10 @@ class Queues:
             wake: float | None = None
             self.busy(1)
             try:
+                if self.unsure and not isinstance(table, QueueTable):  # this node's own claims never started
+                    self.unsure = False
+                    for item in await table.queue_orphans(self.node):
+                        await self._start(item)
                 if not isinstance(table, QueueTable) and table.shared:  # claimed by nodes whose lease ran out
                     for item in await table.queue_orphans(self.node, own=False):
                         _log.warning("queues: starting a case claimed by a node that stopped before starting it",
@@ -301,6 +391,7 @@ class Queues:
                         if len(claimed) < CLAIM_MOST:
                             break
             except StoreError as exc:
+                self.unsure = True
                 _log.error("queues: could not claim queued cases", error=str(exc))
             finally:
                 self.busy(-1)
@@ -314,7 +405,8 @@ class Queues:
     async def _start(self, item: QueueItem) -> None:
         try:
             await self.start(item)
-        except StoreError as exc:  # claimed, not started: this node starts it again when it next enters
+        except StoreError as exc:  # claimed, not started (or not known to be): the next round looks again
+            self.unsure = True
             _log.error("queues: the store failed starting a claimed case", case_id=item.case_id, error=str(exc))
         except Exception as exc:  # (it was checked when queued: a workflow this node has not registered, ...)
             _log.error("queues: could not start a claimed case", case_id=item.case_id, queue=item.queue,
@@ -374,9 +466,12 @@ __all__ = [
     "QUEUED_ORDER",
     "Queue",
     "Queues",
+    "cancel_queued",
+    "cancelled_in_queue",
     "check_queued",
     "check_queues",
     "queued_page",
     "queued_start",
     "queued_status",
+    "with_item",
 ]

@@ -79,18 +79,19 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import cancel_children_of_ended, check_child_queues, children_in
+from ._children import LostChildren, check_child_queues, children_in
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
 from ._inputs import admit
-from ._journal import JournalRecord, as_journaled
+from ._journal import JournalRecord, as_journaled, parent_step_of
 from ._loader import CaseLoader, Existing, Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
 from ._persist import Background, status_of
 from ._queues import (
+    IN_QUEUE,
     QUEUED_ORDER,
     Queue,
     Queues,
@@ -99,6 +100,7 @@ from ._queues import (
     queued_page,
     queued_start,
     queued_status,
+    with_item,
 )
 from ._registry import Workflows
 from ._request_ids import taken
@@ -106,7 +108,8 @@ from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
-from ._updates import ANSWERS_KEPT, row_result
+from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
+from ._updates import moved as updates_moved
 from ._updates import of as of_actor
 from ._updates import result as update_result
 
@@ -426,8 +429,10 @@ class Substrate:
             is_open=lambda: self._phase == "open",
         )
         loader.ended_here = lambda case_id: self._ended_elsewhere({case_id})
+        lost = LostChildren(self, store, case_tg.start_soon)  # cancels of children a dead process did not send
         if store.shared:
             node = self._node = Node(store, self._lease, clock, loader.taken, loader.recheck, store.lease_seconds)
+            node.took_over = lost.look  # (the parents taken over may have lost their children's cancels)
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
@@ -441,7 +446,7 @@ class Substrate:
         for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
             if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
-        case_tg.start_soon(cancel_children_of_ended, self, store)
+        lost.look()
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -487,8 +492,9 @@ class Substrate:
     def _changed_elsewhere(self, case_ids: set[str] | None) -> None:
         """Cases that ended on other nodes, or that another node or a client deleted (NOTIFY): an ended copy kept
         in memory here is stale either way (deleted, or re-opened by a retry and ended again there), so it leaves
-        memory and reads go to the store; then their awaiters wake."""
-        for case_id in case_ids or ():
+        memory and reads go to the store; then their awaiters wake. None (some notices were missed: the listener
+        reconnected): every ended copy kept here may be stale, so all of them leave memory."""
+        for case_id in list(self._cases) if case_ids is None else case_ids:
             actor = self._cases.get(case_id)
             if actor is not None and actor.journal is not None and actor.state in FINAL and actor.recorded:
                 del self._cases[case_id]
@@ -586,6 +592,7 @@ class Substrate:
         delay: float | None = None,
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
+        _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
@@ -629,6 +636,10 @@ class Substrate:
                 return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
+        elif queue is None and self._queues.queues:
+            known = self._queues.item(case_id)
+            if known is not None and known.state in ("queued", "cancelled"):  # (not one being started from there)
+                return self._same_queued(known, name, {"data": start_data}, model)
         now = self._clock.now()
         if queue is not None:
             if name is None:
@@ -636,7 +647,8 @@ class Substrate:
                 self._queued_terms[case_id] = workflow
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
-                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent),
+                queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent,
+                             _parent_step),
                 now + wait_for, now,
             )
             return await self._enqueue(item, model)
@@ -664,7 +676,8 @@ class Substrate:
             self._starting[case_id] = ({"workflow": name, "data": start_data or {}, "sent": sent}, written)
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
-                                         cancel_with_parent=_cancel_with_parent, sent=sent)
+                                         cancel_with_parent=_cancel_with_parent, sent=sent,
+                                         parent_step=_parent_step)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -819,13 +832,20 @@ class Substrate:
                 raise
             known = self._queues.item(item.case_id)
             if known is not None:  # the same start again (a schedule's slot on two nodes): that case
-                start_differs(item.case_id, known.start, item.start["workflow"], item.start, model)
-                return CaseHandle(self, self._cases.get(item.case_id), item.case_id)
+                return self._same_queued(known, item.start["workflow"], item.start, model)
             if self._store is None:
                 raise
             return await self._same_start(item.case_id, item.start["workflow"], item.start["data"],
                                           item.start.get("sent"), model)
         return CaseHandle(self, None, item.case_id)
+
+    def _same_queued(
+        self, known: QueueItem, workflow: str | None, asked: Mapping[str, Any], model: type[BaseModel] | None
+    ) -> CaseHandle:
+        """A start repeated with the id of a case started on a queue (`asked`: as a start record has it): its
+        handle if it is the same start, else CaseExists naming what differs."""
+        start_differs(known.case_id, known.start, workflow, asked, model)
+        return CaseHandle(self, self._cases.get(known.case_id), known.case_id)
 
     async def _start_queued(self, item: QueueItem) -> None:
         start = item.start
@@ -836,6 +856,7 @@ class Substrate:
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
+            _parent_step=parent_step_of(start),
             _sent=start.get("sent"),
         )
 
@@ -852,16 +873,10 @@ class Substrate:
         return queued_status(item)
 
     def _with_queue(self, status: CaseStatus) -> CaseStatus:
-        """A started case's status with what its queue item says (when it started on a queue)."""
+        """A case's status with what its queue item says (when it started on a queue, or ended there)."""
         if not self._queues.queues:
             return status
-        item = self._queues.item(status.case_id)
-        if item is None:
-            return status
-        return status.model_copy(update={
-            "queue": item.queue, "priority": item.priority, "dedup": item.dedup, "partition": item.partition,
-            "dequeued_at": item.started_at,
-        })
+        return with_item(status, self._queues.item(status.case_id))
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":
@@ -950,6 +965,9 @@ class Substrate:
                 raise SignalRejected.ended(case_id, what, row.state)
             raise Remote(row)
         if self._loader is None:
+            item = self._queues.item(case_id) if self._queues.queues else None
+            if item is not None and item.state == "cancelled":  # (without a store: ended in its queue)
+                raise SignalRejected.ended(case_id, what, "cancelled")
             raise CaseNotFound(case_id)
         return await self._loader.live(case_id, what)
 
@@ -994,7 +1012,8 @@ class Substrate:
         a `check=` that says no: now, or when a wait takes it later), CaseFailed / CaseCancelled when the case
         fails or is cancelled before answering, TimeoutError after `timeout` seconds without an answer (the case
         keeps the update). A call repeated with the same `request_id` gets the first call's answer, also while
-        the first is waiting and after a crash of the process that owned the case."""
+        the first is waiting and after a crash of the process that owned the case. A case that moves to another
+        node while the call waits (a takeover) answers from there: the call reads the answer from its row."""
         _check_await_timeout(timeout)
         case_id = inputs.check_case_id(case_id, new=False)
         msg = inputs.update(name, payload, request_id, case_id)
@@ -1047,21 +1066,58 @@ class Substrate:
             try:
                 if actor.state in FINAL:
                     raise actor.ended_error(msg.what)
-                await self._signal(actor, msg)
+                inbox_id = await self._signal(actor, msg)
             except BaseException:
                 if updates.pending.get(uid) is waiter:
                     del updates.pending[uid]
                 raise
-        await waiter.event.wait()
+            if inbox_id is not None:  # the case moved to another owner before it took the update: sent there
+                updates_moved(updates, uid)  # (and any other caller of this id reads the row too)
+                return await self._answer_from_row(case_id, msg, inbox_id)
+        await self._wait_answer(actor, waiter)
         assert waiter.answer is not None
+        if waiter.answer[0] == MOVED:  # the case moved to another owner while we waited: its answer is there
+            return await self._answer_from_row(case_id, msg, 0)
         return update_result(actor.case_id, msg.name, waiter.answer, actor.outcome)
 
-    async def _signal(self, actor: CaseActor, msg: Signal) -> None:
-        """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox."""
+    async def _wait_answer(self, actor: CaseActor, waiter: Pending) -> None:
+        """Wait for an update's answer here. A case that left memory and is now another node's (taken over while
+        it was evicted: no actor of this node will answer) is noticed by a look at its row every ENDED_POLL s."""
+        while True:
+            with anyio.move_on_after(ENDED_POLL):  # (real time, as the polls of the store)
+                await waiter.event.wait()
+            if waiter.event.is_set():
+                return
+            store = self._store
+            if store is None or not store.shared or self._cases.get(actor.case_id) is not None:
+                continue
+            try:
+                row = await store.row(actor.case_id)
+            except StoreError as exc:  # (looked at again at the next poll)
+                _log.warning("could not read the row of a case an update waits on", case_id=actor.case_id,
+                             error=str(exc))
+                continue
+            if row is None or row.owner != self._owner:
+                updates_moved(of_actor(actor))
+                return
+
+    async def _answer_from_row(self, case_id: str, msg: Signal, inbox_id: int) -> Any:
+        """An update's answer read from its case's row, written by the owner the case moved to (`inbox_id`: the
+        inbox row the update went to, whose refusal is raised; 0: none, the update was journaled before)."""
+        assert self._store is not None
+        assert msg.request_id is not None
+        return await remote_answer(self._store, case_id, msg.name, msg.request_id, inbox_id)
+
+    async def _signal(self, actor: CaseActor, msg: Signal) -> int | None:
+        """A checked signal to a case in memory: the case's own check (`admit`), then into its mailbox. Returns
+        the id of the inbox row it went to instead when the case has moved to another owner (else None)."""
         if self._phase != "open":
             raise SubstrateClosed("send a signal")
         if actor.evicted:  # a handle's actor that has left memory since
-            actor = await self._live(actor.case_id, msg.what)
+            try:
+                actor = await self._live(actor.case_id, msg.what)
+            except Remote as remote:  # another node's now (taken over meanwhile): through the inbox
+                return await self._to_inbox(actor.case_id, msg, remote.row)
         machine = actor.machine
         if machine is None or actor.state in FINAL:
             raise actor.ended_error(msg.what)
@@ -1069,21 +1125,22 @@ class Substrate:
             msg.payload = machine.check_update(msg.name, msg.payload) if msg.update else machine.check_signal(
                 msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
             await actor.send(msg)
-            return
+            return None
         admit(msg, machine, self._max_payload)  # and the payload as its record gives it back, before any write
         msg.reply = Reply()
-        await self._ask(actor, msg)
+        return await self._ask(actor, msg)
 
-    async def _to_inbox(self, case_id: str, msg: External, row: CaseRow) -> None:
+    async def _to_inbox(self, case_id: str, msg: External, row: CaseRow) -> int:
         """An input for a case another process owns: checked against its version's summary, then into the store's
         inbox, acknowledged once committed (its owner is woken by the store and journals it; a refusal is marked
-        on the inbox row)."""
+        on the inbox row). Returns the inbox row's id (0: a retried call whose input was applied)."""
         assert self._store is not None
         outside = self._outside or Outside(self._store, self._workflows, self._max_payload, self._clock.now)
-        await outside.send(case_id, msg, row)
+        return await outside.send(case_id, msg, row)
 
-    async def _ask(self, actor: CaseActor, msg: External) -> None:
-        """Send an input and wait for its answer (committed and applied, or refused)."""
+    async def _ask(self, actor: CaseActor, msg: External) -> int | None:
+        """Send an input and wait for its answer (committed and applied, or refused). Returns the id of the inbox
+        row it went to instead when the case moved to another owner meanwhile (else None)."""
         reply = msg.reply
         assert reply is not None
         while True:
@@ -1095,8 +1152,7 @@ class Substrate:
                     actor = await self._live(actor.case_id, msg.what)
                 except Remote as remote:  # fenced: another node has it now: the input goes to it through the inbox
                     msg.reply = None
-                    await self._to_inbox(actor.case_id, msg, remote.row)
-                    return
+                    return await self._to_inbox(actor.case_id, msg, remote.row)
                 if actor.machine is not None:  # brought back on another version, maybe: its own check again
                     admit(msg, actor.machine, self._max_payload)
         await reply.event.wait()
@@ -1107,9 +1163,9 @@ class Substrate:
                 if row is None:
                     raise reply.error
                 msg.reply = None
-                await self._to_inbox(actor.case_id, msg, row)
-                return
+                return await self._to_inbox(actor.case_id, msg, row)
             raise reply.error
+        return None
 
     async def cancel(
         self, case_id: str, compensate: bool = True, *, reason: str = "cancelled", request_id: str | None = None
@@ -1124,14 +1180,18 @@ class Substrate:
         self._check_open("cancel a case")
         case_id = inputs.check_case_id(case_id, new=False)
         msg = inputs.cancel(reason, compensate, request_id, case_id)
-        if self._queues.queues and case_id not in self._cases:
-            if await self._queues.cancel(case_id) is not None:
+        if self._store is None and self._queues.queues and case_id not in self._cases:
+            if await self._queues.cancel(case_id, msg.reason, msg.request_id) is not None:
                 return  # it was queued: it never starts
             item = self._queues.item(case_id)
             if item is not None and item.state == "cancelled":
                 raise SignalRejected.ended(case_id, msg.what, "cancelled")
         if case_id not in self._cases and self._store is not None:
             row = await self._store.row(case_id)
+            if row is None:
+                if await self._cancel_queued(case_id, msg):
+                    return  # it was queued: it ended there, and never starts
+                row = await self._store.row(case_id)  # (cancelled there meanwhile, or started from there)
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
                 inputs.bounded_reason(msg, self._max_payload, case_id)
@@ -1147,6 +1207,17 @@ class Substrate:
             await self._to_inbox(case_id, msg, remote.row)
             return
         await self._cancel(actor, msg)
+
+    async def _cancel_queued(self, case_id: str, msg: Cancel) -> bool:
+        """Cancel a durable case that waits in its queue (True: it ended there); False when it does not wait there
+        (no such item, or it has started: its cancel goes to the case)."""
+        inputs.bounded_reason(msg, self._max_payload, case_id)
+
+        def mine(name: str) -> str | None:  # (for a store that holds no version of it)
+            versions = self._workflows.versions.get(name)
+            return versions[-1].fingerprint if versions else None
+
+        return await self._queues.cancel(case_id, msg.reason, msg.request_id, mine) is not None
 
     async def _cancel(self, actor: CaseActor, msg: Cancel) -> None:
         self._check_open("cancel a case")
@@ -1230,8 +1301,8 @@ class Substrate:
         if item.state in ("queued", "started"):
             await self._queues.wait_moved(case_id, self._written)
             item = self._queues.item(case_id)
-        if item is not None and item.state == "cancelled":
-            raise CaseCancelled(case_id, "cancelled while queued")
+        if item is not None and item.state == "cancelled" and not self._written(case_id):
+            raise CaseCancelled(case_id, IN_QUEUE)  # (with a store: ended as any case, its row says how)
 
     async def _outcome(self, case_id: str, actor: CaseActor | None, timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
         if timeout is None:
@@ -1464,6 +1535,15 @@ class Substrate:
             raise CaseNotFound(case_id)
         if store.shared and row.owner != self._owner:
             taken = await store.take_ended(case_id) if CaseState(row.state).ended else None
+            if taken is None and CaseState(row.state).ended:  # another node took it since: say where it is now
+                now = await store.row(case_id)
+                if now is None:
+                    raise CaseNotFound(case_id)
+                row = now
+                if not CaseState(row.state).ended:  # re-opened there already
+                    raise SignalRejected.not_retryable(case_id, row.state)
+                if inbox_done:  # a queued retry this node took as its owner's lease ran out: left to the owner now
+                    raise Remote(row)
             if taken is None:  # a node whose lease is live owns it (its memory holds it): that node retries it
                 raise SignalRejected.not_retryable(
                     case_id, row.state, f"node {row.owner!r} owns it: retry it there (a Client or `wfsub retry` "
@@ -1477,7 +1557,9 @@ class Substrate:
             await lifecycle.reopen(store, row, record, inbox_done)
         except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
             now = await store.row(case_id)
-            raise SignalRejected.not_retryable(case_id, now.state if now is not None else row.state) from None
+            if now is None:  # deleted meanwhile (the store refuses to write a case it no longer holds)
+                raise CaseNotFound(case_id) from None
+            raise SignalRejected.not_retryable(case_id, now.state) from None
         except CommitUnknown:  # re-opened or not, the store decides: the sweep brings it back if it runs again
             loader.bring_back(case_id)
             raise
@@ -1553,8 +1635,9 @@ class Substrate:
         return actor
 
     async def delete(self, case_id: str) -> None:
-        """Remove an ended case at once: its journal, row, snapshots and tags (`await_case` then raises
-        CaseNotFound). CaseNotFound for no such case; SignalRejected for a case that has not ended."""
+        """Remove an ended case at once: its journal, row, snapshots, tags and queue item (`await_case` then raises
+        CaseNotFound; its id starts a new case). CaseNotFound for no such case; SignalRejected for a case that has
+        not ended."""
         self._check_open("delete a case")
         case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
@@ -1566,8 +1649,10 @@ class Substrate:
                     actor.on_recorded = anyio.Event()
                 await actor.on_recorded.wait()
         if self._store is None or (actor is not None and actor.journal is None):
-            if self._cases.pop(case_id, None) is None:
+            item = self._queues.item(case_id) if self._queues.queues else None
+            if self._cases.pop(case_id, None) is None and (item is None or item.state != "cancelled"):
                 raise CaseNotFound(case_id)
+            self._queues.forget(case_id)  # (a store removes its item as it deletes the case)
             return
         row = await self._store.row(case_id)
         if row is None:

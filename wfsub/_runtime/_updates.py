@@ -13,7 +13,11 @@ row (`CaseRow.answers`, written with the row), which is where they are found:
   answer is there (or the case ended, or the owner refused the inbox row);
 - by a case brought back into memory (restart, takeover, eviction): the row's answers, then those its replay
   recomputes (the updates journaled after the row was written), so a call retried with its request id after a
-  crash gets its answer.
+  crash gets its answer;
+- by a caller of this process whose case left it for another owner (shared stores: another node took the case
+  over, so this node's actor was fenced) while the caller waited: the update it sent was journaled before (the
+  new owner's replay answers it), or refused unrecorded by the fenced actor and sent through the inbox, so the
+  caller reads its answer from the row as a Client would (`moved`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ REFUSED_KEPT = 10
 """Inputs refused by a `check=` when a wait took them from the buffer, kept newest first for `status().refused`."""
 
 ENDED = "ended"
+MOVED = "moved"  # not an answer: the case left this process, its answer is to be read from the case row
 
 
 class Pending:
@@ -99,6 +104,16 @@ def of(actor: CaseActor) -> Updates:
             found = table[actor.case_id] = Updates()
         actor.updates = found
     return found
+
+
+def moved(updates: Updates, uid: str | None = None) -> None:
+    """Tell the callers waiting here for update `uid` (None: every update) that the case moved to another owner:
+    they read the answer from its row (see the module). Nothing is kept: the answers are the new owner's."""
+    for key, waiting in list(updates.pending.items()):
+        if uid is None or key == uid:
+            del updates.pending[key]
+            waiting.answer = [MOVED, None]
+            waiting.event.set()
 
 
 def dispatch(actor: CaseActor, answers: Iterable[tuple[str | None, str, str, Any]]) -> None:

@@ -93,6 +93,9 @@ class CaseRow:
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    # A child its parent waits for and cancels on withdrawal: the parent's step, {"effect_id", "path"} (a parent
+    # that withdrew that step but died before cancelling the child is found by it: `_runtime._children`).
+    parent_step: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -218,7 +221,9 @@ class Store(Protocol):
         ...
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
-        """Commit `change` (grouped with concurrent writes); per record, whether it was appended."""
+        """Commit `change` (grouped with concurrent writes); per record, whether it was appended. A write of records
+        or a row for a case the store does not hold (deleted or pruned meanwhile) is refused with StoreConflict
+        unless its records begin with the journal's first record (a `start`, or a compacted fork's `snapshot`)."""
         ...
 
     async def load(self, case_id: str) -> StoredCase | None:
@@ -268,7 +273,8 @@ class Store(Protocol):
         ...
 
     async def delete(self, case_id: str) -> bool:
-        """Remove an ended case (its row, journal, snapshots, inbox rows and tags) in one transaction; False (and
+        """Remove an ended case (its row, journal, snapshots, inbox rows, tags and queue item: see
+        `_queueing`) in one transaction; False (and
         nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
         (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
         them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
@@ -364,7 +370,7 @@ class Store(Protocol):
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         """Remove the cases that ended at or before `ended_before` (never one without `end`), at most `limit` of them
-        (None: all) in one transaction; returns how many."""
+        (None: all) in one transaction, as `delete` removes one; returns how many."""
         ...
 
     async def owner(self) -> Owner | None:
@@ -426,8 +432,10 @@ class Store(Protocol):
         the earliest time another may become startable without a case ending (None: none)."""
         ...
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
-        """Cancel a queued item (it never starts); None if there is none, or it has started already."""
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
+        """Cancel a queued item (it never starts) and write `ended`, its case ended (see `_queueing`), in one
+        transaction; None, writing nothing, if there is no item of that id waiting (none, or it started or was
+        cancelled already)."""
         ...
 
     def read_queue_items(
@@ -444,6 +452,14 @@ class Store(Protocol):
     async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
         """(child id, parent id) of up to `limit` child cases (`start_case`) that have not ended whose parent has,
         oldest first."""
+        ...
+
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        """(order, child id, parent id, the parent's step) of up to `limit` child cases that have not ended, whose
+        parent has not ended either and waits for them with "cancel" (their row has `parent_step`), with `order`
+        > `after`, oldest first; `owner` (shared stores): only those whose parent that node owns."""
         ...
 
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:

@@ -38,15 +38,17 @@ from ._base import (
     StoredCase,
 )
 from ._listing import Listing
-from ._queueing import QueueItem, QueueLimits, QueueTable
+from ._queueing import QUEUED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    case_gone,
     decode_record,
     decode_row,
     decode_start,
     decode_tags,
     encode_write,
+    headless,
     inbox_text,
     kept_snapshot,
     loads,
@@ -183,6 +185,8 @@ class MemoryStore(SingleNode):
     def _apply(self, change: EncodedWrite) -> list[bool]:
         """Check every rule first, then apply: a refused write changes nothing."""
         case = self._cases.get(change.case_id) or _Case()
+        if case.row is None and not case.journal and headless(change):
+            raise StoreConflict(self._name, case_gone(change.case_id))
         appended: list[bool] = []
         seen_ids = set(case.request_ids)
         seqs: set[int] = set()
@@ -320,9 +324,14 @@ class MemoryStore(SingleNode):
         await anyio.lowlevel.checkpoint()
         return self._queue.claim(queue, limits, node, now, most)
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         self._check_open("cancel a queued case")
+        encoded = encode_write(self._name, ended)
         await anyio.lowlevel.checkpoint()
+        item = self._queue.items.get(case_id)
+        if item is None or item.state != QUEUED:
+            return None
+        self._apply(encoded)  # (refused whole, the item left queued, if its id were taken)
         return self._queue.cancel(case_id)
 
     def read_queue_items(
@@ -344,6 +353,17 @@ class MemoryStore(SingleNode):
                        if row.parent is not None and row.ended_at is None and row.parent in rows
                        and rows[row.parent].ended_at is not None)
         return [(case_id, parent) for _, case_id, parent in found[:limit] if parent is not None]
+
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        self._check_open("list the children waited for by live cases")
+        await anyio.lowlevel.checkpoint()
+        rows = {case_id: self._row(case) for case_id, case in self._cases.items() if case.row is not None}
+        found = sorted((row.order, row.case_id, row.parent, row.parent_step) for row in rows.values()
+                       if row.parent is not None and row.ended_at is None and row.parent in rows
+                       and rows[row.parent].ended_at is None and row.parent_step and row.order > after)
+        return [(o, c, p, step) for o, c, p, step in found[:limit] if p is not None and step is not None]
 
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         self._check_open("list queued cases")
@@ -377,6 +397,7 @@ class MemoryStore(SingleNode):
             gone = gone[:limit]
         for case_id in gone:
             del self._cases[case_id]
+            self._queue.forget(case_id)
         for inbox_id in [i for i, row in self._inbox.items() if row.case_id in gone]:
             del self._inbox[inbox_id]
         return len(gone)
@@ -390,6 +411,7 @@ class MemoryStore(SingleNode):
         if any(row.case_id == case_id and row.refused is None for row in self._inbox.values()):
             return False  # an input waits for it (see `Store.delete`)
         del self._cases[case_id]
+        self._queue.forget(case_id)
         for inbox_id in [i for i, row in self._inbox.items() if row.case_id == case_id]:
             del self._inbox[inbox_id]
         return True

@@ -152,10 +152,11 @@ from ._pgdriver import (
     split_options,
     sqlstate,
 )
-from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    case_gone,
     decode_inbox,
     decode_record,
     decode_row,
@@ -877,6 +878,8 @@ class PostgresStore(StoreBase):
             return list(appended)
         if status == "fenced":
             raise StoreConflict(self._name, fenced(case_id, self._node, epoch, owner, now_epoch))
+        if status == "gone":
+            raise StoreConflict(self._name, case_gone(case_id))
         if info == "journal_one_end":
             raise StoreConflict(self._name, second_end(case_id, at_seq))
         if info in ("journal_pkey", "cases_case_id_key"):
@@ -929,7 +932,7 @@ class PostgresStore(StoreBase):
 
     async def delete(self, case_id: str) -> bool:
         async def run(conn: Any) -> bool:
-            count: int = await conn.fetchval(Q["delete"], case_id, self._sender)
+            count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
             return count > 0
 
         loop = self._running("delete a case")
@@ -937,7 +940,7 @@ class PostgresStore(StoreBase):
 
     async def prune(self, ended_before: float, limit: int | None = None) -> int:
         async def run(conn: Any) -> int:
-            count: int = await conn.fetchval(Q["prune"], float(ended_before), limit)
+            count: int = await conn.fetchval(Q["prune"], float(ended_before), limit, TOMBSTONE)
             return count
 
         action = f"pruning cases ended before {ended_before}"
@@ -1118,10 +1121,18 @@ class PostgresStore(StoreBase):
         loop = self._running("claim queued cases")
         return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
+        encoded = encode_write(self._name, ended)
+        args = (*self._write_args(encoded, None, False), None)  # (no group commit token: its own transaction)
+
         async def run(conn: Any) -> QueueItem | None:
-            found = await conn.fetchrow(Q["queue_cancel"], case_id)
-            return None if found is None else item_of(found, loads(found[5]))
+            async with conn.transaction():
+                found = await conn.fetchrow(Q["queue_cancel"], case_id)
+                if found is None:
+                    return None
+                written = await conn.fetchrow(Q["write_group"], *args)
+                self._write_result(case_id, None, written)  # StoreConflict: rolled back, the item left queued
+                return item_of(found, loads(found[5]))
 
         loop = self._running("cancel a queued case")
         return await loop.call(self._pooled(f"cancelling case {case_id!r} if it waits in a queue", run))
@@ -1146,6 +1157,15 @@ class PostgresStore(StoreBase):
             return [(str(f[0]), str(f[1])) for f in await conn.fetch(Q["children_of_ended"], limit)]
 
         return await self._read("listing the children of ended cases", run)
+
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        async def run(conn: Any) -> list[tuple[int, str, str, dict[str, Any]]]:
+            found = await conn.fetch(Q["children_waited_for"], owner, after, limit)
+            return [(int(f[0]), str(f[1]), str(f[2]), step) for f in found if isinstance(step := loads(f[3]), dict)]
+
+        return await self._read("listing the children waited for by live cases", run)
 
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:

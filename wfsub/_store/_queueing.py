@@ -13,6 +13,12 @@ the queue (an advisory lock per queue name), so the limits hold across nodes:
 - order: lower priority first, then first come first served; an item with a `not_before` (delay=) later than now
   waits.
 
+An item cancelled while it waited is `cancelled`, and the same transaction writes its case (a row, a `start`, a
+`cancel` and an `end` record, built by the runtime: `Store.queue_cancel`), so an id is an ended case from then on.
+Deleting a case (`delete`, `prune`) removes its item in the transaction that removes the case, so its id starts
+afresh; an item that had started is kept as `deleted` under a key no case id can be (`tombstone`), so its start
+still counts in its queue's rate window.
+
 `choose` is that choice, written once in Python for all backends: each gives it what it read inside its
 transaction and writes what it returns.
 """
@@ -26,7 +32,14 @@ from typing import Any
 
 from .._errors import CaseExists
 
-QUEUED, STARTED, ENDED, CANCELLED = "queued", "started", "ended", "cancelled"
+QUEUED, STARTED, ENDED, CANCELLED, DELETED = "queued", "started", "ended", "cancelled", "deleted"
+TOMBSTONE = " deleted "  # + the item's order: the key of a deleted case's started item (a case id never starts
+#                          with a space: new_case refuses one)
+
+
+def tombstone(order: int) -> str:
+    """The key a deleted case's started item is kept under (see the module)."""
+    return f"{TOMBSTONE}{order}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +64,7 @@ class QueueItem:
     start: dict[str, Any]  # JSON: {"workflow", "data", "timeout", "seed"}: what new_case starts it with
     not_before: float  # delay=: not claimed before this time
     enqueued_at: float
-    state: str = QUEUED  # queued | started | ended | cancelled
+    state: str = QUEUED  # queued | started | ended | cancelled | deleted
     started_at: float | None = None  # the dequeue time
     node: str | None = None  # the node that claimed it
     order: int = 0  # assigned by the store: first come first served
@@ -203,6 +216,13 @@ class QueueTable:
         self.items[case_id] = item = replace(item, state=CANCELLED)
         return item
 
+    def forget(self, case_id: str) -> None:
+        """A deleted case's item: gone from its id (see the module)."""
+        item = self.items.pop(case_id, None)
+        if item is not None and item.started_at is not None:
+            key = tombstone(item.order)
+            self.items[key] = replace(item, case_id=key, state=DELETED)
+
     def listed(self, state: str | None, queue: str | None, limit: int, before: int | None = None) -> list[QueueItem]:
         self.sweep()
         found = [i for i in self.items.values()
@@ -223,9 +243,11 @@ class QueueTable:
 
 __all__ = [
     "CANCELLED",
+    "DELETED",
     "ENDED",
     "QUEUED",
     "STARTED",
+    "TOMBSTONE",
     "WAITING_READ",
     "QueueItem",
     "QueueLimits",
@@ -234,4 +256,5 @@ __all__ = [
     "choose",
     "item_of",
     "live_dedup",
+    "tombstone",
 ]

@@ -143,6 +143,8 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
         detail["answers"] = row.answers
     if row.taken_refused:
         detail["taken_refused"] = row.taken_refused
+    if row.parent_step:  # (a child waited for with "cancel": the others keep their text)
+        detail["parent_step"] = row.parent_step
     return EncodedRow(
         {
             "case_id": row.case_id,
@@ -184,6 +186,8 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
             fields["answers"] = extra["answers"]
         if "taken_refused" in extra:
             fields["taken_refused"] = extra["taken_refused"]
+        if "parent_step" in extra:
+            fields["parent_step"] = extra["parent_step"]
     except (ValueError, TypeError, KeyError) as exc:  # edited or damaged: the case alone is shown suspended
         return _damaged_row(order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq,
                             next_due, exc)
@@ -335,6 +339,28 @@ def seq_taken(case_id: str, seq: int) -> str:
         f"case {case_id!r} already has a record at seq {seq}: a journal is append-only, each seq written once. "
         "This write was not applied (the other writes committed with it were); reload the case with load() and "
         "continue from its last seq"
+    )
+
+
+HEADS = ("start", "snapshot")
+"""The kinds of record a journal can begin with: its `start`, or the `snapshot` a fork of a compacted journal
+begins with (which holds the start)."""
+
+
+def headless(change: EncodedWrite) -> bool:
+    """Whether a write changes a case (its records or its row) without carrying the first record of its journal:
+    such a write needs the case in the store. A case deleted (or pruned) while its owner wrote to it (a `retry`
+    re-opening it, a refusal marked on its row) would otherwise come back as a row, or a journal without its
+    start, that nothing can load."""
+    if change.records:
+        return change.records[0].kind not in HEADS
+    return change.row is not None
+
+
+def case_gone(case_id: str) -> str:
+    return (
+        f"case {case_id!r} is not in the store (it was deleted or pruned meanwhile): a write of its records or its "
+        "row needs the case, so this write was not applied (the other writes committed with it were)"
     )
 
 

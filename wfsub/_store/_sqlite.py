@@ -62,10 +62,12 @@ from .._errors import CaseExists, StoreConflict, StoreError, newer_store
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
-from ._queueing import STARTED, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
 from ._rows import (
+    HEADS,
     SNAPSHOTS_KEPT,
     EncodedWrite,
+    case_gone,
     decode_inbox,
     decode_record,
     decode_row,
@@ -73,6 +75,7 @@ from ._rows import (
     decode_start,
     encode_record,
     encode_write,
+    headless,
     inbox_text,
     kept_snapshot,
     loads,
@@ -573,10 +576,10 @@ class SqliteStore(SingleNode):
         claimed: tuple[list[QueueItem], float | None] = await job.outcome()
         return claimed
 
-    async def queue_cancel(self, case_id: str) -> QueueItem | None:
+    async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         writer = self._running("cancel a queued case")
         what = f"cancelling case {case_id!r} if it waits in a queue"
-        job = Job(partial(_apply_queue_cancel, case_id), what, wait=True)
+        job = Job(partial(_apply_queue_cancel, case_id, encode_write(self.path, ended)), what, wait=True)
         writer.submit(job)
         cancelled: QueueItem | None = await job.outcome()
         return cancelled
@@ -597,6 +600,15 @@ class SqliteStore(SingleNode):
             return [(str(c), str(p)) for c, p in conn.execute(Q["children_of_ended"], {"limit": limit})]
 
         return await self._read("listing the children of ended cases", read)
+
+    async def children_waited_for(
+        self, owner: str | None, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str, dict[str, Any]]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[int, str, str, dict[str, Any]]]:
+            found = conn.execute(Q["children_waited_for"], {"after": after, "limit": limit, "step": "$.parent_step"})
+            return [(int(o), str(c), str(p), step) for o, c, p, text in found if isinstance(step := loads(text), dict)]
+
+        return await self._read("listing the children waited for by live cases", read)
 
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         if not own:  # the file's owner is its only claimer: no other live process claims from it
@@ -907,6 +919,8 @@ class SqliteStore(SingleNode):
 def _apply_write(change: EncodedWrite, conn: sqlite3.Connection) -> list[bool]:
     appended: list[bool] = []
     _refuse_second_start(change, conn)
+    if headless(change) and conn.execute(Q["case_exists"], {"case_id": change.case_id}).fetchone() is None:
+        raise Refused(case_gone(change.case_id))
     for record in change.records:
         params = {
             "case_id": change.case_id,
@@ -953,6 +967,12 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     starting = [record[0] for record in records if record[2] == "start"]
     if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
         raise Redo  # a case id taken: each write alone, where its own refusal is said
+    needed = {change.case_id for change in changes if headless(change)}
+    if needed:
+        needed -= {record[0] for record in records if record[2] in HEADS}  # started (or forked) in this batch
+        found = conn.execute(Q["cases_existing"], {"ids": _array(sorted(needed)).decode()}).fetchall()
+        if len(found) < len(needed):
+            raise Redo  # a case gone (deleted meanwhile): each write alone, where its own refusal is said
     if records:
         if JSON_EACH:  # one call: each sqlite3 call (and each row of an executemany) is a round trip of the GIL
             appended = conn.execute(Q["records_append"], {"records": _array(records).decode()}).rowcount
@@ -1087,9 +1107,10 @@ def _apply_queue_orphans(node: str, conn: sqlite3.Connection) -> list[QueueItem]
     return _items(conn, "queue_orphans", {"node": node})
 
 
-def _apply_queue_cancel(case_id: str, conn: sqlite3.Connection) -> QueueItem | None:
+def _apply_queue_cancel(case_id: str, ended: EncodedWrite, conn: sqlite3.Connection) -> QueueItem | None:
     if conn.execute(Q["queue_cancel"], {"case_id": case_id}).rowcount == 0:
         return None
+    _apply_write(ended, conn)  # (Refused: the job's savepoint undoes the cancel too)
     found = _items(conn, "queue_get", {"case_id": case_id})
     return found[0] if found else None
 
@@ -1108,20 +1129,23 @@ def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:
     return cursor.lastrowid
 
 
+PRUNED = ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case", "prune_item_started", "prune_item")
+
+
 def _apply_prune(ended_before: float, limit: int | None, conn: sqlite3.Connection) -> int:
     params = {"before": ended_before, "limit": -1 if limit is None else limit}  # LIMIT -1: no limit
     gone = [case_id for (case_id,) in conn.execute(Q["prune_select"], params).fetchall()]
     for case_id in gone:
-        for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
-            conn.execute(Q[query], {"case_id": case_id})
+        for query in PRUNED:
+            conn.execute(Q[query], {"case_id": case_id, "tombstone": TOMBSTONE})
     return len(gone)
 
 
 def _apply_delete(case_id: str, conn: sqlite3.Connection) -> bool:
     if conn.execute(Q["delete_select"], {"case_id": case_id}).fetchone() is None:
         return False
-    for query in ("prune_journal", "prune_snapshots", "prune_inbox", "prune_case"):
-        conn.execute(Q[query], {"case_id": case_id})
+    for query in PRUNED:
+        conn.execute(Q[query], {"case_id": case_id, "tombstone": TOMBSTONE})
     return True
 
 

@@ -467,10 +467,14 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
         body = _checked("cancel", {"reason": reason, "compensate": compensate}, request_id)
     else:
         body = _checked("cancel_region", {"region": region}, request_id)
+    from ..lowlevel import cancel_queued
+
     async with opened(store) as s:
-        if region is None and await s.queue_cancel(case_id) is not None:  # queued: it never starts
-            r.out.print(f"case {case_id!r} was queued: cancelled, it will not start")
-            return
+        if region is None and await s.row(case_id) is None:
+            now = await s.database_time() if s.shared else time.time()
+            if await cancel_queued(s, case_id, reason, request_id, now) is not None:  # queued: it never starts
+                r.out.print(f"case {case_id!r} was queued: cancelled, it will not start")
+                return
         if region is None:
             row = await _steerable(s, case_id, "cancel", "cancel", request_id)
             if row is not None:

@@ -71,10 +71,28 @@ ORDER BY (node_id = $1) DESC, since DESC;
 
 -- name: write_group
 -- One write of a case (see write_case); the group commit runs it once per write, all in one transaction. The
--- last parameter is the group's commit token on its first write, NULL on the others.
+-- last parameter is the group's commit token on its first write, NULL on the others. A write of records or a row
+-- that does not carry the first record of a journal ($6[1]: `start`, or a compacted fork's `snapshot`) needs the
+-- case: its row is locked first, and a case deleted meanwhile (a row the lock waited for and found gone) is
+-- answered 'gone' with nothing written (write_case would insert it again: a row or a journal with no start).
+-- write_case is not run then (a one-time filter), so the group's commit token is recorded here instead.
+WITH held AS (
+    SELECT 1 FROM cases WHERE case_id = $2 FOR UPDATE
+), gone AS (
+    SELECT (coalesce(cardinality($5::bigint[]), 0) > 0 OR $9::boolean)
+           AND coalesce(($6::text[])[1], '') NOT IN ('start', 'snapshot')
+           AND NOT EXISTS (SELECT 1 FROM held) AS gone
+), token AS (
+    INSERT INTO commits (token, at) SELECT $29::text, db_now()
+    WHERE $29::text IS NOT NULL AND (SELECT gone FROM gone)
+    RETURNING 1
+)
 SELECT status, appended, info, at_seq, cur_owner, cur_epoch
 FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-                $22, $23, $24, $25, $26, $27, $28, $29);
+                $22, $23, $24, $25, $26, $27, $28, $29)
+WHERE NOT (SELECT gone FROM gone)
+UNION ALL
+SELECT 'gone', NULL::boolean[], NULL::text, NULL::bigint, NULL::text, NULL::bigint WHERE (SELECT gone FROM gone);
 
 -- name: inbox_put
 -- Insert an input into the inbox (and NOTIFY its case's owner); returns its id. The last parameter: as above.
@@ -127,10 +145,15 @@ RETURNING c.case_order, c.case_id, c.workflow, c.fingerprint, c.state, c.started
 SELECT claim_queued FROM claim_queued($1, $2, $3);
 
 -- name: inbox_take_owned
--- Inputs not yet refused, in id order, after an id, for cases this node owns or for no case at all.
+-- Inputs not yet refused, in id order, after an id, for cases this node owns or for no case at all, and the
+-- `retry` of an ended case whose owner's lease has expired (a node gone for good: any node takes the case to
+-- re-open it, `take_ended`; one that finds another node took it first leaves the input to that node).
 SELECT i.id, i.case_id, i.kind, i.body, i.request_id, i.created_at, i.refused
 FROM inbox i LEFT JOIN cases c ON c.case_id = i.case_id
-WHERE i.refused IS NULL AND i.id > $1 AND (c.owner = $3 OR c.case_id IS NULL)
+WHERE i.refused IS NULL AND i.id > $1
+  AND (c.owner = $3 OR c.case_id IS NULL
+       OR (i.kind = 'retry' AND c.ended_at IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = c.owner AND n.lease_until > db_now())))
 ORDER BY i.id LIMIT $2;
 
 -- name: inbox_take_all
@@ -202,7 +225,9 @@ SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL;
 
 -- name: prune
 -- Remove cases that ended before a time and whose journal holds their `end`, at most $2 (NULL: all), in one
--- statement; returns how many.
+-- statement; returns how many. A removed case's queue item goes too; one that started is kept as 'deleted' under
+-- a key no case id can be ($3, which starts with a space, then its order), so its start still counts in its
+-- queue's rate window (see _store/_queueing.py).
 WITH gone AS (
     SELECT c.case_id FROM cases c
     WHERE c.ended_at IS NOT NULL AND c.ended_at <= $1
@@ -215,6 +240,11 @@ WITH gone AS (
     DELETE FROM snapshots WHERE case_id IN (SELECT case_id FROM gone)
 ), inbox_gone AS (
     DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
+), items_kept AS (
+    UPDATE queue_items SET case_id = $3::text || item_order, state = 'deleted'
+    WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NOT NULL
+), items_gone AS (
+    DELETE FROM queue_items WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NULL
 ), cases_gone AS (
     DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING 1
 )
@@ -223,7 +253,7 @@ SELECT count(*) FROM cases_gone;
 -- name: delete
 -- Remove one case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
 -- many (0 or 1). The other nodes are told (NOTIFY 'd', $2: this store's sender id), so none answers for the
--- case from memory.
+-- case from memory. Its queue item as `prune` says ($3: the key's prefix).
 WITH gone AS (
     SELECT c.case_id FROM cases c
     WHERE c.case_id = $1 AND c.ended_at IS NOT NULL
@@ -236,6 +266,11 @@ WITH gone AS (
     DELETE FROM snapshots WHERE case_id IN (SELECT case_id FROM gone)
 ), inbox_gone AS (
     DELETE FROM inbox WHERE case_id IN (SELECT case_id FROM gone)
+), items_kept AS (
+    UPDATE queue_items SET case_id = $3::text || item_order, state = 'deleted'
+    WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NOT NULL
+), items_gone AS (
+    DELETE FROM queue_items WHERE case_id IN (SELECT case_id FROM gone) AND started_at IS NULL
 ), cases_gone AS (
     DELETE FROM cases WHERE case_id IN (SELECT case_id FROM gone) RETURNING case_id
 ), told AS (
@@ -365,7 +400,7 @@ SELECT part, started_at FROM queue_items WHERE queue = $1 AND started_at > $2;
 UPDATE queue_items SET state = 'started', started_at = $2, node = $3 WHERE case_id = $1 AND state = 'queued';
 
 -- name: queue_cancel
--- Cancel a waiting item.
+-- Cancel a waiting item (its case's ended write follows in the same transaction: `write_group`).
 UPDATE queue_items SET state = 'cancelled' WHERE case_id = $1 AND state = 'queued'
 RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
 
@@ -419,3 +454,13 @@ SELECT heartbeats FROM cases WHERE case_id = $1;
 SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
 WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
 ORDER BY c.case_order LIMIT $1;
+
+-- name: children_waited_for
+-- Child cases that have not ended, whose parent has not ended either and waits for them with "cancel" (their row
+-- names the parent's step): a parent that withdrew that step may have died before cancelling them (see
+-- _runtime/_children). Only those whose parent node $1 owns ($1 NULL: every one). The step is JSON text.
+SELECT c.case_order, c.case_id, c.parent, (c.detail::jsonb) ->> 'parent_step' AS step
+FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > $2
+  AND ($1::text IS NULL OR p.owner = $1) AND (c.detail::jsonb) ? 'parent_step'
+ORDER BY c.case_order LIMIT $3;

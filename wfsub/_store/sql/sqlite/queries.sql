@@ -226,6 +226,17 @@ DELETE FROM inbox WHERE case_id = :case_id;
 -- A pruned case's row.
 DELETE FROM cases WHERE case_id = :case_id;
 
+-- name: prune_item_started
+-- A pruned case's queue item, if it started: kept as 'deleted' under a key no case id can be (:tombstone, which
+-- starts with a space, then its order), so its start still counts in its queue's rate window and its id starts
+-- afresh.
+UPDATE queue_items SET case_id = :tombstone || item_order, state = 'deleted'
+WHERE case_id = :case_id AND started_at IS NOT NULL;
+
+-- name: prune_item
+-- A pruned case's queue item that never started (cancelled while queued).
+DELETE FROM queue_items WHERE case_id = :case_id;
+
 -- name: case_queue
 -- A case started by a process that does not own the file: its row, marked queued, for the owner to claim.
 INSERT INTO cases (case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
@@ -405,4 +416,14 @@ SELECT heartbeats FROM cases WHERE case_id = :case_id;
 -- Child cases that have not ended whose parent has (its cancel may not have reached them: see _runtime/_children).
 SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
 WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
+ORDER BY c.case_order LIMIT :limit;
+
+-- name: children_waited_for
+-- Child cases that have not ended, whose parent has not ended either and waits for them with "cancel" (their row
+-- names the parent's step): a parent that withdrew that step may have died before cancelling them (see
+-- _runtime/_children). The step is JSON text; :step is its JSON path in the row's detail ('$.parent_step').
+SELECT c.case_order, c.case_id, c.parent, json_extract(c.detail, :step) AS step
+FROM cases c JOIN cases p ON p.case_id = c.parent
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > :after
+  AND json_extract(c.detail, :step) IS NOT NULL
 ORDER BY c.case_order LIMIT :limit;
