@@ -1,6 +1,7 @@
 """Attacks on case ids and request ids: ids at the byte bound in multibyte characters, the ids wfsub composes
-(children of children, a schedule's '{name}@{slot}', forks), every door agreeing, and a `start_case` child whose
-start meets a Postgres outage or loses its commit answer."""
+(children of children, forks), every door agreeing (API, Client, command, inspector) on new ids and on lookups,
+listing by id prefix, and a `start_case` child whose start meets a Postgres outage, loses its commit answer, or
+both, with a restart in between."""
 
 from __future__ import annotations
 
