@@ -768,6 +768,15 @@ def heartbeat_not_json(name: str, path: str, problem: str) -> TypeError:
     )
 
 
+def heartbeat_too_large(name: str, path: str, size: int, limit: int) -> ValueError:
+    """`wfsub.heartbeat(details)` in a durable case given more JSON than the Substrate's `max_payload_bytes`."""
+    return ValueError(
+        f"heartbeat details of effect {name!r} at {path} are {size:,} bytes of JSON, more than "
+        f"max_payload_bytes={limit:,}: they are kept in the case row, so keep large details elsewhere (a file, an "
+        "object store) and pass a reference, or raise Substrate(max_payload_bytes=...)"
+    )
+
+
 def outbound_value(label: str, path: str, what: str, value: object, fix: str, case_id: str | None) -> Exception:
     """A `start_case` or `signal_case` step whose function (`case_id=`, `data=`, `payload=`) returned what the step
     cannot use: it fails at its node with this text."""

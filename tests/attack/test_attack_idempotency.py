@@ -25,6 +25,7 @@ from wfsub import (
     Workflow,
     effect,
     loop,
+    reply,
     saga,
     seq,
     task,
@@ -329,21 +330,96 @@ async def test_a_client_s_inputs_retried_after_lost_commit_answers_apply_once(lo
 ASKED = {"f": loop(wait("ask", reply=_yes), while_=lambda d: True)}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Outside.update (wfsub/_runtime/_outside.py, update: `send` returns 0 for an applied id, then remote_answer "
-    "polls the row for an answer the case dropped after ANSWERS_KEPT newer ones) waits for its timeout, or "
-    "forever, and then says the case keeps the update; the owner raises answer_gone. The row does not say whether "
-    "the vm still owes an applied update its answer, so a Client cannot tell 'not yet' from 'gone'"
-))
-async def test_a_client_retrying_an_update_whose_answer_is_no_longer_kept_is_told_so(tmp_path: Path) -> None:
+async def _asked_101_times(sub: Substrate, client: Client) -> None:
+    """Case "c" of ASKED, sent updates u0..u100, and its row written after the last answer (the row written with
+    the last update's record is the running one: the case waits for its signal again once the next is in)."""
+    await sub.new_case("f", {}, case_id="c")
+    for i in range(101):
+        await sub.update("c", "ask", None, request_id=f"u{i}")
+    await until(lambda: _state_is(client, "c", CaseState.WAITING_SIGNAL))
+
+
+async def _state_is(client: Client, case_id: str, state: CaseState) -> bool:
+    return (await client.status(case_id)).state == state
+
+
+@pytest.mark.parametrize("kind", SHARED)
+async def test_a_client_retrying_an_update_whose_answer_is_no_longer_kept_is_told_so(
+    kind: str, tmp_path: Path
+) -> None:
     """After 101 newer updates, Client.update retried with the first one's id raises SignalRejected saying its
     answer is no longer kept (as the owner's does), rather than waiting for an answer that never comes."""
-    path = str(tmp_path / "c.db")
-    async with Substrate(store=path, workflows=ASKED) as sub, Client(path) as client:
-        await sub.new_case("f", {}, case_id="c")
-        for i in range(101):
-            await sub.update("c", "ask", None, request_id=f"u{i}")
+    store = opener(kind, tmp_path)
+    async with Substrate(store=store(), workflows=ASKED, **node(kind)) as sub, Client(store()) as client:
+        await _asked_101_times(sub, client)
         with pytest.raises(SignalRejected, match="no longer kept"):
             await sub.update("c", "ask", None, request_id="u0")
         with pytest.raises(SignalRejected, match="no longer kept"):
+            await client.update("c", "ask", None, request_id="u0", timeout=BOUND)
+        assert await client.update("c", "ask", None, request_id="u1") == "yes"  # (still kept)
+
+
+@pytest.mark.parametrize("kind", SHARED)
+async def test_a_client_retrying_an_update_whose_row_predates_the_owed_list_waits_as_before(
+    kind: str, tmp_path: Path
+) -> None:
+    """A row written before rows listed the updates owed (no `owed` in its detail) does not say an answer was
+    dropped: Client.update retried with a dropped id waits for its answer until its timeout, as it always did."""
+    store = opener(kind, tmp_path)
+    async with Substrate(store=store(), workflows=ASKED, **node(kind)) as sub, Client(store()) as client:
+        await _asked_101_times(sub, client)
+        if kind == "sqlite":
+            with sqlite3.connect(store()) as conn:
+                conn.execute("UPDATE cases SET detail = json_remove(detail, '$.owed') WHERE case_id = 'c'")
+        else:
+            schema = store().schema
+            _pg.fetchval(f"UPDATE {schema}.cases SET detail = (detail::jsonb - 'owed')::text WHERE case_id = 'c'")
+        with pytest.raises(TimeoutError, match="the case keeps the update"):
             await client.update("c", "ask", None, request_id="u0", timeout=0.5)
+
+
+class _Held:
+    """An effect that runs until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.go = anyio.Event()
+
+    async def __call__(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        self.entered.set()
+        await self.go.wait()
+        return {"done": True}
+
+
+@pytest.mark.parametrize("kind", SHARED)
+async def test_a_client_retrying_an_update_the_case_still_owes_waits_for_its_answer(
+    kind: str, tmp_path: Path
+) -> None:
+    """An update taken by a wait with no reply=, owed by its thread while that thread runs an effect, is not taken
+    for one whose answer was dropped (the case's row keeps an earlier update's answer, not this one's):
+    Client.update retried with its id waits (its timeout says the case keeps it), then gets the `reply` step's
+    answer once the effect is done."""
+    held = _Held()
+    flow = {"f": seq(wait("hi", reply=_yes), wait("ask"), effect(held, name="held"), reply("ask", lambda ctx: "late"),
+                     wait("end"))}
+    store = opener(kind, tmp_path)
+    async with (
+        Substrate(store=store(), workflows=flow, **node(kind)) as sub,
+        Client(store()) as client,
+        anyio.create_task_group() as tg,
+    ):
+        await sub.new_case("f", {}, case_id="c")
+        assert await sub.update("c", "hi", None, request_id="h0") == "yes"  # (its row now keeps answers)
+        answers: list[Any] = []
+
+        async def first() -> None:
+            answers.append(await sub.update("c", "ask", None, request_id="u0"))
+
+        tg.start_soon(first)
+        with anyio.fail_after(BOUND):
+            await held.entered.wait()
+        with pytest.raises(TimeoutError, match="the case keeps the update"):
+            await client.update("c", "ask", None, request_id="u0", timeout=0.5)
+        held.go.set()
+        assert await client.update("c", "ask", None, request_id="u0", timeout=BOUND) == "late"
+        await until(lambda: answers == ["late"])

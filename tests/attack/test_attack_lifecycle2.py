@@ -174,13 +174,6 @@ async def test_a_delete_whose_notice_a_node_missed_still_leaves_that_nodes_memor
 
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
-@pytest.mark.xfail(strict=True, reason=(
-    "the Postgres `delete` statement (wfsub/_store/sql/postgres/queries.sql, name: delete) checks the inbox on the "
-    "snapshot it took before waiting for the case row's lock, and inbox_put (migration 0001) takes no lock on the "
-    "case row: an input committed while the delete waited (or after its snapshot) is not seen, the case is deleted "
-    "and the input is left for no case (then refused 'no case'); needs a delete that re-reads the inbox after the "
-    "lock and an inbox_put that locks the case row (FOR KEY SHARE), a new migration"
-))
 async def test_a_fork_queued_while_a_delete_waits_for_the_case_row_makes_the_delete_refuse() -> None:
     """A Client's delete waits for the case row (another transaction holds it, as an owner's write does) while
     another Client queues a fork of the case: the delete is refused naming the waiting fork, as it is when the
@@ -226,6 +219,46 @@ async def test_a_fork_queued_while_a_delete_waits_for_the_case_row_makes_the_del
     finally:
         await holder.close()
     assert isinstance(outcome["delete"], SignalRejected) and "fork (inbox id" in str(outcome["delete"])
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_a_delete_waits_for_an_inbox_put_in_flight_without_holding_the_case_row() -> None:
+    """An input put for a case whose transaction has not committed yet (a group commit still under way) makes a
+    Client's delete wait, holding no lock on the case row meanwhile (that transaction may go on to write the row
+    and commit), then refuse naming the input."""
+    import asyncpg
+
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    flow = seq(task(lambda ctx: {"ok": True}, name="run"))
+    async with Substrate(store=PostgresStore(dsn, schema=schema), workflows={"w": flow}, node_id="n1") as sub:
+        assert await (await sub.new_case("w", {}, case_id="c")).result() == {"ok": True}
+    group = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    outcome: dict[str, Any] = {}
+    try:
+        held = group.transaction()
+        await held.start()
+        await group.fetchval("SELECT inbox_put('x', 'c', 'retry', '{}', NULL, 0, NULL)")
+        async with Client(PostgresStore(dsn, schema=schema)) as deleter, anyio.create_task_group() as tg:
+            async def delete() -> None:
+                try:
+                    await deleter.delete("c")
+                    outcome["delete"] = "deleted"
+                except SignalRejected as exc:
+                    outcome["delete"] = exc
+
+            tg.start_soon(delete)
+            waiting = (  # the delete waits for the case's inbox key (a bigint key: classid, objid)
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 "
+                "AND ((classid::bigint << 32) | objid::bigint) = inbox_lock_key('c')"
+            )
+            await eventually(lambda: group.fetchval(waiting), limit=10)
+            with anyio.fail_after(10):  # the delete let the row go while it waits: this does not deadlock
+                await group.fetchval("SELECT 1 FROM cases WHERE case_id = 'c' FOR UPDATE")
+            await held.commit()
+            await eventually(lambda: "delete" in outcome, limit=10)
+    finally:
+        await group.close()
+    assert isinstance(outcome["delete"], SignalRejected) and "retry (inbox id" in str(outcome["delete"])
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

@@ -458,12 +458,6 @@ async def test_a_client_steering_a_case_cancelled_in_its_queue_hears_that_it_end
             await client.signal("w", "go")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a durable start without queue= does not look at the queue items: while case W waits in its queue, "
-    "new_case(case_id=W) with other data writes and runs a second case W at once (the owner's start is refused "
-    "only by a case row, which a waiting case has not; a Client's by the row queue_case writes), and W's own "
-    "start from its queue later fails as 'case exists' (wfsub/_runtime/_substrate.py new_case, loader.start; "
-    "_outside.py Outside.start)"))
 @pytest.mark.parametrize("door", ["owner", "client"])
 async def test_a_start_with_the_id_of_a_case_waiting_in_its_queue_starts_nothing_new(
     door: str, tmp_path: Path

@@ -160,3 +160,18 @@ async def test_the_command_reads_a_registry_of_workflow_entries(loans: Path) -> 
     assert ran.code == 0 and "[loan]: valid" in ran.out and "[plain]: valid" in ran.out, ran.err
     ran = await wfsub(loans, "graph", "typedflows:WORKFLOWS", "--name", "loan")
     assert ran.code == 0 and "decision" in ran.out, ran.err
+
+
+async def test_the_command_says_what_it_waits_for_when_the_database_does_not_answer(here: Path) -> None:  # noqa: F811
+    """Opening a Postgres store nobody answers for says on stderr, within a second or so, that the command waits
+    for that database and for how long, then fails naming it (no silent wait that looks like a hang)."""
+    import socket
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    url = f"postgresql://postgres@127.0.0.1:{port}/nothing?retry_for=1.5"
+    ran = await wfsub(here, "cases", url)
+    assert ran.code == 1, ran
+    assert "waiting for" in ran.err and "1.5 s (retry_for=)" in ran.err, ran.err
+    assert "could not be reached for 1.5 s" in ran.err, ran.err

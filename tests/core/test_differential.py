@@ -269,3 +269,14 @@ def test_an_mi_bigger_than_a_chunk_agrees_with_the_reference(shape: str, quanta:
     """Past one spawn chunk, the instances' run order, joins and until= see what the reference's do."""
     rec = Recorder()
     check_agreement(_big_shapes(rec)[shape], rec, [], quanta)
+
+
+@pytest.mark.parametrize("finally_", [False, True])
+@pytest.mark.parametrize("quanta", [1, 1000])
+def test_a_multi_merge_that_ends_a_scope_goes_on_after_it_once_per_branch(finally_: bool, quanta: int) -> None:
+    """par(join="each") as a scope's last step: what follows the scope (and its finally_) runs once per arriving
+    branch, on the vm as in the reference."""
+    rec = Recorder()
+    body = par(a_task(rec), a_task(rec), join="each")
+    region = scope("r0", body, finally_=a_task(rec)) if finally_ else scope("r0", body)
+    check_agreement(seq(region, a_task(rec)), rec, [], quanta)

@@ -169,3 +169,35 @@ async def test_a_finally_running_when_the_process_stops_completes_once_after_the
         journal = await sub.journal("c")
     assert CALLS == ["release", "audit"]
     assert replay(FINALLY, journal).divergence is None
+
+
+async def oversized(ctx: Any) -> dict[str, Any]:
+    """Heartbeats small details, then details over max_payload_bytes (catching what it raises), then returns."""
+    heartbeat({"page": 1})
+    try:
+        heartbeat({"pages": "x" * 2_000})
+    except ValueError as exc:
+        return {"refused": str(exc), "path": effect_info().path}
+    return {"refused": None}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_heartbeat_details_over_max_payload_bytes_are_refused_and_not_kept(kind: str, tmp_path: Path) -> None:
+    """In a durable case, heartbeat details larger than max_payload_bytes raise ValueError naming the effect, its
+    node path, the size, the limit and the fix; the row keeps the previous heartbeat (without a store, no bound)."""
+    store = reopenable(kind, tmp_path)
+    clock = VirtualClock(start=T0)
+    flow = {"w": effect(oversized, name="big")}
+    async with Substrate(store=store(), clock=clock, workflows=flow, max_payload_bytes=1_000) as sub:
+        await sub.new_case("w", case_id="c")
+        result = await sub.await_case("c")
+    refused = result["refused"]
+    assert refused is not None, result
+    assert f"heartbeat details of effect 'big' at {result['path']} are 2,012 bytes of JSON" in refused
+    assert "more than max_payload_bytes=1,000" in refused and "raise Substrate(max_payload_bytes=...)" in refused
+    async with outside(store()) as kept:
+        stored = await kept.load("c")
+    assert stored is not None and [b["details"] for b in stored.heartbeats.values()] in ([], [{"page": 1}])
+    async with Substrate(clock=VirtualClock(start=T0), max_payload_bytes=1_000) as sub:  # kept nowhere: unbounded
+        handle = await sub.new_case(effect(oversized, name="big"))
+        assert (await handle.result())["refused"] is None

@@ -120,8 +120,9 @@ async def run_effect(actor: CaseActor, req: EffectRequest, scope: anyio.CancelSc
     beats = actor.beats[req.effect_id] = Beats.recovered(
         actor.shared.clock, actor.kept_beats.pop(str(req.effect_id), None)
     )
-    if actor.journal is not None:
+    if actor.journal is not None:  # kept beside its row: bounded as every payload it keeps
         beats.on_beat = lambda: note_beat(actor)
+        beats.limit = actor.shared.max_payload_bytes
     info = EffectInfo(actor.case_id, req.effect_id, req.name, req.path, 1, None, beats)
     token = current_effect.set(info)
     with scope:

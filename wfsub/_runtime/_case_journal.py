@@ -47,7 +47,7 @@ from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, Regio
 from ._refusals import log_refused
 from ._request_ids import taken
 from ._status import CaseState
-from ._updates import row_answers, row_refused
+from ._updates import journaled, not_journaled, row_answers, row_owed, row_refused
 
 if TYPE_CHECKING:
     from .._vm import RunResult
@@ -125,6 +125,8 @@ async def journal_inbox(actor: CaseActor) -> None:
         if request_id is not None:
             j.request_ids[request_id] = kind_of(_external(msg))
             fresh[request_id] = msg
+            if record.get("update"):  # owed from now: a row written with this commit lists it (`CaseRow.owed`)
+                journaled(actor, request_id)
         entries.append((msg, record))
     if not entries and not refused and not repeated:
         return
@@ -165,6 +167,7 @@ async def _commit_batch(
             j.seq = seq
             for request_id in fresh_ids:
                 j.request_ids.pop(request_id, None)
+            not_journaled(actor, fresh_ids)
             actor.inbox[:0] = [msg for msg, _ in entries] + twins
             raise
     try:
@@ -189,6 +192,7 @@ async def _commit_batch(
         j.seq = seq  # nothing was written: the numbers are free again
         for request_id in fresh_ids:
             j.request_ids.pop(request_id, None)
+        not_journaled(actor, fresh_ids)
         _store_failed(actor, [*entries, *((msg, {}) for msg in twins)], exc)
         return
     if told:
@@ -201,6 +205,8 @@ async def _commit_batch(
         if fresh:
             _apply_record(actor, msg, record)
         else:  # a retried call (same request_id): applied once already
+            if record.get("update"):
+                not_journaled(actor, [record["request_id"]])
             actor.answer(msg, None)
     for msg in twins:
         actor.answer(msg, None)
@@ -337,6 +343,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         recovered=j.recovered,  # (kept: a count of recoveries is reset only by a new record, see _lifecycle)
         migrated_from=j.migrated_from,
         answers=row_answers(actor),
+        owed=row_owed(actor),
         taken_refused=row_refused(actor),
         parent=j.parent,
         parent_step=j.parent_step,

@@ -44,8 +44,13 @@ sent by the next Substrate to open the store, and by a node of a shared store af
   replayed, says which steps are in flight) and each child whose step it withdrew is cancelled. A child whose
   step is still in flight is left alone. Children started before rows named the parent's step are not looked
   for this way (find them with `cases(parent=)`).
+This look runs before the look for children of ended parents, so a parent that ends while they run (one
+recovered while it compensated a cancel ends when its compensation completes) is found by one or the other.
 
-A child queued (`start_case(..., queue=)`) is cancelled in its queue.
+A child queued (`start_case(..., queue=)`) is cancelled in its queue. A cancel that comes while its queue has
+claimed it and not yet written its start waits for that start, and goes to the case. A child waited for with
+"cancel" that starts from its queue checks, as it starts, that its parent (when it is this node's) still has the
+step in flight, and is cancelled if not: a look for lost cancels running meanwhile saw it nowhere.
 
 Transient store trouble (StoreError) while starting, signalling or waiting is retried with a capped backoff on
 the Substrate's clock; a Substrate that closes meanwhile leaves the step in flight, to be attempted again. A
@@ -85,7 +90,7 @@ from .._vm._records import InstanceFrame
 from . import _inputs as inputs
 from ._compact import start_of
 from ._journal import parent_step_of
-from ._status import FINAL, CaseStatus
+from ._status import FINAL, CaseState, CaseStatus
 
 if TYPE_CHECKING:
     from .._store import Store
@@ -382,9 +387,11 @@ async def cancel_lost_children(sub: Substrate, store: Store) -> None:
     except StoreError as exc:  # looked for again when the Substrate next opens or takes cases over
         _log.error("could not look for the queued children of ended cases", error=str(exc))
         queued = []
-    await cancel_children_of_ended(sub, store, [(c, p, step) for c, p, ended, step in queued if ended])
+    # The children of live parents first: a parent that ends meanwhile (one recovered mid-cancel ends as its
+    # compensation completes) is then still found by the look for the children of ended parents, which follows.
     await cancel_children_of_withdrawn(sub, store, [(c, p, step) for c, p, ended, step in queued
                                                     if not ended and step is not None])
+    await cancel_children_of_ended(sub, store, [(c, p, step) for c, p, ended, step in queued if ended])
 
 
 async def cancel_children_of_ended(
@@ -470,12 +477,28 @@ async def _cancel_if_withdrawn(sub: Substrate, child_id: str, parent: str, step:
         actor = await sub._live(parent, "look at the steps of a parent case")
     except Remote:
         return  # another node's now: it looks when it takes the case over
-    if actor.state in FINAL or actor.journal is None or _in_flight(actor, effect_id):
-        return  # (an ended parent's children are `cancel_children_of_ended`'s)
+    ended = actor.state in FINAL
+    if actor.journal is None or (not ended and _in_flight(actor, effect_id)):
+        return
+    # A parent that ended since it was listed (its step withdrawn with it) has its child cancelled here too.
     _log.warning("cancelling a child whose parent withdrew the step waiting for it before cancelling it",
                  case_id=child_id, parent=parent, path=path)
-    await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} withdrew the step waiting for it "
-                     f"({path})", request_id=cancel_request_id(parent, effect_id, path))
+    if not ended:
+        why = f"withdrew the step waiting for it ({path})"
+    else:  # (the words of the parent's own cancel, which may reach it first with the same request id)
+        why = "was cancelled" if actor.state == CaseState.CANCELLED else f"ended {actor.state.value}"
+    await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {why}",
+                     request_id=cancel_request_id(parent, effect_id, path))
+
+
+async def started_from_queue(sub: Substrate, child_id: str, parent: str, step: Mapping[str, Any]) -> None:
+    """A child waited for with "cancel" has just started from its queue: cancel it if its parent (one of this
+    Substrate's) withdrew the step waiting for it meanwhile. A look for lost cancels that ran while the child was
+    claimed and not yet started saw it neither in its queue nor among the cases, so the start looks itself."""
+    try:
+        await _cancel_if_withdrawn(sub, child_id, parent, step)
+    except WfsubError as exc:  # (the parent ended, or the store is out: the next look tries again)
+        _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
 
 
 def _in_flight(actor: CaseActor, effect_id: int) -> bool:

@@ -13,7 +13,8 @@ the case (its lease, a takeover) is refused and writes nothing.
 `start` is the case's `start` record as it was (its workflow, data, scheduler, deadline and start time: what a
 repeated `new_case` compares against); `state` is a snapshot as the store keeps them (`_durable.snapshot_of`:
 the machine, the acceptance time of the last record applied, the due time of each armed timer, the request ids
-of the inputs journaled so far with their kinds, so a retried call stays applied once: see `_request_ids`)
+of the latest `REQUEST_IDS_KEPT` inputs journaled with their kinds, so a retried call stays applied once within
+that window: see `_request_ids`)
 taken right after the record before it was applied, before the vm ran on: the records after it apply at their
 own steps as they would have. Its `seq` is the snapshot record's own.
 
@@ -46,6 +47,7 @@ record is refused with it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -57,7 +59,7 @@ from .._store import CaseWrite, Record
 from .._trace import get_logger
 from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
 from ._durable import snapshot_of
-from ._request_ids import request_kinds_of
+from ._request_ids import request_kinds_of, window
 
 if TYPE_CHECKING:
     from ._case import CaseActor
@@ -155,7 +157,7 @@ def snapshot_record(actor: CaseActor) -> Record | None:
     seq = j.seq + 1
     last, j.seq = j.seq, seq  # (the snapshot names the record it stands for: its own)
     try:
-        snapshot = snapshot_of(m, j, timers)
+        snapshot = snapshot_of(m, j, timers, window(j.request_ids))
     finally:
         j.seq = last
     if snapshot is None:
@@ -192,6 +194,7 @@ async def compact(actor: CaseActor) -> bool:
         )
         return False
     seq = int(record["seq"])
+    dropped = list(islice(j.request_ids, max(len(j.request_ids) - len(record["state"]["request_ids"]), 0)))
     change = CaseWrite(actor.case_id, [record], epoch=j.epoch, compact=seq)
     try:
         with anyio.CancelScope(shield=True):  # (as an input's commit: the outcome is waited for)
@@ -202,6 +205,8 @@ async def compact(actor: CaseActor) -> bool:
         _log.error("could not compact a case's journal; trying again later", case_id=actor.case_id, error=str(exc))
         return False
     j.seq = j.first_seq = seq
+    for rid in dropped:  # the oldest, out of the window (`window`): forgotten as the store forgot their records
+        j.request_ids.pop(rid, None)
     j.since_snapshot = 0
     j.compactions += 1
     return True

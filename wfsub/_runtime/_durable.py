@@ -96,11 +96,16 @@ class CaseJournal:
         return appended
 
 
-def snapshot_of(machine: Machine, journal: CaseJournal, timers: Mapping[int, float]) -> Snapshot | None:
+def snapshot_of(
+    machine: Machine, journal: CaseJournal, timers: Mapping[int, float], request_ids: RequestKinds | None = None
+) -> Snapshot | None:
     """A snapshot of a case after its last record applied, or None when its data is not JSON (then the whole
-    journal is replayed on recovery: slower, never wrong)."""
+    journal is replayed on recovery: slower, never wrong). It keeps `request_ids` (a compaction's window), or every
+    id the case holds (a stored snapshot: the records after the last compaction are still in the journal, and the
+    store's unique index still knows their ids)."""
+    kept = journal.request_ids if request_ids is None else request_ids
     state = {"machine": machine.snapshot(), "time": journal.time, "seq": journal.seq, "timers": dict(timers),
-             "request_ids": for_snapshot(journal.request_ids)}
+             "request_ids": for_snapshot(kept)}
     if journal.run:
         state["run"] = journal.run
     try:

@@ -3,7 +3,10 @@
 - `wfsub.heartbeat(details=None)`, called inside an effect (its async function, a task it awaits, or a worker
   thread it awaits, such as `anyio.to_thread.run_sync`: the call is handed to the event loop), records
   `details` (JSON: dicts, lists, str, numbers, bool, None; copied as JSON when called, so later changes to the
-  object do not show) and the time, on the case's clock. Outside an effect it raises `RuntimeError`.
+  object do not show) and the time, on the case's clock. Outside an effect it raises `RuntimeError`. In a durable
+  case the details are bounded by the Substrate's `max_payload_bytes`, as every payload it keeps is: larger
+  details raise `ValueError` (naming the effect, its node path, the size and the limit) and are not kept (the
+  previous heartbeat stands, and the call does not count as a heartbeat for `heartbeat_timeout`).
 - `effect(..., heartbeat_timeout=seconds)`: each attempt is watched on the case's clock; an attempt that goes that
   long without a heartbeat (counted from the attempt's start, then from each heartbeat) is cancelled and fails with
   `HeartbeatTimeout`, and the effect's retry policy decides what follows, as for any failed attempt.
@@ -33,7 +36,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from .._errors import HeartbeatTimeout, StoreError, heartbeat_not_json
+from .._errors import HeartbeatTimeout, StoreError, heartbeat_not_json, heartbeat_too_large
 from .._json import decode, encode, journaled, output_problem
 from .._trace import get_logger
 from ._clock import Clock
@@ -60,6 +63,7 @@ class Beats:
     on_beat: Callable[[], None] | None = None  # a durable case persists it
     thread: int | None = None  # the event loop's thread (a heartbeat from another thread is handed to it)
     token: Any = None  # the event loop, for that hand-over
+    limit: int | None = None  # a durable case's max_payload_bytes: the details are kept beside its row
 
     def start_attempt(self, attempt: int) -> Any:
         """An attempt starts now: its heartbeat timeout counts from here; returns what `effect_info().heartbeat`
@@ -86,9 +90,12 @@ class Beats:
                 problem = output_problem(details, "details")
                 if problem is not None:
                     raise heartbeat_not_json(name, path, problem)
-                copy = decode(encode(details))  # (a tuple: JSON, but not as itself)
+                text = encode(details)
+                copy, size = decode(text), len(text.encode())  # (a tuple: JSON, but not as itself)
             else:
-                copy = found[0]
+                copy, size = found
+            if self.limit is not None and size > self.limit:
+                raise heartbeat_too_large(name, path, size, self.limit)
         self.details = copy
         self.at = self.since = self.clock.now()
         self.attempt = self.current

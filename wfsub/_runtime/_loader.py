@@ -238,11 +238,13 @@ class CaseLoader:
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
         sent: Mapping[str, Any] | None = None,
-        parent_step: dict[str, Any] | None = None,
+        parent_step: dict[str, Any] | None = None, from_queue: bool = False,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
-        caller sent it (see `start_record`). Raises CaseExists for an id an earlier run's case has."""
+        caller sent it (see `start_record`). `from_queue`: the start of a queue item this node claimed (any other
+        start of its id is refused while the item waits: `CaseWrite.from_queue`). Raises CaseExists for an id an
+        earlier run's case, or a queue item that waits, has."""
         machine = actor.machine
         assert machine is not None
         machine.digesting = True  # its task outputs are digested into each record from now on
@@ -255,7 +257,7 @@ class CaseLoader:
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
                              cancel_with_parent, sent, parent_step)
         journal.start = start
-        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING))
+        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue)
         if queued:
             try:
                 await self.store.queue_case(change)

@@ -13,7 +13,9 @@ the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
 - A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and the same start data
   give back that case, and write nothing; anything else is `CaseExists` naming what differs. The same data: as its
   callers sent it (a start record keeps that as `sent` where the input model's dump differs), whichever door took
-  the first start, or, for a door with the workflow's input model (a standby), as the model reads it.
+  the first start, or, for a door with the workflow's input model (a standby), as the model reads it. An id a
+  queue item waits for (queued, or claimed and not started yet) is that queued case's: the store refuses the start
+  in its write, and it is answered as the same start or CaseExists against what the item starts the case with.
 - A `retry` or `fork` is checked against the stored journal as the owner checks it, written to the inbox (kinds
   `retry`, `fork`) and followed until the owner has done it or refused it (its reason raised as SignalRejected).
 - Waiting for a case to end: `EndWatcher` looks at the store when it changes (a cheap check: SQLite's
@@ -204,12 +206,17 @@ async def same_start(
 ) -> None:
     """Return if the existing case `case_id` is the start asked for again; CaseExists naming what differs if it
     is another. `asked`: the start asked for, as a start record has it (`data`, and `sent` where the caller sent
-    other data); `model`: the workflow's input model where the caller has it (see `start_differs`). A case whose
-    start record is not committed yet is another caller's start in flight: equal."""
+    other data); `model`: the workflow's input model where the caller has it (see `start_differs`). A case not in
+    the store yet whose queue item waits (queued, or claimed and not started) is compared with what the item starts
+    it with; one with neither is another caller's start in flight: equal."""
     loaded = await store.load(case_id)
     if loaded is not None:
         start = start_of(loaded.start)  # (kept in a compaction's snapshot record)
         start_differs(case_id, start, workflow, asked, model)
+        return
+    item = store.read_queue_item(case_id)  # (read on this thread, as cancel_queued reads it)
+    if item is not None:
+        start_differs(case_id, item.start, workflow, asked, model)
 
 
 def start_differs(

@@ -18,6 +18,11 @@ Decisions written down here:
   on other nodes).
 - `dedup=key`: a second live case (queued, or started and not ended) of the queue with that key is refused with
   `CaseExists` naming the case that holds it.
+- A waiting case's id is its own: a start of that id not from its queue item (any door, without `queue=`; a
+  fork's new id), while the item is queued or claimed and its case not written, is that queued case if it is the
+  same start (`same_data`: its handle) and `CaseExists` naming what differs otherwise. The store refuses it in the
+  write that would start it (`CaseWrite.from_queue` marks the item's own start), so it holds against a queueing of
+  the id at the same moment; without a store the Substrate checks its in-memory items (one event loop).
 - A queued case can be cancelled: it never starts, and ends there as any case ends (`cancel_queued`): in the
   transaction that marks its queue item cancelled its case is written with a `start` record (its workflow's
   newest version in the store, its start data, tags and parent), the `cancel` record (with the cancel's
@@ -216,7 +221,7 @@ def cancelled_in_queue(
         started_at=now, updated_at=now, ended_at=now, last_seq=2, data=dict(start.get("data") or {}),
         cancel_reason=why, parent=start.get("parent"),
     )
-    return CaseWrite(case_id, records, row)
+    return CaseWrite(case_id, records, row, from_queue=True)
 
 
 async def cancel_queued(

@@ -19,6 +19,18 @@ So wherever ids are kept, their kind is kept with them, as {request id: kind}:
   journaled after that check (an inbox input or another process's call in between) is refused by the owner
   when it takes the inbox row: the row is marked refused, and `status().refused` lists it.
 
+How long an id is remembered (a dedup window, as Temporal's or DBOS's): every id of the records the journal
+keeps, and the ids of the latest `REQUEST_IDS_KEPT` inputs as of its compaction. A compaction's `snapshot` record
+keeps only those (`window`), in the order they were taken, oldest first, and the owner then forgets the others
+(`CaseJournal.request_ids`); a case that is never compacted (`compact_after=None`) keeps its whole journal and so
+every id. So an endless case that takes an input with an id a minute for a year carries at most
+`REQUEST_IDS_KEPT` ids in each snapshot, not half a million. A call retried with an id that left the window (more
+than `REQUEST_IDS_KEPT` newer inputs with ids, and a compaction since) is a new input, through every door alike:
+the owner's index, the store's unique index over the journal (which holds only the records kept) and
+`Store.journaled_request` (the `snapshot` record and the record that carries the id) all forget it at the same
+compaction. A snapshot written before the window (a sorted dict, or a bare list) loads as it is; the next
+compaction keeps `REQUEST_IDS_KEPT` of its ids (the last ones in its order) and every id taken since.
+
 An update's answer is kept on the case row under its id (`CaseRow.answers`); only updates are kept there, so an
 answer found there is an update's, and an update whose id another kind used is refused before the row is read.
 """
@@ -26,6 +38,7 @@ answer found there is an update's, and an update whose id another kind used is r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from .._errors import SignalRejected
@@ -34,7 +47,13 @@ from .._store import Record, Store
 SNAPSHOT_KIND = "snapshot"
 
 RequestKinds = dict[str, str | None]
-"""Request id -> the kind of the input that used it (None: unknown, from a snapshot written before kinds)."""
+"""Request id -> the kind of the input that used it (None: unknown, from a snapshot written before kinds), in
+the order the inputs were taken (oldest first)."""
+
+REQUEST_IDS_KEPT = 10_000
+"""Request ids a compaction keeps (those of the latest inputs that carried one): enough for any retry that comes
+within a working day of a case taking an input with an id every few seconds, small enough that a snapshot record
+stays well under a megabyte of ids (each at most 1,500 bytes, most a uuid of 36) however long the case lives."""
 
 
 def input_kind(record: Mapping[str, Any]) -> str:
@@ -53,8 +72,15 @@ def kept_kinds(state: Mapping[str, Any] | None) -> RequestKinds:
 
 
 def for_snapshot(kinds: Mapping[str, str | None]) -> dict[str, str | None]:
-    """The ids as a snapshot state keeps them (sorted, so equal journals give equal snapshots)."""
-    return dict(sorted(kinds.items()))
+    """The ids as a snapshot state keeps them: in the order taken (so equal journals give equal snapshots, and a
+    compaction knows which are the oldest; JSON text keeps the order of an object's keys)."""
+    return dict(kinds)
+
+
+def window(kinds: Mapping[str, str | None]) -> RequestKinds:
+    """The ids a compaction keeps: the latest `REQUEST_IDS_KEPT` taken (see the module)."""
+    drop = len(kinds) - REQUEST_IDS_KEPT
+    return dict(islice(kinds.items(), drop, None) if drop > 0 else kinds)
 
 
 def request_kinds_of(records: Sequence[Record]) -> RequestKinds:

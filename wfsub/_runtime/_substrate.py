@@ -79,7 +79,7 @@ from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, CaseEvicted, Shared
-from ._children import LostChildren, check_child_queues, children_in
+from ._children import LostChildren, check_child_queues, children_in, started_from_queue
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
 from ._hub import TraceHub
@@ -184,7 +184,8 @@ class Substrate:
       running that long after the cases were cancelled are logged (a WARNING naming them) and waited for.
     - `max_instances`: the most instances one mi without `max=` may start; beyond it the case fails at the mi.
     - `max_payload_bytes`: with a store, the largest JSON size of start data, a signal payload, `add_instances`
-      items or an effect result (a bigger one is refused with a ValueError naming the limit; nothing is written).
+      items, an effect result or heartbeat details (a bigger one is refused with a ValueError naming the limit;
+      nothing is written).
     - `evict_after`: with a store, seconds a case may wait for a signal or timer in memory before it leaves
       memory (it comes back on its next input or due timer; see the README).
     - `compact_after`: with a store, the journal records a live case keeps before its owner compacts them into
@@ -594,6 +595,7 @@ class Substrate:
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
         _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
+        _from_queue: bool = False,  # the start of a queue item this node claimed (the one start its id may have)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -636,9 +638,9 @@ class Substrate:
                 return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
             start_data, _ = as_journaled(start_data or {}, "data", self._max_payload)
-        elif queue is None and self._queues.queues:
-            known = self._queues.item(case_id)
-            if known is not None and known.state in ("queued", "cancelled"):  # (not one being started from there)
+        elif queue is None and self._queues.queues and not _from_queue:
+            known = self._queues.item(case_id)  # (one claimed is on its way: its case is not in memory yet)
+            if known is not None and known.state in ("queued", "started", "cancelled"):
                 return self._same_queued(known, name, {"data": start_data}, model)
         now = self._clock.now()
         if queue is not None:
@@ -677,7 +679,7 @@ class Substrate:
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
                                          cancel_with_parent=_cancel_with_parent, sent=sent,
-                                         parent_step=_parent_step)
+                                         parent_step=_parent_step, from_queue=_from_queue)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -857,8 +859,11 @@ class Substrate:
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
             _parent_step=parent_step_of(start),
-            _sent=start.get("sent"),
+            _sent=start.get("sent"), _from_queue=True,
         )
+        step, parent = parent_step_of(start), start.get("parent")
+        if step is not None and isinstance(parent, str):
+            await started_from_queue(self, item.case_id, parent, step)
 
     def _written(self, case_id: str) -> bool:
         """Whether a case has been started (in memory here, or its row in the store)."""
@@ -876,7 +881,13 @@ class Substrate:
         """A case's status with what its queue item says (when it started on a queue, or ended there)."""
         if not self._queues.queues:
             return status
-        return with_item(status, self._queues.item(status.case_id))
+        try:
+            item = self._queues.item(status.case_id)
+        except StoreError as exc:  # the store is away: a case in memory still answers, without its queue's fields
+            _log.warning("cannot read a case's queue item; its status shows it without", case_id=status.case_id,
+                         error=str(exc))
+            return status
+        return with_item(status, item)
 
     def _seed_of(self, scheduler: object) -> int | None:
         if scheduler == "deterministic":
@@ -1191,7 +1202,10 @@ class Substrate:
             if row is None:
                 if await self._cancel_queued(case_id, msg):
                     return  # it was queued: it ended there, and never starts
-                row = await self._store.row(case_id)  # (cancelled there meanwhile, or started from there)
+                # (cancelled there meanwhile, or started from there: a claimed case's start is written after its
+                # claim, so a cancel in between waits for that start and goes to the case)
+                await self._left_queue(case_id)
+                row = await self._store.row(case_id)
             mine = row is not None and (not self._store.shared or row.owner == self._owner)
             if row is not None and mine and self._loader is not None and row.state == CaseState.SUSPENDED.value:
                 inputs.bounded_reason(msg, self._max_payload, case_id)

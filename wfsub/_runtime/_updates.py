@@ -10,7 +10,12 @@ Answers are not journaled: replay computes them again. A durable case also keeps
 row (`CaseRow.answers`, written with the row), which is where they are found:
 
 - by a standby or a `wfsub.Client`, which writes the update to the inbox and then reads the row until the
-  answer is there (or the case ended, or the owner refused the inbox row);
+  answer is there (or the case ended, or the owner refused the inbox row). A call retried with the id of an
+  update the case journaled reads the row the same way; the row also lists the updates the case journaled and
+  has not answered yet (`CaseRow.owed`), so a row written after that update's record (its `last_seq` at or past
+  the record's seq) that has the id in neither list says the answer was given and dropped, and the call raises
+  what the owner's does (`answer_gone`). A row written before the list was kept has none: such a call reads the
+  row until the answer comes (or its timeout);
 - by a case brought back into memory (restart, takeover, eviction): the row's answers, then those its replay
   recomputes (the updates journaled after the row was written), so a call retried with its request id after a
   crash gets its answer;
@@ -27,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import CaseCancelled, CaseFailed, CaseNotFound, SignalRejected, StepFailed, owner_refused
+from .._errors import CaseCancelled, CaseFailed, CaseNotFound, SignalRejected, StepFailed, answer_gone, owner_refused
 from .._trace import get_logger
 from ._status import RefusedInput
 
@@ -58,13 +63,15 @@ class Pending:
 
 
 class Updates:
-    """A case actor's updates: callers waiting by update id, and the latest answers ([kind, value]) by id."""
+    """A case actor's updates: callers waiting by update id, the latest answers ([kind, value]) by id, and the ids
+    of the updates journaled and not answered yet."""
 
-    __slots__ = ("pending", "answers", "refused")
+    __slots__ = ("pending", "answers", "owed", "refused")
 
     def __init__(self) -> None:
         self.pending: dict[str, Pending] = {}
         self.answers: dict[str, list[Any]] = {}
+        self.owed: set[str] = set()  # from its record's making (before the commit) to its answer: `CaseRow.owed`
         # inputs a check= refused when a wait took them from the buffer: {kind, name, reason, time, request_id}
         self.refused: list[dict[str, Any]] = []
 
@@ -72,6 +79,7 @@ class Updates:
         answers = self.answers
         answers.pop(uid, None)
         answers[uid] = answer
+        self.owed.discard(uid)
         if len(answers) > ANSWERS_KEPT:
             del answers[next(iter(answers))]
         waiting = self.pending.pop(uid, None)
@@ -138,13 +146,17 @@ def at_end(actor: CaseActor) -> None:
         return
     for uid in list(found.pending):
         found.keep(uid, [ENDED, None])
+    found.owed.clear()  # (an ended case owes nothing: its row's state answers every update)
     actor.shared.updates.pop(actor.case_id, None)  # (the actor keeps them: a retried call reads them there)
 
 
 def restore(actor: CaseActor, row: CaseRow, replayed: Iterable[tuple[str | None, str, str, Any]]) -> None:
     """A case brought back: the answers and refusals its row kept, then those its replay computed (a refusal the
-    row lists already, made again by the replay, is listed once)."""
+    row lists already, made again by the replay, is listed once); owed: what its machine owes once replayed."""
     listed: list[dict[str, Any]] = []
+    owed = actor.machine.owed_updates() if actor.machine is not None else []
+    if owed or actor.updates is not None or actor.shared.updates.get(actor.case_id) is not None:
+        of(actor).owed = set(owed)  # (every journaled update is applied now: the rest are answered)
     if row.answers or row.taken_refused:
         found = of(actor)
         for uid, answer in (row.answers or {}).items():
@@ -165,6 +177,30 @@ def _same_input(refused: dict[str, Any]) -> tuple[Any, ...]:
 def row_answers(actor: CaseActor) -> dict[str, Any] | None:
     found = actor.updates
     return dict(found.answers) if found is not None and found.answers else None
+
+
+def row_owed(actor: CaseActor) -> list[str] | None:
+    """`CaseRow.owed` (sorted); None for a case that has neither answered nor journaled an update."""
+    found = actor.updates
+    if found is None or not (found.answers or found.owed):
+        return None
+    return sorted(found.owed)
+
+
+def journaled(actor: CaseActor, uid: str) -> None:
+    """The record of update `uid` is made (to be committed): the case owes its answer from now on."""
+    of(actor).owed.add(uid)
+
+
+def not_journaled(actor: CaseActor, uids: Iterable[str]) -> None:
+    """Records of updates that were not written after all (a failed commit, or ids the journal held already):
+    owed only if the machine owes them (an id it took before)."""
+    found = actor.updates
+    if found is not None:
+        machine = actor.machine
+        for uid in uids:
+            if machine is None or not machine.owes(uid):
+                found.owed.discard(uid)
 
 
 def row_refused(actor: CaseActor) -> list[dict[str, Any]] | None:
@@ -223,8 +259,10 @@ POLL_MOST = 0.05
 
 async def remote_answer(store: Store, case_id: str, name: str, uid: str, inbox_id: int) -> Any:
     """The answer to update `uid` of a case another process owns: read from its row once the owner has written
-    it (polling, a few ms apart at first); the owner's refusal of the inbox row `inbox_id` is raised."""
+    it (polling, a few ms apart at first); the owner's refusal of the inbox row `inbox_id` is raised. `inbox_id`
+    0: the update was journaled before; a row that says its answer was dropped raises `answer_gone`."""
     delay = POLL_FIRST
+    applied_at = None if inbox_id else await journaled_at(store, case_id, uid)
     while True:
         row = await store.row(case_id)
         if row is None:
@@ -232,9 +270,28 @@ async def remote_answer(store: Store, case_id: str, name: str, uid: str, inbox_i
         found, value = row_result(row, name, uid)
         if found:
             return value
+        if applied_at is not None and answer_dropped(row, uid, applied_at):
+            raise answer_gone(case_id, name, uid, ANSWERS_KEPT)
         if inbox_id:
             pending = await store.inbox_row(inbox_id)
             if pending is not None and pending.refused:
                 raise owner_refused(case_id, f"take update {name!r}", pending.refused)
         await anyio.sleep(delay)
         delay = min(2 * delay, POLL_MOST)
+
+
+async def journaled_at(store: Store, case_id: str, uid: str) -> int | None:
+    """The seq of the record that journaled update `uid` (of the `snapshot` record that replaced it, in a
+    compacted journal); None: not journaled."""
+    records = await store.journaled_request(case_id, uid)
+    seq = records[-1].get("seq") if records else None
+    return seq if isinstance(seq, int) else None
+
+
+def answer_dropped(row: CaseRow, uid: str, applied_at: int) -> bool:
+    """Whether a case row says update `uid`, journaled at seq `applied_at`, was answered and its answer dropped:
+    the row lists what the case owes (`owed`), was written after that record, and has the id in neither list."""
+    owed = row.owed
+    return (
+        owed is not None and row.last_seq >= applied_at and uid not in (row.answers or {}) and uid not in owed
+    )

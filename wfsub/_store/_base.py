@@ -27,9 +27,9 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 8
-REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
+SCHEMA_VERSION = 10
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
+REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 
 Record = dict[str, Any]
 """One journal record as plain JSON-able data (see `wfsub._store._records` for the kinds and their fields).
@@ -89,6 +89,11 @@ class CaseRow:
     # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
     # or a call retried after a crash, finds its answer.
     answers: dict[str, Any] | None = None
+    # The ids of the updates the case journaled and has not answered yet (buffered, owed by a thread, or not yet
+    # applied): with `answers`, it tells a process reading the row that an update journaled at or before
+    # `last_seq` and in neither was answered, and its answer dropped. Written by a case that took updates; None
+    # on the other rows and on rows written before it was kept (an update missing from `answers` may be owed).
+    owed: list[str] | None = None
     # Inputs a `check=` refused when a wait took them from the buffer (the latest ten, newest first: kind, name,
     # reason, time, request_id): journaled as inputs, refused by the case itself, so not in the inbox.
     taken_refused: list[dict[str, Any]] | None = None
@@ -173,6 +178,11 @@ class CaseWrite:
       `take_over()`, or 1 after the start write). Every write for an existing case checks, under a lock on the
       case row, that this node owns the case at this epoch; otherwise that write alone fails with StoreConflict
       (fencing: the case was taken over). None checks the owner only. Single-node stores ignore it.
+    - `from_queue`: the write that starts the case of a queue item (its start at dequeue, or its end when it is
+      cancelled in its queue). Any other write that starts a case (its journal's first record: a `start`, or a
+      fork's `snapshot`) is refused with StoreConflict while a queue item of its id waits (queued, or claimed and
+      its case not written): checked in the write's own transaction, so a start and a queueing of one id never
+      both commit (see `_queueing`).
     An `end` record is accepted once per case; a second one is a StoreError (only the owner writes it).
     """
 
@@ -184,6 +194,7 @@ class CaseWrite:
     inbox_refused: list[tuple[int, str]] = field(default_factory=list)
     epoch: int | None = None
     compact: int | None = None
+    from_queue: bool = False
 
 
 @dataclass(slots=True)
@@ -257,9 +268,10 @@ class Store(Protocol):
 
     async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
         """The records that say whether the case's journal holds an input with `request_id`, in order: the one
-        that carries it (at most one: an id is unique within its case), after the journal's `snapshot` record if
-        it was compacted (that record keeps the ids of the records it replaced). Empty: neither (an indexed read,
-        for a client's check of an id before it writes to the inbox)."""
+        that carries it (at most one: an id is unique within the records a case keeps), after the journal's
+        `snapshot` record if it was compacted (that record keeps the ids of the latest inputs it replaced: a
+        window, not all of them). Empty: neither (an indexed read, for a client's check of an id before it writes
+        to the inbox)."""
         ...
 
     async def cases(
@@ -277,7 +289,8 @@ class Store(Protocol):
         `_queueing`) in one transaction; False (and
         nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
         (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
-        them). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
+        them). An `inbox_put` for the case committed before the delete is seen by it; one under way waits for it
+        (and then names no case). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""
         ...
 
     async def live(self) -> list[CaseRow]:
@@ -348,7 +361,8 @@ class Store(Protocol):
 
     async def queue_case(self, change: CaseWrite) -> None:
         """Commit a new case's start write (its `start` record and row) with no owner, for the first node that
-        claims it (`new_case(placement="any")`). StoreConflict if the case id is taken. Single-node stores raise
+        claims it (`new_case(placement="any")`). StoreConflict if the case id is taken (a case has it, or a queue item
+        of it waits: see `CaseWrite.from_queue`). Single-node stores raise
         StoreError: placement="any" needs a shared store."""
         ...
 

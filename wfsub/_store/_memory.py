@@ -38,7 +38,7 @@ from ._base import (
     StoredCase,
 )
 from ._listing import Listing
-from ._queueing import QUEUED, QueueItem, QueueLimits, QueueTable
+from ._queueing import QUEUED, STARTED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -56,7 +56,9 @@ from ._rows import (
     second_end,
     seq_taken,
     start_meta,
+    starts_case,
     to_json,
+    waits_in_queue,
 )
 from ._single import SingleNode
 
@@ -66,7 +68,7 @@ _log = get_logger("wfsub.store")
 @dataclass(slots=True)
 class _Case:
     journal: dict[int, str] = field(default_factory=dict)  # seq -> record JSON
-    request_ids: set[str] = field(default_factory=set)
+    request_ids: dict[str, int] = field(default_factory=dict)  # of the records kept -> their seq (the unique index)
     ended: bool = False
     row: dict[str, Any] | None = None  # encoded row params
     order: int = 0
@@ -187,8 +189,12 @@ class MemoryStore(SingleNode):
         case = self._cases.get(change.case_id) or _Case()
         if case.row is None and not case.journal and headless(change):
             raise StoreConflict(self._name, case_gone(change.case_id))
+        if case.row is None and not case.journal and starts_case(change):
+            item = self._queue.items.get(change.case_id)
+            if item is not None and item.state in (QUEUED, STARTED):
+                raise StoreConflict(self._name, waits_in_queue(change.case_id))
         appended: list[bool] = []
-        seen_ids = set(case.request_ids)
+        seen_ids = dict(case.request_ids)
         seqs: set[int] = set()
         ended = case.ended
         for record in change.records:
@@ -206,7 +212,7 @@ class MemoryStore(SingleNode):
             elif record.kind == "retry":  # a failed case re-opened: its next run ends once too
                 ended = False
             if record.request_id is not None:
-                seen_ids.add(record.request_id)
+                seen_ids[record.request_id] = record.seq
             seqs.add(record.seq)
             appended.append(True)
         # every rule held: apply
@@ -230,6 +236,9 @@ class MemoryStore(SingleNode):
         if change.compact is not None:  # (in the same write: the journal starts with the snapshot record)
             for seq in [seq for seq in case.journal if seq < change.compact]:
                 del case.journal[seq]
+            # as the SQL stores' unique index, which covers the records kept: an id compacted away is free again
+            # (the snapshot record keeps the window of ids a retry is still checked against: `_request_ids`)
+            case.request_ids = {rid: seq for rid, seq in case.request_ids.items() if seq >= change.compact}
             for seq in [seq for seq in case.snapshots if seq < change.compact]:
                 del case.snapshots[seq]
         for inbox_id in change.inbox_done:

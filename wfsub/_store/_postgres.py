@@ -44,7 +44,10 @@ everything queued while its previous commit ran and sends one `SELECT ... FROM w
 `fetchmany`: one round trip, one implicit transaction, one fsync. `write_case` (a PL/pgSQL function, in the
 migrations) locks the case row (`FOR UPDATE`), checks its owner and epoch (fencing), and runs the write in an
 exception block: a write that breaks a rule (a seq written twice, a second `end`) or that is fenced is undone
-alone and reported as StoreConflict, while the rest of the group commits. An error the function does not catch
+alone and reported as StoreConflict, while the rest of the group commits. A write that starts a case whose id a
+queue item waits for is refused so too (not its item's own start): it looks under an advisory lock on the case id,
+which `queue_put` takes before it looks for a case of the id, so the two never both commit. A start then holds
+that lock until its group commits: a queueing of the same id waits for it. An error the function does not catch
 (a value Postgres refuses) aborts the group's transaction; the writer then runs each write of that
 group alone, so it fails alone.
 
@@ -90,6 +93,15 @@ with the offset refreshed at every renewal.
 Inbox order. Inbox ids increase, but with several writers a smaller id may commit after a larger one was read;
 on a shared store read the inbox with `after=0` (pending rows only stay until moved or refused) and skip the ids
 already being moved, rather than keeping a cursor.
+
+Delete and the inbox. `delete` removes an ended case only when no input for it waits in the inbox, so an input
+put for the case and a delete of it must serialize: an input put holds a shared advisory lock on its case's key
+(`inbox_lock_key`, migration 9) until its group commits, and a delete locks the case row, then takes that key
+exclusively, then checks and deletes in a statement of its own (whose snapshot sees every input put before). A
+lock on the case row would make every input put wait for the owner's writes of that case (and two nodes' groups
+that each write a case and put an input for the other's could deadlock). A delete that finds the key held lets
+the row go and waits for the key alone before trying again: a group that puts an input for a case and then
+writes it would otherwise wait for the row while the delete waited for the key.
 
 The schema. Everything lives in one schema (`schema=`, default "wfsub"), created by the store; `meta` records
 ('application', 'wfsub') and the layout version. A new schema is built by running the numbered files in
@@ -171,6 +183,7 @@ from ._rows import (
     second_end,
     seq_taken,
     to_json,
+    waits_in_queue,
 )
 from ._sql import load_dialect
 
@@ -884,6 +897,8 @@ class PostgresStore(StoreBase):
             raise StoreConflict(self._name, second_end(case_id, at_seq))
         if info in ("journal_pkey", "cases_case_id_key"):
             raise StoreConflict(self._name, seq_taken(case_id, 0 if at_seq is None else at_seq))
+        if info == "queue_item_waiting":
+            raise StoreConflict(self._name, waits_in_queue(case_id))
         raise StoreConflict(self._name, f"the write for case {case_id!r} broke the constraint {info!r}")
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
@@ -891,6 +906,8 @@ class PostgresStore(StoreBase):
         encoded = encode_write(self._name, change)
         epoch = change.epoch
         query, args = _write_query(encoded), self._write_args(encoded, epoch, False)
+        if query == Q["start_group"]:  # (its $29: whether it is its queue item's own start)
+            args = (*args, encoded.from_queue)
         if encoded.compact is not None:  # its own statement: the write, then the deletes, in one transaction
             query, args = Q["compact_group"], (*args, encoded.compact)
         job = Job(
@@ -911,8 +928,11 @@ class PostgresStore(StoreBase):
                 self._name, f"queue_case for case {change.case_id!r} needs the case's start write: its `start` "
                 "record (seq 0) and its row"
             )
+        query, args = _write_query(encoded), self._write_args(encoded, None, True)
+        if query == Q["start_group"]:
+            args = (*args, False)
         job = Job(
-            _Statement(_write_query(encoded), self._write_args(encoded, None, True), partial(
+            _Statement(query, args, partial(
                 self._write_result, encoded.case_id, None)), f"queued case {encoded.case_id!r}", wait=True,
         )
         self._submit(job)
@@ -931,9 +951,19 @@ class PostgresStore(StoreBase):
         return inbox_id
 
     async def delete(self, case_id: str) -> bool:
+        # The row first, then the case's inbox key, then the check in a statement of its own (a snapshot taken
+        # once both are held sees every input put for the case: migration 9). The key is only tried while the
+        # row is held: a group commit that put an input for the case and then writes it would wait for the row
+        # while this waited for the key. On failure the row goes and the key is waited for alone, then again.
         async def run(conn: Any) -> bool:
-            count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
-            return count > 0
+            while True:
+                async with conn.transaction():
+                    if await conn.fetchval(Q["delete_lock_case"], case_id) is None:
+                        return False
+                    if await conn.fetchval(Q["delete_hold_inbox"], case_id):
+                        count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
+                        return count > 0
+                await conn.fetchval(Q["delete_wait_inbox"], case_id)
 
         loop = self._running("delete a case")
         return await loop.call(self._pooled(f"deleting case {case_id!r}", run, idempotent=False), cancel=False)
@@ -1086,6 +1116,7 @@ class PostgresStore(StoreBase):
         async def run(conn: Any) -> CaseExists | None:
             async with conn.transaction():
                 await conn.execute(Q["queue_lock"], item.queue)
+                await conn.execute(Q["case_id_lock"], item.case_id)  # (a start of the id waits, or is seen)
                 if await conn.fetchval(Q["queue_id_taken"], item.case_id) is not None:
                     return CaseExists(item.case_id)
                 if item.dedup is not None:

@@ -13,6 +13,11 @@ the queue (an advisory lock per queue name), so the limits hold across nodes:
 - order: lower priority first, then first come first served; an item with a `not_before` (delay=) later than now
   waits.
 
+While an item waits (queued, or started and its case not written yet) its id is its own: a write that starts a
+case of that id other than the item's own (`CaseWrite.from_queue`) is refused, and queueing an id refuses one a
+case has, each in its own transaction (on Postgres both under an advisory lock on the case id), so a start and a
+queueing of one id never both commit.
+
 An item cancelled while it waited is `cancelled`, and the same transaction writes its case (a row, a `start`, a
 `cancel` and an `end` record, built by the runtime: `Store.queue_cancel`), so an id is an ended case from then on.
 Deleting a case (`delete`, `prune`) removes its item in the transaction that removes the case, so its id starts

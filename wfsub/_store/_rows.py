@@ -67,6 +67,7 @@ class EncodedWrite:
     inbox_done: list[int]
     inbox_refused: list[tuple[int, str]]
     compact: int | None = None
+    from_queue: bool = False  # see CaseWrite
 
 
 def to_json(store: str, what: str, value: object) -> str:
@@ -141,6 +142,8 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
     detail = {name: getattr(row, name) for name in (*_DETAIL, *_LATER_DETAIL)}
     if row.answers:  # (only a case that took updates has any: the other rows keep their text)
         detail["answers"] = row.answers
+    if row.owed is not None:  # (likewise: [] says "nothing owed", which a missing key does not)
+        detail["owed"] = row.owed
     if row.taken_refused:
         detail["taken_refused"] = row.taken_refused
     if row.parent_step:  # (a child waited for with "cancel": the others keep their text)
@@ -184,6 +187,8 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
         fields.update({name: extra.get(name) for name in _LATER_DETAIL})
         if "answers" in extra:
             fields["answers"] = extra["answers"]
+        if "owed" in extra:
+            fields["owed"] = extra["owed"]
         if "taken_refused" in extra:
             fields["taken_refused"] = extra["taken_refused"]
         if "parent_step" in extra:
@@ -303,6 +308,7 @@ def encode_write(store: str, change: CaseWrite) -> EncodedWrite:
         inbox_done=[int(i) for i in change.inbox_done],
         inbox_refused=[(int(i), str(reason)) for i, reason in change.inbox_refused],
         compact=_compact_seq(store, change, records),
+        from_queue=bool(change.from_queue),
     )
 
 
@@ -355,6 +361,20 @@ def headless(change: EncodedWrite) -> bool:
     if change.records:
         return change.records[0].kind not in HEADS
     return change.row is not None
+
+
+def starts_case(change: EncodedWrite) -> bool:
+    """Whether a write that is not its queue item's own (`CaseWrite.from_queue`) begins a journal: refused while a
+    queue item of its id waits, where the store holds no case of that id."""
+    return not change.from_queue and bool(change.records) and change.records[0].kind in HEADS
+
+
+def waits_in_queue(case_id: str) -> str:
+    return (
+        f"case {case_id!r} waits in its queue (queued, or claimed and not started yet): its id is taken by that "
+        "queued case, which starts from its queue. This write was not applied; use another case id, or read the "
+        "queued case (status(), read_queue_item())"
+    )
 
 
 def case_gone(case_id: str) -> str:

@@ -81,7 +81,9 @@ from ._rows import (
     loads,
     second_end,
     seq_taken,
+    starts_case,
     to_json,
+    waits_in_queue,
 )
 from ._single import SingleNode
 from ._sql import LAYOUT, QUERIES, Layout
@@ -967,6 +969,9 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     starting = [record[0] for record in records if record[2] == "start"]
     if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
         raise Redo  # a case id taken: each write alone, where its own refusal is said
+    heads = [change.case_id for change in changes if starts_case(change)]
+    if heads and conn.execute(Q["queue_items_waiting_for"], {"ids": _array(heads).decode()}).fetchone() is not None:
+        raise Redo  # an id a queue item waits for: as above
     needed = {change.case_id for change in changes if headless(change)}
     if needed:
         needed -= {record[0] for record in records if record[2] in HEADS}  # started (or forked) in this batch
@@ -1011,11 +1016,16 @@ def _compact(change: EncodedWrite, conn: sqlite3.Connection) -> None:
 
 def _refuse_second_start(change: EncodedWrite, conn: sqlite3.Connection) -> None:
     """A `start` record for a case the store holds is refused as its seq 0 would be: a compaction removed that
-    record, never the case's row, so the row says the id is taken."""
+    record, never the case's row, so the row says the id is taken. A write that starts a case whose id a queue
+    item waits for is refused too, unless it is that item's own (`CaseWrite.from_queue`)."""
     if any(record.kind == "start" for record in change.records) and conn.execute(
         Q["case_exists"], {"case_id": change.case_id}
     ).fetchone() is not None:
         raise Refused(seq_taken(change.case_id, 0))
+    if starts_case(change) and conn.execute(
+        Q["queue_items_waiting_for"], {"ids": _array([change.case_id]).decode()}
+    ).fetchone() is not None:
+        raise Refused(waits_in_queue(change.case_id))
 
 
 def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:

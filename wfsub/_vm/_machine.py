@@ -30,7 +30,7 @@ from ._requests import EffectRequest, TimerRequest
 from ._result import RunResult, RunStatus
 from ._schedulers import Scheduler
 from ._snapshot import give, take
-from ._updates import owes, take_answers, waiting_check
+from ._updates import owed, owes, take_answers, waiting_check
 
 _R = TypeVar("_R", EffectRequest, TimerRequest)
 
@@ -293,6 +293,10 @@ class Machine:
     def owes(self, update_id: str) -> bool:
         """Whether update `update_id` is buffered or owed by a thread: the case will answer it."""
         return owes(self._vm, update_id)
+
+    def owed_updates(self) -> list[str]:
+        """The ids of the updates buffered or owed by a thread: those the case will answer (see `owes`)."""
+        return owed(self._vm)
 
     def take_answers(self) -> list[tuple[str | None, str, str, Any]]:
         """The answers the last bursts and inputs produced, oldest first, each (update id or None, kind, name,

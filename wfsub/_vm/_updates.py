@@ -240,3 +240,11 @@ def owes(m: Interp, uid: str) -> bool:
     if st is None:
         return False
     return uid in st.ids.values() or any(entry[2] == uid for entry in st.owing)
+
+
+def owed(m: Interp) -> list[str]:
+    """The ids of the updates buffered or owed by a thread (the case will answer them), in no set order."""
+    st = m.updates
+    if st is None:
+        return []
+    return [uid for uid in (*st.ids.values(), *(entry[2] for entry in st.owing)) if uid is not None]

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import click
 
 from .. import InvalidWorkflow, StoreError, Term
@@ -50,14 +51,43 @@ def _store_for_cli(spec: str) -> Store:
 async def opened(spec: str) -> AsyncIterator[Store]:
     """The store `spec` names, open for reading and for inputs (not owned), closed on the way out."""
     store = _store_for_cli(spec)
-    try:
-        await store.open(owner=False, owner_id=f"wfsub-command-{os.getpid()}")
-    except StoreError as exc:
-        raise CliError(str(exc)) from exc
+    await open_noting(store)
     try:
         yield store
     finally:
         await store.close()
+
+
+SLOW_OPEN = 1.0  # seconds an open may take before the command says what it waits for
+
+
+async def open_noting(store: Store) -> None:
+    """Open the store for the command (not owning it), saying what it waits for when that is slow (see below);
+    CliError with the store's reason when it cannot be opened."""
+    done = anyio.Event()
+    failure: StoreError | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(note_a_slow_open, store, done)
+        try:
+            await store.open(owner=False, owner_id=f"wfsub-command-{os.getpid()}")
+        except StoreError as exc:  # (raised here, not from the task group, which would wrap it in a group)
+            failure = exc
+        finally:
+            done.set()
+    if failure is not None:
+        raise CliError(str(failure)) from failure
+
+
+async def note_a_slow_open(store: Store, opened: anyio.Event) -> None:
+    """Say on stderr what the command waits for when opening the store takes more than SLOW_OPEN seconds (until
+    `opened` is set): a database that is down is waited for (`retry_for`) before the command fails, and silence
+    looks like a hang."""
+    with anyio.move_on_after(SLOW_OPEN):
+        await opened.wait()
+    if not opened.is_set():
+        waits = getattr(store, "retry_for", None)
+        bound = f" for up to {waits:g} s (retry_for=)" if isinstance(waits, int | float) else ""
+        click.echo(f"wfsub: waiting for {store.url} to answer{bound}; Ctrl+C stops", err=True)
 
 
 async def case_row(store: Store, case_id: str) -> CaseRow:

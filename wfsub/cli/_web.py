@@ -15,7 +15,7 @@ import click
 
 from .. import WfsubError
 from ._commands import STORE, main
-from ._targets import CliError, _store_for_cli, load_target
+from ._targets import CliError, _store_for_cli, load_target, open_noting
 
 DEFAULT_PORT = 8377
 
@@ -62,6 +62,9 @@ def web(store: str, host: str, port: int, workflow: str | None, read_only: bool)
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --port") from exc
         with sock:
+            probe = _store_for_cli(store)  # reachable? (saying what it waits for while a database does not answer)
+            await open_noting(probe)
+            await probe.close()
             async with Client(opened) as client:
                 asgi = app(client, read_only=read_only, workflows=workflows)
                 server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", lifespan="off"))

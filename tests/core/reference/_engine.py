@@ -795,7 +795,7 @@ class Engine:
         parent = block.parent
         assert parent is not None
         k = block.then if isinstance(block, Pass) and block.role == "handler" else block.k
-        self.move(th, parent, k)
+        self.move(th, parent, list(k))  # a copy: each thread leaving (a multi-merge's) pops its own
         block.exited = True
         if not block.kids:
             self.close(block, False)

@@ -1,7 +1,8 @@
 -- Every statement the Postgres store runs, by name (`-- name: NAME`, then what it does). Values are always bound
 -- parameters ($1, $2, ...). Names are unqualified: each connection's `search_path` is the store's schema. The
 -- only text the store formats itself is the schema name in CREATE SCHEMA (a checked identifier, quoted).
--- The functions called here (write_case, inbox_put, take_over, claim_queued, db_now) are in migrations/.
+-- The functions called here (write_case, inbox_put, inbox_lock_key, take_over, claim_queued, db_now) are in
+-- migrations/.
 
 -- name: lock_layout
 -- One opener at a time checks, builds or migrates a schema (released at the end of its transaction).
@@ -250,8 +251,23 @@ WITH gone AS (
 )
 SELECT count(*) FROM cases_gone;
 
+-- name: delete_lock_case
+-- A delete's first statement: lock the case row (NULL: no such case), waiting for a write that holds it.
+SELECT 1 FROM cases WHERE case_id = $1 FOR UPDATE;
+
+-- name: delete_hold_inbox
+-- A delete's second statement, the row held: take the case's inbox key exclusively if no input put holds it
+-- (false: one is in flight; see migration 9).
+SELECT pg_try_advisory_xact_lock(inbox_lock_key($1));
+
+-- name: delete_wait_inbox
+-- Wait, holding nothing else, until the input puts of a case in flight have ended (the lock goes with the
+-- statement's own transaction).
+SELECT pg_advisory_xact_lock(inbox_lock_key($1));
+
 -- name: delete
--- Remove one case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
+-- A delete's last statement, the row and the inbox key held (so its snapshot sees every input put for the case):
+-- remove the case if it ended, its journal holds its `end` and no input for it waits in the inbox; returns how
 -- many (0 or 1). The other nodes are told (NOTIFY 'd', $2: this store's sender id), so none answers for the
 -- case from memory. Its queue item as `prune` says ($3: the key's prefix).
 WITH gone AS (
@@ -326,15 +342,16 @@ SELECT min(seq) FROM journal WHERE case_id = $1;
 -- name: start_group
 -- `write_group` for a write carrying a `start` record: refused as a seq 0 written twice when the case exists (a
 -- compaction removes its seq 0, never its row); write_case is not run then (a one-time filter), so the group's
--- commit token (on its first write) is recorded here instead.
+-- commit token (on its first write) is recorded here instead. $29: whether the write is its queue item's own start
+-- (CaseWrite.from_queue: not refused for that item waiting); $30: the commit token.
 WITH token AS (
-    INSERT INTO commits (token, at) SELECT $29::text, db_now()
-    WHERE $29::text IS NOT NULL AND EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+    INSERT INTO commits (token, at) SELECT $30::text, db_now()
+    WHERE $30::text IS NOT NULL AND EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
     RETURNING 1
 )
 SELECT status, appended, info, at_seq, cur_owner, cur_epoch
 FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-                $22, $23, $24, $25, $26, $27, $28, $29)
+                $22, $23, $24, $25, $26, $27, $28, $30, $29::boolean)
 WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
 UNION ALL
 SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
@@ -368,6 +385,11 @@ SELECT pg_advisory_xact_lock(hashtext('wfsub queue ' || $1));
 UPDATE queue_items q SET state = 'ended'
 WHERE q.state = 'started' AND q.queue = $1
   AND EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id AND c.ended_at IS NOT NULL);
+
+-- name: case_id_lock
+-- One start or queueing of a case id at a time, across nodes (write_case takes it too, before it looks for a
+-- waiting queue item of the id; released at the end of the transaction).
+SELECT pg_advisory_xact_lock(hashtext('wfsub case id'), hashtext($1));
 
 -- name: queue_id_taken
 -- Whether a case or a queue item has this id.

@@ -303,6 +303,13 @@ SELECT 1 FROM cases WHERE case_id = :case_id;
 -- Which of a group's starting cases (a JSON array of ids) the store holds already.
 SELECT case_id FROM cases WHERE case_id IN (SELECT value FROM json_each(:ids));
 
+-- name: queue_items_waiting_for
+-- Which of the ids (a JSON array) a queue item waits for: queued, or claimed and its case not written yet. A write
+-- that starts a case of one of them, other than its item's own, is refused (see CaseWrite.from_queue).
+SELECT q.case_id FROM queue_items q
+WHERE q.case_id IN (SELECT value FROM json_each(:ids)) AND q.state IN ('queued', 'started')
+  AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
+
 -- name: schedule_register
 -- A schedule's registration: the newest wins; a new one starts at :first_slot.
 INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at)

@@ -1,0 +1,7 @@
+-- Migration 9: a case id a queue item waits for is that queued case's alone.
+--
+-- A write that starts a case (its journal's first record) whose id a queue item waits for (queued, or claimed and
+-- its case not written yet) is refused, unless it is that item's own start (CaseWrite.from_queue): the writer
+-- checks it in the write's transaction (query queue_items_waiting_for), and queueing checks the cases as before,
+-- so a start and a queueing of one id never both commit. No table changes here: the layout version moves so that
+-- a library that does not keep this rule refuses to write a store that holds queued cases under it.

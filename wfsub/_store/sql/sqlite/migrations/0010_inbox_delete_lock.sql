@@ -1,0 +1,6 @@
+-- Migration 10: nothing changes in a SQLite file (layout 10 is layout 9).
+--
+-- Postgres's layout 10 makes an inbox input and a `delete` of the same case serialize. SQLite has one writer at a
+-- time (BEGIN IMMEDIATE), so a delete's check of the inbox and its removal of the case already see every input
+-- committed before them, and an input put after finds no case. The number moves so both stores keep one layout
+-- numbering.
