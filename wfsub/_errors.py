@@ -114,8 +114,10 @@ class CaseNotFound(WfsubError, KeyError):
 
     def __init__(self, case_id: str) -> None:
         self.case_id = case_id
+        # (an id looked up may be of any length: one longer than any case may have is not echoed whole)
+        shown = repr(case_id) if len(case_id) <= 1000 else f"{case_id[:60]!r}... ({len(case_id):,} characters)"
         super().__init__(
-            f"no case {case_id!r}: check the id, or start it with new_case() first (an ended case is kept in "
+            f"no case {shown}: check the id, or start it with new_case() first (an ended case is kept in "
             "memory up to the Substrate's `retain_ended` bound, and in its store until it is pruned)"
         )
 

@@ -228,8 +228,10 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         fix = "make case_id(ctx) return an id a case may have (not retried: the same data gives the same id)"
     else:
         child_id = default_child_id(parent, req.path, ctx)
-        fix = ("give the step case_id=fn returning a shorter id (the default is the parent's id and the node path; "
-               "not retried: the same data gives the same id)")
+        long = len(child_id.encode("utf-8", "surrogatepass")) > inputs.MAX_CASE_ID_BYTES
+        fix = ("give the step case_id=fn returning a " + ("shorter id" if long else "visible id (a name in the node "
+               "path, a signal's of a defer or a node's of a net, holds what no case id may)") + " (the default is "
+               "the parent's id and the node path; not retried: the same data gives the same id)")
     inputs.check_case_id(child_id, f"{label} at {req.path} of case {inputs.shown(parent)}: the child's case id",
                          fix=fix)
     cancels = t.wait is True and t.on_parent_cancel == "cancel"
@@ -241,7 +243,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
     async def start() -> None:
         # A child an earlier attempt started is found first (not started again: a start repeated while the child
         # is being brought back into memory would race with the inputs that bring it back).
-        found, other = _existing(sub, child_id)
+        found, other = await _existing(sub, child_id)
         if found:
             if other != parent:
                 raise not_our_child(child_id, parent, req.path, other)
@@ -253,7 +255,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
                                    priority=t.priority or 0, dedup=t.dedup,
                                    _parent_step={"effect_id": req.effect_id, "path": req.path} if cancels else None)
             except CaseExists as exc:
-                found, other = _existing(sub, child_id)
+                found, other = await _existing(sub, child_id)
                 if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
                     raise
                 if other != parent:
@@ -300,9 +302,18 @@ def check_child_queues(workflows: Workflows, queues: Mapping[str, object]) -> No
             stack += [(child_path(path, selector, child), child) for selector, child in children(term)]
 
 
-def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
-    """Whether a case `case_id` exists (in memory or in the store), and its parent."""
-    try:
+async def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
+    """Whether a case `case_id` exists (in memory or in the store), and its parent. The store is read without
+    blocking the event loop (`status()` reads on the calling thread, waiting up to the store's sync timeout while
+    it is out, and a start is retried through an outage: every case here would stall with it)."""
+    actor = sub._cases.get(case_id)
+    if actor is not None:
+        return True, actor.parent
+    if sub._store is not None:
+        row = await sub._store.row(case_id)
+        if row is not None:
+            return True, row.parent
+    try:  # (a queued case, or one in memory only)
         return True, sub._status(case_id).parent
     except CaseNotFound:
         return False, None

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -123,8 +124,11 @@ A request id wfsub derives from case ids and node paths (`derived_request_id`) t
 a digest of itself."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # a NUL, or half of a surrogate pair: no store keeps either
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # Unicode's control characters (Cc), and the above
-_NAMES = {"\x00": "a NUL character", "\t": "a tab", "\n": "a line break", "\r": "a carriage return"}
+# Unicode's control characters (Cc), its line and paragraph separators (line breaks too), and the above
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMES = {"\x00": "a NUL character", "\t": "a tab", "\n": "a line break", "\r": "a carriage return",
+          "\u2028": "a line separator (U+2028, a line break)", "\u2029": "a paragraph separator (U+2029, a line break)"}
+_UNSEEN = ("Cf", "Zs", "Zl", "Zp", "Mn", "Me")  # categories that show nothing by themselves (format, spaces, marks)
 
 NEW_ID_FIX = ("pass an id of visible characters (letters, digits, '-', '_', ':', '/', '@', spaces inside), at most "
               f"{MAX_CASE_ID_BYTES:,} bytes of UTF-8, or omit it to get a fresh one")
@@ -142,8 +146,10 @@ def check_case_id(value: object, what: str = "case_id", *, new: bool = True, fix
     `start_case` step, a schedule); returns it as given.
 
     `new`: the id of a case about to be created (`new_case`, `fork(new_case_id=)`, a child's id): a non-empty str
-    with no leading or trailing space, no control character (NUL, tab, line break, ... : Unicode's category Cc),
-    valid Unicode (no lone surrogate) and at most `MAX_CASE_ID_BYTES` bytes of UTF-8. Otherwise the id of a case
+    with no leading or trailing space, no control character (NUL, tab, line break, ... : Unicode's category Cc,
+    and its line and paragraph separators U+2028, U+2029), some character that shows (not only format characters
+    such as a zero-width space, spaces or combining marks: an id no listing would show), valid Unicode (no lone
+    surrogate) and at most `MAX_CASE_ID_BYTES` bytes of UTF-8. Otherwise the id of a case
     to find (`status`, `signal`, `handle`, ...): only a str that no store could hold is refused (a NUL, a lone
     surrogate), since a store written by an older wfsub may hold ids the rules for new ones now refuse.
     `what` names the id in the message (`"case_id"`, `"the child's case id of start_case('x') at seq[0] ..."`);
@@ -165,6 +171,9 @@ def check_case_id(value: object, what: str = "case_id", *, new: bool = True, fix
         raise ValueError(_unfit(value, what, found, "which no case id may hold", fix))
     if not value or value != value.strip():
         raise ValueError(f"{what} is empty or has leading or trailing spaces ({shown(value)}): {fix}")
+    if not value.isascii() and all(unicodedata.category(c) in _UNSEEN for c in value):
+        raise ValueError(f"{what} has no visible character ({shown(value)}: format characters, spaces or marks "
+                         f"only, as a zero-width space): {fix}")
     size = len(value) if value.isascii() else len(value.encode("utf-8"))
     if size > MAX_CASE_ID_BYTES:
         raise ValueError(

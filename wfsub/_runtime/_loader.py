@@ -15,7 +15,15 @@ from typing import Any
 
 import anyio
 
-from .._errors import CaseExists, CaseNotFound, ReplayDivergence, SignalRejected, StoreConflict, StoreError
+from .._errors import (
+    CaseExists,
+    CaseNotFound,
+    CommitUnknown,
+    ReplayDivergence,
+    SignalRejected,
+    StoreConflict,
+    StoreError,
+)
 from .._store import CaseRow, CaseWrite, DamagedEntry, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
@@ -263,6 +271,9 @@ class CaseLoader:
         try:
             await self.store.write(change)
             self.cases[case_id] = actor  # (the caller spawns it before it awaits anything)
+        except CommitUnknown:  # started or not, the store decides: the sweep brings it back soon if it was (a retry
+            self.bring_back(case_id)  # of a child's start finds it in the store and goes on without loading it)
+            raise
         except StoreConflict:  # an earlier run's case has this id: its start record is there
             self._started(case_id, written)
             await self.started_before(case_id, start)

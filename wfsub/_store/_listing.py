@@ -19,7 +19,18 @@ from typing import Any
 from ._base import CaseRow
 from ._rows import NO_ORDER, dumps
 
-_HIGHEST = "\U0010ffff"  # above every character: `prefix + _HIGHEST` bounds the ids that start with `prefix`
+
+def after_prefix(prefix: str) -> str | None:
+    """The least str above every str that starts with `prefix`, in code point order (SQLite's BINARY order of
+    UTF-8): its last character incremented, dropping trailing U+10FFFF (an id may hold that character too, so
+    the prefix and U+10FFFF is no bound); None when nothing is above them (a prefix of U+10FFFF only)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(0xE000 if 0xD800 <= code <= 0xDFFF else code)  # (no surrogate: not text)
+    return None
+
 
 SQLITE_COLUMNS = (
     "case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, "
@@ -74,10 +85,12 @@ class Listing:
             )
             params[f"tag_key{i}"], params[f"tag_value{i}"] = key, value
         if self.id_prefix is not None:
-            where.append(
-                "case_id >= :prefix AND case_id < :prefix_end AND substr(case_id, 1, length(:prefix)) = :prefix"
-            )
-            params["prefix"], params["prefix_end"] = self.id_prefix, self.id_prefix + _HIGHEST
+            end = after_prefix(self.id_prefix)  # (the range lets the index find them; substr decides)
+            where.append("case_id >= :prefix" + ("" if end is None else " AND case_id < :prefix_end")
+                         + " AND substr(case_id, 1, length(:prefix)) = :prefix")
+            params["prefix"] = self.id_prefix
+            if end is not None:
+                params["prefix_end"] = end
         if self.started_after is not None:
             where.append("started_at > :started_after")
             params["started_after"] = self.started_after

@@ -93,9 +93,10 @@ async def note_a_slow_open(store: Store, opened: anyio.Event) -> None:
 async def case_row(store: Store, case_id: str) -> CaseRow:
     """The case's row, or an error that says how to find the right id."""
     row = await store.row(case_id)
-    if row is None:
+    if row is None:  # (an id of any length may be asked for: one longer than any case's is not echoed whole)
+        shown = repr(case_id) if len(case_id) <= 1000 else f"{case_id[:60]!r}... ({len(case_id):,} characters)"
         raise CliError(
-            f"no case {case_id!r} in {store.url}: `wfsub cases {store.url}` lists its cases (newest first)"
+            f"no case {shown} in {store.url}: `wfsub cases {store.url}` lists its cases (newest first)"
         )
     return row
 
