@@ -1,8 +1,9 @@
 """What counts as JSON for a durable case, and where a value stops being it (pure: the vm uses it too).
 
-JSON here: dicts with str keys, lists (tuples become lists), str (valid Unicode: no lone surrogates), int, finite
-float, bool and None. Data of a durable case is kept in a journal and replayed, so anything else is refused with
-the path of the first offending value, `data["items"][2]["when"]: datetime is not JSON; pass .isoformat()`.
+JSON here: dicts with str keys, lists (tuples become lists), str (valid Unicode: no lone surrogates, and no NUL
+character, which Postgres's JSON cannot hold), int, finite float, bool and None. Data of a durable case is kept in a
+journal and replayed, so anything else is refused with the path of the first offending value,
+`data["items"][2]["when"]: datetime is not JSON; pass .isoformat()`.
 
 The encoder is msgspec's (C): on the records a durable case writes it encodes about ten times faster than the
 stdlib `json` and decodes about five times faster (`python -m bench durable` prints the three side by side, with
@@ -36,6 +37,10 @@ def json_problem(value: Any, where: str) -> str | None:
         if v is None or isinstance(v, bool | int):
             continue
         if isinstance(v, str):
+            if "\x00" in v:
+                return (f"{at}: the str holds a NUL character (U+0000) at index {v.index(chr(0))}, which case data may "
+                        "not hold (Postgres cannot store it in JSON, and a case keeps only what every store keeps); "
+                        "remove it, or encode the text (base64)")
             if not v.isascii():
                 try:
                     v.encode()
@@ -141,6 +146,9 @@ def decode(text: str | bytes) -> Any:
         return json.loads(text)
 
 
+_NUL = b"\\u0000"  # how the encoder writes a NUL character in a str
+
+
 def journaled(value: Any) -> tuple[Any, int] | None:
     """(the value as decoded from its JSON, the size in bytes of that JSON) when the fast encoder's text decodes
     back equal, with the same outer type, to `value`; None when it does not (the caller's walk then says why)."""
@@ -148,6 +156,8 @@ def journaled(value: Any) -> tuple[Any, int] | None:
         raw = _fast_encode(value)
         decoded = _fast_decode(raw)
     except Exception:  # RecursionError, msgspec.EncodeError (a lone surrogate, an int beyond 64 bits)
+        return None
+    if _NUL in raw:  # a NUL in a str (or the six characters of its escape): the walk says which
         return None
     if decoded != value or type(decoded) is not type(value):
         return None
@@ -159,7 +169,8 @@ def output_problem(value: Any, where: str) -> str | None:
     only one that does not (a tuple, an int key, a datetime, a NaN, a cycle, data nested too deep for the C
     encoders) takes the walk, and then a value nested deeper than `MAX_DEPTH` is refused as an input is."""
     try:
-        if _fast_decode(_fast_encode(value)) == value:  # the encode refuses lone surrogates (its output is UTF-8)
+        raw = _fast_encode(value)
+        if _NUL not in raw and _fast_decode(raw) == value:  # the encode refuses lone surrogates (output: UTF-8)
             return None
     except Exception:  # RecursionError, UnicodeEncodeError, msgspec.EncodeError: the walk names the problem
         pass

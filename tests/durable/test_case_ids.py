@@ -6,6 +6,8 @@ some store cannot hold is refused before anything is written, with a message nam
 from __future__ import annotations
 
 import hashlib
+import socket
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,15 @@ import pytest
 from click.testing import CliRunner
 
 import wfsub
-from wfsub import CaseFailed, Substrate, scope, seq, signal_case, start_case, task, wait
+from wfsub import CaseFailed, StoreError, Substrate, scope, seq, signal_case, start_case, task, wait
+from wfsub._errors import StoreConflict
 from wfsub._runtime._inputs import (
     MAX_CASE_ID_BYTES,
     MAX_REQUEST_ID_BYTES,
     derived_request_id,
     request_id,
 )
+from wfsub._store import refused_for_good
 from wfsub.cli import main
 from wfsub.lowlevel import check_case_id
 from wfsub.stores import MemoryStore
@@ -294,27 +298,64 @@ async def test_a_default_child_id_over_the_bound_says_to_give_case_id() -> None:
             await handle.result(timeout=BOUND)
 
 
-@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
-async def test_a_child_start_the_store_refuses_for_good_fails_the_step_not_retried(tmp_path: Path) -> None:
-    """A child start Postgres refuses for what it holds (start data with a NUL in a string: jsonb takes no
-    \\u0000, SQLSTATE 22P05) fails the parent's step with the store's reason, naming the parent, path and child,
-    instead of retrying it for ever as an outage; scope(on_error=) catches it."""
+@pytest.mark.parametrize("kind", STORE_PARAMS)
+async def test_a_child_start_with_data_no_store_keeps_fails_the_step_not_retried(kind: str, tmp_path: Path) -> None:
+    """A child start whose data holds a NUL in a string (which Postgres's JSON cannot store, so no store keeps it)
+    fails the parent's step with the reason, naming the parent and the step, instead of being retried;
+    scope(on_error=) catches it."""
     nul = {"note": "a\x00b"}
     flows = {
         "kid": FLOWS["kid"],
         "parent": start_case("kid", data=lambda c: nul),
         "careful": scope("s", start_case("kid", data=lambda c: nul), on_error=task(lambda c: {"caught": True})),
     }
-    async with Substrate(store=make_store("postgres", tmp_path), workflows=flows) as sub:
+    async with Substrate(store=make_store(kind, tmp_path), workflows=flows) as sub:
         handle = await sub.new_case("parent", {}, case_id="p1")
         with pytest.raises(CaseFailed) as info:
             await handle.result(timeout=BOUND)
         said = str(info.value)
-        assert "start_case('kid'): the start of child 'p1/start_case' at start_case of case 'p1'" in said, said
-        assert "SQLSTATE 22P05" in said and "rather than retrying" in said
+        assert "NUL character" in said and "start_case('kid')" in said, said
         careful = await sub.new_case("careful", {}, case_id="p2")
         assert (await careful.result(timeout=BOUND))["caught"] is True
         assert sorted(s.case_id for s in sub.cases()) == ["p1", "p2"]
+
+
+@pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
+async def test_store_errors_refused_for_good_are_told_from_outages(tmp_path: Path) -> None:
+    """What a child start retries: a store error caused by what the request holds (Postgres SQLSTATE classes 22,
+    23, 54; SQLite's integrity errors) is refused for good, an unreachable server or a busy file is not, and a
+    StoreConflict (fenced, a seq taken) never is."""
+    import asyncpg
+
+    def wrapped(cause: BaseException) -> StoreError:
+        error = StoreError("test", "what the store said")
+        error.__cause__ = cause
+        return error
+
+    conn = await asyncpg.connect(_pg.database_dsn())
+    try:
+        with pytest.raises(asyncpg.PostgresError) as bad_json:
+            await conn.fetchval("SELECT $1::jsonb", '{"a": "\\u0000"}')
+    finally:
+        await conn.close()
+    assert refused_for_good(wrapped(bad_json.value))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(OSError) as refused:
+        await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/x", timeout=2)
+    assert not refused_for_good(wrapped(refused.value))
+    db = sqlite3.connect(tmp_path / "t.db")
+    db.execute("CREATE TABLE t (k TEXT PRIMARY KEY)")
+    db.execute("INSERT INTO t VALUES ('a')")
+    with pytest.raises(sqlite3.IntegrityError) as twice:
+        db.execute("INSERT INTO t VALUES ('a')")
+    db.close()
+    assert refused_for_good(wrapped(twice.value))
+    assert not refused_for_good(wrapped(sqlite3.OperationalError("database is locked")))
+    conflict = StoreConflict("test", "fenced")
+    conflict.__cause__ = twice.value
+    assert not refused_for_good(conflict)
 
 
 # -- schedules and queues ---------------------------------------------------------------------------------------
