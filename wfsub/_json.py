@@ -60,6 +60,9 @@ def json_problem(value: Any, where: str) -> str | None:
                 for k, x in v.items():
                     if not isinstance(k, str):
                         return f"{at}: key {k!r} is {type(k).__name__}, but JSON keys are str; use str keys"
+                    if "\x00" in k:
+                        return (f"{at}: key {k!r} holds a NUL character (U+0000), which case data may not hold "
+                                "(Postgres cannot store it in JSON); remove it")
                     stack.append((x, f"{at}[{json.dumps(k, ensure_ascii=False)}]", False))
             else:
                 stack.extend((x, f"{at}[{i}]", False) for i, x in enumerate(v))

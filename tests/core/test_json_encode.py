@@ -18,9 +18,11 @@ from wfsub._json import encode, output_problem
 
 STDLIB = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
 
+TEXT = st.text(st.characters(exclude_characters="\x00"))  # (case data holds no NUL: see the test below)
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(st.characters(exclude_characters="\x00"), max_size=8), inner, max_size=4),
     max_leaves=20,
 )
 
@@ -51,6 +53,18 @@ def test_a_json_value_decodes_to_what_the_stdlib_text_decodes_to(value: Any) -> 
     """Any JSON value: the text decodes (with the stdlib) to the same value as the stdlib's own text does."""
     assert json.loads(encode(value)) == json.loads(STDLIB(value))
     assert output_problem(value, "v") is None
+
+
+@pytest.mark.parametrize("value", ["a\x00", {"k": ["\x00"]}, {"a\x00": 1}, {"k": "\\u0000 and \x00"}], ids=repr)
+def test_a_nul_character_anywhere_is_named_as_not_case_data(value: Any) -> None:
+    """A NUL in a str or a key (which Postgres's JSON cannot store) is a problem the walk names, fast path or not."""
+    problem = output_problem(value, "v")
+    assert problem is not None and "NUL character (U+0000)" in problem, problem
+
+
+def test_the_six_characters_of_a_nul_escape_are_case_data() -> None:
+    """A str holding a backslash, 'u' and four zeros (no NUL) is JSON a case keeps."""
+    assert output_problem({"k": "\\u0000"}, "v") is None
 
 
 @pytest.mark.parametrize(
