@@ -247,3 +247,27 @@ async def test_a_queued_case_whose_claim_answer_was_lost_is_started_once_by_its_
                 assert a.status(case_id).state == "done"
     finally:
         proxy.down()
+
+
+async def test_a_cancel_in_the_queue_whose_commit_answer_was_lost_returns_as_done() -> None:
+    """The answer to the COMMIT that cancelled a queued case (and wrote its end) is lost: the cancel, sent again by
+    the store, reads back that it was done and returns, rather than refusing it as a case that has already ended."""
+    schema = _pg.new_schema()
+    proxy = CommitLoser(_pg.database_dsn())
+    flows = {"waits": seq(wait("go"))}
+    try:
+        queues = {"q": Queue(concurrency=1)}
+        async with Substrate(store=node_store(schema, proxy.dsn), workflows=flows, node_id="a", queues=queues) as a:
+            await a.new_case("waits", case_id="first", queue="q")
+            await a.new_case("waits", case_id="held-in-queue", queue="q")
+            await until(lambda: a.status("first").state == "waiting_signal")
+            assert a.status("held-in-queue").state == "queued"
+            proxy.marker = b"held-in-queue"
+            with anyio.fail_after(BOUND):
+                await a.cancel("held-in-queue", reason="not wanted")
+            assert proxy.dropped == 1  # the cancel's commit answer was lost (else the attack did not happen)
+            status = a.status("held-in-queue")
+            assert (status.state, status.cancel_reason) == ("cancelled", "not wanted")
+            assert [r.kind for r in await a.journal("held-in-queue")].count("cancel") == 1
+    finally:
+        proxy.down()

@@ -96,7 +96,7 @@ already being moved, rather than keeping a cursor.
 
 Delete and the inbox. `delete` removes an ended case only when no input for it waits in the inbox, so an input
 put for the case and a delete of it must serialize: an input put holds a shared advisory lock on its case's key
-(`inbox_lock_key`, migration 9) until its group commits, and a delete locks the case row, then takes that key
+(`inbox_lock_key`, migration 10) until its group commits, and a delete locks the case row, then takes that key
 exclusively, then checks and deletes in a statement of its own (whose snapshot sees every input put before). A
 lock on the case row would make every input put wait for the owner's writes of that case (and two nodes' groups
 that each write a case and put an input for the other's could deadlock). A delete that finds the key held lets
@@ -952,7 +952,7 @@ class PostgresStore(StoreBase):
 
     async def delete(self, case_id: str) -> bool:
         # The row first, then the case's inbox key, then the check in a statement of its own (a snapshot taken
-        # once both are held sees every input put for the case: migration 9). The key is only tried while the
+        # once both are held sees every input put for the case: migration 10). The key is only tried while the
         # row is held: a group commit that put an input for the case and then writes it would wait for the row
         # while this waited for the key. On failure the row goes and the key is waited for alone, then again.
         async def run(conn: Any) -> bool:
@@ -1156,10 +1156,16 @@ class PostgresStore(StoreBase):
         encoded = encode_write(self._name, ended)
         args = (*self._write_args(encoded, None, False), None)  # (no group commit token: its own transaction)
 
+        tries = 0
+
         async def run(conn: Any) -> QueueItem | None:
+            nonlocal tries
+            tries += 1
             async with conn.transaction():
                 found = await conn.fetchrow(Q["queue_cancel"], case_id)
                 if found is None:
+                    if tries > 1:  # tried again after a lost answer: the first try may have committed
+                        return await self._cancelled_before(conn, case_id)
                     return None
                 written = await conn.fetchrow(Q["write_group"], *args)
                 self._write_result(case_id, None, written)  # StoreConflict: rolled back, the item left queued
@@ -1167,6 +1173,15 @@ class PostgresStore(StoreBase):
 
         loop = self._running("cancel a queued case")
         return await loop.call(self._pooled(f"cancelling case {case_id!r} if it waits in a queue", run))
+
+    @staticmethod
+    async def _cancelled_before(conn: Any, case_id: str) -> QueueItem | None:
+        """The item of a case cancelled in its queue (its ended case written): what a cancel whose commit answer
+        was lost did, read back when it is sent again; None if it is not so."""
+        found = await conn.fetchrow(Q["queue_get"], case_id)
+        if found is None or found[8] != "cancelled" or await conn.fetchval(Q["case_ended"], case_id) is None:
+            return None
+        return item_of(found, loads(found[5]))
 
     def read_queue_items(
         self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None

@@ -257,7 +257,7 @@ SELECT 1 FROM cases WHERE case_id = $1 FOR UPDATE;
 
 -- name: delete_hold_inbox
 -- A delete's second statement, the row held: take the case's inbox key exclusively if no input put holds it
--- (false: one is in flight; see migration 9).
+-- (false: one is in flight; see migration 10).
 SELECT pg_try_advisory_xact_lock(inbox_lock_key($1));
 
 -- name: delete_wait_inbox
@@ -388,8 +388,9 @@ WHERE q.state = 'started' AND q.queue = $1
 
 -- name: case_id_lock
 -- One start or queueing of a case id at a time, across nodes (write_case takes it too, before it looks for a
--- waiting queue item of the id; released at the end of the transaction).
-SELECT pg_advisory_xact_lock(hashtext('wfsub case id'), hashtext($1));
+-- waiting queue item of the id; released at the end of the transaction). The key is this schema's: another
+-- schema's starts of the same id never wait for it.
+SELECT pg_advisory_xact_lock(hashtextextended('wfsub case id ' || current_schema() || ' ' || $1, 0));
 
 -- name: queue_id_taken
 -- Whether a case or a queue item has this id.
@@ -425,6 +426,10 @@ UPDATE queue_items SET state = 'started', started_at = $2, node = $3 WHERE case_
 -- Cancel a waiting item (its case's ended write follows in the same transaction: `write_group`).
 UPDATE queue_items SET state = 'cancelled' WHERE case_id = $1 AND state = 'queued'
 RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
+
+-- name: case_ended
+-- Whether the case has ended (a cancel in its queue read back after a lost commit answer).
+SELECT 1 FROM cases WHERE case_id = $1 AND ended_at IS NOT NULL;
 
 -- name: queue_get
 -- One item.

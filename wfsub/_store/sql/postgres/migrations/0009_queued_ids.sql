@@ -38,7 +38,7 @@ BEGIN
     SELECT c.owner, c.epoch INTO cur_owner, cur_epoch FROM cases c WHERE c.case_id = p_case_id FOR UPDATE;
     found_case := FOUND;
     IF NOT found_case AND NOT coalesce(p_from_queue, false) AND coalesce(p_kinds[1], '') IN ('start', 'snapshot') THEN
-        PERFORM pg_advisory_xact_lock(hashtext('wfsub case id'), hashtext(p_case_id));
+        PERFORM pg_advisory_xact_lock(hashtextextended('wfsub case id ' || current_schema() || ' ' || p_case_id, 0));
         PERFORM 1 FROM queue_items q
         WHERE q.case_id = p_case_id AND q.state IN ('queued', 'started')
           AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
