@@ -608,6 +608,14 @@ class CaseActor:
         return copy_data(m.data if m is not None else self.final_data or {})
 
     def status(self) -> CaseStatus:
+        if self.state in FINAL and not self.recorded:
+            # Ended in the vm, its `end` record not yet committed: shown as running until it is, as `done()` and
+            # `await_case` do, so an ended state is never shown that a crash now would take back (and `delete`,
+            # the journal and a Client agree with it).
+            return self._status(_RUNNING, None)
+        return self._status(self.state, self.ended_at)
+
+    def _status(self, state: CaseState, ended_at: float | None) -> CaseStatus:
         m = self.machine
         at: tuple[str, ...] = ()
         if m is not None:
@@ -616,7 +624,7 @@ class CaseActor:
         else:
             steps, effects, timers, regions = self.steps, 0, 0, ()
         error = failure = None
-        if self.state is _FAILED:
+        if state is _FAILED:
             redact = self.shared.redact
             error = str(redact(str(CaseFailed(self.case_id, self.error_path, self.error_message))))
             failure = Failure(
@@ -637,7 +645,7 @@ class CaseActor:
         ) if self.armed else ()
         return CaseStatus(
             case_id=self.case_id,
-            state=self.state,
+            state=state,
             steps=steps,
             signals=self.signals,
             effects_pending=effects,
@@ -645,9 +653,9 @@ class CaseActor:
             regions=regions,
             wakeups=self.wakeups,
             started_at=self.started_at,
-            ended_at=self.ended_at,
+            ended_at=ended_at,
             error=error,
-            cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
+            cancel_reason=self.cancel_reason if state is _CANCELLED else None,
             workflow=self.workflow,
             parent=self.parent,
             at=at,
