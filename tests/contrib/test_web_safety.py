@@ -29,7 +29,8 @@ FLOWS = {
     "order": seq(wait("approved"), task(lambda c: {"shipped": True}, name="ship")),
     "parent": seq(start_case("order", case_id=lambda c: c["child"], wait=False), wait("end")),
 }
-ODD_IDS = ["evil/../victim", "victim", "a%2Fb", "a/b", "..", ".", "x/./y", "x/y", "q?x=1#f", "%2e%2e", "sp ace"]
+ODD_IDS = ["evil/../victim", "victim", "a%2Fb", "a/b", "..", ".", "x/./y", "x/y", "q?x=1#f", "%2e%2e", "sp ace",
+           "b\\..\\victim", "é/../victim"]
 
 
 @asynccontextmanager
@@ -48,10 +49,10 @@ async def until(sub: Substrate, case_id: str, state: str) -> None:
 
 
 def as_a_browser_asks(href: str) -> str:
-    """The path (and query) a browser requests for a link: the URL standard drops dot segments (`.` and `..`,
-    percent-encoded as `%2e` too) before it sends anything."""
+    """The path (and query) a browser requests for a link: the URL standard reads a `\\` as a `/` (in http URLs)
+    and drops dot segments (`.` and `..`, percent-encoded as `%2e` too) before it sends anything."""
     path, sep, query = html.unescape(href).partition("?")
-    segments = path.split("/")[1:]
+    segments = path.replace("\\", "/").split("/")[1:]
     kept: list[str] = []
     for i, segment in enumerate(segments):
         last = i == len(segments) - 1

@@ -46,7 +46,8 @@ def _served_hosts(host: str, port: int) -> list[str]:
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="The port to listen on (0: any free port, printed).")
 @click.option("--workflow", "-w", "workflow", envvar="WFSUB_WORKFLOW", show_envvar=True, metavar="MODULE:ATTR",
-              help="The dict of name -> workflow given to Substrate(workflows=): the case pages draw them.")
+              help="The dict of name -> workflow given to Substrate(workflows=), to draw the cases of versions "
+                   "whose summary in the store keeps no drawing (one written by an older wfsub).")
 @click.option("--read-only", is_flag=True, help="Show the cases, take no actions (no signal, no cancel).")
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME[:PORT]",
               help="Another host name the inspector is reached by (a request naming any other is refused).")
