@@ -381,7 +381,7 @@ class Substrate:
         """Write the summary of every registered version (once per fingerprint: the store keeps the first)."""
         for fingerprint, (name, program) in self._workflows.by_fingerprint.items():
             if await store.program(fingerprint) is None:
-                await store.put_program(summary_of(name, program, self._workflows.input_of(program)))
+                await store.put_program(summary_of(name, program, self._workflows.input_of(program), drawn=True))
 
     @property
     def standby(self) -> bool:
