@@ -230,6 +230,16 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def poisoned(cls, case_id: str | None, action: str, why: str | None) -> SignalRejected:
+        """The case is suspended as a poison case (it stopped its process each time it was recovered): nothing but
+        `retry` brings it back, so it takes no input but a cancel."""
+        reason = (
+            f"it is suspended: {why or 'it stopped its process each time it was recovered'}; an input would run "
+            "it again, so it takes none until it is retried (`retry(case_id)`) or cancelled"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
     def not_ended(cls, case_id: str | None, action: str, state: str) -> SignalRejected:
         """A case that has not ended cannot be deleted (or otherwise treated as over)."""
         reason = (

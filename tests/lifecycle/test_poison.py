@@ -35,9 +35,19 @@ def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return found
 
 
+def lingered(found: dict[str, Any]) -> None:
+    """What a `linger` child reports of a poison case left alone: still suspended with its reason, a signal to it
+    refused with that reason, and the other case run to its end beside it."""
+    assert found["state"] == "suspended", found
+    assert found["reason"].startswith(f"recovered {_poison.MAX_RECOVERIES} times without journaling a new record")
+    assert found["refused"] is not None and "recovered 2 times" in found["refused"], found
+    assert found["ok"] is True
+
+
 def test_a_case_that_kills_its_process_each_time_is_suspended_then_retried(tmp_path: Path) -> None:
     """A real process SIGKILLed by its case's effect: recovered `max_recoveries` times, then suspended with the
-    reason (its effect not run again, however often the store is opened); after a fix `retry` ends it done."""
+    reason; then nothing loads it again (a later process's background passes, the version check of suspended
+    cases included, nor a signal: refused) and that process lives; after a fix `retry` ends it done."""
     path = tmp_path / "cases.db"
     assert child("start", path).returncode == -signal.SIGKILL
     for _ in range(_poison.MAX_RECOVERIES):
@@ -47,7 +57,9 @@ def test_a_case_that_kills_its_process_each_time_is_suspended_then_retried(tmp_p
     assert found["state"] == "suspended"
     assert found["reason"].startswith(f"recovered {_poison.MAX_RECOVERIES} times without journaling a new record")
     assert "then `retry` it" in found["reason"]
-    assert last_json(child("recover", path))["state"] == "suspended"  # left alone: its effect does not run
+    done = child("linger", path)  # left alone: its effect does not run, this process lives
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    lingered(last_json(done))
     done = last_json(child("retry", path, POISON_FIXED="1"))
     assert done["state"] == "done" and done["data"]["survived"] is True and done["data"]["finished"] is True
 
@@ -63,7 +75,8 @@ def node_child(mode: str, schema: str, node_id: str) -> subprocess.CompletedProc
 def test_a_case_that_kills_each_node_that_takes_it_over_is_suspended() -> None:
     """A case whose effect SIGKILLs its process, on Postgres nodes that each have a new node id (so only a
     takeover, never a restart's recovery, brings it back): taken over `max_recoveries` times, each taker killed,
-    then the next taker suspends it with the reason instead of running it again."""
+    then the next taker suspends it with the reason instead of running it again; that node restarted under its
+    id loads it no more (its version check of suspended cases included) and lives."""
     schema = _pg.new_schema()
     done = node_child("start", schema, "n0")
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
@@ -73,6 +86,9 @@ def test_a_case_that_kills_each_node_that_takes_it_over_is_suspended() -> None:
     found = last_json(node_child("takeover", schema, f"n{_poison.MAX_RECOVERIES + 1}"))
     assert found["state"] == "suspended"
     assert found["reason"].startswith(f"recovered {_poison.MAX_RECOVERIES} times without journaling a new record")
+    done = node_child("linger", schema, f"n{_poison.MAX_RECOVERIES + 1}")
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    lingered(last_json(done))
 
 
 class Hang:

@@ -40,11 +40,8 @@ from typing import Any
 from .._errors import CaseNotFound, SignalRejected
 from .._store import CaseRow, CaseWrite, Record, Store
 from ._journal import INPUT_KINDS, effective
-from ._persist import suspend
+from ._persist import POISON, is_poison, suspend
 from ._status import CaseState
-
-POISON = "recovered"
-"""How a poison case's suspended reason begins (see `poison_reason`): `retry` re-opens such a case."""
 
 
 def poison_reason(times: int, seq: int) -> str:
@@ -128,7 +125,7 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
             if kind == "effect" and earlier.get("error") is not None and earlier.get("path") == path:
                 redo.append(int(earlier["seq"]))
                 break
-    elif state == CaseState.SUSPENDED.value and (row.suspended_reason or "").startswith(POISON):
+    elif is_poison(row):
         if end is not None:
             raise SignalRejected.not_retryable(case_id, state)
     else:
@@ -157,6 +154,7 @@ async def recovering(store: Store, row: CaseRow, max_recoveries: int, redact: An
     row = stored.row
     if count > max_recoveries:
         row.effects, row.timers, row.next_due = [], [], None  # not live any more: the next start leaves it alone
+        row.recovered = {"seq": last, "count": count - 1, "poison": 1}  # nothing but `retry` loads it (`is_poison`)
         await suspend(store, row, poison_reason(count - 1, last), redact)
         return False
     row.recovered = {"seq": last, "count": count}

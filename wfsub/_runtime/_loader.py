@@ -35,7 +35,7 @@ from ._durable import CaseJournal
 from ._journal import same_data, start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
-from ._persist import Loaded, end_suspended, rebuild, suspend
+from ._persist import LeftSuspended, Loaded, end_suspended, is_poison, rebuild, suspend
 from ._queued import StartRefused
 from ._registry import Workflows
 from ._status import FINAL, CaseState
@@ -134,7 +134,7 @@ class CaseLoader:
         if self.store.shared and row.owner != self.owner:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
         if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
-            raise SignalRejected.suspended(case_id, what, row.suspended_reason)
+            raise _suspended(row, what)
         loaded = await self.load(case_id)
         if loaded is None:  # it could not be brought back: suspended now (its journal does not replay, or is
             row = await self.store.row(case_id) or row  # damaged), or the store failed to load it (tried again)
@@ -142,7 +142,7 @@ class CaseLoader:
                 raise SignalRejected.ended(case_id, what, row.state)
             if row.state != CaseState.SUSPENDED.value:
                 raise StoreError(self.store.url, f"case {case_id!r} could not be brought back now; try again")
-            raise SignalRejected.suspended(case_id, what, row.suspended_reason)
+            raise _suspended(row, what)
         return loaded
 
     async def load(self, case_id: str) -> CaseActor | None:
@@ -165,7 +165,7 @@ class CaseLoader:
                 self.clock.now(),
             )
             return self.resume(loaded)
-        except ReplayDivergence:
+        except (ReplayDivergence, LeftSuspended):
             return None  # suspended: its row says why
         except StartRefused:  # failed before it ran, for queued start data its input model refuses
             self.ended_here(case_id)
@@ -394,16 +394,23 @@ class CaseLoader:
                 await self.load_quietly(row.case_id)
 
     async def check_versions(self) -> None:
-        """`check_versions_once`, tried again (backing off) while the store fails."""
+        """`check_versions_once`, tried again (backing off) while the store fails. The caller counted this Substrate
+        busy for the first try (`busy(1)` before starting it), so a VirtualClock settles only once the cases that
+        try brings back (or suspends) are known."""
         delay = SWEEP_RETRY[0]
+        counted = True
         while True:
             try:
                 await self.check_versions_once()
                 return
             except StoreError as exc:
                 _log.warning("could not check the versions of stored cases; trying again", error=str(exc))
-                await anyio.sleep(delay)
-                delay = min(delay * 2, SWEEP_RETRY[1])
+            finally:
+                if counted:
+                    self.busy(-1)
+                    counted = False
+            await anyio.sleep(delay)
+            delay = min(delay * 2, SWEEP_RETRY[1])
 
     async def check_versions_once(self) -> None:
         """Parked cases recorded on a version that is not registered, and suspended ones that a registered version
@@ -432,7 +439,10 @@ class CaseLoader:
 
     def may_run(self, row: CaseRow) -> bool:
         """Whether a registered version may run a suspended case: its own, or (its journal decides, when it is
-        replayed) any registered version of its workflow."""
+        replayed) any registered version of its workflow. Never a poison case: its version runs it, and that is
+        what stops its process; only `retry` brings it back."""
+        if is_poison(row):
+            return False
         return self.workflows.find(row.fingerprint) is not None or bool(self.workflows.versions.get(row.workflow))
 
     async def claim_queued(self) -> None:
@@ -513,6 +523,13 @@ class CaseLoader:
                 actor = self.cases.get(case_id)
                 if actor is not None and actor.parked and not actor.requested:
                     actor.evict()
+
+
+def _suspended(row: CaseRow, what: str) -> SignalRejected:
+    """The refusal of an input for a suspended case (a poison case's says to retry it)."""
+    if is_poison(row):
+        return SignalRejected.poisoned(row.case_id, what, row.suspended_reason)
+    return SignalRejected.suspended(row.case_id, what, row.suspended_reason)
 
 
 def _nothing(case_id: str) -> None:

@@ -48,6 +48,23 @@ INBOX_POLL = 0.2  # seconds between checks for inputs written by someone else (a
 DUE_POLL = 1.0  # seconds the due-timer loop sleeps at most before looking at the store again
 
 
+POISON = "recovered"
+"""How a poison case's suspended reason begins (`_lifecycle.poison_reason`): `retry` re-opens such a case."""
+
+
+def is_poison(row: CaseRow) -> bool:
+    """Whether a row is a case suspended as poison (recovered `max_recoveries` times without a new record): only
+    `retry` brings it back, never a background pass or an input (each would run it, and kill its process, again).
+    Its count of recoveries says so; a row suspended before the count did, by its reason."""
+    if row.state != CaseState.SUSPENDED.value:
+        return False
+    return bool((row.recovered or {}).get("poison")) or (row.suspended_reason or "").startswith(POISON)
+
+
+class LeftSuspended(Exception):  # noqa: N818 (not an error: the answer of a load that must not run the case)
+    """Internal: `rebuild` of a poison case (`is_poison`): it stays in the store, suspended, until a `retry`."""
+
+
 class Loaded:
     """A case rebuilt from the store, ready to become a live actor."""
 
@@ -77,6 +94,8 @@ async def rebuild(
     if stored is None:
         raise CaseNotFound(case_id)
     row, first = stored.row, stored.start
+    if is_poison(row):  # (whoever asks: replaying it would start the effect that stops its process again)
+        raise LeftSuspended(case_id)
     start = start_of(first)  # (a compacted journal's first record is its `snapshot`, which keeps the start)
     found = workflows.find(row.fingerprint)
     if found is not None:

@@ -448,6 +448,7 @@ class Substrate:
             if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
         lost.look()
+        self._busy(1)  # until its first pass is done (see `check_versions`)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
