@@ -8,13 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from wfsub import Substrate, effect, seq, task
+from wfsub import SignalRejected, Substrate, effect, seq, task
+from wfsub.testing import VirtualClock
 
 from ..durable._util import ROOT, eventually
 from ..stores import _pg
@@ -93,9 +95,11 @@ def test_a_case_that_kills_each_node_that_takes_it_over_is_suspended() -> None:
 
 class Hang:
     event: anyio.Event | None = None
+    calls = 0
 
 
 async def hang(c: dict[str, Any]) -> dict[str, Any]:
+    Hang.calls += 1
     if Hang.event is not None:
         await Hang.event.wait()
     return {"answered": True}
@@ -109,7 +113,8 @@ async def test_a_case_that_hangs_each_time_is_suspended_and_progress_resets_the_
     kind: str, tmp_path: Path
 ) -> None:
     """Recovered while its journal stands still, a case is suspended on the recovery past `max_recoveries`; a
-    retry is a new record, so after it the count starts again and the case is recovered and finishes."""
+    later open's background passes leave it alone and a signal is refused; a retry is a new record, so after it
+    the count starts again and the case is recovered and finishes."""
     make = store_maker(kind, tmp_path)
     Hang.event = anyio.Event()
     async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
@@ -122,6 +127,14 @@ async def test_a_case_that_hangs_each_time_is_suspended_and_progress_resets_the_
         status = sub.status("h1")
         assert status.state == "suspended" and "recovered 2 times without journaling" in (status.suspended_reason or "")
         assert [s.case_id for s in sub.cases(state="suspended")] == ["h1"]
+    calls = Hang.calls
+    clock = VirtualClock(time.time())
+    async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, clock=clock, **node(kind)) as sub:
+        await clock.settle()  # (its version check of suspended cases included)
+        with pytest.raises(SignalRejected, match="it is suspended: recovered 2 times.* until it is retried"):
+            await sub.signal("h1", "go")
+        assert sub.status("h1").state == "suspended" and Hang.calls == calls  # left alone, its effect not run
+    async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
         await sub.retry("h1")
         await eventually(lambda: sub.status("h1").state == "waiting_effect")
     async with Substrate(store=make(), workflows=HANGS, max_recoveries=2, **node(kind)) as sub:
