@@ -169,6 +169,7 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
     row.ended_at = None
     row.error = None
     row.suspended_reason = None
+    row.suspended_from = None
     row.cancel_reason = None
     row.last_seq = int(record["seq"])
     row.updated_at = float(record["time"])

@@ -205,11 +205,21 @@ def check_version(
 _PARKED_ROWS = (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.WAITING_EFFECT.value)
 
 
+def _waited_as(row: CaseRow) -> str:
+    """The state a row's list of waits was written in: a suspended case's is the state it was suspended from
+    (suspending it changed only its state and reason), so it is checked as that parked row would be: a version
+    that would run what the case never ran (an effect inserted before the wait it parked at) still diverges,
+    whatever input brings it back."""
+    if row.state == CaseState.SUSPENDED.value:
+        return row.suspended_from or row.state
+    return row.state
+
+
 def _same_tasks_as_parked(row: CaseRow, replayer: Replayer) -> None:
     """The tasks run after the last record, replayed, gave what they gave before the case parked: a row written
     when the case parked carries their digest (no record does until the next input), so a task that reads a
     clock, randomness or global state cannot hand the case other data silently."""
-    if row.digest is None or row.state not in _PARKED_ROWS or row.last_seq != replayer.seq:
+    if row.digest is None or _waited_as(row) not in _PARKED_ROWS or row.last_seq != replayer.seq:
         return
     digest, tasks = replayer.machine.take_digest()
     if digest != row.digest:
@@ -230,7 +240,7 @@ def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> N
     """
     have_effects = {eid: (req.path, req.name) for eid, req in replayer.effects.items()}
     have_timers = {tid: timer.path for tid, (timer, _) in replayer.timers.items()}
-    exact = row.state in _PARKED_ROWS and row.last_seq == records[-1].get("seq")
+    exact = _waited_as(row) in _PARKED_ROWS and row.last_seq == records[-1].get("seq")
     if exact:
         want_effects = {e["effect_id"]: (e["path"], e["name"]) for e in row.effects}
         want_timers = {t["timer_id"]: t["path"] for t in row.timers}
@@ -307,6 +317,8 @@ async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any
         current = await store.row(row.case_id)  # read again just before: a cancel may have ended it meanwhile
         if current is None or CaseState(current.state).ended or current.last_seq != row.last_seq:
             return  # ended or moved on since `row` was read: its row says so, nothing to mark
+        if row.state != CaseState.SUSPENDED.value:  # (suspended again: it keeps the state it was suspended from)
+            row.suspended_from = row.state
         row.state = CaseState.SUSPENDED.value
         row.suspended_reason = str(redact(reason))
         await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))

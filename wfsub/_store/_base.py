@@ -74,6 +74,9 @@ class CaseRow:
     error: dict[str, Any] | None = None  # failed: {"type", "message", "path", "traceback"}
     cancel_reason: str | None = None
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
+    # suspended: the state its row had when it was suspended; a parked one's row listed exactly what the case waited
+    # for (effects, timers, task digest), which a version that may run it must still match (`_runtime._persist`)
+    suspended_from: str | None = None
     digest: str | None = None  # parked rows: the digest of the task outputs so far (a reload must reach it)
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
