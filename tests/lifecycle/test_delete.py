@@ -3,18 +3,24 @@ never dropped), and seen on every node of a shared store."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
+from click.testing import CliRunner
 
 from wfsub import CaseNotFound, Client, SignalRejected, Substrate, seq, task, wait
+from wfsub.cli import main as cli_main
 from wfsub.stores import PostgresStore
 
 from ..durable._util import eventually
 from ..stores import _pg
 
+PG = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 FLOW = seq(wait("go"), task(lambda ctx: {"went": True}, name="went"))
 
 
@@ -78,3 +84,61 @@ async def test_a_case_deleted_on_another_node_leaves_memory_here_and_status_says
         await eventually(gone)
         with pytest.raises(CaseNotFound):
             b.status("c")
+
+
+NUMBERED = {"w": seq(wait("go"), task(lambda ctx: {"went": ctx["n"]}, name="went"))}
+
+
+@asynccontextmanager
+async def doors(kind: str, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """Every door to one store: the Substrate that owns it ("owner"), a standby beside it (Postgres: another node,
+    "other"), a Client, and the store's place for the command ("url")."""
+    if kind == "sqlite":
+        url = str(tmp_path / "cases.db")
+        made: Any = lambda node: url  # noqa: E731
+    else:
+        dsn, schema = _pg.database_dsn(), _pg.new_schema()
+        url = f"{dsn}?schema={schema}" if "?" not in dsn else f"{dsn}&schema={schema}"
+        made = lambda node: PostgresStore(dsn, schema=schema)  # noqa: E731
+    options: Any = (lambda node: {}) if kind == "sqlite" else (lambda node: {"node_id": node})
+    async with (
+        Substrate(store=made("a"), workflows=NUMBERED, **options("a")) as owner,
+        Substrate(store=made("b"), workflows=NUMBERED, **options("b")) as other,
+        Client(made("c")) as client,
+    ):
+        assert other.standby == (kind == "sqlite")
+        yield {"owner": owner, "other": other, "client": client, "url": url}
+
+
+async def delete_by(door: str, found: dict[str, Any], case_id: str) -> None:
+    if door == "command":  # `wfsub delete STORE CASE`, in a thread of its own (the command runs its own loop)
+        ran = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(cli_main, ["delete", found["url"], case_id]))
+        assert ran.exit_code == 0, ran.output
+    else:
+        await found[door].delete(case_id)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=PG)])
+@pytest.mark.parametrize(("deleter", "starter"), [
+    ("client", "client"), ("other", "other"), ("command", "owner"), ("owner", "client"), ("client", "other"),
+])
+async def test_a_deleted_id_starts_a_new_case_through_any_door_and_it_runs(
+    kind: str, deleter: str, starter: str, tmp_path: Path
+) -> None:
+    """A case the owner ran and keeps in memory, deleted through one door (the owner, a standby or another node,
+    a Client, the command) and its id started again through another: the new case runs (it takes its signal from
+    a Client and ends with its own data), and the owner's status, data and await_case give the new case."""
+    async with doors(kind, tmp_path) as found:
+        owner, client = found["owner"], found["client"]
+        with anyio.fail_after(60):
+            await owner.new_case("w", {"n": 1}, case_id="c")
+            await owner.signal("c", "go")
+            assert await owner.await_case("c") == {"n": 1, "go": None, "went": 1}
+            await delete_by(deleter, found, "c")
+            await found[starter].new_case("w", {"n": 2}, case_id="c")
+            await client.signal("c", "go")
+            assert await client.await_case("c") == {"n": 2, "go": None, "went": 2}
+            assert await owner.await_case("c") == {"n": 2, "go": None, "went": 2}
+            await eventually(lambda: owner.data("c") == {"n": 2, "go": None, "went": 2})
+            assert owner.status("c").state == "done"
+            assert [r.kind for r in await client.journal("c")] == ["start", "signal", "end"]

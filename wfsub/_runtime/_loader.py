@@ -151,6 +151,9 @@ class CaseLoader:
         while (pending := self.starting.get(case_id)) is not None:
             await pending.wait()
         actor = self.cases.get(case_id)
+        if actor is not None and not (actor.state in FINAL and await self.stale_end(case_id)):
+            return actor
+        actor = self.cases.get(case_id)  # (brought back by another caller while the store was read)
         if actor is not None:
             return actor
         waiting = self.loading.get(case_id)
@@ -183,6 +186,29 @@ class CaseLoader:
             self.busy(-1)
             del self.loading[case_id]
             event.set()
+
+    def held(self, case_id: str) -> bool:
+        """Whether a case is in memory here, not ended: a background pass that finds its id live in the store
+        leaves it to its actor. An ended copy is not held: the store may hold another run of its id (deleted by
+        a client, a standby, the command or another node, then started again), which `load` brings in."""
+        actor = self.cases.get(case_id)
+        return actor is not None and actor.state not in FINAL
+
+    async def stale_end(self, case_id: str) -> bool:
+        """Whether the ended copy of a case kept in memory here is no longer what the store holds under its id:
+        deleted elsewhere (a client, a standby, the command, another node), maybe started again since, or
+        re-opened by a retry on another node. It leaves memory then, so reads, inputs and loads go to the store
+        (one row read; only for an ended copy whose `end` is written)."""
+        actor = self.cases.get(case_id)
+        if actor is None or actor.journal is None or actor.state not in FINAL or not actor.recorded:
+            return False
+        row = await self.store.row(case_id)
+        if row is not None and row.state == actor.state.value and row.last_seq == actor.journal.seq:
+            return False
+        if self.cases.get(case_id) is actor:
+            del self.cases[case_id]
+            self.parked.pop(case_id, None)
+        return True
 
     async def suspend_damaged(self, case_id: str, reason: str) -> None:
         """Mark a case that cannot be rebuilt suspended with the reason (kept intact: a repaired store resumes it)."""
@@ -387,7 +413,7 @@ class CaseLoader:
                 self.missed.set()
                 continue
             for row in rows:
-                if row.case_id in self.cases or row.case_id in self.loading or CaseState(row.state).ended:
+                if self.held(row.case_id) or row.case_id in self.loading or CaseState(row.state).ended:
                     continue
                 if self.store.shared and row.owner != self.owner:
                     continue
@@ -427,7 +453,7 @@ class CaseLoader:
                 for row in rows:
                     if self.store.shared and row.owner != self.owner:
                         continue  # another node's case (or a queued one): its owner checks it
-                    if row.case_id in self.cases or row.case_id in tried:
+                    if self.held(row.case_id) or row.case_id in tried:
                         continue
                     tried.add(row.case_id)
                     if state == CaseState.SUSPENDED.value:

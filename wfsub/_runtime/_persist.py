@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -38,9 +38,6 @@ from ._replay import Replayer
 from ._request_ids import journaled_kinds, taken
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 from ._updates import with_taken
-
-if TYPE_CHECKING:
-    from ._case import CaseActor
 
 _log = get_logger("wfsub.runtime")
 
@@ -407,7 +404,7 @@ class Background:
         now: Callable[[], float],
         sleep: Callable[[float], Any],
         deadline: Callable[[float], Any],
-        in_memory: Mapping[str, CaseActor],
+        held: Callable[[str], bool],
         load: Callable[[str], Any],
         route_inbox: Callable[[list[InboxRow]], Awaitable[None]],
         busy: Callable[[int], None],
@@ -416,7 +413,7 @@ class Background:
         self.now = now
         self.sleep = sleep
         self.deadline = deadline  # the clock's own timeout scope: a VirtualClock moves it
-        self.in_memory = in_memory
+        self.held = held  # whether a case is in memory, not ended (`CaseLoader.held`)
         self.load = load
         self.route_inbox = route_inbox
         self.busy = busy
@@ -440,7 +437,7 @@ class Background:
             try:
                 now = self.now()
                 for row in await self.store.due(now):
-                    if row.case_id not in self.in_memory:
+                    if not self.held(row.case_id):
                         await self.load(row.case_id)
                 upcoming = await self.store.next_due()
             except StoreError as exc:

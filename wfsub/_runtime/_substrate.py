@@ -440,7 +440,7 @@ class Substrate:
         router = InboxRouter(store, loader, self._live, self._max_payload)
         router.lifecycle = self._lifecycle_input
         background = self._background = Background(
-            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
+            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, loader.held, loader.load_quietly,
             router.take, self._busy,
         )
         loader.recovering = self._recovering
@@ -699,17 +699,10 @@ class Substrate:
         return CaseHandle(self, actor)
 
     async def _deleted_elsewhere(self, case_id: str) -> bool:
-        """Whether an ended case kept in memory here is no longer in the store (another node or a client deleted
-        it): it leaves memory, so its id starts a new case rather than answering with the deleted run."""
-        actor = self._cases.get(case_id)
-        if actor is None or actor.journal is None or actor.state not in FINAL or not actor.recorded:
-            return False
-        assert self._store is not None
-        if await self._store.row(case_id) is not None:
-            return False
-        if self._cases.get(case_id) is actor:
-            del self._cases[case_id]
-        return True
+        """Whether an ended case kept in memory here is no longer what the store holds under its id (another node,
+        a standby, a client or the command deleted it, and perhaps started its id again): it leaves memory, so
+        its id starts a new case, and inputs and awaiters reach the store's case, rather than the deleted run."""
+        return self._loader is not None and await self._loader.stale_end(case_id)
 
     async def _joined(self, case_id: str) -> bool:
         """Wait for the calls of this Substrate that are writing a start with this case id (a queued start is not in
@@ -969,7 +962,7 @@ class Substrate:
         self._check_open(what)
         case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
-        if actor is not None:
+        if actor is not None and not (actor.state in FINAL and await self._deleted_elsewhere(case_id)):
             return actor
         if self._outside is not None:  # a standby: checked against the store, then through the inbox
             row = await self._outside.row(case_id)
