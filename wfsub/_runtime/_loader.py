@@ -264,7 +264,7 @@ class CaseLoader:
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
         sent: Mapping[str, Any] | None = None,
-        parent_step: dict[str, Any] | None = None, from_queue: bool = False,
+        parent_step: dict[str, Any] | None = None, from_queue: bool = False, waited: bool = False,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
@@ -280,8 +280,9 @@ class CaseLoader:
         journal.deadline = deadline
         journal.parent = actor.parent
         journal.parent_step = parent_step
+        journal.waited = waited or cancel_with_parent or parent_step is not None
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
-                             cancel_with_parent, sent, parent_step)
+                             cancel_with_parent, sent, parent_step, waited)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue)
         if queued:

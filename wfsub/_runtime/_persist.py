@@ -30,7 +30,7 @@ from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
 from ._compact import is_snapshot, replayer_for, start_of
 from ._durable import CaseJournal, snapshot_of, usable
-from ._journal import effective, end_record, input_record, parent_step_of
+from ._journal import effective, end_record, input_record, parent_step_of, waited_of
 from ._queued import checked_start
 from ._refusals import refused_inputs
 from ._registry import Workflows
@@ -295,6 +295,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.deadline = start.get("deadline")
     journal.parent = start.get("parent")
     journal.parent_step = parent_step_of(start)
+    journal.waited = waited_of(start)
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = dict(replayer.request_ids)
