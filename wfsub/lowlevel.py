@@ -32,6 +32,7 @@ from ._runtime._compact import request_ids_of as journaled_request_ids
 from ._runtime._inputs import check_case_id as check_case_id
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
+from ._runtime._lifecycle import delete_ended as delete_ended
 from ._runtime._lifecycle import fork_records as fork_records
 from ._runtime._lifecycle import retry_record as retry_record
 from ._runtime._outside import applied as request_applied
@@ -75,6 +76,7 @@ __all__ = [
     "check_case_input",
     "check_input",
     "check_version",
+    "delete_ended",
     "drawing_of",
     "fork_records",
     "journaled_request_ids",

@@ -197,6 +197,7 @@ class CaseActor:
     forked_from: str | None = None  # durable: the case this one was forked from
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    waited: str | None = None  # no store: a child its parent waits for, and on_parent_cancel ("cancel", "abandon")
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 

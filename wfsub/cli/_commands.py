@@ -812,15 +812,25 @@ async def _lifecycle(store: Store, row: CaseRow, kind: str, body: dict[str, Any]
 @CASE_ID
 @_run
 async def delete(store: str, case_id: str) -> None:
-    """Remove one ended case (journal, row, snapshots, tags) from the store at once."""
+    """Remove one ended case (journal, row, snapshots, tags) from the store at once, with the children it waited
+    for."""
+    from .. import CaseState, SignalRejected
+    from ..lowlevel import delete_ended
+
     async with opened(store) as s:
         row = await case_row(s, case_id)
-        if row.ended_at is None or not await s.delete(case_id):
+        if not CaseState(row.state).ended:
             raise CliError(
                 f"case {case_id!r} has not ended (it is {row.state}): only an ended case can be deleted; cancel it "
                 f"first (`wfsub cancel {store} {case_id}`)"
             )
-    r.err.print(f"deleted case {case_id!r}")
+        try:
+            gone = await delete_ended(s, case_id)
+        except SignalRejected as exc:
+            raise CliError(str(exc)) from None
+    children = len(gone) - 1
+    also = f" and {children} child case{'s' if children != 1 else ''} it waited for" if children else ""
+    r.err.print(f"deleted case {case_id!r}{also}")
 
 
 def _tags(pairs: tuple[str, ...]) -> dict[str, str]:
