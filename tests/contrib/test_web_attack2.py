@@ -247,34 +247,34 @@ async def test_a_workflow_of_more_than_500_edges_is_drawn_in_the_browser() -> No
     async with Substrate(store=MemoryStore(), workflows={"big": big}) as sub:
         await sub.new_case("big", case_id="c1")
         await _until(sub, "c1", "waiting_signal")
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(web.app(sub), log_level="warning", lifespan="off",
-                                               timeout_graceful_shutdown=1))
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            with anyio.fail_after(10):
-                while not server.started:  # noqa: ASYNC110 - uvicorn has no start event
-                    await anyio.sleep(0.01)
-            try:
-                async with playwright_api.async_playwright() as pw:
-                    try:
-                        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-                    except playwright_api.Error as exc:
-                        pytest.skip(f"{CHROMIUM} did not start: {str(exc).splitlines()[0]}")
-                    try:
-                        page = await browser.new_page()
-                        await page.goto(f"http://127.0.0.1:{port}/case/c1")
-                        await page.wait_for_selector("#diagram svg", timeout=30_000)
-                        assert await page.get_attribute("#diagram", "data-error") is None
-                        assert "Syntax error" not in await page.locator("#diagram").inner_text()
-                        await playwright_api.expect(page.locator("#diagram svg g.node.highlight")).to_have_count(1)
-                    finally:
-                        await browser.close()
-            finally:
-                server.should_exit = True
-                server.force_exit = True
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+            server = uvicorn.Server(uvicorn.Config(web.app(sub), log_level="warning", lifespan="off",
+                                                   timeout_graceful_shutdown=1))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.serve, [sock])
+                with anyio.fail_after(10):
+                    while not server.started:  # noqa: ASYNC110 - uvicorn has no start event
+                        await anyio.sleep(0.01)
+                try:
+                    async with playwright_api.async_playwright() as pw:
+                        try:
+                            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+                        except playwright_api.Error as exc:
+                            pytest.skip(f"{CHROMIUM} did not start: {str(exc).splitlines()[0]}")
+                        try:
+                            page = await browser.new_page()
+                            await page.goto(f"http://127.0.0.1:{port}/case/c1")
+                            await page.wait_for_selector("#diagram svg", timeout=30_000)
+                            assert await page.get_attribute("#diagram", "data-error") is None
+                            assert "Syntax error" not in await page.locator("#diagram").inner_text()
+                            await playwright_api.expect(page.locator("#diagram svg g.node.highlight")).to_have_count(1)
+                        finally:
+                            await browser.close()
+                finally:
+                    server.should_exit = True
+                    server.force_exit = True
 
 
 # -- filters ---------------------------------------------------------------------------------------------------
