@@ -298,6 +298,7 @@ class Substrate:
         self._shared: Shared | None = None
         self._background: Background | None = None
         self._loader: CaseLoader | None = None  # with a store: brings durable cases into memory, lets them go
+        self._router: InboxRouter | None = None  # with a store, as its owner: hands inbox inputs to their cases
         self._detach_clock: Any = None
         if not isinstance(standby, bool):
             raise TypeError(f"standby must be True or False, got {standby!r}")
@@ -437,7 +438,7 @@ class Substrate:
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
-        router = InboxRouter(store, loader, self._live, self._max_payload)
+        router = self._router = InboxRouter(store, loader, self._live, self._max_payload)
         router.lifecycle = self._lifecycle_input
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
@@ -1147,7 +1148,11 @@ class Substrate:
         on the inbox row). Returns the inbox row's id (0: a retried call whose input was applied)."""
         assert self._store is not None
         outside = self._outside or Outside(self._store, self._workflows, self._max_payload, self._clock.now)
-        return await outside.send(case_id, msg, row)
+        inbox_id = await outside.send(case_id, msg, row)
+        actor = self._cases.get(case_id)
+        if inbox_id and actor is not None:  # (taken over by this node meanwhile: its next input here reads it first)
+            actor.inbox_ahead = True
+        return inbox_id
 
     async def _ask(self, actor: CaseActor, msg: External) -> int | None:
         """Send an input and wait for its answer (committed and applied, or refused). Returns the id of the inbox
@@ -1156,6 +1161,8 @@ class Substrate:
         assert reply is not None
         while True:
             try:
+                if self._router is not None:  # what waits for the case in the inbox was acknowledged first
+                    await self._router.ahead(actor)
                 await actor.send(msg)
                 break
             except CaseEvicted:  # it left memory after we found it: bring it back and send again
