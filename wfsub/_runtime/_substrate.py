@@ -116,6 +116,7 @@ from ._updates import result as update_result
 _log = get_logger("wfsub.runtime")
 
 TAKEOVER_EVERY = 0.2  # seconds between a standby's looks at whether the owner's lock is free
+TAKEOVER_RETRY_MOST = 5.0  # seconds at most between a standby's takeovers that met a store fault (doubling up to it)
 ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
 
 PROGRAM_CACHE_SIZE = 1024
@@ -397,13 +398,24 @@ class Substrate:
         watcher = EndWatcher(store, self._end_events)
         _log.info("store owned by another process; this Substrate is a standby", store=store.url)
 
+        pause = TAKEOVER_EVERY  # between two looks: longer after each takeover a store fault stopped
+
         async def tick() -> None:
-            if time.monotonic() - self._standby_since < TAKEOVER_EVERY:
+            nonlocal pause
+            if time.monotonic() - self._standby_since < pause or self._phase != "open":
                 return
             self._standby_since = time.monotonic()
-            if self._phase == "open" and await store.take_ownership(self._owner):
+            try:
+                owned = await store.take_ownership(self._owner)
+            except StoreError as exc:  # the file busy past its timeout, a full disk: still a standby, tries again
+                pause = min(pause * 2, TAKEOVER_RETRY_MOST)
+                _log.warning("could not take ownership of the store; still a standby, trying again", store=store.url,
+                             error=str(exc), retry_in=pause)
+                return
+            pause = TAKEOVER_EVERY
+            if owned:
                 _log.info("the owner of the store has ended; this Substrate owns it now", store=store.url)
-                await self._open_durable(store, case_tg)
+                await self._open_durable(store, case_tg, taking_over=True)
                 self._outside = None  # (calls made meanwhile went through the store: the owner takes them)
                 for event in self._end_events.values():  # awaiters re-read their rows: an owner now wakes them
                     event.set()
@@ -416,7 +428,9 @@ class Substrate:
 
         case_tg.start_soon(watch)
 
-    async def _open_durable(self, store: Store, case_tg: TaskGroup) -> None:
+    async def _open_durable(self, store: Store, case_tg: TaskGroup, *, taking_over: bool = False) -> None:
+        """Run as the store's owner: its cases, and the loops beside them. `taking_over`: a standby that has just
+        taken ownership, whose process a store fault must not end (the recovery of live cases is tried again)."""
         shared = self._shared
         assert shared is not None
         shared.max_payload_bytes = self._max_payload
@@ -445,9 +459,13 @@ class Substrate:
             router.take, self._busy,
         )
         loader.recovering = self._recovering
-        for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
-            if await self._recovering(row):
-                await loader.load_quietly(row.case_id)
+        try:
+            await self._recover(loader)
+        except StoreError as exc:
+            if not taking_over:
+                raise
+            _log.warning("could not list the live cases to resume; trying again shortly", error=str(exc))
+            case_tg.start_soon(self._recover_later, loader)
         lost.look()
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
@@ -478,6 +496,25 @@ class Substrate:
         self._queues.use(store)
         if self._queues.queues:
             case_tg.start_soon(self._queues.run)
+
+    async def _recover(self, loader: CaseLoader) -> None:
+        """Resume the live cases (running, or with effects in flight) not in memory; a poison case is not."""
+        assert self._store is not None
+        for row in await self._store.live():
+            if row.case_id not in self._cases and await self._recovering(row):
+                await loader.load_quietly(row.case_id)
+
+    async def _recover_later(self, loader: CaseLoader) -> None:
+        """`_recover`, tried again (backing off) until the store answers."""
+        delay = TAKEOVER_EVERY
+        while True:
+            await anyio.sleep(delay)
+            try:
+                await self._recover(loader)
+                return
+            except StoreError as exc:
+                delay = min(delay * 2, TAKEOVER_RETRY_MOST)
+                _log.warning("could not list the live cases to resume; trying again", error=str(exc), retry_in=delay)
 
     async def _recovering(self, row: CaseRow) -> bool:
         """Count one more recovery of a live case, at startup or at a takeover; False: it is suspended as a poison
