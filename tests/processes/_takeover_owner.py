@@ -5,13 +5,15 @@ Postgres schema (lease of LEASE seconds) that starts the cases named. Either run
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
 
-from wfsub import Substrate, loop, seq, wait
+from wfsub import Substrate, effect, loop, seq, wait
 
 
 def _last(ctx: Mapping[str, Any]) -> bool:
@@ -22,11 +24,33 @@ def _answer(ctx: Mapping[str, Any]) -> Any:
     return {"total": ctx["add"]["n"] * 10}
 
 
+KILL_IN_PAY = "TAKEOVER_KILL_IN_PAY"  # set for an owner process: its `pay` effect SIGKILLs it
+GATE: dict[str, anyio.Event] = {}  # in the test's process: `pay` returns once the test sets GATE["pay"]
+
+
+async def pay(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    if os.environ.get(KILL_IN_PAY):
+        os.kill(os.getpid(), signal.SIGKILL)
+    await GATE["pay"].wait()
+    return {"paid": True}
+
+
+async def hold(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    if os.environ.get(KILL_IN_PAY):
+        await anyio.sleep_forever()  # in flight when the owner dies
+    await GATE["pay"].wait()
+    return {"held": True}
+
+
 # "ordered": takes signals "n" one after another until n == -1 (its journal keeps the order it took them in)
 # "adding": answers one update "add", then waits for "end"
+# "paying": answers one update "add", then pays (an effect), then waits for "end"
+# "holding": an effect in flight until the test lets it end (in an owner process that pays: for ever)
 WORKFLOWS = {
     "ordered": loop(wait("n"), until=_last),
     "adding": seq(wait("add", reply=_answer), wait("end")),
+    "paying": seq(wait("add", reply=_answer), effect(pay), wait("end")),
+    "holding": seq(effect(hold)),
 }
 
 

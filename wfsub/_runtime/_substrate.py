@@ -458,6 +458,25 @@ class Substrate:
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
         )
+
+        def left_memory(actor: CaseActor) -> None:
+            loader.left_memory(actor)
+            dues = [due for _, due in actor.armed.values()]
+            if actor.deadline is not None:
+                dues.append(actor.deadline)
+            if dues:
+                background.wake(min(dues))  # its timers are now the due loop's to watch
+
+        # What a case actor tells the Substrate (it parks, waits on effects, leaves memory), in place before the
+        # first actor runs: a case recovered, taken over or claimed below parks while the others are loaded, and
+        # one that parked on an effect with no `on_effect_wait` never recorded its row (nor its update answers).
+        shared.on_evict = left_memory
+        shared.compact_after = self._compact_after
+        shared.on_effect_wait = loader.waits_on_effects
+        case_tg.start_soon(loader.effect_rows)
+        if self._evict_after is not None:
+            shared.on_park = loader.parked_now
+            case_tg.start_soon(loader.evict_loop, self._evict_after)
         loader.recovering = self._recovering
         try:
             await self._recover(loader)
@@ -474,22 +493,6 @@ class Substrate:
             case_tg.start_soon(background.changes_loop, loader.claim_queued, self._changed_elsewhere)
         else:  # cases started by a standby or a client are queued for this owner
             case_tg.start_soon(background.changes_loop, loader.claim_queued)
-
-        def left_memory(actor: CaseActor) -> None:
-            loader.left_memory(actor)
-            dues = [due for _, due in actor.armed.values()]
-            if actor.deadline is not None:
-                dues.append(actor.deadline)
-            if dues:
-                background.wake(min(dues))  # its timers are now the due loop's to watch
-
-        shared.on_evict = left_memory
-        shared.compact_after = self._compact_after
-        shared.on_effect_wait = loader.waits_on_effects
-        case_tg.start_soon(loader.effect_rows)
-        if self._evict_after is not None:
-            shared.on_park = loader.parked_now
-            case_tg.start_soon(loader.evict_loop, self._evict_after)
         self._schedules.use(store)
         if self._schedules.by_name:
             case_tg.start_soon(self._schedules.run)
