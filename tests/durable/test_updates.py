@@ -13,11 +13,13 @@ import anyio
 import pytest
 
 import wfsub
-from wfsub import Client, SignalRejected, Substrate, reply, seq, task, wait
+from wfsub import Client, SignalRejected, Substrate, effect, loop, reply, seq, task, wait
 from wfsub.stores import Store
 from wfsub.testing import VirtualClock
 
 from ..stores._helpers import STORE_PARAMS, make_store, twin
+from ..stores._pg import ENABLED as PG_ENABLED
+from ..stores._pg import SKIP_REASON as PG_SKIP
 from ._util import kinds
 
 
@@ -185,3 +187,37 @@ async def test_client_refuses_an_unknown_update_with_no_owner_running(tmp_path: 
             await client.update("c1", "add", 1, request_id="q1", timeout=0.2)
     async with Substrate(store=path, workflows=WORKFLOWS) as sub:
         assert await sub.update("c1", "add", 1, request_id="q1") == 2
+
+
+GATE: dict[str, anyio.Event] = {}  # the test sets GATE["stop"] to end the loop below
+
+
+async def tick(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    await anyio.sleep(0.005)
+    return {"stop": GATE["stop"].is_set()}
+
+
+# answers the update, then runs effects one after another (each ends at once: the case never waits long on one)
+BUSY = seq(wait("add", reply=n_of), loop(effect(tick), until=lambda ctx: bool(ctx.get("stop"))), wait("end"))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(
+    not PG_ENABLED, reason=PG_SKIP))])
+async def test_a_client_gets_an_answer_while_the_case_runs_on_through_effects(kind: str, tmp_path: Path) -> None:
+    """A case that answers an update and runs on through a chain of quick effects (never parking) writes the answer
+    to its row with its next commit: the Client's caller gets it while the chain still runs."""
+    GATE["stop"] = anyio.Event()
+    store = make_store(kind, tmp_path)
+    async with Substrate(store=store, workflows={"busy": BUSY}) as sub:
+        await sub.new_case("busy", {"n": 1}, case_id="b1")
+        async with Client(twin(store)) as client:
+            with anyio.fail_after(20):
+                assert await client.update("b1", "add", 2, request_id="k1") == 1
+                assert not GATE["stop"].is_set()  # (the chain runs on)
+                assert await client.update("b1", "add", 2, request_id="k1") == 1
+            GATE["stop"].set()
+        with anyio.fail_after(20):
+            while sub.status("b1").signals != ("end",):  # noqa: ASYNC110 (the case's own pace)
+                await anyio.sleep(0.01)
+        await sub.signal("b1", "end")
+        assert (await sub.await_case("b1"))["stop"] is True

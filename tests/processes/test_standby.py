@@ -103,3 +103,79 @@ async def test_a_standby_takes_ownership_when_the_owner_closes_and_runs_its_case
             await sub.signal("t1", "approve", {"by": "ann"})
         assert result == [DONE]
         assert sub.statistics().cases_done == 1
+
+
+async def test_a_standby_whose_takeover_meets_a_busy_file_stays_a_standby_and_takes_over_once_it_is_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The owner ends while another connection holds the file's write lock past the busy timeout (shortened here
+    to keep the test quick): the standby's takeover fails, the app's process goes on (the standby still reads and
+    steers through the store), and once the lock is released the standby owns the file and runs the case."""
+    import sqlite3
+
+    from wfsub._store import _sqlite
+
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 0.2)
+    path = str(tmp_path / "loans.db")
+    stop = anyio.Event()
+    with caplog.at_level("WARNING", logger="wfsub"):
+        async with owner_until(path, stop), Substrate(store=path, workflows={"loan": loan}) as sub:
+            await sub.new_case("loan", {"amount": 5}, case_id="b1")
+            await until(lambda: sub.status("b1").state == "waiting_signal")
+            blocker = sqlite3.connect(path, isolation_level=None, timeout=0)
+            try:
+                blocker.execute("BEGIN IMMEDIATE")  # the write lock, held past the busy timeout
+                stop.set()  # the owner ends
+                await until(lambda: caplog.text.count("could not take ownership of the store") >= 2)
+                assert sub.standby and sub.status("b1").state == "waiting_signal"
+            finally:
+                blocker.close()  # (its transaction rolled back: the file is free)
+            await until(lambda: not sub.standby)
+            await sub.signal("b1", "approve", {"by": "ann"})
+            with anyio.fail_after(30):
+                assert await sub.await_case("b1") == DONE
+    assert "database is locked" in caplog.text
+
+
+async def test_a_standby_whose_takeover_meets_a_full_disk_stays_a_standby_and_tries_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A takeover that fails as on a full disk (a store whose take_ownership raises the store's SQLITE_FULL error)
+    leaves the Substrate a standby, its process running; once the disk has room it owns the file and runs the
+    case an awaiter waits for."""
+    from wfsub.stores import SqliteStore
+
+    class FullDisk(SqliteStore):
+        full = False
+        attempts = 0
+
+        async def take_ownership(self, owner_id: str) -> bool:
+            if self.full:
+                self.attempts += 1
+                raise StoreError(self.path, "recording the owner failed: database or disk is full (SQLITE_FULL); "
+                                 "the disk is full or the process reached its file size limit")
+            return await super().take_ownership(owner_id)
+
+    path = str(tmp_path / "loans.db")
+    store = FullDisk(path)
+    stop = anyio.Event()
+    with caplog.at_level("WARNING", logger="wfsub"):
+        async with owner_until(path, stop), Substrate(store=store, workflows={"loan": loan}) as sub:
+            await sub.new_case("loan", {"amount": 5}, case_id="f1")
+            await until(lambda: sub.status("f1").state == "waiting_signal")
+            result: list[object] = []
+
+            async def wait_for_it() -> None:
+                result.append(await sub.await_case("f1"))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_for_it)
+                store.full = True
+                stop.set()  # the owner ends
+                await until(lambda: store.attempts >= 2)
+                assert sub.standby
+                await sub.signal("f1", "approve", {"by": "ann"})  # (to the inbox: the next owner applies it)
+                store.full = False
+                await until(lambda: not sub.standby)
+            assert result == [DONE]
+    assert "could not take ownership of the store" in caplog.text and "SQLITE_FULL" in caplog.text

@@ -187,6 +187,9 @@ class CaseActor:
     order: int = 0  # the paging key of `cases()` (durable cases: the store's, kept in the journal)
     evicted: bool = False  # durable: it left memory, parked, and comes back on its next input or due timer
     fenced: bool = False  # durable: it left memory because the store refused its journal (another owner has it)
+    # durable: inputs acknowledged through the inbox may wait for the case (it was loaded from the store, or this
+    # Substrate put one there): an input this Substrate sends it reads them first (`InboxRouter.ahead`)
+    inbox_ahead: bool = False
     stale: StoreConflict | None = None  # durable: another node took the case over (see `fence`)
     end_digest: str | None = None  # durable: the digest of the task outputs up to the end
     recorded: bool = False  # ended, and (durable) its `end` record written: its outcome can be handed out

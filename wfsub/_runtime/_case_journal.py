@@ -47,7 +47,7 @@ from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, Regio
 from ._refusals import log_refused
 from ._request_ids import taken
 from ._status import CaseState
-from ._updates import journaled, not_journaled, row_answers, row_owed, row_refused
+from ._updates import journaled, not_journaled, row_answers, row_owed, row_refused, unsaved
 
 if TYPE_CHECKING:
     from .._vm import RunResult
@@ -158,7 +158,7 @@ async def _commit_batch(
     records = [record for _, record in entries]
     inbox_done = [i for i in (getattr(msg, "inbox_id", 0) for msg, _ in entries) if i]
     inbox_done += repeated
-    row = _running_row(actor) if j.row_parked else None
+    row = _running_row(actor) if j.row_parked or unsaved(actor) else None
     lease = actor.shared.lease
     if lease is not None and not lease.ok:  # a node that may have lost its cases writes nothing until it knows
         try:

@@ -241,6 +241,7 @@ class CaseLoader:
             machine.trace_level = tracing[0]
             actor.sinks = tracing[1]
         actor.journal = loaded.journal
+        actor.inbox_ahead = True  # inputs may wait for it in the inbox: they go before this Substrate's own
         actor.tags, actor.forked_from = row.tags or None, row.forked_from
         actor.kept_beats = loaded.heartbeats
         restore_answers(actor, row, machine.take_answers())  # (a retried update finds its answer)

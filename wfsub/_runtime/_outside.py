@@ -277,7 +277,11 @@ class EndWatcher:
         take ownership there)."""
         store = self.store
         while True:
-            await store.wait_changed(CHANGE_WAIT)
+            try:
+                await store.wait_changed(CHANGE_WAIT)
+            except StoreError as exc:  # (the check itself failed: look again after a while, as after a change)
+                _log.warning("could not look for changes in the store", error=str(exc))
+                await anyio.sleep(CHANGE_WAIT)
             if tick is not None:
                 await tick()
             await self.look()

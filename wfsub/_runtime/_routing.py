@@ -7,11 +7,19 @@ inbox in the same commit. Nothing an outside writer sends can fail the case or s
 marked on the row; a store error leaves the row for the next poll (`Background.changes_loop`), whether it meets
 the loading of the case or the case's own commit of the input (the case answers the input's `Reply` then, and a
 row whose input was answered with an error is handed over again while it is still in the inbox).
+
+Order. A case takes its inputs in the order they were acknowledged, whichever door took them: an input this
+Substrate sends a case it owns (`ahead`, before the input goes into the case's mailbox) lets the case's rows
+already in the inbox go first: rows a standby or an earlier owner left there before a takeover, or that a caller
+put there through another door (the command, a client, a standby, another node) before this call. Hand-overs
+take turns (`handing`), so one case's rows reach its mailbox in inbox order whoever hands them over.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+
+import anyio
 
 from .._errors import SignalRejected, StoreError, WfsubError
 from .._store import CaseWrite, InboxRow, Store
@@ -25,6 +33,8 @@ from ._refusals import log_refused, named
 from ._status import FINAL
 
 _log = get_logger("wfsub.runtime")
+
+AHEAD_BATCH = 1000  # inbox rows of one case read at a time before an input of this Substrate goes to it
 
 
 class InboxRouter:
@@ -43,30 +53,64 @@ class InboxRouter:
         # `retry` and `fork` rows (`_inputs.LIFECYCLE_KINDS`): done by the Substrate, which takes the row out of
         # the inbox in the same write; a refusal it raises is marked on the row
         self.lifecycle: Callable[[InboxRow], Awaitable[None]] | None = None
+        self.handing = anyio.Lock()  # one hand-over at a time (`take`, `ahead`): a case's rows stay in order
 
     async def take(self, rows: list[InboxRow]) -> None:
         """Hand over the rows of one read of the inbox (all of it, in id order): each once, except that a row whose
         case answered it with an error (a store fault at its commit, the case ended or moved meanwhile) is handed
         over again. A row that fails here with StoreError holds its case's later rows until the next read."""
-        moving = self.moving
-        listed = {row.id for row in rows}
-        for inbox_id in [i for i in moving if i not in listed]:
-            del moving[inbox_id]
-        held: set[str] = set()
-        for row in rows:
-            if row.case_id in held:
-                continue
-            reply = moving.get(row.id)
-            if reply is not None:
-                if not reply.event.is_set() or reply.error is None:
-                    continue  # on its way into the journal, or in it already
-                del moving[row.id]
+        async with self.handing:
+            moving = self.moving
+            listed = {row.id for row in rows}
+            # (a row handed over since this read began, by `ahead`, is not listed: kept until its case answers it)
+            for inbox_id in [i for i, reply in moving.items() if i not in listed and reply.event.is_set()]:
+                del moving[inbox_id]
+            held: set[str] = set()
+            for row in rows:
+                if row.case_id in held:
+                    continue
+                try:
+                    await self.hand(row)
+                except StoreError as exc:  # acknowledged to its sender: never refused for a passing fault
+                    held.add(row.case_id)
+                    _log.warning("could not hand an inbox input to its case; trying again at the next poll",
+                                 case_id=row.case_id, kind=row.kind, error=str(exc))
+
+    async def ahead(self, actor: CaseActor) -> None:
+        """Before an input of this Substrate goes into the mailbox of `actor` (a case it owns): hand over the case's
+        rows waiting in the inbox, which were acknowledged before that input (see the module). The store says
+        cheaply whether any waits (SQLite, memory); where it cannot tell without a read (Postgres), they are read
+        when the case may have some: it was loaded from the store (a takeover, a restart, a parked case brought
+        back), or this Substrate put an input for it in the inbox (`CaseActor.inbox_ahead`). StoreError when they
+        could not be handed over: the input is not sent (its caller may send it again), so it never overtakes."""
+        waiting = self.store.inbox_waiting(actor.case_id)
+        if waiting is False or (waiting is None and not actor.inbox_ahead):
+            return
+        async with self.handing:
+            actor.inbox_ahead = False  # (set again meanwhile by an input put in the inbox: read again next time)
             try:
-                await self.route(row)
-            except StoreError as exc:  # acknowledged to its sender: never refused for a passing fault
-                held.add(row.case_id)
-                _log.warning("could not hand an inbox input to its case; trying again at the next poll",
-                             case_id=row.case_id, kind=row.kind, error=str(exc))
+                after = 0
+                while True:
+                    rows = await self.store.inbox_pending(actor.case_id, AHEAD_BATCH, after)
+                    for row in rows:
+                        await self.hand(row)
+                    if len(rows) < AHEAD_BATCH:
+                        return
+                    after = rows[-1].id
+            except BaseException:
+                actor.inbox_ahead = True
+                raise
+
+    async def hand(self, row: InboxRow) -> None:
+        """Hand one inbox row to its case unless it is on its way already (a row whose case answered it with an
+        error is handed over again)."""
+        moving = self.moving
+        reply = moving.get(row.id)
+        if reply is not None:
+            if not reply.event.is_set() or reply.error is None:
+                return  # on its way into the journal, or in it already
+            del moving[row.id]
+        await self.route(row)
 
     async def route(self, row: InboxRow) -> None:
         """Hand an inbox input to its case, or mark it refused with the reason."""

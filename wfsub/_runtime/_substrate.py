@@ -116,6 +116,7 @@ from ._updates import result as update_result
 _log = get_logger("wfsub.runtime")
 
 TAKEOVER_EVERY = 0.2  # seconds between a standby's looks at whether the owner's lock is free
+TAKEOVER_RETRY_MOST = 5.0  # seconds at most between a standby's takeovers that met a store fault (doubling up to it)
 ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
 
 PROGRAM_CACHE_SIZE = 1024
@@ -298,6 +299,7 @@ class Substrate:
         self._shared: Shared | None = None
         self._background: Background | None = None
         self._loader: CaseLoader | None = None  # with a store: brings durable cases into memory, lets them go
+        self._router: InboxRouter | None = None  # with a store, as its owner: hands inbox inputs to their cases
         self._detach_clock: Any = None
         if not isinstance(standby, bool):
             raise TypeError(f"standby must be True or False, got {standby!r}")
@@ -396,13 +398,24 @@ class Substrate:
         watcher = EndWatcher(store, self._end_events)
         _log.info("store owned by another process; this Substrate is a standby", store=store.url)
 
+        pause = TAKEOVER_EVERY  # between two looks: longer after each takeover a store fault stopped
+
         async def tick() -> None:
-            if time.monotonic() - self._standby_since < TAKEOVER_EVERY:
+            nonlocal pause
+            if time.monotonic() - self._standby_since < pause or self._phase != "open":
                 return
             self._standby_since = time.monotonic()
-            if self._phase == "open" and await store.take_ownership(self._owner):
+            try:
+                owned = await store.take_ownership(self._owner)
+            except StoreError as exc:  # the file busy past its timeout, a full disk: still a standby, tries again
+                pause = min(pause * 2, TAKEOVER_RETRY_MOST)
+                _log.warning("could not take ownership of the store; still a standby, trying again", store=store.url,
+                             error=str(exc), retry_in=pause)
+                return
+            pause = TAKEOVER_EVERY
+            if owned:
                 _log.info("the owner of the store has ended; this Substrate owns it now", store=store.url)
-                await self._open_durable(store, case_tg)
+                await self._open_durable(store, case_tg, taking_over=True)
                 self._outside = None  # (calls made meanwhile went through the store: the owner takes them)
                 for event in self._end_events.values():  # awaiters re-read their rows: an owner now wakes them
                     event.set()
@@ -415,7 +428,9 @@ class Substrate:
 
         case_tg.start_soon(watch)
 
-    async def _open_durable(self, store: Store, case_tg: TaskGroup) -> None:
+    async def _open_durable(self, store: Store, case_tg: TaskGroup, *, taking_over: bool = False) -> None:
+        """Run as the store's owner: its cases, and the loops beside them. `taking_over`: a standby that has just
+        taken ownership, whose process a store fault must not end (the recovery of live cases is tried again)."""
         shared = self._shared
         assert shared is not None
         shared.max_payload_bytes = self._max_payload
@@ -437,25 +452,12 @@ class Substrate:
             await node.renew()
             case_tg.start_soon(node.lease_loop)
             case_tg.start_soon(node.takeover_loop)
-        router = InboxRouter(store, loader, self._live, self._max_payload)
+        router = self._router = InboxRouter(store, loader, self._live, self._max_payload)
         router.lifecycle = self._lifecycle_input
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, loader.held, loader.load_quietly,
             router.take, self._busy,
         )
-        loader.recovering = self._recovering
-        for row in await store.live():  # running, or with effects in flight: resumed now (a poison case is not)
-            if await self._recovering(row):
-                await loader.load_quietly(row.case_id)
-        lost.look()
-        self._busy(1)  # until its first pass is done (see `check_versions`)
-        case_tg.start_soon(loader.check_versions)
-        case_tg.start_soon(loader.sweep_loop)
-        case_tg.start_soon(background.due_loop)
-        if store.shared:
-            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._changed_elsewhere)
-        else:  # cases started by a standby or a client are queued for this owner
-            case_tg.start_soon(background.changes_loop, loader.claim_queued)
 
         def left_memory(actor: CaseActor) -> None:
             loader.left_memory(actor)
@@ -465,6 +467,9 @@ class Substrate:
             if dues:
                 background.wake(min(dues))  # its timers are now the due loop's to watch
 
+        # What a case actor tells the Substrate (it parks, waits on effects, leaves memory), in place before the
+        # first actor runs: a case recovered, taken over or claimed below parks while the others are loaded, and
+        # one that parked on an effect with no `on_effect_wait` never recorded its row (nor its update answers).
         shared.on_evict = left_memory
         shared.compact_after = self._compact_after
         shared.on_effect_wait = loader.waits_on_effects
@@ -472,12 +477,48 @@ class Substrate:
         if self._evict_after is not None:
             shared.on_park = loader.parked_now
             case_tg.start_soon(loader.evict_loop, self._evict_after)
+        loader.recovering = self._recovering
+        try:
+            await self._recover(loader)
+        except StoreError as exc:
+            if not taking_over:
+                raise
+            _log.warning("could not list the live cases to resume; trying again shortly", error=str(exc))
+            case_tg.start_soon(self._recover_later, loader)
+        lost.look()
+        self._busy(1)  # until its first pass is done (see `check_versions`)
+        case_tg.start_soon(loader.check_versions)
+        case_tg.start_soon(loader.sweep_loop)
+        case_tg.start_soon(background.due_loop)
+        if store.shared:
+            case_tg.start_soon(background.changes_loop, loader.claim_queued, self._changed_elsewhere)
+        else:  # cases started by a standby or a client are queued for this owner
+            case_tg.start_soon(background.changes_loop, loader.claim_queued)
         self._schedules.use(store)
         if self._schedules.by_name:
             case_tg.start_soon(self._schedules.run)
         self._queues.use(store)
         if self._queues.queues:
             case_tg.start_soon(self._queues.run)
+
+    async def _recover(self, loader: CaseLoader) -> None:
+        """Resume the live cases (running, or with effects in flight) not in memory; a poison case is not."""
+        assert self._store is not None
+        for row in await self._store.live():
+            if await self._recovering(row):
+                await loader.load_quietly(row.case_id)
+
+    async def _recover_later(self, loader: CaseLoader) -> None:
+        """`_recover`, tried again (backing off) until the store answers."""
+        delay = TAKEOVER_EVERY
+        while True:
+            await anyio.sleep(delay)
+            try:
+                await self._recover(loader)
+                return
+            except StoreError as exc:
+                delay = min(delay * 2, TAKEOVER_RETRY_MOST)
+                _log.warning("could not list the live cases to resume; trying again", error=str(exc), retry_in=delay)
 
     async def _recovering(self, row: CaseRow) -> bool:
         """Count one more recovery of a live case, at startup or at a takeover; False: it is suspended as a poison
@@ -1144,7 +1185,11 @@ class Substrate:
         on the inbox row). Returns the inbox row's id (0: a retried call whose input was applied)."""
         assert self._store is not None
         outside = self._outside or Outside(self._store, self._workflows, self._max_payload, self._clock.now)
-        return await outside.send(case_id, msg, row)
+        inbox_id = await outside.send(case_id, msg, row)
+        actor = self._cases.get(case_id)
+        if inbox_id and actor is not None:  # (taken over by this node meanwhile: its next input here reads it first)
+            actor.inbox_ahead = True
+        return inbox_id
 
     async def _ask(self, actor: CaseActor, msg: External) -> int | None:
         """Send an input and wait for its answer (committed and applied, or refused). Returns the id of the inbox
@@ -1153,6 +1198,8 @@ class Substrate:
         assert reply is not None
         while True:
             try:
+                if self._router is not None:  # what waits for the case in the inbox was acknowledged first
+                    await self._router.ahead(actor)
                 await actor.send(msg)
                 break
             except CaseEvicted:  # it left memory after we found it: bring it back and send again

@@ -7,7 +7,8 @@ actor under the update's id (`Updates`, the latest `ANSWERS_KEPT`), and waiters 
 call with the same id gets the same answer, also two at once and a call repeated after the first returned.
 
 Answers are not journaled: replay computes them again. A durable case also keeps its latest answers on its case
-row (`CaseRow.answers`, written with the row), which is where they are found:
+row (`CaseRow.answers`, written with the row: when the case parks or ends, when it has waited a moment on its
+effects, and with its next commit after an answer while it runs on), which is where they are found:
 
 - by a standby or a `wfsub.Client`, which writes the update to the inbox and then reads the row until the
   answer is there (or the case ended, or the owner refused the inbox row). A call retried with the id of an
@@ -67,11 +68,12 @@ class Updates:
     """A case actor's updates: callers waiting by update id, the latest answers ([kind, value]) by id, and the ids
     of the updates journaled and not answered yet."""
 
-    __slots__ = ("pending", "answers", "owed", "refused")
+    __slots__ = ("pending", "answers", "owed", "refused", "unsaved")
 
     def __init__(self) -> None:
         self.pending: dict[str, Pending] = {}
         self.answers: dict[str, list[Any]] = {}
+        self.unsaved = False  # an answer given since the case's row was last written: its next write carries it
         self.owed: set[str] = set()  # from its record's making (before the commit) to its answer: `CaseRow.owed`
         # inputs a check= refused when a wait took them from the buffer: {kind, name, reason, time, request_id}
         self.refused: list[dict[str, Any]] = []
@@ -80,6 +82,7 @@ class Updates:
         answers = self.answers
         answers.pop(uid, None)
         answers[uid] = answer
+        self.unsaved = True
         self.owed.discard(uid)
         if len(answers) > ANSWERS_KEPT:
             del answers[next(iter(answers))]
@@ -176,8 +179,20 @@ def _same_input(refused: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def row_answers(actor: CaseActor) -> dict[str, Any] | None:
+    """`CaseRow.answers`, for a row about to be written (it carries every answer given so far)."""
     found = actor.updates
-    return dict(found.answers) if found is not None and found.answers else None
+    if found is None or not found.answers:
+        return None
+    found.unsaved = False
+    return dict(found.answers)
+
+
+def unsaved(actor: CaseActor) -> bool:
+    """Whether the case answered an update since its row was last written: a caller on a standby or a client reads
+    the answer there, so the case's next commit writes its row (a case that runs on after answering, through
+    effects that each end before its row would record the wait, would otherwise keep the answer from it)."""
+    found = actor.updates
+    return found is not None and found.unsaved
 
 
 def row_owed(actor: CaseActor) -> list[str] | None:

@@ -324,8 +324,14 @@ class Store(Protocol):
         """One inbox row (None once it was moved into a journal)."""
         ...
 
-    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
-        """The inputs for a case still waiting in the inbox (neither taken nor refused), oldest first."""
+    async def inbox_pending(self, case_id: str, limit: int = 10, after: int = 0) -> list[InboxRow]:
+        """The inputs for a case still waiting in the inbox (neither taken nor refused) with id > `after`, oldest
+        first."""
+        ...
+
+    def inbox_waiting(self, case_id: str) -> bool | None:
+        """Cheap and synchronous: whether an input for the case waits in the inbox now (neither taken nor refused);
+        None when the store cannot tell without a read (the caller reads `inbox_pending` when it has reason to)."""
         ...
 
     def changed(self) -> bool:
@@ -515,6 +521,9 @@ class StoreBase(Store):
 
     def _is_open(self) -> bool:
         raise NotImplementedError
+
+    def inbox_waiting(self, case_id: str) -> bool | None:
+        return None  # a backend that can look cheaply (no round trip, no thread) says so
 
     def _refuse_second_open(self) -> None:
         """The error of `open()` on a store object that is open (or opening) already."""

@@ -562,11 +562,17 @@ class MemoryStore(SingleNode):
         row = self._inbox.get(inbox_id)
         return None if row is None else self._inbox_row(inbox_id, row)
 
-    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+    async def inbox_pending(self, case_id: str, limit: int = 10, after: int = 0) -> list[InboxRow]:
         self._check_open("read the inbox")
         await anyio.lowlevel.checkpoint()
-        ids = sorted(i for i, row in self._inbox.items() if row.case_id == case_id and row.refused is None)
+        ids = sorted(
+            i for i, row in self._inbox.items() if i > after and row.case_id == case_id and row.refused is None
+        )
         return [self._inbox_row(i, self._inbox[i]) for i in ids[: max(limit, 0)]]
+
+    def inbox_waiting(self, case_id: str) -> bool | None:
+        self._check_open("read the inbox")
+        return any(row.case_id == case_id and row.refused is None for row in self._inbox.values())
 
     def changed(self) -> bool:
         self._check_open("poll for changes")

@@ -1518,9 +1518,9 @@ class PostgresStore(StoreBase):
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
-    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+    async def inbox_pending(self, case_id: str, limit: int = 10, after: int = 0) -> list[InboxRow]:
         async def read(conn: Any) -> list[InboxRow]:
-            return [decode_inbox(found) for found in await conn.fetch(Q["inbox_pending"], case_id, limit)]
+            return [decode_inbox(found) for found in await conn.fetch(Q["inbox_pending"], case_id, limit, after)]
 
         return await self._read(f"reading the inbox of case {case_id!r}", read)
 

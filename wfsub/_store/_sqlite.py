@@ -882,12 +882,21 @@ class SqliteStore(SingleNode):
 
         return await self._read(f"reading inbox row {inbox_id}", read)
 
-    async def inbox_pending(self, case_id: str, limit: int = 10) -> list[InboxRow]:
+    async def inbox_pending(self, case_id: str, limit: int = 10, after: int = 0) -> list[InboxRow]:
         def read(conn: sqlite3.Connection) -> list[InboxRow]:
-            found = conn.execute(Q["inbox_pending"], {"case_id": case_id, "limit": limit}).fetchall()
-            return [decode_inbox(row) for row in found]
+            params = {"case_id": case_id, "limit": limit, "after": after}
+            return [decode_inbox(row) for row in conn.execute(Q["inbox_pending"], params).fetchall()]
 
         return await self._read(f"reading the inbox of case {case_id!r}", read)
+
+    def inbox_waiting(self, case_id: str) -> bool | None:
+        """On the calling thread, as `changed()`: one step into an index, answered from the page cache."""
+        self._running("read the inbox")
+        assert self._watch is not None
+        try:
+            return self._watch.execute(Q["inbox_waits"], {"case_id": case_id}).fetchone() is not None
+        except sqlite3.Error as exc:
+            raise fault(self.path, f"reading the inbox of case {case_id!r}", exc) from exc
 
     def changed(self) -> bool:
         version = self._data_version_now("poll for changes")

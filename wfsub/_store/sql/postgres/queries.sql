@@ -166,9 +166,9 @@ WHERE refused IS NULL AND id > $1 ORDER BY id LIMIT $2;
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = $1;
 
 -- name: inbox_pending
--- The inputs for a case still waiting in the inbox, oldest first (index inbox_by_case).
+-- The inputs for a case still waiting in the inbox after an id, oldest first (index inbox_by_case).
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
-WHERE case_id = $1 AND refused IS NULL ORDER BY id LIMIT $2;
+WHERE case_id = $1 AND refused IS NULL AND id > $3 ORDER BY id LIMIT $2;
 
 -- name: inbox_refused
 -- The latest inputs the owner refused for a case, newest first.

@@ -152,9 +152,9 @@ WHERE refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = :id;
 
 -- name: inbox_pending
--- The inputs for a case still waiting in the inbox, oldest first.
+-- The inputs for a case still waiting in the inbox after an id, oldest first.
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
-WHERE case_id = :case_id AND refused IS NULL ORDER BY id LIMIT :limit;
+WHERE case_id = :case_id AND refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: inbox_refused
 -- The latest inputs the owner refused for a case, newest first.
@@ -268,6 +268,10 @@ SELECT fingerprint, workflow, summary FROM programs WHERE workflow = :workflow O
 -- name: cases_queued_any
 -- Whether a queued case waits that the owner can claim (one step into the partial index cases_queued).
 SELECT 1 FROM cases WHERE queued = 1 AND fingerprint IN (SELECT value FROM json_each(:fingerprints)) LIMIT 1;
+
+-- name: inbox_waits
+-- Whether an input for a case waits in the inbox (one step into the index inbox_by_case).
+SELECT 1 FROM inbox WHERE case_id = :case_id AND refused IS NULL LIMIT 1;
 
 -- name: inbox_any
 -- Whether any input waits in the inbox (one step into the partial index inbox_pending).
