@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 

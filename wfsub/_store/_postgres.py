@@ -164,7 +164,18 @@ from ._pgdriver import (
     split_options,
     sqlstate,
 )
-from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import (
+    STARTED,
+    TOMBSTONE,
+    Counts,
+    QueueItem,
+    QueueLimits,
+    Running,
+    choose,
+    earliest,
+    item_of,
+    read_plan,
+)
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -1115,7 +1126,8 @@ class PostgresStore(StoreBase):
 
         async def run(conn: Any) -> CaseExists | None:
             async with conn.transaction():
-                await conn.execute(Q["queue_lock"], item.queue)
+                if item.dedup is not None:  # (its check and its insert under the queue's lock: one holder a key)
+                    await conn.execute(Q["queue_lock"], item.queue)
                 await conn.execute(Q["case_id_lock"], item.case_id)  # (a start of the id waits, or is seen)
                 if await conn.fetchval(Q["queue_id_taken"], item.case_id) is not None:
                     return CaseExists(item.case_id)
@@ -1140,14 +1152,29 @@ class PostgresStore(StoreBase):
             async with conn.transaction():  # under the queue's lock: the limits hold across nodes
                 await conn.execute(Q["queue_lock"], queue)
                 await conn.execute(Q["queue_sweep"], queue)
-                waiting = [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_waiting"], queue, WAITING_READ)]
+                await conn.execute(Q["queue_promote"], queue, now)
                 running = [Running(f[0], f[1]) for f in await conn.fetch(Q["queue_running"], queue)]
                 since = now - (limits.rate[1] if limits.rate is not None else 0.0)
                 recent = [(f[0], float(f[1])) for f in await conn.fetch(Q["queue_recent"], queue, since)]
-                chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+                counts = Counts(limits, node, now, running, recent)
+                parts = None
+                if limits.partitioned:  # ('': the items without a partition key)
+                    parts = [f[0] or None for f in await conn.fetch(Q["queue_ready_parts"], queue)]
+                plan = read_plan(counts, most, parts)
+                if parts is None:
+                    found = await conn.fetch(Q["queue_ready"], queue, plan.per_key) if plan.per_key else []
+                elif plan.parts:
+                    keys = [p or "" for p in plan.parts]
+                    found = await conn.fetch(Q["queue_ready_in"], queue, keys, plan.per_key, most)
+                else:
+                    found = []
+                ready = [item_of(f, loads(f[5])) for f in found]
+                chosen, wake = choose(limits, node, now, ready, running, recent, most)
                 for item in chosen:
                     await conn.execute(Q["queue_start"], item.case_id, now, node)
-                return [replace(i, state=STARTED, started_at=now, node=node) for i in chosen], wake
+                delayed = await conn.fetchval(Q["queue_next_due"], queue)
+                claimed = [replace(i, state=STARTED, started_at=now, node=node) for i in chosen]
+                return claimed, earliest(wake, plan.wake, None if delayed is None else float(delayed))
 
         loop = self._running("claim queued cases")
         return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))

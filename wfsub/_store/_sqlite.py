@@ -62,7 +62,18 @@ from .._errors import CaseExists, StoreConflict, StoreError, newer_store
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
-from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import (
+    STARTED,
+    TOMBSTONE,
+    Counts,
+    QueueItem,
+    QueueLimits,
+    Running,
+    choose,
+    earliest,
+    item_of,
+    read_plan,
+)
 from ._rows import (
     HEADS,
     SNAPSHOTS_KEPT,
@@ -1093,17 +1104,30 @@ def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseEx
 def _apply_queue_claim(
     queue: str, limits: QueueLimits, node: str, now: float, most: int, conn: sqlite3.Connection
 ) -> tuple[list[QueueItem], float | None]:
-    conn.execute(Q["queue_sweep"], {"queue": queue})
-    waiting = _items(conn, "queue_waiting", {"queue": queue, "limit": WAITING_READ})
-    running = [Running(part, owner) for part, owner in conn.execute(Q["queue_running"], {"queue": queue})]
+    """Claim what the queue has room for (see `_queueing.read_plan`: only due items that may start are read)."""
+    params: dict[str, Any] = {"queue": queue, "now": now}
+    conn.execute(Q["queue_sweep"], params)
+    conn.execute(Q["queue_promote"], params)
+    running = [Running(part, owner) for part, owner in conn.execute(Q["queue_running"], params)]
     since = now - (limits.rate[1] if limits.rate is not None else 0.0)
     recent = [(part, float(at)) for part, at in conn.execute(Q["queue_recent"], {"queue": queue, "since": since})]
-    chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+    counts = Counts(limits, node, now, running, recent)
+    parts = [p or None for (p,) in conn.execute(Q["queue_ready_parts"], params)] if limits.partitioned else None
+    plan = read_plan(counts, most, parts)
+    if parts is None:
+        ready = _items(conn, "queue_ready", {"queue": queue, "limit": plan.per_key}) if plan.per_key else []
+    else:  # (one small indexed read per partition with room: in-process, cheaper than one statement for all)
+        ready = [item for part in plan.parts
+                 for item in _items(conn, "queue_ready_in_part", {"queue": queue, "part": part or "",
+                                                                  "limit": plan.per_key})]
+        ready.sort(key=lambda item: (item.priority, item.order))
+    chosen, wake = choose(limits, node, now, ready, running, recent, most)
     claimed = []
     for item in chosen:
         conn.execute(Q["queue_start"], {"case_id": item.case_id, "now": now, "node": node})
         claimed.append(replace(item, state=STARTED, started_at=now, node=node))
-    return claimed, wake
+    delayed = conn.execute(Q["queue_next_due"], params).fetchone()[0]
+    return claimed, earliest(wake, plan.wake, None if delayed is None else float(delayed))
 
 
 def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> tuple[dict[str, Any], str] | None:

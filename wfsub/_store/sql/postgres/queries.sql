@@ -401,14 +401,46 @@ SELECT 1 FROM queue_items WHERE case_id = $1 UNION ALL SELECT 1 FROM cases WHERE
 SELECT case_id FROM queue_items WHERE queue = $1 AND dedup = $2 AND state IN ('queued', 'started') LIMIT 1;
 
 -- name: queue_put
--- A queued case.
-INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued');
+-- A queued case (due at once unless it has a delay).
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, due)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $7::double precision <= $8::double precision);
 
--- name: queue_waiting
--- A queue's waiting items in the order they start.
+-- name: queue_promote
+-- A queue's items whose delay has passed are due (a claim reads due items only: see migration 11).
+UPDATE queue_items SET due = true WHERE queue = $1 AND state = 'queued' AND NOT due AND not_before <= $2;
+
+-- name: queue_next_due
+-- When the next delayed item of a queue is due.
+SELECT min(not_before) FROM queue_items WHERE queue = $1 AND state = 'queued' AND NOT due;
+
+-- name: queue_ready
+-- A queue's first due items in the order they start.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
-FROM queue_items WHERE queue = $1 AND state = 'queued' ORDER BY priority, item_order LIMIT $2;
+FROM queue_items WHERE queue = $1 AND state = 'queued' AND due ORDER BY priority, item_order LIMIT $2;
+
+-- name: queue_ready_parts
+-- The partitions of a queue that hold due items ('' for the items without a key), each found by one step into
+-- queue_items_ready_parts however many items it holds.
+WITH RECURSIVE parts(part) AS (
+    SELECT (SELECT min(coalesce(part, '')) FROM queue_items WHERE queue = $1 AND state = 'queued' AND due)
+    UNION ALL
+    SELECT (SELECT min(coalesce(q.part, '')) FROM queue_items q
+            WHERE q.queue = $1 AND q.state = 'queued' AND q.due AND coalesce(q.part, '') > parts.part)
+    FROM parts WHERE parts.part IS NOT NULL
+)
+SELECT part FROM parts WHERE part IS NOT NULL;
+
+-- name: queue_ready_in
+-- The first $3 due items of each partition named in $2 ('': the items without a key), the first $4 of them in
+-- start order.
+SELECT i.case_id, i.queue, i.part, i.priority, i.dedup, i.start, i.not_before, i.enqueued_at, i.state, i.started_at,
+       i.node, i.item_order
+FROM unnest($2::text[]) AS p(part) CROSS JOIN LATERAL (
+    SELECT * FROM queue_items q
+    WHERE q.queue = $1 AND q.state = 'queued' AND q.due AND coalesce(q.part, '') = p.part
+    ORDER BY q.priority, q.item_order LIMIT $3
+) i
+ORDER BY i.priority, i.item_order LIMIT $4;
 
 -- name: queue_running
 -- A queue's started items whose case has not ended.
