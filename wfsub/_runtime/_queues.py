@@ -7,10 +7,12 @@ written then, `started_at` and `dequeued_at` are the dequeue time, and a `timeou
 
 Decisions written down here:
 - Room: at most `concurrency` of the queue's cases started and not ended (a claimed case whose start is being
-  written counts), at most `per_node` of them on one node, at most `rate[0]` starts in any window of `rate[1]`
-  seconds (sliding: counted from the start times kept in the store), each per `partition=` key when
-  `partitioned=True` (a case without a key is a partition of its own). Lower `priority` first, then first come first
-  served; a case with `delay=` waits at least that long.
+  written counts), at most `per_node` of them on one node (the node that runs the case: a queue item follows its
+  case to the node that takes it over, at a failover or when a new owner opens a SQLite file), at most `rate[0]`
+  starts in any window of `rate[1]` seconds (sliding: counted from the start times kept in the store), each per
+  `partition=` key when `partitioned=True` (a case without a key is a partition of its own). Lower `priority`
+  first, then first come first served; a case with `delay=` waits at least that long. A claim considers every
+  waiting case, however long the backlog (see `_store._queueing`).
 - The claim is one transaction of the store: SQLite's single writer, or on Postgres under an advisory lock on the
   queue's name, so the limits hold across nodes. Every node claims for itself and runs what it claimed.
 - A node looks for room when one of its queued or queued-from-here cases is started or ends, when a delay or a

@@ -157,7 +157,7 @@ class MemoryStore(SingleNode):
                     f"already owned by Substrate {self._owner!r} (pid {os.getpid()}, this process): one Substrate "
                     "owns a store at a time; close the first one, or open this one with owner=False",
                 )
-            self._owner = owner_id
+            self._own(owner_id)
         self._open = True
 
     async def close(self) -> None:
@@ -270,8 +270,14 @@ class MemoryStore(SingleNode):
         await anyio.lowlevel.checkpoint()
         if self._owner is not None:
             return False
-        self._owner = owner_id
+        self._own(owner_id)
         return True
+
+    def _own(self, owner_id: str) -> None:
+        """Become the owner: every case is this owner's to run now, so the started queue items are its own too
+        (per_node counts them as this node's)."""
+        self._owner = owner_id
+        self._queue.follow_owner(owner_id)
 
     async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
         self._check_open("record heartbeats")

@@ -322,6 +322,12 @@ class QueueTable:
                  and (before is None or i.order < before)]
         return sorted(found, key=lambda i: -i.order)[:limit]
 
+    def follow_owner(self, node: str) -> None:
+        """A new owner of the store runs every case: the started items are its own from now on."""
+        for case_id, item in list(self.items.items()):
+            if item.state == STARTED:
+                self.items[case_id] = replace(item, node=node)
+
     def orphans(self, node: str) -> list[QueueItem]:
         """The started items whose case is not there, taken by `node` (one process: its owner is the only
         claimer, so these were claimed by an earlier owner that stopped before starting them)."""

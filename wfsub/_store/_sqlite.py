@@ -374,6 +374,7 @@ class SqliteStore(SingleNode):
         try:
             conn.execute(Q["begin_write"])
             conn.execute(Q["owner_take"], params)
+            conn.execute(Q["queue_items_follow_owner"], params)
             epoch = int(conn.execute(Q["owner_get"]).fetchone()[3])
             conn.execute(Q["commit"])
         except sqlite3.Error as exc:

@@ -74,6 +74,11 @@ ON CONFLICT (id) DO UPDATE SET
     owner_id = excluded.owner_id, pid = excluded.pid, host = excluded.host, epoch = owner.epoch + 1,
     since = excluded.since, heartbeat = excluded.heartbeat;
 
+-- name: queue_items_follow_owner
+-- A new owner runs every case of the file: the started items of queues are its own from now on (per_node counts
+-- them as this node's), in the transaction that makes it the owner.
+UPDATE queue_items SET node = :owner_id WHERE state = 'started';
+
 -- name: owner_heartbeat
 -- The owner is alive.
 UPDATE owner SET heartbeat = :now WHERE id = 1 AND epoch = :epoch;

@@ -7,6 +7,9 @@
 -- room, as many as may start (queue_items_ready, and per partition queue_items_ready_parts): see
 -- wfsub/_store/_queueing.py (`read_plan`). Partitions are indexed by coalesce(part, ''): the items without a
 -- key are one partition, '' (a partition key is never empty), so one index path serves them too.
+--
+-- A queue item also follows its case to the owner that takes the file over (queue_items_follow_owner, in the
+-- transaction that makes it the owner), so per_node counts what the owner runs; no table changes for that.
 ALTER TABLE queue_items ADD COLUMN due INTEGER NOT NULL DEFAULT 0;  -- 1: queued and its delay has passed
 UPDATE queue_items SET due = 1 WHERE state = 'queued' AND not_before <= enqueued_at;
 DROP INDEX queue_items_waiting;
