@@ -728,6 +728,23 @@ class StoreConflict(StoreError):
     second `end`): that write alone was undone. A `start` record that conflicts means the case id is taken."""
 
 
+class SchedulePaused(StoreConflict):
+    """Internal: the start of a schedule's slot (a case, or its queue item) was refused because the schedule is
+    paused, checked in the transaction that would have written it: no slot starts after `pause_schedule` returned,
+    whatever the node read before."""
+
+    @classmethod
+    def refused(cls, store: str, schedule: str, case_id: str) -> SchedulePaused:
+        return cls(store, paused_slot(schedule, case_id))
+
+
+def paused_slot(schedule: str, case_id: str) -> str:
+    return (
+        f"schedule {schedule!r} is paused: the case {case_id!r} of its slot was not started (nothing was written); "
+        "resume_schedule lets its next slots start"
+    )
+
+
 class CommitUnknown(StoreError):
     """The connection to the database was lost after a write was sent and before its COMMIT was confirmed: the
     write may or may not have been applied. Retry it with the same `request_id` (a repeated id applies once), or

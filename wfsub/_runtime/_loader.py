@@ -20,6 +20,7 @@ from .._errors import (
     CaseNotFound,
     CommitUnknown,
     ReplayDivergence,
+    SchedulePaused,
     SignalRejected,
     StoreConflict,
     StoreError,
@@ -238,12 +239,13 @@ class CaseLoader:
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
         sent: Mapping[str, Any] | None = None,
-        parent_step: dict[str, Any] | None = None, from_queue: bool = False,
+        parent_step: dict[str, Any] | None = None, from_queue: bool = False, schedule: str | None = None,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
         caller sent it (see `start_record`). `from_queue`: the start of a queue item this node claimed (any other
-        start of its id is refused while the item waits: `CaseWrite.from_queue`). Raises CaseExists for an id an
+        start of its id is refused while the item waits: `CaseWrite.from_queue`). `schedule`: the schedule whose
+        slot this is (SchedulePaused while it is paused: `CaseWrite.schedule`). Raises CaseExists for an id an
         earlier run's case, or a queue item that waits, has."""
         machine = actor.machine
         assert machine is not None
@@ -257,7 +259,8 @@ class CaseLoader:
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
                              cancel_with_parent, sent, parent_step)
         journal.start = start
-        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue)
+        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue,
+                           schedule=schedule)
         if queued:
             try:
                 await self.store.queue_case(change)
@@ -273,6 +276,8 @@ class CaseLoader:
             self.cases[case_id] = actor  # (the caller spawns it before it awaits anything)
         except CommitUnknown:  # started or not, the store decides: the sweep brings it back soon if it was (a retry
             self.bring_back(case_id)  # of a child's start finds it in the store and goes on without loading it)
+            raise
+        except SchedulePaused:  # nothing was written
             raise
         except StoreConflict:  # an earlier run's case has this id: its start record is there
             self._started(case_id, written)

@@ -301,12 +301,14 @@ class Queues:
     def nudge(self) -> None:
         self.nudged.set()
 
-    async def put(self, item: QueueItem) -> None:
+    async def put(self, item: QueueItem, schedule: str | None = None) -> None:
+        """Queue a case; `schedule`: the schedule whose slot it is (refused while it is paused: see
+        `Store.queue_put`; without a store the Substrate checks it)."""
         table = self.table
         if isinstance(table, QueueTable):
             table.put(item)
         else:
-            await table.queue_put(item)
+            await table.queue_put(item, schedule=schedule)
         self.nudge()
 
     async def cancel(

@@ -21,8 +21,13 @@ Decisions written down here:
   skipped (logged at INFO). `"allow"` starts it anyway. The slots of one catch-up with `catchup="all"` are all
   started (catching up is what was asked for).
 - `pause_schedule(name)` makes its slots pass without starting anything until `resume_schedule(name)`; the slots
-  that passed meanwhile are not caught up. `trigger_schedule(name)` starts a case now, with id `{name}@{now}`
-  (two triggers in one second are one case), whether or not the schedule is paused; it does not count as a slot.
+  that passed meanwhile are not caught up. Once it has returned no slot of the schedule starts, on any node: the
+  write that starts a slot's case (or queues it) checks in its own transaction that the schedule is not paused
+  (`CaseWrite.schedule`; on Postgres under a share lock on the schedule's row, which a pause waits for), so a
+  slot a node read as due before the pause committed is let go. A slot's case queued before the pause still
+  starts when its queue has room (it had started: it waits only for room).
+- `trigger_schedule(name)` starts a case now, with id `{name}@{now}` (two triggers in one second are one case),
+  whether or not the schedule is paused; it does not count as a slot.
 - A schedule dropped from `schedules=` starts nothing more; its cases stay, and the store keeps its row (listed by
   `wfsub schedules STORE`).
 - Two nodes may both see a slot come due while the last case is ending: one may skip it while the other starts it
@@ -51,7 +56,7 @@ import anyio
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict
 
-from .._errors import NOTHING, CaseExists, StoreError, bad_option, unknown_name
+from .._errors import NOTHING, CaseExists, SchedulePaused, StoreError, bad_option, unknown_name
 from .._store import ScheduleRow, Store
 from .._store._memory import ScheduleTable
 from .._trace import get_logger
@@ -390,8 +395,16 @@ class Schedules:
             await self._advance(s, slot, None)
             return
         case_id = s.case_id(slot)
+        table = self.table
+        if isinstance(table, ScheduleTable) and table.paused(s.name):  # (no store: paused since the row was read;
+            await self._advance(s, slot, None)  # nothing awaits between this check and the case's start)
+            return
         try:
             await self.start(s, slot, case_id)
+        except SchedulePaused:  # paused since the row was read: the store refused the start in its transaction
+            _log.info("schedule: slot let go, the schedule was paused", schedule=s.name, slot=slot_text(slot))
+            await self._advance(s, slot, None)
+            return
         except CaseExists as exc:  # the same slot started with other data: data= is not a function of the slot
             _log.error("schedule: the slot's case exists with another start", schedule=s.name, error=str(exc))
         except StoreError:

@@ -596,6 +596,7 @@ class Substrate:
         _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
         _from_queue: bool = False,  # the start of a queue item this node claimed (the one start its id may have)
+        _schedule: str | None = None,  # a schedule's slot: refused while that schedule is paused (SchedulePaused)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -653,7 +654,7 @@ class Substrate:
                              _parent_step),
                 now + wait_for, now,
             )
-            return await self._enqueue(item, model)
+            return await self._enqueue(item, model, _schedule)
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
@@ -679,7 +680,7 @@ class Substrate:
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
                                          cancel_with_parent=_cancel_with_parent, sent=sent,
-                                         parent_step=_parent_step, from_queue=_from_queue)
+                                         parent_step=_parent_step, from_queue=_from_queue, schedule=_schedule)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -783,11 +784,18 @@ class Substrate:
                 check_queued(self._queues.queues, s.queue, 0, None, None, None)
         return Schedules(
             list(schedules), now=lambda: self._clock.now(), sleep=lambda t: self._clock.sleep(t), busy=self._busy,
-            start=self._start_scheduled, live=self._is_live,
+            start=self._start_slot, live=self._is_live,
         )
 
-    async def _start_scheduled(self, schedule: Schedule, slot: float, case_id: str) -> CaseHandle:
-        return await self.new_case(schedule.workflow, schedule.data_for(slot), case_id=case_id, queue=schedule.queue)
+    async def _start_slot(self, schedule: Schedule, slot: float, case_id: str) -> CaseHandle:
+        """The case of a schedule's slot: refused (SchedulePaused) if the schedule is paused when it is written."""
+        return await self._start_scheduled(schedule, slot, case_id, paused_refuses=True)
+
+    async def _start_scheduled(
+        self, schedule: Schedule, slot: float, case_id: str, *, paused_refuses: bool = False
+    ) -> CaseHandle:
+        return await self.new_case(schedule.workflow, schedule.data_for(slot), case_id=case_id, queue=schedule.queue,
+                                   _schedule=schedule.name if paused_refuses else None)
 
     def _is_live(self, case_id: str) -> bool:
         try:
@@ -825,9 +833,9 @@ class Substrate:
 
     # -- queues --------------------------------------------------------------------------------------------------
 
-    async def _enqueue(self, item: QueueItem, model: type[BaseModel] | None) -> CaseHandle:
+    async def _enqueue(self, item: QueueItem, model: type[BaseModel] | None, schedule: str | None = None) -> CaseHandle:
         try:
-            await self._queues.put(item)
+            await self._queues.put(item, schedule)
         except CaseExists as exc:
             self._queued_terms.pop(item.case_id, None)
             if exc.differs is not None:  # a dedup key held by a live case of the queue

@@ -183,6 +183,10 @@ class CaseWrite:
       fork's `snapshot`) is refused with StoreConflict while a queue item of its id waits (queued, or claimed and
       its case not written): checked in the write's own transaction, so a start and a queueing of one id never
       both commit (see `_queueing`).
+    - `schedule`: the name of the schedule whose slot this write starts: refused with SchedulePaused while that
+      schedule is paused, checked in the write's own transaction (on Postgres under a share lock on the
+      schedule's row, so a pause waits for a start that checked before it), so no slot starts after
+      `pause_schedule` returned.
     An `end` record is accepted once per case; a second one is a StoreError (only the owner writes it).
     """
 
@@ -195,6 +199,7 @@ class CaseWrite:
     epoch: int | None = None
     compact: int | None = None
     from_queue: bool = False
+    schedule: str | None = None
 
 
 @dataclass(slots=True)
@@ -434,9 +439,10 @@ class Store(Protocol):
         """Every schedule the store knows, by name."""
         ...
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         """Keep a queued case (see `_queueing`): CaseExists if a case or item has its id, or a live item of its
-        queue holds its dedup key."""
+        queue holds its dedup key. `schedule`: the schedule whose slot this is (see `CaseWrite.schedule`):
+        SchedulePaused while it is paused."""
         ...
 
     async def queue_claim(

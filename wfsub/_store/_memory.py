@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio.lowlevel
 
-from .._errors import StoreConflict, StoreError
+from .._errors import SchedulePaused, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -122,6 +122,10 @@ class ScheduleTable:
     def rows(self) -> list[ScheduleRow]:
         return [self._rows[name] for name in sorted(self._rows)]
 
+    def paused(self, name: str) -> bool:
+        known = self._rows.get(name)
+        return known is not None and known.paused
+
 
 class MemoryStore(SingleNode):
     """A store in memory: the full interface, the same rules as `SqliteStore`, nothing durable."""
@@ -189,6 +193,8 @@ class MemoryStore(SingleNode):
         case = self._cases.get(change.case_id) or _Case()
         if case.row is None and not case.journal and headless(change):
             raise StoreConflict(self._name, case_gone(change.case_id))
+        if change.schedule is not None and self._schedules.paused(change.schedule):
+            raise SchedulePaused.refused(self._name, change.schedule, change.case_id)
         if case.row is None and not case.journal and starts_case(change):
             item = self._queue.items.get(change.case_id)
             if item is not None and item.state in (QUEUED, STARTED):
@@ -327,9 +333,11 @@ class MemoryStore(SingleNode):
         case = self._cases.get(case_id)
         return None if case is None else case.ended
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         self._check_open("queue a case")
         await anyio.lowlevel.checkpoint()
+        if schedule is not None and self._schedules.paused(schedule):
+            raise SchedulePaused.refused(self._name, schedule, item.case_id)
         self._queue.put(replace(item, start=loads(to_json(self._name, f"queued case {item.case_id!r}", item.start))))
 
     async def queue_claim(

@@ -136,7 +136,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError, newer_store
+from .._errors import CaseExists, CommitUnknown, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -763,7 +763,8 @@ class PostgresStore(StoreBase):
                     committed = await self._committed(token, backend, deadline)
                     if committed is False:
                         kind = "retry"  # provably not committed: the same group again
-                    elif committed and query in (Q["write_group"], Q["compact_group"], Q["start_group"]):
+                    elif committed and query in (Q["write_group"], Q["compact_group"], Q["start_group"],
+                                                 Q["start_scheduled"]):
                         await self._resolve(query, group, deadline)
                         return
                     else:
@@ -896,7 +897,7 @@ class PostgresStore(StoreBase):
             change.inbox_done, [i for i, _ in change.inbox_refused], [r for _, r in change.inbox_refused],
         )
 
-    def _write_result(self, case_id: str, epoch: int | None, found: Any) -> list[bool]:
+    def _write_result(self, case_id: str, epoch: int | None, found: Any, *, schedule: str | None = None) -> list[bool]:
         status, appended, info, at_seq, owner, now_epoch = found
         if status == "ok":
             return list(appended)
@@ -910,6 +911,8 @@ class PostgresStore(StoreBase):
             raise StoreConflict(self._name, seq_taken(case_id, 0 if at_seq is None else at_seq))
         if info == "queue_item_waiting":
             raise StoreConflict(self._name, waits_in_queue(case_id))
+        if info == "schedule_paused":
+            raise SchedulePaused(self._name, paused_slot(schedule or "?", case_id))
         raise StoreConflict(self._name, f"the write for case {case_id!r} broke the constraint {info!r}")
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
@@ -919,12 +922,12 @@ class PostgresStore(StoreBase):
         query, args = _write_query(encoded), self._write_args(encoded, epoch, False)
         if query == Q["start_group"]:  # (its $29: whether it is its queue item's own start)
             args = (*args, encoded.from_queue)
+            if encoded.schedule is not None:  # (its $30: the schedule whose slot it is)
+                query, args = Q["start_scheduled"], (*args, encoded.schedule)
         if encoded.compact is not None:  # its own statement: the write, then the deletes, in one transaction
             query, args = Q["compact_group"], (*args, encoded.compact)
-        job = Job(
-            _Statement(query, args, partial(self._write_result, encoded.case_id, epoch)), f"case {encoded.case_id!r}",
-            wait=wait,
-        )
+        answer = partial(self._write_result, encoded.case_id, epoch, schedule=encoded.schedule)
+        job = Job(_Statement(query, args, answer), f"case {encoded.case_id!r}", wait=wait)
         self._submit(job)
         if not wait:
             return []
@@ -1121,11 +1124,14 @@ class PostgresStore(StoreBase):
 
         return await self._read("listing schedules", run)
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         start = to_json(self._name, f"queued case {item.case_id!r}", item.start)
 
-        async def run(conn: Any) -> CaseExists | None:
+        async def run(conn: Any) -> CaseExists | SchedulePaused | None:
             async with conn.transaction():
+                # (a schedule's slot: refused while it is paused, its row held as start_scheduled holds it)
+                if schedule is not None and await conn.fetchval(Q["schedule_paused"], schedule):
+                    return SchedulePaused.refused(self._name, schedule, item.case_id)
                 if item.dedup is not None:  # (its check and its insert under the queue's lock: one holder a key)
                     await conn.execute(Q["queue_lock"], item.queue)
                 await conn.execute(Q["case_id_lock"], item.case_id)  # (a start of the id waits, or is seen)

@@ -58,7 +58,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import CaseExists, StoreConflict, StoreError, newer_store
+from .._errors import CaseExists, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
@@ -567,16 +567,17 @@ class SqliteStore(SingleNode):
 
         return await self._read("listing schedules", read)
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         writer = self._running("queue a case")
         params = {
             "case_id": item.case_id, "queue": item.queue, "part": item.partition, "priority": item.priority,
             "dedup": item.dedup, "start": to_json(self.path, f"queued case {item.case_id!r}", item.start),
-            "not_before": item.not_before, "enqueued_at": item.enqueued_at,
+            "not_before": item.not_before, "enqueued_at": item.enqueued_at, "name": schedule,
+            "store": self.path,  # (for a refusal's message)
         }
         job = Job(partial(_apply_queue_put, params), f"queued case {item.case_id!r}", wait=True)
         writer.submit(job)
-        refused: CaseExists | None = await job.outcome()
+        refused: CaseExists | SchedulePaused | None = await job.outcome()
         if refused is not None:
             raise refused
 
@@ -981,6 +982,8 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     starting = [record[0] for record in records if record[2] == "start"]
     if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
         raise Redo  # a case id taken: each write alone, where its own refusal is said
+    if any(change.schedule is not None and _schedule_paused(conn, change.schedule) for change in changes):
+        raise Redo  # a paused schedule's slot: as above
     heads = [change.case_id for change in changes if starts_case(change)]
     if heads and conn.execute(Q["queue_items_waiting_for"], {"ids": _array(heads).decode()}).fetchone() is not None:
         raise Redo  # an id a queue item waits for: as above
@@ -1026,10 +1029,18 @@ def _compact(change: EncodedWrite, conn: sqlite3.Connection) -> None:
         conn.execute(Q["snapshots_compact"], params)
 
 
+def _schedule_paused(conn: sqlite3.Connection, name: str) -> bool:
+    found = conn.execute(Q["schedule_get"], {"name": name}).fetchone()
+    return found is not None and bool(found[4])
+
+
 def _refuse_second_start(change: EncodedWrite, conn: sqlite3.Connection) -> None:
     """A `start` record for a case the store holds is refused as its seq 0 would be: a compaction removed that
     record, never the case's row, so the row says the id is taken. A write that starts a case whose id a queue
-    item waits for is refused too, unless it is that item's own (`CaseWrite.from_queue`)."""
+    item waits for is refused too, unless it is that item's own (`CaseWrite.from_queue`); and the start of a
+    paused schedule's slot (`CaseWrite.schedule`)."""
+    if change.schedule is not None and _schedule_paused(conn, change.schedule):
+        raise Refused(paused_slot(change.schedule, change.case_id), SchedulePaused)
     if any(record.kind == "start" for record in change.records) and conn.execute(
         Q["case_exists"], {"case_id": change.case_id}
     ).fetchone() is not None:
@@ -1089,8 +1100,10 @@ def _items(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list
     return [item_of(found, loads(found[5])) for found in conn.execute(Q[query], params).fetchall()]
 
 
-def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseExists | None:
+def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseExists | SchedulePaused | None:
     """None: queued; else the refusal (returned, not raised: the writer would make a raised one a StoreConflict)."""
+    if params["name"] is not None and _schedule_paused(conn, params["name"]):
+        return SchedulePaused.refused(params["store"], params["name"], params["case_id"])
     if conn.execute(Q["queue_id_taken"], params).fetchone() is not None:
         return CaseExists(params["case_id"])
     if params["dedup"] is not None:

@@ -357,6 +357,33 @@ UNION ALL
 SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
 WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2);
 
+-- name: start_scheduled
+-- `start_group` for the start of a schedule's slot ($30: the schedule's name; $31: the commit token): refused
+-- ('schedule_paused') while that schedule is paused. Its row is read under a share lock held until the group
+-- commits, so a pause (an update of the row) waits for a start that read it first, and a start that reads it
+-- after the pause committed sees it paused: no slot starts after pause_schedule returned.
+WITH paused AS MATERIALIZED (
+    SELECT coalesce((SELECT s.paused FROM schedules s WHERE s.name = $30 FOR SHARE), false) AS paused
+), token AS (
+    INSERT INTO commits (token, at) SELECT $31::text, db_now() FROM paused
+    WHERE $31::text IS NOT NULL AND (paused.paused OR EXISTS (SELECT 1 FROM cases WHERE case_id = $2))
+    RETURNING 1
+)
+SELECT status, appended, info, at_seq, cur_owner, cur_epoch
+FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                $22, $23, $24, $25, $26, $27, $28, $31, $29::boolean)
+WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2) AND NOT (SELECT paused FROM paused)
+UNION ALL
+SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
+WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+UNION ALL
+SELECT 'conflict', NULL::boolean[], 'schedule_paused', 0::bigint, NULL::text, NULL::bigint
+WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2) AND (SELECT paused FROM paused);
+
+-- name: schedule_paused
+-- Whether a schedule is paused, its row held (shared) until the transaction ends: see start_scheduled.
+SELECT paused FROM schedules WHERE name = $1 FOR SHARE;
+
 -- name: schedule_register
 -- A schedule's registration: the newest wins; a new one starts at $3. Returns the row as it is now.
 INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at) VALUES ($1, $2, $3, NULL, false, db_now())
