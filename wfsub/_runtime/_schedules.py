@@ -28,6 +28,14 @@ Decisions written down here:
   starts when its queue has room (it had started: it waits only for room).
 - `trigger_schedule(name)` starts a case now, with id `{name}@{now}` (two triggers in one second are one case),
   whether or not the schedule is paused; it does not count as a slot.
+- `backfill_schedule(name, start, end)` starts one case per slot from `start` to `end`, both included, with the
+  slot's usual id, so a repeated (or overlapping) backfill starts nothing twice, and a slot the schedule started
+  itself is that case; paused or not (as a trigger), whatever `overlap` and `catchup` say, and not counted as the
+  schedule's progress (its last slot stays). `start` and `end` are aware datetimes or seconds since the epoch;
+  refused with ValueError: an end before the start, an end after now (past slots only: the schedule starts the
+  slots from now on itself), a range of more than MAX_BACKFILL slots (split it into several calls); TypeError for
+  a naive datetime or another type. A range without a slot starts nothing. A Client or `wfsub backfill` asks the
+  owner through the inbox (a schedule's `data=` may be a function, which only a Substrate that configures it has).
 - A schedule dropped from `schedules=` starts nothing more; its cases stay, and the store keeps its row (listed by
   `wfsub schedules STORE`).
 - Two nodes may both see a slot come due while the last case is ending: one may skip it while the other starts it
@@ -65,6 +73,7 @@ from . import _inputs as inputs
 _log = get_logger("wfsub.runtime")
 
 MAX_CATCHUP = 1000  # catchup="all": the most missed slots one catch-up starts (the newest)
+MAX_BACKFILL = 1000  # backfill_schedule: the most slots one call starts (a bigger range is refused: split it)
 RETRY_AFTER = 1.0  # seconds before a schedule tries again after the store failed
 
 Overlap = Literal["skip", "allow"]
@@ -229,6 +238,46 @@ def _backwards(cron: str | None, every: int | None, tz: str, until: float) -> It
         at = moment.timestamp()
         if at <= until:
             yield at
+
+
+def moment(owner: str, name: str, value: object) -> float:
+    """A time given to `backfill_schedule`: an aware datetime or seconds since the epoch, as seconds."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise TypeError(f"{owner}: {name}={value.isoformat()!r} has no time zone: pass an aware datetime, e.g. "
+                            "datetime(2026, 3, 1, tzinfo=UTC), or seconds since the epoch")
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"{owner}: {name} must be an aware datetime or seconds since the epoch (a finite number), "
+                        f"got {value!r}")
+    return float(value)
+
+
+def backfill_slots(
+    name: str, cron: str | None, every: int | None, tz: str, start: object, end: object, now: float
+) -> list[float]:
+    """The slots of a schedule from `start` to `end`, both included, oldest first: what `backfill_schedule` starts
+    (see the module for the refusals)."""
+    owner = f"backfill_schedule({name!r})"
+    first, last = moment(owner, "start", start), moment(owner, "end", end)
+    if last < first:
+        raise ValueError(f"{owner}: end {slot_text(last)} is before start {slot_text(first)}: pass start <= end")
+    if last > now:
+        raise ValueError(
+            f"{owner}: end {slot_text(last)} is after now ({slot_text(now)}): a backfill starts past slots only (the "
+            "schedule starts the slots from now on itself); pass an end at or before now"
+        )
+    found: list[float] = []
+    for slot in _backwards(cron, every, tz, last):
+        if slot < first:
+            break
+        if len(found) == MAX_BACKFILL:
+            raise ValueError(
+                f"{owner}: the range {slot_text(first)} to {slot_text(last)} holds more than {MAX_BACKFILL} slots "
+                f"(one backfill starts at most {MAX_BACKFILL}): split it into several calls"
+            )
+        found.append(slot)
+    return found[::-1]
 
 
 class ScheduleStatus(BaseModel):
@@ -417,4 +466,4 @@ class Schedules:
         await self._advance(s, slot, case_id)
 
 
-__all__ = ["Schedule", "ScheduleStatus", "Schedules", "next_after", "slot_text"]
+__all__ = ["MAX_BACKFILL", "Schedule", "ScheduleStatus", "Schedules", "backfill_slots", "next_after", "slot_text"]

@@ -46,6 +46,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -105,7 +106,7 @@ from ._queues import (
 from ._registry import Workflows
 from ._request_ids import taken
 from ._routing import InboxRouter
-from ._schedules import Schedule, Schedules, ScheduleStatus
+from ._schedules import Schedule, Schedules, ScheduleStatus, backfill_slots
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
 from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
@@ -830,6 +831,25 @@ class Substrate:
         except CaseNotFound:
             return await self._start_scheduled(schedule, now, case_id)
         raise CaseExists.triggered(case_id, name)
+
+    async def backfill_schedule(self, name: str, start: datetime | float, end: datetime | float) -> list[CaseHandle]:
+        """Start one case per slot of schedule `name` from `start` to `end` (both included: aware datetimes or
+        seconds since the epoch, in the past), each with its slot's usual id `{name}@{slot}`, so a repeated
+        backfill starts nothing twice (a slot's case that exists is that case); paused or not. Returns their
+        handles, oldest slot first. ValueError for an unknown schedule, an end before the start or after now, or
+        more than 1000 slots (split the range); TypeError for a naive datetime."""
+        self._check_open("backfill a schedule")
+        schedule = self._schedules.get(name)
+        slots = backfill_slots(schedule.name, schedule.cron, schedule.every, schedule.tz, start, end,
+                               self._clock.now())
+        return [await self._backfill_slot(schedule, slot) for slot in slots]
+
+    async def _backfill_slot(self, schedule: Schedule, slot: float) -> CaseHandle:
+        case_id = schedule.case_id(slot)
+        actor = self._cases.get(case_id) if self._store is None else None
+        if actor is not None:  # (without a store the slot's case in memory is that case: its data is the slot's)
+            return CaseHandle(self, actor)
+        return await self._start_scheduled(schedule, slot, case_id)
 
     # -- queues --------------------------------------------------------------------------------------------------
 
