@@ -230,6 +230,16 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def requeued(cls, case_id: str | None, action: str, queue: str | None) -> SignalRejected:
+        """A retried case waiting in its queue for room: it takes inputs once it has started (a cancel ends it
+        there)."""
+        reason = (
+            f"it is queued: retried, it waits in its queue{'' if queue is None else f' {queue!r}'} for room and "
+            "takes inputs once it has started; send it again then, or cancel it to withdraw it"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
     def not_ended(cls, case_id: str | None, action: str, state: str) -> SignalRejected:
         """A case that has not ended cannot be deleted (or otherwise treated as over)."""
         reason = (

@@ -136,6 +136,9 @@ class CaseLoader:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
         if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
             raise SignalRejected.suspended(case_id, what, row.suspended_reason)
+        if row.state == CaseState.QUEUED.value:  # retried, waiting in its queue: it runs once a node claims it
+            item = self.store.read_queue_item(case_id)
+            raise SignalRejected.requeued(case_id, what, None if item is None else item.queue)
         loaded = await self.load(case_id)
         if loaded is None:  # it could not be brought back: suspended now (its journal does not replay, or is
             row = await self.store.row(case_id) or row  # damaged), or the store failed to load it (tried again)

@@ -73,7 +73,7 @@ from .._errors import (
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from .._store import CaseRow, CaseWrite, InboxRow, Listing, SqliteStore, Store
 from .._store import open_store as _open_store
-from .._store._queueing import QueueItem
+from .._store._queueing import RETRIED, QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
@@ -96,6 +96,7 @@ from ._queues import (
     QUEUED_ORDER,
     Queue,
     Queues,
+    cancel_requeued,
     check_queued,
     check_queues,
     queued_page,
@@ -440,6 +441,8 @@ class Substrate:
             case_tg.start_soon(node.takeover_loop)
         router = InboxRouter(store, loader, self._live, self._max_payload)
         router.lifecycle = self._lifecycle_input
+        router.cancel_requeued = lambda row, reason, request_id, done: cancel_requeued(
+            store, row, reason, request_id, self._clock.now(), done)
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
             router.take, self._busy,
@@ -879,6 +882,10 @@ class Substrate:
 
     async def _start_queued(self, item: QueueItem) -> None:
         start = item.start
+        if start.get(RETRIED) is not None:  # a retried case back from its queue: it goes on from its retry record
+            assert self._loader is not None  # (a case is retried on a store only)
+            await self._loader.load(item.case_id)
+            return
         workflow: str | Term = start["workflow"] if start["workflow"] is not None else self._queued_terms.pop(
             item.case_id)
         seed = start.get("seed")
@@ -1239,6 +1246,11 @@ class Substrate:
                 inputs.bounded_reason(msg, self._max_payload, case_id)
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
+            if row is not None and mine and self._loader is not None and row.state == CaseState.QUEUED.value:
+                inputs.bounded_reason(msg, self._max_payload, case_id)  # a retried case waiting in its queue
+                if await cancel_requeued(self._store, row, msg.reason, msg.request_id, self._clock.now()):
+                    return  # it ended there
+                row = await self._store.row(case_id)  # a node claimed it meanwhile: it starts, the cancel goes to it
             if row is not None and CaseState(row.state).ended:
                 if await applied(self._store, case_id, msg.request_id, "cancel", msg.what):
                     return  # a retried cancel that was applied (and ended the case): what it returned first
@@ -1455,8 +1467,8 @@ class Substrate:
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before, parent=parent)
         queued = self._queued_listed(state, workflow, limit, before, filters)
-        if state == CaseState.QUEUED.value or len(queued) == limit:
-            return queued
+        if len(queued) == limit or (state == CaseState.QUEUED.value and self._store is None):
+            return queued  # (with a store, retried cases waiting in their queues follow: rows in state queued)
         limit -= len(queued)
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
@@ -1593,6 +1605,9 @@ class Substrate:
                 )
             row = taken
         record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
+        item = store.read_queue_item(case_id)
+        if item is not None and item.state in ("started", "ended"):  # it goes back through its queue
+            return await self._retry_queued(store, row, record, item, inbox_done, actor)
         if actor is not None and self._cases.get(case_id) is actor:
             del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
         try:
@@ -1606,6 +1621,30 @@ class Substrate:
             loader.bring_back(case_id)
             raise
         await loader.load(case_id)
+        return self.handle(case_id)
+
+    async def _retry_queued(
+        self, store: Store, row: CaseRow, record: dict[str, Any], item: QueueItem, inbox_done: list[int],
+        actor: CaseActor | None,
+    ) -> CaseHandle:
+        """Retry a case that started from a queue: it waits there again (see `_lifecycle.requeue`)."""
+        case_id = row.case_id
+        if item.queue not in self._queues.queues:
+            raise SignalRejected.not_retryable(
+                case_id, row.state, f"it started on queue {item.queue!r}, which this Substrate does not configure, "
+                "and a retried case goes back through its queue: retry it from a Substrate with "
+                f"queues={{{item.queue!r}: Queue(...)}}"
+            )
+        if actor is not None and self._cases.get(case_id) is actor:
+            del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
+        try:
+            await lifecycle.requeue(store, row, record, item, inbox_done)
+        except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
+            now = await store.row(case_id)
+            if now is None:  # deleted meanwhile
+                raise CaseNotFound(case_id) from None
+            raise SignalRejected.not_retryable(case_id, now.state) from None
+        self._queues.nudge()
         return self.handle(case_id)
 
     async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:

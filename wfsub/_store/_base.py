@@ -449,7 +449,19 @@ class Store(Protocol):
         self, queue: str, limits: QueueLimits, node: str, now: float, most: int
     ) -> tuple[list[QueueItem], float | None]:
         """Claim for `node` the items of `queue` its limits let start now (at most `most`), in one transaction; and
-        the earliest time another may become startable without a case ending (None: none)."""
+        the earliest time another may become startable without a case ending (None: none). The row of a claimed
+        item's case that waited in its queue (retried: `queued`) is live again, `running` (on a shared store
+        owned by `node`, its epoch bumped)."""
+        ...
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        """Put the queue item of a retried case back in its queue, in the transaction that writes `reopened` (its
+        `retry` record and its row, `queued`): queued again with `start` (what it starts with, marked retried),
+        keeping its place; the start it had stays counted in its queue's rate window under `key` (see
+        `_queueing`). None, with nothing written, when the case has no queue item that started; CaseExists naming
+        the holder, with nothing written, when another live item of its queue holds its dedup key."""
         ...
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio.lowlevel
 
-from .._errors import SchedulePaused, StoreConflict, StoreError
+from .._errors import CaseExists, SchedulePaused, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -38,7 +38,7 @@ from ._base import (
     StoredCase,
 )
 from ._listing import Listing
-from ._queueing import QUEUED, STARTED, QueueItem, QueueLimits, QueueTable
+from ._queueing import ENDED, QUEUED, STARTED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -345,7 +345,33 @@ class MemoryStore(SingleNode):
     ) -> tuple[list[QueueItem], float | None]:
         self._check_open("claim queued cases")
         await anyio.lowlevel.checkpoint()
-        return self._queue.claim(queue, limits, node, now, most)
+        claimed, wake = self._queue.claim(queue, limits, node, now, most)
+        for item in claimed:  # a retried case back from its queue: live again (see Store.queue_claim)
+            case = self._cases.get(item.case_id)
+            if case is not None and case.row is not None and case.row["state"] == QUEUED:
+                case.row.update(state="running", live=1, parked=0)
+        return claimed, wake
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        self._check_open("put a retried case back in its queue")
+        encoded = encode_write(self._name, reopened)
+        stored: dict[str, Any] = loads(to_json(self._name, f"queued case {case_id!r}", dict(start)))
+        await anyio.lowlevel.checkpoint()
+        item = self._queue.items.get(case_id)
+        if item is None or item.state not in (STARTED, ENDED):
+            return None
+        before = dict(self._queue.items)
+        found = self._queue.requeue(case_id, stored, key)
+        if isinstance(found, CaseExists):
+            raise found
+        try:
+            self._apply(encoded)
+        except BaseException:
+            self._queue.items = before  # (one transaction: the item as it was)
+            raise
+        return found
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         self._check_open("cancel a queued case")

@@ -165,6 +165,8 @@ from ._pgdriver import (
     sqlstate,
 )
 from ._queueing import (
+    ENDED,
+    RETRIED,
     STARTED,
     TOMBSTONE,
     Counts,
@@ -1178,12 +1180,50 @@ class PostgresStore(StoreBase):
                 chosen, wake = choose(limits, node, now, ready, running, recent, most)
                 for item in chosen:
                     await conn.execute(Q["queue_start"], item.case_id, now, node)
+                retried = [item.case_id for item in chosen if item.start.get(RETRIED) is not None]
+                if retried:  # retried cases back from their queue: live again, this node's
+                    await conn.execute(Q["cases_dequeued"], retried, node, "running")
                 delayed = await conn.fetchval(Q["queue_next_due"], queue)
                 claimed = [replace(i, state=STARTED, started_at=now, node=node) for i in chosen]
                 return claimed, earliest(wake, plan.wake, None if delayed is None else float(delayed))
 
         loop = self._running("claim queued cases")
         return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        encoded = encode_write(self._name, reopened)
+        args = (*self._write_args(encoded, reopened.epoch, False), None)  # (its own transaction: no commit token)
+        text = to_json(self._name, f"queued case {case_id!r}", dict(start))
+
+        async def run(conn: Any) -> QueueItem | CaseExists | None:
+            async with conn.transaction():
+                queue = await conn.fetchval(Q["queue_of"], case_id)
+                if queue is None:
+                    return None
+                await conn.execute(Q["queue_lock"], queue)  # (first: a claim takes it before the items it sweeps)
+                await conn.execute(Q["queue_sweep"], queue)
+                found = await conn.fetchrow(Q["queue_get"], case_id)
+                if found is None or found[8] not in (STARTED, ENDED):
+                    return None
+                dedup = found[4]
+                if dedup is not None:
+                    holder = await conn.fetchval(Q["queue_dedup_other"], queue, dedup, case_id)
+                    if holder is not None:
+                        return CaseExists.dedup(case_id, queue, dedup, str(holder))
+                await conn.execute(Q["queue_keep_start"], case_id, key)
+                requeued = await conn.fetchrow(Q["queue_requeue"], case_id, text)
+                written = await conn.fetchrow(Q["write_group"], *args)
+                self._write_result(case_id, reopened.epoch, written)  # StoreConflict: rolled back, nothing changed
+                return item_of(requeued, loads(requeued[5]))
+
+        loop = self._running("put a retried case back in its queue")
+        found = await loop.call(self._pooled(f"putting retried case {case_id!r} back in its queue", run,
+                                             idempotent=False))
+        if isinstance(found, CaseExists):
+            raise found
+        return found
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         encoded = encode_write(self._name, ended)

@@ -18,6 +18,13 @@ case of that id other than the item's own (`CaseWrite.from_queue`) is refused, a
 case has, each in its own transaction (on Postgres both under an advisory lock on the case id), so a start and a
 queueing of one id never both commit.
 
+A case that started from a queue goes back through it when it is retried (`Store.queue_requeue`): in the
+transaction that writes its `retry` record (its row `queued`), its item is queued again, keeping its place, its
+start marked `retried` (the runtime loads the case, which goes on from its retry record, when a node claims it),
+unless another live item of its queue holds its dedup key (refused, nothing written); its earlier start stays in
+its queue's rate window under a key of its own (`retried_key`). The claim of such an item makes its case's row
+live again (on Postgres the claimer's, its epoch bumped), so the claimer, or whoever recovers it, runs it.
+
 An item cancelled while it waited is `cancelled`, and the same transaction writes its case (a row, a `start`, a
 `cancel` and an `end` record, built by the runtime: `Store.queue_cancel`), so an id is an ended case from then on.
 Deleting a case (`delete`, `prune`) removes its item in the transaction that removes the case, so its id starts
@@ -49,6 +56,15 @@ TOMBSTONE = " deleted "  # + the item's order: the key of a deleted case's start
 def tombstone(order: int) -> str:
     """The key a deleted case's started item is kept under (see the module)."""
     return f"{TOMBSTONE}{order}"
+
+
+def retried_key(order: int, seq: int) -> str:
+    """The key the earlier start of a retried case's item is kept under (its retry record's `seq`), as a deleted
+    case's is, so it still counts in its queue's rate window (see the module)."""
+    return f"{TOMBSTONE}{order} retried at {seq}"
+
+
+RETRIED = "retried"  # the key of an item's start that marks it a retried case back in its queue (its run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +344,23 @@ class QueueTable:
             if item.state == STARTED:
                 self.items[case_id] = replace(item, node=node)
 
+    def requeue(self, case_id: str, start: dict[str, Any], key: str) -> QueueItem | CaseExists | None:
+        """A retried case's item queued again (see the module): None if it has no item that started; the
+        refusal when another live item of its queue holds its dedup key."""
+        self.sweep()
+        item = self.items.get(case_id)
+        if item is None or item.state not in (STARTED, ENDED):
+            return None
+        if item.dedup is not None:
+            others = [i for i in self.items.values() if i.case_id != case_id]
+            holder = live_dedup(others, item.queue, item.dedup)
+            if holder is not None:
+                return CaseExists.dedup(case_id, item.queue, item.dedup, holder)
+        if item.started_at is not None:
+            self.items[key] = replace(item, case_id=key, state=DELETED, dedup=None)
+        self.items[case_id] = item = replace(item, state=QUEUED, started_at=None, node=None, start=start)
+        return item
+
     def orphans(self, node: str) -> list[QueueItem]:
         """The started items whose case is not there, taken by `node` (one process: its owner is the only
         claimer, so these were claimed by an earlier owner that stopped before starting them)."""
@@ -345,6 +378,7 @@ __all__ = [
     "DELETED",
     "ENDED",
     "QUEUED",
+    "RETRIED",
     "STARTED",
     "TOMBSTONE",
     "QueueItem",
@@ -357,5 +391,6 @@ __all__ = [
     "item_of",
     "live_dedup",
     "read_plan",
+    "retried_key",
     "tombstone",
 ]

@@ -63,6 +63,8 @@ from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSum
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
 from ._queueing import (
+    ENDED,
+    RETRIED,
     STARTED,
     TOMBSTONE,
     Counts,
@@ -590,6 +592,20 @@ class SqliteStore(SingleNode):
         writer.submit(job)
         claimed: tuple[list[QueueItem], float | None] = await job.outcome()
         return claimed
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        writer = self._running("put a retried case back in its queue")
+        params = {"case_id": case_id, "key": key,
+                  "start": to_json(self.path, f"queued case {case_id!r}", dict(start))}
+        job = Job(partial(_apply_queue_requeue, params, encode_write(self.path, reopened)),
+                  f"retried case {case_id!r} back in its queue", wait=True)
+        writer.submit(job)
+        found: QueueItem | CaseExists | None = await job.outcome()
+        if isinstance(found, CaseExists):
+            raise found
+        return found
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         writer = self._running("cancel a queued case")
@@ -1139,6 +1155,8 @@ def _apply_queue_claim(
     claimed = []
     for item in chosen:
         conn.execute(Q["queue_start"], {"case_id": item.case_id, "now": now, "node": node})
+        if item.start.get(RETRIED) is not None:  # a retried case back from its queue: live again
+            conn.execute(Q["cases_dequeued"], {"case_id": item.case_id, "state": "running"})
         claimed.append(replace(item, state=STARTED, started_at=now, node=node))
     delayed = conn.execute(Q["queue_next_due"], params).fetchone()[0]
     return claimed, earliest(wake, plan.wake, None if delayed is None else float(delayed))
@@ -1153,6 +1171,26 @@ def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> t
 def _apply_queue_orphans(node: str, conn: sqlite3.Connection) -> list[QueueItem]:
     conn.execute(Q["queue_orphans_take"], {"node": node})
     return _items(conn, "queue_orphans", {"node": node})
+
+
+def _apply_queue_requeue(
+    params: dict[str, Any], reopened: EncodedWrite, conn: sqlite3.Connection
+) -> QueueItem | CaseExists | None:
+    """See Store.queue_requeue (a refusal is returned, not raised: the writer would make it a StoreConflict)."""
+    found = _items(conn, "queue_get", params)
+    if not found or found[0].state not in (STARTED, ENDED):
+        return None
+    item = found[0]
+    conn.execute(Q["queue_sweep"], {"queue": item.queue})
+    if item.dedup is not None:
+        holder = conn.execute(Q["queue_dedup_other"], {"queue": item.queue, "dedup": item.dedup,
+                                                        "case_id": item.case_id}).fetchone()
+        if holder is not None:
+            return CaseExists.dedup(item.case_id, item.queue, item.dedup, str(holder[0]))
+    conn.execute(Q["queue_keep_start"], params)
+    conn.execute(Q["queue_requeue"], params)
+    _apply_write(reopened, conn)  # (Refused: the job's savepoint undoes the item's change too)
+    return _items(conn, "queue_get", params)[0]
 
 
 def _apply_queue_cancel(case_id: str, ended: EncodedWrite, conn: sqlite3.Connection) -> QueueItem | None:

@@ -481,6 +481,35 @@ SELECT part, started_at FROM queue_items WHERE queue = $1 AND started_at > $2;
 -- Claim one waiting item for a node.
 UPDATE queue_items SET state = 'started', started_at = $2, node = $3 WHERE case_id = $1 AND state = 'queued';
 
+-- name: queue_of
+-- The queue of an item.
+SELECT queue FROM queue_items WHERE case_id = $1;
+
+-- name: queue_dedup_other
+-- A live item of a queue holding a dedup key, other than $3's own.
+SELECT case_id FROM queue_items
+WHERE queue = $1 AND dedup = $2 AND state IN ('queued', 'started') AND case_id <> $3 LIMIT 1;
+
+-- name: queue_keep_start
+-- The start of a retried case's item ($1), kept under $2 (no case id can be it) as a deleted case's is, so it still
+-- counts in its queue's rate window.
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at,
+                         node, due)
+SELECT $2, queue, part, priority, NULL, start, not_before, enqueued_at, 'deleted', started_at, node, false
+FROM queue_items WHERE case_id = $1 AND started_at IS NOT NULL;
+
+-- name: queue_requeue
+-- A retried case's item queued again (due at once), keeping its place; $2 marks it retried.
+UPDATE queue_items SET state = 'queued', started_at = NULL, node = NULL, due = true, start = $2
+WHERE case_id = $1 AND state IN ('started', 'ended')
+RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
+
+-- name: cases_dequeued
+-- The rows of retried cases whose queue items node $2 just claimed: live again ($3, running) and its own, their
+-- epochs bumped, so that it (or whoever takes its cases over) runs them from their retry records.
+UPDATE cases SET state = $3, live = true, parked = false, owner = $2, epoch = epoch + 1
+WHERE case_id = ANY ($1::text[]) AND state = 'queued';
+
 -- name: queue_cancel
 -- Cancel a waiting item (its case's ended write follows in the same transaction: `write_group`).
 UPDATE queue_items SET state = 'cancelled' WHERE case_id = $1 AND state = 'queued'

@@ -401,6 +401,30 @@ SELECT part, started_at FROM queue_items WHERE queue = :queue AND started_at > :
 -- Claim one waiting item for a node.
 UPDATE queue_items SET state = 'started', started_at = :now, node = :node WHERE case_id = :case_id AND state = 'queued';
 
+-- name: queue_dedup_other
+-- A live item of a queue holding a dedup key, other than :case_id's own.
+SELECT case_id FROM queue_items
+WHERE queue = :queue AND dedup = :dedup AND state IN ('queued', 'started') AND case_id <> :case_id LIMIT 1;
+
+-- name: queue_keep_start
+-- The start of a retried case's item, kept under :key (no case id can be it) as a deleted case's is, so it still
+-- counts in its queue's rate window.
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at,
+                         node, item_order, due)
+SELECT :key, queue, part, priority, NULL, start, not_before, enqueued_at, 'deleted', started_at, node,
+       (SELECT coalesce(max(item_order), 0) + 1 FROM queue_items), 0
+FROM queue_items WHERE case_id = :case_id AND started_at IS NOT NULL;
+
+-- name: queue_requeue
+-- A retried case's item queued again (due at once), keeping its place; :start marks it retried.
+UPDATE queue_items SET state = 'queued', started_at = NULL, node = NULL, due = 1, start = :start
+WHERE case_id = :case_id AND state IN ('started', 'ended');
+
+-- name: cases_dequeued
+-- The row of a retried case whose queue item was just claimed: live again (:state, running), so that the claimer,
+-- or the next owner's recovery, runs it from its retry record.
+UPDATE cases SET state = :state, live = 1, parked = 0 WHERE case_id = :case_id AND state = 'queued';
+
 -- name: queue_cancel
 -- Cancel a waiting item.
 UPDATE queue_items SET state = 'cancelled' WHERE case_id = :case_id AND state = 'queued';
