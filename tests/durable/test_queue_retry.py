@@ -141,3 +141,40 @@ async def test_a_client_retry_puts_the_case_back_in_its_queue(tmp_path: Path) ->
             with pytest.raises(CaseCancelled):
                 await client.await_case("f")
         assert sub.status("f").state == "cancelled"
+
+
+async def test_a_case_retried_on_one_node_runs_on_the_node_that_claims_it() -> None:
+    """Postgres, per_node=1: f failed on node b (a was busy with its one case); b, busy again, retries it (b owns
+    its row); once a has room, a claims f, takes its row (its epoch bumped) and runs it from its retry record; a
+    signal sent through b reaches it on a."""
+    from wfsub.stores import PostgresStore
+
+    from ..stores import _pg
+
+    if not _pg.ENABLED:
+        pytest.skip(_pg.SKIP_REASON)
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    queues = {"q": Queue(per_node=1)}
+    async with Substrate(store=PostgresStore(dsn, schema=schema), workflows=FLOWS, queues=queues, node_id="a") as a:
+        await a.new_case("waits", queue="q", case_id="busy")  # (before b is there: a runs it)
+        await eventually(lambda: a.status("busy").state == "waiting_signal")
+        async with Substrate(store=PostgresStore(dsn, schema=schema), workflows=FLOWS, queues=queues,
+                             node_id="b") as b:
+            await failed_on_queue(b)  # a is full: b claims f, and f fails there
+            await b.new_case("waits", queue="q", case_id="w")
+            await eventually(lambda: b.status("w").state == "waiting_signal")
+            await b.retry("f")  # back in its queue; both nodes have their one case
+            assert b.status("f").state == "queued"
+            await a.signal("busy", "go")  # a has room: it claims f
+            await eventually(lambda: b.status("f").state == "waiting_signal")
+            await b.signal("f", "go")
+            assert await b.await_case("f") == {"ok": True, "go": None}
+        operator = PostgresStore(dsn, schema=schema, create=False)
+        await operator.open(owner=False, owner_id="operator")
+        try:
+            row = await operator.row("f")
+            assert row is not None and row.owner == "a"
+            epochs = [epoch for _, epoch in await operator.journal_epochs("f")]
+            assert epochs == sorted(epochs) and epochs[-1] > epochs[0], epochs
+        finally:
+            await operator.close()
