@@ -14,8 +14,10 @@ program summary of the case's recorded version, as the owner would refuse it, ev
 `request_applied` (whether a case took the input of a kind with a request id: a retried call; SignalRejected
 when an input of another kind used the id, since a request id names one input of one kind), `loads_input`
 (the JSON text of an input's value read, refused with a message when it nests too deep), `check_case_id` (a
-case id checked as every door checks it: a new case's, or one to look up), and `cancel_queued` (a case that
-waits in its queue cancelled there: it ends as any case, in one transaction).
+case id checked as every door checks it: a new case's, or one to look up), `cancel_queued` (a case that
+waits in its queue cancelled there: it ends as any case, in one transaction), and `backfill_request` (a
+schedule's backfill checked against the schedule a store keeps: the slots' case ids and the `backfill` inbox
+input an owner does it from).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ._runtime._queues import cancel_queued as cancel_queued
 from ._runtime._registry import Workflows as Workflows
 from ._runtime._registry import entries as workflow_entries
 from ._runtime._registry import term_of as term_of
+from ._runtime._schedules import backfill_request as backfill_request
 from ._vm import Deterministic as Deterministic
 from ._vm import EffectRequest as EffectRequest
 from ._vm import Machine as Machine
@@ -64,6 +67,7 @@ __all__ = [
     "TimerRequest",
     "VmEvent",
     "Workflows",
+    "backfill_request",
     "cancel_queued",
     "check_case_id",
     "check_case_input",

@@ -78,3 +78,80 @@ async def test_a_bad_backfill_is_refused_saying_what_and_how_to_fix_it(
         with pytest.raises(ValueError, match="no schedule 'hourlyy' \\(configured: 'hourly'\\)"):
             await sub.backfill_schedule("hourlyy", T0 - HOUR, T0)
         assert scheduled(sub, "hourly") == []
+
+
+async def registered(sub: Substrate) -> None:
+    """Once the schedules of `sub` are in its store (a Substrate registers them as its schedule loop starts)."""
+    from ._util import eventually
+
+    async def known() -> bool:
+        return all(s.last_slot is not None for s in await sub.schedules())
+
+    await eventually(known)
+
+
+def past_hours() -> tuple[float, list[str]]:
+    """The start of the hour before last (wall clock), and the ids of the hourly slots from 2 h before it to it."""
+    import math
+    import time
+
+    hour = math.floor(time.time() / HOUR) * HOUR - HOUR
+    return hour, [f"hourly@{datetime.fromtimestamp(hour - k * HOUR, UTC):%Y-%m-%dT%H:%M:%SZ}" for k in (2, 1, 0)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_client_backfills_through_the_substrate_that_runs_the_schedule(kind: str, tmp_path: Path) -> None:
+    """A Client's backfill is done by the owner, which has the schedule's data function: the slots' cases start
+    with it, once each however often it is asked; a range the store's schedule refuses is refused at the Client,
+    and an owner that does not run the schedule refuses it with its reason."""
+    import wfsub
+
+    make = store_maker(kind, tmp_path)
+    hour, ids = past_hours()
+    spec = str(tmp_path / "cases.db") if kind == "sqlite" else None
+    async with Substrate(store=make(), workflows=WORKFLOWS, schedules=[hourly()], node_id="n1") as sub:
+        await registered(sub)
+        async with (wfsub.Client(spec) if spec else wfsub.Client(make())) as client:
+            handles = await client.backfill_schedule("hourly", hour - 2 * HOUR, hour)
+            assert [h.case_id for h in handles] == ids
+            for handle in handles:
+                assert (await handle.result())["hour"] == datetime.fromtimestamp(
+                    hour - (len(ids) - 1 - handles.index(handle)) * HOUR, UTC).hour
+            again = await client.backfill_schedule("hourly", hour - 2 * HOUR, hour)
+            assert [h.case_id for h in again] == ids and scheduled(sub, "hourly")[:3] == ids
+            for case_id in ids:
+                assert [r.kind for r in await client.journal(case_id)] == ["start", "end"]
+            with pytest.raises(ValueError, match="no schedule 'hourlyy' \\(configured: 'hourly'\\)"):
+                await client.backfill_schedule("hourlyy", hour - HOUR, hour)
+            with pytest.raises(ValueError, match="is after now"):
+                await client.backfill_schedule("hourly", hour, hour + 10 * HOUR)
+    async with (
+        Substrate(store=make(), workflows=WORKFLOWS, node_id="n1"),  # runs no schedule
+        wfsub.Client(spec) if spec else wfsub.Client(make()) as client,
+    ):
+        with pytest.raises(wfsub.SignalRejected, match="refused: .*no schedule 'hourly'"):
+            await client.backfill_schedule("hourly", hour - 5 * HOUR, hour - 4 * HOUR)
+
+
+async def test_the_command_backfills_through_the_owner(tmp_path: Path) -> None:
+    """`wfsub backfill STORE NAME START END` (ISO times or seconds) has the owner start the slots' cases and prints
+    their ids; a range ending before it starts is refused (status 1), a time that is neither a usage error (2)."""
+    import anyio
+
+    from ..cli.test_cli_schedules import wfsub
+
+    db = tmp_path / "cases.db"
+    hour, ids = past_hours()
+    start = datetime.fromtimestamp(hour - 2 * HOUR, UTC).isoformat().replace("+00:00", "Z")
+    async with Substrate(store=db, workflows=WORKFLOWS, schedules=[hourly()]) as sub:
+        await registered(sub)
+        code, out, err = await wfsub(tmp_path, "backfill", str(db), "hourly", start, str(hour))
+        assert code == 0, err
+        assert out.split() == ids and "done: the backfill of schedule 'hourly' (3 slots)" in err
+        with anyio.fail_after(30):
+            for case_id in ids:
+                assert (await sub.await_case(case_id))["ran"] is True
+        code, out, err = await wfsub(tmp_path, "backfill", str(db), "hourly", str(hour), start)
+        assert code == 1 and "is before start" in err and "nothing was sent" in err
+        code, out, err = await wfsub(tmp_path, "backfill", str(db), "hourly", "yesterday", start)
+        assert code == 2 and "neither seconds since the epoch nor an ISO 8601 time" in err

@@ -17,6 +17,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -302,6 +303,15 @@ class Client:
         case_id = inputs.check_case_id(case_id, new=False)
         await door.lifecycle(case_id, "retry", {})
         return ClientHandle(self, case_id)
+
+    async def backfill_schedule(self, name: str, start: datetime | float, end: datetime | float) -> list[CaseHandle]:
+        """Start one case per slot of schedule `name` from `start` to `end` (see `Substrate.backfill_schedule`):
+        a Substrate that runs the schedule does it (its `data=` may be a function only it has), through the store;
+        returns once done (or queued while no owner runs), with the handles of the slots' cases, oldest first. The
+        range is checked here against the schedule the store keeps; SignalRejected with the owner's reason when it
+        refuses (it does not configure that schedule, say)."""
+        door = self._door("backfill a schedule")
+        return [ClientHandle(self, case_id) for case_id in await door.backfill(name, start, end)]
 
     async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
         """A new case from the journal of `case_id` up to record `at` (see `Substrate.fork`): its owner does it;

@@ -280,6 +280,26 @@ def backfill_slots(
     return found[::-1]
 
 
+def backfill_request(
+    rows: list[ScheduleRow], name: object, start: object, end: object, now: float
+) -> tuple[list[str], dict[str, Any]]:
+    """What a Client (or `wfsub backfill`) asks an owner for (see the module): the ids of the slots' cases, oldest
+    first, and the body of the `backfill` inbox input (the range checked against the schedule the store keeps:
+    the same refusals as `backfill_schedule`)."""
+    found = {row.name: row for row in rows}
+    row = found.get(name) if isinstance(name, str) else None
+    if row is None:
+        raise unknown_name("schedule", name, found,
+                           fix="name one a Substrate on this store runs (`wfsub schedules STORE` lists them)")
+    spec = row.spec
+    every = spec.get("every")
+    slots = backfill_slots(row.name, spec.get("cron"), None if every is None else int(every), spec.get("tz") or "UTC",
+                           start, end, now)
+    ids = [f"{row.name}@{slot_text(slot)}" for slot in slots]
+    body: dict[str, Any] = {"schedule": row.name, "start": slots[0], "end": slots[-1]} if slots else {}
+    return ids, body
+
+
 class ScheduleStatus(BaseModel):
     """One schedule as `Substrate.schedules()` lists it (times in seconds since the epoch)."""
 
@@ -466,4 +486,13 @@ class Schedules:
         await self._advance(s, slot, case_id)
 
 
-__all__ = ["MAX_BACKFILL", "Schedule", "ScheduleStatus", "Schedules", "backfill_slots", "next_after", "slot_text"]
+__all__ = [
+    "MAX_BACKFILL",
+    "Schedule",
+    "ScheduleStatus",
+    "Schedules",
+    "backfill_request",
+    "backfill_slots",
+    "next_after",
+    "slot_text",
+]

@@ -1687,11 +1687,16 @@ class Substrate:
         return self.handle(new_id)
 
     async def _lifecycle_input(self, row: InboxRow) -> None:
-        """A `retry` or `fork` someone else wrote to the inbox (the command, a client, a standby): done here,
-        its inbox row taken out in the same write (a refusal is raised for the router to mark on the row)."""
+        """A `retry`, `fork` or `backfill` someone else wrote to the inbox (the command, a client, a standby): done
+        here, its inbox row taken out in the same write (a backfill's once its slots have started; a refusal is
+        raised for the router to mark on the row)."""
         body = row.body if isinstance(row.body, dict) else {}
         if row.kind == "retry":
             await self._retry(row.case_id, [row.id])
+        elif row.kind == "backfill":  # (a Client's or the command's: this Substrate has the schedule's data=)
+            assert self._store is not None
+            await self.backfill_schedule(body["schedule"], body["start"], body["end"])  # (KeyError: refused)
+            await self._store.write(CaseWrite(row.case_id, inbox_done=[row.id]))
         else:
             checked = inputs.fork_body(body.get("at"), body.get("new_case_id"), row.case_id)
             await self._fork(row.case_id, checked["at"], checked.get("new_case_id"), [row.id])
