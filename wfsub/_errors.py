@@ -240,6 +240,16 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def requeued(cls, case_id: str | None, action: str, queue: str | None) -> SignalRejected:
+        """A retried case waiting in its queue for room: it takes inputs once it has started (a cancel ends it
+        there)."""
+        reason = (
+            f"it is queued: retried, it waits in its queue{'' if queue is None else f' {queue!r}'} for room and "
+            "takes inputs once it has started; send it again then, or cancel it to withdraw it"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
     def not_ended(cls, case_id: str | None, action: str, state: str) -> SignalRejected:
         """A case that has not ended cannot be deleted (or otherwise treated as over)."""
         reason = (
@@ -753,6 +763,23 @@ def compacted_divergence(
 class StoreConflict(StoreError):
     """A write was refused because it conflicts with what the store holds (a journal seq written twice, a case's
     second `end`): that write alone was undone. A `start` record that conflicts means the case id is taken."""
+
+
+class SchedulePaused(StoreConflict):
+    """Internal: the start of a schedule's slot (a case, or its queue item) was refused because the schedule is
+    paused, checked in the transaction that would have written it: no slot starts after `pause_schedule` returned,
+    whatever the node read before."""
+
+    @classmethod
+    def refused(cls, store: str, schedule: str, case_id: str) -> SchedulePaused:
+        return cls(store, paused_slot(schedule, case_id))
+
+
+def paused_slot(schedule: str, case_id: str) -> str:
+    return (
+        f"schedule {schedule!r} is paused: the case {case_id!r} of its slot was not started (nothing was written); "
+        "resume_schedule lets its next slots start"
+    )
 
 
 class CommitUnknown(StoreError):

@@ -16,9 +16,11 @@ when an input of another kind used the id, since a request id names one input of
 (the JSON text of an input's value read, refused with a message when it nests too deep), `check_case_id` (a
 case id checked as every door checks it: a new case's, or one to look up), `cancel_queued` (a case that
 waits in its queue cancelled there: it ends as any case, in one transaction), `version_summary` (the program
-summary of a version as a Substrate or a Client knows it: its signal and update names, its drawing), and
+summary of a version as a Substrate or a Client knows it: its signal and update names, its drawing),
 `drawing_of` and `mark_drawing` (a version's drawing as a summary keeps it, and its Mermaid text with where a
-case is marked, as `to_mermaid(term, highlight=)` gives it, without the term: what the web inspector draws with).
+case is marked, as `to_mermaid(term, highlight=)` gives it, without the term: what the web inspector draws
+with), and `backfill_request` (a schedule's backfill checked against the schedule a store keeps: the slots' case
+ids and the `backfill` inbox input an owner does it from).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ._runtime._queues import cancel_queued as cancel_queued
 from ._runtime._registry import Workflows as Workflows
 from ._runtime._registry import entries as workflow_entries
 from ._runtime._registry import term_of as term_of
+from ._runtime._schedules import backfill_request as backfill_request
 from ._runtime._versions import version_summary as version_summary
 from ._vm import Deterministic as Deterministic
 from ._vm import EffectRequest as EffectRequest
@@ -71,6 +74,7 @@ __all__ = [
     "TimerRequest",
     "VmEvent",
     "Workflows",
+    "backfill_request",
     "cancel_queued",
     "check_case_id",
     "check_case_input",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -27,7 +28,7 @@ from pydantic import BaseModel
 from .._errors import CaseCancelled, CaseExists, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
 from .._store import Store
 from .._store import open_store as _open_store
-from .._store._queueing import QueueItem
+from .._store._queueing import RETRIED, QueueItem
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
 from ._children import stored_children
@@ -258,8 +259,8 @@ class Client:
         door = self._door("read a case's status")
         case_id = inputs.check_case_id(case_id, new=False)
         item = self._store.read_queue_item(case_id)
-        if item is not None and item.state == "queued":
-            return queued_status(item)
+        if item is not None and item.state == "queued" and item.start.get(RETRIED) is None:
+            return queued_status(item)  # (a retried case waiting in its queue has its row: read below)
         try:
             row = await door.row(case_id)
         except CaseNotFound:
@@ -287,8 +288,8 @@ class Client:
         store = self._store
         queued = queued_page(lambda n, below: store.read_queue_items(state="queued", limit=n, before=below), state,
                              workflow, limit, before, filters)
-        if state == CaseState.QUEUED.value or len(queued) == limit:
-            return queued
+        if len(queued) == limit:
+            return queued  # (with state="queued", retried cases waiting in their queues follow: rows in that state)
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
         rows = await store.cases(state=state, workflow=workflow, limit=limit - len(queued), before=before,
@@ -302,6 +303,15 @@ class Client:
         case_id = inputs.check_case_id(case_id, new=False)
         await door.lifecycle(case_id, "retry", {})
         return ClientHandle(self, case_id)
+
+    async def backfill_schedule(self, name: str, start: datetime | float, end: datetime | float) -> list[CaseHandle]:
+        """Start one case per slot of schedule `name` from `start` to `end` (see `Substrate.backfill_schedule`):
+        a Substrate that runs the schedule does it (its `data=` may be a function only it has), through the store;
+        returns once done (or queued while no owner runs), with the handles of the slots' cases, oldest first. The
+        range is checked here against the schedule the store keeps; SignalRejected with the owner's reason when it
+        refuses (it does not configure that schedule, say)."""
+        door = self._door("backfill a schedule")
+        return [ClientHandle(self, case_id) for case_id in await door.backfill(name, start, end)]
 
     async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
         """A new case from the journal of `case_id` up to record `at` (see `Substrate.fork`): its owner does it;

@@ -612,9 +612,11 @@ def journal_part(records: list[Any], newest: object) -> list[Any]:
     return [records[0], *records[len(records) - newest:]]
 
 
-LIFECYCLE_KINDS = ("retry", "fork")
+LIFECYCLE_KINDS = ("retry", "fork", "backfill")
 """Inbox kinds that are not inputs of a case but asks of its owner: `retry` (body {}) and `fork` (body {"at": seq,
-"new_case_id": id or None}); the owner does them as `Substrate.retry` and `Substrate.fork` do."""
+"new_case_id": id or None}); the owner does them as `Substrate.retry` and `Substrate.fork` do; and `backfill` of a
+schedule (body {"schedule": name, "start": seconds, "end": seconds}; its case id is the first slot's case's), as
+`Substrate.backfill_schedule` does."""
 
 
 def fork_body(at: object, new_case_id: object, case_id: str | None = None) -> dict[str, Any]:

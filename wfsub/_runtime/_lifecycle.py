@@ -19,6 +19,14 @@ recovered again (its effects and timers are no longer listed, so the next start 
 re-opens it the same way as a failed case, with nothing dropped: its `retry` record is a new record, so the count
 starts again.
 
+Retry through a queue. A case that started from a queue goes back through it when it is retried (`requeue`):
+it waits there in state `queued` until its queue has room (its slot counts again once it runs; its dedup key is
+held again, so a retry while another live case of the queue holds the key is refused with CaseExists naming it,
+and nothing is written). Its `retry` record is written at once (the retry is acknowledged then), its row
+`queued`; the node that claims its item loads it, and it goes on from the retry record. While it waits it takes
+no input but a cancel, which ends it there (`_queues.cancel_requeued`). Retrying it needs a Substrate that
+configures its queue (it is refused otherwise, saying so).
+
 Delete. An ended case is deleted only while no input for it waits in the store's inbox: a `retry` or `fork` a
 client (or `wfsub`) queued while no owner ran is acknowledged as done once an owner takes it, and deleting its
 case first would drop it without a word. So `delete` refuses, naming the inputs, until an owner has taken them
@@ -44,6 +52,7 @@ from typing import Any
 
 from .._errors import CaseNotFound, SignalRejected
 from .._store import CaseRow, CaseWrite, Record, Store
+from .._store._queueing import RETRIED, QueueItem, retried_key
 from ._journal import INPUT_KINDS, effective
 from ._persist import POISON, is_poison, suspend
 from ._status import CaseState
@@ -182,6 +191,31 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
     row.recovered = None
     await store.write(CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()),
                                 epoch=row.epoch or None))
+
+
+async def requeue(
+    store: Store, row: CaseRow, record: Record, item: QueueItem, inbox_done: list[int] | None = None
+) -> None:
+    """A retried case that started from a queue goes back through it (see `_store._queueing`): its retry record
+    is committed with its row `queued` (not live: no recovery, no input loads it) in the transaction that queues
+    its item again, marked retried; the node that claims the item loads it. CaseExists (nothing written) when
+    another live case of the queue holds its dedup key."""
+    row.state = CaseState.QUEUED.value
+    row.ended_at = None
+    row.error = None
+    row.suspended_reason = None
+    row.cancel_reason = None
+    row.last_seq = int(record["seq"])
+    row.updated_at = float(record["time"])
+    row.digest = None
+    row.recovered = None
+    row.effects, row.timers, row.next_due = [], [], None
+    start = {**item.start, RETRIED: int(record["run"])}
+    reopened = CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()), epoch=row.epoch or None)
+    if await store.queue_requeue(row.case_id, reopened, start, retried_key(item.order, int(record["seq"]))) is None:
+        raise SignalRejected.not_retryable(  # (its item was deleted or changed meanwhile)
+            row.case_id, row.state, f"its queue item {item.queue!r} changed meanwhile; retry it again"
+        )
 
 
 DELETE_TRIES = 3  # a delete whose children changed while it ran (one retried, or deleted) looks at them again

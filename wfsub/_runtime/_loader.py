@@ -20,6 +20,7 @@ from .._errors import (
     CaseNotFound,
     CommitUnknown,
     ReplayDivergence,
+    SchedulePaused,
     SignalRejected,
     StoreConflict,
     StoreError,
@@ -135,6 +136,9 @@ class CaseLoader:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
         if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
             raise _suspended(row, what)
+        if row.state == CaseState.QUEUED.value:  # retried, waiting in its queue: it runs once a node claims it
+            item = self.store.read_queue_item(case_id)
+            raise SignalRejected.requeued(case_id, what, None if item is None else item.queue)
         loaded = await self.load(case_id)
         if loaded is None:  # it could not be brought back: suspended now (its journal does not replay, or is
             row = await self.store.row(case_id) or row  # damaged), or the store failed to load it (tried again)
@@ -266,11 +270,13 @@ class CaseLoader:
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
         sent: Mapping[str, Any] | None = None,
         parent_step: dict[str, Any] | None = None, from_queue: bool = False, waited: bool = False,
+        schedule: str | None = None,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
         caller sent it (see `start_record`). `from_queue`: the start of a queue item this node claimed (any other
-        start of its id is refused while the item waits: `CaseWrite.from_queue`). Raises CaseExists for an id an
+        start of its id is refused while the item waits: `CaseWrite.from_queue`). `schedule`: the schedule whose
+        slot this is (SchedulePaused while it is paused: `CaseWrite.schedule`). Raises CaseExists for an id an
         earlier run's case, or a queue item that waits, has."""
         machine = actor.machine
         assert machine is not None
@@ -285,7 +291,8 @@ class CaseLoader:
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
                              cancel_with_parent, sent, parent_step, waited)
         journal.start = start
-        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue)
+        change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue,
+                           schedule=schedule)
         if queued:
             try:
                 await self.store.queue_case(change)
@@ -301,6 +308,8 @@ class CaseLoader:
             self.cases[case_id] = actor  # (the caller spawns it before it awaits anything)
         except CommitUnknown:  # started or not, the store decides: the sweep brings it back soon if it was (a retry
             self.bring_back(case_id)  # of a child's start finds it in the store and goes on without loading it)
+            raise
+        except SchedulePaused:  # nothing was written
             raise
         except StoreConflict:  # an earlier run's case has this id: its start record is there
             self._started(case_id, written)

@@ -49,6 +49,7 @@ from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
 from ._registry import Workflows
 from ._request_ids import journaled_kinds, taken
+from ._schedules import backfill_request
 from ._status import CaseState
 from ._summary import summary_of
 from ._updates import remote_answer, row_result
@@ -121,9 +122,23 @@ class Outside:
             if body.get("new_case_id") and await self.store.row(new_id) is not None:
                 raise CaseExists(new_id)
         inbox_id = await self.store.inbox_put(case_id, kind, body, request_id=None, created_at=self.now())
+        await self.follow(inbox_id, case_id, "be retried" if kind == "retry" else "be forked")
+
+    async def backfill(self, name: str, start: object, end: object) -> list[str]:
+        """A schedule's backfill for the owner (see `_schedules.backfill_request`), checked against the schedule the
+        store keeps, written to the inbox and followed until the owner has done it (or refused it); with no owner
+        running, it returns once queued. The ids of the slots' cases, oldest first."""
+        ids, body = backfill_request(await self.store.schedules(), name, start, end, self.now())
+        if ids:
+            inbox_id = await self.store.inbox_put(ids[0], "backfill", body, request_id=None, created_at=self.now())
+            await self.follow(inbox_id, ids[0], f"be started by a backfill of schedule {body['schedule']!r}")
+        return ids
+
+    async def follow(self, inbox_id: int, case_id: str, action: str) -> None:
+        """Wait until the owner has taken inbox row `inbox_id` (SignalRejected with its reason if it refused it);
+        with no owner running (a single-node store), return at once (the next owner takes it)."""
         if not self.store.shared and await self.store.owner() is None:
             return
-        action = "be retried" if kind == "retry" else "be forked"
         while True:
             found = await self.store.inbox_row(inbox_id)
             if found is None:

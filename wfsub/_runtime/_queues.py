@@ -7,10 +7,12 @@ written then, `started_at` and `dequeued_at` are the dequeue time, and a `timeou
 
 Decisions written down here:
 - Room: at most `concurrency` of the queue's cases started and not ended (a claimed case whose start is being
-  written counts), at most `per_node` of them on one node, at most `rate[0]` starts in any window of `rate[1]`
-  seconds (sliding: counted from the start times kept in the store), each per `partition=` key when
-  `partitioned=True` (a case without a key is a partition of its own). Lower `priority` first, then first come first
-  served; a case with `delay=` waits at least that long.
+  written counts), at most `per_node` of them on one node (the node that runs the case: a queue item follows its
+  case to the node that takes it over, at a failover or when a new owner opens a SQLite file), at most `rate[0]`
+  starts in any window of `rate[1]` seconds (sliding: counted from the start times kept in the store), each per
+  `partition=` key when `partitioned=True` (a case without a key is a partition of its own). Lower `priority`
+  first, then first come first served; a case with `delay=` waits at least that long. A claim considers every
+  waiting case, however long the backlog (see `_store._queueing`).
 - The claim is one transaction of the store: SQLite's single writer, or on Postgres under an advisory lock on the
   queue's name, so the limits hold across nodes. Every node claims for itself and runs what it claimed.
 - A node looks for room when one of its queued or queued-from-here cases is started or ends, when a delay or a
@@ -33,6 +35,9 @@ Decisions written down here:
   and `delete` removes it and its queue item. Its reason: the cancel's, or "cancelled while queued" for the
   default one. Without a store it is kept as its cancelled queue item, which those doors read the same way (but
   a retried cancel is refused as an ended case's: without a store no request id is kept), and `delete` removes.
+- A retried case that started from a queue goes back through it (see `_lifecycle`, Retry through a queue): its
+  item is queued again, marked retried; it is listed from its row (state `queued`), and `cases(state="queued")`
+  lists such rows after the queued items.
 - `await_case` of a queued case waits for it to start and end. `status()` of a queued case shows `queue`,
   `priority`, `dedup`, `partition`; `started_at` and `dequeued_at` are None until it starts.
 - Starting on a queue that `queues=` does not name is refused with the names it has (a `Client`: the queues
@@ -58,10 +63,11 @@ import anyio
 
 from .._errors import NOTHING, StoreError, bad_option, unknown_name
 from .._store import CaseRow, CaseWrite, Store
-from .._store._queueing import CANCELLED, QUEUED, QueueItem, QueueLimits, QueueTable
+from .._store._queueing import CANCELLED, QUEUED, RETRIED, QueueItem, QueueLimits, QueueTable
 from .._trace import get_logger
 from ._inputs import MAX_CASE_ID_BYTES, stored_key
 from ._journal import end_record, input_record, start_record, waited_of
+from ._request_ids import journaled_kinds, taken
 from ._status import CaseState, CaseStatus
 
 _log = get_logger("wfsub.runtime")
@@ -246,14 +252,40 @@ async def cancel_queued(
     return await store.queue_cancel(case_id, cancelled_in_queue(item, version, reason, request_id, now))
 
 
+async def cancel_requeued(
+    store: Store, row: CaseRow, reason: str, request_id: str | None, now: float, inbox_done: list[int] | None = None
+) -> bool:
+    """Cancel a retried case that waits in its queue (its row `queued`, see `_lifecycle.requeue`): it ends there,
+    with no compensation (it has not run since its retry), its `cancel` record and the `end` of its run written in
+    the transaction that marks its item cancelled. False, writing nothing, when its item no longer waits (a node
+    claimed it meanwhile: the cancel goes to the case, which is starting). A request id another kind of input of
+    the case used is refused (SignalRejected)."""
+    if request_id is not None:
+        taken(await journaled_kinds(store, row.case_id, request_id), request_id, "cancel", row.case_id, "cancel")
+    item = store.read_queue_item(row.case_id)
+    if item is None or item.state != QUEUED:
+        return False
+    asked = {} if request_id is None else {"request_id": request_id}
+    runs = sum(1 for record in await store.journal(row.case_id) if record.get("kind") == "retry")
+    cancel = input_record(row.last_seq + 1, "cancel", None, now, None, reason=reason, compensate=False, **asked)
+    end = end_record(row.last_seq + 2, now, "cancelled", reason=reason, run=runs)
+    end["queue"] = item.queue
+    row.state = CaseState.CANCELLED.value
+    row.ended_at = now
+    row.cancel_reason = reason
+    row.last_seq += 2
+    ended = CaseWrite(row.case_id, [cancel, end], row, inbox_done=list(inbox_done or ()), epoch=row.epoch or None)
+    return await store.queue_cancel(row.case_id, ended) is not None
+
+
 def with_item(status: CaseStatus, item: QueueItem | None) -> CaseStatus:
     """A case's status with what its queue item says (when it started on a queue); one cancelled while queued
-    never started (`started_at` None)."""
+    never started (`started_at` None), unless it was a retried case (it ran before)."""
     if item is None:
         return status
     update: dict[str, Any] = {"queue": item.queue, "priority": item.priority, "dedup": item.dedup,
                               "partition": item.partition, "dequeued_at": item.started_at}
-    if item.state == CANCELLED:
+    if item.state == CANCELLED and item.start.get(RETRIED) is None:
         update["started_at"] = None
     return status.model_copy(update=update)
 
@@ -302,12 +334,14 @@ class Queues:
     def nudge(self) -> None:
         self.nudged.set()
 
-    async def put(self, item: QueueItem) -> None:
+    async def put(self, item: QueueItem, schedule: str | None = None) -> None:
+        """Queue a case; `schedule`: the schedule whose slot it is (refused while it is paused: see
+        `Store.queue_put`; without a store the Substrate checks it)."""
         table = self.table
         if isinstance(table, QueueTable):
             table.put(item)
         else:
-            await table.queue_put(item)
+            await table.queue_put(item, schedule=schedule)
         self.nudge()
 
     async def cancel(
@@ -458,6 +492,8 @@ def queued_page(
     while len(found) < limit:
         items = read(chunk, cursor)
         for item in items:
+            if item.start.get(RETRIED) is not None:
+                continue  # a retried case: its row (state queued) lists it with the started cases
             s = queued_status(item)
             if ((workflow is None or s.workflow == workflow) and (prefix is None or s.case_id.startswith(prefix))
                     and (parent is None or s.parent == parent) and all(s.tags.get(k) == v for k, v in tags.items())):

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from .._errors import SignalRejected, StoreError, WfsubError
-from .._store import CaseWrite, InboxRow, Store
+from .._store import CaseRow, CaseWrite, InboxRow, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 from ._case import CaseActor
@@ -30,7 +30,7 @@ from ._loader import CaseLoader, Remote
 from ._mailbox import Cancel, External, Reply
 from ._outside import applied
 from ._refusals import log_refused, named
-from ._status import FINAL
+from ._status import FINAL, CaseState
 
 _log = get_logger("wfsub.runtime")
 
@@ -54,6 +54,9 @@ class InboxRouter:
         # the inbox in the same write; a refusal it raises is marked on the row
         self.lifecycle: Callable[[InboxRow], Awaitable[None]] | None = None
         self.handing = anyio.Lock()  # one hand-over at a time (`take`, `ahead`): a case's rows stay in order
+        # Cancels a retried case waiting in its queue (`_queues.cancel_requeued`: row, reason, request id, inbox
+        # rows done): False when a node claimed it meanwhile (the input then waits for the case, which is starting)
+        self.cancel_requeued: Callable[[CaseRow, str, str | None, list[int]], Awaitable[bool]] | None = None
 
     async def take(self, rows: list[InboxRow]) -> None:
         """Hand over the rows of one read of the inbox (all of it, in id order): each once, except that a row whose
@@ -145,6 +148,13 @@ class InboxRouter:
         ):
             await self.store.write(CaseWrite(row.case_id, inbox_done=[row.id]))  # a retried call: taken once
             return
+        if row.kind == "cancel" and isinstance(exc, SignalRejected) and self.cancel_requeued is not None:
+            stored = await self.store.row(row.case_id)
+            if stored is not None and stored.state == CaseState.QUEUED.value:  # retried, waiting in its queue
+                why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""
+                # (False: a node claimed it meanwhile; it is starting, and the next poll hands the cancel to it)
+                await self.cancel_requeued(stored, str(why), row.request_id, [row.id])
+                return
         if row.kind == "cancel" and isinstance(exc, SignalRejected) and "suspended" in reason:
             stored = await self.store.row(row.case_id)
             if stored is not None:  # the sender's reason, kept (it was checked before the case was looked up)

@@ -21,8 +21,21 @@ Decisions written down here:
   skipped (logged at INFO). `"allow"` starts it anyway. The slots of one catch-up with `catchup="all"` are all
   started (catching up is what was asked for).
 - `pause_schedule(name)` makes its slots pass without starting anything until `resume_schedule(name)`; the slots
-  that passed meanwhile are not caught up. `trigger_schedule(name)` starts a case now, with id `{name}@{now}`
-  (two triggers in one second are one case), whether or not the schedule is paused; it does not count as a slot.
+  that passed meanwhile are not caught up. Once it has returned no slot of the schedule starts, on any node: the
+  write that starts a slot's case (or queues it) checks in its own transaction that the schedule is not paused
+  (`CaseWrite.schedule`; on Postgres under a share lock on the schedule's row, which a pause waits for), so a
+  slot a node read as due before the pause committed is let go. A slot's case queued before the pause still
+  starts when its queue has room (it had started: it waits only for room).
+- `trigger_schedule(name)` starts a case now, with id `{name}@{now}` (two triggers in one second are one case),
+  whether or not the schedule is paused; it does not count as a slot.
+- `backfill_schedule(name, start, end)` starts one case per slot from `start` to `end`, both included, with the
+  slot's usual id, so a repeated (or overlapping) backfill starts nothing twice, and a slot the schedule started
+  itself is that case; paused or not (as a trigger), whatever `overlap` and `catchup` say, and not counted as the
+  schedule's progress (its last slot stays). `start` and `end` are aware datetimes or seconds since the epoch;
+  refused with ValueError: an end before the start, an end after now (past slots only: the schedule starts the
+  slots from now on itself), a range of more than MAX_BACKFILL slots (split it into several calls); TypeError for
+  a naive datetime or another type. A range without a slot starts nothing. A Client or `wfsub backfill` asks the
+  owner through the inbox (a schedule's `data=` may be a function, which only a Substrate that configures it has).
 - A schedule dropped from `schedules=` starts nothing more; its cases stay, and the store keeps its row (listed by
   `wfsub schedules STORE`).
 - Two nodes may both see a slot come due while the last case is ending: one may skip it while the other starts it
@@ -51,7 +64,7 @@ import anyio
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict
 
-from .._errors import NOTHING, CaseExists, StoreError, bad_option, unknown_name
+from .._errors import NOTHING, CaseExists, SchedulePaused, StoreError, bad_option, unknown_name
 from .._store import ScheduleRow, Store
 from .._store._memory import ScheduleTable
 from .._trace import get_logger
@@ -60,6 +73,7 @@ from . import _inputs as inputs
 _log = get_logger("wfsub.runtime")
 
 MAX_CATCHUP = 1000  # catchup="all": the most missed slots one catch-up starts (the newest)
+MAX_BACKFILL = 1000  # backfill_schedule: the most slots one call starts (a bigger range is refused: split it)
 RETRY_AFTER = 1.0  # seconds before a schedule tries again after the store failed
 
 Overlap = Literal["skip", "allow"]
@@ -226,6 +240,66 @@ def _backwards(cron: str | None, every: int | None, tz: str, until: float) -> It
             yield at
 
 
+def moment(owner: str, name: str, value: object) -> float:
+    """A time given to `backfill_schedule`: an aware datetime or seconds since the epoch, as seconds."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise TypeError(f"{owner}: {name}={value.isoformat()!r} has no time zone: pass an aware datetime, e.g. "
+                            "datetime(2026, 3, 1, tzinfo=UTC), or seconds since the epoch")
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"{owner}: {name} must be an aware datetime or seconds since the epoch (a finite number), "
+                        f"got {value!r}")
+    return float(value)
+
+
+def backfill_slots(
+    name: str, cron: str | None, every: int | None, tz: str, start: object, end: object, now: float
+) -> list[float]:
+    """The slots of a schedule from `start` to `end`, both included, oldest first: what `backfill_schedule` starts
+    (see the module for the refusals)."""
+    owner = f"backfill_schedule({name!r})"
+    first, last = moment(owner, "start", start), moment(owner, "end", end)
+    if last < first:
+        raise ValueError(f"{owner}: end {slot_text(last)} is before start {slot_text(first)}: pass start <= end")
+    if last > now:
+        raise ValueError(
+            f"{owner}: end {slot_text(last)} is after now ({slot_text(now)}): a backfill starts past slots only (the "
+            "schedule starts the slots from now on itself); pass an end at or before now"
+        )
+    found: list[float] = []
+    for slot in _backwards(cron, every, tz, last):
+        if slot < first:
+            break
+        if len(found) == MAX_BACKFILL:
+            raise ValueError(
+                f"{owner}: the range {slot_text(first)} to {slot_text(last)} holds more than {MAX_BACKFILL} slots "
+                f"(one backfill starts at most {MAX_BACKFILL}): split it into several calls"
+            )
+        found.append(slot)
+    return found[::-1]
+
+
+def backfill_request(
+    rows: list[ScheduleRow], name: object, start: object, end: object, now: float
+) -> tuple[list[str], dict[str, Any]]:
+    """What a Client (or `wfsub backfill`) asks an owner for (see the module): the ids of the slots' cases, oldest
+    first, and the body of the `backfill` inbox input (the range checked against the schedule the store keeps:
+    the same refusals as `backfill_schedule`)."""
+    found = {row.name: row for row in rows}
+    row = found.get(name) if isinstance(name, str) else None
+    if row is None:
+        raise unknown_name("schedule", name, found,
+                           fix="name one a Substrate on this store runs (`wfsub schedules STORE` lists them)")
+    spec = row.spec
+    every = spec.get("every")
+    slots = backfill_slots(row.name, spec.get("cron"), None if every is None else int(every), spec.get("tz") or "UTC",
+                           start, end, now)
+    ids = [f"{row.name}@{slot_text(slot)}" for slot in slots]
+    body: dict[str, Any] = {"schedule": row.name, "start": slots[0], "end": slots[-1]} if slots else {}
+    return ids, body
+
+
 class ScheduleStatus(BaseModel):
     """One schedule as `Substrate.schedules()` lists it (times in seconds since the epoch)."""
 
@@ -390,8 +464,16 @@ class Schedules:
             await self._advance(s, slot, None)
             return
         case_id = s.case_id(slot)
+        table = self.table
+        if isinstance(table, ScheduleTable) and table.paused(s.name):  # (no store: paused since the row was read;
+            await self._advance(s, slot, None)  # nothing awaits between this check and the case's start)
+            return
         try:
             await self.start(s, slot, case_id)
+        except SchedulePaused:  # paused since the row was read: the store refused the start in its transaction
+            _log.info("schedule: slot let go, the schedule was paused", schedule=s.name, slot=slot_text(slot))
+            await self._advance(s, slot, None)
+            return
         except CaseExists as exc:  # the same slot started with other data: data= is not a function of the slot
             _log.error("schedule: the slot's case exists with another start", schedule=s.name, error=str(exc))
         except StoreError:
@@ -404,4 +486,13 @@ class Schedules:
         await self._advance(s, slot, case_id)
 
 
-__all__ = ["Schedule", "ScheduleStatus", "Schedules", "next_after", "slot_text"]
+__all__ = [
+    "MAX_BACKFILL",
+    "Schedule",
+    "ScheduleStatus",
+    "Schedules",
+    "backfill_request",
+    "backfill_slots",
+    "next_after",
+    "slot_text",
+]

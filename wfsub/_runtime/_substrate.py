@@ -46,6 +46,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -72,7 +73,7 @@ from .._errors import (
 from .._program import DEFAULT_MAX_INSTANCES, Program
 from .._store import CaseRow, CaseWrite, InboxRow, Listing, SqliteStore, Store
 from .._store import open_store as _open_store
-from .._store._queueing import QueueItem
+from .._store._queueing import RETRIED, QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
@@ -95,6 +96,7 @@ from ._queues import (
     QUEUED_ORDER,
     Queue,
     Queues,
+    cancel_requeued,
     check_queued,
     check_queues,
     queued_page,
@@ -105,7 +107,7 @@ from ._queues import (
 from ._registry import Workflows
 from ._request_ids import taken
 from ._routing import InboxRouter
-from ._schedules import Schedule, Schedules, ScheduleStatus
+from ._schedules import Schedule, Schedules, ScheduleStatus, backfill_slots
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
 from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
@@ -454,6 +456,8 @@ class Substrate:
             case_tg.start_soon(node.takeover_loop)
         router = self._router = InboxRouter(store, loader, self._live, self._max_payload)
         router.lifecycle = self._lifecycle_input
+        router.cancel_requeued = lambda row, reason, request_id, done: cancel_requeued(
+            store, row, reason, request_id, self._clock.now(), done)
         background = self._background = Background(
             store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, loader.held, loader.load_quietly,
             router.take, self._busy,
@@ -639,6 +643,7 @@ class Substrate:
         _waited: bool = False,  # `start_case(wait=True)`: the parent waits for its end (deleted with the parent)
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
         _from_queue: bool = False,  # the start of a queue item this node claimed (the one start its id may have)
+        _schedule: str | None = None,  # a schedule's slot: refused while that schedule is paused (SchedulePaused)
     ) -> CaseHandle:
         """Start a case of `workflow` (a registered name, or a term) with `data`; returns its handle.
 
@@ -696,7 +701,7 @@ class Substrate:
                              _parent_step, _waited),
                 now + wait_for, now,
             )
-            return await self._enqueue(item, model)
+            return await self._enqueue(item, model, _schedule)
         deadline = None if timeout is None else now + timeout
         if self._outside is not None:  # a standby: the owner runs it
             assert name is not None
@@ -722,7 +727,8 @@ class Substrate:
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
                                          cancel_with_parent=_cancel_with_parent, sent=sent,
-                                         parent_step=_parent_step, from_queue=_from_queue, waited=_waited)
+                                         parent_step=_parent_step, from_queue=_from_queue, waited=_waited,
+                                         schedule=_schedule)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -821,11 +827,18 @@ class Substrate:
                 check_queued(self._queues.queues, s.queue, 0, None, None, None)
         return Schedules(
             list(schedules), now=lambda: self._clock.now(), sleep=lambda t: self._clock.sleep(t), busy=self._busy,
-            start=self._start_scheduled, live=self._is_live,
+            start=self._start_slot, live=self._is_live,
         )
 
-    async def _start_scheduled(self, schedule: Schedule, slot: float, case_id: str) -> CaseHandle:
-        return await self.new_case(schedule.workflow, schedule.data_for(slot), case_id=case_id, queue=schedule.queue)
+    async def _start_slot(self, schedule: Schedule, slot: float, case_id: str) -> CaseHandle:
+        """The case of a schedule's slot: refused (SchedulePaused) if the schedule is paused when it is written."""
+        return await self._start_scheduled(schedule, slot, case_id, paused_refuses=True)
+
+    async def _start_scheduled(
+        self, schedule: Schedule, slot: float, case_id: str, *, paused_refuses: bool = False
+    ) -> CaseHandle:
+        return await self.new_case(schedule.workflow, schedule.data_for(slot), case_id=case_id, queue=schedule.queue,
+                                   _schedule=schedule.name if paused_refuses else None)
 
     def _is_live(self, case_id: str) -> bool:
         try:
@@ -861,11 +874,30 @@ class Substrate:
             return await self._start_scheduled(schedule, now, case_id)
         raise CaseExists.triggered(case_id, name)
 
+    async def backfill_schedule(self, name: str, start: datetime | float, end: datetime | float) -> list[CaseHandle]:
+        """Start one case per slot of schedule `name` from `start` to `end` (both included: aware datetimes or
+        seconds since the epoch, in the past), each with its slot's usual id `{name}@{slot}`, so a repeated
+        backfill starts nothing twice (a slot's case that exists is that case); paused or not. Returns their
+        handles, oldest slot first. ValueError for an unknown schedule, an end before the start or after now, or
+        more than 1000 slots (split the range); TypeError for a naive datetime."""
+        self._check_open("backfill a schedule")
+        schedule = self._schedules.get(name)
+        slots = backfill_slots(schedule.name, schedule.cron, schedule.every, schedule.tz, start, end,
+                               self._clock.now())
+        return [await self._backfill_slot(schedule, slot) for slot in slots]
+
+    async def _backfill_slot(self, schedule: Schedule, slot: float) -> CaseHandle:
+        case_id = schedule.case_id(slot)
+        actor = self._cases.get(case_id) if self._store is None else None
+        if actor is not None:  # (without a store the slot's case in memory is that case: its data is the slot's)
+            return CaseHandle(self, actor)
+        return await self._start_scheduled(schedule, slot, case_id)
+
     # -- queues --------------------------------------------------------------------------------------------------
 
-    async def _enqueue(self, item: QueueItem, model: type[BaseModel] | None) -> CaseHandle:
+    async def _enqueue(self, item: QueueItem, model: type[BaseModel] | None, schedule: str | None = None) -> CaseHandle:
         try:
-            await self._queues.put(item)
+            await self._queues.put(item, schedule)
         except CaseExists as exc:
             self._queued_terms.pop(item.case_id, None)
             if exc.differs is not None:  # a dedup key held by a live case of the queue
@@ -889,6 +921,10 @@ class Substrate:
 
     async def _start_queued(self, item: QueueItem) -> None:
         start = item.start
+        if start.get(RETRIED) is not None:  # a retried case back from its queue: it goes on from its retry record
+            assert self._loader is not None  # (a case is retried on a store only)
+            await self._loader.load(item.case_id)
+            return
         workflow: str | Term = start["workflow"] if start["workflow"] is not None else self._queued_terms.pop(
             item.case_id)
         seed = start.get("seed")
@@ -1255,6 +1291,11 @@ class Substrate:
                 inputs.bounded_reason(msg, self._max_payload, case_id)
                 await self._loader.end_suspended(row, msg.reason, msg.request_id)  # (else: the owner's inbox)
                 return
+            if row is not None and mine and self._loader is not None and row.state == CaseState.QUEUED.value:
+                inputs.bounded_reason(msg, self._max_payload, case_id)  # a retried case waiting in its queue
+                if await cancel_requeued(self._store, row, msg.reason, msg.request_id, self._clock.now()):
+                    return  # it ended there
+                row = await self._store.row(case_id)  # a node claimed it meanwhile: it starts, the cancel goes to it
             if row is not None and CaseState(row.state).ended:
                 if await applied(self._store, case_id, msg.request_id, "cancel", msg.what):
                     return  # a retried cancel that was applied (and ended the case): what it returned first
@@ -1471,8 +1512,8 @@ class Substrate:
         filters = inputs.listing(limit=limit, before=before, tags_given=tags, id_prefix=id_prefix,
                                  started_after=started_after, started_before=started_before, parent=parent)
         queued = self._queued_listed(state, workflow, limit, before, filters)
-        if state == CaseState.QUEUED.value or len(queued) == limit:
-            return queued
+        if len(queued) == limit or (state == CaseState.QUEUED.value and self._store is None):
+            return queued  # (with a store, retried cases waiting in their queues follow: rows in state queued)
         limit -= len(queued)
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
@@ -1609,6 +1650,9 @@ class Substrate:
                 )
             row = taken
         record = lifecycle.retry_record(case_id, row, await store.journal(case_id), self._clock.now())
+        item = store.read_queue_item(case_id)
+        if item is not None and item.state in ("started", "ended"):  # it goes back through its queue
+            return await self._retry_queued(store, row, record, item, inbox_done, actor)
         if actor is not None and self._cases.get(case_id) is actor:
             del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
         try:
@@ -1622,6 +1666,30 @@ class Substrate:
             loader.bring_back(case_id)
             raise
         await loader.load(case_id)
+        return self.handle(case_id)
+
+    async def _retry_queued(
+        self, store: Store, row: CaseRow, record: dict[str, Any], item: QueueItem, inbox_done: list[int],
+        actor: CaseActor | None,
+    ) -> CaseHandle:
+        """Retry a case that started from a queue: it waits there again (see `_lifecycle.requeue`)."""
+        case_id = row.case_id
+        if item.queue not in self._queues.queues:
+            raise SignalRejected.not_retryable(
+                case_id, row.state, f"it started on queue {item.queue!r}, which this Substrate does not configure, "
+                "and a retried case goes back through its queue: retry it from a Substrate with "
+                f"queues={{{item.queue!r}: Queue(...)}}"
+            )
+        if actor is not None and self._cases.get(case_id) is actor:
+            del self._cases[case_id]  # the ended run leaves memory first: from its retry on, reads see the store
+        try:
+            await lifecycle.requeue(store, row, record, item, inbox_done)
+        except StoreConflict:  # a retry at the same time wrote its record first: this one finds it re-opened
+            now = await store.row(case_id)
+            if now is None:  # deleted meanwhile
+                raise CaseNotFound(case_id) from None
+            raise SignalRejected.not_retryable(case_id, now.state) from None
+        self._queues.nudge()
         return self.handle(case_id)
 
     async def fork(self, case_id: str, *, at: int, new_case_id: str | None = None) -> CaseHandle:
@@ -1664,11 +1732,16 @@ class Substrate:
         return self.handle(new_id)
 
     async def _lifecycle_input(self, row: InboxRow) -> None:
-        """A `retry` or `fork` someone else wrote to the inbox (the command, a client, a standby): done here,
-        its inbox row taken out in the same write (a refusal is raised for the router to mark on the row)."""
+        """A `retry`, `fork` or `backfill` someone else wrote to the inbox (the command, a client, a standby): done
+        here, its inbox row taken out in the same write (a backfill's once its slots have started; a refusal is
+        raised for the router to mark on the row)."""
         body = row.body if isinstance(row.body, dict) else {}
         if row.kind == "retry":
             await self._retry(row.case_id, [row.id])
+        elif row.kind == "backfill":  # (a Client's or the command's: this Substrate has the schedule's data=)
+            assert self._store is not None
+            await self.backfill_schedule(body["schedule"], body["start"], body["end"])  # (KeyError: refused)
+            await self._store.write(CaseWrite(row.case_id, inbox_done=[row.id]))
         else:
             checked = inputs.fork_body(body.get("at"), body.get("new_case_id"), row.case_id)
             await self._fork(row.case_id, checked["at"], checked.get("new_case_id"), [row.id])

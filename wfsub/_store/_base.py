@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
 REFUSED_KEPT = 10  # refused inbox inputs a case row carries (`CaseRow.refused`, `CaseStatus.refused`)
 
@@ -187,6 +187,10 @@ class CaseWrite:
       fork's `snapshot`) is refused with StoreConflict while a queue item of its id waits (queued, or claimed and
       its case not written): checked in the write's own transaction, so a start and a queueing of one id never
       both commit (see `_queueing`).
+    - `schedule`: the name of the schedule whose slot this write starts: refused with SchedulePaused while that
+      schedule is paused, checked in the write's own transaction (on Postgres under a share lock on the
+      schedule's row, so a pause waits for a start that checked before it), so no slot starts after
+      `pause_schedule` returned.
     An `end` record is accepted once per case; a second one is a StoreError (only the owner writes it).
     """
 
@@ -199,6 +203,7 @@ class CaseWrite:
     epoch: int | None = None
     compact: int | None = None
     from_queue: bool = False
+    schedule: str | None = None
 
 
 @dataclass(slots=True)
@@ -445,16 +450,29 @@ class Store(Protocol):
         """Every schedule the store knows, by name."""
         ...
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         """Keep a queued case (see `_queueing`): CaseExists if a case or item has its id, or a live item of its
-        queue holds its dedup key."""
+        queue holds its dedup key. `schedule`: the schedule whose slot this is (see `CaseWrite.schedule`):
+        SchedulePaused while it is paused."""
         ...
 
     async def queue_claim(
         self, queue: str, limits: QueueLimits, node: str, now: float, most: int
     ) -> tuple[list[QueueItem], float | None]:
         """Claim for `node` the items of `queue` its limits let start now (at most `most`), in one transaction; and
-        the earliest time another may become startable without a case ending (None: none)."""
+        the earliest time another may become startable without a case ending (None: none). The row of a claimed
+        item's case that waited in its queue (retried: `queued`) is live again, `running` (on a shared store
+        owned by `node`, its epoch bumped)."""
+        ...
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        """Put the queue item of a retried case back in its queue, in the transaction that writes `reopened` (its
+        `retry` record and its row, `queued`): queued again with `start` (what it starts with, marked retried),
+        keeping its place; the start it had stays counted in its queue's rate window under `key` (see
+        `_queueing`). None, with nothing written, when the case has no queue item that started; CaseExists naming
+        the holder, with nothing written, when another live item of its queue holds its dedup key."""
         ...
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:

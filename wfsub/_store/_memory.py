@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio.lowlevel
 
-from .._errors import StoreConflict, StoreError
+from .._errors import CaseExists, SchedulePaused, StoreConflict, StoreError
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -38,7 +38,7 @@ from ._base import (
     StoredCase,
 )
 from ._listing import Listing
-from ._queueing import QUEUED, STARTED, QueueItem, QueueLimits, QueueTable
+from ._queueing import ENDED, QUEUED, STARTED, QueueItem, QueueLimits, QueueTable
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -122,6 +122,10 @@ class ScheduleTable:
     def rows(self) -> list[ScheduleRow]:
         return [self._rows[name] for name in sorted(self._rows)]
 
+    def paused(self, name: str) -> bool:
+        known = self._rows.get(name)
+        return known is not None and known.paused
+
 
 class MemoryStore(SingleNode):
     """A store in memory: the full interface, the same rules as `SqliteStore`, nothing durable."""
@@ -157,7 +161,7 @@ class MemoryStore(SingleNode):
                     f"already owned by Substrate {self._owner!r} (pid {os.getpid()}, this process): one Substrate "
                     "owns a store at a time; close the first one, or open this one with owner=False",
                 )
-            self._owner = owner_id
+            self._own(owner_id)
         self._open = True
 
     async def close(self) -> None:
@@ -189,6 +193,8 @@ class MemoryStore(SingleNode):
         case = self._cases.get(change.case_id) or _Case()
         if case.row is None and not case.journal and headless(change):
             raise StoreConflict(self._name, case_gone(change.case_id))
+        if change.schedule is not None and self._schedules.paused(change.schedule):
+            raise SchedulePaused.refused(self._name, change.schedule, change.case_id)
         if case.row is None and not case.journal and starts_case(change):
             item = self._queue.items.get(change.case_id)
             if item is not None and item.state in (QUEUED, STARTED):
@@ -270,8 +276,14 @@ class MemoryStore(SingleNode):
         await anyio.lowlevel.checkpoint()
         if self._owner is not None:
             return False
-        self._owner = owner_id
+        self._own(owner_id)
         return True
+
+    def _own(self, owner_id: str) -> None:
+        """Become the owner: every case is this owner's to run now, so the started queue items are its own too
+        (per_node counts them as this node's)."""
+        self._owner = owner_id
+        self._queue.follow_owner(owner_id)
 
     async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
         self._check_open("record heartbeats")
@@ -321,9 +333,11 @@ class MemoryStore(SingleNode):
         case = self._cases.get(case_id)
         return None if case is None else case.ended
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         self._check_open("queue a case")
         await anyio.lowlevel.checkpoint()
+        if schedule is not None and self._schedules.paused(schedule):
+            raise SchedulePaused.refused(self._name, schedule, item.case_id)
         self._queue.put(replace(item, start=loads(to_json(self._name, f"queued case {item.case_id!r}", item.start))))
 
     async def queue_claim(
@@ -331,7 +345,33 @@ class MemoryStore(SingleNode):
     ) -> tuple[list[QueueItem], float | None]:
         self._check_open("claim queued cases")
         await anyio.lowlevel.checkpoint()
-        return self._queue.claim(queue, limits, node, now, most)
+        claimed, wake = self._queue.claim(queue, limits, node, now, most)
+        for item in claimed:  # a retried case back from its queue: live again (see Store.queue_claim)
+            case = self._cases.get(item.case_id)
+            if case is not None and case.row is not None and case.row["state"] == QUEUED:
+                case.row.update(state="running", live=1, parked=0)
+        return claimed, wake
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        self._check_open("put a retried case back in its queue")
+        encoded = encode_write(self._name, reopened)
+        stored: dict[str, Any] = loads(to_json(self._name, f"queued case {case_id!r}", dict(start)))
+        await anyio.lowlevel.checkpoint()
+        item = self._queue.items.get(case_id)
+        if item is None or item.state not in (STARTED, ENDED):
+            return None
+        before = dict(self._queue.items)
+        found = self._queue.requeue(case_id, stored, key)
+        if isinstance(found, CaseExists):
+            raise found
+        try:
+            self._apply(encoded)
+        except BaseException:
+            self._queue.items = before  # (one transaction: the item as it was)
+            raise
+        return found
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         self._check_open("cancel a queued case")

@@ -136,7 +136,7 @@ import anyio
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
-from .._errors import CaseExists, CommitUnknown, StoreConflict, StoreError, newer_store
+from .._errors import CaseExists, CommitUnknown, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
 from .._trace import get_logger
 from ._base import (
     REFUSED_KEPT,
@@ -164,7 +164,20 @@ from ._pgdriver import (
     split_options,
     sqlstate,
 )
-from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import (
+    ENDED,
+    RETRIED,
+    STARTED,
+    TOMBSTONE,
+    Counts,
+    QueueItem,
+    QueueLimits,
+    Running,
+    choose,
+    earliest,
+    item_of,
+    read_plan,
+)
 from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
@@ -756,7 +769,8 @@ class PostgresStore(StoreBase):
                     committed = await self._committed(token, backend, deadline)
                     if committed is False:
                         kind = "retry"  # provably not committed: the same group again
-                    elif committed and query in (Q["write_group"], Q["compact_group"], Q["start_group"]):
+                    elif committed and query in (Q["write_group"], Q["compact_group"], Q["start_group"],
+                                                 Q["start_scheduled"]):
                         await self._resolve(query, group, deadline)
                         return
                     else:
@@ -889,7 +903,7 @@ class PostgresStore(StoreBase):
             change.inbox_done, [i for i, _ in change.inbox_refused], [r for _, r in change.inbox_refused],
         )
 
-    def _write_result(self, case_id: str, epoch: int | None, found: Any) -> list[bool]:
+    def _write_result(self, case_id: str, epoch: int | None, found: Any, *, schedule: str | None = None) -> list[bool]:
         status, appended, info, at_seq, owner, now_epoch = found
         if status == "ok":
             return list(appended)
@@ -903,6 +917,8 @@ class PostgresStore(StoreBase):
             raise StoreConflict(self._name, seq_taken(case_id, 0 if at_seq is None else at_seq))
         if info == "queue_item_waiting":
             raise StoreConflict(self._name, waits_in_queue(case_id))
+        if info == "schedule_paused":
+            raise SchedulePaused(self._name, paused_slot(schedule or "?", case_id))
         raise StoreConflict(self._name, f"the write for case {case_id!r} broke the constraint {info!r}")
 
     async def write(self, change: CaseWrite, *, wait: bool = True) -> list[bool]:
@@ -912,12 +928,12 @@ class PostgresStore(StoreBase):
         query, args = _write_query(encoded), self._write_args(encoded, epoch, False)
         if query == Q["start_group"]:  # (its $29: whether it is its queue item's own start)
             args = (*args, encoded.from_queue)
+            if encoded.schedule is not None:  # (its $30: the schedule whose slot it is)
+                query, args = Q["start_scheduled"], (*args, encoded.schedule)
         if encoded.compact is not None:  # its own statement: the write, then the deletes, in one transaction
             query, args = Q["compact_group"], (*args, encoded.compact)
-        job = Job(
-            _Statement(query, args, partial(self._write_result, encoded.case_id, epoch)), f"case {encoded.case_id!r}",
-            wait=wait,
-        )
+        answer = partial(self._write_result, encoded.case_id, epoch, schedule=encoded.schedule)
+        job = Job(_Statement(query, args, answer), f"case {encoded.case_id!r}", wait=wait)
         self._submit(job)
         if not wait:
             return []
@@ -1128,12 +1144,16 @@ class PostgresStore(StoreBase):
 
         return await self._read("listing schedules", run)
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         start = to_json(self._name, f"queued case {item.case_id!r}", item.start)
 
-        async def run(conn: Any) -> CaseExists | None:
+        async def run(conn: Any) -> CaseExists | SchedulePaused | None:
             async with conn.transaction():
-                await conn.execute(Q["queue_lock"], item.queue)
+                # (a schedule's slot: refused while it is paused, its row held as start_scheduled holds it)
+                if schedule is not None and await conn.fetchval(Q["schedule_paused"], schedule):
+                    return SchedulePaused.refused(self._name, schedule, item.case_id)
+                if item.dedup is not None:  # (its check and its insert under the queue's lock: one holder a key)
+                    await conn.execute(Q["queue_lock"], item.queue)
                 await conn.execute(Q["case_id_lock"], item.case_id)  # (a start of the id waits, or is seen)
                 if await conn.fetchval(Q["queue_id_taken"], item.case_id) is not None:
                     return CaseExists(item.case_id)
@@ -1158,17 +1178,70 @@ class PostgresStore(StoreBase):
             async with conn.transaction():  # under the queue's lock: the limits hold across nodes
                 await conn.execute(Q["queue_lock"], queue)
                 await conn.execute(Q["queue_sweep"], queue)
-                waiting = [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_waiting"], queue, WAITING_READ)]
+                await conn.execute(Q["queue_promote"], queue, now)
                 running = [Running(f[0], f[1]) for f in await conn.fetch(Q["queue_running"], queue)]
                 since = now - (limits.rate[1] if limits.rate is not None else 0.0)
                 recent = [(f[0], float(f[1])) for f in await conn.fetch(Q["queue_recent"], queue, since)]
-                chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+                counts = Counts(limits, node, now, running, recent)
+                parts = None
+                if limits.partitioned:  # ('': the items without a partition key)
+                    parts = [f[0] or None for f in await conn.fetch(Q["queue_ready_parts"], queue)]
+                plan = read_plan(counts, most, parts)
+                if parts is None:
+                    found = await conn.fetch(Q["queue_ready"], queue, plan.per_key) if plan.per_key else []
+                elif plan.parts:
+                    keys = [p or "" for p in plan.parts]
+                    found = await conn.fetch(Q["queue_ready_in"], queue, keys, plan.per_key, most)
+                else:
+                    found = []
+                ready = [item_of(f, loads(f[5])) for f in found]
+                chosen, wake = choose(limits, node, now, ready, running, recent, most)
                 for item in chosen:
                     await conn.execute(Q["queue_start"], item.case_id, now, node)
-                return [replace(i, state=STARTED, started_at=now, node=node) for i in chosen], wake
+                retried = [item.case_id for item in chosen if item.start.get(RETRIED) is not None]
+                if retried:  # retried cases back from their queue: live again, this node's
+                    await conn.execute(Q["cases_dequeued"], retried, node, "running")
+                delayed = await conn.fetchval(Q["queue_next_due"], queue)
+                claimed = [replace(i, state=STARTED, started_at=now, node=node) for i in chosen]
+                return claimed, earliest(wake, plan.wake, None if delayed is None else float(delayed))
 
         loop = self._running("claim queued cases")
         return await loop.call(self._pooled(f"claiming from queue {queue!r}", run, idempotent=False))
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        encoded = encode_write(self._name, reopened)
+        args = (*self._write_args(encoded, reopened.epoch, False), None)  # (its own transaction: no commit token)
+        text = to_json(self._name, f"queued case {case_id!r}", dict(start))
+
+        async def run(conn: Any) -> QueueItem | CaseExists | None:
+            async with conn.transaction():
+                queue = await conn.fetchval(Q["queue_of"], case_id)
+                if queue is None:
+                    return None
+                await conn.execute(Q["queue_lock"], queue)  # (first: a claim takes it before the items it sweeps)
+                await conn.execute(Q["queue_sweep"], queue)
+                found = await conn.fetchrow(Q["queue_get"], case_id)
+                if found is None or found[8] not in (STARTED, ENDED):
+                    return None
+                dedup = found[4]
+                if dedup is not None:
+                    holder = await conn.fetchval(Q["queue_dedup_other"], queue, dedup, case_id)
+                    if holder is not None:
+                        return CaseExists.dedup(case_id, queue, dedup, str(holder))
+                await conn.execute(Q["queue_keep_start"], case_id, key)
+                requeued = await conn.fetchrow(Q["queue_requeue"], case_id, text)
+                written = await conn.fetchrow(Q["write_group"], *args)
+                self._write_result(case_id, reopened.epoch, written)  # StoreConflict: rolled back, nothing changed
+                return item_of(requeued, loads(requeued[5]))
+
+        loop = self._running("put a retried case back in its queue")
+        found = await loop.call(self._pooled(f"putting retried case {case_id!r} back in its queue", run,
+                                             idempotent=False))
+        if isinstance(found, CaseExists):
+            raise found
+        return found
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         encoded = encode_write(self._name, ended)

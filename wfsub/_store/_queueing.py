@@ -18,6 +18,13 @@ case of that id other than the item's own (`CaseWrite.from_queue`) is refused, a
 case has, each in its own transaction (on Postgres both under an advisory lock on the case id), so a start and a
 queueing of one id never both commit.
 
+A case that started from a queue goes back through it when it is retried (`Store.queue_requeue`): in the
+transaction that writes its `retry` record (its row `queued`), its item is queued again, keeping its place, its
+start marked `retried` (the runtime loads the case, which goes on from its retry record, when a node claims it),
+unless another live item of its queue holds its dedup key (refused, nothing written); its earlier start stays in
+its queue's rate window under a key of its own (`retried_key`). The claim of such an item makes its case's row
+live again (on Postgres the claimer's, its epoch bumped), so the claimer, or whoever recovers it, runs it.
+
 An item cancelled while it waited is `cancelled`, and the same transaction writes its case (a row, a `start`, a
 `cancel` and an `end` record, built by the runtime: `Store.queue_cancel`), so an id is an ended case from then on.
 Deleting a case (`delete`, `prune`) removes its item in the transaction that removes the case, so its id starts
@@ -25,7 +32,11 @@ afresh; an item that had started is kept as `deleted` under a key no case id can
 still counts in its queue's rate window.
 
 `choose` is that choice, written once in Python for all backends: each gives it what it read inside its
-transaction and writes what it returns.
+transaction and writes what it returns. A claim considers every waiting item, however long the backlog, but the
+SQL stores read only what may start now (`read_plan`): an item is `due` once its delay has passed (the claim
+marks those whose time has come), and a claim reads the first due items of the queue, or of each partition that
+has room, as many as may start there; the backlog of a full partition, and delayed items, are never read (the
+earliest delay is one indexed read, for the wake-up). The memory table hands `choose` all its waiting items.
 """
 
 from __future__ import annotations
@@ -45,6 +56,15 @@ TOMBSTONE = " deleted "  # + the item's order: the key of a deleted case's start
 def tombstone(order: int) -> str:
     """The key a deleted case's started item is kept under (see the module)."""
     return f"{TOMBSTONE}{order}"
+
+
+def retried_key(order: int, seq: int) -> str:
+    """The key the earlier start of a retried case's item is kept under (its retry record's `seq`), as a deleted
+    case's is, so it still counts in its queue's rate window (see the module)."""
+    return f"{TOMBSTONE}{order} retried at {seq}"
+
+
+RETRIED = "retried"  # the key of an item's start that marks it a retried case back in its queue (its run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +103,54 @@ class Running:
     node: str | None
 
 
+class Counts:
+    """What a claim counts of a queue before it chooses, per key (the partition when `partitioned`, else one key
+    for all): its started-and-not-ended items, this node's share of them, and its starts in the rate window."""
+
+    def __init__(
+        self,
+        limits: QueueLimits,
+        node: str,
+        now: float,
+        running: Iterable[Running],
+        recent_starts: Iterable[tuple[str | None, float]],
+    ) -> None:
+        self.limits = limits
+        self.live: Counter[str | None] = Counter()
+        self.mine: Counter[str | None] = Counter()
+        for r in running:
+            self.live[self.key(r.partition)] += 1
+            if r.node == node:
+                self.mine[self.key(r.partition)] += 1
+        self.window: dict[str | None, list[float]] = {}
+        if limits.rate is not None:
+            for partition, started in recent_starts:
+                if started > now - limits.rate[1]:
+                    self.window.setdefault(self.key(partition), []).append(started)
+
+    def key(self, partition: str | None) -> str | None:
+        return partition if self.limits.partitioned else None
+
+    def room(self, partition: str | None, most: int) -> int:
+        """How many more items of this partition may start now, at most `most`."""
+        k, limits = self.key(partition), self.limits
+        room = most
+        if limits.concurrency is not None:
+            room = min(room, limits.concurrency - self.live[k])
+        if limits.per_node is not None:
+            room = min(room, limits.per_node - self.mine[k])
+        if limits.rate is not None:
+            room = min(room, limits.rate[0] - len(self.window.get(k, ())))
+        return max(room, 0)
+
+    def rate_free_at(self, partition: str | None) -> float | None:
+        """When a start leaves this partition's rate window, if the window is full (else None)."""
+        rate, starts = self.limits.rate, self.window.get(self.key(partition), [])
+        if rate is None or len(starts) < rate[0]:
+            return None
+        return min(starts) + rate[1]
+
+
 def choose(
     limits: QueueLimits,
     node: str,
@@ -99,21 +167,9 @@ def choose(
     `waiting`: the queue's queued items, ordered by (priority, order). `running`: its started-and-not-ended items.
     `recent_starts`: (partition, started_at) of its items started within the rate window.
     """
-
-    def key(partition: str | None) -> str | None:
-        return partition if limits.partitioned else None
-
-    live: Counter[str | None] = Counter()
-    mine: Counter[str | None] = Counter()
-    for r in running:
-        live[key(r.partition)] += 1
-        if r.node == node:
-            mine[key(r.partition)] += 1
-    window: dict[str | None, list[float]] = {}
-    if limits.rate is not None:
-        for partition, started in recent_starts:
-            if started > now - limits.rate[1]:
-                window.setdefault(key(partition), []).append(started)
+    counts = Counts(limits, node, now, running, recent_starts)
+    key = counts.key
+    live, mine, window = counts.live, counts.mine, counts.window
     chosen: list[QueueItem] = []
     wake: float | None = None
 
@@ -144,15 +200,62 @@ def choose(
     return chosen, wake
 
 
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """What a SQL store reads of a queue's ready items (queued, their delay passed) for one claim, so that a claim
+    considers every waiting item however long the backlog, reading only what may start now:
+
+    - not partitioned: the first `per_key` ready items in start order (the room the queue has; none when full);
+    - partitioned: the first `per_key` ready items of each partition in `parts` (the partitions that have room),
+      merged in start order, the first `most` of them. A full partition's backlog is never read.
+
+    `wake`: when a partition left out for its rate window has room again (None: none was)."""
+
+    per_key: int
+    parts: list[str | None]
+    wake: float | None
+
+
+def read_plan(counts: Counts, most: int, ready_parts: Sequence[str | None] | None) -> ReadPlan:
+    """The reads of one claim (see ReadPlan). `ready_parts`: the partitions holding ready items (partitioned
+    queues; None otherwise)."""
+    wake: float | None = None
+
+    def left_out(partition: str | None) -> None:
+        nonlocal wake
+        free = counts.rate_free_at(partition)
+        if free is not None:
+            wake = free if wake is None else min(wake, free)
+
+    if ready_parts is None:
+        room = counts.room(None, most)
+        if room == 0:
+            left_out(None)
+        return ReadPlan(room, [], wake)
+    parts: list[str | None] = []
+    per_key = 0
+    for partition in ready_parts:
+        room = counts.room(partition, most)
+        if room == 0:
+            left_out(partition)
+            continue
+        parts.append(partition)
+        per_key = max(per_key, room)
+    return ReadPlan(per_key, parts, wake)
+
+
+def earliest(*times: float | None) -> float | None:
+    """The earliest of the times given (None: none is)."""
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
 def live_dedup(items: Iterable[QueueItem], queue: str, dedup: str) -> str | None:
     """The id of a live item (queued, or started and not ended) of `queue` with key `dedup`, else None."""
     for item in items:
         if item.queue == queue and item.dedup == dedup and item.state in (QUEUED, STARTED):
             return item.case_id
     return None
-
-
-WAITING_READ = 1000  # waiting items one claim looks at (in start order)
 
 
 def item_of(found: Sequence[Any], start: dict[str, Any]) -> QueueItem:
@@ -235,6 +338,29 @@ class QueueTable:
                  and (before is None or i.order < before)]
         return sorted(found, key=lambda i: -i.order)[:limit]
 
+    def follow_owner(self, node: str) -> None:
+        """A new owner of the store runs every case: the started items are its own from now on."""
+        for case_id, item in list(self.items.items()):
+            if item.state == STARTED:
+                self.items[case_id] = replace(item, node=node)
+
+    def requeue(self, case_id: str, start: dict[str, Any], key: str) -> QueueItem | CaseExists | None:
+        """A retried case's item queued again (see the module): None if it has no item that started; the
+        refusal when another live item of its queue holds its dedup key."""
+        self.sweep()
+        item = self.items.get(case_id)
+        if item is None or item.state not in (STARTED, ENDED):
+            return None
+        if item.dedup is not None:
+            others = [i for i in self.items.values() if i.case_id != case_id]
+            holder = live_dedup(others, item.queue, item.dedup)
+            if holder is not None:
+                return CaseExists.dedup(case_id, item.queue, item.dedup, holder)
+        if item.started_at is not None:
+            self.items[key] = replace(item, case_id=key, state=DELETED, dedup=None)
+        self.items[case_id] = item = replace(item, state=QUEUED, started_at=None, node=None, start=start)
+        return item
+
     def orphans(self, node: str) -> list[QueueItem]:
         """The started items whose case is not there, taken by `node` (one process: its owner is the only
         claimer, so these were claimed by an earlier owner that stopped before starting them)."""
@@ -248,18 +374,23 @@ class QueueTable:
 
 __all__ = [
     "CANCELLED",
+    "Counts",
     "DELETED",
     "ENDED",
     "QUEUED",
+    "RETRIED",
     "STARTED",
     "TOMBSTONE",
-    "WAITING_READ",
     "QueueItem",
     "QueueLimits",
     "QueueTable",
+    "ReadPlan",
     "Running",
     "choose",
+    "earliest",
     "item_of",
     "live_dedup",
+    "read_plan",
+    "retried_key",
     "tombstone",
 ]

@@ -68,6 +68,7 @@ class EncodedWrite:
     inbox_refused: list[tuple[int, str]]
     compact: int | None = None
     from_queue: bool = False  # see CaseWrite
+    schedule: str | None = None  # see CaseWrite
 
 
 def to_json(store: str, what: str, value: object) -> str:
@@ -317,6 +318,7 @@ def encode_write(store: str, change: CaseWrite) -> EncodedWrite:
         inbox_refused=[(int(i), str(reason)) for i, reason in change.inbox_refused],
         compact=_compact_seq(store, change, records),
         from_queue=bool(change.from_queue),
+        schedule=None if change.schedule is None else str(change.schedule),
     )
 
 

@@ -58,11 +58,24 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import CaseExists, StoreConflict, StoreError, newer_store
+from .._errors import CaseExists, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
 from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
-from ._queueing import STARTED, TOMBSTONE, WAITING_READ, QueueItem, QueueLimits, Running, choose, item_of
+from ._queueing import (
+    ENDED,
+    RETRIED,
+    STARTED,
+    TOMBSTONE,
+    Counts,
+    QueueItem,
+    QueueLimits,
+    Running,
+    choose,
+    earliest,
+    item_of,
+    read_plan,
+)
 from ._rows import (
     HEADS,
     SNAPSHOTS_KEPT,
@@ -363,6 +376,7 @@ class SqliteStore(SingleNode):
         try:
             conn.execute(Q["begin_write"])
             conn.execute(Q["owner_take"], params)
+            conn.execute(Q["queue_items_follow_owner"], params)
             epoch = int(conn.execute(Q["owner_get"]).fetchone()[3])
             conn.execute(Q["commit"])
         except sqlite3.Error as exc:
@@ -555,16 +569,17 @@ class SqliteStore(SingleNode):
 
         return await self._read("listing schedules", read)
 
-    async def queue_put(self, item: QueueItem) -> None:
+    async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         writer = self._running("queue a case")
         params = {
             "case_id": item.case_id, "queue": item.queue, "part": item.partition, "priority": item.priority,
             "dedup": item.dedup, "start": to_json(self.path, f"queued case {item.case_id!r}", item.start),
-            "not_before": item.not_before, "enqueued_at": item.enqueued_at,
+            "not_before": item.not_before, "enqueued_at": item.enqueued_at, "name": schedule,
+            "store": self.path,  # (for a refusal's message)
         }
         job = Job(partial(_apply_queue_put, params), f"queued case {item.case_id!r}", wait=True)
         writer.submit(job)
-        refused: CaseExists | None = await job.outcome()
+        refused: CaseExists | SchedulePaused | None = await job.outcome()
         if refused is not None:
             raise refused
 
@@ -577,6 +592,20 @@ class SqliteStore(SingleNode):
         writer.submit(job)
         claimed: tuple[list[QueueItem], float | None] = await job.outcome()
         return claimed
+
+    async def queue_requeue(
+        self, case_id: str, reopened: CaseWrite, start: Mapping[str, Any], key: str
+    ) -> QueueItem | None:
+        writer = self._running("put a retried case back in its queue")
+        params = {"case_id": case_id, "key": key,
+                  "start": to_json(self.path, f"queued case {case_id!r}", dict(start))}
+        job = Job(partial(_apply_queue_requeue, params, encode_write(self.path, reopened)),
+                  f"retried case {case_id!r} back in its queue", wait=True)
+        writer.submit(job)
+        found: QueueItem | CaseExists | None = await job.outcome()
+        if isinstance(found, CaseExists):
+            raise found
+        return found
 
     async def queue_cancel(self, case_id: str, ended: CaseWrite) -> QueueItem | None:
         writer = self._running("cancel a queued case")
@@ -978,6 +1007,8 @@ def _apply_writes(conn: sqlite3.Connection, changes: list[EncodedWrite]) -> list
     starting = [record[0] for record in records if record[2] == "start"]
     if starting and conn.execute(Q["cases_existing"], {"ids": _array(starting).decode()}).fetchone() is not None:
         raise Redo  # a case id taken: each write alone, where its own refusal is said
+    if any(change.schedule is not None and _schedule_paused(conn, change.schedule) for change in changes):
+        raise Redo  # a paused schedule's slot: as above
     heads = [change.case_id for change in changes if starts_case(change)]
     if heads and conn.execute(Q["queue_items_waiting_for"], {"ids": _array(heads).decode()}).fetchone() is not None:
         raise Redo  # an id a queue item waits for: as above
@@ -1023,10 +1054,18 @@ def _compact(change: EncodedWrite, conn: sqlite3.Connection) -> None:
         conn.execute(Q["snapshots_compact"], params)
 
 
+def _schedule_paused(conn: sqlite3.Connection, name: str) -> bool:
+    found = conn.execute(Q["schedule_get"], {"name": name}).fetchone()
+    return found is not None and bool(found[4])
+
+
 def _refuse_second_start(change: EncodedWrite, conn: sqlite3.Connection) -> None:
     """A `start` record for a case the store holds is refused as its seq 0 would be: a compaction removed that
     record, never the case's row, so the row says the id is taken. A write that starts a case whose id a queue
-    item waits for is refused too, unless it is that item's own (`CaseWrite.from_queue`)."""
+    item waits for is refused too, unless it is that item's own (`CaseWrite.from_queue`); and the start of a
+    paused schedule's slot (`CaseWrite.schedule`)."""
+    if change.schedule is not None and _schedule_paused(conn, change.schedule):
+        raise Refused(paused_slot(change.schedule, change.case_id), SchedulePaused)
     if any(record.kind == "start" for record in change.records) and conn.execute(
         Q["case_exists"], {"case_id": change.case_id}
     ).fetchone() is not None:
@@ -1086,8 +1125,10 @@ def _items(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list
     return [item_of(found, loads(found[5])) for found in conn.execute(Q[query], params).fetchall()]
 
 
-def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseExists | None:
+def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseExists | SchedulePaused | None:
     """None: queued; else the refusal (returned, not raised: the writer would make a raised one a StoreConflict)."""
+    if params["name"] is not None and _schedule_paused(conn, params["name"]):
+        return SchedulePaused.refused(params["store"], params["name"], params["case_id"])
     if conn.execute(Q["queue_id_taken"], params).fetchone() is not None:
         return CaseExists(params["case_id"])
     if params["dedup"] is not None:
@@ -1102,17 +1143,32 @@ def _apply_queue_put(params: dict[str, Any], conn: sqlite3.Connection) -> CaseEx
 def _apply_queue_claim(
     queue: str, limits: QueueLimits, node: str, now: float, most: int, conn: sqlite3.Connection
 ) -> tuple[list[QueueItem], float | None]:
-    conn.execute(Q["queue_sweep"], {"queue": queue})
-    waiting = _items(conn, "queue_waiting", {"queue": queue, "limit": WAITING_READ})
-    running = [Running(part, owner) for part, owner in conn.execute(Q["queue_running"], {"queue": queue})]
+    """Claim what the queue has room for (see `_queueing.read_plan`: only due items that may start are read)."""
+    params: dict[str, Any] = {"queue": queue, "now": now}
+    conn.execute(Q["queue_sweep"], params)
+    conn.execute(Q["queue_promote"], params)
+    running = [Running(part, owner) for part, owner in conn.execute(Q["queue_running"], params)]
     since = now - (limits.rate[1] if limits.rate is not None else 0.0)
     recent = [(part, float(at)) for part, at in conn.execute(Q["queue_recent"], {"queue": queue, "since": since})]
-    chosen, wake = choose(limits, node, now, waiting, running, recent, most)
+    counts = Counts(limits, node, now, running, recent)
+    parts = [p or None for (p,) in conn.execute(Q["queue_ready_parts"], params)] if limits.partitioned else None
+    plan = read_plan(counts, most, parts)
+    if parts is None:
+        ready = _items(conn, "queue_ready", {"queue": queue, "limit": plan.per_key}) if plan.per_key else []
+    else:  # (one small indexed read per partition with room: in-process, cheaper than one statement for all)
+        ready = [item for part in plan.parts
+                 for item in _items(conn, "queue_ready_in_part", {"queue": queue, "part": part or "",
+                                                                  "limit": plan.per_key})]
+        ready.sort(key=lambda item: (item.priority, item.order))
+    chosen, wake = choose(limits, node, now, ready, running, recent, most)
     claimed = []
     for item in chosen:
         conn.execute(Q["queue_start"], {"case_id": item.case_id, "now": now, "node": node})
+        if item.start.get(RETRIED) is not None:  # a retried case back from its queue: live again
+            conn.execute(Q["cases_dequeued"], {"case_id": item.case_id, "state": "running"})
         claimed.append(replace(item, state=STARTED, started_at=now, node=node))
-    return claimed, wake
+    delayed = conn.execute(Q["queue_next_due"], params).fetchone()[0]
+    return claimed, earliest(wake, plan.wake, None if delayed is None else float(delayed))
 
 
 def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> tuple[dict[str, Any], str] | None:
@@ -1124,6 +1180,26 @@ def _apply_queue_register(params: dict[str, Any], conn: sqlite3.Connection) -> t
 def _apply_queue_orphans(node: str, conn: sqlite3.Connection) -> list[QueueItem]:
     conn.execute(Q["queue_orphans_take"], {"node": node})
     return _items(conn, "queue_orphans", {"node": node})
+
+
+def _apply_queue_requeue(
+    params: dict[str, Any], reopened: EncodedWrite, conn: sqlite3.Connection
+) -> QueueItem | CaseExists | None:
+    """See Store.queue_requeue (a refusal is returned, not raised: the writer would make it a StoreConflict)."""
+    found = _items(conn, "queue_get", params)
+    if not found or found[0].state not in (STARTED, ENDED):
+        return None
+    item = found[0]
+    conn.execute(Q["queue_sweep"], {"queue": item.queue})
+    if item.dedup is not None:
+        holder = conn.execute(Q["queue_dedup_other"], {"queue": item.queue, "dedup": item.dedup,
+                                                        "case_id": item.case_id}).fetchone()
+        if holder is not None:
+            return CaseExists.dedup(item.case_id, item.queue, item.dedup, str(holder[0]))
+    conn.execute(Q["queue_keep_start"], params)
+    conn.execute(Q["queue_requeue"], params)
+    _apply_write(reopened, conn)  # (Refused: the job's savepoint undoes the item's change too)
+    return _items(conn, "queue_get", params)[0]
 
 
 def _apply_queue_cancel(case_id: str, ended: EncodedWrite, conn: sqlite3.Connection) -> QueueItem | None:

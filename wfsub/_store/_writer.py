@@ -75,7 +75,12 @@ SAVEPOINT, UNDO, RELEASE = QUERIES["savepoint"], QUERIES["savepoint_undo"], QUER
 
 
 class Refused(Exception):
-    """Raised by a job's apply when its write breaks a rule: that write alone is undone and fails."""
+    """Raised by a job's apply when its write breaks a rule: that write alone is undone and fails (with `error`,
+    StoreConflict unless told: a subclass of it that says which rule)."""
+
+    def __init__(self, message: str, error: type[StoreConflict] = StoreConflict) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class Redo(Exception):
@@ -305,7 +310,7 @@ class Writer:
 
 def _refusal(path: str, job: Job, exc: BaseException) -> StoreError:
     if isinstance(exc, Refused):
-        error = StoreConflict(path, str(exc))
+        error = exc.error(path, str(exc))
         error.__cause__ = exc.__cause__
         return error
     return fault(path, f"writing {job.label}", exc)

@@ -13,6 +13,7 @@
     wfsub fork    STORE CASE_ID --at SEQ [--id NEW]
     wfsub delete  STORE CASE_ID                          (an ended case)
     wfsub schedules STORE [--json]
+    wfsub backfill STORE NAME START END                  (one case per past slot; START/END: ISO 8601 or seconds)
     wfsub prune   STORE --older-than 30d
     wfsub graph   app:flow [--format mermaid|dot] [--case CASE_ID --store STORE]
     wfsub validate app:flow

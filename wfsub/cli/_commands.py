@@ -10,6 +10,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from functools import wraps
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -784,27 +785,77 @@ async def _lifecycle(store: Store, row: CaseRow, kind: str, body: dict[str, Any]
     except (SignalRejected, CaseExists, ValueError) as exc:
         raise CliError(f"{exc}; nothing was sent") from None
     inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=None, created_at=time.time())
+    await _follow(store, inbox_id, f"{what} of case {row.case_id!r}", wait, patience)
+
+
+async def _follow(store: Store, inbox_id: int, what: str, wait: bool, patience: float) -> None:
+    """An ask of the owner put in the inbox (`wait`): followed until the owner has done it, or refused it."""
     owner = await store.owner()
     if owner is None:
-        r.err.print(f"queued: no Substrate owns {store.url} now; the {what} of case {row.case_id!r} is done when "
-                    "one opens the store")
+        r.err.print(f"queued: no Substrate owns {store.url} now; the {what} is done when one opens the store")
         return
     if not wait:
-        r.err.print(f"sent: the {what} of case {row.case_id!r} is in the inbox of {owner.owner_id!r}")
+        r.err.print(f"sent: the {what} is in the inbox of {owner.owner_id!r}")
         return
     with anyio.move_on_after(patience):
         while True:
             found = await store.inbox_row(inbox_id)
             if found is None:
-                r.err.print(f"done: the {what} of case {row.case_id!r}")
+                r.err.print(f"done: the {what}")
                 return
             if found.refused is not None:
-                raise CliError(f"the owner refused the {what} of case {row.case_id!r}: {found.refused}")
+                raise CliError(f"the owner refused the {what}: {found.refused}")
             await anyio.sleep(WAIT_POLL)
     raise CliError(
         f"the owner {owner.owner_id!r} did not take the {what} within {patience:g}s; it stays in the inbox and is "
         "done when the owner takes it (check that the Substrate is running and not stuck)"
     )
+
+
+def _moment(value: str, name: str) -> float | datetime:
+    """START or END of `wfsub backfill`: seconds since the epoch, or an ISO 8601 time (with a zone)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither seconds since the epoch nor an ISO 8601 time; e.g. 2026-03-01T00:00:00Z",
+            param_hint=name,
+        ) from None
+
+
+@main.command()
+@STORE
+@click.argument("name")
+@click.argument("start")
+@click.argument("end")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the owner has started the slots' cases (or refused).")
+@click.option("--timeout", "patience", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, help="With --wait: seconds to wait.")
+@_run
+async def backfill(store: str, name: str, start: str, end: str, wait: bool, patience: float) -> None:
+    """Start one case per slot of schedule NAME from START to END, both included (ISO 8601 times with a zone, or
+    seconds since the epoch; past only; at most 1000 slots). The Substrate that runs the schedule starts them,
+    each with its slot's usual id, so a repeated backfill starts nothing twice. Prints their case ids."""
+    from ..lowlevel import backfill_request
+
+    first, last = _moment(start, "START"), _moment(end, "END")
+    async with opened(store) as s:
+        try:
+            ids, body = backfill_request(await s.schedules(), name, first, last, time.time())
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"{exc}; nothing was sent") from None
+        if not ids:
+            r.err.print(f"no slot of schedule {name!r} from {start} to {end}: nothing to start")
+            return
+        inbox_id = await s.inbox_put(ids[0], "backfill", body, request_id=None, created_at=time.time())
+        await _follow(s, inbox_id, f"backfill of schedule {name!r} ({len(ids)} slots)", wait, patience)
+    for case_id in ids:
+        r.out.print(case_id)
 
 
 @main.command()

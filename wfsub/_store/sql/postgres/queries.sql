@@ -357,6 +357,33 @@ UNION ALL
 SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
 WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2);
 
+-- name: start_scheduled
+-- `start_group` for the start of a schedule's slot ($30: the schedule's name; $31: the commit token): refused
+-- ('schedule_paused') while that schedule is paused. Its row is read under a share lock held until the group
+-- commits, so a pause (an update of the row) waits for a start that read it first, and a start that reads it
+-- after the pause committed sees it paused: no slot starts after pause_schedule returned.
+WITH paused AS MATERIALIZED (
+    SELECT coalesce((SELECT s.paused FROM schedules s WHERE s.name = $30 FOR SHARE), false) AS paused
+), token AS (
+    INSERT INTO commits (token, at) SELECT $31::text, db_now() FROM paused
+    WHERE $31::text IS NOT NULL AND (paused.paused OR EXISTS (SELECT 1 FROM cases WHERE case_id = $2))
+    RETURNING 1
+)
+SELECT status, appended, info, at_seq, cur_owner, cur_epoch
+FROM write_case($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+                $22, $23, $24, $25, $26, $27, $28, $31, $29::boolean)
+WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2) AND NOT (SELECT paused FROM paused)
+UNION ALL
+SELECT 'conflict', NULL::boolean[], 'journal_pkey', 0::bigint, NULL::text, NULL::bigint
+WHERE EXISTS (SELECT 1 FROM cases WHERE case_id = $2)
+UNION ALL
+SELECT 'conflict', NULL::boolean[], 'schedule_paused', 0::bigint, NULL::text, NULL::bigint
+WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2) AND (SELECT paused FROM paused);
+
+-- name: schedule_paused
+-- Whether a schedule is paused, its row held (shared) until the transaction ends: see start_scheduled.
+SELECT paused FROM schedules WHERE name = $1 FOR SHARE;
+
 -- name: schedule_register
 -- A schedule's registration: the newest wins; a new one starts at $3. Returns the row as it is now.
 INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at) VALUES ($1, $2, $3, NULL, false, db_now())
@@ -401,14 +428,46 @@ SELECT 1 FROM queue_items WHERE case_id = $1 UNION ALL SELECT 1 FROM cases WHERE
 SELECT case_id FROM queue_items WHERE queue = $1 AND dedup = $2 AND state IN ('queued', 'started') LIMIT 1;
 
 -- name: queue_put
--- A queued case.
-INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued');
+-- A queued case (due at once unless it has a delay).
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, due)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $7::double precision <= $8::double precision);
 
--- name: queue_waiting
--- A queue's waiting items in the order they start.
+-- name: queue_promote
+-- A queue's items whose delay has passed are due (a claim reads due items only: see migration 11).
+UPDATE queue_items SET due = true WHERE queue = $1 AND state = 'queued' AND NOT due AND not_before <= $2;
+
+-- name: queue_next_due
+-- When the next delayed item of a queue is due.
+SELECT min(not_before) FROM queue_items WHERE queue = $1 AND state = 'queued' AND NOT due;
+
+-- name: queue_ready
+-- A queue's first due items in the order they start.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
-FROM queue_items WHERE queue = $1 AND state = 'queued' ORDER BY priority, item_order LIMIT $2;
+FROM queue_items WHERE queue = $1 AND state = 'queued' AND due ORDER BY priority, item_order LIMIT $2;
+
+-- name: queue_ready_parts
+-- The partitions of a queue that hold due items ('' for the items without a key), each found by one step into
+-- queue_items_ready_parts however many items it holds.
+WITH RECURSIVE parts(part) AS (
+    SELECT (SELECT min(coalesce(part, '')) FROM queue_items WHERE queue = $1 AND state = 'queued' AND due)
+    UNION ALL
+    SELECT (SELECT min(coalesce(q.part, '')) FROM queue_items q
+            WHERE q.queue = $1 AND q.state = 'queued' AND q.due AND coalesce(q.part, '') > parts.part)
+    FROM parts WHERE parts.part IS NOT NULL
+)
+SELECT part FROM parts WHERE part IS NOT NULL;
+
+-- name: queue_ready_in
+-- The first $3 due items of each partition named in $2 ('': the items without a key), the first $4 of them in
+-- start order.
+SELECT i.case_id, i.queue, i.part, i.priority, i.dedup, i.start, i.not_before, i.enqueued_at, i.state, i.started_at,
+       i.node, i.item_order
+FROM unnest($2::text[]) AS p(part) CROSS JOIN LATERAL (
+    SELECT * FROM queue_items q
+    WHERE q.queue = $1 AND q.state = 'queued' AND q.due AND coalesce(q.part, '') = p.part
+    ORDER BY q.priority, q.item_order LIMIT $3
+) i
+ORDER BY i.priority, i.item_order LIMIT $4;
 
 -- name: queue_running
 -- A queue's started items whose case has not ended.
@@ -421,6 +480,35 @@ SELECT part, started_at FROM queue_items WHERE queue = $1 AND started_at > $2;
 -- name: queue_start
 -- Claim one waiting item for a node.
 UPDATE queue_items SET state = 'started', started_at = $2, node = $3 WHERE case_id = $1 AND state = 'queued';
+
+-- name: queue_of
+-- The queue of an item.
+SELECT queue FROM queue_items WHERE case_id = $1;
+
+-- name: queue_dedup_other
+-- A live item of a queue holding a dedup key, other than $3's own.
+SELECT case_id FROM queue_items
+WHERE queue = $1 AND dedup = $2 AND state IN ('queued', 'started') AND case_id <> $3 LIMIT 1;
+
+-- name: queue_keep_start
+-- The start of a retried case's item ($1), kept under $2 (no case id can be it) as a deleted case's is, so it still
+-- counts in its queue's rate window.
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at,
+                         node, due)
+SELECT $2, queue, part, priority, NULL, start, not_before, enqueued_at, 'deleted', started_at, node, false
+FROM queue_items WHERE case_id = $1 AND started_at IS NOT NULL;
+
+-- name: queue_requeue
+-- A retried case's item queued again (due at once), keeping its place; $2 marks it retried.
+UPDATE queue_items SET state = 'queued', started_at = NULL, node = NULL, due = true, start = $2
+WHERE case_id = $1 AND state IN ('started', 'ended')
+RETURNING case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order;
+
+-- name: cases_dequeued
+-- The rows of retried cases whose queue items node $2 just claimed: live again ($3, running) and its own, their
+-- epochs bumped, so that it (or whoever takes its cases over) runs them from their retry records.
+UPDATE cases SET state = $3, live = true, parked = false, owner = $2, epoch = epoch + 1
+WHERE case_id = ANY ($1::text[]) AND state = 'queued';
 
 -- name: queue_cancel
 -- Cancel a waiting item (its case's ended write follows in the same transaction: `write_group`).

@@ -74,6 +74,11 @@ ON CONFLICT (id) DO UPDATE SET
     owner_id = excluded.owner_id, pid = excluded.pid, host = excluded.host, epoch = owner.epoch + 1,
     since = excluded.since, heartbeat = excluded.heartbeat;
 
+-- name: queue_items_follow_owner
+-- A new owner runs every case of the file: the started items of queues are its own from now on (per_node counts
+-- them as this node's), in the transaction that makes it the owner.
+UPDATE queue_items SET node = :owner_id WHERE state = 'started';
+
 -- name: owner_heartbeat
 -- The owner is alive.
 UPDATE owner SET heartbeat = :now WHERE id = 1 AND epoch = :epoch;
@@ -352,15 +357,41 @@ SELECT 1 FROM queue_items WHERE case_id = :case_id UNION ALL SELECT 1 FROM cases
 SELECT case_id FROM queue_items WHERE queue = :queue AND dedup = :dedup AND state IN ('queued', 'started') LIMIT 1;
 
 -- name: queue_put
--- A queued case.
-INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, item_order)
+-- A queued case (due at once unless it has a delay).
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, item_order, due)
 VALUES (:case_id, :queue, :part, :priority, :dedup, :start, :not_before, :enqueued_at, 'queued',
-        (SELECT coalesce(max(item_order), 0) + 1 FROM queue_items));
+        (SELECT coalesce(max(item_order), 0) + 1 FROM queue_items), :not_before <= :enqueued_at);
 
--- name: queue_waiting
--- A queue's waiting items in the order they start.
+-- name: queue_promote
+-- A queue's items whose delay has passed are due (a claim reads due items only: see migration 11).
+UPDATE queue_items SET due = 1 WHERE queue = :queue AND state = 'queued' AND due = 0 AND not_before <= :now;
+
+-- name: queue_next_due
+-- When the next delayed item of a queue is due.
+SELECT min(not_before) FROM queue_items WHERE queue = :queue AND state = 'queued' AND due = 0;
+
+-- name: queue_ready
+-- A queue's first due items in the order they start.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
-FROM queue_items WHERE queue = :queue AND state = 'queued' ORDER BY priority, item_order LIMIT :limit;
+FROM queue_items WHERE queue = :queue AND state = 'queued' AND due = 1 ORDER BY priority, item_order LIMIT :limit;
+
+-- name: queue_ready_parts
+-- The partitions of a queue that hold due items ('' for the items without a key), each found by one step into
+-- queue_items_ready_parts however many items it holds.
+WITH RECURSIVE parts(part) AS (
+    SELECT (SELECT min(coalesce(part, '')) FROM queue_items WHERE queue = :queue AND state = 'queued' AND due = 1)
+    UNION ALL
+    SELECT (SELECT min(coalesce(q.part, '')) FROM queue_items q
+            WHERE q.queue = :queue AND q.state = 'queued' AND q.due = 1 AND coalesce(q.part, '') > parts.part)
+    FROM parts WHERE parts.part IS NOT NULL
+)
+SELECT part FROM parts WHERE part IS NOT NULL;
+
+-- name: queue_ready_in_part
+-- The first due items of one partition of a queue ('': the items without a key), in start order.
+SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
+FROM queue_items WHERE queue = :queue AND state = 'queued' AND due = 1 AND coalesce(part, '') = :part
+ORDER BY priority, item_order LIMIT :limit;
 
 -- name: queue_running
 -- A queue's started items whose case has not ended.
@@ -373,6 +404,30 @@ SELECT part, started_at FROM queue_items WHERE queue = :queue AND started_at > :
 -- name: queue_start
 -- Claim one waiting item for a node.
 UPDATE queue_items SET state = 'started', started_at = :now, node = :node WHERE case_id = :case_id AND state = 'queued';
+
+-- name: queue_dedup_other
+-- A live item of a queue holding a dedup key, other than :case_id's own.
+SELECT case_id FROM queue_items
+WHERE queue = :queue AND dedup = :dedup AND state IN ('queued', 'started') AND case_id <> :case_id LIMIT 1;
+
+-- name: queue_keep_start
+-- The start of a retried case's item, kept under :key (no case id can be it) as a deleted case's is, so it still
+-- counts in its queue's rate window.
+INSERT INTO queue_items (case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at,
+                         node, item_order, due)
+SELECT :key, queue, part, priority, NULL, start, not_before, enqueued_at, 'deleted', started_at, node,
+       (SELECT coalesce(max(item_order), 0) + 1 FROM queue_items), 0
+FROM queue_items WHERE case_id = :case_id AND started_at IS NOT NULL;
+
+-- name: queue_requeue
+-- A retried case's item queued again (due at once), keeping its place; :start marks it retried.
+UPDATE queue_items SET state = 'queued', started_at = NULL, node = NULL, due = 1, start = :start
+WHERE case_id = :case_id AND state IN ('started', 'ended');
+
+-- name: cases_dequeued
+-- The row of a retried case whose queue item was just claimed: live again (:state, running), so that the claimer,
+-- or the next owner's recovery, runs it from its retry record.
+UPDATE cases SET state = :state, live = 1, parked = 0 WHERE case_id = :case_id AND state = 'queued';
 
 -- name: queue_cancel
 -- Cancel a waiting item.
