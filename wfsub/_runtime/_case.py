@@ -329,7 +329,8 @@ class CaseActor:
     def vm_burst(self) -> RunResult:
         m = self.machine
         assert m is not None
-        r = m.run(self.shared.quanta)
+        j = self.journal  # the time its timers are due from (`_case_io.start_io`): of the last record applied
+        r = m.run(self.shared.quanta, time=j.time if j is not None else self.shared.clock.now())
         if self.level != "none":
             events = m.take_events()
             if events:

@@ -14,8 +14,9 @@ What is drawn how (the same in both formats):
     defer                     event-based gateway with one signal event per branch and a timer event
     loop                      a gateway with the condition and a thick back edge labelled with it
     mi                        a cluster between an MI split (|||, count or items) and an MI join (its policy)
-    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout), "timer" (a
-                              timer computed from the data is labelled by its function: "timer: until due_at()")
+    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout or deadline),
+                              "timer" (a timer computed from the data is labelled by its function: "timer: until
+                              due_at()", a deadline "deadline due_at()")
     scope / saga              clusters; on_error and on_cancel leave through boundary events on dashed edges,
                               each saga step's compensation hangs off it on a dashed "compensate" edge; a
                               scope's finally_ follows the body and the handlers, and a dashed "finally" edge
@@ -379,6 +380,9 @@ class _Diagram:
             lines.append(f"into {_name(t.into)}")
         if t.timeout is not None:
             lines.append(f"timeout {_span(t.timeout)}")
+        deadline = _attr(t, "deadline")
+        if deadline is not None:
+            lines.append(f"deadline {_span(deadline)}")
         if t.transient is True:
             lines.append("transient")
         node = self.node("event", "\n".join(lines))
@@ -522,7 +526,10 @@ class _Diagram:
         return _Frag(test, [(test, "done")])
 
     def _defer(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        deadline = _attr(t, "deadline")
         timeout = f"\ntimeout {_span(t.timeout)}" if t.timeout is not None else ""
+        if deadline is not None:
+            timeout = f"\ndeadline {_span(deadline)}"
         head = self.node("event_gateway", f"event-based\n(defer){timeout}")
         tail = self.node("gateway", "XOR", role="join")
         by_sel = {sel: frag for sel, frag, _ in kids}
@@ -538,8 +545,9 @@ class _Diagram:
             else:
                 self.edge(event, frag.entry)
                 self.connect(frag.exits, tail)
-        if t.timeout is not None or "timeout" in by_sel:
-            when = _span(t.timeout) if t.timeout is not None else "?"
+        if t.timeout is not None or deadline is not None or "timeout" in by_sel:
+            when = _span(t.timeout) if t.timeout is not None else f"until {_span(deadline)}" \
+                if deadline is not None else "?"
             timer = self.node("event", f"timer: {when}", role="timeout")
             self.edge(head, timer)
             handler = by_sel.get("timeout")
@@ -548,7 +556,7 @@ class _Diagram:
             else:
                 self.edge(timer, handler.entry)
                 self.connect(handler.exits, tail)
-        if not pairs and t.timeout is None:
+        if not pairs and t.timeout is None and deadline is None:
             self.edge(head, tail)
         return _Frag(head, [(tail, None)])
 
