@@ -299,6 +299,10 @@ def _check_retry(c: _Checker, r: object, path: str) -> None:
         c.add(path, f"Retry {shown}: initial, multiplier and max_interval must be non-negative finite numbers")
     elif r.max_interval > MAX_SECONDS:
         c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
+    elif r.initial > r.max_interval:  # every wait would be cut to max_interval without a word
+        c.add(path, f"Retry(initial={r.initial!r}) is above max_interval={r.max_interval!r}, which caps every wait "
+                    "between attempts (30 s unless given): the first retry would wait max_interval, not initial; "
+                    f"give max_interval >= {r.initial!r}, or a smaller initial")
     if r.max_elapsed is not None:
         if not _is_number(r.max_elapsed) or r.max_elapsed <= 0:
             c.add(path, f"Retry.max_elapsed={r.max_elapsed!r} must be a positive number of seconds, or None for no "
