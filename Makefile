@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 PEERS_STAMP := $(VENV)/.installed-peers
 
-.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo clean chaos chaos-ci
+.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo clean chaos chaos-ci flake
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,7 +42,7 @@ typecheck: $(STAMP)
 # the differential fuzz, kill -9 runs, the command's subprocesses) do not leave one worker idle while the other
 # works through a whole file, as --dist loadfile does. Any status but 0 fails the target, 5 ("no tests
 # collected") included: a suite that collects nothing fails CI.
-PYTEST_ARGS ?= -n 2 --dist worksteal
+PYTEST_ARGS ?= -n 2 --dist worksteal --durations=20
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
@@ -75,3 +75,9 @@ chaos: $(STAMP)
 # CI's one-minute run: the seed follows the commit, so a red run is reproduced with the seed it prints.
 chaos-ci: $(STAMP)
 	$(BIN)/python -m tests.chaos --seed $$(( 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1) % 1000000 )) --minutes 1
+
+# The whole suite N times, each in an order drawn from a printed seed, every second run beside two busy
+# processes; then each test that failed at least once, with its count (tests/flake.py).
+N ?= 20
+flake: $(STAMP)
+	$(BIN)/python -m tests.flake --runs $(N)

@@ -81,6 +81,8 @@ from ._terms import xor as xor
 
 if typing.TYPE_CHECKING:
     from ._compiler import compile_workflow as compile
+    from ._diagram import to_dot as to_dot
+    from ._diagram import to_mermaid as to_mermaid
     from ._runtime import CaseHandle as CaseHandle
     from ._runtime import CaseState as CaseState
     from ._runtime import CaseStatus as CaseStatus
@@ -113,8 +115,6 @@ if typing.TYPE_CHECKING:
     from ._trace import TraceSink as TraceSink
     from ._validate import ValidationIssue as ValidationIssue
     from ._validate import validate as validate
-    from .contrib.diagram import to_dot as to_dot
-    from .contrib.diagram import to_mermaid as to_mermaid
 
 __all__ = [
     "CallbackSink",
@@ -248,8 +248,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TraceSink": ("._trace", "TraceSink"),
     "ValidationIssue": ("._validate", "ValidationIssue"),
     "validate": ("._validate", "validate"),
-    "to_dot": (".contrib.diagram", "to_dot"),
-    "to_mermaid": (".contrib.diagram", "to_mermaid"),
+    "to_dot": ("._diagram", "to_dot"),
+    "to_mermaid": ("._diagram", "to_mermaid"),
 }
 
 

@@ -230,6 +230,16 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
+    def poisoned(cls, case_id: str | None, action: str, why: str | None) -> SignalRejected:
+        """The case is suspended as a poison case (it stopped its process each time it was recovered): nothing but
+        `retry` brings it back, so it takes no input but a cancel."""
+        reason = (
+            f"it is suspended: {why or 'it stopped its process each time it was recovered'}; an input would run "
+            "it again, so it takes none until it is retried (`retry(case_id)`) or cancelled"
+        )
+        return cls(case_id, action, reason)
+
+    @classmethod
     def not_ended(cls, case_id: str | None, action: str, state: str) -> SignalRejected:
         """A case that has not ended cannot be deleted (or otherwise treated as over)."""
         reason = (
@@ -239,15 +249,32 @@ class SignalRejected(WfsubError):
         return cls(case_id, action, reason)
 
     @classmethod
-    def inputs_pending(cls, case_id: str | None, pending: Sequence[tuple[int, str]]) -> SignalRejected:
-        """`delete` of an ended case for which inputs (inbox id, kind) wait in the store's inbox: a `retry` or
-        `fork` queued while no owner ran would be lost with it."""
+    def inputs_pending(
+        cls, case_id: str | None, pending: Sequence[tuple[int, str]], child: str | None = None
+    ) -> SignalRejected:
+        """`delete` of an ended case for which inputs (inbox id, kind) wait in the store's inbox (or in the inbox
+        of `child`, a child it waited for, deleted with it): a `retry` or `fork` queued while no owner ran would
+        be lost with it."""
         shown = ", ".join(f"{kind} (inbox id {inbox_id})" for inbox_id, kind in pending)
+        whose = "it" if child is None else f"its child {child!r} (deleted with it)"
         reason = (
-            f"inputs sent to it wait in the store's inbox, not yet taken by the Substrate that owns the store: "
+            f"inputs sent to {whose} wait in the store's inbox, not yet taken by the Substrate that owns the store: "
             f"{shown}; deleting it now would drop them. Let an owner take them first (open a Substrate on the store, "
             "or wait for the one that runs: it applies a retry or fork, or refuses the input with a reason), then "
             "delete it"
+        )
+        return cls(case_id, "be deleted", reason)
+
+    @classmethod
+    def children_live(cls, case_id: str | None, children: Sequence[tuple[str, str]]) -> SignalRejected:
+        """`delete` of an ended case a child of which it waited for with on_parent_cancel="cancel" (child id,
+        state) has not ended: that child is cancelled with its parent, and it would no longer be found to be if
+        its parent were gone."""
+        shown = ", ".join(f"{child!r} ({state})" for child, state in children)
+        reason = (
+            f"children it waited for, cancelled with it (on_parent_cancel='cancel'), have not ended: {shown}; their "
+            "cancel is under way. Delete it once they have ended (`await_case(child)`), or cancel them with "
+            "compensate=False to end them at once; a delete removes the children it waited for with it"
         )
         return cls(case_id, "be deleted", reason)
 

@@ -14,19 +14,25 @@ program summary of the case's recorded version, as the owner would refuse it, ev
 `request_applied` (whether a case took the input of a kind with a request id: a retried call; SignalRejected
 when an input of another kind used the id, since a request id names one input of one kind), `loads_input`
 (the JSON text of an input's value read, refused with a message when it nests too deep), `check_case_id` (a
-case id checked as every door checks it: a new case's, or one to look up), and `cancel_queued` (a case that
-waits in its queue cancelled there: it ends as any case, in one transaction).
+case id checked as every door checks it: a new case's, or one to look up), `cancel_queued` (a case that
+waits in its queue cancelled there: it ends as any case, in one transaction), `version_summary` (the program
+summary of a version as a Substrate or a Client knows it: its signal and update names, its drawing), and
+`drawing_of` and `mark_drawing` (a version's drawing as a summary keeps it, and its Mermaid text with where a
+case is marked, as `to_mermaid(term, highlight=)` gives it, without the term: what the web inspector draws with).
 """
 
 from __future__ import annotations
 
 from . import _deprecated
+from ._diagram import drawing_of as drawing_of
+from ._diagram import mark_drawing as mark_drawing
 from ._program import Op as Op
 from ._program import Program as Program
 from ._runtime._compact import request_ids_of as journaled_request_ids
 from ._runtime._inputs import check_case_id as check_case_id
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
+from ._runtime._lifecycle import delete_ended as delete_ended
 from ._runtime._lifecycle import fork_records as fork_records
 from ._runtime._lifecycle import retry_record as retry_record
 from ._runtime._outside import applied as request_applied
@@ -37,6 +43,7 @@ from ._runtime._queues import cancel_queued as cancel_queued
 from ._runtime._registry import Workflows as Workflows
 from ._runtime._registry import entries as workflow_entries
 from ._runtime._registry import term_of as term_of
+from ._runtime._versions import version_summary as version_summary
 from ._vm import Deterministic as Deterministic
 from ._vm import EffectRequest as EffectRequest
 from ._vm import Machine as Machine
@@ -69,13 +76,17 @@ __all__ = [
     "check_case_input",
     "check_input",
     "check_version",
+    "delete_ended",
+    "drawing_of",
     "fork_records",
     "journaled_request_ids",
     "loads_input",
+    "mark_drawing",
     "request_applied",
     "retry_record",
     "status_of",
     "term_of",
+    "version_summary",
     "workflow_entries",
 ]
 

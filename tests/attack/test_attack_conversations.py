@@ -43,7 +43,7 @@ from wfsub.stores import MemoryStore, PostgresStore, Store
 
 from ..stores import _pg
 from ..stores._helpers import STORE_PARAMS, make_store, twin
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 BOUND = 30.0  # seconds: a bound against a hang, never a latency requirement
 
@@ -189,7 +189,7 @@ async def test_status_of_a_case_in_memory_answers_while_the_database_is_away() -
     proxy = Proxy(_pg.database_dsn())
     flows = {"waits": seq(wait("go", reply=n_of))}
     try:
-        store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=0.5, connect_timeout=0.5,
+        store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=0.5, connect_timeout=PROXY_CONNECT,
                               sync_timeout=0.5)
         async with Substrate(store=store, workflows=flows) as sub:
             await sub.new_case("waits", {"n": 1}, case_id="s1")
@@ -276,7 +276,7 @@ async def test_lost_commit_answers_during_updates_and_child_starts_apply_once(lo
     _kid_runs.clear()
     proxy = Proxy(_pg.database_dsn())
     try:
-        store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=FAMILY) as sub:
             await sub.new_case("parent", {}, case_id="p1")
             proxy.drop_answers(lost, after=400)

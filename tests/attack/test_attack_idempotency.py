@@ -35,7 +35,7 @@ from wfsub.cli import main as cli_main
 from wfsub.stores import PostgresStore
 
 from ..stores import _pg
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 BOUND = 30.0  # seconds: a bound against a hang, not a latency requirement
 needs_pg = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
@@ -306,7 +306,7 @@ async def test_a_client_s_inputs_retried_after_lost_commit_answers_apply_once(lo
     try:
         async with Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=STEPS,
                              node_id="n1") as sub, Client(
-            PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=0.5)
+            PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=PROXY_CONNECT)
         ) as client:
             await sub.new_case("f", {}, case_id="c")
             await until(lambda: sub.status("c").signals == ("go",))

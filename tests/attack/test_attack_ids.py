@@ -26,7 +26,7 @@ from wfsub.stores import MemoryStore, PostgresStore, SqliteStore
 from ..contrib.test_web import token
 from ..stores import _pg
 from ..stores._helpers import make_store
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 BOUND = 30.0  # seconds: a bound against a hang, never a latency requirement
 needs_pg = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
@@ -140,7 +140,7 @@ async def test_a_child_start_whose_commit_answer_is_lost_starts_it_once() -> Non
     proxy = Proxy(_pg.database_dsn())
     schema = _pg.new_schema()
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=_child_flows(_big), node_id="n1") as sub:
             await sub.new_case("parent", {}, case_id="p")
             await until(lambda: sub.status("p").signals == ("go",))
@@ -176,7 +176,7 @@ async def test_a_child_start_whose_commit_is_unknown_is_retried_and_starts_it_on
     proxy = _DownAfterDrop(_pg.database_dsn())
     schema = _pg.new_schema()
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.3)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=_child_flows(_big), node_id="n1") as sub:
             await sub.new_case("parent", {}, case_id="p")
             await until(lambda: sub.status("p").signals == ("go",))
@@ -202,7 +202,7 @@ async def test_a_child_start_during_an_outage_is_retried_not_failed(retried: _Re
         return {"small": 1}
 
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.3)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=_child_flows(cut), node_id="n1") as sub:
             await sub.new_case("parent", {}, case_id="p")
             await until(lambda: sub.status("p").signals == ("go",))
@@ -226,7 +226,7 @@ async def test_a_child_start_cut_off_then_a_restart_starts_the_child_once(retrie
         return {"small": 1}
 
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.3)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=_child_flows(cut), node_id="n1") as sub:
             await sub.new_case("parent", {}, case_id="p")
             await until(lambda: sub.status("p").signals == ("go",))

@@ -27,7 +27,7 @@ from wfsub.stores import CommitUnknown, MemoryStore, PostgresStore, StoreError
 
 from ..lifecycle._util import KINDS, node, store_maker
 from ..stores import _pg
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 
 class LosesAnswer(MemoryStore):
@@ -139,7 +139,7 @@ async def test_compaction_on_postgres_with_answers_lost_keeps_every_signal_once(
     proxy = Proxy(_pg.database_dsn())
     workflows = {"cart": adder()}
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=workflows, compact_after=5, node_id="n1") as sub:
             await sub.new_case("cart", {}, case_id="c")
             with anyio.fail_after(120):
@@ -169,7 +169,7 @@ async def test_queued_cases_on_postgres_with_answers_lost_each_start_once_and_en
     proxy = Proxy(_pg.database_dsn())
     flow = seq(task(lambda ctx: {"out": ctx["i"] * 2}, name="double"))
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows={"w": flow}, queues={"q": Queue(concurrency=2)},
                              node_id="n1") as sub:
             ids: list[str] = []
@@ -245,7 +245,7 @@ async def test_retry_fork_and_delete_on_postgres_with_their_answers_lost(tmp_pat
     proxy = Proxy(_pg.database_dsn())
     fixed, flow = failing_until_fixed()
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows={"w": flow}, node_id="n1") as sub:
             with anyio.fail_after(60):
                 h = await sub.new_case("w", {}, case_id="c")
@@ -350,7 +350,7 @@ async def test_a_compaction_whose_answer_is_lost_in_an_outage_loses_nothing(tmp_
     proxy = OutageOnDrop(_pg.database_dsn())
     workflows = {"cart": adder()}
     try:
-        store = PostgresStore(proxy.dsn, schema=schema, retry_for=1.0, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=schema, retry_for=1.0, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=workflows, compact_after=5, node_id="n1") as sub:
             await sub.new_case("cart", {}, case_id="c")
             with anyio.fail_after(90):
@@ -396,7 +396,7 @@ async def test_two_nodes_run_one_schedule_while_one_loses_answers_and_pause_hold
 
     try:
         async with (
-            Substrate(store=PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5),
+            Substrate(store=PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=PROXY_CONNECT),
                       clock=clock, workflows={"job": flow}, schedules=[s], node_id="a") as a,
             Substrate(store=PostgresStore(dsn, schema=schema), clock=clock, workflows={"job": flow},
                       schedules=[s], node_id="b") as b,

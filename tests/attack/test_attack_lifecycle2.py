@@ -16,7 +16,7 @@ from wfsub.stores import MemoryStore, PostgresStore, SqliteStore
 from ..durable._util import eventually
 from ..lifecycle._util import KINDS
 from ..stores import _pg
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 
 def failing_until_fixed() -> tuple[dict[str, Any], Any]:
@@ -152,7 +152,7 @@ async def test_a_delete_whose_notice_a_node_missed_still_leaves_that_nodes_memor
     workflows = {"w": seq(task(lambda ctx: {"ok": True}, name="run"))}
     try:
         async with (
-            Substrate(store=PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=0.5),
+            Substrate(store=PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=PROXY_CONNECT),
                       workflows=workflows, node_id="a") as a,
             Substrate(store=PostgresStore(dsn, schema=schema), workflows=workflows, node_id="b") as b,
         ):

@@ -39,7 +39,7 @@ from wfsub.stores import PostgresStore
 from ..processes._app import loan
 from ..processes._http import ROOT
 from ..stores import _pg
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 needs_pg = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 TWO_WAITS = seq(wait("go"), wait("more"))
@@ -176,7 +176,7 @@ async def test_a_clients_start_and_signal_whose_commit_answers_are_lost_apply_on
     try:
         async with Substrate(store=PostgresStore(dsn, schema=schema), workflows={"f": TWO_WAITS},
                              node_id="owner") as sub, Client(
-            PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=1)
+            PostgresStore(proxy.dsn, schema=schema, retry_for=10, connect_timeout=PROXY_CONNECT)
         ) as client:
             await client.new_case("f", {}, case_id="a")
             proxy.drop_answers(1, after=200)
@@ -205,7 +205,7 @@ async def test_a_clients_calls_in_an_outage_fail_naming_the_case_and_what_was_be
     try:
         async with Substrate(store=PostgresStore(dsn, schema=schema), workflows={"f": TWO_WAITS},
                              node_id="owner"), Client(
-            PostgresStore(proxy.dsn, schema=schema, retry_for=0.5, connect_timeout=0.25)
+            PostgresStore(proxy.dsn, schema=schema, retry_for=0.5, connect_timeout=PROXY_CONNECT)
         ) as client:
             await client.new_case("f", {}, case_id="a")
             proxy.down()

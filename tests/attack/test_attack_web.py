@@ -25,7 +25,7 @@ from wfsub.stores import MemoryStore, PostgresStore
 
 from ..contrib.test_web import message, token, unescape
 from ..stores import _pg
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 FLOWS = {
     "greet": seq(wait("go"), task(lambda c: {"greeted": True}, name="greet")),
@@ -291,7 +291,7 @@ async def test_a_postgres_store_cut_away_answers_503_with_the_reason_then_recove
         async with Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=FLOWS) as sub:
             await sub.new_case("greet", {}, case_id="c-1")
             await _waiting(sub, "c-1")
-            store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=0.2)
+            store = PostgresStore(proxy.dsn, schema=schema, retry_for=0.3, connect_timeout=PROXY_CONNECT)
             async with wfsub.Client(store) as source:
                 asgi = web.app(source, workflows=FLOWS)
                 async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
@@ -325,7 +325,7 @@ async def test_a_signal_whose_commit_answer_was_lost_and_is_sent_again_is_applie
         async with Substrate(store=PostgresStore(_pg.database_dsn(), schema=schema), workflows=flows) as sub:
             await sub.new_case("count", {}, case_id="c-1")
             await _waiting(sub, "c-1")
-            store = PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=0.5)
+            store = PostgresStore(proxy.dsn, schema=schema, retry_for=5, connect_timeout=PROXY_CONNECT)
             async with wfsub.Client(store) as source:
                 asgi = web.app(source, workflows=flows)
                 async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),

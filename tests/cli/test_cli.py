@@ -135,6 +135,18 @@ async def test_cases_show_data_and_journal_read_what_the_owner_recorded(here: Pa
         assert records[0].kind == "start"
 
 
+async def test_show_and_cases_print_no_trailing_spaces(here: Path) -> None:
+    """`wfsub show` and `wfsub cases` end each line at its last character: no cell pads it to its column's width."""
+    async with owner(here) as sub:
+        await sub.new_case("order", {"amount": 1}, case_id="a-case-with-a-much-longer-id")
+        await sub.new_case("order", {"amount": 2}, case_id="b")
+        for args in (("show", "cases.db", "a-case-with-a-much-longer-id"), ("cases", "cases.db")):
+            ran = await wfsub(here, *args)
+            assert ran.code == 0, ran.err
+            assert len(ran.out.splitlines()) > 2
+            assert [line for line in ran.out.splitlines() if line != line.rstrip()] == []
+
+
 async def test_bad_input_is_refused_on_stderr_with_the_fix_and_changes_nothing(here: Path) -> None:
     """Unknown case, missing or foreign store file, a memory store, limit 0: a message on stderr, non-zero exit."""
     async with owner(here) as sub:

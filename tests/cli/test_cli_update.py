@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from wfsub import Substrate, reply, seq, task, wait
 
@@ -51,3 +52,21 @@ async def test_update_prints_the_answer_and_reports_refusals(tmp_path: Path) -> 
         ran = await wfsub(tmp_path, "update", "cases.db", "c1", "add", "3", "--request-id", "r1")
         assert ran.code == 0 and json.loads(ran.out) == {"n": 4}
         assert [r.kind for r in await sub.journal("c1")].count("signal") == 1
+
+
+class Amount(BaseModel):
+    n: int
+
+
+MODELLED = {"adder": seq(wait("add", model=Amount, reply=lambda ctx: {"got": ctx["add"]["n"]}), wait("end"))}
+
+
+async def test_an_update_whose_payload_its_model_refuses_is_refused_as_an_update(tmp_path: Path) -> None:
+    """A payload that does not fit the update's model is refused by the command as an update, naming the model."""
+    async with Substrate(store=tmp_path / "cases.db", workflows=MODELLED) as sub:
+        await sub.new_case("adder", case_id="c1")
+        ran = await wfsub(tmp_path, "update", "cases.db", "c1", "add", '{"n": "many"}')
+        assert ran.code == 1
+        assert "cannot take update 'add' at seq[0].wait" in ran.err and "Amount" in ran.err, ran.err
+        assert "take signal" not in ran.err
+        assert sub.status("c1").signals == ("add",)  # nothing was applied

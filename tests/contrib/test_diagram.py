@@ -9,6 +9,7 @@ they agree node for node and edge for edge; the tests then read the shapes by th
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shutil
 import subprocess
@@ -54,8 +55,9 @@ from wfsub import (
     when_milestone,
     xor,
 )
+from wfsub import _diagram as diagram
 from wfsub._terms import MI, Defer, Effect, Interleave, Loop, Par, Saga, Scope, Seq, Task, Term, Wait, Xor, term_classes
-from wfsub.contrib import diagram
+from wfsub.lowlevel import drawing_of, mark_drawing
 
 # -- the workflow pieces ---------------------------------------------------------------------------------------
 
@@ -639,6 +641,24 @@ def test_highlight_marks_exactly_the_given_paths() -> None:
     none_mm, none_dot = draw(EVERYTHING)
     assert none_mm.marked == set() == none_dot.marked
     assert "classDef highlight" not in to_mermaid(EVERYTHING)
+
+
+def test_a_kept_drawing_marked_by_paths_is_what_to_mermaid_highlights() -> None:
+    """drawing_of(term), kept as JSON (a program summary keeps it), then mark_drawing(drawing, paths), gives what
+    to_mermaid(term, highlight=paths) gives: for each path, several, a path into a called workflow (its call step)
+    and none; a path the drawing has no shape for is given back, unmarked."""
+    kept = json.loads(json.dumps(drawing_of(EVERYTHING)))
+    paths = sorted(kept["shapes"])
+    assert len(paths) > 40
+    assert mark_drawing(kept, []) == (to_mermaid(EVERYTHING), [])
+    for path in paths:
+        assert mark_drawing(kept, [path]) == (to_mermaid(EVERYTHING, highlight=[path]), []), path
+    several = paths[::7]
+    assert mark_drawing(kept, several) == (to_mermaid(EVERYTHING, highlight=several), [])
+    inside = "library['sub'].seq[0].task"
+    assert mark_drawing(kept, [inside]) == (to_mermaid(EVERYTHING, highlight=[inside]), [])
+    assert mark_drawing(kept, ["seq[99].task", paths[0]]) == (to_mermaid(EVERYTHING, highlight=[paths[0]]),
+                                                              ["seq[99].task"])
 
 
 def test_highlight_takes_one_path_as_a_plain_string() -> None:

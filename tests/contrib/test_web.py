@@ -273,7 +273,8 @@ async def test_redact_applies_to_the_data_and_journal_values_shown() -> None:
 
 
 async def test_case_page_without_a_store_says_there_is_no_journal() -> None:
-    """Over a Substrate without a store the case page works and says why it shows no journal."""
+    """Over a Substrate without a store the case page works, says why it shows no journal, and draws the case from
+    the Substrate's own workflows (none passed to the app)."""
     async with Substrate(workflows=WORKFLOWS) as sub:
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=web.app(sub)), base_url="http://inspector")
         async with client:
@@ -281,7 +282,7 @@ async def test_case_page_without_a_store_says_there_is_no_journal() -> None:
             page = await client.get(f"/case/{case_id}")
             assert page.status_code == 200
             assert "keeps no journal" in page.text
-            assert "pass the workflow &#39;order&#39; in app(..., workflows=...)" in page.text
+            assert '<pre class="mermaid" id="diagram">flowchart LR' in page.text
             assert rows(await client.get("/")) == [(case_id, "waiting_signal")]
 
 

@@ -38,8 +38,8 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web-inspector.png"
 
 async def test_operator_lists_filters_opens_a_case_signals_it_and_watches_it_move_on(tmp_path: Path) -> None:
     """List, filter, open a case, see its node highlighted in the drawn SVG, send a signal from the form, and
-    watch the case page (then the list) move on without a reload; retry a failed case from its page; all with no
-    CSP violation or script error."""
+    watch the case page (then the list) move on without a reload; retry a failed case from its page; open and cancel
+    a case whose id holds a dot segment (`evil/../victim`) as itself; all with no CSP violation or script error."""
     release = anyio.Event()
 
     async def pack(ctx: Mapping[str, Any]) -> Any:
@@ -157,6 +157,18 @@ async def _drive(
                 "retried: the case is re-opened at the step that failed")
             await playwright_api.expect(page.locator("#timeline")).to_contain_text("retried (run 1)")
             await playwright_api.expect(page.locator("#case-state")).to_have_text("failed")
+
+            # a case whose id holds a dot segment opens, and is cancelled, as itself (not as the case it names)
+            for case_id in ("victim", "evil/../victim"):
+                await sub.new_case("order", {"customer": "dee"}, case_id=case_id)
+                await _until(sub, case_id, "waiting_signal")
+            await page.goto(base + "/")
+            await page.click('td.id a:text-is("evil/../victim")')
+            await playwright_api.expect(page.locator("main h1 span.mono")).to_have_text("evil/../victim")
+            await page.click("#cancel-send")
+            await playwright_api.expect(page.locator("#case-state")).to_have_text("cancelled")
+            assert sub.status("evil/../victim").state == "cancelled"
+            assert sub.status("victim").state == "waiting_signal"
         finally:
             await browser.close()
     assert problems == []

@@ -71,7 +71,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     """A store with one waiting case, written by a Substrate that has exited (so the inspector's process is the
     only one open on it), and `wfsub web` serving it on a free port; stopped with SIGINT (Ctrl+C)."""
     (tmp_path / "flows.py").write_text(textwrap.dedent("""
@@ -87,8 +87,9 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
 
     anyio.run(make)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(wfsub.__file__).parents[1]), str(tmp_path)])}
-    proc = subprocess.Popen([*WFSUB, "web", str(db), "--port", "0", "-w", "flows:FLOWS"], cwd=tmp_path, env=env,
-                            stderr=subprocess.PIPE, text=True)
+    extra = list(getattr(request, "param", []))  # more options, from @pytest.mark.parametrize(indirect=True)
+    proc = subprocess.Popen([*WFSUB, "web", str(db), "--port", "0", "-w", "flows:FLOWS", *extra], cwd=tmp_path,
+                            env=env, stderr=subprocess.PIPE, text=True)
     try:
         yield db, proc
     finally:
@@ -118,6 +119,49 @@ def test_wfsub_web_serves_the_inspector_on_localhost_and_says_where(
     assert page.status_code == 200 and "flowchart LR" in page.text
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=15) == 0
+
+
+def _served_port(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # blocks until the command has bound and said where (or exited)
+    found = re.search(r"at http://127\.0\.0\.1:(\d+)/", line)
+    assert found, line + proc.stderr.read() if proc.poll() is not None else line
+    return found.group(1)
+
+
+def test_wfsub_web_answers_only_requests_for_the_address_it_serves(
+    served: tuple[Path, subprocess.Popen[str]],
+) -> None:
+    """`wfsub web` answers a request only when its Host names the address it serves (127.0.0.1, localhost, with
+    its port): a page whose own DNS name was rebound to 127.0.0.1 gets 400, reads no case and cancels nothing."""
+    _, proc = served
+    port = _served_port(proc)
+    base = f"http://127.0.0.1:{port}"
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        page = httpx.get(base + "/case/c-1", headers={"host": host}, timeout=10)
+        assert page.status_code == 200 and "c-1" in page.text, host
+    for host in (f"rebound.attacker.example:{port}", "rebound.attacker.example", f"localhost:{int(port) + 1}"):
+        for path in ("/", "/case/c-1"):
+            refused = httpx.get(base + path, headers={"host": host}, timeout=10)
+            assert refused.status_code == 400, (host, path)
+            assert "answers only requests for" in refused.text and "c-1" not in refused.text
+    with httpx.Client(base_url=base, headers={"host": f"localhost:{port}"}, timeout=10) as browser:
+        browser.get("/")  # (the CSRF cookie a page of the attacker's origin would hold)
+        csrf = browser.cookies.get(web_app.CSRF_COOKIE)
+        cancel = browser.post("/case/c-1", data={"csrf": csrf, "action": "cancel"},
+                              headers={"host": f"rebound.attacker.example:{port}"})
+        assert cancel.status_code == 400
+        assert 'data-state="waiting_signal"' in browser.get("/").text
+
+
+@pytest.mark.parametrize("served", [["--allow-host", "inspect.example"]], indirect=True)
+def test_wfsub_web_answers_the_names_allow_host_adds(served: tuple[Path, subprocess.Popen[str]]) -> None:
+    """`--allow-host NAME` adds a name the inspector answers (any port); other names stay refused."""
+    _, proc = served
+    port = _served_port(proc)
+    base = f"http://127.0.0.1:{port}"
+    assert httpx.get(base + "/", headers={"host": f"inspect.example:{port}"}, timeout=10).status_code == 200
+    assert httpx.get(base + "/", headers={"host": f"other.example:{port}"}, timeout=10).status_code == 400
 
 
 def test_wfsub_web_refuses_a_taken_port_and_a_single_term(tmp_path: Path) -> None:

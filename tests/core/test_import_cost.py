@@ -13,18 +13,18 @@ import pytest
 # runtime's own dependencies (pydantic, anyio), which load with the first name that needs them.
 NOT_ON_IMPORT = (
     "structlog", "structlog.dev", "rich", "pygments", "click", "asyncpg", "opentelemetry", "pydantic", "anyio",
-    "wfsub._store._postgres", "wfsub.contrib.diagram", "wfsub._runtime", "wfsub._store", "wfsub._trace",
-    "wfsub._compiler", "wfsub._vm", "wfsub.cli",
+    "wfsub._store._postgres", "wfsub.contrib.diagram", "wfsub._diagram", "wfsub._runtime", "wfsub._store",
+    "wfsub._trace", "wfsub._compiler", "wfsub._vm", "wfsub.cli",
 )
 # Never loaded by a Substrate, unless the app uses them: structlog is the app's to import and configure.
 NOT_WITH_THE_RUNTIME = (
     "structlog", "rich", "pygments", "click", "asyncpg", "opentelemetry", "wfsub._store._postgres",
-    "wfsub.contrib.diagram", "wfsub.cli",
+    "wfsub.contrib.diagram", "wfsub._diagram", "wfsub.cli",
 )
 # Never loaded by `wfsub --help`: the runtime, the stores, the compiler, the vm, pydantic and Rich.
 NOT_FOR_HELP = (
     "structlog", "rich", "pygments", "pydantic", "asyncpg", "wfsub._runtime", "wfsub._store", "wfsub._trace",
-    "wfsub._compiler", "wfsub._vm", "wfsub._validate", "wfsub.contrib.diagram",
+    "wfsub._compiler", "wfsub._vm", "wfsub._validate", "wfsub.contrib.diagram", "wfsub._diagram",
 )
 
 
@@ -73,8 +73,8 @@ def test_a_lazy_name_is_the_same_object_as_in_its_home_module() -> None:
 
 def test_diagrams_load_on_first_use() -> None:
     """`wfsub.to_mermaid` loads the diagram module when it is first read, and not the runtime."""
-    code = "import sys, wfsub\nassert 'wfsub.contrib.diagram' not in sys.modules\nwfsub.to_mermaid"
-    assert _loaded(code, ("wfsub.contrib.diagram", "wfsub._runtime", "pydantic")) == ["wfsub.contrib.diagram"]
+    code = "import sys, wfsub\nassert 'wfsub._diagram' not in sys.modules\nwfsub.to_mermaid"
+    assert _loaded(code, ("wfsub._diagram", "wfsub._runtime", "pydantic")) == ["wfsub._diagram"]
 
 
 def test_postgres_store_loads_only_when_named() -> None:

@@ -4,6 +4,7 @@ otherwise suspended (intact, cancellable, resumed once its version is registered
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from wfsub import CaseCancelled, SignalRejected, Substrate, effect, seq, sleep, 
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from ..lifecycle._util import KINDS, node, store_maker
 from ._util import check_shape, eventually, field, kinds, outside, wait_all_blocked
 
 T0 = 1000.0
@@ -292,3 +294,50 @@ async def test_a_running_row_is_checked_for_the_effects_it_listed_that_no_record
         answered = await reader.journal("c")
     assert [r["kind"] for r in answered] == ["start", "effect"]
     check_version(compile_(new), row, answered)  # the listed effect was answered: nothing of it is in flight
+
+
+class Inserted:
+    calls = 0
+
+
+async def waiting_effect(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    Inserted.calls += 1
+    return {"inserted": True}
+
+
+PARKED_V2 = seq(task(a_one), wait("go", into="go"), task(b))
+INSERTED_V3 = seq(task(a_one), effect(waiting_effect), wait("go", into="go"), task(b))  # an effect before the wait
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_suspended_case_stays_suspended_whatever_input_arrives(kind: str, tmp_path: Path) -> None:
+    """A case parked at a wait on v2, with only v3 (an effect inserted before that wait) registered, is suspended;
+    a signal for the wait it parked at is then refused and runs nothing of v3, and so is every later open's check
+    of suspended cases; a cancel ends it at once; v2 registered again would have resumed it."""
+    make = store_maker(kind, tmp_path)
+    Inserted.calls = 0
+    async with Substrate(store=make(), workflows={"wf": PARKED_V2}, **node(kind)) as sub:
+        for cid in ("c", "d"):
+            await sub.new_case("wf", {}, case_id=cid)
+            await eventually(lambda cid=cid: sub.status(cid).state == "waiting_signal")
+    for _ in range(2):
+        clock = VirtualClock(time.time())
+        async with Substrate(store=make(), workflows={"wf": INSERTED_V3}, clock=clock, **node(kind)) as sub:
+            await clock.settle()  # (its check of the versions of parked and suspended cases included)
+            for cid in ("c", "d"):
+                assert sub.status(cid).state == "suspended"
+                assert "waiting_effect" in (sub.status(cid).suspended_reason or "")
+            with pytest.raises(SignalRejected, match="it is suspended"):
+                await sub.signal("c", "go", 1)
+            await clock.settle()
+            assert sub.status("c").state == "suspended" and Inserted.calls == 0
+            assert kinds(await sub.journal("c")) == ["start"]
+    async with Substrate(store=make(), workflows={"wf": INSERTED_V3}, **node(kind)) as sub:
+        await sub.cancel("c", reason="gone")
+        with pytest.raises(CaseCancelled):
+            await sub.await_case("c")
+        assert kinds(await sub.journal("c")) == ["start", "cancel", "end"]
+    async with Substrate(store=make(), workflows={"wf": [PARKED_V2, INSERTED_V3]}, **node(kind)) as sub:
+        await sub.signal("d", "go", 2)
+        assert await sub.await_case("d") == {"a": 1, "go": 2, "b": True}
+    assert Inserted.calls == 0

@@ -224,7 +224,7 @@ def test_a_summary_of_format_1_lets_a_field_given_by_another_name_through() -> N
     against_summary(Signal("who", {"user": "ann", "x": 1}), summary, "a")
     with pytest.raises(SignalRejected, match="Input should be a valid string"):
         against_summary(Signal("who", {"userName": 5}), summary, "a")
-    assert summary_of("w", compile_workflow(seq(wait("who", model=Named)))).summary["format"] == 2
+    assert summary_of("w", compile_workflow(seq(wait("who", model=Named)))).summary["format"] >= 2
 
 
 NAMED_FLOW = {"n": Workflow(seq(wait("who", model=Named)), input=Camel)}

@@ -1,13 +1,14 @@
-"""The Postgres server the store tests use, when `WFSUB_TEST_POSTGRES` names one.
+"""The Postgres server the store tests use.
 
     WFSUB_TEST_POSTGRES=postgresql://postgres@127.0.0.1:5432/test python -m pytest tests/stores
 
-The URL names a database the tests may connect to; the test session creates a database of its own beside it
-(`wfsub_test_<worker>_<pid>_<random>`: under pytest-xdist each worker, gw0, gw1, ..., is a session with its own),
-gives each test an emptied schema in it (or a new one, for tests of the layout itself), and drops it when the
-session ends (tests/conftest.py; `.ci/run` sets the variable). Without the variable, the Postgres
-tests are skipped with SKIP_REASON. Database work here runs on a thread of its own with asyncio.run, so it can
-be called from sync code, async tests and trio alike.
+Without the variable, the tests use that URL whenever a server answers at 127.0.0.1:5432; `WFSUB_TEST_POSTGRES=`
+(empty) skips them. The URL names a database the tests may connect to; the test session creates a database of its
+own beside it (`wfsub_test_<worker>_<pid>_<random>`: under pytest-xdist each worker, gw0, gw1, ..., is a session
+with its own), gives each test an emptied schema in it (or a new one, for tests of the layout itself), and drops it
+when the session ends (tests/conftest.py). Without a server, the Postgres tests are skipped with SKIP_REASON and the
+run's summary counts them. Database work here runs on a thread of its own with asyncio.run, so it can be called
+from sync code, async tests and trio alike.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import itertools
 import os
 import secrets
+import socket
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -23,11 +25,27 @@ from urllib.parse import urlsplit, urlunsplit
 
 T = TypeVar("T")
 
-URL = os.environ.get("WFSUB_TEST_POSTGRES", "")
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _server_answers(host: str = "127.0.0.1", port: int = 5432) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# Unset: the default local server, whenever it answers (so a plain `pytest` runs the Postgres tests where a server
+# is at hand); set to an empty string: none (they are skipped).
+URL = os.environ["WFSUB_TEST_POSTGRES"] if "WFSUB_TEST_POSTGRES" in os.environ else (
+    DEFAULT_URL if _server_answers() else "")
 ENABLED = bool(URL)
 SKIP_REASON = (
-    "Postgres tests need a server: set WFSUB_TEST_POSTGRES=postgresql://postgres@127.0.0.1:5432/test (a database "
-    "the tests may connect to and create databases beside; .ci/run sets it)"
+    "Postgres test: WFSUB_TEST_POSTGRES is set empty; unset it to use a server at 127.0.0.1:5432, or name one"
+    if "WFSUB_TEST_POSTGRES" in os.environ else
+    "Postgres test: no server answered at 127.0.0.1:5432 and WFSUB_TEST_POSTGRES names none; start one, or set "
+    f"WFSUB_TEST_POSTGRES={DEFAULT_URL} (a database the tests may connect to and create databases beside)"
 )
 
 _lock = threading.Lock()

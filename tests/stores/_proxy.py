@@ -21,6 +21,11 @@ import threading
 import time
 from urllib.parse import urlsplit, urlunsplit
 
+# The connect_timeout of a store behind the proxy. Down, the proxy refuses at once, so no test waits on this; up,
+# a connection through it on a loaded machine can take seconds, and a tighter bound failed tests that were not
+# about connecting at all.
+PROXY_CONNECT = 10.0
+
 
 class Proxy:
     def __init__(self, dsn: str) -> None:

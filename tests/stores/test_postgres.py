@@ -26,7 +26,7 @@ from wfsub.stores import PostgresStore
 
 from . import _pg
 from ._helpers import end, first_write, make_store, opened, row, signal, start, twin
-from ._proxy import Proxy
+from ._proxy import PROXY_CONNECT, Proxy
 
 pytestmark = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 
@@ -432,7 +432,7 @@ async def test_a_new_schema_records_what_it_is_and_two_openers_build_it_once(tmp
 async def test_calls_made_during_an_outage_wait_for_the_server_or_fail_after_retry_for(tmp_path: Path) -> None:
     """Calls wait through an outage shorter than retry_for and fail with a StoreError after a longer one."""
     proxy = Proxy(_pg.database_dsn())
-    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=1.5, connect_timeout=0.5)
+    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=1.5, connect_timeout=PROXY_CONNECT)
     try:
         async with nodes(store, "A") as (a,):
             await a.write(first_write("c"))
@@ -474,7 +474,7 @@ async def wait_running(marker: str) -> None:
 async def test_a_read_whose_connection_is_cut_mid_statement_is_retried(tmp_path: Path) -> None:
     """A read in flight when its connection is cut (the driver has released it already) is retried, not raised."""
     proxy = Proxy(_pg.database_dsn())
-    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=0.5)
+    store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=PROXY_CONNECT)
     try:
         async with nodes(store, "A") as (a,):
             async def slow(conn: Any) -> int:

@@ -199,6 +199,7 @@ class CaseActor:
     forked_from: str | None = None  # durable: the case this one was forked from
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
+    waited: str | None = None  # no store: a child its parent waits for, and on_parent_cancel ("cancel", "abandon")
     start: dict[str, Any] | None = None  # without a store: its start as `start_differs` compares it (workflow, data)
     own_ids: RequestKinds | None = None  # without a store: the request ids it took (see `request_ids`)
 
@@ -661,6 +662,14 @@ class CaseActor:
         return copy_data(m.data if m is not None else self.final_data or {})
 
     def status(self) -> CaseStatus:
+        if self.state in FINAL and not self.recorded:
+            # Ended in the vm, its `end` record not yet committed: shown as running until it is, as `done()` and
+            # `await_case` do, so an ended state is never shown that a crash now would take back (and `delete`,
+            # the journal and a Client agree with it).
+            return self._status(_RUNNING, None)
+        return self._status(self.state, self.ended_at)
+
+    def _status(self, state: CaseState, ended_at: float | None) -> CaseStatus:
         m = self.machine
         at: tuple[str, ...] = ()
         if m is not None:
@@ -669,7 +678,7 @@ class CaseActor:
         else:
             steps, effects, timers, regions = self.steps, 0, 0, ()
         error = failure = None
-        if self.state is _FAILED:
+        if state is _FAILED:
             redact = self.shared.redact
             error = str(redact(str(CaseFailed(self.case_id, self.error_path, self.error_message))))
             failure = Failure(
@@ -690,7 +699,7 @@ class CaseActor:
         ) if self.armed else ()
         return CaseStatus(
             case_id=self.case_id,
-            state=self.state,
+            state=state,
             steps=steps,
             signals=self.signals,
             effects_pending=effects,
@@ -698,9 +707,9 @@ class CaseActor:
             regions=regions,
             wakeups=self.wakeups,
             started_at=self.started_at,
-            ended_at=self.ended_at,
+            ended_at=ended_at,
             error=error,
-            cancel_reason=self.cancel_reason if self.state is _CANCELLED else None,
+            cancel_reason=self.cancel_reason if state is _CANCELLED else None,
             workflow=self.workflow,
             parent=self.parent,
             at=at,

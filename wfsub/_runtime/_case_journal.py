@@ -347,6 +347,7 @@ def case_row(actor: CaseActor, state: CaseState) -> CaseRow:
         taken_refused=row_refused(actor),
         parent=j.parent,
         parent_step=j.parent_step,
+        waited=j.waited,
     )
 
 

@@ -254,7 +254,7 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         with anyio.CancelScope(shield=True):
             try:
                 await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent, queue=t.queue,
-                                   priority=t.priority or 0, dedup=t.dedup,
+                                   priority=t.priority or 0, dedup=t.dedup, _waited=t.wait is True,
                                    _parent_step={"effect_id": req.effect_id, "path": req.path} if cancels else None)
             except CaseExists as exc:
                 found, other = await _existing(sub, child_id)

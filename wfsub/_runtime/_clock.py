@@ -71,8 +71,9 @@ class VirtualClock:
     `now + seconds`. Timers armed while handling a firing fire in the same call if they fall due within the
     window, so `sleep(1)` followed by `sleep(1)` completes with one `advance(2)`.
 
-    "Settled" means: every attached Substrate reports no case actor running and no message waiting, for a few
-    consecutive event-loop rounds. Effects that do real I/O are not waited for (use `await_case` for those);
+    "Settled" means: every attached Substrate reports no case actor running and no message waiting (and, on a
+    store, the version check its opening started has made its first pass), for a few consecutive event-loop
+    rounds. Effects that do real I/O are not waited for (use `await_case` for those);
     effects that only await this clock (retry backoff, attempt timeouts) are.
     """
 

@@ -71,6 +71,7 @@ class CaseJournal:
     refused: list[InboxRow] | None = field(default_factory=list)  # latest refused inbox inputs (None: read the row)
     parent: str | None = None  # a child case: the id of the case that started it (from the start record)
     parent_step: dict[str, Any] | None = None  # a child its parent waits for with "cancel": the parent's step
+    waited: bool = False  # a child its parent waits for (with "cancel" or "abandon"): deleted with its parent
 
     def record(self, kind: str, step: int, digest: str, now: float, **fields: Any) -> Record:
         """The next input record (its seq, step, acceptance time and digest), not yet written."""

@@ -408,31 +408,10 @@ def against_summary(
     root = str(summary.get("root", ""))
     if type(msg) is Signal:
         assert isinstance(msg, Signal)
-        signals = summary.get("signals") or {}
-        waits = summary.get("waits") or {}  # (a summary written before it listed them has none)
-        updates = summary.get("updates")
-        if msg.update and updates is not None and msg.name not in updates:
-            raise SignalRejected.not_an_update(case_id, msg.name, updates, signals)
-        waiting = waiting_of(summary, row)
-        if msg.name not in signals:
-            known = {name: list(waits.get(name) or ["?"]) for name in signals}
-            raise SignalRejected.unknown_signal(case_id, msg.name, known, waiting)
-        paths = list(waits.get(msg.name) or [root])
-        model = (models or {}).get(msg.name)
-        if model is not None:
-            try:
-                model.model_validate(msg.payload)  # type: ignore[attr-defined]
-            except ValidationError as exc:
-                raise SignalRejected.invalid_payload(
-                    case_id, msg.name, model, exc.errors(include_url=False), paths, waiting
-                ) from None
-            return
-        schema = signals[msg.name]
-        if isinstance(schema, Mapping):
-            errors = payload_errors(schema, msg.payload, names=summary_names(summary))
-            if errors:
-                named = type(model_name(schema), (), {})
-                raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, waiting)
+        try:
+            _signal_against_summary(msg, summary, case_id, models, row, root)
+        except SignalRejected as exc:  # an update's refusal says update, as the owner's does (`check_update`)
+            raise (SignalRejected.as_update(exc, msg.name) if msg.update else exc) from None
     elif type(msg) is RegionOp:
         assert isinstance(msg, RegionOp)
         regions = summary.get("regions") or {}
@@ -440,6 +419,38 @@ def against_summary(
             action = msg.action.value
             raise SignalRejected.unknown_region(case_id, f"{action} {msg.name!r}", msg.name, regions, root)
     # a cancel needs nothing of the program: it is refused only once the case has ended
+
+
+def _signal_against_summary(
+    msg: Signal, summary: Mapping[str, Any], case_id: str, models: Mapping[str, type] | None, row: CaseRow | None,
+    root: str,
+) -> None:
+    """`against_summary` for a signal or an update: refused as a signal (the caller says update for an update)."""
+    signals = summary.get("signals") or {}
+    waits = summary.get("waits") or {}  # (a summary written before it listed them has none)
+    updates = summary.get("updates")
+    if msg.update and updates is not None and msg.name not in updates:
+        raise SignalRejected.not_an_update(case_id, msg.name, updates, signals)
+    waiting = waiting_of(summary, row)
+    if msg.name not in signals:
+        known = {name: list(waits.get(name) or ["?"]) for name in signals}
+        raise SignalRejected.unknown_signal(case_id, msg.name, known, waiting)
+    paths = list(waits.get(msg.name) or [root])
+    model = (models or {}).get(msg.name)
+    if model is not None:
+        try:
+            model.model_validate(msg.payload)  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            raise SignalRejected.invalid_payload(
+                case_id, msg.name, model, exc.errors(include_url=False), paths, waiting
+            ) from None
+        return
+    schema = signals[msg.name]
+    if isinstance(schema, Mapping):
+        errors = payload_errors(schema, msg.payload, names=summary_names(summary))
+        if errors:
+            named = type(model_name(schema), (), {})
+            raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, waiting)
 
 
 def inbox_body(msg: External, limit: int | None) -> dict[str, Any]:

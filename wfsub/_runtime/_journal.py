@@ -206,15 +206,17 @@ def start_record(
     case_id: str, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
     deadline: float | None, now: float, tags: Mapping[str, str] | None = None, parent: str | None = None,
     cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
-    parent_step: Mapping[str, Any] | None = None,
+    parent_step: Mapping[str, Any] | None = None, waited: bool = False,
 ) -> Record:
     """The `start` record of a case (seq 0): what it started from, with its scheduler (`seed`: Seeded(seed)), its
     tags (kept only when there are some, so an untagged start reads as before), and for a child case
     (`start_case`) its `parent`, and `cancel_with_parent: true` when its parent waits for it and cancels it when it
     withdraws the step (so a parent that ended before its cancel reached the child still cancels it), with
     `parent_step` naming that step ({"effect_id", "path"}: its row keeps it too, so a parent that withdrew the
-    step and died before cancelling the child is found, and the cancel has the step's own request id). `sent`: the
-    data as the caller sent it (JSON), kept when the input model made `data` differ from it (see the module)."""
+    step and died before cancelling the child is found, and the cancel has the step's own request id), and
+    `waited: true` when its parent waits for its end (`start_case(wait=True)`, "cancel" or "abandon": `delete` of
+    the parent deletes it too). `sent`: the data as the caller sent it (JSON), kept when the input model made
+    `data` differ from it (see the module)."""
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
     start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
                      "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
@@ -226,6 +228,8 @@ def start_record(
         start["cancel_with_parent"] = True
     if parent_step is not None:
         start["parent_step"] = dict(parent_step)
+    if waited:
+        start["waited"] = True
     if sent is not None and dict(sent) != dict(data or {}):
         start["sent"] = dict(sent)
     return start
@@ -237,6 +241,12 @@ def parent_step_of(start: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(step, Mapping) and isinstance(step.get("effect_id"), int) and isinstance(step.get("path"), str):
         return {"effect_id": step["effect_id"], "path": step["path"]}
     return None
+
+
+def waited_of(start: Mapping[str, Any]) -> bool:
+    """Whether a `start` record (or a queued start) is a child's whose parent waits for its end (see
+    `start_record`; a child started before `waited` was kept says so by `cancel_with_parent` alone)."""
+    return bool(start.get("waited") or start.get("cancel_with_parent"))
 
 
 def sent_of(start: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,12 @@ starts again.
 Delete. An ended case is deleted only while no input for it waits in the store's inbox: a `retry` or `fork` a
 client (or `wfsub`) queued while no owner ran is acknowledged as done once an owner takes it, and deleting its
 case first would drop it without a word. So `delete` refuses, naming the inputs, until an owner has taken them
-(applied, or refused with a reason); the store checks this in the same transaction as the delete.
+(applied, or refused with a reason); the store checks this in the same transaction as the delete. The children
+the case waited for (`start_case(wait=True)`: their rows say `waited`) go with it, in the same transaction, and
+theirs with them: each ended one goes; one still live is left running if it was abandoned (on_parent_cancel=
+"abandon": a case of its own from then on), and refuses the delete if it is cancelled with its parent (its
+cancel is under way, and the look for cancels a dead process did not send finds a child through its parent's
+row). Children started without waiting (wait=False) are cases of their own: never deleted with it.
 
 Fork. A fork is a new case whose journal is the origin's records up to and including `at`, with its `start`
 record naming the origin (`forked_from: {case_id, seq}`) and keeping the origin's tags (of a compacted journal:
@@ -40,11 +45,8 @@ from typing import Any
 from .._errors import CaseNotFound, SignalRejected
 from .._store import CaseRow, CaseWrite, Record, Store
 from ._journal import INPUT_KINDS, effective
-from ._persist import suspend
+from ._persist import POISON, is_poison, suspend
 from ._status import CaseState
-
-POISON = "recovered"
-"""How a poison case's suspended reason begins (see `poison_reason`): `retry` re-opens such a case."""
 
 
 def poison_reason(times: int, seq: int) -> str:
@@ -128,7 +130,7 @@ def retry_record(case_id: str, row: CaseRow, records: list[Record], now: float) 
             if kind == "effect" and earlier.get("error") is not None and earlier.get("path") == path:
                 redo.append(int(earlier["seq"]))
                 break
-    elif state == CaseState.SUSPENDED.value and (row.suspended_reason or "").startswith(POISON):
+    elif is_poison(row):
         if end is not None:
             raise SignalRejected.not_retryable(case_id, state)
     else:
@@ -157,6 +159,7 @@ async def recovering(store: Store, row: CaseRow, max_recoveries: int, redact: An
     row = stored.row
     if count > max_recoveries:
         row.effects, row.timers, row.next_due = [], [], None  # not live any more: the next start leaves it alone
+        row.recovered = {"seq": last, "count": count - 1, "poison": 1}  # nothing but `retry` loads it (`is_poison`)
         await suspend(store, row, poison_reason(count - 1, last), redact)
         return False
     row.recovered = {"seq": last, "count": count}
@@ -171,6 +174,7 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
     row.ended_at = None
     row.error = None
     row.suspended_reason = None
+    row.suspended_from = None
     row.cancel_reason = None
     row.last_seq = int(record["seq"])
     row.updated_at = float(record["time"])
@@ -180,21 +184,75 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
                                 epoch=row.epoch or None))
 
 
-async def delete_ended(store: Store, case_id: str) -> None:
-    """Delete a case whose row says it ended, or SignalRejected saying why not: inputs for it wait in the inbox
-    (naming them), a retry re-opened it meanwhile (its state now), or its `end` record is not written yet;
-    CaseNotFound when it was deleted meanwhile."""
-    if await store.delete(case_id):
-        return
-    pending = await store.inbox_pending(case_id)
-    if pending:
-        raise SignalRejected.inputs_pending(case_id, [(row.id, row.kind) for row in pending])
-    now = await store.row(case_id)  # what changed since the caller read it: deleted, or re-opened by a retry
-    if now is None:
-        raise CaseNotFound(case_id)
-    if not CaseState(now.state).ended:
-        raise SignalRejected.not_ended(case_id, "be deleted", now.state)
-    raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+DELETE_TRIES = 3  # a delete whose children changed while it ran (one retried, or deleted) looks at them again
+
+
+async def delete_ended(store: Store, case_id: str) -> list[str]:
+    """Delete a case whose row says it ended, with the children it waited for (see the module); the ids deleted
+    (the case's first). SignalRejected saying why not: inputs for it or one of those children wait in the inbox
+    (naming them), a child cancelled with it has not ended, a retry re-opened it meanwhile (its state now), or its
+    `end` record is not written yet; CaseNotFound when it was deleted meanwhile."""
+    for _ in range(DELETE_TRIES):
+        children, owed = await waited_children(store, case_id)
+        if owed:
+            raise SignalRejected.children_live(case_id, [(row.case_id, row.state) for row in owed])
+        if await store.delete(case_id, children):
+            return [case_id, *children]
+        pending = await store.inbox_pending(case_id)
+        if pending:
+            raise SignalRejected.inputs_pending(case_id, [(row.id, row.kind) for row in pending])
+        now = await store.row(case_id)  # what changed since the caller read it: deleted, or re-opened by a retry
+        if now is None:
+            raise CaseNotFound(case_id)
+        if not CaseState(now.state).ended:
+            raise SignalRejected.not_ended(case_id, "be deleted", now.state)
+        if not children or await _ending(store, case_id):
+            raise SignalRejected.not_ended(case_id, "be deleted", "ending: its end record is not written yet")
+        for child in children:
+            pending = await store.inbox_pending(child)
+            if pending:
+                raise SignalRejected.inputs_pending(case_id, [(row.id, row.kind) for row in pending], child)
+        # (a child was retried, deleted or is ending meanwhile: its children are looked at again)
+    raise SignalRejected.not_ended(
+        case_id, "be deleted", "ended, but the children it waited for kept changing while it was being deleted "
+        "(retried or deleted meanwhile); try again"
+    )
+
+
+async def _ending(store: Store, case_id: str) -> bool:
+    """Whether a case whose row says it ended has no `end` record yet (it is being written)."""
+    records = await store.journal(case_id)
+    return not records or records[-1].get("kind") != "end"
+
+
+async def waited_children(store: Store, case_id: str) -> tuple[list[str], list[CaseRow]]:
+    """The children a case waited for that `delete` removes with it, and theirs (the ended ones, parents before
+    their children), and the ones it must not leave behind: live children cancelled with their parent (see the
+    module). A live child it waited for that was abandoned is in neither: it stays, with its own children."""
+    gone: list[str] = []
+    owed: list[CaseRow] = []
+    parents, seen = [case_id], {case_id}
+    while parents:
+        parent = parents.pop()
+        before: int | None = None
+        while True:
+            rows = await store.cases(parent=parent, limit=CHILDREN_PAGE, before=before)
+            for row in rows:
+                if row.case_id in seen or not (row.waited or row.parent_step is not None):
+                    continue  # (not waited for: started with wait=False, or a fork naming the parent)
+                seen.add(row.case_id)
+                if CaseState(row.state).ended:
+                    gone.append(row.case_id)
+                    parents.append(row.case_id)
+                elif row.parent_step is not None:
+                    owed.append(row)
+            if len(rows) < CHILDREN_PAGE:
+                break
+            before = rows[-1].order
+    return gone, owed
+
+
+CHILDREN_PAGE = 500  # children read at a time by `waited_children`
 
 
 def fork_records(
@@ -221,6 +279,8 @@ def fork_records(
     start: Record = dict(head.get("start") or {}) if head.get("kind") == "snapshot" else head
     start["case_id"] = new_case_id
     start["forked_from"] = {"case_id": case_id, "seq": at}
+    for key in ("waited", "cancel_with_parent", "parent_step"):  # a case of its own: no parent waits for a fork
+        start.pop(key, None)
     start["time"] = start.get("time", now)
     if head is not start:  # a compacted journal: its snapshot record holds the start (what the stores read)
         head["start"] = start

@@ -35,7 +35,7 @@ from ._durable import CaseJournal
 from ._journal import same_data, start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
-from ._persist import Loaded, end_suspended, rebuild, suspend
+from ._persist import LeftSuspended, Loaded, end_suspended, is_poison, rebuild, suspend
 from ._queued import StartRefused
 from ._registry import Workflows
 from ._status import FINAL, CaseState
@@ -134,7 +134,7 @@ class CaseLoader:
         if self.store.shared and row.owner != self.owner:
             raise Remote(row)  # another node's case (or one queued for any node): its inputs go through the inbox
         if row.state == CaseState.SUSPENDED.value and not self.may_run(row):
-            raise SignalRejected.suspended(case_id, what, row.suspended_reason)
+            raise _suspended(row, what)
         loaded = await self.load(case_id)
         if loaded is None:  # it could not be brought back: suspended now (its journal does not replay, or is
             row = await self.store.row(case_id) or row  # damaged), or the store failed to load it (tried again)
@@ -142,7 +142,7 @@ class CaseLoader:
                 raise SignalRejected.ended(case_id, what, row.state)
             if row.state != CaseState.SUSPENDED.value:
                 raise StoreError(self.store.url, f"case {case_id!r} could not be brought back now; try again")
-            raise SignalRejected.suspended(case_id, what, row.suspended_reason)
+            raise _suspended(row, what)
         return loaded
 
     async def load(self, case_id: str) -> CaseActor | None:
@@ -151,6 +151,9 @@ class CaseLoader:
         while (pending := self.starting.get(case_id)) is not None:
             await pending.wait()
         actor = self.cases.get(case_id)
+        if actor is not None and not (actor.state in FINAL and await self.stale_end(case_id)):
+            return actor
+        actor = self.cases.get(case_id)  # (brought back by another caller while the store was read)
         if actor is not None:
             return actor
         waiting = self.loading.get(case_id)
@@ -165,7 +168,7 @@ class CaseLoader:
                 self.clock.now(),
             )
             return self.resume(loaded)
-        except ReplayDivergence:
+        except (ReplayDivergence, LeftSuspended):
             return None  # suspended: its row says why
         except StartRefused:  # failed before it ran, for queued start data its input model refuses
             self.ended_here(case_id)
@@ -183,6 +186,29 @@ class CaseLoader:
             self.busy(-1)
             del self.loading[case_id]
             event.set()
+
+    def held(self, case_id: str) -> bool:
+        """Whether a case is in memory here, not ended: a background pass that finds its id live in the store
+        leaves it to its actor. An ended copy is not held: the store may hold another run of its id (deleted by
+        a client, a standby, the command or another node, then started again), which `load` brings in."""
+        actor = self.cases.get(case_id)
+        return actor is not None and actor.state not in FINAL
+
+    async def stale_end(self, case_id: str) -> bool:
+        """Whether the ended copy of a case kept in memory here is no longer what the store holds under its id:
+        deleted elsewhere (a client, a standby, the command, another node), maybe started again since, or
+        re-opened by a retry on another node. It leaves memory then, so reads, inputs and loads go to the store
+        (one row read; only for an ended copy whose `end` is written)."""
+        actor = self.cases.get(case_id)
+        if actor is None or actor.journal is None or actor.state not in FINAL or not actor.recorded:
+            return False
+        row = await self.store.row(case_id)
+        if row is not None and row.state == actor.state.value and row.last_seq == actor.journal.seq:
+            return False
+        if self.cases.get(case_id) is actor:
+            del self.cases[case_id]
+            self.parked.pop(case_id, None)
+        return True
 
     async def suspend_damaged(self, case_id: str, reason: str) -> None:
         """Mark a case that cannot be rebuilt suspended with the reason (kept intact: a repaired store resumes it)."""
@@ -238,7 +264,7 @@ class CaseLoader:
         self, actor: CaseActor, workflow: str, fingerprint: str, data: dict[str, Any] | None, seed: int | None,
         deadline: float | None, *, queued: bool, cancel_with_parent: bool = False,
         sent: Mapping[str, Any] | None = None,
-        parent_step: dict[str, Any] | None = None, from_queue: bool = False,
+        parent_step: dict[str, Any] | None = None, from_queue: bool = False, waited: bool = False,
     ) -> None:
         """Write a new case's `start` record (and its row): the case's id is reserved in memory meanwhile. `queued`:
         the case is queued for any node of a shared store instead (placement="any"). `sent`: the data as the
@@ -254,8 +280,9 @@ class CaseLoader:
         journal.deadline = deadline
         journal.parent = actor.parent
         journal.parent_step = parent_step
+        journal.waited = waited or cancel_with_parent or parent_step is not None
         start = start_record(case_id, workflow, fingerprint, data, seed, deadline, now, actor.tags, actor.parent,
-                             cancel_with_parent, sent, parent_step)
+                             cancel_with_parent, sent, parent_step, waited)
         journal.start = start
         change = CaseWrite(case_id, [start], case_row(actor, CaseState.RUNNING), from_queue=from_queue)
         if queued:
@@ -387,23 +414,30 @@ class CaseLoader:
                 self.missed.set()
                 continue
             for row in rows:
-                if row.case_id in self.cases or row.case_id in self.loading or CaseState(row.state).ended:
+                if self.held(row.case_id) or row.case_id in self.loading or CaseState(row.state).ended:
                     continue
                 if self.store.shared and row.owner != self.owner:
                     continue
                 await self.load_quietly(row.case_id)
 
     async def check_versions(self) -> None:
-        """`check_versions_once`, tried again (backing off) while the store fails."""
+        """`check_versions_once`, tried again (backing off) while the store fails. The caller counted this Substrate
+        busy for the first try (`busy(1)` before starting it), so a VirtualClock settles only once the cases that
+        try brings back (or suspends) are known."""
         delay = SWEEP_RETRY[0]
+        counted = True
         while True:
             try:
                 await self.check_versions_once()
                 return
             except StoreError as exc:
                 _log.warning("could not check the versions of stored cases; trying again", error=str(exc))
-                await anyio.sleep(delay)
-                delay = min(delay * 2, SWEEP_RETRY[1])
+            finally:
+                if counted:
+                    self.busy(-1)
+                    counted = False
+            await anyio.sleep(delay)
+            delay = min(delay * 2, SWEEP_RETRY[1])
 
     async def check_versions_once(self) -> None:
         """Parked cases recorded on a version that is not registered, and suspended ones that a registered version
@@ -420,7 +454,7 @@ class CaseLoader:
                 for row in rows:
                     if self.store.shared and row.owner != self.owner:
                         continue  # another node's case (or a queued one): its owner checks it
-                    if row.case_id in self.cases or row.case_id in tried:
+                    if self.held(row.case_id) or row.case_id in tried:
                         continue
                     tried.add(row.case_id)
                     if state == CaseState.SUSPENDED.value:
@@ -432,7 +466,10 @@ class CaseLoader:
 
     def may_run(self, row: CaseRow) -> bool:
         """Whether a registered version may run a suspended case: its own, or (its journal decides, when it is
-        replayed) any registered version of its workflow."""
+        replayed) any registered version of its workflow. Never a poison case: its version runs it, and that is
+        what stops its process; only `retry` brings it back."""
+        if is_poison(row):
+            return False
         return self.workflows.find(row.fingerprint) is not None or bool(self.workflows.versions.get(row.workflow))
 
     async def claim_queued(self) -> None:
@@ -513,6 +550,13 @@ class CaseLoader:
                 actor = self.cases.get(case_id)
                 if actor is not None and actor.parked and not actor.requested:
                     actor.evict()
+
+
+def _suspended(row: CaseRow, what: str) -> SignalRejected:
+    """The refusal of an input for a suspended case (a poison case's says to retry it)."""
+    if is_poison(row):
+        return SignalRejected.poisoned(row.case_id, what, row.suspended_reason)
+    return SignalRejected.suspended(row.case_id, what, row.suspended_reason)
 
 
 def _nothing(case_id: str) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -30,7 +30,7 @@ from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
 from ._compact import is_snapshot, replayer_for, start_of
 from ._durable import CaseJournal, snapshot_of, usable
-from ._journal import effective, end_record, input_record, parent_step_of
+from ._journal import effective, end_record, input_record, parent_step_of, waited_of
 from ._queued import checked_start
 from ._refusals import refused_inputs
 from ._registry import Workflows
@@ -39,14 +39,28 @@ from ._request_ids import journaled_kinds, taken
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
 from ._updates import with_taken
 
-if TYPE_CHECKING:
-    from ._case import CaseActor
-
 _log = get_logger("wfsub.runtime")
 
 INBOX_POLL = 0.2  # seconds between checks for inputs written by someone else (a cheap data_version check)
 DUE_POLL = 1.0  # seconds the due-timer loop sleeps at most before looking at the store again
 DUE_PAGE = 1000  # due rows the due-timer loop reads at a time
+
+
+POISON = "recovered"
+"""How a poison case's suspended reason begins (`_lifecycle.poison_reason`): `retry` re-opens such a case."""
+
+
+def is_poison(row: CaseRow) -> bool:
+    """Whether a row is a case suspended as poison (recovered `max_recoveries` times without a new record): only
+    `retry` brings it back, never a background pass or an input (each would run it, and kill its process, again).
+    Its count of recoveries says so; a row suspended before the count did, by its reason."""
+    if row.state != CaseState.SUSPENDED.value:
+        return False
+    return bool((row.recovered or {}).get("poison")) or (row.suspended_reason or "").startswith(POISON)
+
+
+class LeftSuspended(Exception):  # noqa: N818 (not an error: the answer of a load that must not run the case)
+    """Internal: `rebuild` of a poison case (`is_poison`): it stays in the store, suspended, until a `retry`."""
 
 
 class Loaded:
@@ -78,6 +92,8 @@ async def rebuild(
     if stored is None:
         raise CaseNotFound(case_id)
     row, first = stored.row, stored.start
+    if is_poison(row):  # (whoever asks: replaying it would start the effect that stops its process again)
+        raise LeftSuspended(case_id)
     start = start_of(first)  # (a compacted journal's first record is its `snapshot`, which keeps the start)
     found = workflows.find(row.fingerprint)
     if found is not None:
@@ -187,11 +203,21 @@ def check_version(
 _PARKED_ROWS = (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.WAITING_EFFECT.value)
 
 
+def _waited_as(row: CaseRow) -> str:
+    """The state a row's list of waits was written in: a suspended case's is the state it was suspended from
+    (suspending it changed only its state and reason), so it is checked as that parked row would be: a version
+    that would run what the case never ran (an effect inserted before the wait it parked at) still diverges,
+    whatever input brings it back."""
+    if row.state == CaseState.SUSPENDED.value:
+        return row.suspended_from or row.state
+    return row.state
+
+
 def _same_tasks_as_parked(row: CaseRow, replayer: Replayer) -> None:
     """The tasks run after the last record, replayed, gave what they gave before the case parked: a row written
     when the case parked carries their digest (no record does until the next input), so a task that reads a
     clock, randomness or global state cannot hand the case other data silently."""
-    if row.digest is None or row.state not in _PARKED_ROWS or row.last_seq != replayer.seq:
+    if row.digest is None or _waited_as(row) not in _PARKED_ROWS or row.last_seq != replayer.seq:
         return
     digest, tasks = replayer.machine.take_digest()
     if digest != row.digest:
@@ -212,7 +238,7 @@ def _same_requests(row: CaseRow, replayer: Replayer, records: list[Record]) -> N
     """
     have_effects = {eid: (req.path, req.name) for eid, req in replayer.effects.items()}
     have_timers = {tid: timer.path for tid, (timer, _) in replayer.timers.items()}
-    exact = row.state in _PARKED_ROWS and row.last_seq == records[-1].get("seq")
+    exact = _waited_as(row) in _PARKED_ROWS and row.last_seq == records[-1].get("seq")
     if exact:
         want_effects = {e["effect_id"]: (e["path"], e["name"]) for e in row.effects}
         want_timers = {t["timer_id"]: t["path"] for t in row.timers}
@@ -270,6 +296,7 @@ def _journal(store: Store, row: CaseRow, start: Record, replayer: Replayer) -> C
     journal.deadline = start.get("deadline")
     journal.parent = start.get("parent")
     journal.parent_step = parent_step_of(start)
+    journal.waited = waited_of(start)
     journal.order = row.order
     journal.epoch = row.epoch or 1
     journal.request_ids = dict(replayer.request_ids)
@@ -289,6 +316,8 @@ async def suspend(store: Store, row: CaseRow, reason: str, redact: Callable[[Any
         current = await store.row(row.case_id)  # read again just before: a cancel may have ended it meanwhile
         if current is None or CaseState(current.state).ended or current.last_seq != row.last_seq:
             return  # ended or moved on since `row` was read: its row says so, nothing to mark
+        if row.state != CaseState.SUSPENDED.value:  # (suspended again: it keeps the state it was suspended from)
+            row.suspended_from = row.state
         row.state = CaseState.SUSPENDED.value
         row.suspended_reason = str(redact(reason))
         await store.write(CaseWrite(row.case_id, [], row, epoch=row.epoch or None))
@@ -377,7 +406,7 @@ class Background:
         now: Callable[[], float],
         sleep: Callable[[float], Any],
         deadline: Callable[[float], Any],
-        in_memory: Mapping[str, CaseActor],
+        held: Callable[[str], bool],
         load: Callable[[str], Any],
         route_inbox: Callable[[list[InboxRow]], Awaitable[None]],
         busy: Callable[[int], None],
@@ -386,7 +415,7 @@ class Background:
         self.now = now
         self.sleep = sleep
         self.deadline = deadline  # the clock's own timeout scope: a VirtualClock moves it
-        self.in_memory = in_memory
+        self.held = held  # whether a case is in memory, not ended (`CaseLoader.held`)
         self.load = load
         self.route_inbox = route_inbox
         self.busy = busy
@@ -438,7 +467,7 @@ class Background:
         while True:
             rows = await self.store.due(now, DUE_PAGE, after=after)
             for row in rows:
-                if row.case_id not in self.in_memory:
+                if not self.held(row.case_id):
                     await self.load(row.case_id)
             if len(rows) < DUE_PAGE:
                 return

@@ -61,7 +61,7 @@ from .._store import CaseRow, CaseWrite, Store
 from .._store._queueing import CANCELLED, QUEUED, QueueItem, QueueLimits, QueueTable
 from .._trace import get_logger
 from ._inputs import MAX_CASE_ID_BYTES, stored_key
-from ._journal import end_record, input_record, start_record
+from ._journal import end_record, input_record, start_record, waited_of
 from ._status import CaseState, CaseStatus
 
 _log = get_logger("wfsub.runtime")
@@ -175,7 +175,7 @@ def check_queued(
 def queued_start(
     workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
     parent: str | None = None, cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
-    parent_step: Mapping[str, Any] | None = None,
+    parent_step: Mapping[str, Any] | None = None, waited: bool = False,
 ) -> dict[str, Any]:
     """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
     that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before;
@@ -190,6 +190,8 @@ def queued_start(
         start["cancel_with_parent"] = True
     if parent_step is not None:
         start["parent_step"] = dict(parent_step)
+    if waited:
+        start["waited"] = True
     if sent is not None and dict(sent) != (data or {}):
         start["sent"] = dict(sent)
     return start
@@ -212,14 +214,15 @@ def cancelled_in_queue(
     end["queue"] = item.queue
     records = [
         start_record(case_id, start["workflow"], fingerprint, start.get("data"), start.get("seed"), None, now,
-                     start.get("tags"), start.get("parent"), bool(start.get("cancel_with_parent"))),
+                     start.get("tags"), start.get("parent"), bool(start.get("cancel_with_parent")),
+                     waited=bool(start.get("waited"))),
         input_record(1, "cancel", None, now, None, reason=why, compensate=False, **asked),
         end,
     ]
     row = CaseRow(
         case_id=case_id, workflow=start["workflow"], fingerprint=fingerprint, state=CaseState.CANCELLED.value,
         started_at=now, updated_at=now, ended_at=now, last_seq=2, data=dict(start.get("data") or {}),
-        cancel_reason=why, parent=start.get("parent"),
+        cancel_reason=why, parent=start.get("parent"), waited=waited_of(start),
     )
     return CaseWrite(case_id, records, row, from_queue=True)
 

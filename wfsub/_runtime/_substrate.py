@@ -380,7 +380,7 @@ class Substrate:
         """Write the summary of every registered version (once per fingerprint: the store keeps the first)."""
         for fingerprint, (name, program) in self._workflows.by_fingerprint.items():
             if await store.program(fingerprint) is None:
-                await store.put_program(summary_of(name, program, self._workflows.input_of(program)))
+                await store.put_program(summary_of(name, program, self._workflows.input_of(program), drawn=True))
 
     @property
     def standby(self) -> bool:
@@ -439,7 +439,7 @@ class Substrate:
         router = InboxRouter(store, loader, self._live, self._max_payload)
         router.lifecycle = self._lifecycle_input
         background = self._background = Background(
-            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, self._cases, loader.load_quietly,
+            store, self._clock.now, self._clock.sleep, self._clock.deadline_scope, loader.held, loader.load_quietly,
             router.take, self._busy,
         )
         loader.recovering = self._recovering
@@ -447,6 +447,7 @@ class Substrate:
             if await self._recovering(row):
                 await loader.load_quietly(row.case_id)
         lost.look()
+        self._busy(1)  # until its first pass is done (see `check_versions`)
         case_tg.start_soon(loader.check_versions)
         case_tg.start_soon(loader.sweep_loop)
         case_tg.start_soon(background.due_loop)
@@ -593,6 +594,7 @@ class Substrate:
         _parent: str | None = None,  # `start_case`: the case starting this one (see `_children`)
         _cancel_with_parent: bool = False,  # `start_case`: the parent waits for it and cancels it on withdrawal
         _parent_step: dict[str, Any] | None = None,  # and the parent's step that does ({"effect_id", "path"})
+        _waited: bool = False,  # `start_case(wait=True)`: the parent waits for its end (deleted with the parent)
         _sent: Mapping[str, Any] | None = None,  # a queued start: the data its caller sent (`data`: the model's dump)
         _from_queue: bool = False,  # the start of a queue item this node claimed (the one start its id may have)
     ) -> CaseHandle:
@@ -649,7 +651,7 @@ class Substrate:
             item = QueueItem(
                 case_id, queue, partition, priority, dedup,
                 queued_start(name, start_data, timeout, seed, case_tags, _parent, _cancel_with_parent, sent,
-                             _parent_step),
+                             _parent_step, _waited),
                 now + wait_for, now,
             )
             return await self._enqueue(item, model)
@@ -680,7 +682,7 @@ class Substrate:
             try:
                 await self._loader.start(actor, name, program.fingerprint, start_data, seed, deadline, queued=queued,
                                          cancel_with_parent=_cancel_with_parent, sent=sent,
-                                         parent_step=_parent_step, from_queue=_from_queue)
+                                         parent_step=_parent_step, from_queue=_from_queue, waited=_waited)
             except Existing as same:  # started by an earlier call with the same workflow and data
                 return CaseHandle(self, same.actor, case_id)
             except CaseExists:  # an earlier run's case has this id: the same start, or CaseExists naming what differs
@@ -696,20 +698,15 @@ class Substrate:
         self._spawn(actor)
         if _parent is not None and not durable:  # (a durable child is found through the store's parent index)
             self._children.setdefault(_parent, []).append(case_id)
+            if _waited:  # (`delete` of its parent reads it: a durable child's row says it)
+                actor.waited = "cancel" if _parent_step is not None else "abandon"
         return CaseHandle(self, actor)
 
     async def _deleted_elsewhere(self, case_id: str) -> bool:
-        """Whether an ended case kept in memory here is no longer in the store (another node or a client deleted
-        it): it leaves memory, so its id starts a new case rather than answering with the deleted run."""
-        actor = self._cases.get(case_id)
-        if actor is None or actor.journal is None or actor.state not in FINAL or not actor.recorded:
-            return False
-        assert self._store is not None
-        if await self._store.row(case_id) is not None:
-            return False
-        if self._cases.get(case_id) is actor:
-            del self._cases[case_id]
-        return True
+        """Whether an ended case kept in memory here is no longer what the store holds under its id (another node,
+        a standby, a client or the command deleted it, and perhaps started its id again): it leaves memory, so
+        its id starts a new case, and inputs and awaiters reach the store's case, rather than the deleted run."""
+        return self._loader is not None and await self._loader.stale_end(case_id)
 
     async def _joined(self, case_id: str) -> bool:
         """Wait for the calls of this Substrate that are writing a start with this case id (a queued start is not in
@@ -872,7 +869,7 @@ class Substrate:
             workflow, start.get("data"), case_id=item.case_id, timeout=start.get("timeout"),
             scheduler="deterministic" if seed is None else Seeded(seed), tags=start.get("tags"),
             _parent=start.get("parent"), _cancel_with_parent=bool(start.get("cancel_with_parent")),
-            _parent_step=parent_step_of(start),
+            _parent_step=parent_step_of(start), _waited=bool(start.get("waited")),
             _sent=start.get("sent"), _from_queue=True,
         )
         step, parent = parent_step_of(start), start.get("parent")
@@ -982,7 +979,7 @@ class Substrate:
         self._check_open(what)
         case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
-        if actor is not None:
+        if actor is not None and not (actor.state in FINAL and await self._deleted_elsewhere(case_id)):
             return actor
         if self._outside is not None:  # a standby: checked against the store, then through the inbox
             row = await self._outside.row(case_id)
@@ -1677,8 +1674,9 @@ class Substrate:
 
     async def delete(self, case_id: str) -> None:
         """Remove an ended case at once: its journal, row, snapshots, tags and queue item (`await_case` then raises
-        CaseNotFound; its id starts a new case). CaseNotFound for no such case; SignalRejected for a case that has
-        not ended."""
+        CaseNotFound; its id starts a new case), and the children it waited for (`start_case(wait=True)`; theirs
+        too): an ended one goes with it, an abandoned one still running stays. CaseNotFound for no such case;
+        SignalRejected for a case that has not ended, or a child cancelled with it that has not ended yet."""
         self._check_open("delete a case")
         case_id = inputs.check_case_id(case_id, new=False)
         actor = self._cases.get(case_id)
@@ -1691,9 +1689,12 @@ class Substrate:
                 await actor.on_recorded.wait()
         if self._store is None or (actor is not None and actor.journal is None):
             item = self._queues.item(case_id) if self._queues.queues else None
-            if self._cases.pop(case_id, None) is None and (item is None or item.state != "cancelled"):
+            if case_id not in self._cases and (item is None or item.state != "cancelled"):
                 raise CaseNotFound(case_id)
-            self._queues.forget(case_id)  # (a store removes its item as it deletes the case)
+            for gone in [case_id, *self._waited_in_memory(case_id)]:
+                self._cases.pop(gone, None)
+                self._children.pop(gone, None)
+                self._queues.forget(gone)  # (a store removes its item as it deletes the case)
             return
         row = await self._store.row(case_id)
         if row is None:
@@ -1701,8 +1702,28 @@ class Substrate:
             raise CaseNotFound(case_id)
         if not CaseState(row.state).ended:
             raise SignalRejected.not_ended(case_id, "be deleted", row.state)
-        await lifecycle.delete_ended(self._store, case_id)
-        self._cases.pop(case_id, None)
+        for gone in await lifecycle.delete_ended(self._store, case_id):
+            self._cases.pop(gone, None)
+
+    def _waited_in_memory(self, case_id: str) -> list[str]:
+        """Without a store: the children a case waited for that `delete` removes with it (see
+        `_lifecycle.waited_children`), or SignalRejected naming those cancelled with it that have not ended."""
+        gone: list[str] = []
+        owed: list[tuple[str, str]] = []
+        parents = [case_id]
+        while parents:
+            for child in self._children.get(parents.pop(), ()):
+                actor = self._cases.get(child)
+                if actor is None or actor.waited is None or child in gone:
+                    continue
+                if actor.state in FINAL:
+                    gone.append(child)
+                    parents.append(child)
+                elif actor.waited == "cancel":
+                    owed.append((child, actor.state.value))
+        if owed:
+            raise SignalRejected.children_live(case_id, owed)
+        return gone
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:
         """Set one case's trace level and, with `sink`, send that case's events to `sink` as well."""

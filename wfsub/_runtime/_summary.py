@@ -4,14 +4,19 @@ input as the case's owner would before writing it to the inbox.
 
 A summary is JSON:
 
-    {"format": 2, "workflow": name, "root": the workflow's root node path,
+    {"format": 3, "workflow": name, "root": the workflow's root node path,
      "input": the JSON Schema of the start data's model (`Workflow(term, input=Model)`), or None,
      "signals": {name: the JSON Schema of its payload model, or None},
      "updates": {name: the JSON Schema of its payload model, or None},   (the names an update can be sent to)
      "regions": {name: "scope" | "mi"},
-     "compensations": {name: [node paths]}}          (each saga compensation's name -> where it starts)
+     "compensations": {name: [node paths]},         (each saga compensation's name -> where it starts)
+     "drawing": {"mermaid": text, "shapes": {node path: shape id}, "calls": {name: [node paths]}} or None}
 
 `compensations` lets `wfsub show` say where each compensation a case's end names ran (the end records names).
+`drawing` (format 3 on, written where a Substrate registers the version with its store) is the version's Mermaid
+drawing (`wfsub._diagram.drawing_of`), so a process without the workflows (a `wfsub.Client`, the inspector of
+`wfsub web STORE`) draws a case on the version it runs, with where it is marked (`mark_drawing`). A summary
+written before has none: the inspector then draws from the workflows it is given, if any.
 
 Each schema is the one pydantic writes for validation, with what a check needs besides (`Checked`): per object,
 the other names its fields are taken by (`x-wfsub-names`: a field's name when the model populates by name, each
@@ -50,17 +55,21 @@ from pydantic_core import core_schema
 from .._program import Program, signal_waits
 from .._store import ProgramSummary
 
-SUMMARY_FORMAT = 2
-"""The summary's `format`: 2 lists the other names each field is taken by and marks where validators decide; a
-summary without it (format 1, kept by a store from before) has the plain JSON Schemas (see `payload_errors`)."""
+SUMMARY_FORMAT = 3
+"""The summary's `format`: 3 keeps the version's drawing; 2 lists the other names each field is taken by and marks
+where validators decide; a summary without it (format 1, kept by a store from before) has the plain JSON Schemas
+(see `payload_errors`)."""
 
 NAMES = "x-wfsub-names"  # in an object schema: {property: [each path the model takes it by, in the model's order]}
 ANY = "x-wfsub-any"  # in a schema: a validator of the model decides what it takes here, so the check lets it be
 
 
-def summary_of(name: str, program: Program, input_model: type | None = None) -> ProgramSummary:
+def summary_of(
+    name: str, program: Program, input_model: type | None = None, *, drawn: bool = False
+) -> ProgramSummary:
     """The summary of a registered program version (`input_model`: the model its start data must fit, from
-    `Workflow(term, input=Model)`: its JSON Schema is kept, so a client refuses a bad start as the owner would)."""
+    `Workflow(term, input=Model)`: its JSON Schema is kept, so a client refuses a bad start as the owner would).
+    `drawn`: with the version's drawing (what a store keeps; a check of an input does not need it)."""
     signals: dict[str, Any] = {}
     for signal in sorted(program.signals):
         signals[signal] = model_schema(program.signal_models.get(signal))
@@ -74,8 +83,20 @@ def summary_of(name: str, program: Program, input_model: type | None = None) -> 
         "updates": {name: signals.get(name) for name in sorted(program.updates)},
         "regions": dict(sorted(program.regions.items())),
         "compensations": compensations_of(program),
+        "drawing": drawing_of_version(program) if drawn else None,
     }
     return ProgramSummary(program.fingerprint, name, summary)
+
+
+def drawing_of_version(program: Program) -> dict[str, Any] | None:
+    """The drawing a summary keeps of a version (None: a workflow too big or too deep to draw, as `to_mermaid`
+    refuses it: the summary is kept without one)."""
+    from .._diagram import drawing_of  # (loaded only where a drawing is made: a Substrate does not need it to run)
+
+    try:
+        return drawing_of(program.term)
+    except ValueError:
+        return None
 
 
 _HANDLER_START = re.compile(r"\[\d+\.compensation\]\.\w+")

@@ -74,6 +74,9 @@ class CaseRow:
     error: dict[str, Any] | None = None  # failed: {"type", "message", "path", "traceback"}
     cancel_reason: str | None = None
     suspended_reason: str | None = None  # suspended: the ReplayDivergence text
+    # suspended: the state its row had when it was suspended; a parked one's row listed exactly what the case waited
+    # for (effects, timers, task digest), which a version that may run it must still match (`_runtime._persist`)
+    suspended_from: str | None = None
     digest: str | None = None  # parked rows: the digest of the task outputs so far (a reload must reach it)
     order: int = 0  # assigned by the store when the case is created: the paging key of `cases(before=)`
     owner: str | None = None  # shared stores: the node that owns the case (None: queued, or a single-node store)
@@ -101,6 +104,7 @@ class CaseRow:
     # A child its parent waits for and cancels on withdrawal: the parent's step, {"effect_id", "path"} (a parent
     # that withdrew that step but died before cancelling the child is found by it: `_runtime._children`).
     parent_step: dict[str, Any] | None = None
+    waited: bool = False  # a child case its parent waits for (`start_case(wait=True)`): deleted with its parent
 
 
 @dataclass(slots=True)
@@ -284,10 +288,11 @@ class Store(Protocol):
         started)."""
         ...
 
-    async def delete(self, case_id: str) -> bool:
+    async def delete(self, case_id: str, children: Sequence[str] = ()) -> bool:
         """Remove an ended case (its row, journal, snapshots, inbox rows, tags and queue item: see
-        `_queueing`) in one transaction; False (and
-        nothing removed) when there is no such case, it has no `end` record, or an input for it waits in the inbox
+        `_queueing`), and with it the cases `children` (the ended children it waited for, as the runtime found
+        them: `_runtime._lifecycle.delete_ended`), in one transaction; False (and
+        nothing removed) when any of them is no such case, has no `end` record, or has an input waiting in the inbox
         (not yet taken nor refused: a `retry` or `fork` a client queued would be lost; `inbox_pending` names
         them). An `inbox_put` for the case committed before the delete is seen by it; one under way waits for it
         (and then names no case). Postgres tells the other nodes (NOTIFY), which drop the case from memory."""

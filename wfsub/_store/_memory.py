@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -412,17 +412,20 @@ class MemoryStore(SingleNode):
             del self._inbox[inbox_id]
         return len(gone)
 
-    async def delete(self, case_id: str) -> bool:
+    async def delete(self, case_id: str, children: Sequence[str] = ()) -> bool:
         self._check_open("delete a case")
         await anyio.lowlevel.checkpoint()
-        case = self._cases.get(case_id)
-        if case is None or not case.ended or case.row is None or case.row["ended_at"] is None:
-            return False
-        if any(row.case_id == case_id and row.refused is None for row in self._inbox.values()):
-            return False  # an input waits for it (see `Store.delete`)
-        del self._cases[case_id]
-        self._queue.forget(case_id)
-        for inbox_id in [i for i, row in self._inbox.items() if row.case_id == case_id]:
+        gone = {case_id, *children}
+        for one in gone:
+            case = self._cases.get(one)
+            if case is None or not case.ended or case.row is None or case.row["ended_at"] is None:
+                return False
+        if any(row.case_id in gone and row.refused is None for row in self._inbox.values()):
+            return False  # an input waits for one of them (see `Store.delete`)
+        for one in gone:
+            del self._cases[one]
+            self._queue.forget(one)
+        for inbox_id in [i for i, row in self._inbox.items() if row.case_id in gone]:
             del self._inbox[inbox_id]
         return True
 

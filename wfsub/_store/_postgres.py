@@ -215,6 +215,10 @@ _OPEN_NODES_LOCK = threading.Lock()
 # -- jobs of the group commit ----------------------------------------------------------------------------------
 
 
+class _NotDeleted(Exception):  # noqa: N818 (not an error: rolls back a delete that cannot remove every case)
+    """Internal: one of the cases a `delete` removes together cannot be removed: none is."""
+
+
 class _Statement(NamedTuple):
     """What a job of the group commit runs: one statement per write (the group's share one `query`)."""
 
@@ -951,20 +955,34 @@ class PostgresStore(StoreBase):
         self._signal(own=True)
         return inbox_id
 
-    async def delete(self, case_id: str) -> bool:
-        # The row first, then the case's inbox key, then the check in a statement of its own (a snapshot taken
-        # once both are held sees every input put for the case: migration 10). The key is only tried while the
-        # row is held: a group commit that put an input for the case and then writes it would wait for the row
-        # while this waited for the key. On failure the row goes and the key is waited for alone, then again.
+    async def delete(self, case_id: str, children: Sequence[str] = ()) -> bool:
+        # The rows first, then the cases' inbox keys, then the check in a statement of its own (a snapshot taken
+        # once both are held sees every input put for the case: migration 10). A key is only tried while the
+        # rows are held: a group commit that put an input for a case and then writes it would wait for the row
+        # while this waited for the key. On failure the rows go and the key is waited for alone, then again.
+        # With `children`, all the cases go or none (the transaction is rolled back).
+        ids = [case_id, *sorted(set(children) - {case_id})]
+
         async def run(conn: Any) -> bool:
             while True:
-                async with conn.transaction():
-                    if await conn.fetchval(Q["delete_lock_case"], case_id) is None:
-                        return False
-                    if await conn.fetchval(Q["delete_hold_inbox"], case_id):
-                        count: int = await conn.fetchval(Q["delete"], case_id, self._sender, TOMBSTONE)
-                        return count > 0
-                await conn.fetchval(Q["delete_wait_inbox"], case_id)
+                busy: str | None = None
+                try:
+                    async with conn.transaction():
+                        for one in ids:
+                            if await conn.fetchval(Q["delete_lock_case"], one) is None:
+                                return False
+                        for one in ids:
+                            if not await conn.fetchval(Q["delete_hold_inbox"], one):
+                                busy = one
+                                break
+                        else:
+                            for one in ids:
+                                if await conn.fetchval(Q["delete"], one, self._sender, TOMBSTONE) == 0:
+                                    raise _NotDeleted  # (rolls back those already deleted)
+                            return True
+                except _NotDeleted:
+                    return False
+                await conn.fetchval(Q["delete_wait_inbox"], busy)
 
         loop = self._running("delete a case")
         return await loop.call(self._pooled(f"deleting case {case_id!r}", run, idempotent=False), cancel=False)

@@ -148,6 +148,10 @@ def encode_row(store: str, row: CaseRow) -> EncodedRow:
         detail["taken_refused"] = row.taken_refused
     if row.parent_step:  # (a child waited for with "cancel": the others keep their text)
         detail["parent_step"] = row.parent_step
+    if row.suspended_from is not None:  # (a suspended case only)
+        detail["suspended_from"] = row.suspended_from
+    if row.waited:  # (a child its parent waits for only)
+        detail["waited"] = True
     return EncodedRow(
         {
             "case_id": row.case_id,
@@ -193,6 +197,10 @@ def decode_row(order: int, params: dict[str, Any] | tuple[Any, ...]) -> CaseRow:
             fields["taken_refused"] = extra["taken_refused"]
         if "parent_step" in extra:
             fields["parent_step"] = extra["parent_step"]
+        if "suspended_from" in extra:
+            fields["suspended_from"] = extra["suspended_from"]
+        if "waited" in extra:
+            fields["waited"] = bool(extra["waited"])
     except (ValueError, TypeError, KeyError) as exc:  # edited or damaged: the case alone is shown suspended
         return _damaged_row(order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq,
                             next_due, exc)

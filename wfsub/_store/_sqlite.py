@@ -697,9 +697,9 @@ class SqliteStore(SingleNode):
         count: int = await job.outcome()
         return count
 
-    async def delete(self, case_id: str) -> bool:
+    async def delete(self, case_id: str, children: Sequence[str] = ()) -> bool:
         writer = self._running("delete a case")
-        job = Job(partial(_apply_delete, case_id), f"deleting case {case_id!r}", wait=True)
+        job = Job(partial(_apply_delete, [case_id, *children]), f"deleting case {case_id!r}", wait=True)
         writer.submit(job)
         deleted: bool = await job.outcome()
         return deleted
@@ -1157,11 +1157,14 @@ def _apply_prune(ended_before: float, limit: int | None, conn: sqlite3.Connectio
     return len(gone)
 
 
-def _apply_delete(case_id: str, conn: sqlite3.Connection) -> bool:
-    if conn.execute(Q["delete_select"], {"case_id": case_id}).fetchone() is None:
-        return False
-    for query in PRUNED:
-        conn.execute(Q[query], {"case_id": case_id, "tombstone": TOMBSTONE})
+def _apply_delete(case_ids: list[str], conn: sqlite3.Connection) -> bool:
+    """Delete the cases (a case and the ended children it waited for) all, or none (each checked first)."""
+    for case_id in case_ids:
+        if conn.execute(Q["delete_select"], {"case_id": case_id}).fetchone() is None:
+            return False
+    for case_id in case_ids:
+        for query in PRUNED:
+            conn.execute(Q[query], {"case_id": case_id, "tombstone": TOMBSTONE})
     return True
 
 

@@ -152,7 +152,7 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
             for item in listed:
                 r.print_json(item)
         elif listed:
-            r.out.print(r.queued_table(listed))
+            r.print_table(r.queued_table(listed))
         else:
             r.err.print("no queued cases")
         return
@@ -164,7 +164,7 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
         for row in rows:
             r.print_json(_row_json(row))
     elif rows:
-        r.out.print(r.cases_table(rows))
+        r.print_table(r.cases_table(rows))
     else:
         filtered = state or workflow or before or tags or id_prefix or parent
         r.err.print("no cases" + (" match" if filtered else " in the store"))
@@ -200,7 +200,7 @@ async def schedules(store: str, as_json: bool) -> None:
         for item in listed:
             r.print_json(item)
     elif listed:
-        r.out.print(r.schedules_table(listed))
+        r.print_table(r.schedules_table(listed))
     else:
         r.err.print("no schedules in the store")
 
@@ -252,7 +252,7 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         shown["refused"] = [r.with_iso(x, "time") for x in shown["refused"]]
         r.print_json(r.with_iso(shown, "started_at", "ended_at"), indent=2)
         return
-    r.out.print(r.status_table(status, row, ran, run_by))
+    r.print_table(r.status_table(status, row, ran, run_by))
 
 
 async def _run_by(store: Store, row: CaseRow) -> str:
@@ -812,15 +812,25 @@ async def _lifecycle(store: Store, row: CaseRow, kind: str, body: dict[str, Any]
 @CASE_ID
 @_run
 async def delete(store: str, case_id: str) -> None:
-    """Remove one ended case (journal, row, snapshots, tags) from the store at once."""
+    """Remove one ended case (journal, row, snapshots, tags) from the store at once, with the children it waited
+    for."""
+    from .. import CaseState, SignalRejected
+    from ..lowlevel import delete_ended
+
     async with opened(store) as s:
         row = await case_row(s, case_id)
-        if row.ended_at is None or not await s.delete(case_id):
+        if not CaseState(row.state).ended:
             raise CliError(
                 f"case {case_id!r} has not ended (it is {row.state}): only an ended case can be deleted; cancel it "
                 f"first (`wfsub cancel {store} {case_id}`)"
             )
-    r.err.print(f"deleted case {case_id!r}")
+        try:
+            gone = await delete_ended(s, case_id)
+        except SignalRejected as exc:
+            raise CliError(str(exc)) from None
+    children = len(gone) - 1
+    also = f" and {children} child case{'s' if children != 1 else ''} it waited for" if children else ""
+    r.err.print(f"deleted case {case_id!r}{also}")
 
 
 def _tags(pairs: tuple[str, ...]) -> dict[str, str]:

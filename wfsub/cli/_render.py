@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -23,6 +24,18 @@ out = Console(highlight=False, markup=False, soft_wrap=False, width=None if sys.
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 _WALL_CLOCK = 1e9  # seconds since the epoch: below it, a time is a virtual clock's own seconds
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout with each line ending at its last character: Rich pads every cell to its column's width,
+    the last column's too, which would leave trailing spaces for a pipe, a file or a diff to carry."""
+    for line in out.render_lines(table, out.options, pad=False, new_lines=False):
+        while line and not line[-1].control and not line[-1].text.strip():
+            line.pop()
+        if line and not line[-1].control:
+            last = line[-1]
+            line[-1] = Segment(last.text.rstrip(), last.style)
+        out.print(Segments([*line, Segment.line()]), crop=False, end="")
 
 
 def iso(t: float | None) -> str | None:

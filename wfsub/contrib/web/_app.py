@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import inspect
 import json
@@ -9,7 +11,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode
@@ -36,7 +38,7 @@ from wfsub import (
     Term,
     WfsubError,
 )
-from wfsub.lowlevel import check_case_id, loads_input
+from wfsub.lowlevel import check_case_id, loads_input, mark_drawing, version_summary
 
 from . import _view
 from ._live import Live, sig_hash
@@ -120,15 +122,23 @@ def app(
     workflows: Mapping[str, Any] | None = None,
     redact: Callable[[Any], Any] | None = None,
     page_size: int = 50,
+    allowed_hosts: Sequence[str] | None = None,
+    secret: bytes | str | None = None,
 ) -> ASGIApp:
     """The inspector over `source` (a `Substrate`, or a `wfsub.Client` of a store that another process owns) as an
     ASGI application; see the module's docstring.
 
     - `read_only`: no actions in the pages, and a POST is refused with 403.
     - `auth`: `auth(request) -> bool` (or awaitable), called on every request before anything is read.
-    - `workflows`: `{name: term}` or `{name: [older, ..., newest]}`, as given to the Substrate: the drawings.
+    - `workflows`: `{name: term}` or `{name: [older, ..., newest]}`, as given to the Substrate: drawings for the
+      versions the source cannot draw (a Substrate draws its own; a store's summaries written by an older wfsub
+      keep no drawing).
     - `redact`: a function over data applied to the case data and journal values the pages show.
     - `page_size`: cases per page of the list (a request may ask for up to 500 with `?limit=`).
+    - `allowed_hosts`: the host names (`"localhost:8377"` with a port, `"inspect.example.com"` any port,
+      `"*.example.com"`) a request's `Host` must name, else 400; None leaves the Host to the app it is mounted in.
+    - `secret`: the key that signs CSRF tokens (16 bytes or more); None draws one at random, so tokens last as
+      long as this app. Give the same one to every process that serves the inspector behind one address.
     """
     for name in ("status", "data", "cases", "journal", "signal", "update", "cancel", "retry", "fork"):
         if not callable(getattr(source, name, None)):
@@ -142,14 +152,17 @@ def app(
         raise TypeError(f"redact must be a function over data (or None), got {redact!r}")
     if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 500:
         raise ValueError(f"page_size must be an int from 1 to 500, got {page_size!r}")
-    inspector = _Inspector(source, read_only, _drawings(workflows), _guarded(redact), page_size)
+    hosts = _Hosts(allowed_hosts) if allowed_hosts is not None else None
+    csrf = _Csrf(_secret(secret))
+    inspector = _Inspector(source, read_only, _drawings(source, workflows), _guarded(redact), page_size, csrf)
     routes = [
         Route("/", inspector.cases_page),
+        Route("/case", inspector.case_page, methods=["GET", "POST"]),  # ?id=: an id a path cannot hold (`..`)
         Route("/case/{case_id:path}", inspector.case_page, methods=["GET", "POST"]),
         Route("/events", inspector.events),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return _Guard(Starlette(routes=routes, exception_handlers={StoreError: _store_unreachable}), auth)
+    return _Guard(Starlette(routes=routes, exception_handlers={StoreError: _store_unreachable}), auth, hosts)
 
 
 async def _store_unreachable(request: Request, exc: Exception) -> Response:
@@ -172,9 +185,11 @@ class _Inspector:
         drawings: _Drawings,
         redact: Callable[[Any], Any],
         page_size: int,
+        csrf: _Csrf,
     ) -> None:
         self.source = source
         self.read_only = read_only
+        self.csrf = csrf
         self.drawings = drawings
         self.redact = redact
         self.page_size = page_size
@@ -188,7 +203,8 @@ class _Inspector:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals.update(when=_view.when, states=STATES, workflow_names=sorted(drawings.versions))
+        self.env.globals.update(when=_view.when, states=STATES, workflow_names=sorted(drawings.versions),
+                                case_url=case_url)
 
     # -- the cases page ------------------------------------------------------------------------------------
 
@@ -286,8 +302,7 @@ class _Inspector:
                 data = self.redact(await _done(self.source.data(case_id)))
             except CaseNotFound:
                 now, data = status, None
-            diagram, diagram_note = self.drawings.draw(now, fingerprint)
-            signals, updates = self.drawings.names(now, fingerprint)
+            diagram, diagram_note, signals, updates = await self.drawings.show(now, fingerprint)
             return {
                 "status": now, "state": now.state.value, "waits": _view.waits_for(now),
                 "data": _view.json_text(data), "diagram": diagram, "diagram_note": diagram_note,
@@ -330,18 +345,23 @@ class _Inspector:
         return journal, ""
 
     async def case_page(self, request: Request) -> Response:
-        case_id = _case_param(request.path_params["case_id"], "the case id")
+        given = request.path_params.get("case_id")
+        if given is None:  # /case?id=...
+            given = request.query_params.get("id")
+            if not given:
+                raise HTTPException(400, "/case needs the case id: /case/<id> or /case?id=<id>")
+        case_id = _case_param(given, "the case id")
         message, failed, code = "", False, 200
         form: dict[str, str] = {}
         if request.method == "POST":
             if self.read_only:
                 raise HTTPException(403, "this inspector is read only: it takes no actions")
             form = await _form(request)
-            _check_csrf(request, form.get("csrf", ""))
+            self.csrf.check(request, form.get("csrf", ""))
             message, failed, code, lead = await self._act(case_id, form)
             if not failed and lead is not None:  # answered by the page it leads to: a reload does not send it again
-                here = f"{request.scope.get('root_path', '')}/case/{quote(lead, safe='/')}"
-                return RedirectResponse(f"{here}?{urlencode(_sent(form, case_id))}", status_code=303)
+                root = request.scope.get("root_path", "")
+                return RedirectResponse(case_url(root, lead, **_sent(form, case_id)), status_code=303)
         else:
             message = _sent_message(request.query_params)
         full = request.query_params.get("journal") == "all"
@@ -474,9 +494,9 @@ class _Inspector:
         self, template: str, request: Request, context: dict[str, Any], *, live: str = "", status: int = 200
     ) -> Response:
         token = request.cookies.get(CSRF_COOKIE) or ""
-        fresh = not _token_ok(token)
+        fresh = not self.csrf.issued(token)  # (a cookie this app did not sign, or signed before a restart: replaced)
         if fresh:
-            token = secrets.token_urlsafe(32)
+            token = self.csrf.issue()
         root = request.scope.get("root_path", "")
         html = self.env.get_template(template).render(
             context, root=root, csrf=token, read_only=self.read_only, live=root + live if live else "",
@@ -500,14 +520,19 @@ class _Stream(Response):
 
 
 class _Drawings:
-    """The workflows given to the app, by name and fingerprint, and their drawings."""
+    """What a case is drawn with, and the signal and update names its forms offer: a term of the workflows given to
+    the app (`workflows=`, by name and fingerprint), else the program summary of the case's version as the source
+    knows it (`version_summary`: a Substrate's own registered versions, or the summaries its store keeps, each with
+    the version's drawing)."""
 
-    def __init__(self, versions: dict[str, list[Term]]) -> None:
+    def __init__(self, source: CaseSource, versions: dict[str, list[Term]]) -> None:
+        self.source = source
         self.versions = versions
         self.library = {name: terms[-1] for name, terms in versions.items() if terms}  # what start_case and call name
         self._fingerprints: dict[Term, str] = {}
         self._names: dict[Term, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self._drawn: dict[tuple[Term, tuple[str, ...]], tuple[str, str]] = {}
+        self._summaries: dict[tuple[str | None, str], Mapping[str, Any]] = {}  # (version, name) -> summary
+        self._drawn: dict[tuple[Any, tuple[str, ...]], tuple[str, str]] = {}
 
     def _fingerprint(self, term: Term) -> str:
         found = self._fingerprints.get(term)
@@ -522,59 +547,98 @@ class _Drawings:
             self._names[term] = (tuple(sorted(program.signals)), tuple(sorted(program.updates)))
         return found
 
-    def _version(self, status: CaseStatus, fingerprint: str | None) -> tuple[Term | None, bool]:
-        """The term of the version a case runs on (status.version, else its start record's), and whether it is
-        that version (False: the newest one given, standing in for it)."""
-        terms = self.versions.get(status.workflow or "") if status.workflow else None
-        if not terms:
-            return None, False
-        wanted = status.version or fingerprint
-        if wanted is not None:
-            for t in terms:
-                if self._fingerprint(t) == wanted:
-                    return t, True
-        return terms[-1], wanted is None
+    def _given(self, name: str, fingerprint: str) -> Term | None:
+        """The term of `workflows=` that is version `fingerprint` of `name` (None: not given)."""
+        return next((t for t in self.versions.get(name, ()) if self._fingerprint(t) == fingerprint), None)
 
-    def names(self, status: CaseStatus, fingerprint: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(the signal names, the update names) the case's version takes; ((), ()) when the app does not hold that
-        version (the form still sends any name: the API's own check answers)."""
-        term, exact = self._version(status, fingerprint)
-        if term is None or not exact:
-            return (), ()
-        self._fingerprint(term)
-        return self._names[term]
+    async def _summary(self, version: str | None, name: str) -> Mapping[str, Any] | None:
+        """The summary of a version (None: the newest of `name`, see `version_summary`) as the source knows it;
+        kept, since a summary never changes (one not known yet may be registered later: asked again then)."""
+        key = (version, name)
+        found = self._summaries.get(key)
+        if found is None:
+            found = await version_summary(self.source, version, workflow=name)
+            if found is not None:
+                if len(self._summaries) > 256:
+                    self._summaries.clear()
+                self._summaries[key] = found
+        return found
 
-    def draw(self, status: CaseStatus, fingerprint: str | None) -> tuple[str, str]:
-        """(the Mermaid text, a note on what is drawn) for a case; ('', why not) when it cannot be drawn."""
+    async def show(
+        self, status: CaseStatus, started_on: str | None
+    ) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+        """(the Mermaid text, a note on what is drawn, the signal names, the update names) for a case, drawn on the
+        version it runs now (`status.version`; else the one its first record names, `started_on`). No Mermaid
+        text when nothing here holds that version (the note says why), and no names when they are not known (the
+        form still sends any name: the API's own check answers)."""
         name = status.workflow
         if name is None:
-            return "", "this case started from a term, not a registered name: there is nothing to draw it from"
+            return "", "this case started from a term, not a registered name: there is nothing to draw it from", (), ()
+        version = status.version or started_on  # (None: a Substrate without a store runs the newest version)
         terms = self.versions.get(name)
-        if not terms:
-            return "", f"no drawing: pass the workflow {name!r} in app(..., workflows=...) to draw it here"
-        note = ""
-        term = terms[-1]
-        if fingerprint is not None:
-            matching = [t for t in terms if self._fingerprint(t) == fingerprint]
-            if matching:
-                term = matching[0]
-            else:
-                note = (f"drawn on the newest version of {name!r}: the case ran on version {fingerprint[:12]}, "
-                        "which app(workflows=) does not hold")
-        key = (term, status.at)
-        drawn = self._drawn.get(key)
-        if drawn is None:
+        term = self._given(name, version) if version is not None else (terms[-1] if terms else None)
+        if term is not None:
+            self._fingerprint(term)  # (its names, kept with its fingerprint)
+            return *self._draw_term(term, status.at, ""), *self._names[term]
+        summary = await self._summary(version, name)
+        names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        if summary is not None:
+            names = (_keys(summary.get("signals")), _keys(summary.get("updates")))
+            drawing = summary.get("drawing")
+            if isinstance(drawing, Mapping):
+                return *self._draw_kept((version, name), drawing, status.at), *names
+        shown = f"version {version[:12]}" if version is not None else "its version"
+        if terms:
+            note = (f"drawn on the newest version of {name!r} given in app(workflows=): the case runs on {shown}, "
+                    "which is not among the versions given")
+            return *self._draw_term(terms[-1], status.at, note), *names
+        if summary is not None:
+            note = (f"no drawing: the store's summary of {shown} of {name!r} was written by an older wfsub, before "
+                    "summaries kept drawings; pass the workflows to app(..., workflows=...) (wfsub web --workflow "
+                    "MODULE:ATTR) to draw it")
+        else:
+            note = (f"no drawing: {shown} of {name!r} is registered neither here nor with the store; pass the "
+                    "workflows to app(..., workflows=...) (wfsub web --workflow MODULE:ATTR) to draw it")
+        return "", note, *names
+
+    def _draw_term(self, term: Term, at: tuple[str, ...], note: str) -> tuple[str, str]:
+        return self._kept_drawn((term, note), at, lambda: self._mermaid_of(term, at, note))
+
+    @staticmethod
+    def _mermaid_of(term: Term, at: tuple[str, ...], note: str) -> tuple[str, str]:
+        try:
+            return wfsub.to_mermaid(term, highlight=at), note
+        except ValueError as exc:  # a path this version does not have
+            return wfsub.to_mermaid(term), f"{note} {exc}".strip()
+
+    def _draw_kept(self, key: Hashable, drawing: Mapping[str, Any], at: tuple[str, ...]) -> tuple[str, str]:
+        def draw() -> tuple[str, str]:
             try:
-                drawn = (wfsub.to_mermaid(term, highlight=status.at), note)
-            except ValueError as exc:  # a path this version does not have
-                drawn = (wfsub.to_mermaid(term), f"{note} {exc}".strip())
+                text, missing = mark_drawing(drawing, at)
+            except ValueError as exc:  # (a summary's drawing that is not one: written by something else)
+                return "", f"no drawing: {exc}"
+            if missing:
+                return text, f"not marked: this version has no node {', '.join(missing)}"
+            return text, ""
+
+        return self._kept_drawn(key, at, draw)
+
+    def _kept_drawn(self, key: Any, at: tuple[str, ...], draw: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+        drawn = self._drawn.get((key, at))
+        if drawn is None:
+            drawn = draw()
             if len(self._drawn) > 1024:
                 self._drawn.clear()
-            self._drawn[key] = drawn
+            self._drawn[(key, at)] = drawn
         return drawn
 
 
-def _drawings(workflows: Mapping[str, Any] | None) -> _Drawings:
+def _keys(names: Any) -> tuple[str, ...]:
+    """The sorted names of a summary's `signals` or `updates` mapping (() when it has none)."""
+    return tuple(sorted(str(n) for n in names)) if isinstance(names, Mapping) else ()
+
+
+def _drawings(source: CaseSource, workflows: Mapping[str, Any] | None) -> _Drawings:
     if workflows is not None and not isinstance(workflows, Mapping):
         raise TypeError(f"workflows must be a mapping of name -> workflow (or -> [versions]), got {workflows!r}")
     from ...lowlevel import term_of, workflow_entries
@@ -588,23 +652,30 @@ def _drawings(workflows: Mapping[str, Any] | None) -> _Drawings:
                 f"got {given!r}"
             )
         versions[str(name)] = [term_of(t) for t in listed]
-    return _Drawings(versions)
+    return _Drawings(source, versions)
 
 
 # -- safety --------------------------------------------------------------------------------------------------
 
 
 class _Guard:
-    """Runs `auth` before every request and adds the security headers to every response."""
+    """Checks the `Host` (when the app was given `allowed_hosts`) and runs `auth` before every request, and adds
+    the security headers to every response."""
 
-    def __init__(self, inner: ASGIApp, auth: Auth | None) -> None:
+    def __init__(self, inner: ASGIApp, auth: Auth | None, hosts: _Hosts | None) -> None:
         self.inner = inner
         self.auth = auth
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+        if self.hosts is not None:
+            refused = self.hosts.refusal(Request(scope, receive))
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         if self.auth is not None:
             refusal = await self._refusal(Request(scope, receive))
             if refusal is not None:
@@ -655,16 +726,135 @@ def _guarded(redact: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
     return guarded
 
 
-def _token_ok(token: str) -> bool:
-    return 32 <= len(token) <= 64 and token.replace("-", "").replace("_", "").isalnum()
+class _Hosts:
+    """The host names a request's `Host` must name (`allowed_hosts=`): `name` (any port), `name:port`, `*.domain`
+    (any name under it), `*` (any). A request for another name is refused before anything is read, so a page on
+    another site whose name resolves to this address (DNS rebinding) reads nothing and acts on nothing."""
+
+    def __init__(self, allowed: Sequence[str]) -> None:
+        if isinstance(allowed, str) or not isinstance(allowed, Sequence):
+            raise TypeError(
+                f"allowed_hosts must be a list of host names (e.g. ['localhost:8377', '127.0.0.1:8377']), "
+                f"got {allowed!r}"
+            )
+        self.shown = [str(a) for a in allowed]
+        self.allowed: list[tuple[str, int | None]] = []
+        for given in allowed:
+            found = _host_port(given) if isinstance(given, str) else None
+            if found is None:
+                raise ValueError(
+                    f"allowed_hosts holds {given!r}, which is not a host name: give names such as 'localhost', "
+                    "'localhost:8377', '[::1]:8377' or '*.example.com'"
+                )
+            self.allowed.append(found)
+
+    def refusal(self, request: Request) -> Response | None:
+        header = request.headers.get("host", "")
+        found = _host_port(header)
+        if found is not None:
+            name, port = found
+            if port is None:
+                port = 443 if request.url.scheme in ("https", "wss") else 80
+            if any(_host_matches(pattern, want, name, port) for pattern, want in self.allowed):
+                return None
+        return PlainTextResponse(
+            f"this inspector answers only requests for {', '.join(self.shown)}, and this one names the host "
+            f"{header!r}: open it at one of those addresses. (A host it does not know is refused, so that a web "
+            "page whose name points at this address, DNS rebinding, reads nothing; to serve it under another name, "
+            "add that name to app(..., allowed_hosts=[...]), or pass --allow-host to wfsub web.)", 400)
 
 
-def _check_csrf(request: Request, sent: str) -> None:
-    cookie = request.cookies.get(CSRF_COOKIE, "")
-    if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
-        raise HTTPException(
-            403, "the form's CSRF token is missing or does not match this browser's: reload the page and send it again"
+def _host_port(text: str) -> tuple[str, int | None] | None:
+    """A Host header's (or an allowed host's) name, lowercased, and its port (None: none given); None when it is
+    not a host (empty, a bad port, characters no host has)."""
+    text = text.strip().lower()
+    if text.startswith("["):  # an IPv6 address: [::1] or [::1]:8377
+        name, sep, rest = text.partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        name, port_text = name + "]", rest[1:]
+    elif text.count(":") > 1:  # a bare IPv6 address (as an allowed host): no port
+        name, port_text = f"[{text}]", ""
+    else:
+        name, _, port_text = text.partition(":")
+    if not name or any(c in name for c in "/@?#\\ \t"):
+        return None
+    if not port_text:
+        return name, None
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    return name, int(port_text)
+
+
+def _host_matches(pattern: str, want: int | None, name: str, port: int) -> bool:
+    if want is not None and want != port:
+        return False
+    if pattern == "*":
+        return True
+    if pattern.startswith("*."):
+        return name.endswith(pattern[1:])
+    return name == pattern
+
+
+class _Csrf:
+    """CSRF tokens the app issues and signs: `<nonce>.<signature>`, the signature an HMAC-SHA256 of the nonce under
+    the app's secret. A page is served with the token of this browser's cookie (one is issued when it has none this
+    app signed), and a POST is taken only when its form carries that same token and the app signed it: a token the
+    sender made up, with whatever cookie comes with it, is refused."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def issue(self) -> str:
+        nonce = secrets.token_urlsafe(24)
+        return f"{nonce}.{self._sign(nonce)}"
+
+    def _sign(self, nonce: str) -> str:
+        mac = hmac.new(self._key, b"wfsub-web-csrf\0" + nonce.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    def issued(self, token: str) -> bool:
+        """Whether this app signed `token`."""
+        nonce, dot, signature = token.partition(".")
+        if not dot or not 16 <= len(nonce) <= 64 or not nonce.isascii() or not signature.isascii():
+            return False
+        return hmac.compare_digest(signature.encode(), self._sign(nonce).encode())
+
+    def check(self, request: Request, sent: str) -> None:
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
+            raise HTTPException(
+                403, "the form's CSRF token is missing or does not match this browser's: reload the page and send it "
+                     "again"
+            )
+        if not self.issued(sent):
+            raise HTTPException(
+                403, "the form's CSRF token was not issued by this inspector (or by it before it restarted with "
+                     "another secret): reload the page and send it again"
+            )
+
+
+def _secret(secret: bytes | str | None) -> bytes:
+    """The key CSRF tokens are signed with: the one given (16 bytes or more), else a random one for this app."""
+    if secret is None:
+        return secrets.token_bytes(32)
+    key = secret.encode() if isinstance(secret, str) else secret
+    if not isinstance(key, bytes) or len(key) < 16:
+        raise ValueError(
+            "secret must be bytes or a str of 16 bytes or more (e.g. secrets.token_bytes(32), kept in the "
+            f"deployment's secrets), got {type(secret).__name__} of {len(key) if isinstance(key, bytes) else '?'}"
         )
+    return key
+
+
+def case_url(root: str, case_id: str, **query: str) -> str:
+    """The address of a case's page (`root`: where the app is mounted): its id percent-encoded whole (a `/`, `%`,
+    `?`, `#` or `..` in it is part of the id), so no id leads to another page. An id that is a dot segment (`.`,
+    `..`) goes in the query instead: a browser resolves such a segment, even percent-encoded, before it asks."""
+    if case_id in (".", ".."):
+        return f"{root}/case?{urlencode({'id': case_id, **query})}"
+    here = f"{root}/case/{quote(case_id, safe='')}"
+    return f"{here}?{urlencode(query)}" if query else here
 
 
 # -- small helpers -------------------------------------------------------------------------------------------

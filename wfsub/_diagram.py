@@ -1,40 +1,9 @@
-"""Workflow diagrams: `to_mermaid(term)` and `to_dot(term)` draw a term as a BPMN-like flow.
+"""Workflow diagrams, drawn from a term: `to_mermaid` and `to_dot` (public in `wfsub.contrib.diagram`, whose
+docstring says what is drawn how), and the drawing a program summary keeps (`drawing_of`, `mark_drawing`).
 
-    mermaid = wfsub.to_mermaid(order)                            # a str: paste it into any Mermaid renderer
-    Path("order.dot").write_text(wfsub.to_dot(order, highlight=["seq[2].wait"]))   # dot -Tsvg order.dot
-
-What is drawn how (the same in both formats):
-
-    start / end event         circle; end has a thick border; `terminate` is a filled circle
-    task                      rounded box, labelled with its name or function name
-    effect                    box with a double border, with its timeout, heartbeat timeout and retry policy
-    call                      box with a thick border ("call approve")
-    par / xor / multi_choice  split and join gateways (diamonds): AND, XOR, OR; the join of a par says how it
-                              synchronizes: AND (all), 1-of-m (first), n-of-m, multi-merge (each)
-    defer                     event-based gateway with one signal event per branch and a timer event
-    loop                      a gateway with the condition and a thick back edge labelled with it
-    mi                        a cluster between an MI split (|||, count or items) and an MI join (its policy)
-    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout or deadline),
-                              "timer" (a timer computed from the data is labelled by its function: "timer: until
-                              due_at()", a deadline "deadline due_at()")
-    scope / saga              clusters; on_error and on_cancel leave through boundary events on dashed edges,
-                              each saga step's compensation hangs off it on a dashed "compensate" edge; a
-                              scope's finally_ follows the body and the handlers, and a dashed "finally" edge
-                              from the scope says it also runs when the body fails or is withdrawn
-    interleave                gateways "interleave (one at a time)"; order pairs as dashed "before" edges
-    critical / milestone      clusters with a lock / a flag at the entry; when_milestone is a flag guard with
-                              a dashed "enables" edge from the milestone of that name
-    region steps              arrow shapes ("cancel region r") with a dashed edge to the region they act on
-    net                       its graph: each node's term, edges labelled with their predicates, split and
-                              join gateways where a node has several outgoing or incoming edges
-
-Every shape that stands for a term carries that term's node path (`seq[1].par[0].task`, as `validate` and
-a case's status report it): a Mermaid comment line `%% <id>: <path>` before it, the `tooltip` in DOT.
-`highlight=` takes node paths and marks their shapes (Mermaid class `highlight`, a yellow fill in DOT); a seq
-has no shape of its own, so its path marks its first step's.
-
-The walk is iterative (any depth draws), and a workflow that `validate` rejects still draws: what is not a
-term, or not what its slot expects, is drawn as a red "invalid" shape that says what was found there.
+This module sits below the runtime and imports only the algebra, so a Substrate can draw each version it
+registers into the version's program summary, and a process without the workflows (a `wfsub.Client`, the
+inspector of `wfsub web STORE`) can draw a case on the version it runs, with where it is marked.
 """
 
 from __future__ import annotations
@@ -45,14 +14,14 @@ import typing
 from collections.abc import Mapping as _Mapping
 from dataclasses import dataclass as _dataclass
 
-from ..terms import Retry as _Retry
-from ..terms import Term as _Term
-from ..terms import branch_name as _branch_name
-from ..terms import child_path as _child_path
-from ..terms import children as _children
+from ._terms import Retry as _Retry
+from ._terms import Term as _Term
+from ._terms import branch_name as _branch_name
+from ._terms import child_path as _child_path
+from ._terms import children as _children
 
 if typing.TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
 __all__ = ["to_dot", "to_mermaid"]
@@ -1010,6 +979,11 @@ def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
     """
     diagram = _Diagram(_check_term(term, "to_mermaid"))
     marked = _highlighted(diagram, highlight, "to_mermaid", term)
+    return _mermaid(diagram) + _mm_marks(sorted(marked, key=lambda i: diagram.nodes[i].key))
+
+
+def _mermaid(diagram: _Diagram) -> str:
+    """The Mermaid text of a diagram with nothing marked (the marks are lines added at its end: `_mm_marks`)."""
     lines = ["flowchart LR", "    %% drawn by wfsub.to_mermaid: '%% <id>: <path>' names the term each shape stands for"]
 
     def write_node(node: _Node, pad: str) -> list[str]:
@@ -1028,8 +1002,6 @@ def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
     by_class: dict[str, list[str]] = {}
     for node in sorted(diagram.nodes.values(), key=lambda n: n.key):
         by_class.setdefault(_MM_SHAPES[node.shape][2], []).append(node.id)
-    if marked:
-        by_class["highlight"] = sorted(marked, key=lambda i: diagram.nodes[i].key)
     lines.extend(f"    classDef {name} {_MM_STYLES[name]}" for name in by_class)
     for name, ids in by_class.items():
         lines.append(f"    class {','.join(ids)} {name}")
@@ -1037,6 +1009,59 @@ def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
     if link_styles:
         lines.append(f"    linkStyle {','.join(link_styles)} stroke:#546e7a")
     return "\n".join(lines) + "\n"
+
+
+def _mm_marks(ids: Sequence[str]) -> str:
+    """The lines that mark shapes (by id) as highlighted, added after a drawing's own: a `class` line given last
+    wins over the shape's own class."""
+    if not ids:
+        return ""
+    return f"    classDef highlight {_MM_STYLES['highlight']}\n    class {','.join(ids)} highlight\n"
+
+
+# -- a drawing kept in a program summary -------------------------------------------------------------------------
+
+
+def drawing_of(term: _Term) -> dict[str, Any]:
+    """The drawing of a workflow version as a program summary keeps it (JSON): its Mermaid text with nothing marked
+    (`mermaid`), the id of the shape that stands for each node path (`shapes`), and, per workflow a `call` step
+    calls, the paths of those steps (`calls`: a thread inside a called workflow is marked on its call step).
+    `mark_drawing(drawing, paths)` gives what `to_mermaid(term, highlight=paths)` gives, without the term.
+    Raises ValueError for a term too big or too deep to draw (as `to_mermaid` does)."""
+    diagram = _Diagram(_check_term(term, "drawing_of"))
+    calls: dict[str, list[str]] = {}
+    stack: list[tuple[object, str]] = [(term, term.kind)]
+    while stack:  # (iterative, as the diagram's own walk: any depth)
+        node, at = stack.pop()
+        name = _attr(node, "name")
+        if _attr(node, "kind") == "call" and isinstance(name, str) and at in diagram.primary:
+            calls.setdefault(name, []).append(at)
+        stack.extend((child, _child_path(at, sel, child)) for sel, child in _kids_list(node))
+    nodes = diagram.nodes
+    shapes = dict(sorted(diagram.primary.items(), key=lambda kv: nodes[kv[1]].key if kv[1] in nodes else (-1, 0)))
+    return {"mermaid": _mermaid(diagram), "shapes": shapes, "calls": calls}
+
+
+def mark_drawing(drawing: _Mapping[str, Any], highlight: Iterable[str]) -> tuple[str, list[str]]:
+    """A kept drawing's Mermaid text with the shapes at these node paths marked (as `to_mermaid(term,
+    highlight=)` marks them), and the paths it has no shape for (left unmarked: the caller says so)."""
+    text = drawing.get("mermaid")
+    shapes = drawing.get("shapes")
+    calls = drawing.get("calls")
+    if not isinstance(text, str) or not isinstance(shapes, _Mapping):
+        raise ValueError("not a drawing kept by drawing_of(): it has no Mermaid text and shapes")
+    calls = calls if isinstance(calls, _Mapping) else {}
+    ids: list[str] = []
+    missing: list[str] = []
+    for path in highlight:
+        found = _LIBRARY.match(path)
+        targets = list(calls.get(found.group(2), ())) if found else [path]
+        marked = [shapes[p] for p in targets if isinstance(shapes.get(p), str)]
+        if not marked:
+            missing.append(path)
+        ids.extend(i for i in marked if i not in ids)
+    order = {shape: index for index, shape in enumerate(shapes.values())}
+    return text + _mm_marks(sorted(ids, key=lambda i: order.get(i, len(order)))), missing
 
 
 # -- DOT -------------------------------------------------------------------------------------------------------
