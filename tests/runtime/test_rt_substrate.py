@@ -463,10 +463,10 @@ async def test_an_actor_crash_fails_only_its_case(monkeypatch: pytest.MonkeyPatc
         target = broken._actor.machine
         real_run = Machine.run
 
-        def run(self: Machine, quanta: int = 1000) -> Any:
+        def run(self: Machine, quanta: int = 1000, **given: Any) -> Any:
             if self is target:
                 raise RuntimeError("vm invariant broken")
-            return real_run(self, quanta)
+            return real_run(self, quanta, **given)
 
         monkeypatch.setattr(Machine, "run", run)
         with structlog.testing.capture_logs() as logs:
