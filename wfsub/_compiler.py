@@ -366,7 +366,7 @@ def _emit_wait(e: _Emitter, t: Wait, path: str) -> None:
         e.updates.add(t.signal)
     if t.check is not None:
         e.guarded = True
-    spec = WaitSpec(t.signal, t.into or t.signal, t.transient, timeout, t.reply, t.check)
+    spec = WaitSpec(t.signal, t.into or t.signal, t.transient, timeout, t.reply, t.check, t.deadline)
     e.emit(Op.WAIT, e.const(spec), path)
 
 
@@ -399,7 +399,8 @@ def _emit_defer(e: _Emitter, t: Defer, path: str) -> None:
     checks = dict(t.check or ())
     listed = tuple(checks.get(name) for name in names) if checks else None
     e.guarded = e.guarded or listed is not None
-    e.set_const(slot, DeferSpec(tuple(names), tuple(targets), _timer_operand(t.timeout), timeout_target, listed))
+    e.set_const(slot, DeferSpec(tuple(names), tuple(targets), _timer_operand(t.timeout), timeout_target, listed,
+                                t.deadline))
 
 
 def _timer_operand(value: Any) -> Any:

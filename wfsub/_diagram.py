@@ -349,6 +349,9 @@ class _Diagram:
             lines.append(f"into {_name(t.into)}")
         if t.timeout is not None:
             lines.append(f"timeout {_span(t.timeout)}")
+        deadline = _attr(t, "deadline")
+        if deadline is not None:
+            lines.append(f"deadline {_span(deadline)}")
         if t.transient is True:
             lines.append("transient")
         node = self.node("event", "\n".join(lines))
@@ -492,7 +495,10 @@ class _Diagram:
         return _Frag(test, [(test, "done")])
 
     def _defer(self, t: Any, kids: list[tuple[str, _Frag, _Item]]) -> _Frag:
+        deadline = _attr(t, "deadline")
         timeout = f"\ntimeout {_span(t.timeout)}" if t.timeout is not None else ""
+        if deadline is not None:
+            timeout = f"\ndeadline {_span(deadline)}"
         head = self.node("event_gateway", f"event-based\n(defer){timeout}")
         tail = self.node("gateway", "XOR", role="join")
         by_sel = {sel: frag for sel, frag, _ in kids}
@@ -508,8 +514,9 @@ class _Diagram:
             else:
                 self.edge(event, frag.entry)
                 self.connect(frag.exits, tail)
-        if t.timeout is not None or "timeout" in by_sel:
-            when = _span(t.timeout) if t.timeout is not None else "?"
+        if t.timeout is not None or deadline is not None or "timeout" in by_sel:
+            when = _span(t.timeout) if t.timeout is not None else f"until {_span(deadline)}" \
+                if deadline is not None else "?"
             timer = self.node("event", f"timer: {when}", role="timeout")
             self.edge(head, timer)
             handler = by_sel.get("timeout")
@@ -518,7 +525,7 @@ class _Diagram:
             else:
                 self.edge(timer, handler.entry)
                 self.connect(handler.exits, tail)
-        if not pairs and t.timeout is None:
+        if not pairs and t.timeout is None and deadline is None:
             self.edge(head, tail)
         return _Frag(head, [(tail, None)])
 

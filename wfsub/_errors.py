@@ -126,12 +126,12 @@ class CaseNotFound(WfsubError, KeyError):
 
 
 class CaseExists(WfsubError):
-    """new_case was given a case id that is already registered (for a durable case: with another workflow or other
-    start data; the same start again returns the existing case)."""
+    """new_case was given a case id that is already registered with another workflow or other start data (the same
+    start again returns the existing case, with or without a store)."""
 
     def __init__(self, case_id: str, differs: str | None = None) -> None:
         self.case_id = case_id
-        self.differs = differs  # durable cases: what differs from the existing case's start (its workflow, data)
+        self.differs = differs  # what differs from the existing case's start (its workflow, data), where known
         if differs is None:
             text = f"case {case_id!r} already exists: pass another case_id, or omit it to get a fresh one"
         else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 import msgspec
@@ -34,8 +35,12 @@ def json_problem(value: Any, where: str) -> str | None:
         if leaving:
             active.discard(id(v))
             continue
-        if v is None or isinstance(v, bool | int):
+        if v is None or isinstance(v, bool):
             continue
+        if isinstance(v, int):
+            if -(big := _too_big()) < v < big:
+                continue
+            return long_int(at)
         if isinstance(v, str):
             if "\x00" in v:
                 return (f"{at}: the str holds a NUL character (U+0000) at index {v.index(chr(0))}, which case data may "
@@ -67,9 +72,66 @@ def json_problem(value: Any, where: str) -> str | None:
             else:
                 stack.extend((x, f"{at}[{i}]", False) for i, x in enumerate(v))
             continue
+        if isinstance(v, LongDigits):  # (an int literal of a JSON text, too long to read: `loads_long`)
+            return long_int(at, v.digits)
         hint = "; pass .isoformat()" if hasattr(v, "isoformat") else "; convert it to str, a number, a list or a dict"
         return f"{at}: {type(v).__name__} is not JSON{hint}"
     return None
+
+
+def int_digits() -> int:
+    """The most decimal digits an int of case data may have: as many as Python turns into text and back by default
+    (4,300: `sys.int_info.default_max_str_digits`), or the lower limit this process set. An int kept in a journal
+    is JSON text, which every process that reads the store must turn back into an int."""
+    default = sys.int_info.default_max_str_digits
+    mine = sys.get_int_max_str_digits()
+    return min(mine, default) if mine else default
+
+
+_BIG: dict[int, int] = {}  # digits -> 10 ** digits (the smallest int with one digit more)
+
+
+def _too_big() -> int:
+    digits = int_digits()
+    big = _BIG.get(digits)
+    if big is None:
+        big = _BIG[digits] = 10**digits
+    return big
+
+
+def long_int(at: str, digits: int | None = None) -> str:
+    """What is wrong with an int of case data with more than `int_digits()` digits."""
+    limit = int_digits()
+    size = f"of {digits:,} digits" if digits is not None else f"of more than {limit:,} digits"
+    return (f"{at}: an int {size}, longer than case data may hold (at most {limit:,} digits, the longest int "
+            "Python turns into text and back: sys.get_int_max_str_digits()); send it as a str")
+
+
+class LongDigits:
+    """An int literal of a JSON text with more digits than `int_digits()` (`loads_long`): not read as an int, so
+    that `json_problem` can name where it is."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def loads_long(text: str | bytes) -> tuple[Any, bool]:
+    """`json.loads`, with an int literal too long to read (see `int_digits`) given as a `LongDigits` where it is,
+    instead of Python's ValueError that names no place; and whether there was one."""
+    limit = int_digits()
+    found = False
+
+    def parse_int(literal: str) -> int | LongDigits:
+        nonlocal found
+        digits = len(literal) - literal.startswith("-")
+        if digits <= limit:
+            return int(literal)
+        found = True
+        return LongDigits(digits)
+
+    return json.loads(text, parse_int=parse_int), found
 
 
 MAX_DEPTH = 200

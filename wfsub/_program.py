@@ -200,6 +200,7 @@ class WaitSpec:
     timeout: float | Callable[..., Any] | None = None  # seconds or fn(ctx) -> seconds; then a WaitTimeout failure
     reply: Callable[..., Any] | None = None  # fn(ctx) -> the answer to an update this wait takes
     check: Callable[..., Any] | None = None  # fn(ctx, payload) -> None | refusal text
+    deadline: Callable[..., Any] | None = None  # fn(ctx) -> a point in time (instead of timeout); WaitTimeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,7 @@ class DeferSpec:
     timeout: float | Callable[..., Any] | None  # seconds or fn(ctx) -> seconds
     timeout_target: int
     checks: tuple[Callable[..., Any] | None, ...] | None = None  # per signal: fn(ctx, payload) -> None | refusal
+    deadline: Callable[..., Any] | None = None  # fn(ctx) -> a point in time (instead of timeout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 MAX_SECONDS = 1e9
-"""The longest timer, timeout or backoff wfsub accepts (about 31 years): past it, a number is a mistake."""
+"""The longest timer, timeout or backoff wfsub accepts (about 31 years): past it, a number is a mistake. A due time
+(`sleep(until=)`, `deadline=`) may be at most this far after the step starts, the one bound for both forms."""
 
 JoinPolicy = str | int | None
 """`"all"`, `"first"`, an int n (n-of-m), `"each"` (par only) or None (mi only: no synchronization)."""
@@ -302,7 +303,7 @@ class Loop(Term):
 class Wait(Term):
     kind = "wait"
     _positional = ("signal",)
-    _added = ("reply", "check")
+    _added = ("reply", "check", "deadline")
     signal: Any
     into: Any = None
     transient: bool = False
@@ -310,18 +311,20 @@ class Wait(Term):
     model: Any = None
     reply: Any = None  # fn(ctx) -> JSON value: the answer to an update this wait takes
     check: Any = None  # fn(ctx, payload) -> None | str: a string refuses the signal or update
+    deadline: Any = None  # fn(ctx) -> epoch seconds or an ISO 8601 time with a timezone (instead of timeout=)
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Defer(Term):
     kind = "defer"
     _positional = ("branches",)
-    _added = ("model", "check")
+    _added = ("model", "check", "deadline")
     branches: Any  # tuple of (signal name, term) pairs when given a mapping
     timeout: Any = None
     on_timeout: Any = None
     model: Any = None  # tuple of (signal name, pydantic model) pairs
     check: Any = None  # tuple of (signal name, fn(ctx, payload) -> None | str) pairs
+    deadline: Any = None  # fn(ctx) -> epoch seconds or an ISO 8601 time with a timezone (instead of timeout=)
 
     def _repr_parts(self) -> Iterator[str | _Sub]:
         yield "defer("
@@ -339,6 +342,9 @@ class Defer(Term):
             yield _Sub(self.branches)
         if self.timeout is not None:
             yield f", timeout={self.timeout!r}"
+        if self.deadline is not None:
+            yield ", deadline="
+            yield _Sub(self.deadline)
         if self.on_timeout is not None:
             yield ", on_timeout="
             yield _Sub(self.on_timeout)
@@ -752,11 +758,14 @@ def wait(
     model: type | None = None,
     reply: Callable[[Mapping[str, Any]], Any] | None = None,
     check: Callable[[Mapping[str, Any], Any], str | None] | None = None,
+    deadline: Callable[[Mapping[str, Any]], float | str] | None = None,
 ) -> Term:
     """Park until `signal` arrives; its payload is stored at `into` (default: the signal name) (WCP23, 24).
 
     `timeout=` seconds (or a function of the case data returning them, called only when the wait has to park and
-    arm its timer): when nothing arrived in time, `WaitTimeout` is a failure at this node. `model=` (a pydantic
+    arm its timer): when nothing arrived in time, `WaitTimeout` is a failure at this node. `deadline=fn` instead
+    names the time itself (as `sleep(until=)`: epoch seconds or an ISO 8601 time with a timezone, computed from
+    the case data when the wait parks): nothing by then is a `WaitTimeout`. `model=` (a pydantic
     model class): a payload is validated when it is sent (an invalid one is refused with SignalRejected carrying
     pydantic's errors, and nothing changes) and stored as the model's JSON-mode dump.
 
@@ -765,7 +774,7 @@ def wait(
     wait takes a signal or update; a string refuses it (`SignalRejected` carrying the string) and nothing is
     stored: the wait goes on waiting.
     """
-    return Wait(signal, into, transient, timeout, model, reply, check)
+    return Wait(signal, into, transient, timeout, model, reply, check, deadline)
 
 
 def defer(
@@ -775,16 +784,18 @@ def defer(
     on_timeout: Term | None = None,
     model: Mapping[str, type] | None = None,
     check: Mapping[str, Callable[[Mapping[str, Any], Any], str | None]] | None = None,
+    deadline: Callable[[Mapping[str, Any]], float | str] | None = None,
 ) -> Term:
     """Deferred choice: the first signal named (or the timeout) picks its branch; the rest are withdrawn.
 
     `timeout=` seconds, or a function of the case data returning them (called only when the choice has to park
-    and arm its timer). `model={signal: Model}` and `check={signal: fn(ctx, payload)}` as on `wait`, per signal.
+    and arm its timer); or `deadline=fn`, the time itself, as `sleep(until=)` takes it (one of the two, with
+    `on_timeout=`). `model={signal: Model}` and `check={signal: fn(ctx, payload)}` as on `wait`, per signal.
     """
     shaped: Any = tuple(branches.items()) if isinstance(branches, Mapping) else branches
     models: Any = tuple(model.items()) if isinstance(model, Mapping) else model
     checks: Any = tuple(check.items()) if isinstance(check, Mapping) else check
-    return Defer(shaped, timeout, on_timeout, models or None, checks or None)
+    return Defer(shaped, timeout, on_timeout, models or None, checks or None, deadline)
 
 
 def reply(name: str, fn: Callable[[Mapping[str, Any]], Any]) -> Term:

@@ -299,6 +299,10 @@ def _check_retry(c: _Checker, r: object, path: str) -> None:
         c.add(path, f"Retry {shown}: initial, multiplier and max_interval must be non-negative finite numbers")
     elif r.max_interval > MAX_SECONDS:
         c.add(path, f"Retry.max_interval={r.max_interval!r} is more than {MAX_SECONDS:g} seconds (about 31 years)")
+    elif r.initial > r.max_interval:  # every wait would be cut to max_interval without a word
+        c.add(path, f"Retry(initial={r.initial!r}) is above max_interval={r.max_interval!r}, which caps every wait "
+                    "between attempts (30 s unless given): the first retry would wait max_interval, not initial; "
+                    f"give max_interval >= {r.initial!r}, or a smaller initial")
     if r.max_elapsed is not None:
         if not _is_number(r.max_elapsed) or r.max_elapsed <= 0:
             c.add(path, f"Retry.max_elapsed={r.max_elapsed!r} must be a positive number of seconds, or None for no "
@@ -422,6 +426,7 @@ def _check_wait(c: _Checker, t: Wait, path: str) -> None:
                     "one), or None to wait without limit")
     else:
         _at_most_max_seconds(c, path, "timeout", t.timeout)
+    _check_deadline(c, path, t.timeout, t.deadline)
     if t.model is not None:
         _signal_model(c, path, t.signal, t.model)
     if isinstance(t.signal, str):
@@ -478,9 +483,10 @@ def _check_defer(c: _Checker, t: Defer, path: str) -> None:
         for pair in t.branches:
             if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]):
                 c.add(path, f"defer keys must be non-empty signal names, got {pair!r}")
-    if (t.timeout is None) != (t.on_timeout is None):
-        missing = "on_timeout=" if t.on_timeout is None else "timeout="
-        c.add(path, f"timeout and on_timeout go together: add {missing}")
+    if (t.timeout is None and t.deadline is None) != (t.on_timeout is None):
+        missing = "on_timeout=" if t.on_timeout is None else "timeout= (or deadline=)"
+        c.add(path, f"timeout (or deadline) and on_timeout go together: add {missing}")
+    _check_deadline(c, path, t.timeout, t.deadline)
     if callable(t.timeout):
         _timer_fn(c, path, "timeout", t.timeout)
     elif t.timeout is not None and (not _is_number(t.timeout) or t.timeout < 0):
@@ -530,6 +536,20 @@ def _check_sleep(c: _Checker, t: Sleep, path: str) -> None:
         c.add(path, f"sleep seconds={t.seconds!r} must be a non-negative number, or a function of ctx returning one")
     else:
         _at_most_max_seconds(c, path, "sleep seconds", t.seconds)
+
+
+def _check_deadline(c: _Checker, path: str, timeout: object, deadline: object) -> None:
+    """`deadline=` of a wait or defer: a function of ctx giving a point in time, instead of `timeout=`."""
+    if deadline is None:
+        return
+    if timeout is not None:
+        c.add(path, f"give timeout= or deadline=, not both (got {timeout!r} and deadline={deadline!r}): timeout= "
+                    "is a length from when the step starts, deadline= the time it gives up at")
+    if callable(deadline):
+        _timer_fn(c, path, "deadline", deadline)
+    else:
+        c.add(path, f"deadline={deadline!r} must be a function of ctx returning epoch seconds or an ISO 8601 time "
+                    "with a timezone (for a fixed length, use timeout=seconds)")
 
 
 def _timer_fn(c: _Checker, path: str, what: str, fn: object) -> None:

@@ -187,3 +187,90 @@ def test_a_snapshot_from_before_timer_values_existed_restores() -> None:
     assert [(t.seconds, t.at) for t in restored.pending_requests()[1]] == [(5.0, None)]
     restored.fire_timer(1)
     assert settle(restored).status == "done"
+
+
+T0 = datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()
+
+
+def settle_at(m: Machine, time: float) -> RunResult:
+    """`settle`, the driver telling the vm the time its inputs have reached (as the runtime and a replay do)."""
+    timers = []
+    while True:
+        r = m.run(1000, time=time)
+        timers += r.timers
+        if r.status != "yielded":
+            r.timers = timers
+            return r
+
+
+def test_wait_and_defer_deadlines_from_data_arm_a_timer_at_that_time() -> None:
+    """deadline=fn on wait and defer arms a timer at the time fn(ctx) names (epoch seconds or ISO 8601 with a
+    timezone); a wait that saw nothing by then fails with WaitTimeout naming its deadline, a defer takes on_timeout."""
+    m = machine(wait("ok", deadline=deadline), {"deadline": "2027-01-15T10:00:00+01:00"})
+    (timer,) = settle_at(m, T0).timers
+    assert (timer.at, timer.due(base=T0)) == (T0 + 3600, T0 + 3600)
+    m.fire_timer(timer.timer_id)
+    r = settle_at(m, T0 + 3600)
+    assert r.status == "failed" and isinstance(m.error, WaitTimeout)
+    assert "wait('ok') saw no signal by its deadline 2027-01-15T09:00:00Z" in str(m.error)
+    m = machine(defer({"ok": put("ok", True)}, deadline=deadline, on_timeout=put("late", True)), {"deadline": T0 - 5})
+    (timer,) = settle_at(m, T0).timers
+    assert timer.at == T0 - 5  # already passed: due at once
+    m.fire_timer(timer.timer_id)
+    assert settle_at(m, T0).status == "done" and m.data["late"] is True
+    m = machine(seq(wait("ok", deadline=deadline), put("after", True)), {"deadline": "tomorrow"})
+    r = settle_at(m, T0)
+    assert r.status == "failed" and m.error_path == "seq[0].wait"
+    assert ("wait deadline function deadline returned 'tomorrow', which is not an ISO 8601 time; return epoch "
+            "seconds or an ISO 8601 time with a timezone") in str(m.error)
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        sleep(until=deadline),
+        wait("x", deadline=deadline),
+        defer({"x": put("x", 1)}, deadline=deadline, on_timeout=put("late", 1)),
+    ],
+)
+def test_a_due_time_from_data_is_bounded_as_a_timer_length_is(term: Term) -> None:
+    """A due time further than MAX_SECONDS (1e9 s, about 31 years) after the time the run was given fails the step
+    naming that bound, as sleep(seconds) and timeout= above it do; one exactly that far is armed."""
+    from wfsub._terms import MAX_SECONDS
+
+    m = machine(seq(term, put("after", True)), {"deadline": "3000-01-01T00:00:00Z"})
+    r = settle_at(m, T0)
+    assert r.status == "failed" and m.error_path == "seq[0]." + term.kind
+    assert f"after the step started: more than the longest timer wfsub arms ({MAX_SECONDS:g} s, about 31 years)" \
+        in str(m.error)
+    m = machine(seq(term, put("after", True)), {"deadline": T0 + MAX_SECONDS})
+    (timer,) = settle_at(m, T0).timers
+    assert timer.at == T0 + MAX_SECONDS
+
+
+def test_validate_checks_deadlines() -> None:
+    """validate takes deadline=fn on wait and defer, and refuses it beside timeout=, not a function, async, or on a
+    defer without on_timeout."""
+
+    async def slow(ctx: Any) -> float:
+        return 1.0
+
+    def issues(term: Term) -> list[str]:
+        return [i.message for i in validate(seq(put("a", 1), term))]
+
+    assert issues(wait("x", deadline=deadline)) == []
+    assert issues(defer({"x": put("b", 1)}, deadline=deadline, on_timeout=put("c", 1))) == []
+    assert issues(wait("x", timeout=5, deadline=deadline)) == [
+        f"give timeout= or deadline=, not both (got 5 and deadline={deadline!r}): timeout= is a length from when "
+        "the step starts, deadline= the time it gives up at"
+    ]
+    assert "deadline='2027-01-01' must be a function of ctx returning epoch seconds or an ISO 8601 time" in issues(
+        wait("x", deadline="2027-01-01"))[0]  # type: ignore[arg-type]
+    assert "slow is an async function" in issues(wait("x", deadline=slow))[0]
+    assert issues(defer({"x": put("b", 1)}, deadline=deadline)) == [
+        "timeout (or deadline) and on_timeout go together: add on_timeout="
+    ]
+    assert wfsub.compile(wait("x")).fingerprint != wfsub.compile(wait("x", deadline=deadline)).fingerprint
+    from wfsub._compiler import canonical
+
+    assert "deadline" not in canonical(wait("x", timeout=3)) + canonical(defer({"x": put("b", 1)}))

@@ -121,3 +121,53 @@ async def test_the_vm_checks_each_signal_once_from_every_door(tmp_path: Path, mo
             await taken(cli, inbox_id)
         assert await sub.await_case("three") == {"approval": {"by": "cy"}}
         assert calls == ["approve"]
+
+
+async def _long_result(ctx: Any) -> dict[str, Any]:
+    return {"total": 10**5000}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+async def test_an_int_too_long_to_turn_into_text_is_refused_naming_where_it_is_by_every_door(
+    kind: str, tmp_path: Path
+) -> None:
+    """An int of more than 4,300 digits (Python's limit for int <-> text) in start data, a signal or update payload,
+    add_instances items, an effect result, a Client's input or the text of the command's and the inspector's
+    PAYLOAD is refused with the path of the value and what to do, never Python's bare "Exceeds the limit"."""
+    from wfsub import Client, effect, mi, task
+    from wfsub.lowlevel import loads_input
+
+    from ..durable._util import same_store
+
+    long = 10**4300  # 4,301 digits
+    said = "an int of more than 4,300 digits, longer than case data may hold .*send it as a str"
+    with pytest.raises(ValueError, match=r'the payload\["n"\]\[1\]: an int of 4,301 digits, longer than case data'):
+        loads_input('{"n": [1, -' + "9" * 4301 + "]}")
+    assert loads_input('{"n": ' + "9" * 4300 + "}") == {"n": int("9" * 4300)}
+    flows = {
+        "w": seq(wait("go", reply=lambda c: "ok"),
+                 mi(task(lambda c: None), items=lambda c: [], dynamic="open", name="m", join=None)),
+        "e": seq(effect(_long_result, name="sum")),
+    }
+    store = same_store(kind, tmp_path)
+    node: dict[str, Any] = {"node_id": "n1"} if kind == "postgres" else {}
+    async with Substrate(store=store(), workflows=flows, **node) as sub:
+        with pytest.raises(TypeError, match=r'data\["n"\]: ' + said):
+            await sub.new_case("w", {"n": long})
+        await sub.new_case("w", {}, case_id="c")
+        with pytest.raises(TypeError, match=r"signal 'go' payload\[0\]\[\"n\"\]: " + said):
+            await sub.signal("c", "go", [{"n": -long}])
+        with pytest.raises(TypeError, match=r"payload: " + said):
+            await sub.update("c", "go", long)
+        with pytest.raises(TypeError, match=r"items\[0\]: " + said):
+            await sub.add_instances("c", "m", [long])
+        failed = await sub.new_case("e", {})
+        with pytest.raises(Exception, match=r'effect \'sum\' .*result\["total"\]: ' + said):
+            await failed.result(timeout=30)
+        assert await sub.update("c", "go", long - 1) == "ok"  # 4,300 digits: taken
+        if kind != "memory":
+            async with Client(store()) as client:
+                with pytest.raises(TypeError, match=r'signal \'go\' payload\["n"\]: ' + said):
+                    await client.signal("c", "go", {"n": long})
+                with pytest.raises(TypeError, match=r'data\["n"\]: ' + said):
+                    await client.new_case("w", {"n": long}, case_id="d")

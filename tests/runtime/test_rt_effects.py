@@ -268,6 +268,26 @@ def test_retry_arguments_are_validated_with_their_values_and_the_fix() -> None:
     ]
 
 
+async def test_a_retry_whose_initial_wait_is_above_max_interval_is_refused_at_its_path() -> None:
+    """Retry(initial=60) under the default max_interval=30 would wait 30 s without a word: validate refuses it at
+    the effect's path, saying both values and the fix, and so does new_case; initial == max_interval is fine."""
+    from wfsub import InvalidWorkflow, Substrate, validate
+
+    async def charge(ctx: Any) -> None:
+        return None
+
+    flow = seq(task(lambda c: None), scope("pay", effect(charge, retry=Retry(3, initial=60))))
+    assert [f"{i.path}: {i.message}" for i in validate(flow)] == [
+        "seq[1].scope.effect: Retry(initial=60) is above max_interval=30.0, which caps every wait between attempts "
+        "(30 s unless given): the first retry would wait max_interval, not initial; give max_interval >= 60, or a "
+        "smaller initial"
+    ]
+    assert validate(effect(charge, retry=Retry(3, initial=60, max_interval=60))) == []
+    async with Substrate() as sub:
+        with pytest.raises(InvalidWorkflow, match=r"seq\[1\]\.scope\.effect: Retry\(initial=60\) is above"):
+            await sub.new_case(flow)
+
+
 def test_retry_repr_and_fingerprint_leave_out_an_unset_max_elapsed() -> None:
     """A Retry written without max_elapsed reads (and fingerprints) as it did before the field existed."""
     from wfsub import compile as compile_

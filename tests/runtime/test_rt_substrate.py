@@ -57,12 +57,13 @@ async def test_unknown_case_ids_raise_case_not_found() -> None:
             await sub.cancel_region("nope", "r")
 
 
-async def test_duplicate_case_id_raises_case_exists() -> None:
-    """new_case with an id that is registered raises CaseExists and says how to fix it."""
+async def test_duplicate_case_id_with_other_data_raises_case_exists() -> None:
+    """new_case with the id of a case started with other data raises CaseExists naming what differs and how to fix
+    it (the same start again is that case: see test_rt_idempotent)."""
     async with running() as (sub, _, _):
-        await sub.new_case(WAIT_GO, case_id="a")
-        with pytest.raises(CaseExists, match="'a' already exists: pass another case_id"):
-            await sub.new_case(WAIT_GO, case_id="a")
+        await sub.new_case(WAIT_GO, {"n": 1}, case_id="a")
+        with pytest.raises(CaseExists, match="'a' already exists with other start data .*'n'.*pass another case_id"):
+            await sub.new_case(WAIT_GO, {"n": 2}, case_id="a")
 
 
 async def test_signals_the_case_cannot_take_are_rejected() -> None:
@@ -462,10 +463,10 @@ async def test_an_actor_crash_fails_only_its_case(monkeypatch: pytest.MonkeyPatc
         target = broken._actor.machine
         real_run = Machine.run
 
-        def run(self: Machine, quanta: int = 1000) -> Any:
+        def run(self: Machine, quanta: int = 1000, **given: Any) -> Any:
             if self is target:
                 raise RuntimeError("vm invariant broken")
-            return real_run(self, quanta)
+            return real_run(self, quanta, **given)
 
         monkeypatch.setattr(Machine, "run", run)
         with structlog.testing.capture_logs() as logs:

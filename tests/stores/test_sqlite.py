@@ -765,7 +765,8 @@ async def test_a_page_of_cases_is_an_index_read_among_30000(tmp_path: Path) -> N
             for i in range(30_000)
         ))
         conn.execute("COMMIT")
-        params = {"before": 2**63 - 1, "limit": 100, "state": "done", "workflow": "wf3", "until": 1e9}
+        params = {"before": 2**63 - 1, "limit": 100, "state": "done", "workflow": "wf3", "until": 1e9,
+                  "after_due": 10.0, "after_order": 3, "after": 10.0}
         listings = [Listing(), Listing(state="done"), Listing(workflow="wf3"), Listing(state="done", workflow="wf3")]
         planned = [listing.sqlite() for listing in listings]
         planned += [(QUERIES[name], params) for name in ("cases_due", "cases_next_due")]

@@ -203,6 +203,22 @@ async def test_due_and_next_due_see_only_parked_cases(store: Store) -> None:
         assert await store.next_due() == 20.0
 
 
+async def test_due_pages_and_next_due_after_a_time(store: Store) -> None:
+    """due(after=) reads the page after a (next_due, order) row, ties by order; next_due(after=) skips what is due
+    by then (the due-timer loop looks past the due rows of cases in memory)."""
+    async with opened(store):
+        for case_id, due in [("a", 10.0), ("b", 10.0), ("c", 10.0), ("d", 20.0), ("e", 30.0)]:
+            await store.write(CaseWrite(case_id, records=[start(case_id)], row=row(case_id, "waiting_timer",
+                                                                                     next_due=due)))
+        first = await store.due(25.0, limit=2)
+        assert [r.case_id for r in first] == ["a", "b"]
+        after = (first[-1].next_due or 0.0, first[-1].order)
+        assert [r.case_id for r in await store.due(25.0, limit=2, after=after)] == ["c", "d"]
+        assert await store.next_due(after=10.0) == 20.0
+        assert await store.next_due(after=5.0) == 10.0
+        assert await store.next_due(after=30.0) is None
+
+
 async def test_inbox_ids_increase_and_moves_and_refusals_are_recorded(store: Store) -> None:
     """inbox_put ids increase; inbox_done deletes, inbox_refused marks, inbox_take skips both."""
     async with opened(store):

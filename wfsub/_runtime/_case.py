@@ -58,9 +58,11 @@ from ._clock import Clock
 from ._durable import CaseJournal
 from ._heartbeat import Beats, BeatWriter
 from ._hub import TraceHub
+from ._inputs import kind_of
 from ._journal import copy_data
 from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, RegionOp, Signal, TimerFired
 from ._refusals import durable_fields
+from ._request_ids import RequestKinds, remember, taken
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, Heartbeat, TimerStatus
 from ._updates import Updates, with_taken
 from ._updates import at_end as updates_at_end
@@ -201,6 +203,8 @@ class CaseActor:
     updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
     waited: str | None = None  # no store: a child its parent waits for, and on_parent_cancel ("cancel", "abandon")
+    start: dict[str, Any] | None = None  # without a store: its start as `start_differs` compares it (workflow, data)
+    own_ids: RequestKinds | None = None  # without a store: the request ids it took (see `request_ids`)
 
     # -- the actor coroutine ----------------------------------------------------------------------------
 
@@ -329,7 +333,8 @@ class CaseActor:
     def vm_burst(self) -> RunResult:
         m = self.machine
         assert m is not None
-        r = m.run(self.shared.quanta)
+        j = self.journal  # the time its timers are due from (`_case_io.start_io`): of the last record applied
+        r = m.run(self.shared.quanta, time=j.time if j is not None else self.shared.clock.now())
         if self.level != "none":
             events = m.take_events()
             if events:
@@ -437,6 +442,8 @@ class CaseActor:
         kind = type(msg)
         if kind is Signal:
             assert isinstance(msg, Signal)
+            if msg.request_id is not None and self._repeated(msg):
+                return
             try:
                 if msg.update:
                     assert msg.request_id is not None
@@ -448,6 +455,7 @@ class CaseActor:
                 if msg.reply is not None:
                     msg.reply.answer(exc)
                 return
+            self._took(msg)
             if msg.reply is not None:
                 msg.reply.answer()
         elif kind is EffectDone:
@@ -467,14 +475,57 @@ class CaseActor:
             m.fire_timer(msg.timer_id)
         elif kind is Cancel:
             assert isinstance(msg, Cancel)
+            if msg.request_id is not None and self._repeated(msg):
+                return
             if not m.ended:
                 self.cancel_reason = msg.reason
                 m.cancel(msg.reason, compensate=msg.compensate)
+            self._took(msg)
             if msg.reply is not None:
                 msg.reply.answer()
         else:
             assert isinstance(msg, RegionOp)
+            if msg.request_id is not None and self._repeated(msg):
+                return
             self._region(m, msg)
+
+    # -- request ids ------------------------------------------------------------------------------------
+
+    @property
+    def request_ids(self) -> RequestKinds:
+        """The request ids of the inputs the case took, with their kinds (see `_request_ids`): its journal's for a
+        durable case, else its own, filled as it applies inputs."""
+        if self.journal is not None:
+            return self.journal.request_ids
+        if self.own_ids is None:
+            self.own_ids = {}
+        return self.own_ids
+
+    def retried(self, request_id: str | None, kind: str, what: str) -> bool:
+        """Whether a call with `request_id` repeats an input of `kind` the case took (it is not applied again);
+        SignalRejected when an input of another kind took the id."""
+        return request_id is not None and taken(self.request_ids, request_id, kind, self.case_id, what)
+
+    def _repeated(self, msg: External) -> bool:
+        """Without a store: whether an input taken from the mailbox repeats one the case took (two calls with one
+        request id sent before either was applied): answered as that one was, not applied again. One whose id an
+        input of another kind took is refused (its sender hears why, if it waits). A durable case's journal took
+        its repeats out before they reached here (`_case_journal.journal_inbox`)."""
+        if self.journal is not None:
+            return False
+        try:
+            if not self.retried(msg.request_id, kind_of(msg), msg.what):
+                return False
+            self.answer(msg, None)
+        except SignalRejected as exc:
+            _log.info("input refused", case_id=self.case_id, reason=str(exc))
+            self.answer(msg, exc)
+        return True
+
+    def _took(self, msg: External) -> None:
+        """Without a store: keep the request id of an input the case applied (a refused one leaves its id free)."""
+        if self.journal is None and msg.request_id is not None:
+            remember(self.request_ids, msg.request_id, kind_of(msg))
 
     def _region(self, m: Machine, op: RegionOp) -> None:
         error: BaseException | None = None
@@ -496,6 +547,8 @@ class CaseActor:
             error = exc
             raise
         finally:
+            if error is None:
+                self._took(op)
             if op.reply is not None:
                 op.reply.answer(error)
 

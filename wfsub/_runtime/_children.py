@@ -32,7 +32,9 @@ failure of the step with `CaseFailed` (the child failed) or `CaseCancelled` (the
 step (the parent or the step's region is cancelled, a failure elsewhere withdraws it, `terminate()`) cancels the
 child, with compensation; `"abandon"` leaves it running. A Substrate closing or a case leaving this node is not a
 withdrawal: the step stays in flight in the store and the child runs on. The child's cancel is sent when the
-parent's step is withdrawn, with the request id `{parent}:{effect id}:{node path}:cancel`. A child the parent waits
+parent's step is withdrawn, with the request id `{parent}:{effect id}:{node path}:cancel`, and sent again until it
+is delivered or the child has ended (`cancel_child`: while the store fails, a task beside the cases keeps trying
+with a capped backoff; the request id applies it once). A child the parent waits
 for with "cancel" says so in its `start` record (`cancel_with_parent`) and names the parent's step there and in
 its row (`parent_step`: effect id and node path), so a cancel lost with a process that died before sending it is
 sent by the next Substrate to open the store, and by a node of a shared store after it takes cases over
@@ -336,12 +338,65 @@ def cancel_request_id(parent: str, effect_id: int, path: str) -> str:
 
 
 async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Substrate, child_id: str) -> None:
-    with anyio.move_on_after(10, shield=True):
+    await cancel_child(sub, actor.case_id, child_id, f"its parent {actor.case_id!r} was cancelled",
+                       cancel_request_id(actor.case_id, req.effect_id, req.path), wait=CANCEL_WAIT)
+
+
+CANCEL_WAIT = 10.0
+"""Seconds a withdrawn step waits for its child's cancel to be delivered (the withdrawal waits with it, shielded);
+after that a task beside the cases goes on sending it."""
+
+
+async def cancel_child(
+    sub: Substrate, parent: str, child_id: str, reason: str, request_id: str, *, wait: float | None = None
+) -> None:
+    """Send a child its parent's cancel (with compensation) until it is delivered or the child has ended: tried here
+    for up to `wait` seconds (shielded: a withdrawal in progress waits for it; None: once), then, while the store
+    still fails, by a task beside the cases that keeps trying with a capped backoff as long as the Substrate is
+    open. So a store blip never leaves a cancelled parent's child running until the next open or takeover (which
+    looks for lost cancels and sends them). The request id makes every attempt, from here or from such a look,
+    apply once."""
+    if wait is None:
+        delivered = await _send_cancel(sub, parent, child_id, reason, request_id, once=True)
+    else:
+        delivered = False
+        with anyio.move_on_after(wait, shield=True):
+            delivered = await _send_cancel(sub, parent, child_id, reason, request_id)
+    if delivered:
+        return
+    start = sub._shared.start_soon if sub._shared is not None else None
+    if start is None or sub._phase != "open":
+        return  # (closing: the next open looks for lost cancels)
+    _log.warning("a child's cancel is not delivered yet (the store fails); trying again beside the cases",
+                 case_id=parent, child=child_id)
+
+    async def keep_sending() -> None:
+        await _send_cancel(sub, parent, child_id, reason, request_id)
+
+    start(keep_sending)
+
+
+async def _send_cancel(
+    sub: Substrate, parent: str, child_id: str, reason: str, request_id: str, *, once: bool = False
+) -> bool:
+    """`sub.cancel` of a child until it is delivered or needs no delivery (the child has ended or is gone, or the
+    Substrate closed: a later open looks for lost cancels): True then. A store failure is tried again after a
+    backoff (real time, as a store recovers), unless `once`: False then."""
+    delay = 0.05
+    while True:
         try:
-            await sub.cancel(child_id, compensate=True, reason=f"its parent {actor.case_id!r} was cancelled",
-                             request_id=cancel_request_id(actor.case_id, req.effect_id, req.path))
-        except WfsubError as exc:  # (ended already, or the store is out: it is logged, the parent goes on)
-            _log.info("child not cancelled", case_id=actor.case_id, child=child_id, error=str(exc))
+            await sub.cancel(child_id, compensate=True, reason=reason, request_id=request_id)
+            return True
+        except StoreError as exc:  # (a StoreConflict too: the child moved to another node; sent again, it goes there)
+            _log.warning("could not cancel a child; trying again", case_id=parent, child=child_id, error=str(exc),
+                         delay=None if once else delay)
+        except WfsubError as exc:  # ended already, gone, or the Substrate closed: nothing more to send
+            _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
+            return True
+        if once:
+            return False
+        await anyio.sleep(delay)
+        delay = min(delay * 2, _BACKOFF_CAP)
 
 
 PAGE = 1000  # rows read at a time by the look for lost cancels
@@ -422,8 +477,7 @@ async def cancel_children_of_ended(
             # is then not applied twice (a second cancel would cut the child's compensation short).
             request_id = inputs.derived_request_id(f"{parent}:ended:cancel:{child_id}") if step is None else \
                 cancel_request_id(parent, step["effect_id"], step["path"])
-            await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {ended}",
-                             request_id=request_id)
+            await cancel_child(sub, parent, child_id, f"its parent {parent!r} {ended}", request_id)
         except WfsubError as exc:  # (ended meanwhile, or the store is out: the next open looks again)
             _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
 
@@ -487,8 +541,8 @@ async def _cancel_if_withdrawn(sub: Substrate, child_id: str, parent: str, step:
         why = f"withdrew the step waiting for it ({path})"
     else:  # (the words of the parent's own cancel, which may reach it first with the same request id)
         why = "was cancelled" if actor.state == CaseState.CANCELLED else f"ended {actor.state.value}"
-    await sub.cancel(child_id, compensate=True, reason=f"its parent {parent!r} {why}",
-                     request_id=cancel_request_id(parent, effect_id, path))
+    await cancel_child(sub, parent, child_id, f"its parent {parent!r} {why}",
+                       cancel_request_id(parent, effect_id, path))
 
 
 async def started_from_queue(sub: Substrate, child_id: str, parent: str, step: Mapping[str, Any]) -> None:

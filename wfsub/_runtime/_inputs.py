@@ -35,7 +35,6 @@ model its workflow was registered with (`Workflow(term, input=Model)`), whicheve
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import unicodedata
 import uuid
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from .._errors import NOTHING, InvalidStartData, SignalRejected, bad_input, too_deep
-from .._json import MAX_DEPTH
+from .._json import MAX_DEPTH, json_problem, loads_long
 from .._json import too_deep as nested_too_deep
 from ._journal import as_journaled, plain
 from ._mailbox import ACTION_OF_KIND, Cancel, External, RegionAction, RegionOp, Reply, Signal
@@ -79,11 +78,15 @@ def shallow(value: Any, what: str, case_id: str | None = None) -> Any:
 def loads_input(text: str | bytes, what: str = "the payload", case_id: str | None = None) -> Any:
     """The value of an input's JSON text (the command's PAYLOAD, the inspector's form): `json.loads`, but text
     nested deeper than the parser follows (far deeper than `MAX_DEPTH`) is refused as `shallow` refuses a value,
-    not with RecursionError. Text that is not JSON raises `json.JSONDecodeError` (a ValueError) as it does."""
+    not with RecursionError, and an int too long for case data (`_json.int_digits`) as ValueError naming where it is.
+    Text that is not JSON raises `json.JSONDecodeError` (a ValueError) as it does."""
     try:
-        value = json.loads(text)
+        value, long = loads_long(text)
     except RecursionError:
         raise too_deep(what, MAX_DEPTH, case_id=case_id) from None
+    problem = json_problem(value, what) if long else None
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

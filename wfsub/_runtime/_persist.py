@@ -43,6 +43,7 @@ _log = get_logger("wfsub.runtime")
 
 INBOX_POLL = 0.2  # seconds between checks for inputs written by someone else (a cheap data_version check)
 DUE_POLL = 1.0  # seconds the due-timer loop sleeps at most before looking at the store again
+DUE_PAGE = 1000  # due rows the due-timer loop reads at a time
 
 
 POISON = "recovered"
@@ -437,10 +438,12 @@ class Background:
             self.busy(1)
             try:
                 now = self.now()
-                for row in await self.store.due(now):
-                    if not self.held(row.case_id):
-                        await self.load(row.case_id)
-                upcoming = await self.store.next_due()
+                await self._load_due(now)
+                # The next due time after now, whoever holds that case: a row due by now is in memory (its own
+                # timer fires it) or was just brought back, so the loop never waits on a due time that has passed
+                # and sleeps through a parked case's later one (rows of cases in memory stay in the store's
+                # answer until they fire).
+                upcoming = await self.store.next_due(after=now)
             except StoreError as exc:
                 _log.error("could not read due cases", error=str(exc))
                 upcoming = None
@@ -449,15 +452,28 @@ class Background:
             # Wake when the next due time comes (on the case clock), when nudged, or after DUE_POLL seconds of real
             # time (what others changed in the store). The poll is real time whatever the clock, so a VirtualClock
             # advanced by a year fires this loop once per due time in that year, not once per DUE_POLL.
-            wait = None if upcoming is None else upcoming - self.now()
             with anyio.move_on_after(DUE_POLL):
-                if wait is None or wait <= 0:  # none, or due but in memory: its own timer fires it
+                if upcoming is None:
                     await self.nudge.wait()
                 else:
-                    assert upcoming is not None
                     self.sleeping_until = min(self.sleeping_until, upcoming)
-                    with self.deadline(wait):
+                    with self.deadline(upcoming - self.now()):
                         await self.nudge.wait()
+
+    async def _load_due(self, now: float) -> None:
+        """Bring back every parked case not in memory whose due time is `now` or earlier, page by page (the rows of
+        cases in memory are passed over, never read again in this pass)."""
+        after: tuple[float, int] | None = None
+        while True:
+            rows = await self.store.due(now, DUE_PAGE, after=after)
+            for row in rows:
+                if not self.held(row.case_id):
+                    await self.load(row.case_id)
+            if len(rows) < DUE_PAGE:
+                return
+            last = rows[-1]
+            assert last.next_due is not None
+            after = (last.next_due, last.order)
 
     async def changes_loop(
         self,

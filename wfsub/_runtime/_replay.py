@@ -125,14 +125,14 @@ class Replayer:
                 left = until_step - m.steps
                 if left <= 0:
                     return
-                r = m.run(min(left, quanta))
+                r = m.run(min(left, quanta), time=self.time)
             else:
-                r = m.run(quanta)
+                r = m.run(quanta, time=self.time)
             self.absorb(r)
             if r.status == "blocked":
                 return
         if self.last is None or self.last.status not in ("done", "failed", "cancelled"):
-            self.absorb(m.run(0))
+            self.absorb(m.run(0, time=self.time))
 
     # -- applying records ----------------------------------------------------------------------------------
 

@@ -9,6 +9,9 @@ retry and dropped. Ids are per case: another case may use the same id.
 
 So wherever ids are kept, their kind is kept with them, as {request id: kind}:
 
+- a case of a Substrate without a store: its actor's own index (`CaseActor.request_ids`), filled as it applies
+  its inputs, checked by the same `taken` as a durable case's (idempotent calls hold on every store, none
+  included), and bounded as a compaction bounds a durable case's (`remember`);
 - a durable case's journal index (`CaseJournal.request_ids`), filled from its records by replay (`input_kind`:
   an update is journaled as a `signal` record marked as an update, and its kind is `update`);
 - a compaction's `snapshot` record and a stored snapshot (`state["request_ids"]`). Snapshots written before kinds
@@ -94,6 +97,14 @@ def request_kinds_of(records: Sequence[Record]) -> RequestKinds:
         if isinstance(rid, str) and record.get("kind") != SNAPSHOT_KIND:
             found[rid] = input_kind(record)
     return found
+
+
+def remember(kinds: RequestKinds, request_id: str, kind: str) -> None:
+    """Note the id of an input a case without a journal (a Substrate without a store) took: it keeps the ids of its
+    latest `REQUEST_IDS_KEPT` inputs, as a compaction keeps a durable case's (see the module)."""
+    kinds[request_id] = kind
+    if len(kinds) > REQUEST_IDS_KEPT:
+        del kinds[next(iter(kinds))]
 
 
 _UNUSED = object()

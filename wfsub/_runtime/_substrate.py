@@ -105,7 +105,6 @@ from ._queues import (
     with_item,
 )
 from ._registry import Workflows
-from ._request_ids import taken
 from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus, backfill_slots
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
@@ -679,9 +678,9 @@ class Substrate:
         try:
             case_id = self._new_id(case_id)
         except CaseExists:
-            if not durable:
-                raise
             assert isinstance(case_id, str)
+            if not durable:
+                return self._same_in_memory(case_id, program, name, start_data, model)
             if not await self._deleted_elsewhere(case_id):
                 return await self._same_start(case_id, name, start_data, sent, model)
         if durable:
@@ -716,6 +715,8 @@ class Substrate:
         actor = self._actor(case_id, machine, now, deadline, name, level)
         actor.tags = case_tags or None
         actor.parent = _parent
+        if not durable:  # what a start repeated with its id is compared with (a durable case: its start record)
+            actor.start = {"workflow": _workflow_of(program, name), "data": dict(start_data or {})}
         if durable:
             assert self._loader is not None
             assert name is not None
@@ -798,6 +799,19 @@ class Substrate:
             await same_start(self._store, case_id, name, asked, model)
         actor = self._cases.get(case_id)
         return CaseHandle(self, actor) if actor is not None else CaseHandle(self, None, case_id)
+
+    def _same_in_memory(
+        self, case_id: str, program: Program, name: str | None, data: Mapping[str, Any] | None,
+        model: type[BaseModel] | None,
+    ) -> CaseHandle:
+        """Without a store: a start repeated with the id of a case in memory is that case if it is the same start
+        (the same workflow and equal start data: the durable stores' rule, `start_differs`), else CaseExists naming
+        what differs."""
+        actor = self._cases[case_id]
+        if actor.start is None:  # (a case brought back from a store: never here without one)
+            raise CaseExists(case_id)
+        start_differs(case_id, actor.start, _workflow_of(program, name), {"data": dict(data or {})}, model)
+        return CaseHandle(self, actor)
 
     def handle(self, case_id: str) -> CaseHandle:
         """A handle to an existing case (CaseNotFound if there is none): in memory, or in the store."""
@@ -1068,6 +1082,15 @@ class Substrate:
 
     # -- inputs ------------------------------------------------------------------------------------------------
 
+    async def _applied(self, case_id: str, request_id: str | None, kind: str, what: str) -> bool:
+        """Whether the case took the input of `kind` with `request_id`: a call repeated with that id answers as the
+        first one did (SignalRejected when an input of another kind took the id). A case without a store keeps its
+        ids itself; a durable one's are in its journal."""
+        actor = self._cases.get(case_id)
+        if actor is not None and actor.journal is None and self._store is None:
+            return actor.retried(request_id, kind, what)
+        return await applied(self._store, case_id, request_id, kind, what)
+
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`) to a case. With a store it returns once the signal is durable;
         `request_id` makes a retried call apply once."""
@@ -1081,7 +1104,7 @@ class Substrate:
                 return
             await self._signal(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id, "signal", msg.what):
+            if not await self._applied(case_id, msg.request_id, "signal", msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
@@ -1132,9 +1155,9 @@ class Substrate:
         journal = actor.journal
         while True:
             first = uid not in updates.pending and uid not in updates.answers
-            if not (first and journal is not None and taken(journal.request_ids, uid, "update", case_id, msg.what)):
+            if not (first and actor.retried(uid, "update", msg.what)):
                 break
-            commit = journal.committing.get(uid)
+            commit = None if journal is None else journal.committing.get(uid)
             if commit is None:  # applied before: nothing is sent again
                 break
             # Its first call gave up while its record was being committed: the commit decides. Written, the update
@@ -1143,7 +1166,7 @@ class Substrate:
             if actor.fenced and commit.error is not None:
                 raise commit.error
         waiter = updates.waiter(uid)
-        if first and journal is not None and uid in journal.request_ids:  # applied before: nothing is sent again
+        if first and uid in actor.request_ids:  # applied before: nothing is sent again
             if waiter.answer is None and not (actor.machine is not None and actor.machine.owes(uid)):
                 updates.pending.pop(uid, None)  # and its answer is no longer kept
                 raise answer_gone(case_id, msg.name, uid, ANSWERS_KEPT)
@@ -1207,6 +1230,8 @@ class Substrate:
         if machine is None or actor.state in FINAL:
             raise actor.ended_error(msg.what)
         if actor.journal is None:  # unknown names, bad payloads: refused here
+            if actor.retried(msg.request_id, "update" if msg.update else "signal", msg.what):
+                return None  # a retried call: applied once already
             msg.payload = machine.check_update(msg.name, msg.payload) if msg.update else machine.check_signal(
                 msg.name, msg.payload)  # (`admit` of a case in memory, inlined)
             await actor.send(msg)
@@ -1324,10 +1349,12 @@ class Substrate:
             await self.cancel(actor.case_id, msg.compensate, reason=msg.reason, request_id=msg.request_id)
             return
         if actor.state in FINAL:
-            if await applied(self._store, actor.case_id, msg.request_id, "cancel", msg.what):
+            if await self._applied(actor.case_id, msg.request_id, "cancel", msg.what):
                 return  # a retried cancel that was applied (and ended the case): what it returned first
             raise actor.ended_error(msg.what)
         if actor.journal is None:
+            if actor.retried(msg.request_id, "cancel", msg.what):
+                return  # a retried cancel that was applied (the case may still be compensating): not sent again
             actor.post(msg)
             return
         inputs.bounded_reason(msg, self._max_payload, actor.case_id)  # (`admit` of a cancel: its reason's size)
@@ -1370,7 +1397,7 @@ class Substrate:
             msg.reply = Reply()
             await self._ask(actor, msg)
         except SignalRejected:
-            if not await applied(self._store, case_id, msg.request_id, action.kind, msg.what):
+            if not await self._applied(case_id, msg.request_id, action.kind, msg.what):
                 raise
             # a retried call whose input was applied (it may have ended the case): answered as the first was
 
@@ -1890,6 +1917,12 @@ class _Owned(Exception):
     """Internal: a standby took ownership of its store (its watch ends)."""
 
 
+def _workflow_of(program: Program, name: str | None) -> str:
+    """The workflow a case without a store started from, as a repeated start compares it: its registered name, or
+    for a term not registered the program's fingerprint (the same term again, or an equal one, is the same)."""
+    return name if name is not None else f"unregistered {program.term.kind} {program.fingerprint[:12]}"
+
+
 def _not_ended(case_id: str) -> str:
     return f"case {case_id!r} has not ended; it goes on running (await it again, or cancel it)"
 
@@ -1998,6 +2031,8 @@ class CaseHandle:
         else:
             if type(name) is str and name and request_id is None and not isinstance(payload, list | tuple | dict):
                 await self._sub._signal(actor, Signal(name, payload))  # `inputs.signal`'s checks, passed inline
+            elif request_id is not None:  # a retry of a signal that ended the case returns, as the first call did
+                await self._sub.signal(self.case_id, name, payload, request_id=request_id)
             else:
                 await self._sub._signal(actor, inputs.signal(name, payload, request_id, self.case_id))
 

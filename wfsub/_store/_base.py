@@ -307,12 +307,16 @@ class Store(Protocol):
         """Rows of cases that were running or had effects in flight: what recovery resumes at once."""
         ...
 
-    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
-        """Rows of parked cases whose `next_due` <= `until`, earliest first."""
+    async def due(
+        self, until: float, limit: int = 1000, after: tuple[float, int] | None = None
+    ) -> list[CaseRow]:
+        """Rows of parked cases whose `next_due` <= `until`, earliest first (by `next_due`, then `order`), at most
+        `limit`; `after`: the (`next_due`, `order`) of the last row of the page before, to read the next page."""
         ...
 
-    async def next_due(self) -> float | None:
-        """The earliest `next_due` among parked cases (None: no parked case has a timer)."""
+    async def next_due(self, after: float | None = None) -> float | None:
+        """The earliest `next_due` among parked cases, or the earliest later than `after` (None: no parked case
+        has a timer, or none after `after`)."""
         ...
 
     async def inbox_put(

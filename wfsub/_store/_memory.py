@@ -14,6 +14,7 @@ first owner closes it).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -576,16 +577,22 @@ class MemoryStore(SingleNode):
             if row["parked"] and row["next_due"] is not None
         ]
 
-    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+    async def due(
+        self, until: float, limit: int = 1000, after: tuple[float, int] | None = None
+    ) -> list[CaseRow]:
         self._check_open("list due cases")
         await anyio.lowlevel.checkpoint()
-        found = sorted((due, order, case) for due, order, case in self._parked() if due <= until)
+        start = (-math.inf, 0) if after is None else after
+        found = sorted(
+            (due, order, case) for due, order, case in self._parked() if due <= until and (due, order) > start
+        )
         return [self._row(case) for _, _, case in found[: max(limit, 0)]]
 
-    async def next_due(self) -> float | None:
+    async def next_due(self, after: float | None = None) -> float | None:
         self._check_open("read the next due time")
         await anyio.lowlevel.checkpoint()
-        return min((due for due, _, _ in self._parked()), default=None)
+        later = -math.inf if after is None else after
+        return min((due for due, _, _ in self._parked() if due > later), default=None)
 
     def _inbox_row(self, inbox_id: int, row: _Inbox) -> InboxRow:
         return InboxRow(inbox_id, row.case_id, row.kind, loads(row.body), row.request_id, row.created_at, row.refused)

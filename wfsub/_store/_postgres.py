@@ -120,6 +120,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -1550,22 +1551,30 @@ class PostgresStore(StoreBase):
             return await self._read("listing live cases", _rows(Q["cases_live_all"]))
         return await self._read("listing live cases", _rows(Q["cases_live_owned"], self._node))
 
-    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+    async def due(
+        self, until: float, limit: int = 1000, after: tuple[float, int] | None = None
+    ) -> list[CaseRow]:
         if limit <= 0:
             self._running("list due cases")
             return []
+        after_due, after_order = (-math.inf, 0) if after is None else (float(after[0]), int(after[1]))
         if self._node is None:
-            return await self._read("listing due cases", _rows(Q["cases_due_all"], float(until), limit))
+            return await self._read(
+                "listing due cases", _rows(Q["cases_due_all"], float(until), limit, after_due, after_order)
+            )
         return await self._read(
-            "listing due cases", _rows(Q["cases_due_owned"], float(until), limit, self._node)
+            "listing due cases",
+            _rows(Q["cases_due_owned"], float(until), limit, self._node, after_due, after_order),
         )
 
-    async def next_due(self) -> float | None:
+    async def next_due(self, after: float | None = None) -> float | None:
+        later = -math.inf if after is None else float(after)
+
         async def read(conn: Any) -> float | None:
             if self._node is None:
-                value = await conn.fetchval(Q["cases_next_due_all"])
+                value = await conn.fetchval(Q["cases_next_due_all"], later)
             else:
-                value = await conn.fetchval(Q["cases_next_due_owned"], self._node)
+                value = await conn.fetchval(Q["cases_next_due_owned"], self._node, later)
             return None if value is None else float(value)
 
         return await self._read("reading the next due time", read)

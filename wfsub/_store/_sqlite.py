@@ -871,15 +871,21 @@ class SqliteStore(SingleNode):
     async def live(self) -> list[CaseRow]:
         return await self._read("listing live cases", self._rows("cases_live", {}))
 
-    async def due(self, until: float, limit: int = 1000) -> list[CaseRow]:
+    async def due(
+        self, until: float, limit: int = 1000, after: tuple[float, int] | None = None
+    ) -> list[CaseRow]:
         if limit <= 0:
             self._running("list due cases")
             return []
-        return await self._read("listing due cases", self._rows("cases_due", {"until": until, "limit": limit}))
+        after_due, after_order = (-math.inf, 0) if after is None else after
+        params = {"until": until, "limit": limit, "after_due": after_due, "after_order": after_order}
+        return await self._read("listing due cases", self._rows("cases_due", params))
 
-    async def next_due(self) -> float | None:
+    async def next_due(self, after: float | None = None) -> float | None:
+        later = -math.inf if after is None else after
+
         def read(conn: sqlite3.Connection) -> float | None:
-            value: float | None = conn.execute(Q["cases_next_due"]).fetchone()[0]
+            value: float | None = conn.execute(Q["cases_next_due"], {"after": later}).fetchone()[0]
             return value
 
         return await self._read("reading the next due time", read)

@@ -25,7 +25,7 @@ from .._errors import StepFailed, WaitTimeout, effect_failure_text, error_name, 
 from .._json import output_problem
 from .._program import ALL, Op, Program
 from ._events import LEVELS, VmEvent
-from ._ops import HANDLERS, OPEN, PASS_THROUGH, context, effect_request
+from ._ops import HANDLERS, OPEN, PASS_THROUGH, context, effect_request, time_text
 from ._records import (
     WK_BLOCKED,
     WK_LOCK,
@@ -143,6 +143,7 @@ class Interp:
         "status",
         "steps",
         "timers",
+        "time",
         "timer_values",
         "tl",
         "updates",
@@ -193,6 +194,9 @@ class Interp:
         # Timers whose length the data gave (sleep(fn), sleep(until=), timeout=fn): timer id -> (seconds, epoch due
         # or None), as computed when the step started; entries of timers no longer armed are pruned (see _ops._arm).
         self.timer_values: dict[int, tuple[float, float | None]] = {}
+        # The time the driver's inputs have reached (epoch seconds, given with each run: the vm keeps no clock),
+        # which a due time from the data may be at most MAX_SECONDS after; None: not checked.
+        self.time: float | None = None
         self.waiters: dict[str, Fifo] = {}  # of (token, wait id)
         self.buffered: dict[str, Fifo] = {}  # of (arrival seq, payload)
         self.updates: UpdateState | None = None  # made by the first update or check= (see _updates)
@@ -914,8 +918,11 @@ class Interp:
         elif op == Op.WAIT:  # nothing arrived in time: a failure at the wait
             tok.wk = WK_NONE
             tok.aux = 0
-            seconds = spec.timeout if computed is None else computed[0]
-            message = f"wait({spec.signal!r}) saw no signal within its timeout of {seconds:g}s"
+            if computed is not None and computed[1] is not None:  # deadline=
+                message = f"wait({spec.signal!r}) saw no signal by its deadline {time_text(computed[1])}"
+            else:
+                seconds = spec.timeout if computed is None else computed[0]
+                message = f"wait({spec.signal!r}) saw no signal within its timeout of {seconds:g}s"
             refuse(self, tok.frame, tok.ip, message, WaitTimeout)
             return True
         else:  # a deferred choice timed out: the signal branches are withdrawn

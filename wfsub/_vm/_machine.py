@@ -199,9 +199,15 @@ class Machine:
 
     # -- running -----------------------------------------------------------------------------------------
 
-    def run(self, quanta: int = 1000) -> RunResult:
-        """Run up to `quanta` steps; report the outcome and what the driver must start or stop."""
+    def run(self, quanta: int = 1000, *, time: float | None = None) -> RunResult:
+        """Run up to `quanta` steps; report the outcome and what the driver must start or stop.
+
+        `time`: the time the driver's inputs have reached (epoch seconds: the time of the last input applied, from
+        which the driver counts the timers this run arms). The vm keeps no clock; given it, a step whose due time
+        the data names (`sleep(until=)`, `deadline=`) more than `MAX_SECONDS` later fails, as a length above it
+        does. A replay passes the time of the same record, so it computes the same."""
         vm = self._vm
+        vm.time = time
         steps = vm.run(quanta)
         outputs = vm.outputs
         if outputs is not None and len(outputs) > FOLD_AT:

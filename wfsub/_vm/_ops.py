@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -252,6 +252,13 @@ def _op_wait(m: Interp, tok: Token, ip: int, spec: bc.WaitSpec) -> int:
             return ip + 1
     timeout = spec.timeout
     computed = False
+    if spec.deadline is not None:  # deadline=fn: the time, computed as the wait parks, arming it
+        at = _time_from_data(m, tok, ip, spec.deadline, "wait deadline")
+        if at is None:
+            return -1
+        _park_signal(m, tok, ip, (spec.signal,))
+        tok.aux = _arm(m, ip, 0.0, tok, True, at)
+        return -1
     if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed as the wait parks, arming it
         timeout = _seconds_from_data(m, tok, ip, timeout, "wait timeout", positive=True)
         if timeout is None:
@@ -308,6 +315,13 @@ def _op_defer(m: Interp, tok: Token, ip: int, spec: bc.DeferSpec) -> int:
         return spec.targets[best[1]]
     timeout = spec.timeout
     computed = False
+    if spec.deadline is not None:  # deadline=fn: the time, computed as the choice parks, arming it
+        at = _time_from_data(m, tok, ip, spec.deadline, "defer deadline")
+        if at is None:
+            return -1
+        _park_signal(m, tok, ip, spec.signals)
+        tok.aux = _arm(m, ip, 0.0, tok, True, at)
+        return -1
     if timeout is not None and not isinstance(timeout, float):  # timeout=fn: computed as the choice parks, arming it
         timeout = _seconds_from_data(m, tok, ip, timeout, "defer timeout", positive=False)
         if timeout is None:
@@ -327,7 +341,7 @@ def _op_sleep(m: Interp, tok: Token, ip: int, spec: bc.SleepSpec) -> int:
         tok.wid = _arm(m, ip, spec.seconds, tok)
         return -1
     if spec.until:
-        at = _time_from_data(m, tok, ip, fn)
+        at = _time_from_data(m, tok, ip, fn, "sleep until")
         if at is None:
             return -1
         tok.wk = WK_TIMER
@@ -378,36 +392,53 @@ def _seconds_from_data(
     return None
 
 
-def _time_from_data(m: Interp, tok: Token, ip: int, fn: Callable[..., Any]) -> float | None:
-    """until(ctx) as epoch seconds, or None after failing the step. Epoch seconds, an ISO 8601 string with a
-    timezone or an aware datetime; a naive time is refused (its meaning would depend on the machine's zone)."""
-    ok, value = _call_timer_fn(m, tok, ip, fn, "sleep until")
+def _time_from_data(m: Interp, tok: Token, ip: int, fn: Callable[..., Any], what: str) -> float | None:
+    """fn(ctx) as epoch seconds (`sleep(until=)`, `deadline=`), or None after failing the step. Epoch seconds, an
+    ISO 8601 string with a timezone or an aware datetime; a naive time is refused (its meaning would depend on the
+    machine's zone), and so is one more than MAX_SECONDS after the time the run was given (`Machine.run`): the
+    bound a timer's length has."""
+    ok, value = _call_timer_fn(m, tok, ip, fn, what)
     if not ok:
         return None
     fix = "return epoch seconds or an ISO 8601 time with a timezone, such as '2027-01-01T09:00:00+00:00'"
-    problem = None
+    at, problem = _as_time(value)
+    if at is not None:
+        if m.time is None or at - m.time <= MAX_SECONDS:
+            return at
+        problem = (f"returned {value!r}, {at - m.time:.4g} s after the step started: more than the longest timer "
+                   f"wfsub arms ({MAX_SECONDS:g} s, about 31 years)")
+        fix = "return a time at most that far ahead"
+    refuse(m, tok.frame, ip, f"{what} function {_fn_label(fn)} {problem}; {fix}")
+    return None
+
+
+def time_text(at: float) -> str:
+    """A due time as people read it: ISO 8601 in UTC (the epoch seconds, where no date has it)."""
+    try:
+        return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return f"{at!r} (epoch seconds)"
+
+
+def _as_time(value: Any) -> tuple[float | None, str]:
+    """A value a function of the data gave as a point in time: (epoch seconds, "") or (None, what is wrong)."""
     if type(value) in (int, float):
         if math.isfinite(value):
-            return float(value)
-        problem = f"returned {value!r}, not a finite number of epoch seconds"
-    elif isinstance(value, str):
+            return float(value), ""
+        return None, f"returned {value!r}, not a finite number of epoch seconds"
+    if isinstance(value, str):
         try:
             when = datetime.fromisoformat(value)
         except ValueError:
-            problem = f"returned {value!r}, which is not an ISO 8601 time"
-        else:
-            if when.tzinfo is None or when.utcoffset() is None:
-                problem = f"returned {value!r}, a time without a timezone (add 'Z' or an offset such as '+00:00')"
-            else:
-                return when.timestamp()
-    elif isinstance(value, datetime) and value.tzinfo is not None and value.utcoffset() is not None:
-        return value.timestamp()
-    elif isinstance(value, datetime):
-        problem = f"returned {value!r}, a datetime without a timezone"
-    else:
-        problem = f"returned {value!r} ({type(value).__name__}), not a time"
-    refuse(m, tok.frame, ip, f"sleep until function {_fn_label(fn)} {problem}; {fix}")
-    return None
+            return None, f"returned {value!r}, which is not an ISO 8601 time"
+        if when.tzinfo is None or when.utcoffset() is None:
+            return None, f"returned {value!r}, a time without a timezone (add 'Z' or an offset such as '+00:00')"
+        return when.timestamp(), ""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None and value.utcoffset() is not None:
+            return value.timestamp(), ""
+        return None, f"returned {value!r}, a datetime without a timezone"
+    return None, f"returned {value!r} ({type(value).__name__}), not a time"
 
 
 def _op_scope(m: Interp, tok: Token, ip: int, spec: bc.ScopeSpec) -> int:

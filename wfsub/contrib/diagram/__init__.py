@@ -14,8 +14,9 @@ What is drawn how (the same in both formats):
     defer                     event-based gateway with one signal event per branch and a timer event
     loop                      a gateway with the condition and a thick back edge labelled with it
     mi                        a cluster between an MI split (|||, count or items) and an MI join (its policy)
-    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout), "timer" (a
-                              timer computed from the data is labelled by its function: "timer: until due_at()")
+    wait / sleep              intermediate events (double circle): "signal: name" (with its timeout or deadline),
+                              "timer" (a timer computed from the data is labelled by its function: "timer: until
+                              due_at()", a deadline "deadline due_at()")
     scope / saga              clusters; on_error and on_cancel leave through boundary events on dashed edges,
                               each saga step's compensation hangs off it on a dashed "compensate" edge; a
                               scope's finally_ follows the body and the handlers, and a dashed "finally" edge

@@ -207,22 +207,25 @@ SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at
 FROM cases WHERE live ORDER BY case_order;
 
 -- name: cases_due_owned
--- This node's parked cases whose next_due has come, earliest first (partial index cases_due).
+-- This node's parked cases whose next_due has come, earliest first (partial index cases_due), after the row
+-- ($4, $5) = (next_due, case_order) of the page before ('-Infinity', 0 for the first page).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND owner = $3
+FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND owner = $3 AND (next_due, case_order) > ($4, $5)
 ORDER BY next_due, case_order LIMIT $2;
 
 -- name: cases_due_all
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 ORDER BY next_due, case_order LIMIT $2;
+FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND (next_due, case_order) > ($3, $4)
+ORDER BY next_due, case_order LIMIT $2;
 
 -- name: cases_next_due_owned
-SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND owner = $1;
+-- The earliest next_due after $2 among this node's parked cases.
+SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND owner = $1 AND next_due > $2;
 
 -- name: cases_next_due_all
-SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL;
+SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND next_due > $1;
 
 -- name: prune
 -- Remove cases that ended before a time and whose journal holds their `end`, at most $2 (NULL: all), in one

@@ -192,14 +192,17 @@ SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at
 FROM cases WHERE live = 1 ORDER BY case_order;
 
 -- name: cases_due
--- Parked cases whose next_due has come, earliest first (partial index cases_due).
+-- Parked cases whose next_due has come, earliest first (partial index cases_due), after the row
+-- (:after_due, :after_order) of the page before (-Inf, 0 for the first page).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due, detail,
        tags, forked_from
-FROM cases WHERE parked = 1 AND next_due IS NOT NULL AND next_due <= :until ORDER BY next_due, case_order LIMIT :limit;
+FROM cases WHERE parked = 1 AND next_due IS NOT NULL AND next_due <= :until AND next_due >= :after_due
+                 AND (next_due > :after_due OR case_order > :after_order)
+ORDER BY next_due, case_order LIMIT :limit;
 
 -- name: cases_next_due
--- The earliest next_due among parked cases (one step down the partial index cases_due).
-SELECT min(next_due) FROM cases WHERE parked = 1 AND next_due IS NOT NULL;
+-- The earliest next_due after :after among parked cases (one step down the partial index cases_due).
+SELECT min(next_due) FROM cases WHERE parked = 1 AND next_due IS NOT NULL AND next_due > :after;
 
 -- name: prune_select
 -- The cases that ended at or before a time and whose journal holds their `end` record.
