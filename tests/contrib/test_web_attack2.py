@@ -57,8 +57,6 @@ def _sse_data(event: str) -> str:
 # -- Host ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_host_port checks the port with str.isdigit() (True for '²') then int() "
-                                       "raises: an unhandled ValueError, 500")
 async def test_a_host_whose_port_holds_a_digit_that_is_not_ascii_is_refused_with_400_not_a_500() -> None:
     """A Host such as `localhost:²` (a Latin-1 superscript digit, as raw bytes on the wire) is refused with 400 like
     any other host not allowed, never answered with a 500 (`wfsub web` logs a traceback for each such request)."""
@@ -73,8 +71,6 @@ async def test_a_host_whose_port_holds_a_digit_that_is_not_ascii_is_refused_with
                 assert "answers only requests for localhost:8377" in answer.text
 
 
-@pytest.mark.xfail(strict=True, reason="_host_port's int() raises its own 'invalid literal' ValueError for a port "
-                                       "of non-ASCII digits, not the message that names the fix")
 def test_allowed_hosts_with_a_port_of_digits_that_are_not_ascii_is_refused_as_not_a_host_name() -> None:
     """`allowed_hosts=['localhost:²']` (or `wfsub web --allow-host`) is refused as not a host name, with the fix."""
     sub = Substrate(workflows=FLOWS)
@@ -85,8 +81,6 @@ def test_allowed_hosts_with_a_port_of_digits_that_are_not_ascii_is_refused_as_no
 # -- links and messages ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_sent_message checks `at` with str.isdigit() then int() raises for '²': "
-                                       "a link answers 500")
 async def test_a_link_with_a_fork_record_that_is_not_an_ascii_number_still_shows_the_case_page() -> None:
     """`/case/c1?sent=fork&from=x&at=²` (a link anyone can send) shows the case page (no message), never a 500."""
     async with Substrate(store=MemoryStore(), workflows=FLOWS) as sub:
@@ -98,8 +92,6 @@ async def test_a_link_with_a_fork_record_that_is_not_an_ascii_number_still_shows
                 assert page.status_code == 200, (at, page.status_code)
 
 
-@pytest.mark.xfail(strict=True, reason="_sent_message echoes the link's `name` (and fork's `from`) as up to 200 "
-                                       "characters of free text in the page's status message")
 async def test_a_link_cannot_make_the_case_page_say_text_of_its_choosing() -> None:
     """The message a case page shows after an action is built by the app ("built here, so a link cannot make the
     page say anything"): a crafted link (`?sent=signal&name=...`, `?sent=fork&from=...`) does not put the sender's
@@ -157,8 +149,6 @@ async def test_two_inspectors_on_one_host_name_do_not_break_each_others_forms() 
 # -- live updates ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_live._event splits the HTML with str.splitlines(), which also breaks at "
-                                       "U+2028, U+2029, U+0085, ...; EventSource joins the data lines with LF")
 async def test_a_live_update_shows_case_data_as_the_page_does() -> None:
     """Data holding U+2028, U+2029 or U+0085 (valid JSON text) reads the same in a live update, as a browser's
     EventSource parses it, as in the page: the live view does not turn them into line breaks."""

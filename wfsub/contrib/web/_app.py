@@ -361,9 +361,7 @@ class _Inspector:
             message, failed, code, lead = await self._act(case_id, form)
             if not failed and lead is not None:  # answered by the page it leads to: a reload does not send it again
                 root = request.scope.get("root_path", "")
-                return RedirectResponse(case_url(root, lead, **_sent(form, case_id)), status_code=303)
-        else:
-            message = _sent_message(request.query_params)
+                return RedirectResponse(case_url(root, lead, **_sent(form)), status_code=303)
         full = request.query_params.get("journal") == "all"
         try:
             signature, make = await self._case_view(case_id, full)
@@ -372,6 +370,8 @@ class _Inspector:
         live = "/events?" + urlencode({"view": "case", "case": case_id, "sig": sig_hash(signature),
                                        **({"journal": "all"} if full else {})})
         context = await make()
+        if request.method == "GET":
+            message = _sent_message(request.query_params, context["status"], context["signal_names"])
         # a form refused because the store did not answer keeps its request id: sent again, it is applied once
         request_id = form.get("request_id", "") if code == 503 else ""
         context.update(message=message, failed=failed, form=form,
@@ -781,9 +781,15 @@ def _host_port(text: str) -> tuple[str, int | None] | None:
         return None
     if not port_text:
         return name, None
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not _ascii_number(port_text) or not 0 < int(port_text) < 65536:
         return None
     return name, int(port_text)
+
+
+def _ascii_number(text: str) -> bool:
+    """Whether `text` is digits 0-9 only: `str.isdigit()` also takes `²` or `١`, which `int()` then refuses (or
+    reads as another number), so it never decides what a request may name."""
+    return bool(text) and text.isascii() and text.isdigit()
 
 
 def _host_matches(pattern: str, want: int | None, name: str, port: int) -> bool:
@@ -860,7 +866,7 @@ def case_url(root: str, case_id: str, **query: str) -> str:
 # -- small helpers -------------------------------------------------------------------------------------------
 
 
-def _sent(form: Mapping[str, str], case_id: str) -> dict[str, str]:
+def _sent(form: Mapping[str, str]) -> dict[str, str]:
     """The query of the page an action that went through leads to: what was sent, never free text to show."""
     action = form.get("action")
     if action == "signal":
@@ -868,21 +874,26 @@ def _sent(form: Mapping[str, str], case_id: str) -> dict[str, str]:
     if action == "retry":
         return {"sent": "retry"}
     if action == "fork":
-        return {"sent": "fork", "from": case_id[:200], "at": form.get("at", "").strip()[:20]}
+        return {"sent": "fork", "at": form.get("at", "").strip()[:20]}
     return {"sent": "cancel", "compensate": "yes" if form.get("compensate") == "yes" else "no"}
 
 
-def _sent_message(query: Mapping[str, str]) -> str:
-    """The message the page an action led to shows (built here, so a link cannot make the page say anything)."""
+def _sent_message(query: Mapping[str, str], status: CaseStatus, signal_names: Sequence[str]) -> str:
+    """The message the page an action led to shows. Anyone can send a link with any query, so the words are built
+    here and the query only picks among them: a signal's name is shown only when it is one the case's workflow
+    takes, a fork's origin is the one the case's status names, and its record is a number."""
     sent = query.get("sent")
-    if sent == "signal" and query.get("name"):
-        return f"signal {query['name'][:200]!r} sent"
+    if sent == "signal":
+        name = query.get("name", "")
+        return f"signal {name!r} sent" if name in signal_names else "signal sent"
     if sent == "cancel":
         return f"cancel sent ({'with' if query.get('compensate') == 'yes' else 'without'} compensation)"
     if sent == "retry":
         return "retried: the case is re-opened at the step that failed"
-    if sent == "fork" and query.get("from") and query.get("at", "").isdigit():
-        return f"forked from case {query['from'][:200]!r} at record {int(query['at'][:20])}"
+    if sent == "fork" and status.forked_from is not None:
+        at = query.get("at", "")
+        record = f" at record {int(at)}" if _ascii_number(at) and len(at) <= 20 else ""
+        return f"forked from case {status.forked_from!r}{record}"
     return ""
 
 
