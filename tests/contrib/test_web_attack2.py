@@ -122,8 +122,6 @@ class _ByPort(httpx.AsyncBaseTransport):
         return await self.transports[request.url.port or 80].handle_async_request(request)
 
 
-@pytest.mark.xfail(strict=True, reason="every inspector's CSRF cookie is named wfsub_csrf at path /, and cookies are "
-                                       "shared across ports: opening one inspector replaces the other's cookie")
 async def test_two_inspectors_on_one_host_name_do_not_break_each_others_forms() -> None:
     """An operator with `wfsub web prod.db --port 8377` and `wfsub web staging.db --port 8378` open (each with its
     own random secret) opens a case page on the first, then one on the second, then sends the first page's form:

@@ -45,7 +45,7 @@ from ._live import Live, sig_hash
 
 _log = logging.getLogger("wfsub.web")
 HERE = Path(__file__).parent
-CSRF_COOKIE = "wfsub_csrf"
+CSRF_COOKIE = "wfsub_csrf"  # the CSRF cookie's name begins so; the rest is the app's own (see _Csrf.cookie)
 COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
 COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again (at least)
 UPDATE_WAIT = 10.0  # seconds an update from the form waits for its answer (the case keeps it after)
@@ -493,7 +493,7 @@ class _Inspector:
     def _html(
         self, template: str, request: Request, context: dict[str, Any], *, live: str = "", status: int = 200
     ) -> Response:
-        token = request.cookies.get(CSRF_COOKIE) or ""
+        token = request.cookies.get(self.csrf.cookie) or ""
         fresh = not self.csrf.issued(token)  # (a cookie this app did not sign, or signed before a restart: replaced)
         if fresh:
             token = self.csrf.issue()
@@ -503,7 +503,7 @@ class _Inspector:
         )
         response = HTMLResponse(html, status_code=status)
         if fresh:
-            response.set_cookie(CSRF_COOKIE, token, path=root or "/", httponly=True, samesite="strict",
+            response.set_cookie(self.csrf.cookie, token, path=root or "/", httponly=True, samesite="strict",
                                 secure=request.url.scheme == "https")
         return response
 
@@ -806,10 +806,17 @@ class _Csrf:
     """CSRF tokens the app issues and signs: `<nonce>.<signature>`, the signature an HMAC-SHA256 of the nonce under
     the app's secret. A page is served with the token of this browser's cookie (one is issued when it has none this
     app signed), and a POST is taken only when its form carries that same token and the app signed it: a token the
-    sender made up, with whatever cookie comes with it, is refused."""
+    sender made up, with whatever cookie comes with it, is refused.
+
+    The cookie's name is the app's own, derived from its secret: browsers share cookies between the ports of one
+    host name, so two inspectors on `localhost:8377` and `localhost:8378` under one name would each replace the
+    other's token, and every form of the first would be refused after a page of the second was opened. Apps given
+    the same secret (processes behind one address) share the name, as they take each other's tokens."""
 
     def __init__(self, key: bytes) -> None:
         self._key = key
+        tag = hmac.new(key, b"wfsub-web-csrf-cookie", hashlib.sha256).hexdigest()[:16]
+        self.cookie = f"{CSRF_COOKIE}_{tag}"
 
     def issue(self) -> str:
         nonce = secrets.token_urlsafe(24)
@@ -827,7 +834,7 @@ class _Csrf:
         return hmac.compare_digest(signature.encode(), self._sign(nonce).encode())
 
     def check(self, request: Request, sent: str) -> None:
-        cookie = request.cookies.get(CSRF_COOKIE, "")
+        cookie = request.cookies.get(self.cookie, "")
         if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
             raise HTTPException(
                 403, "the form's CSRF token is missing or does not match this browser's: reload the page and send it "
