@@ -172,8 +172,6 @@ async def test_a_live_update_shows_case_data_as_the_page_does() -> None:
 # -- drawings --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_Drawings._summary keeps the summary of (None, name) -- 'the newest "
-                                       "version' -- forever, though the newest changes when a version is registered")
 async def test_a_queued_case_is_drawn_on_the_version_it_will_start_on_after_a_deploy(tmp_path: Path) -> None:
     """A long-running inspector over a Client (`wfsub web STORE`) draws a queued case (its status names no version
     yet) on the newest version of its workflow; once the owner restarts with a new version, it draws it on that one,

@@ -531,7 +531,7 @@ class _Drawings:
         self.library = {name: terms[-1] for name, terms in versions.items() if terms}  # what start_case and call name
         self._fingerprints: dict[Term, str] = {}
         self._names: dict[Term, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self._summaries: dict[tuple[str | None, str], Mapping[str, Any]] = {}  # (version, name) -> summary
+        self._summaries: dict[tuple[str, str], Mapping[str, Any]] = {}  # (version, name) -> summary
         self._drawn: dict[tuple[Any, tuple[str, ...]], tuple[str, str]] = {}
 
     def _fingerprint(self, term: Term) -> str:
@@ -552,8 +552,11 @@ class _Drawings:
         return next((t for t in self.versions.get(name, ()) if self._fingerprint(t) == fingerprint), None)
 
     async def _summary(self, version: str | None, name: str) -> Mapping[str, Any] | None:
-        """The summary of a version (None: the newest of `name`, see `version_summary`) as the source knows it;
-        kept, since a summary never changes (one not known yet may be registered later: asked again then)."""
+        """The summary of a version (None: the newest of `name`, see `version_summary`) as the source knows it.
+        A version's summary never changes, so it is kept (one not known yet may be registered later: asked again
+        then). The newest is asked each time: a deploy registers a newer one, which a queued case will start on."""
+        if version is None:
+            return await version_summary(self.source, None, workflow=name)
         key = (version, name)
         found = self._summaries.get(key)
         if found is None:
@@ -586,7 +589,10 @@ class _Drawings:
             names = (_keys(summary.get("signals")), _keys(summary.get("updates")))
             drawing = summary.get("drawing")
             if isinstance(drawing, Mapping):
-                return *self._draw_kept((version, name), drawing, status.at), *names
+                if version is None:  # the newest version, which a deploy changes: drawn afresh, not kept
+                    return *self._draw_summary(drawing, status.at), *names
+                drawn = self._kept_drawn((version, name), status.at, lambda: self._draw_summary(drawing, status.at))
+                return *drawn, *names
         shown = f"version {version[:12]}" if version is not None else "its version"
         if terms:
             note = (f"drawn on the newest version of {name!r} given in app(workflows=): the case runs on {shown}, "
@@ -611,17 +617,15 @@ class _Drawings:
         except ValueError as exc:  # a path this version does not have
             return wfsub.to_mermaid(term), f"{note} {exc}".strip()
 
-    def _draw_kept(self, key: Hashable, drawing: Mapping[str, Any], at: tuple[str, ...]) -> tuple[str, str]:
-        def draw() -> tuple[str, str]:
-            try:
-                text, missing = mark_drawing(drawing, at)
-            except ValueError as exc:  # (a summary's drawing that is not one: written by something else)
-                return "", f"no drawing: {exc}"
-            if missing:
-                return text, f"not marked: this version has no node {', '.join(missing)}"
-            return text, ""
-
-        return self._kept_drawn(key, at, draw)
+    @staticmethod
+    def _draw_summary(drawing: Mapping[str, Any], at: tuple[str, ...]) -> tuple[str, str]:
+        try:
+            text, missing = mark_drawing(drawing, at)
+        except ValueError as exc:  # (a summary's drawing that is not one: written by something else)
+            return "", f"no drawing: {exc}"
+        if missing:
+            return text, f"not marked: this version has no node {', '.join(missing)}"
+        return text, ""
 
     def _kept_drawn(self, key: Any, at: tuple[str, ...], draw: Callable[[], tuple[str, str]]) -> tuple[str, str]:
         drawn = self._drawn.get((key, at))
