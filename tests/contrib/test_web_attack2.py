@@ -197,8 +197,6 @@ async def test_a_queued_case_is_drawn_on_the_version_it_will_start_on_after_a_de
                 assert sub.status("waits").version == wfsub.compile(V2).fingerprint
 
 
-@pytest.mark.xfail(strict=True, reason="the path in to_mermaid's '%% id: path' comment lines is not escaped, and "
-                                       "Mermaid reads a %%{init: ...}%% directive anywhere in the text")
 async def test_a_name_in_the_workflow_cannot_reconfigure_the_drawing() -> None:
     """A defer branch's signal name (or a net node's name) holding `%%{init: ...}%%` is drawn as text: the case
     page's Mermaid text carries no directive for the renderer (labels escape `%`; the comments must too)."""
