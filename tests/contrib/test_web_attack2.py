@@ -217,9 +217,6 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-@pytest.mark.xfail(strict=True, reason="inspector.js initializes Mermaid with its default maxEdges (500) and "
-                                       "maxTextSize (50,000), which to_mermaid's doc says a renderer must raise for "
-                                       "bigger workflows: the page shows 'Syntax error in text'")
 async def test_a_workflow_of_more_than_500_edges_is_drawn_in_the_browser() -> None:
     """A case of a 510-step workflow (a long but ordinary sequence) is drawn in the page as an SVG of its shapes
     with where it waits marked, not as Mermaid's error picture."""
