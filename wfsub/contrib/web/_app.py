@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -268,7 +268,7 @@ class _Inspector:
         older = page[-1].order if len(page) == limit and page[-1].order else None
         filters = _query_dict(state, workflow, tags, parent, None, None)
         context = {"rows": rows, "counts": counts, "state": state, "workflow": workflow, "before": before,
-                   "tags": [f"{k}={v}" for k, v in tags], "parent": parent, "limit": limit,
+                   "tags": [_tag_text(k, v) for k, v in tags], "parent": parent, "limit": limit,
                    "filtered": bool(state or workflow or tags or parent),
                    "newest": _query(state, workflow, tags, parent, None, limit),
                    "by_state": {s: _query(s, workflow, tags, parent, None, None) for s in STATES},
@@ -964,23 +964,31 @@ def _text_param(text: str | None, name: str) -> Any:
 
 
 def _tag_params(given: list[str]) -> Tags:
-    """The `tag=key=value` filters of the list (several: every pair must hold), sorted (one key per view)."""
+    """The `tag=key=value` filters of the list (several: every pair must hold), sorted (one key per view). The text
+    splits at its first `=`; the key is percent-decoded, so a key holding `=` (or `%`) is written with `%3D` (`%25`),
+    as the page's own links write it (`_tag_text`). Neither is stripped: a tag is any str, spaces included."""
     tags: dict[str, str] = {}
     for text in given:
-        text = text.strip()
-        if not text:
+        if not text:  # (the filter form's field left empty)
             continue
-        key, sep, value = _text_param(text, "tag").partition("=")
-        if not sep or not key.strip():
-            raise HTTPException(400, f"tag must be key=value (e.g. tag=customer=ana), got {text!r}")
-        tags[key.strip()] = value.strip()
+        written, sep, value = _text_param(text, "tag").partition("=")
+        key = unquote(written)
+        if not sep or not key:
+            raise HTTPException(400, f"tag must be key=value (e.g. tag=customer=ana; a key holding '=' writes it "
+                                     f"%3D, and '%' as %25), got {text!r}")
+        tags[key] = value
     return tuple(sorted(tags.items()))
+
+
+def _tag_text(key: str, value: str) -> str:
+    """A tag filter as `?tag=` and the filter form carry it (read back by `_tag_params`)."""
+    return f"{key.replace('%', '%25').replace('=', '%3D')}={value}"
 
 
 def _query_dict(
     state: str | None, workflow: str | None, tags: Tags, parent: str | None, before: int | None, limit: int | None
 ) -> list[tuple[str, Any]]:
-    given = [("state", state), ("workflow", workflow), *(("tag", f"{k}={v}") for k, v in tags),
+    given = [("state", state), ("workflow", workflow), *(("tag", _tag_text(k, v)) for k, v in tags),
              ("parent", parent), ("before", before), ("limit", limit)]
     return [(k, v) for k, v in given if v is not None]
 
