@@ -969,10 +969,10 @@ def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
 
     Each shape is preceded by a comment line `%% <id>: <node path>` (`<node path> (<part>)` for a shape that is
     a part of its term, such as a par's join; `start` / `end` for the events; a `%` in it is written `%25`, and a
-    line break as a space, so no name makes a Mermaid directive). Mermaid's default
-    limits (50,000 characters, 500 edges) fit workflows of a few hundred nodes; raise `maxTextSize` and
-    `maxEdges` in the renderer's config for bigger ones (the inspector, `wfsub.contrib.web`, raises them to
-    100,000,000 and 1,000,000, past what a drawing of the largest workflow drawn, 100,000 nodes, needs). Raises TypeError for a non-term, and ValueError for a
+    line break as a space, so no name makes a Mermaid directive). Mermaid's default limits (50,000 characters,
+    500 edges) fit workflows of a few hundred nodes; raise `maxTextSize` and `maxEdges` in the renderer's config
+    for bigger ones (the inspector, `wfsub.contrib.web`, raises them to 100,000,000 and 1,000,000: past what the
+    largest workflow drawn, 100,000 nodes, needs). Raises TypeError for a non-term, and ValueError for a
     highlighted path the workflow does not have.
     """
     diagram = _Diagram(_check_term(term, "to_mermaid"))
