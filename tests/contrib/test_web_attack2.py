@@ -297,3 +297,44 @@ async def test_a_tag_key_holding_an_equals_sign_or_a_percent_is_filtered_with_it
                 again = await client.get(html.unescape(link))
                 shown.add(tuple(re.findall(r'<tr data-case="([^"]+)"', again.text)))
             assert shown and shown <= {("key-eq",), ()} and ("key-eq",) in shown, (links, shown)
+
+
+# -- headers ---------------------------------------------------------------------------------------------------
+
+SECURITY = ("content-security-policy", "x-content-type-options", "referrer-policy", "x-frame-options")
+
+
+async def test_a_refusal_of_the_host_or_of_auth_carries_the_security_headers() -> None:
+    """A request refused for its Host (400, the refusal quotes the Host) or by `auth` (401, 403, its own status)
+    goes out with the same security headers as every other response."""
+
+    def auth(request: Any) -> bool:
+        if request.headers.get("x-user") == "raise":
+            raise RuntimeError("no such user")
+        return request.headers.get("x-user") == "ops"
+
+    async with Substrate(store=MemoryStore(), workflows=FLOWS) as sub:
+        await sub.new_case("order", case_id="c1")
+        asgi = web.app(sub, allowed_hosts=["localhost:8377"], auth=auth)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://localhost:8377") as c:
+            answers = [await c.get("/case/c1", headers={"host": "evil.example", "x-user": "ops"}),
+                       await c.get("/case/c1", headers={"x-user": "eve"}),
+                       await c.get("/case/c1", headers={"x-user": "raise"}),
+                       await c.get("/case/c1", headers={"x-user": "ops"})]
+    assert [a.status_code for a in answers] == [400, 401, 403, 200]
+    for answer in answers:
+        assert all(answer.headers.get(h) for h in SECURITY), (answer.status_code, dict(answer.headers))
+        assert answer.headers["x-frame-options"] == "DENY"
+
+
+async def test_a_page_carrying_a_csrf_token_is_not_kept_by_caches() -> None:
+    """The HTML pages (the cases page, a case page, a missing case's page: each is rendered with this browser's CSRF
+    token and may set its cookie) are sent with Cache-Control: no-store; the static files may be kept."""
+    async with Substrate(store=MemoryStore(), workflows=FLOWS) as sub:
+        await sub.new_case("order", case_id="c1")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=web.app(sub)), base_url="http://i") as client:
+            for path in ("/", "/case/c1", "/case/ghost"):
+                page = await client.get(path)
+                assert page.headers.get("cache-control") == "no-store", (path, page.headers.get("cache-control"))
+            static = await client.get("/static/inspector.js")
+            assert static.status_code == 200 and static.headers.get("cache-control") != "no-store"

@@ -58,6 +58,13 @@ CSP = (
     "font-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )  # Mermaid styles its SVG with inline style attributes: style-src needs 'unsafe-inline', scripts do not
 
+SECURITY_HEADERS = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+)  # on every response the app sends, refusals included
+
 Context = dict[str, Any]
 Tags = tuple[tuple[str, str], ...]
 ListKey = tuple[str | None, str | None, Tags, str | None, int | None, int]
@@ -501,7 +508,8 @@ class _Inspector:
         html = self.env.get_template(template).render(
             context, root=root, csrf=token, read_only=self.read_only, live=root + live if live else "",
         )
-        response = HTMLResponse(html, status_code=status)
+        # a page carries this browser's CSRF token: no cache (a shared proxy's, the browser's on disk) keeps it
+        response = HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
         if fresh:
             response.set_cookie(self.csrf.cookie, token, path=root or "/", httponly=True, samesite="strict",
                                 secure=request.url.scheme == "https")
@@ -675,28 +683,22 @@ class _Guard:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+
+        async def with_headers(message: Message) -> None:  # (refusals too: they echo the Host they refuse)
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
         if self.hosts is not None:
             refused = self.hosts.refusal(Request(scope, receive))
             if refused is not None:
-                await refused(scope, receive, send)
+                await refused(scope, receive, with_headers)
                 return
         if self.auth is not None:
             refusal = await self._refusal(Request(scope, receive))
             if refusal is not None:
-                await refusal(scope, receive, send)
+                await refusal(scope, receive, with_headers)
                 return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"content-security-policy", CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"),
-                    (b"x-frame-options", b"DENY"),
-                ]
-            await send(message)
-
         await self.inner(scope, receive, with_headers)
 
     async def _refusal(self, request: Request) -> Response | None:
