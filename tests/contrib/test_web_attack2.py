@@ -246,8 +246,9 @@ async def test_a_workflow_of_more_than_500_edges_is_drawn_in_the_browser() -> No
                             pytest.skip(f"{CHROMIUM} did not start: {str(exc).splitlines()[0]}")
                         try:
                             page = await browser.new_page()
-                            await page.goto(f"http://127.0.0.1:{port}/case/c1")
-                            await page.wait_for_selector("#diagram svg", timeout=30_000)
+                            # (deadlines, not delays: laying out 500 shapes takes seconds on a loaded machine)
+                            await page.goto(f"http://127.0.0.1:{port}/case/c1", timeout=120_000)
+                            await page.wait_for_selector("#diagram svg", timeout=120_000)
                             assert await page.get_attribute("#diagram", "data-error") is None
                             assert "Syntax error" not in await page.locator("#diagram").inner_text()
                             await playwright_api.expect(page.locator("#diagram svg g.node.highlight")).to_have_count(1)
