@@ -914,7 +914,10 @@ def _mm_text(text: str) -> str:
 
 
 def _mm_comment(text: str) -> str:
-    return _clean(text).replace("\n", " ")
+    """Text for a `%%` comment line: one line, and `%` written `%25`, so that no name makes a `%%{init: ...}%%`
+    directive, which Mermaid reads wherever it stands, comment lines included, and which would reconfigure the
+    renderer (its theme, its security level, HTML labels)."""
+    return _clean(text).replace("%", "%25").replace("\n", " ")
 
 
 def _nest(diagram: _Diagram) -> dict[int, list[tuple[tuple[int, int], str, object]]]:
@@ -972,9 +975,11 @@ def to_mermaid(term: _Term, highlight: Iterable[str] | None = None) -> str:
     as a case's `status().at`).
 
     Each shape is preceded by a comment line `%% <id>: <node path>` (`<node path> (<part>)` for a shape that is
-    a part of its term, such as a par's join; `start` / `end` for the events). Mermaid's default
-    limits (50,000 characters, 500 edges) fit workflows of a few hundred nodes; raise `maxTextSize` and
-    `maxEdges` in the renderer's config for bigger ones. Raises TypeError for a non-term, and ValueError for a
+    a part of its term, such as a par's join; `start` / `end` for the events; a `%` in it is written `%25`, and a
+    line break as a space, so no name makes a Mermaid directive). Mermaid's default limits (50,000 characters,
+    500 edges) fit workflows of a few hundred nodes; raise `maxTextSize` and `maxEdges` in the renderer's config
+    for bigger ones (the inspector, `wfsub.contrib.web`, raises them to 100,000,000 and 1,000,000: past what the
+    largest workflow drawn, 100,000 nodes, needs). Raises TypeError for a non-term, and ValueError for a
     highlighted path the workflow does not have.
     """
     diagram = _Diagram(_check_term(term, "to_mermaid"))

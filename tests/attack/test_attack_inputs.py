@@ -258,15 +258,16 @@ async def test_the_inspectors_signal_form_refuses_a_deeply_nested_payload_with_a
     import httpx
 
     from wfsub.contrib import web
-    from wfsub.contrib.web import _app as web_app
     from wfsub.stores import MemoryStore
+
+    from ..contrib.test_web import csrf_cookie
 
     async with Substrate(store=MemoryStore(), workflows=WORKFLOWS) as sub:
         handle = await _started(sub)
         transport = httpx.ASGITransport(app=web.app(sub, workflows=WORKFLOWS), raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://inspector") as client:
             assert (await client.get("/")).status_code == 200
-            form = {"csrf": client.cookies.get(web_app.CSRF_COOKIE) or "", "action": "signal", "name": "go",
+            form = {"csrf": csrf_cookie(client.cookies)[1], "action": "signal", "name": "go",
                     "payload": "[" * depth + "]" * depth}
             sent = await client.post(f"/case/{handle.case_id}", data=form)
             if sent.status_code == 303:  # taken: the case page shows the case with it

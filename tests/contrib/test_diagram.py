@@ -201,7 +201,7 @@ def parse_mermaid(text: str) -> Graph:
     for raw in lines[1:]:
         line = raw.strip()
         if m := re.fullmatch(rf"%% ({ID}): (.*)", line):
-            path, next_id = m.group(2), m.group(1)
+            path, next_id = m.group(2).replace("%25", "%"), m.group(1)  # (a `%` is written %25)
         elif line.startswith("%%"):
             continue
         elif m := re.fullmatch(rf'subgraph ({ID}) \["([^"]*)"\]', line):

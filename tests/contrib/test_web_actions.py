@@ -255,7 +255,7 @@ async def test_fork_leads_to_the_new_case_and_refuses_a_bad_seq() -> None:
         await until(sub, "o", "waiting_signal")
         forked = await post(client, "o", action="fork", at="0", new_case_id="o-copy")
         assert forked.status_code == 303
-        assert forked.headers["location"] == "/case/o-copy?sent=fork&from=o&at=0"
+        assert forked.headers["location"] == "/case/o-copy?sent=fork&at=0"
         page = await client.get(forked.headers["location"])
         assert "forked from case &#39;o&#39; at record 0" in message(page)
         assert '<a id="case-forked-from" href="/case/o">o</a>' in page.text

@@ -24,7 +24,8 @@ pytest.importorskip("uvicorn", reason="uvicorn (the web extra's server) is not i
 import wfsub
 from wfsub import Substrate, loop, seq, start_case, task, wait
 from wfsub.contrib import web
-from wfsub.contrib.web import _app as web_app
+
+from .test_web import csrf_cookie
 
 FLOWS = {"greet": seq(wait("go"), task(lambda c: {"greeted": True}, name="greet"))}
 WFSUB = [sys.executable, "-m", "wfsub"]
@@ -53,7 +54,7 @@ async def test_the_inspector_over_a_client_lists_shows_and_signals_through_the_s
                 assert page.status_code == 200
                 assert "&lt;script&gt;x&lt;/script&gt;" in page.text and "<script>x</script>" not in page.text
                 assert "flowchart LR" in page.text
-                csrf = http.cookies.get(web_app.CSRF_COOKIE)
+                csrf = csrf_cookie(http.cookies)[1]
                 sent = await http.post("/case/c-1", data={"csrf": csrf, "action": "signal", "name": "go"})
                 assert sent.status_code == 303
                 assert await sub.await_case("c-1", timeout=10) == {"note": "<script>x</script>", "go": None,
@@ -147,7 +148,7 @@ def test_wfsub_web_answers_only_requests_for_the_address_it_serves(
             assert "answers only requests for" in refused.text and "c-1" not in refused.text
     with httpx.Client(base_url=base, headers={"host": f"localhost:{port}"}, timeout=10) as browser:
         browser.get("/")  # (the CSRF cookie a page of the attacker's origin would hold)
-        csrf = browser.cookies.get(web_app.CSRF_COOKIE)
+        csrf = csrf_cookie(browser.cookies)[1]
         cancel = browser.post("/case/c-1", data={"csrf": csrf, "action": "cancel"},
                               headers={"host": f"rebound.attacker.example:{port}"})
         assert cancel.status_code == 400
@@ -226,7 +227,7 @@ async def test_update_retry_and_fork_over_a_client_reach_the_owner(tmp_path: Pat
                 assert re.findall(r'<tr data-case="([^"]+)"', listing.text) == ["n"]
                 page = await http.get("/case/n")
                 assert '<datalist id="update-names"><option value="add"></datalist>' in page.text
-                csrf = http.cookies.get(web_app.CSRF_COOKIE)
+                csrf = csrf_cookie(http.cookies)[1]
                 assert csrf
                 answered = await http.post("/case/n", data={"csrf": csrf, "action": "update", "name": "add",
                                                            "payload": "5"})

@@ -20,10 +20,9 @@ pytest.importorskip("jinja2", reason="the web extra (jinja2) is not installed")
 
 from wfsub import Substrate, seq, start_case, task, wait
 from wfsub.contrib import web
-from wfsub.contrib.web import _app as web_app
 from wfsub.stores import MemoryStore
 
-from .test_web import token
+from .test_web import csrf_cookie, token
 
 FLOWS = {
     "order": seq(wait("approved"), task(lambda c: {"shipped": True}, name="ship")),
@@ -136,9 +135,11 @@ async def test_a_csrf_token_the_server_did_not_issue_is_refused_whatever_cookie_
         await sub.new_case("order", case_id="c1")
         await until(sub, "c1", "waiting_signal")
         made_up = "A" * 43
+        await token(client)
+        name = csrf_cookie(client.cookies)[0]
         for forged in (made_up, f"{'A' * 32}.{'B' * 43}"):
             client.cookies.clear()
-            client.cookies.set(web_app.CSRF_COOKIE, forged)
+            client.cookies.set(name, forged)
             refused = await client.post("/case/c1", data={"csrf": forged, "action": "signal", "name": "approved"})
             assert refused.status_code == 403 and "not issued by this inspector" in refused.text
         assert sub.status("c1").state == "waiting_signal"
@@ -161,15 +162,18 @@ async def test_a_token_issued_by_another_inspector_is_refused_and_one_with_the_s
         clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=a), base_url="http://i") for a in apps]
         try:
             foreign = await token(clients[0])
-            cookie = {"cookie": f"{web_app.CSRF_COOKIE}={foreign}"}
+            await token(clients[1])
+            name = csrf_cookie(clients[1].cookies)[0]  # (the other app's token under this app's own cookie)
+            clients[1].cookies.clear()
+            cookie = {"cookie": f"{name}={foreign}"}
             refused = await clients[1].post("/case/c1", data={"csrf": foreign, "action": "signal", "name": "nope"},
                                             headers=cookie)
             assert refused.status_code == 403 and "not issued by this inspector" in refused.text
             page = await clients[1].get("/case/c1", headers=cookie)  # the page replaces a cookie it did not sign
-            fresh = page.cookies.get(web_app.CSRF_COOKIE)
+            fresh = page.cookies.get(name)
             assert fresh and fresh != foreign and f'value="{fresh}"' in page.text
             taken = await clients[2].post("/case/c1", data={"csrf": fresh, "action": "signal", "name": "approved"},
-                                          headers={"cookie": f"{web_app.CSRF_COOKIE}={fresh}"})
+                                          headers={"cookie": f"{name}={fresh}"})
             assert taken.status_code == 303
         finally:
             for c in clients:

@@ -29,7 +29,8 @@ What is drawn how (the same in both formats):
                               join gateways where a node has several outgoing or incoming edges
 
 Every shape that stands for a term carries that term's node path (`seq[1].par[0].task`, as `validate` and
-a case's status report it): a Mermaid comment line `%% <id>: <path>` before it, the `tooltip` in DOT.
+a case's status report it): a Mermaid comment line `%% <id>: <path>` before it (a `%` in the path written
+`%25`, so a name cannot make a `%%{init}%%` directive), the `tooltip` in DOT.
 `highlight=` takes node paths and marks their shapes (Mermaid class `highlight`, a yellow fill in DOT); a seq
 has no shape of its own, so its path marks its first step's.
 

@@ -12,7 +12,8 @@ It needs the `web` extra (`pip install 'wfsub[web]'`: starlette and jinja2); `im
 Pages:
 
 - `/` the cases, newest first: counts per state (queued included), filters by state, workflow, tags
-  (`tag=key=value`, several: every pair must hold) and parent (`parent=ID`: the cases it started), paging by
+  (`tag=key=value`, several: every pair must hold; split at the first `=`, nothing stripped, a `=` or `%` in the
+  key written `%3D` or `%25`) and parent (`parent=ID`: the cases it started), paging by
   cursor (`before=`, the `order` of the last case of the page, as `cases()` takes it; the link to the older page
   keeps the filters), each row with its case id, workflow, state, where it is (`at`), what it waits for, its tags,
   and its start and end times (ISO 8601 in UTC). A page reads one page of the store (the list never loads every
@@ -55,11 +56,13 @@ refused with 400 before anything is read, so a page whose DNS name an attacker r
 reads nothing and acts on nothing (`wfsub web` allows only the address it serves); None leaves the Host to the
 app it is mounted in (as Starlette's `TrustedHostMiddleware` does there). Every value from a case is escaped
 (Jinja2 autoescape: a `<script>` in data stays text), and every case id is percent-encoded whole in every link and
-form action, so no id (`a/../b`, `%2F`, `..`) leads to or acts on another case; every response carries a
-Content-Security-Policy that allows scripts and connections from the app's own origin only; actions are POSTs
+form action, so no id (`a/../b`, `%2F`, `..`) leads to or acts on another case; every response (a refusal of the
+Host or by `auth` included) carries a Content-Security-Policy that allows scripts and connections from the app's
+own origin only, and the pages `Cache-Control: no-store`; actions are POSTs
 carrying a CSRF token the app issued and signed (HMAC-SHA256 under `secret=`, random per app unless given; the
 form's token must be the one in this browser's cookie, SameSite=Strict, and signed by the app: a token the sender
-made up is refused whatever cookie comes with it); several processes behind one address share one `secret=`;
+made up is refused whatever cookie comes with it; the cookie is named after the secret, so inspectors on two ports
+of one host name keep their own); several processes behind one address share one `secret=`;
 `read_only=True` leaves the actions out of the page and refuses them (403); `auth=`, a function of the Starlette
 `Request` (sync or async), guards every route: False answers 401, raising `starlette.exceptions.HTTPException`
 answers its status, any other exception 403.

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -45,7 +45,7 @@ from ._live import Live, sig_hash
 
 _log = logging.getLogger("wfsub.web")
 HERE = Path(__file__).parent
-CSRF_COOKIE = "wfsub_csrf"
+CSRF_COOKIE = "wfsub_csrf"  # the CSRF cookie's name begins so; the rest is the app's own (see _Csrf.cookie)
 COUNT_CAP = 100  # a state's count reads at most this many cases (~30 us each); beyond, the page says "100+"
 COUNTS_TTL = 1.0  # seconds the counts are shared between requests before they are read again (at least)
 UPDATE_WAIT = 10.0  # seconds an update from the form waits for its answer (the case keeps it after)
@@ -57,6 +57,13 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "font-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )  # Mermaid styles its SVG with inline style attributes: style-src needs 'unsafe-inline', scripts do not
+
+SECURITY_HEADERS = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+)  # on every response the app sends, refusals included
 
 Context = dict[str, Any]
 Tags = tuple[tuple[str, str], ...]
@@ -268,7 +275,7 @@ class _Inspector:
         older = page[-1].order if len(page) == limit and page[-1].order else None
         filters = _query_dict(state, workflow, tags, parent, None, None)
         context = {"rows": rows, "counts": counts, "state": state, "workflow": workflow, "before": before,
-                   "tags": [f"{k}={v}" for k, v in tags], "parent": parent, "limit": limit,
+                   "tags": [_tag_text(k, v) for k, v in tags], "parent": parent, "limit": limit,
                    "filtered": bool(state or workflow or tags or parent),
                    "newest": _query(state, workflow, tags, parent, None, limit),
                    "by_state": {s: _query(s, workflow, tags, parent, None, None) for s in STATES},
@@ -361,9 +368,7 @@ class _Inspector:
             message, failed, code, lead = await self._act(case_id, form)
             if not failed and lead is not None:  # answered by the page it leads to: a reload does not send it again
                 root = request.scope.get("root_path", "")
-                return RedirectResponse(case_url(root, lead, **_sent(form, case_id)), status_code=303)
-        else:
-            message = _sent_message(request.query_params)
+                return RedirectResponse(case_url(root, lead, **_sent(form)), status_code=303)
         full = request.query_params.get("journal") == "all"
         try:
             signature, make = await self._case_view(case_id, full)
@@ -372,6 +377,8 @@ class _Inspector:
         live = "/events?" + urlencode({"view": "case", "case": case_id, "sig": sig_hash(signature),
                                        **({"journal": "all"} if full else {})})
         context = await make()
+        if request.method == "GET":
+            message = _sent_message(request.query_params, context["status"], context["signal_names"])
         # a form refused because the store did not answer keeps its request id: sent again, it is applied once
         request_id = form.get("request_id", "") if code == 503 else ""
         context.update(message=message, failed=failed, form=form,
@@ -493,7 +500,7 @@ class _Inspector:
     def _html(
         self, template: str, request: Request, context: dict[str, Any], *, live: str = "", status: int = 200
     ) -> Response:
-        token = request.cookies.get(CSRF_COOKIE) or ""
+        token = request.cookies.get(self.csrf.cookie) or ""
         fresh = not self.csrf.issued(token)  # (a cookie this app did not sign, or signed before a restart: replaced)
         if fresh:
             token = self.csrf.issue()
@@ -501,9 +508,10 @@ class _Inspector:
         html = self.env.get_template(template).render(
             context, root=root, csrf=token, read_only=self.read_only, live=root + live if live else "",
         )
-        response = HTMLResponse(html, status_code=status)
+        # a page carries this browser's CSRF token: no cache (a shared proxy's, the browser's on disk) keeps it
+        response = HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
         if fresh:
-            response.set_cookie(CSRF_COOKIE, token, path=root or "/", httponly=True, samesite="strict",
+            response.set_cookie(self.csrf.cookie, token, path=root or "/", httponly=True, samesite="strict",
                                 secure=request.url.scheme == "https")
         return response
 
@@ -531,7 +539,7 @@ class _Drawings:
         self.library = {name: terms[-1] for name, terms in versions.items() if terms}  # what start_case and call name
         self._fingerprints: dict[Term, str] = {}
         self._names: dict[Term, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self._summaries: dict[tuple[str | None, str], Mapping[str, Any]] = {}  # (version, name) -> summary
+        self._summaries: dict[tuple[str, str], Mapping[str, Any]] = {}  # (version, name) -> summary
         self._drawn: dict[tuple[Any, tuple[str, ...]], tuple[str, str]] = {}
 
     def _fingerprint(self, term: Term) -> str:
@@ -552,8 +560,11 @@ class _Drawings:
         return next((t for t in self.versions.get(name, ()) if self._fingerprint(t) == fingerprint), None)
 
     async def _summary(self, version: str | None, name: str) -> Mapping[str, Any] | None:
-        """The summary of a version (None: the newest of `name`, see `version_summary`) as the source knows it;
-        kept, since a summary never changes (one not known yet may be registered later: asked again then)."""
+        """The summary of a version (None: the newest of `name`, see `version_summary`) as the source knows it.
+        A version's summary never changes, so it is kept (one not known yet may be registered later: asked again
+        then). The newest is asked each time: a deploy registers a newer one, which a queued case will start on."""
+        if version is None:
+            return await version_summary(self.source, None, workflow=name)
         key = (version, name)
         found = self._summaries.get(key)
         if found is None:
@@ -586,7 +597,10 @@ class _Drawings:
             names = (_keys(summary.get("signals")), _keys(summary.get("updates")))
             drawing = summary.get("drawing")
             if isinstance(drawing, Mapping):
-                return *self._draw_kept((version, name), drawing, status.at), *names
+                if version is None:  # the newest version, which a deploy changes: drawn afresh, not kept
+                    return *self._draw_summary(drawing, status.at), *names
+                drawn = self._kept_drawn((version, name), status.at, lambda: self._draw_summary(drawing, status.at))
+                return *drawn, *names
         shown = f"version {version[:12]}" if version is not None else "its version"
         if terms:
             note = (f"drawn on the newest version of {name!r} given in app(workflows=): the case runs on {shown}, "
@@ -611,17 +625,15 @@ class _Drawings:
         except ValueError as exc:  # a path this version does not have
             return wfsub.to_mermaid(term), f"{note} {exc}".strip()
 
-    def _draw_kept(self, key: Hashable, drawing: Mapping[str, Any], at: tuple[str, ...]) -> tuple[str, str]:
-        def draw() -> tuple[str, str]:
-            try:
-                text, missing = mark_drawing(drawing, at)
-            except ValueError as exc:  # (a summary's drawing that is not one: written by something else)
-                return "", f"no drawing: {exc}"
-            if missing:
-                return text, f"not marked: this version has no node {', '.join(missing)}"
-            return text, ""
-
-        return self._kept_drawn(key, at, draw)
+    @staticmethod
+    def _draw_summary(drawing: Mapping[str, Any], at: tuple[str, ...]) -> tuple[str, str]:
+        try:
+            text, missing = mark_drawing(drawing, at)
+        except ValueError as exc:  # (a summary's drawing that is not one: written by something else)
+            return "", f"no drawing: {exc}"
+        if missing:
+            return text, f"not marked: this version has no node {', '.join(missing)}"
+        return text, ""
 
     def _kept_drawn(self, key: Any, at: tuple[str, ...], draw: Callable[[], tuple[str, str]]) -> tuple[str, str]:
         drawn = self._drawn.get((key, at))
@@ -671,28 +683,22 @@ class _Guard:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+
+        async def with_headers(message: Message) -> None:  # (refusals too: they echo the Host they refuse)
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
         if self.hosts is not None:
             refused = self.hosts.refusal(Request(scope, receive))
             if refused is not None:
-                await refused(scope, receive, send)
+                await refused(scope, receive, with_headers)
                 return
         if self.auth is not None:
             refusal = await self._refusal(Request(scope, receive))
             if refusal is not None:
-                await refusal(scope, receive, send)
+                await refusal(scope, receive, with_headers)
                 return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"content-security-policy", CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"),
-                    (b"x-frame-options", b"DENY"),
-                ]
-            await send(message)
-
         await self.inner(scope, receive, with_headers)
 
     async def _refusal(self, request: Request) -> Response | None:
@@ -781,9 +787,15 @@ def _host_port(text: str) -> tuple[str, int | None] | None:
         return None
     if not port_text:
         return name, None
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not _ascii_number(port_text) or not 0 < int(port_text) < 65536:
         return None
     return name, int(port_text)
+
+
+def _ascii_number(text: str) -> bool:
+    """Whether `text` is digits 0-9 only: `str.isdigit()` also takes `²` or `١`, which `int()` then refuses (or
+    reads as another number), so it never decides what a request may name."""
+    return bool(text) and text.isascii() and text.isdigit()
 
 
 def _host_matches(pattern: str, want: int | None, name: str, port: int) -> bool:
@@ -800,10 +812,17 @@ class _Csrf:
     """CSRF tokens the app issues and signs: `<nonce>.<signature>`, the signature an HMAC-SHA256 of the nonce under
     the app's secret. A page is served with the token of this browser's cookie (one is issued when it has none this
     app signed), and a POST is taken only when its form carries that same token and the app signed it: a token the
-    sender made up, with whatever cookie comes with it, is refused."""
+    sender made up, with whatever cookie comes with it, is refused.
+
+    The cookie's name is the app's own, derived from its secret: browsers share cookies between the ports of one
+    host name, so two inspectors on `localhost:8377` and `localhost:8378` under one name would each replace the
+    other's token, and every form of the first would be refused after a page of the second was opened. Apps given
+    the same secret (processes behind one address) share the name, as they take each other's tokens."""
 
     def __init__(self, key: bytes) -> None:
         self._key = key
+        tag = hmac.new(key, b"wfsub-web-csrf-cookie", hashlib.sha256).hexdigest()[:16]
+        self.cookie = f"{CSRF_COOKIE}_{tag}"
 
     def issue(self) -> str:
         nonce = secrets.token_urlsafe(24)
@@ -821,7 +840,7 @@ class _Csrf:
         return hmac.compare_digest(signature.encode(), self._sign(nonce).encode())
 
     def check(self, request: Request, sent: str) -> None:
-        cookie = request.cookies.get(CSRF_COOKIE, "")
+        cookie = request.cookies.get(self.cookie, "")
         if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
             raise HTTPException(
                 403, "the form's CSRF token is missing or does not match this browser's: reload the page and send it "
@@ -860,7 +879,7 @@ def case_url(root: str, case_id: str, **query: str) -> str:
 # -- small helpers -------------------------------------------------------------------------------------------
 
 
-def _sent(form: Mapping[str, str], case_id: str) -> dict[str, str]:
+def _sent(form: Mapping[str, str]) -> dict[str, str]:
     """The query of the page an action that went through leads to: what was sent, never free text to show."""
     action = form.get("action")
     if action == "signal":
@@ -868,21 +887,26 @@ def _sent(form: Mapping[str, str], case_id: str) -> dict[str, str]:
     if action == "retry":
         return {"sent": "retry"}
     if action == "fork":
-        return {"sent": "fork", "from": case_id[:200], "at": form.get("at", "").strip()[:20]}
+        return {"sent": "fork", "at": form.get("at", "").strip()[:20]}
     return {"sent": "cancel", "compensate": "yes" if form.get("compensate") == "yes" else "no"}
 
 
-def _sent_message(query: Mapping[str, str]) -> str:
-    """The message the page an action led to shows (built here, so a link cannot make the page say anything)."""
+def _sent_message(query: Mapping[str, str], status: CaseStatus, signal_names: Sequence[str]) -> str:
+    """The message the page an action led to shows. Anyone can send a link with any query, so the words are built
+    here and the query only picks among them: a signal's name is shown only when it is one the case's workflow
+    takes, a fork's origin is the one the case's status names, and its record is a number."""
     sent = query.get("sent")
-    if sent == "signal" and query.get("name"):
-        return f"signal {query['name'][:200]!r} sent"
+    if sent == "signal":
+        name = query.get("name", "")
+        return f"signal {name!r} sent" if name in signal_names else "signal sent"
     if sent == "cancel":
         return f"cancel sent ({'with' if query.get('compensate') == 'yes' else 'without'} compensation)"
     if sent == "retry":
         return "retried: the case is re-opened at the step that failed"
-    if sent == "fork" and query.get("from") and query.get("at", "").isdigit():
-        return f"forked from case {query['from'][:200]!r} at record {int(query['at'][:20])}"
+    if sent == "fork" and status.forked_from is not None:
+        at = query.get("at", "")
+        record = f" at record {int(at)}" if _ascii_number(at) and len(at) <= 20 else ""
+        return f"forked from case {status.forked_from!r}{record}"
     return ""
 
 
@@ -942,23 +966,31 @@ def _text_param(text: str | None, name: str) -> Any:
 
 
 def _tag_params(given: list[str]) -> Tags:
-    """The `tag=key=value` filters of the list (several: every pair must hold), sorted (one key per view)."""
+    """The `tag=key=value` filters of the list (several: every pair must hold), sorted (one key per view). The text
+    splits at its first `=`; the key is percent-decoded, so a key holding `=` (or `%`) is written with `%3D` (`%25`),
+    as the page's own links write it (`_tag_text`). Neither is stripped: a tag is any str, spaces included."""
     tags: dict[str, str] = {}
     for text in given:
-        text = text.strip()
-        if not text:
+        if not text:  # (the filter form's field left empty)
             continue
-        key, sep, value = _text_param(text, "tag").partition("=")
-        if not sep or not key.strip():
-            raise HTTPException(400, f"tag must be key=value (e.g. tag=customer=ana), got {text!r}")
-        tags[key.strip()] = value.strip()
+        written, sep, value = _text_param(text, "tag").partition("=")
+        key = unquote(written)
+        if not sep or not key:
+            raise HTTPException(400, f"tag must be key=value (e.g. tag=customer=ana; a key holding '=' writes it "
+                                     f"%3D, and '%' as %25), got {text!r}")
+        tags[key] = value
     return tuple(sorted(tags.items()))
+
+
+def _tag_text(key: str, value: str) -> str:
+    """A tag filter as `?tag=` and the filter form carry it (read back by `_tag_params`)."""
+    return f"{key.replace('%', '%25').replace('=', '%3D')}={value}"
 
 
 def _query_dict(
     state: str | None, workflow: str | None, tags: Tags, parent: str | None, before: int | None, limit: int | None
 ) -> list[tuple[str, Any]]:
-    given = [("state", state), ("workflow", workflow), *(("tag", f"{k}={v}") for k, v in tags),
+    given = [("state", state), ("workflow", workflow), *(("tag", _tag_text(k, v)) for k, v in tags),
              ("parent", parent), ("before", before), ("limit", limit)]
     return [(k, v) for k, v in given if v is not None]
 

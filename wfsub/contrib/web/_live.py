@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 _log = logging.getLogger("wfsub.web")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line ends of the event stream grammar (HTML standard 9.2.5)
 
 # A view's reader: key -> (signature, render). The signature is compared between reads; `render` is called only
 # when it changed, and gives the event's HTML.
@@ -156,5 +158,8 @@ class Live:
 
 
 def _event(name: str, data: str) -> bytes:
-    lines = "".join(f"data: {line}\n" for line in data.splitlines() or [""])
+    """One server-sent event carrying `data`: a data line per line of it, broken where an EventSource breaks lines
+    (CRLF, LF, CR) and nowhere else (`str.splitlines` also breaks at U+2028, U+0085, ..., which would turn case
+    text into line breaks), so the browser joins them back into the same text."""
+    lines = "".join(f"data: {line}\n" for line in _LINE_BREAK.split(data))
     return f"event: {name}\n{lines}\n".encode()

@@ -17,8 +17,10 @@
   }
 
   if (window.mermaid) {
+    // Mermaid's own limits (500 edges, 50,000 characters) refuse workflows of a few hundred steps; to_mermaid
+    // draws up to 100,000 nodes (about 2 edges and 120 characters each), so the limits are raised past that.
     window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral",
-                                flowchart: { htmlLabels: false } });
+                                flowchart: { htmlLabels: false }, maxEdges: 1000000, maxTextSize: 100000000 });
     draw(document);
   }
   if (!region || !region.getAttribute("data-live") || !window.EventSource) return;
