@@ -214,7 +214,8 @@ async def test_an_update_answered_as_its_owner_died_reaches_its_caller_while_the
             caller = sub if door == "standby" else client
             with anyio.fail_after(60):
                 assert await caller.update("p", "add", {"n": 4}, request_id="u1") == {"total": 40}
-                assert not sub.standby and not GATE["pay"].is_set()  # answered while it pays again
+                # answered while it pays again: by the new owner, or from the row the old one wrote before it died
+                assert not GATE["pay"].is_set()
                 assert await client.update("p", "add", {"n": 4}, request_id="u1") == {"total": 40}
             GATE["pay"].set()
             await until(lambda: sub.status("p").signals == ("end",))
