@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -100,3 +101,16 @@ async def test_deleting_a_failed_parent_whose_child_is_retried_in_its_queue_name
         with anyio.fail_after(30):
             assert await sub.await_case("kid") == {"done": True}
         await sub.delete("p")
+
+
+@pytest.mark.xfail(strict=True, reason="`wfsub backfill` ends in a traceback (OSError Errno 75 from slot_text)")
+async def test_the_command_refuses_a_backfill_ending_before_a_far_future_start(tmp_path: Path) -> None:
+    """`wfsub backfill STORE h 1e18 0` is refused as an end before its start (status 1, no traceback)."""
+    from ..cli.test_cli_schedules import wfsub
+    from ..durable.test_schedule_backfill import registered
+
+    db = tmp_path / "cases.db"
+    async with Substrate(store=db, workflows=WORKFLOWS, schedules=[Schedule("h", "job", every=3600)]) as sub:
+        await registered(sub)
+    code, _, err = await wfsub(tmp_path, "backfill", str(db), "h", "1e18", "0")
+    assert code == 1 and "Traceback" not in err and "is before start" in err, (code, err)
