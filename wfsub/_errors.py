@@ -276,17 +276,27 @@ class SignalRejected(WfsubError):
         return cls(case_id, "be deleted", reason)
 
     @classmethod
-    def children_live(cls, case_id: str | None, children: Sequence[tuple[str, str]]) -> SignalRejected:
-        """`delete` of an ended case a child of which it waited for with on_parent_cancel="cancel" (child id,
-        state) has not ended: that child is cancelled with its parent, and it would no longer be found to be if
-        its parent were gone."""
-        shown = ", ".join(f"{child!r} ({state})" for child, state in children)
-        reason = (
-            f"children it waited for, cancelled with it (on_parent_cancel='cancel'), have not ended: {shown}; their "
-            "cancel is under way. Delete it once they have ended (`await_case(child)`), or cancel them with "
-            "compensate=False to end them at once; a delete removes the children it waited for with it"
-        )
-        return cls(case_id, "be deleted", reason)
+    def children_live(
+        cls, case_id: str | None, children: Sequence[tuple[str, str]], state: str | None
+    ) -> SignalRejected:
+        """`delete` of an ended case (in `state`) a child of which it waited for with on_parent_cancel="cancel"
+        (child id, state) has not ended: that child would be cancelled with its parent, and it would no longer be
+        found to be if its parent were gone. Only a cancelled parent's cancel reaches it; a parent that failed (or
+        completed) ended while the child was ended too, so a live child was re-opened by a retry since."""
+        shown = ", ".join(f"{child!r} ({now})" for child, now in children)
+        if state == "cancelled":
+            reason = (
+                f"children it waited for, cancelled with it (on_parent_cancel='cancel'), have not ended: {shown}; "
+                "their cancel is under way (unless a retry re-opened them since). Delete it once they have ended "
+                "(`await_case(child)`), or cancel them with compensate=False to end them at once"
+            )
+        else:
+            reason = (
+                f"children it waited for have not ended: {shown}; they ended before it did ({state or 'ended'}) and "
+                "a retry re-opened them since, and nothing cancels them (the parent was not cancelled). Delete it "
+                "once they have ended (`await_case(child)`), or cancel them"
+            )
+        return cls(case_id, "be deleted", f"{reason}; a delete removes the children it waited for with it")
 
     @classmethod
     def not_retryable(cls, case_id: str | None, state: str, why: str | None = None) -> SignalRejected:

@@ -229,7 +229,9 @@ async def delete_ended(store: Store, case_id: str) -> list[str]:
     for _ in range(DELETE_TRIES):
         children, owed = await waited_children(store, case_id)
         if owed:
-            raise SignalRejected.children_live(case_id, [(row.case_id, row.state) for row in owed])
+            parent = await store.row(case_id)  # (the reason says whether its cancel reaches them)
+            raise SignalRejected.children_live(case_id, [(row.case_id, row.state) for row in owed],
+                                               None if parent is None else parent.state)
         if await store.delete(case_id, children):
             return [case_id, *children]
         pending = await store.inbox_pending(case_id)

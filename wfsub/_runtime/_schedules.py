@@ -80,9 +80,23 @@ Overlap = Literal["skip", "allow"]
 Catchup = Literal["latest", "all", "none"]
 
 
+FIRST_SLOT = datetime(1, 1, 1, tzinfo=UTC).timestamp()  # the earliest time a slot id can name (0001-01-01T00:00:00Z)
+LAST_SLOT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()  # and the latest (9999-12-31T23:59:59Z)
+
+
 def slot_text(slot: float) -> str:
-    """A slot as case ids and listings spell it: `2026-03-29T01:00:00Z`."""
-    return datetime.fromtimestamp(slot, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A slot as case ids and listings spell it: `2026-03-29T01:00:00Z`, the year always four digits (strftime
+    writes year 1 as '1'). Only for a time from FIRST_SLOT to LAST_SLOT (`time_text` spells any time)."""
+    moment = datetime.fromtimestamp(slot, UTC)
+    return f"{moment.year:04d}{moment.strftime('-%m-%dT%H:%M:%SZ')}"
+
+
+def time_text(t: float) -> str:
+    """A time for a message: as a slot where a slot id can name it, else as seconds since the epoch (a date
+    outside years 1..9999 cannot be written, and formatting one raises)."""
+    if FIRST_SLOT <= t <= LAST_SLOT:
+        return slot_text(t)
+    return f"{t:g} s since the epoch ({'before year 1' if t < FIRST_SLOT else 'after year 9999'})"
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -224,20 +238,37 @@ def next_after(cron: str | None, every: int | None, tz: str, t: float) -> float:
     return next(CronSim(cron, datetime.fromtimestamp(t, ZoneInfo(tz)))).timestamp()
 
 
+def earliest(cron: str | None, tz: str) -> float:
+    """The earliest slot a schedule can have: what a slot id can name (FIRST_SLOT) and, for cron, what cronsim can
+    compute (it works in `tz`'s local time, which ends at 0001-01-01T00:00 there)."""
+    if cron is None:
+        return FIRST_SLOT
+    return max(FIRST_SLOT, datetime(1, 1, 1, tzinfo=ZoneInfo(tz)).timestamp())
+
+
 def _backwards(cron: str | None, every: int | None, tz: str, until: float) -> Iterator[float]:
-    """The slots at or before `until`, newest first."""
+    """The slots at or before `until`, newest first, down to `earliest(cron, tz)` (none before it)."""
+    edge = earliest(cron, tz)
     if every is not None:
         slot = math.floor(until / every) * every
-        while True:
+        while slot >= edge:
             yield float(slot)
             slot -= every
+        return
     assert cron is not None
+    if until < edge:
+        return
     # cronsim walks backwards from strictly before a whole minute: step past `until` and drop what is after it
     zone = ZoneInfo(tz)
-    for moment in CronSim(cron, datetime.fromtimestamp(math.floor(until) + 60, zone), reverse=True):
-        at = moment.timestamp()
-        if at <= until:
-            yield at
+    try:
+        for moment in CronSim(cron, datetime.fromtimestamp(math.floor(until) + 60, zone), reverse=True):
+            at = moment.timestamp()
+            if at < edge:
+                return
+            if at <= until:
+                yield at
+    except OverflowError:  # (cronsim stepped before the local 0001-01-01: there is no slot it can compute there)
+        return
 
 
 def moment(owner: str, name: str, value: object) -> float:
@@ -261,10 +292,13 @@ def backfill_slots(
     owner = f"backfill_schedule({name!r})"
     first, last = moment(owner, "start", start), moment(owner, "end", end)
     if last < first:
-        raise ValueError(f"{owner}: end {slot_text(last)} is before start {slot_text(first)}: pass start <= end")
+        raise ValueError(f"{owner}: end {time_text(last)} is before start {time_text(first)}: pass start <= end")
+    edge = earliest(cron, tz)
+    if not edge <= last <= LAST_SLOT:
+        raise _outside(owner, "end", last, edge, cron, tz)
     if last > now:
         raise ValueError(
-            f"{owner}: end {slot_text(last)} is after now ({slot_text(now)}): a backfill starts past slots only (the "
+            f"{owner}: end {slot_text(last)} is after now ({time_text(now)}): a backfill starts past slots only (the "
             "schedule starts the slots from now on itself); pass an end at or before now"
         )
     found: list[float] = []
@@ -273,11 +307,25 @@ def backfill_slots(
             break
         if len(found) == MAX_BACKFILL:
             raise ValueError(
-                f"{owner}: the range {slot_text(first)} to {slot_text(last)} holds more than {MAX_BACKFILL} slots "
+                f"{owner}: the range {time_text(first)} to {slot_text(last)} holds more than {MAX_BACKFILL} slots "
                 f"(one backfill starts at most {MAX_BACKFILL}): split it into several calls"
             )
         found.append(slot)
+    else:  # the slots ran out at the edge before reaching `first`: the range starts where no slot can be
+        if first < edge:
+            raise _outside(owner, "start", first, edge, cron, tz)
     return found[::-1]
+
+
+def _outside(owner: str, name: str, t: float, edge: float, cron: str | None, tz: str) -> ValueError:
+    """A backfill's start or end outside the times a slot can have (see `earliest`): say which and the limit."""
+    why = "slot ids name years 1 to 9999"
+    if cron is not None and edge > FIRST_SLOT:
+        why += f", and cron slots are computed in {tz} local time, which starts at 0001-01-01T00:00 there"
+    return ValueError(
+        f"{owner}: {name} {time_text(t)} is outside the times a slot of this schedule can have ({why}): pass "
+        f"{'an' if name == 'end' else 'a'} {name} from {slot_text(edge)} to {slot_text(LAST_SLOT)}"
+    )
 
 
 def backfill_request(

@@ -1842,7 +1842,8 @@ class Substrate:
                 elif actor.waited == "cancel":
                     owed.append((child, actor.state.value))
         if owed:
-            raise SignalRejected.children_live(case_id, owed)
+            actor = self._cases.get(case_id)
+            raise SignalRejected.children_live(case_id, owed, None if actor is None else actor.state.value)
         return gone
 
     def trace(self, case_id: str, level: TraceLevel, sink: TraceSink | None = None) -> None:
