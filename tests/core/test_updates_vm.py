@@ -77,12 +77,33 @@ def test_reply_after_the_threads_own_effect() -> None:
 
 
 def test_thread_that_parks_without_replying_answers_none() -> None:
-    """A thread that took an update and parks on a signal or timer without a reply step answers None."""
-    m = machine(seq(wait("go"), sleep(5), reply("go", lambda ctx: 1), wait("go", reply=lambda ctx: 2)))
+    """A thread that took an update and parks on a timer with no reply step of its name ahead answers None (a
+    later wait's reply= answers only the update that wait takes)."""
+    m = machine(seq(wait("go"), sleep(5), wait("go", reply=lambda ctx: 2)))
     settle(m)
     m.deliver_update("go", None, "u")
     settle(m)
     assert m.take_answers() == [("u", "answer", "go", None)]
+
+
+def test_reply_ahead_keeps_the_caller_through_effects_and_timers() -> None:
+    """A thread with a reply step of its name ahead keeps owing the update through its effect and its timer; the
+    reply step answers it once it runs."""
+    async def pay(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"paid": 1}
+
+    m = machine(seq(wait("approve"), effect(pay), sleep(60), reply("approve", lambda ctx: {"paid": ctx["paid"]}),
+                    sleep(3600)))
+    settle(m)
+    m.deliver_update("approve", None, "u")
+    r = settle(m)
+    assert m.take_answers() == []
+    m.complete_effect(r.effects[0].effect_id, {"paid": 7})
+    r = settle(m)
+    assert m.take_answers() == [] and m.owed_updates() == ["u"]
+    m.fire_timer(r.timers[0].timer_id)
+    settle(m)
+    assert m.take_answers() == [("u", "answer", "approve", {"paid": 7})]
 
 
 def test_update_to_a_name_nobody_answers_is_refused() -> None:
