@@ -282,7 +282,7 @@ def test_repeated_update_to_a_passed_wait_is_refused_at_once(backend: str) -> No
             assert await h.update("approve", "ann", request_id="click-1") == {"approved_by": "ann"}
             await clock.settle()
             assert h.status().state == "waiting_timer"
-            with pytest.raises(SignalRejected) as info:
+            with anyio.fail_after(10), pytest.raises(SignalRejected) as info:  # at once (bounded: not a timing)
                 await h.update("approve", "ann", request_id="click-2")
             text = str(info.value)
             assert "passed every wait for it (seq[0].wait)" in text and "seq[2].sleep" in text, text
@@ -315,13 +315,14 @@ def test_double_click_buffered_before_the_wait_is_refused_once_passed(backend: s
                 except SignalRejected as exc:
                     got[rid] = exc
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(click, "c1")
-                await clock.settle()
-                tg.start_soon(click, "c2")
-                await clock.settle()
-                assert got == {}
-                await clock.advance(10)
+            with anyio.fail_after(10):  # (a bound against a hang, not a timing)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(click, "c1")
+                    await clock.settle()
+                    tg.start_soon(click, "c2")
+                    await clock.settle()
+                    assert got == {}
+                    await clock.advance(10)
             assert got["c1"] == {"approved_by": "c1"}
             assert isinstance(got["c2"], SignalRejected) and "passed every wait" in str(got["c2"])
             assert [r.request_id for r in h.status().refused] == ["c2"]
@@ -349,7 +350,7 @@ def test_a_loop_makes_its_wait_reachable_again(backend: str) -> None:
                 await clock.advance(5)
             assert got == [2]
             await clock.advance(5)
-            with pytest.raises(SignalRejected, match="passed every wait"):
+            with anyio.fail_after(10), pytest.raises(SignalRejected, match="passed every wait"):
                 await h.update("add", 3)
 
     run(backend, main)
