@@ -28,10 +28,11 @@ replies reachable again.
   splitting thread into its first branch, never out of a branch's end into a join (another thread may carry on
   there) nor into a handler a failure or a cancel starts (a new thread runs it). Where the thread goes on at the end
   of a called workflow or of a handler depends on the activation (which call; a handler run to undo withdrawn work
-  ends there), so RET and HANDLER_DONE carry the bit `exit_bit(bits)` instead of edges, and the vm follows the
-  thread's call and handler frames at run time (`_vm/_updates.reply_ahead`). A call or a scope's finally_ that can
-  reach its end is a summary edge to what follows it; those are solved by iterating to a fixpoint (a few passes:
-  one more per nesting of loops).
+  ends there), so RET and HANDLER_DONE have no edges; `exit_bit(bits)` marks the instructions from which the
+  thread can reach such an end, and the vm follows the thread's call and handler frames from there at run time
+  (`_vm/_updates.reply_ahead`). A call (or a scope's finally_) goes on after it only if its code can reach that
+  end: which instructions can is found first, by a worklist walking the graph backwards from the ends (a call
+  site joins once both its callee's entry and what follows it can); then the names' closure, as above.
 
 The emitter records what the bytecode alone does not say (`Flow`): where each ARRIVE and HANDLER_DONE goes on, the
 instruction ranges of scope and saga bodies with their ways out, which net each NET_EXIT belongs to, and the
@@ -40,6 +41,7 @@ instruction range of each called workflow.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -48,22 +50,25 @@ from ._program import (
     NET_XOR,
     CallSpec,
     DeferSpec,
-    LoopSpec,
-    MISpec,
     NetRoute,
     NetSpec,
     Op,
-    SplitSpec,
     WaitSpec,
-    XorSpec,
 )
 
-_PLAIN = frozenset({
+_PLAIN = frozenset(int(op) for op in (
     Op.TASK, Op.EFFECT, Op.WAIT, Op.SLEEP, Op.SCOPE, Op.SAGA, Op.SAGA_STEP, Op.CRITICAL, Op.MILESTONE,
     Op.WHEN_MILESTONE, Op.REPLY, Op.CANCEL_REGION, Op.COMPLETE_REGION, Op.ADD_INSTANCES, Op.CLOSE_INSTANCES,
     Op.FINALLY,
-})
+))
 """Opcodes whose thread goes on at the next instruction (after its effect, timer, signal, lock or handler)."""
+
+# the opcodes as the plain ints the code holds (an IntEnum compare or lookup costs several times more, per instruction)
+_JUMP, _LEAVE, _PAR, _MULTI_CHOICE, _XOR = int(Op.JUMP), int(Op.LEAVE), int(Op.PAR), int(Op.MULTI_CHOICE), int(Op.XOR)
+_LOOP, _LOOP_TEST, _LOOP_BACK, _DEFER = int(Op.LOOP), int(Op.LOOP_TEST), int(Op.LOOP_BACK), int(Op.DEFER)
+_MI, _MI_SPAWN, _INTERLEAVE, _CALL, _RET = int(Op.MI), int(Op.MI_SPAWN), int(Op.INTERLEAVE), int(Op.CALL), int(Op.RET)
+_NET, _NET_EXIT, _ARRIVE, _HANDLER_DONE = int(Op.NET), int(Op.NET_EXIT), int(Op.ARRIVE), int(Op.HANDLER_DONE)
+_WAIT, _REPLY, _FINALLY = int(Op.WAIT), int(Op.REPLY), int(Op.FINALLY)
 
 
 class Flow:
@@ -97,63 +102,86 @@ def compute(
     code: Sequence[tuple[int, Any]], flow: Flow, bits: Mapping[str, int]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(`wait_reach`, `reply_reach`): per instruction, the bitmask of the update names whose waits, and whose reply
-    steps (on the same thread's way), are reachable from it."""
-    n = len(code)
-    wait_edges: list[list[int]] = [[] for _ in range(n)]
-    waits = [0] * n
-    returns = _returns(code, flow)
-    for ip, (op, arg) in enumerate(code):
-        both, wait_only = _successors(ip, Op(op), arg, code, flow, returns)
-        wait_edges[ip].extend(both)
-        wait_edges[ip].extend(wait_only)
-        if isinstance(arg, WaitSpec):
-            waits[ip] = _mask(bits, (arg.signal,))
-        elif isinstance(arg, DeferSpec):
-            waits[ip] = _mask(bits, arg.signals)
-    _ways_out(n, code, flow, wait_edges, waits)
-    return tuple(_closure(wait_edges, waits)[:n]), _reply_reach(code, flow, bits)
+    steps (on the same thread's way), are reachable from it; `reply_reach` has `exit_bit(bits)` where the thread
+    can reach the end of its called workflow or handler. O(instructions + edges)."""
+    paused = gc.isenabled()
+    if paused:  # many small lists, freed together: the collector would walk the whole heap again and again
+        gc.disable()
+    try:
+        n = len(code)
+        returns = _returns(code, flow)
+        same: list[list[int]] = []
+        other: list[list[int]] = []
+        waits = [0] * n
+        replies = [0] * n
+        for ip, (op, arg) in enumerate(code):
+            mine, theirs = _successors(ip, op, arg, code, flow, returns)
+            same.append(mine)
+            other.append(theirs)
+            if op == _WAIT:
+                waits[ip] = _mask(bits, (arg.signal,))
+            elif op == _DEFER:
+                waits[ip] = _mask(bits, arg.signals)
+            elif op == _REPLY:
+                replies[ip] = _mask(bits, (arg.name,))
+        wait_edges = [mine + theirs for mine, theirs in zip(same, other, strict=True)]
+        _ways_out(n, code, flow, wait_edges, waits)
+        wait_reach = _closure(wait_edges, waits)
+        return tuple(wait_reach[:n]), _reply_reach(code, same, replies, exit_bit(bits))
+    finally:
+        if paused:
+            gc.enable()
 
 
-def _reply_reach(code: Sequence[tuple[int, Any]], flow: Flow, bits: Mapping[str, int]) -> tuple[int, ...]:
-    """The reply graph's closure (see the module), iterated to a fixpoint in reverse instruction order."""
+def _reply_reach(code: Sequence[tuple[int, Any]], same: list[list[int]], replies: list[int], done: int
+                 ) -> tuple[int, ...]:
+    """The reply graph's closure (see the module): `same` are the same thread's ways on (changed in place)."""
     n = len(code)
-    done = exit_bit(bits)
-    own = [0] * n
-    edges: list[list[int]] = [[] for _ in range(n)]
-    summaries: list[tuple[int, int, int]] = []  # (ip, where its frame's code starts, where the thread goes on after)
-    returns: dict[int, list[int]] = {}
+    ends: list[int] = []  # RET and HANDLER_DONE: where the thread goes on is the frame's to say
+    frames: list[tuple[int, int, int]] = []  # (CALL or FINALLY ip, where its code starts, where the thread goes on)
     for ip, (op, arg) in enumerate(code):
-        kind = Op(op)
-        if kind == Op.REPLY:
-            own[ip] = _mask(bits, (arg.name,))
-        if kind in (Op.RET, Op.HANDLER_DONE):
-            own[ip] |= done
-        elif kind == Op.CALL:
-            summaries.append((ip, arg.entry, ip + 1))
-        elif kind == Op.FINALLY:
-            summaries.append((ip, ip + 1, arg))
-        else:
-            edges[ip] = _successors(ip, kind, arg, code, flow, returns)[0]
-    reach = list(own)
-    changed = True
-    while changed:
-        changed = False
-        for ip in range(n - 1, -1, -1):
-            value = reach[ip]
-            for succ in edges[ip]:
-                value |= reach[succ]
-            if value != reach[ip]:
-                reach[ip] = value
-                changed = True
-        for ip, inner, after in summaries:
-            found = reach[inner]
-            value = reach[ip] | (found & ~done)
-            if found & done:
-                value |= reach[after]
-            if value != reach[ip]:
-                reach[ip] = value
-                changed = True
-    return tuple(reach)
+        if op in (_RET, _HANDLER_DONE):
+            ends.append(ip)
+            same[ip] = []
+        elif op == _CALL:
+            frames.append((ip, arg.entry, ip + 1))
+            same[ip] = []
+        elif op == _FINALLY:
+            frames.append((ip, ip + 1, arg))
+            same[ip] = []
+    exits = _exits(n, same, ends, frames)
+    for ip, inner, after in frames:  # into its code, and on after it if that code can reach its end
+        same[ip] = [inner, after] if exits[inner] else [inner]
+    names = _closure(same, replies)
+    return tuple(found | done if exits[ip] else found for ip, found in enumerate(names))
+
+
+def _exits(n: int, edges: list[list[int]], ends: list[int], frames: list[tuple[int, int, int]]) -> list[bool]:
+    """Which instructions can reach the end of their frame on the same thread: backwards from `ends` over `edges`
+    (without the frames' own); a frame's instruction can once both its code's start and what follows it can."""
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for ip, out in enumerate(edges):
+        for succ in out:
+            preds[succ].append(ip)
+    waiting: dict[int, list[tuple[int, int, int]]] = {}
+    for frame in frames:
+        waiting.setdefault(frame[1], []).append(frame)
+        waiting.setdefault(frame[2], []).append(frame)
+    exits = [False] * n
+    todo = list(ends)
+    for ip in ends:
+        exits[ip] = True
+    while todo:
+        ip = todo.pop()
+        for pred in preds[ip]:
+            if not exits[pred]:
+                exits[pred] = True
+                todo.append(pred)
+        for at, inner, after in waiting.get(ip, ()):
+            if not exits[at] and exits[inner] and exits[after]:
+                exits[at] = True
+                todo.append(at)
+    return exits
 
 
 def wait_paths(
@@ -190,49 +218,40 @@ def _returns(code: Sequence[tuple[int, Any]], flow: Flow) -> dict[int, list[int]
 
 
 def _successors(
-    ip: int, op: Op, arg: Any, code: Sequence[tuple[int, Any]], flow: Flow, returns: Mapping[int, list[int]]
+    ip: int, op: int, arg: Any, code: Sequence[tuple[int, Any]], flow: Flow, returns: Mapping[int, list[int]]
 ) -> tuple[list[int], list[int]]:
     """Where a thread at `ip` goes next: (the same thread's ways, in both graphs; other threads', wait graph only)."""
     if op in _PLAIN:
         return [ip + 1], []
-    if op in (Op.JUMP, Op.LEAVE):
+    if op in (_JUMP, _LEAVE):
         return [arg], []
-    if op == Op.PAR:
-        spec: SplitSpec = arg
-        return [spec.starts[0]], list(spec.starts[1:])
-    if op == Op.MULTI_CHOICE:
-        spec = arg
-        return [*spec.starts, *([spec.default] if spec.default >= 0 else [])], []
-    if op == Op.XOR:
-        xor: XorSpec = arg
-        return [*xor.targets, *([xor.default] if xor.default >= 0 else [])], []
-    if op in (Op.LOOP, Op.LOOP_TEST):
-        loop: LoopSpec = arg
-        return [ip + 1, loop.exit], []
-    if op == Op.LOOP_BACK:
-        loop = arg
-        return [loop.test if loop.mode == "while" else loop.body, loop.exit], []
-    if op == Op.DEFER:
-        defer: DeferSpec = arg
-        return [*defer.targets, *([defer.timeout_target] if defer.timeout_target >= 0 else [])], []
-    if op == Op.MI:
-        mi: MISpec = arg
-        return ([mi.after] if mi.need == 0 else []), [ip + 1, mi.body, mi.after]
-    if op == Op.MI_SPAWN:
+    if op == _PAR:
+        return [arg.starts[0]], list(arg.starts[1:])
+    if op in (_MULTI_CHOICE, _XOR):
+        targets = arg.starts if op == _MULTI_CHOICE else arg.targets
+        return [*targets, *([arg.default] if arg.default >= 0 else [])], []
+    if op in (_LOOP, _LOOP_TEST):
+        return [ip + 1, arg.exit], []
+    if op == _LOOP_BACK:
+        return [arg.test if arg.mode == "while" else arg.body, arg.exit], []
+    if op == _DEFER:
+        return [*arg.targets, *([arg.timeout_target] if arg.timeout_target >= 0 else [])], []
+    if op == _MI:
+        return ([arg.after] if arg.need == 0 else []), [ip + 1, arg.body, arg.after]
+    if op == _MI_SPAWN:
         return [], [ip + 1]
-    if op == Op.INTERLEAVE:
+    if op == _INTERLEAVE:
         return [*arg.starts, arg.after], []
-    if op == Op.CALL:
+    if op == _CALL:
         return [arg.entry], []
-    if op == Op.RET:
+    if op == _RET:
         return list(returns.get(ip, ())), []
-    if op == Op.NET:
-        net: NetSpec = arg
-        return _net_targets(net, net.start)
-    if op == Op.NET_EXIT:
+    if op == _NET:
+        return _net_targets(arg, arg.start)
+    if op == _NET_EXIT:
         return _net_targets(code[flow.net_of[ip]][1], arg)
-    if op in (Op.ARRIVE, Op.HANDLER_DONE):
-        targets, same = (flow.arrive if op == Op.ARRIVE else flow.done).get(ip, ((), False))
+    if op in (_ARRIVE, _HANDLER_DONE):
+        targets, same = (flow.arrive if op == _ARRIVE else flow.done).get(ip, ((), False))
         return (list(targets), []) if same else ([], list(targets))
     return [], []  # END, TERMINATE
 
@@ -292,56 +311,65 @@ def _ways_out(n: int, code: Sequence[tuple[int, Any]], flow: Flow, edges: list[l
 
 def _closure(edges: Sequence[Sequence[int]], marks: Sequence[int]) -> list[int]:
     """Per node, the union of the marks of every node reachable from it (itself included): Tarjan's strongly
-    connected components, iteratively; a component is finished only after every component it reaches."""
+    connected components, iteratively (any depth); a component is finished only after every component it reaches,
+    so its union is made from theirs once."""
     n = len(edges)
-    index = [-1] * n
+    index = [0] * n  # 0: not visited yet; else its visit number
     low = [0] * n
-    on_stack = [False] * n
-    comp = [-1] * n
-    comp_mask: list[int] = []
+    done = [False] * n  # in a finished component (visited and not on the stack)
+    reach = [0] * n
     stack: list[int] = []
     counter = 0
-    for root in range(n):
-        if index[root] >= 0:
+    for root in range(n - 1, -1, -1):  # backwards: most ways go forward, so a node's are mostly finished already
+        if index[root]:
             continue
-        work = [(root, 0)]
-        index[root] = low[root] = counter
+        out = edges[root]
+        if all(done[w] for w in out):  # a component of its own, all it reaches finished: no search needed
+            counter += 1
+            index[root] = low[root] = counter
+            done[root] = True
+            mask = marks[root]
+            for w in out:
+                mask |= reach[w]
+            reach[root] = mask
+            continue
         counter += 1
+        index[root] = low[root] = counter
         stack.append(root)
-        on_stack[root] = True
-        while work:
-            v, i = work[-1]
+        path = [root]  # the depth-first path, with the next edge to follow of each
+        at = [0]
+        while path:
+            v = path[-1]
             out = edges[v]
+            i = at[-1]
             if i < len(out):
-                work[-1] = (v, i + 1)
+                at[-1] = i + 1
                 w = out[i]
-                if index[w] < 0:
-                    index[w] = low[w] = counter
+                if not index[w]:
                     counter += 1
+                    index[w] = low[w] = counter
                     stack.append(w)
-                    on_stack[w] = True
-                    work.append((w, 0))
-                elif on_stack[w]:
-                    low[v] = min(low[v], index[w])
+                    path.append(w)
+                    at.append(0)
+                elif not done[w] and index[w] < low[v]:
+                    low[v] = index[w]
                 continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-            if low[v] == index[v]:
-                members = []
-                while True:
-                    w = stack.pop()
-                    on_stack[w] = False
-                    comp[w] = len(comp_mask)
-                    members.append(w)
-                    if w == v:
-                        break
-                mask = 0
-                for w in members:
-                    mask |= marks[w]
-                    for x in edges[w]:
-                        if comp[x] >= 0 and comp[x] != len(comp_mask):
-                            mask |= comp_mask[comp[x]]
-                comp_mask.append(mask)
-    return [comp_mask[comp[v]] for v in range(n)]
+            path.pop()
+            at.pop()
+            if path and low[v] < low[path[-1]]:
+                low[path[-1]] = low[v]
+            if low[v] != index[v]:
+                continue
+            members = [stack.pop()]
+            while members[-1] != v:
+                members.append(stack.pop())
+            for w in members:
+                done[w] = True
+            mask = 0
+            for w in members:
+                mask |= marks[w]
+                for x in edges[w]:
+                    mask |= reach[x]  # (a member's is still 0: its marks are in `mask` already)
+            for w in members:
+                reach[w] = mask
+    return reach

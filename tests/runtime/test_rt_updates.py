@@ -18,6 +18,7 @@ from wfsub import (
     effect,
     loop,
     reply,
+    scope,
     seq,
     sleep,
     task,
@@ -384,5 +385,35 @@ def test_reply_ahead_keeps_the_caller_through_effects_and_timers(backend: str) -
                 assert got == []
                 await clock.advance(60)
             assert got == [{"payment": "P-1"}]
+
+    run(backend, main)
+
+
+def test_a_caller_whose_thread_is_withdrawn_gets_signal_rejected_saying_why(backend: str) -> None:
+    """A region cancelled while its thread owes an update (its reply step still ahead) answers the caller with
+    SignalRejected naming the region, and the case goes on after the region."""
+    async def main() -> None:
+        async with running() as (sub, clock, _):
+            h = await sub.new_case(seq(
+                scope("pay", seq(wait("approve"), sleep(60), reply("approve", lambda c: "paid")),
+                      on_cancel=task(lambda c: {"refunded": True})),
+                wait("end"),
+            ))
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+                async def approve() -> None:
+                    try:
+                        got.append(await h.update("approve"))
+                    except SignalRejected as exc:
+                        got.append(exc)
+
+                tg.start_soon(approve)
+                await clock.settle()
+                assert got == [] and h.status().state == "waiting_timer"
+                await sub.cancel_region(h.case_id, "pay")
+            assert isinstance(got[0], SignalRejected), got
+            assert "withdrawn before its reply step ran: region 'pay' was cancelled" in str(got[0])
+            await clock.settle()
+            assert h.data().get("refunded") is True and h.status().signals == ("end",)
 
     run(backend, main)
