@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from types import CodeType
 from typing import Any
 
-from . import _netgraph
+from . import _netgraph, _reach
 from ._errors import InvalidWorkflow
 from ._outbound import Outbound
 from ._program import (
@@ -204,6 +204,7 @@ class _Emitter:
         self.region_contexts: dict[str, set[str]] = {}
         self.region_steps: list[tuple[int, Any, str]] = []  # (spec slot, step term, context): resolved at the end
         self.node_starts: list[tuple[int, str, str]] = []  # (entry ip, name, path) of each net node: traced code
+        self.flow = _reach.Flow()  # control flow the opcodes do not say: for what each instruction can reach
 
     def emit(self, op: Op, arg: int, path: str, label: str = "") -> int:
         self.ops.append(int(op))
@@ -238,14 +239,25 @@ class _Emitter:
     def here(self) -> int:
         return len(self.ops)
 
-    def handler(self, t: Term | None, path: str, selector: str) -> int:
-        """Emit an on_cancel / on_error / compensation branch, ending in HANDLER_DONE; its start, or -1."""
+    def arrives(self, ips: list[int], then: tuple[int, ...], *, same: bool) -> None:
+        """Where a thread that reaches the ARRIVEs at `ips` goes on (`same`: it is that thread, not another)."""
+        for ip in ips:
+            self.flow.arrive[ip] = (then, same)
+
+    def handler(self, t: Term | None, path: str, selector: str) -> tuple[int, int]:
+        """Emit an on_cancel / on_error / compensation branch, ending in HANDLER_DONE: (its start, its
+        HANDLER_DONE), or (-1, -1). Where a thread goes on after it is the caller's to say (`self.done`)."""
         if t is None:
-            return -1
+            return -1, -1
         start = self.here()
         self.child(t, path, selector)
-        self.emit(Op.HANDLER_DONE, -1, path)
-        return start
+        return start, self.emit(Op.HANDLER_DONE, -1, path)
+
+    def done(self, ip: int, then: tuple[int, ...], *, same: bool) -> None:
+        """Where a thread goes on after the HANDLER_DONE at `ip` (`same`: that thread, else the work it undid
+        ends and what follows goes on)."""
+        if ip >= 0:
+            self.flow.done[ip] = (then, same)
 
     def set_const(self, slot: int, value: Any) -> None:
         self.consts[slot] = value
@@ -296,11 +308,12 @@ def _need(join: Any, branches: int) -> tuple[int, str]:
 def _emit_par(e: _Emitter, t: Par, path: str) -> None:
     slot = e.const(None)
     e.emit(Op.PAR, slot, path)
-    starts = []
+    starts, arrives = [], []
     for i, branch in enumerate(t.branches):
         starts.append(e.here())
         e.child(branch, path, str(i))
-        e.emit(Op.ARRIVE, -1, path)
+        arrives.append(e.emit(Op.ARRIVE, -1, path))
+    e.arrives(arrives, (e.here(),), same=False)
     need, policy = _need(t.join, len(t.branches))
     each = t.join == "each"
     spec = SplitSpec(tuple(starts), need, each, t.cancel_remaining, e.here(), policy=policy, blocking=t.blocking)
@@ -328,16 +341,17 @@ def _emit_xor(e: _Emitter, t: Xor, path: str) -> None:
 def _emit_multi_choice(e: _Emitter, t: MultiChoice, path: str) -> None:
     slot = e.const(None)
     e.emit(Op.MULTI_CHOICE, slot, path)
-    starts = []
+    starts, arrives = [], []
     for i, (_, branch) in enumerate(t.cases):
         starts.append(e.here())
         e.child(branch, path, str(i))
-        e.emit(Op.ARRIVE, -1, path)
+        arrives.append(e.emit(Op.ARRIVE, -1, path))
     default = -1
     if t.default is not None:
         default = e.here()
         e.child(t.default, path, "default")
-        e.emit(Op.ARRIVE, -1, path)
+        arrives.append(e.emit(Op.ARRIVE, -1, path))
+    e.arrives(arrives, (e.here(),), same=False)
     spec = SplitSpec(tuple(starts), ALL, False, False, e.here(), tuple(p for p, _ in t.cases), default)
     e.set_const(slot, spec)
 
@@ -422,23 +436,28 @@ def _emit_sleep(e: _Emitter, t: Sleep, path: str) -> None:
 def _emit_scope(e: _Emitter, t: Scope, path: str) -> None:
     e.region(t.name, "scope", path)
     slot = e.const(None)
-    e.emit(Op.SCOPE, slot, path)
+    scope = e.emit(Op.SCOPE, slot, path)
     e.child(t.body, path, "")
     leave = e.emit(Op.LEAVE, -1, path)
-    on_cancel = e.handler(t.on_cancel, path, "on_cancel")
-    on_error = e.handler(t.on_error, path, "on_error")
+    on_cancel, cancel_done = e.handler(t.on_cancel, path, "on_cancel")
+    on_error, error_done = e.handler(t.on_error, path, "on_error")
     e.args[leave] = after = e.here()
+    e.done(cancel_done, (after,), same=True)  # a handler's thread goes on after the scope
+    e.done(error_done, (after,), same=True)
     finally_ = -1
     if t.finally_ is not None:  # every way on after the scope passes through FINALLY, which runs the branch
         fin = e.emit(Op.FINALLY, -1, path)
-        finally_ = e.handler(t.finally_, path, "finally")
+        finally_, finally_done = e.handler(t.finally_, path, "finally")
         e.args[fin] = e.here()
+        e.done(finally_done, (e.here(),), same=True)
+    # a failure, a cancel or a region step takes the body's threads to a handler, or on after the scope
+    e.flow.body(scope + 1, leave, (on_cancel, on_error, finally_, after))
     e.set_const(slot, ScopeSpec(t.name, on_cancel, after, on_error, t.error_into, finally_))
 
 
 def _emit_saga(e: _Emitter, t: Saga, path: str) -> None:
     slot = e.const(None)
-    e.emit(Op.SAGA, slot, path)
+    saga = e.emit(Op.SAGA, slot, path)
     step_slots: list[tuple[int, Any, str]] = []
     for i, step in enumerate(t.steps):
         action, compensation = step if isinstance(step, tuple) else (step, None)
@@ -447,13 +466,19 @@ def _emit_saga(e: _Emitter, t: Saga, path: str) -> None:
         e.emit(Op.SAGA_STEP, step_slot, path)
         step_slots.append((step_slot, compensation, str(i)))
     leave = e.emit(Op.LEAVE, -1, path)
+    starts, dones = [], []
     for step_slot, compensation, selector in step_slots:
         where = f"{selector}.compensation"
-        start = e.handler(compensation, path, where)
+        start, done = e.handler(compensation, path, where)
+        starts.append(start)
+        dones.append(done)
         name = "" if compensation is None else branch_name(compensation) or child_path(path, where, compensation)
         e.set_const(step_slot, SagaStepSpec(start, name))
-    e.args[leave] = e.here()
-    e.set_const(slot, SagaSpec(e.here()))
+    e.args[leave] = after = e.here()
+    for done in dones:  # a compensation's thread ends; once the undoing is over, what follows the saga goes on
+        e.done(done, (after,), same=False)
+    e.flow.body(saga + 1, leave, starts)  # a failure or a cancel in the body runs the compensations
+    e.set_const(slot, SagaSpec(after))
 
 
 def _emit_mi(e: _Emitter, t: MI, path: str) -> None:
@@ -464,7 +489,7 @@ def _emit_mi(e: _Emitter, t: MI, path: str) -> None:
     e.emit(Op.MI_SPAWN, slot, path)
     body = e.here()
     e.in_context(path, t.body, path, "")
-    e.emit(Op.ARRIVE, -1, path)
+    e.arrives([e.emit(Op.ARRIVE, -1, path)], (e.here(),), same=False)
     need, policy = _need(t.join, -1)
     fixed = t.count if isinstance(t.count, int) else None
     if policy.endswith("-of--1"):
@@ -491,11 +516,13 @@ def _emit_mi(e: _Emitter, t: MI, path: str) -> None:
 def _emit_interleave(e: _Emitter, t: Interleave, path: str) -> None:
     slot = e.const(None)
     e.emit(Op.INTERLEAVE, slot, path)
-    starts = []
+    starts, arrives = [], []
     for i, branch in enumerate(t.branches):
         starts.append(e.here())
         e.child(branch, path, str(i))
-        e.emit(Op.ARRIVE, -1, path)
+        arrives.append(e.emit(Op.ARRIVE, -1, path))
+    for i, ip in enumerate(arrives):  # the same thread runs the next branch the order allows, then goes on after
+        e.arrives([ip], (*starts[:i], *starts[i + 1:], e.here()), same=True)
     names: dict[str, int] = {}
     for i, b in enumerate(t.branches):
         n = branch_name(b)
@@ -567,7 +594,7 @@ def _emit_net(e: _Emitter, t: Net, path: str) -> None:
     plan = _netgraph.plan(t)
     graph = plan.graph
     slot = e.const(None)
-    e.emit(Op.NET, slot, path)
+    net_ip = e.emit(Op.NET, slot, path)
     n = len(graph.names)
     entries, exits, paths = [-1] * n, [-1] * n, [""] * n
     jumps: list[tuple[int, int]] = []  # (JUMP ip, node it enters)
@@ -583,6 +610,7 @@ def _emit_net(e: _Emitter, t: Net, path: str) -> None:
         if successor < 0:
             exit_slots.append((e.const(None), i))
             exits[i] = e.emit(Op.NET_EXIT, exit_slots[-1][0], paths[i])
+            e.flow.net_of[exits[i]] = net_ip
         elif pos + 1 == len(plan.layout) or plan.layout[pos + 1] != successor:
             jumps.append((e.emit(Op.JUMP, -1, paths[i]), successor))
     for ip, successor in jumps:
@@ -664,7 +692,7 @@ def compile_workflow(
                 sub_path = f"library[{name!r}].{sub.kind}"
                 e.context = f"library[{name!r}]"  # (not sub_path: that is the path, so the context, of its top mi body)
                 e.term(sub, sub_path)
-                e.emit(Op.RET, -1, sub_path)
+                e.flow.functions.append((e.entries[name], e.emit(Op.RET, -1, sub_path)))
             e.args[ip] = e.const(CallSpec(name, e.entries[name]))
     e.resolve_region_steps()
     consts = tuple(e.consts)
@@ -677,6 +705,14 @@ def compile_workflow(
             op, arg = code[ip]
             wrapped[ip] = (int(Op.NET_NODE), NetNodeSpec(name, path, op, arg))
         traced = tuple(wrapped)
+    bits: dict[str, int] = {}
+    update_waits: dict[str, tuple[str, ...]] = {}
+    wait_reach: tuple[int, ...] = ()
+    reply_reach: tuple[int, ...] = ()
+    if e.updates:  # what each instruction can still reach, for the updates of this program (see `_reach`)
+        bits = _reach.name_bits(e.updates)
+        wait_reach, reply_reach = _reach.compute(code, e.flow, bits)
+        update_waits = _reach.wait_paths(code, e.paths, e.updates)
     digest = hashlib.sha256(f"wfsub-bytecode-{BYTECODE_VERSION}|".encode() + canonical(term).encode())
     for name in sorted(compiled):
         digest.update(f"|{name}=".encode() + canonical(lib[name]).encode())
@@ -701,4 +737,8 @@ def compile_workflow(
         updates=frozenset(e.updates),
         replies=frozenset(e.replies),
         guarded=e.guarded,
+        update_bits=bits,
+        update_waits=update_waits,
+        wait_reach=wait_reach,
+        reply_reach=reply_reach,
     )

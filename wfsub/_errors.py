@@ -390,6 +390,22 @@ class SignalRejected(WfsubError):
         return rejected
 
     @classmethod
+    def passed(cls, case_id: str | None, name: str, reason: str, at: str) -> SignalRejected:
+        """No wait for update `name` can be reached any more from where the case is (`at`): it would never be
+        answered (a double-clicked approve). `reason` names the waits passed and where the case is."""
+        return cls(case_id, f"take update {name!r}", reason, path=at)
+
+    @classmethod
+    def withdrawn(cls, case_id: str | None, name: str, why: str, at: str) -> SignalRejected:
+        """The thread that took update `name` was withdrawn at `at` before the reply step ahead of it ran."""
+        return cls(
+            case_id, f"answer update {name!r}",
+            f"the thread that took it was withdrawn before its reply step ran: {why}; the update was applied (its "
+            "payload is in the case data), only its answer never came",
+            path=at,
+        )
+
+    @classmethod
     def as_update(cls, refused: SignalRejected, name: str) -> SignalRejected:
         """A signal's refusal said of the update `name` that was refused for the same reason."""
         action = refused.action

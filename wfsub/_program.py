@@ -42,7 +42,7 @@ a chain of net nodes costs nothing per node when nobody traces. Both have the sa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
@@ -391,6 +391,12 @@ class Program:
     updates: frozenset[str] = frozenset()  # signal names an update can be sent to: a wait(reply=) or reply step
     replies: frozenset[str] = frozenset()  # names some reply(name) step answers (an update stays owed until then)
     guarded: bool = False  # some wait or defer has check=: taking a signal runs it (see vm/_updates)
+    # What each instruction can still reach, as bitmasks over the update names (`update_bits`: name -> bit); empty
+    # for a program without updates. See `_reach`.
+    update_bits: Mapping[str, int] = field(default_factory=dict)
+    update_waits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # update name -> its waits' paths
+    wait_reach: tuple[int, ...] = ()  # per ip: the update names whose waits or deferred choices are reachable
+    reply_reach: tuple[int, ...] = ()  # per ip: the update names whose reply steps are ahead on the same thread
 
     def __len__(self) -> int:
         return len(self.ops)

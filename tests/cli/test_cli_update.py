@@ -70,3 +70,19 @@ async def test_an_update_whose_payload_its_model_refuses_is_refused_as_an_update
         assert "cannot take update 'add' at seq[0].wait" in ran.err and "Amount" in ran.err, ran.err
         assert "take signal" not in ran.err
         assert sub.status("c1").signals == ("add",)  # nothing was applied
+
+
+async def test_a_repeated_update_to_a_passed_wait_exits_1_naming_where_the_case_is(tmp_path: Path) -> None:
+    """An update sent with a new request id after the case passed its only wait for it is refused by the owner at
+    once: the command exits 1 naming the wait passed and where the case waits now; the first request id still
+    prints the first answer."""
+    async with Substrate(store=tmp_path / "cases.db", workflows=WORKFLOWS) as sub:
+        await sub.new_case("counter", {"n": 1}, case_id="c1")
+        ran = await wfsub(tmp_path, "update", "cases.db", "c1", "add", "3", "--request-id", "r1")
+        assert ran.code == 0 and json.loads(ran.out) == {"n": 4}, ran.err
+        ran = await wfsub(tmp_path, "update", "cases.db", "c1", "add", "3", "--request-id", "r2", "--timeout", "60")
+        assert ran.code == 1, (ran.out, ran.err)
+        assert "passed every wait for it (seq[0].wait)" in ran.err and "seq[3].wait" in ran.err, ran.err
+        assert [r.request_id for r in sub.status("c1").refused] == ["r2"]
+        ran = await wfsub(tmp_path, "update", "cases.db", "c1", "add", "3", "--request-id", "r1")
+        assert ran.code == 0 and json.loads(ran.out) == {"n": 4}

@@ -46,7 +46,8 @@ PACKAGE = Path(wfsub.__file__).parent
 
 # Layers from the bottom up; a module may import only from layers listed before its own (and itself).
 LAYERS = [
-    "_errors", "_json", "_terms", "_netgraph", "_validate", "_diagram", "_program", "_outbound", "_compiler", "_vm",
+    "_errors", "_json", "_terms", "_netgraph", "_validate", "_diagram", "_program", "_reach", "_outbound", "_compiler",
+    "_vm",
     "_trace", "_store", "_runtime",
 ]
 # The public modules sit on top of everything: the API tiers, the command and the optional extras.

@@ -63,11 +63,12 @@ class VmSide:
         self.error: tuple[str | None, str | None] = (None, None)
         self.signals: tuple[str, ...] = ()
         self.answers: list[tuple[Any, ...]] = []  # update answers, as `answered` compares them
+        self.passed: set[str] = set()  # updates refused: no wait for them can be reached (see `passed`)
 
     def run(self) -> None:
         for _ in range(100_000):
             r = self.m.run(self.quanta)
-            self.answers += answered(self.m.take_answers())
+            self.take()
             self.effects.update({x.effect_id: x.path for x in r.effects})
             self.timers |= {x.timer_id for x in r.timers}
             self.lengths.update({x.timer_id: (x.seconds, x.at) for x in r.timers})
@@ -84,12 +85,23 @@ class VmSide:
             self.effects.clear()
             self.timers.clear()
 
+    def take(self) -> None:
+        taken = self.m.take_answers()
+        self.answers += answered(taken)
+        self.passed |= passed(taken)
+
 
 def answered(answers: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """What both sides must agree on of the update answers: (id, kind, value) of each answered, refused or failed
-    update (a case's end answers the rest: that is the runtime's to say, from the outcome)."""
+    """What both sides must agree on of the update answers: (id, kind, value) of each answered, refused, failed or
+    withdrawn update (a case's end answers the rest: that is the runtime's to say, from the outcome). An update the
+    vm refused as "passed" (no wait can take it any more) is left out: the reference buffers it (see `passed`)."""
     return [(uid, kind, value if kind == "answer" else None)
-            for uid, kind, _, value in answers if uid is not None and kind != "ended"]
+            for uid, kind, _, value in answers if uid is not None and kind not in ("ended", "passed")]
+
+
+def passed(answers: list[tuple[Any, ...]]) -> set[str]:
+    """The updates the vm refused because no wait for them can be reached any more."""
+    return {uid for uid, kind, _, _ in answers if kind == "passed"}
 
 
 def _status(vm: VmSide) -> str:
@@ -146,8 +158,10 @@ def check_agreement(term: Term, rec: Recorder, script: list[tuple[Any, ...]], qu
         assert sorted(vm.timers) == ref.timers(), context
         assert {tid: vm.lengths[tid] for tid in vm.timers} == ref.timer_lengths(), context
         assert sorted(vm.signals) == ref.awaited(), context
-        vm.answers += answered(vm.m.take_answers())  # (those an input made after the last burst)
-        assert vm.answers == answered(ref.e.answers), context
+        vm.take()  # (those an input made after the last burst)
+        assert vm.answers == [a for a in answered(ref.e.answers) if a[0] not in vm.passed], context
+        # an update refused as passed is one the reference never takes: it stays buffered there
+        assert not vm.passed & {a[0] for a in answered(ref.e.answers)}, context
         if status != "running" or not actions:
             return
         action = actions.pop(0)

@@ -77,12 +77,33 @@ def test_reply_after_the_threads_own_effect() -> None:
 
 
 def test_thread_that_parks_without_replying_answers_none() -> None:
-    """A thread that took an update and parks on a signal or timer without a reply step answers None."""
-    m = machine(seq(wait("go"), sleep(5), reply("go", lambda ctx: 1), wait("go", reply=lambda ctx: 2)))
+    """A thread that took an update and parks on a timer with no reply step of its name ahead answers None (a
+    later wait's reply= answers only the update that wait takes)."""
+    m = machine(seq(wait("go"), sleep(5), wait("go", reply=lambda ctx: 2)))
     settle(m)
     m.deliver_update("go", None, "u")
     settle(m)
     assert m.take_answers() == [("u", "answer", "go", None)]
+
+
+def test_reply_ahead_keeps_the_caller_through_effects_and_timers() -> None:
+    """A thread with a reply step of its name ahead keeps owing the update through its effect and its timer; the
+    reply step answers it once it runs."""
+    async def pay(ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {"paid": 1}
+
+    m = machine(seq(wait("approve"), effect(pay), sleep(60), reply("approve", lambda ctx: {"paid": ctx["paid"]}),
+                    sleep(3600)))
+    settle(m)
+    m.deliver_update("approve", None, "u")
+    r = settle(m)
+    assert m.take_answers() == []
+    m.complete_effect(r.effects[0].effect_id, {"paid": 7})
+    r = settle(m)
+    assert m.take_answers() == [] and m.owed_updates() == ["u"]
+    m.fire_timer(r.timers[0].timer_id)
+    settle(m)
+    assert m.take_answers() == [("u", "answer", "approve", {"paid": 7})]
 
 
 def test_update_to_a_name_nobody_answers_is_refused() -> None:
@@ -285,3 +306,144 @@ def test_validate_reply_looks_at_its_own_thread() -> None:
     good = seq(xor((lambda c: True, wait("u")), default=task(add)), scope("s", task(add)), reply("u", n_is))
     assert validate(good) == []
     assert validate(par(seq(wait("u"), reply("u", n_is)), wait("v"))) == []
+
+
+# -- what can still be reached: a repeated update to a wait the case has passed, a reply ahead -------------------
+
+
+def approved(ctx: Mapping[str, Any]) -> Any:
+    return "ok"
+
+
+def passed_answer(m: Machine, uid: str) -> str:
+    """The text of the refusal of update `uid` as "passed" (no wait for it can be reached any more)."""
+    found = [a for a in m.take_answers() if a[0] == uid]
+    assert [a[1] for a in found] == ["passed"], found
+    return str(found[0][3][0])
+
+
+def test_an_update_no_wait_can_take_any_more_is_refused_naming_where_the_case_is() -> None:
+    """A second update after the case passed its only wait is refused as "passed", naming the wait and where the
+    case is (not buffered); a plain signal in that position is buffered."""
+    m = machine(seq(wait("approve", reply=approved), sleep(3600)))
+    settle(m)
+    m.deliver_update("approve", None, "u1")
+    assert m.take_answers() == [("u1", "answer", "approve", "ok")]
+    settle(m)
+    m.deliver_update("approve", None, "u2")
+    answers = m.take_answers()
+    assert answers[0][:3] == ("u2", "passed", "approve") and answers[0][3][1] == "seq[1].sleep"
+    assert "passed every wait for it (seq[0].wait)" in answers[0][3][0] and "(seq[1].sleep)" in answers[0][3][0]
+    assert m.owed_updates() == []
+    m.deliver_signal("approve", "late")  # a signal is buffered, as before
+    assert m.take_answers() == []
+
+
+def test_earlier_waits_are_reachable_again_through_loops_nets_calls_and_handlers() -> None:
+    """An update whose wait the case can reach again (a loop's next round, a net's edge back, the caller's wait
+    after a called workflow returns, an on_error handler, an open mi's next instance) is buffered, not refused;
+    where nothing can reach one, it is refused."""
+    from wfsub import call, loop, mi, net
+
+    lib = {"lib": seq(wait("a", reply=approved), sleep(5))}
+    again = net({"w": wait("a", reply=approved), "s": sleep(5)}, [("start", "w"), ("w", "s"), ("s", "w"),
+                                                                   ("s", "end", lambda c: False)], split={"s": "xor"})
+    once = net({"w": wait("a", reply=approved), "s": sleep(5)}, [("start", "w"), ("w", "s"), ("s", "end")])
+    cases = {
+        "loop": (seq(loop(seq(wait("a", reply=approved), sleep(5)), times=3)), True),
+        "net back": (again, True),
+        "net on": (once, False),
+        "call then wait": (seq(call("lib"), wait("a", reply=approved)), True),
+        "call": (seq(call("lib"), sleep(9)), False),
+        "on_error": (scope("s", seq(wait("a", reply=approved), sleep(5)), on_error=wait("a", reply=approved)), True),
+        "open mi": (mi(seq(wait("a", reply=approved), sleep(5)), count=1, dynamic="open", name="m"), True),
+        "mi": (mi(seq(wait("a", reply=approved), sleep(5)), count=1), False),
+    }
+    for label, (term, reachable) in cases.items():
+        m = Machine(wfsub.compile(term, library=lib if "call" in label else None))
+        settle(m)
+        m.deliver_update("a", None, "u1")
+        assert m.take_answers() == [("u1", "answer", "a", "ok")], label
+        settle(m)
+        m.deliver_update("a", None, "u2")
+        if reachable:
+            assert m.take_answers() == [] and m.owes("u2"), label
+        else:
+            assert "passed every wait" in passed_answer(m, "u2"), label
+
+
+def test_a_buffered_update_is_refused_once_the_case_has_passed_its_wait() -> None:
+    """Two updates buffered before the wait: the wait takes the first; the second is refused as soon as the case
+    has gone past (after that burst), not left buffered for good."""
+    m = machine(seq(sleep(1), wait("approve", reply=approved), sleep(3600)))
+    r = settle(m)
+    m.deliver_update("approve", None, "u1")
+    m.deliver_update("approve", None, "u2")
+    assert m.take_answers() == [] and sorted(m.owed_updates()) == ["u1", "u2"]
+    m.fire_timer(r.timers[0].timer_id)
+    settle(m)
+    answers = m.take_answers()
+    assert answers[0] == ("u1", "answer", "approve", "ok") and answers[1][:2] == ("u2", "passed")
+    assert m.owed_updates() == []
+
+
+def test_reply_ahead_is_judged_on_the_threads_own_way() -> None:
+    """A reply after a called workflow returns, or after a scope's finally_, is ahead of the thread parked inside
+    them (kept owed); a reply in the branch not taken, or after a par the thread split into, is not (None); a
+    failure caught around the thread withdraws it (answered "withdrawn", naming the failure)."""
+    from wfsub import call, par, task, xor
+
+    def fails(ctx: Mapping[str, Any]) -> None:
+        raise RuntimeError("no")
+
+    lib = {"lib": seq(task(lambda c: None), sleep(5))}
+    ahead = {
+        "call": seq(wait("a"), call("lib"), reply("a", approved)),
+        "finally": seq(wait("a"), scope("s", sleep(5), finally_=sleep(3)), reply("a", approved)),
+    }
+    for label, term in ahead.items():
+        m = Machine(wfsub.compile(term, library=lib))
+        settle(m)
+        m.deliver_update("a", None, "u")
+        r = settle(m)
+        while r.status == "blocked" and r.timers:  # parked in the called workflow, in the scope, in its finally_
+            assert m.take_answers() == [] and m.owes("u"), label
+            m.fire_timer(r.timers[0].timer_id)
+            r = settle(m)
+        assert m.take_answers() == [("u", "answer", "a", "ok")], label
+    # a failure caught around the thread withdraws it: the handler's thread does not answer for it
+    m = machine(seq(wait("a"), scope("s", seq(sleep(5), task(fails)), on_error=sleep(3)), reply("a", approved)))
+    settle(m)
+    m.deliver_update("a", None, "u")
+    r = settle(m)
+    m.fire_timer(r.timers[0].timer_id)
+    settle(m)
+    answers = m.take_answers()
+    assert answers[0][:3] == ("u", "withdrawn", "a") and "scope 's' caught a failure" in answers[0][3][0]
+    not_ahead = {
+        "xor": seq(wait("a"), xor((lambda c: False, reply("a", approved)), default=sleep(5))),
+        "par": seq(wait("a"), par(sleep(5), task(lambda c: None)), reply("a", approved)),
+    }
+    for label, term in not_ahead.items():
+        m = machine(term)
+        settle(m)
+        m.deliver_update("a", None, "u")
+        settle(m)
+        assert m.take_answers() == [("u", "answer", "a", None)], label
+
+
+def test_a_thread_withdrawn_before_its_reply_answers_withdrawn_saying_why() -> None:
+    """The region of a thread that owes an update is cancelled before its reply step runs (the case goes on after
+    it): the update is answered "withdrawn" naming the region (the caller gets SignalRejected), not None."""
+    from wfsub import task
+
+    m = machine(seq(scope("pay", seq(wait("approve"), sleep(60), reply("approve", approved)),
+                          on_cancel=task(lambda c: {"refunded": True})), wait("end")))
+    settle(m)
+    m.deliver_update("approve", None, "u")
+    settle(m)
+    assert m.take_answers() == []
+    m.cancel_region("pay")
+    settle(m)
+    answers = m.take_answers()
+    assert answers == [("u", "withdrawn", "approve", ["region 'pay' was cancelled", "seq[0].scope.seq[1].sleep"])]

@@ -15,7 +15,10 @@ from wfsub import (
     CaseFailed,
     SignalRejected,
     defer,
+    effect,
+    loop,
     reply,
+    scope,
     seq,
     sleep,
     task,
@@ -121,10 +124,12 @@ def test_buffered_update_answered_when_a_wait_takes_it(backend: str) -> None:
 
 
 def test_thread_without_reply_answers_none(backend: str) -> None:
-    """A thread that takes an update and parks without replying answers None; so does a case that ends done."""
+    """A thread that takes an update and parks with no reply step of its name ahead answers None; so does a case
+    that ends done."""
     async def main() -> None:
         async with running() as (sub, _, _):
-            h = await sub.new_case(seq(wait("go"), task(lambda c: {"x": 1}), wait("more"), reply("go", n_of)))
+            h = await sub.new_case(seq(wait("go"), task(lambda c: {"x": 1}), wait("more"),
+                                       wait("go", reply=n_of)))
             assert await h.update("go", 1) is None
             h2 = await sub.new_case(seq(wait("go"), task(lambda c: {"x": 1}), reply("go", n_of), wait("go")), {"n": 5})
             assert await h2.update("go") == 5
@@ -254,3 +259,161 @@ def test_buffered_signal_refused_when_taken_is_logged() -> None:
         assert "positive int" in listed[0].reason and "seq[1].wait" in listed[0].reason
 
     run("asyncio", main)
+
+
+async def pay(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    return {"paid": True}
+
+
+APPROVAL = seq(
+    wait("approve", reply=lambda c: {"approved_by": c["approve"]}),
+    effect(pay),
+    sleep(3600),
+    task(lambda c: {"closed": True}),
+)
+
+
+def test_repeated_update_to_a_passed_wait_is_refused_at_once(backend: str) -> None:
+    """A second approve (a new request) after the case passed its only wait is refused at once with SignalRejected
+    naming where the case is, and listed in status().refused; the first call's request_id still gets its answer; a
+    plain signal in that position is buffered as before."""
+    async def main() -> None:
+        async with running() as (sub, clock, _):
+            h = await sub.new_case(APPROVAL)
+            assert await h.update("approve", "ann", request_id="click-1") == {"approved_by": "ann"}
+            await clock.settle()
+            assert h.status().state == "waiting_timer"
+            with anyio.fail_after(10), pytest.raises(SignalRejected) as info:  # at once (bounded: not a timing)
+                await h.update("approve", "ann", request_id="click-2")
+            text = str(info.value)
+            assert "passed every wait for it (seq[0].wait)" in text and "seq[2].sleep" in text, text
+            assert info.value.path == "seq[2].sleep"
+            assert await h.update("approve", "ann", request_id="click-1") == {"approved_by": "ann"}
+            listed = h.status().refused
+            assert [(r.kind, r.name, r.request_id) for r in listed] == [("update", "approve", "click-2")]
+            assert "seq[2].sleep" in listed[0].reason
+            with pytest.raises(SignalRejected, match="passed every wait"):  # the same refusal to its retry
+                await h.update("approve", "ann", request_id="click-2")
+            await h.signal("approve", "bob")  # a signal is buffered, not refused
+            await clock.advance(3600)
+            assert (await h.result())["approve"] == "ann"
+
+    run(backend, main)
+
+
+def test_double_click_buffered_before_the_wait_is_refused_once_passed(backend: str) -> None:
+    """Two approves that come while the case is still before its wait are both buffered; the wait takes the first
+    and answers it, and the second is refused as soon as the case has passed the wait (not held until its
+    caller's timeout)."""
+    async def main() -> None:
+        async with running() as (sub, clock, _):
+            h = await sub.new_case(seq(sleep(10), APPROVAL))
+            got: dict[str, Any] = {}
+
+            async def click(rid: str) -> None:
+                try:
+                    got[rid] = await h.update("approve", rid, request_id=rid)
+                except SignalRejected as exc:
+                    got[rid] = exc
+
+            with anyio.fail_after(10):  # (a bound against a hang, not a timing)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(click, "c1")
+                    await clock.settle()
+                    tg.start_soon(click, "c2")
+                    await clock.settle()
+                    assert got == {}
+                    await clock.advance(10)
+            assert got["c1"] == {"approved_by": "c1"}
+            assert isinstance(got["c2"], SignalRejected) and "passed every wait" in str(got["c2"])
+            assert [r.request_id for r in h.status().refused] == ["c2"]
+
+    run(backend, main)
+
+
+def test_a_loop_makes_its_wait_reachable_again(backend: str) -> None:
+    """An update that comes while a loop's thread is past its wait is buffered, not refused: the next round takes
+    it; once the loop is over, the next one is refused."""
+    async def main() -> None:
+        async with running() as (sub, clock, _):
+            body = seq(wait("add", reply=lambda c: c["add"]), sleep(5))
+            h = await sub.new_case(seq(loop(body, times=2), sleep(100)))
+            assert await h.update("add", 1) == 1
+            async with anyio.create_task_group() as tg:
+                got: list[Any] = []
+
+                async def second() -> None:
+                    got.append(await h.update("add", 2))
+
+                tg.start_soon(second)
+                await clock.settle()
+                assert got == []
+                await clock.advance(5)
+            assert got == [2]
+            await clock.advance(5)
+            with anyio.fail_after(10), pytest.raises(SignalRejected, match="passed every wait"):
+                await h.update("add", 3)
+
+    run(backend, main)
+
+
+def test_reply_ahead_keeps_the_caller_through_effects_and_timers(backend: str) -> None:
+    """An update taken by a wait whose thread has a reply step of its name ahead keeps its caller waiting through
+    the thread's effect and timer, and returns the reply's answer once that step runs."""
+    async def main() -> None:
+        async with running() as (sub, clock, _):
+            paid = anyio.Event()
+
+            async def charge(ctx: Mapping[str, Any]) -> dict[str, Any]:
+                await paid.wait()
+                return {"payment": "P-1"}
+
+            h = await sub.new_case(seq(wait("approve"), effect(charge), sleep(60),
+                                       reply("approve", lambda c: {"payment": c["payment"]}), sleep(3600)))
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+                async def approve() -> None:
+                    got.append(await h.update("approve", "ann"))
+
+                tg.start_soon(approve)
+                while h.status().state != "waiting_effect":
+                    await anyio.lowlevel.checkpoint()
+                assert got == []
+                paid.set()
+                while h.status().state != "waiting_timer":
+                    await anyio.lowlevel.checkpoint()
+                assert got == []
+                await clock.advance(60)
+            assert got == [{"payment": "P-1"}]
+
+    run(backend, main)
+
+
+def test_a_caller_whose_thread_is_withdrawn_gets_signal_rejected_saying_why(backend: str) -> None:
+    """A region cancelled while its thread owes an update (its reply step still ahead) answers the caller with
+    SignalRejected naming the region, and the case goes on after the region."""
+    async def main() -> None:
+        async with running() as (sub, clock, _):
+            h = await sub.new_case(seq(
+                scope("pay", seq(wait("approve"), sleep(60), reply("approve", lambda c: "paid")),
+                      on_cancel=task(lambda c: {"refunded": True})),
+                wait("end"),
+            ))
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+                async def approve() -> None:
+                    try:
+                        got.append(await h.update("approve"))
+                    except SignalRejected as exc:
+                        got.append(exc)
+
+                tg.start_soon(approve)
+                await clock.settle()
+                assert got == [] and h.status().state == "waiting_timer"
+                await sub.cancel_region(h.case_id, "pay")
+            assert isinstance(got[0], SignalRejected), got
+            assert "withdrawn before its reply step ran: region 'pay' was cancelled" in str(got[0])
+            await clock.settle()
+            assert h.data().get("refunded") is True and h.status().signals == ("end",)
+
+    run(backend, main)

@@ -131,10 +131,14 @@ def moved(updates: Updates, uid: str | None = None) -> None:
 def dispatch(actor: CaseActor, answers: Iterable[tuple[str | None, str, str, Any]]) -> None:
     """The vm's answers after a burst: kept and handed to their callers; refusals logged at WARNING."""
     for uid, kind, name, value in answers:
-        if kind == "refused":
+        if kind == "refused" or kind == "passed":
             what = "update" if uid is not None else "signal"
-            _log.warning("input refused by its wait's check", case_id=actor.case_id, kind=what, name=name,
-                         reason=value[0], at=value[1])
+            if kind == "refused":
+                _log.warning("input refused by its wait's check", case_id=actor.case_id, kind=what, name=name,
+                             reason=value[0], at=value[1])
+            else:
+                _log.warning("update refused: no wait for it can be reached any more", case_id=actor.case_id,
+                             kind=what, name=name, reason=value[0], at=value[1], request_id=uid)
             found = of(actor)
             found.refused.insert(0, {"kind": what, "name": name, "reason": f"{value[0]} (at {value[1]})",
                                      "time": actor.shared.clock.now(), "request_id": uid})
@@ -242,6 +246,10 @@ def result(case_id: str, name: str, answer: list[Any], ended: Any) -> Any:
         return value
     if kind == "refused":
         raise SignalRejected.check_refused(case_id, "update", name, str(value[0]), str(value[1]))
+    if kind == "passed":
+        raise SignalRejected.passed(case_id, name, str(value[0]), str(value[1]))
+    if kind == "withdrawn":
+        raise SignalRejected.withdrawn(case_id, name, str(value[0]), str(value[1]))
     if kind == "error":
         raise StepFailed(str(value[1]), str(value[0]))
     ended()  # raises for a failed or cancelled case

@@ -55,7 +55,7 @@ from ._records import (
 from ._requests import EffectRequest, TimerRequest
 from ._result import RunStatus
 from ._schedulers import DETERMINISTIC, Scheduler
-from ._updates import UpdateState, buffer_id, settle, state, take_waiting
+from ._updates import UpdateState, buffer_id, can_take, drop_passed, passed, settle, state, take_waiting
 from ._withdraw import (
     cancel_case,
     cancel_region,
@@ -148,6 +148,7 @@ class Interp:
         "tl",
         "updates",
         "waiters",
+        "withdrawing",
     )
 
     def __init__(
@@ -200,6 +201,9 @@ class Interp:
         self.waiters: dict[str, Fifo] = {}  # of (token, wait id)
         self.buffered: dict[str, Fifo] = {}  # of (arrival seq, payload)
         self.updates: UpdateState | None = None  # made by the first update or check= (see _updates)
+        # why threads are being withdrawn now, while an update is owed (see `_withdraw.drop`); not state: reset
+        # after each burst
+        self.withdrawing: str | None = None
         self.regions: dict[str, dict[Frame, None]] = {}
         self.locks: dict[str, CriticalFrame | None] = {}
         self.lock_waiters: dict[str, Fifo] = {}
@@ -263,8 +267,12 @@ class Interp:
                 self.gc_paused = False
                 gc.enable()
         self.steps += steps
-        if self.updates is not None and self.updates.owing:
-            settle(self)
+        if self.updates is not None:
+            if self.updates.owing:
+                settle(self)
+            if self.updates.ids:
+                drop_passed(self)
+            self.withdrawing = None
         if not self.ended:
             if self.ready:
                 self.status = YIELDED
@@ -852,6 +860,9 @@ class Interp:
                     take_waiting(self, tok, wid, queue, name, payload, uid)
                 return
         if name in self.program.persistent_signals:
+            if uid is not None and not can_take(self, name):  # the case has passed every wait for it
+                passed(self, name, uid)
+                return
             self.signal_seq += 1
             self.buffered.setdefault(name, Fifo()).append((self.signal_seq, payload))
             if uid is not None:

@@ -306,8 +306,10 @@ class Machine:
 
     def take_answers(self) -> list[tuple[str | None, str, str, Any]]:
         """The answers the last bursts and inputs produced, oldest first, each (update id or None, kind, name,
-        value): kind "answer" (the value), "refused" (the refusal; a plain signal's has id None), "error" (a
-        reply function failed: the value is the failure's text) or "ended" (the case ended first)."""
+        value): kind "answer" (the value), "refused" (the refusal; a plain signal's has id None), "passed" (no wait
+        for it can be reached any more: [the refusal, where the case is]), "withdrawn" (its thread was withdrawn
+        before its reply step: [why, where]), "error" (a reply function failed: the value is the failure's text) or
+        "ended" (the case ended first)."""
         return take_answers(self._vm)
 
     def _wait_paths(self) -> dict[str, list[str]]:

@@ -482,6 +482,8 @@ class InterleaveFrame(PassFrame):
         if self.count > 1:  # work this branch left behind still runs: wait for it
             tok.wk = WK_LOCK
             tok.wid = 0
+            starts = self.spec.starts  # parked at its branch's ARRIVE (the instruction before the next branch)
+            tok.ip = (starts[self.current + 1] if self.current + 1 < len(starts) else self.spec.after) - 1
             self.parked = tok
             return -1
         return m._interleave_next(self, tok)

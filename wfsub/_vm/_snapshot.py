@@ -210,6 +210,7 @@ def give(program: Program, snap: Mapping[str, Any]) -> Interp:
     machine.out_effects = []
     machine.out_timers = []
     machine.closing = None
+    machine.withdrawing = None
     machine.gc_paused = False
     machine.digest_hasher = None  # (made again from the folded outputs when needed)
     machine.workflow = None  # named only by `case_started`, long since emitted

@@ -8,9 +8,18 @@ now, else buffered if the name is persistent), and on taking it:
   next one looked at) and, for an update, the refusal is its answer;
 - `wait(reply=fn)`: fn(ctx) after the payload is merged is the answer;
 - otherwise the update is owed by the thread that took it: a later `reply(name, fn)` step of that thread answers
-  it. The thread owes it while it runs and while it waits for its own effect; when it parks on anything else
-  (a signal, a timer, a lock, a milestone, a join) or ends, the answer is None. A case that ends, fails or is
-  cancelled first answers "ended": the runtime turns it into the case's outcome.
+  it. "Ahead" is judged where the thread parks (`Program.reply_reach`, the compiler's per-instruction facts): one
+  that parks (on an effect, a timer, a signal, a lock, a milestone, a child) with a reply step of that name still
+  ahead on its own way keeps owing it; one with none ahead, or that ends, answers None. A thread withdrawn while it
+  owes one (a region cancelled or completed, a join that fired, a failure caught around it) answers "withdrawn",
+  naming why. A case that ends, fails or is cancelled first answers "ended": the runtime turns it into
+  the case's outcome.
+
+An update that no thread takes now is buffered only while some wait or deferred choice on its name can still be
+reached from where the case is (`Program.wait_reach` of each thread's instruction, and of what an open mi or a
+net's join can still start); else it is refused at once as "passed" (a double-clicked approve: the case has passed
+every wait for it), and so is a buffered one once the case has passed them all (checked after each burst while
+one is buffered). A plain signal in that position is buffered as before.
 
 Answers are not state that replay needs: they go out in `answers` (taken by the runtime after each burst, as
 effect requests are), and a replayed case computes them again. Buffered update ids and owed updates are state
@@ -18,7 +27,8 @@ effect requests are), and a replayed case computes them again. Buffered update i
 
 Each answer is `(update id or None, kind, name, value)`, kind one of "answer" (value: the JSON value),
 "refused" (value: [the refusal text, the node path]; also for a plain signal, id None, so the runtime can log
-it), "error" (value: [the failure text of a reply function, the node path]) and "ended".
+it), "passed" (value: [the refusal text, where the case is]), "withdrawn" (value: [why, the node path]),
+"error" (value: [the failure text of a reply function, the node path]) and "ended".
 """
 
 from __future__ import annotations
@@ -30,7 +40,20 @@ from .. import _program as bc
 from .._errors import check_failed, check_not_str, reply_failed
 from .._json import output_problem
 from .._program import Op
-from ._records import WK_EFFECT, WK_NONE, WK_SIGNAL, Fifo, Record, Token
+from ._net import NetFrame
+from ._records import (
+    WK_NONE,
+    WK_SIGNAL,
+    CallFrame,
+    Fifo,
+    Frame,
+    HandlerFrame,
+    MIFrame,
+    Record,
+    Token,
+    UndoFrame,
+    members,
+)
 from ._withdraw import refuse
 
 if TYPE_CHECKING:
@@ -204,27 +227,128 @@ def _op_reply(m: Interp, tok: Token, ip: int, spec: bc.ReplySpec) -> int:
 
 
 def settle(m: Interp) -> None:
-    """After a burst: the owed updates whose thread parked (on anything but its own effect) or ended are
-    answered None; a case that ended answers "ended" (its outcome is the runtime's to say)."""
+    """After a burst: an owed update whose thread parked with no reply step of its name ahead (or ended) is
+    answered None, one whose thread was withdrawn "withdrawn"; a case that ended answers "ended" (its outcome is
+    the runtime's to say). The rest stay owed."""
     st = m.updates
     if st is None or not st.owing:
         return
     keep = []
-    replies = m.program.replies
     for entry in st.owing:
-        tok, name, uid = entry
+        tok, name, uid = entry[0], entry[1], entry[2]
         if m.ended:
             st.answers.append((uid, "ended", name, None))
         elif not tok.alive:
             if m.cancelling or m.failing is not None:
                 keep.append(entry)  # withdrawn by the case's cancel or failure: the case's end answers it
+            elif len(entry) > 3:  # withdrawn (`_withdraw.drop` said why) before it replied
+                st.answers.append((uid, "withdrawn", name, [entry[3], m.paths[tok.ip]]))
             else:
                 st.answers.append((uid, "answer", name, None))
-        elif tok.wk == WK_NONE or (tok.wk == WK_EFFECT and name in replies):
+        elif tok.wk == WK_NONE or reply_ahead(m, tok, name):
             keep.append(entry)
         else:
             st.answers.append((uid, "answer", name, None))
     st.owing = keep
+
+
+def reply_ahead(m: Interp, tok: Token, name: str) -> bool:
+    """Whether a reply step for update `name` is ahead of thread `tok` on its own way: `Program.reply_reach` of its
+    instruction; where that says the thread can reach the end of its called workflow or handler, on from where its
+    call returns or its handler goes on (a handler undoing withdrawn work ends there). A program without those facts:
+    whether the workflow has such a step at all."""
+    program = m.program
+    reach = program.reply_reach
+    if not reach:
+        return name in program.replies
+    bits = program.update_bits
+    bit = 1 << bits[name]
+    done = 1 << len(bits)  # (`_reach.exit_bit`)
+    ip = tok.ip
+    frame: Frame | None = tok.frame
+    while True:
+        found = reach[ip]
+        if found & bit:
+            return True
+        if not found & done:
+            return False
+        while frame is not None and not isinstance(frame, CallFrame | HandlerFrame | UndoFrame):
+            frame = frame.parent
+        if isinstance(frame, CallFrame):
+            ip = frame.ret
+        elif isinstance(frame, HandlerFrame):
+            ip = frame.then
+        else:
+            return False  # the end of a handler undoing withdrawn work: its thread ends there
+        frame = frame.parent
+
+
+def can_take(m: Interp, name: str) -> bool:
+    """Whether some wait or deferred choice on update `name` can still be reached from where the case is: from a
+    live thread's instruction, or from what an open mi (its body, what follows it) or a net (the joins holding
+    tokens, what follows it once a token reached its end) can still start without a thread. O(threads)."""
+    program = m.program
+    reach = program.wait_reach
+    bit = program.update_bits.get(name)
+    if not reach or bit is None:
+        return True  # (no facts: buffered, as before)
+    stack: list[Frame] = [m.root]
+    while stack:
+        frame = stack.pop()
+        if isinstance(frame, MIFrame):
+            spec = frame.spec
+            if spec.dynamic and not frame.closed and (reach[spec.body] | reach[spec.after]) >> bit & 1:
+                return True
+        elif isinstance(frame, NetFrame):
+            net = frame.spec
+            starts = [net.entries[j] for j in frame.held]
+            if frame.reached:
+                starts.append(net.after)
+            if any(reach[ip] >> bit & 1 for ip in starts):
+                return True
+        for child in members(frame):
+            if type(child) is Token:
+                if child.alive and reach[child.ip] >> bit & 1:
+                    return True
+            else:
+                stack.append(child)
+    return False
+
+
+def passed(m: Interp, name: str, uid: str) -> None:
+    """Update `uid` can never be taken: the case has passed every wait for it. Refused, naming where it is."""
+    at = m.threads_at()
+    waits = m.program.update_waits.get(name, ())
+    here = " and ".join(at) if at else "nowhere: every thread has ended"
+    reason = (
+        f"the case has passed every wait for it ({' and '.join(waits)}) and can reach none of them again from where "
+        f"it is now ({here}); a repeated update (a double click) gets the first call's answer only with the first "
+        "call's request_id: send an update only while a wait for it is ahead"
+    )
+    state(m).answers.append((uid, "passed", name, [reason, at[0] if at else m.program.root_path]))
+    if m.tl:
+        m.emit("signal_dropped", "", {"signal": name, "reason": "no wait for it can be reached any more"})
+
+
+def drop_passed(m: Interp) -> None:
+    """After a burst, while updates are buffered: those whose name no wait can take any more are refused (a
+    double click that came while the case was still before the wait, which the first click then passed)."""
+    st = m.updates
+    if st is None or not st.ids or m.ended or not m.program.wait_reach:
+        return
+    for name, queue in list(m.buffered.items()):
+        held = queue.items[queue.head:]
+        uids = [st.ids.get(seq) for seq, _ in held]
+        if not any(uids) or can_take(m, name):
+            continue
+        queue.items = [item for item, uid in zip(held, uids, strict=True) if uid is None]
+        queue.head = 0
+        if not queue.items:
+            del m.buffered[name]
+        for (seq, _), uid in zip(held, uids, strict=True):
+            if uid is not None:
+                del st.ids[seq]
+                passed(m, name, uid)
 
 
 def take_answers(m: Interp) -> list[tuple[str | None, str, str, Any]]:

@@ -92,6 +92,18 @@ def drop(m: Interp, tok: Token) -> None:
     elif wk == WK_SIGNAL and tok.aux:
         cancel_timer(m, tok.aux, tok.ip)
     tok.wk = WK_NONE
+    owing = m.updates.owing if m.updates is not None else None
+    if owing:  # an update this thread owes: its caller is told why (see `_updates.settle`)
+        for entry in owing:
+            if entry[0] is tok and len(entry) == 3:
+                entry.append(m.withdrawing or f"its thread was withdrawn at {m.paths[tok.ip]}")
+
+
+def withdrawing(m: Interp, why: str) -> None:
+    """Say why threads are about to be withdrawn, for an update one of them owes (only then: the text is made
+    only when some update is owed)."""
+    if m.updates is not None and m.updates.owing:
+        m.withdrawing = why
 
 
 def cancel_timer(m: Interp, timer_id: int, ip: int) -> None:
@@ -257,6 +269,8 @@ def withdraw_children(
 ) -> int:
     """Withdraw every child of `frame` (a join fired with cancel_remaining, an mi was completed); what must
     be undone is, as detached work of the frame. Returns how many children were threads of the frame."""
+    if m.updates is not None and m.updates.owing:
+        withdrawing(m, f"{reason} at {m.paths[frame.ip]}, withdrawing the rest of its work")
     threads = withdraw_inside(m, frame, compensate, ("quiet",), keep_running)
     m._trace_node("withdrawn", frame.ip, branches=threads, reason=reason)
     return threads
@@ -462,6 +476,9 @@ def fail(
             spec: bc.ScopeSpec = frame.spec  # type: ignore[attr-defined]
             if spec.on_error >= 0:
                 m._trace_node("error_caught", frame.ip, error=message, at=record["path"])
+                if m.updates is not None and m.updates.owing:
+                    withdrawing(m, f"scope {spec.name!r} caught a failure at {record['path']} ({message}) and "
+                                "runs its on_error instead")
                 withdraw(m, frame, True, ("catch", spec.on_error, spec.after, spec.error_into, record))
                 return
         frame = frame.parent
@@ -516,6 +533,7 @@ def cancel_region(m: Interp, name: str, acts: Sequence[Frame]) -> None:
     still runs inside, an mi whose join fired) only loses that leftover work: what follows it does
     not run again, and `on_cancel` does not run.
     """
+    withdrawing(m, f"region {name!r} was cancelled")
     for frame in acts:
         if not frame.alive:
             continue  # inside an activation cancelled a moment ago
@@ -534,6 +552,7 @@ def cancel_region(m: Interp, name: str, acts: Sequence[Frame]) -> None:
 
 def complete_region(m: Interp, name: str, acts: Sequence[Frame]) -> None:
     """Close the given activations of region `name` now (they were checked: none refuses)."""
+    withdrawing(m, f"region {name!r} was completed")
     for frame in acts:
         if not frame.alive:
             continue  # inside an activation completed a moment ago

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _updates
 from ._blocks import Block, Compensation, MIBlock, Pass, Thread, Undo
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ def drop(self: Engine, th: Thread) -> None:
         self.timers.pop(th.timeout, None)
         th.timeout = 0
     th.park = ""
+    if self.owing:
+        _updates.withdrawn(self, th)
 
 
 def undo_for(self: Engine, block: Block, compensate: bool = True) -> Undo | None:
