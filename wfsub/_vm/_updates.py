@@ -286,32 +286,34 @@ def reply_ahead(m: Interp, tok: Token, name: str) -> bool:
 def can_take(m: Interp, name: str) -> bool:
     """Whether some wait or deferred choice on update `name` can still be reached from where the case is: from a
     live thread's instruction, or from what an open mi (its body, what follows it) or a net (the joins holding
-    tokens, what follows it once a token reached its end) can still start without a thread. O(threads)."""
+    tokens, what follows it once a token reached its end) can still start without a thread. O(threads) at most:
+    depth first, so the first thread that can reach one (in a big mi, usually the first instance) ends the walk."""
     program = m.program
     reach = program.wait_reach
     bit = program.update_bits.get(name)
     if not reach or bit is None:
         return True  # (no facts: buffered, as before)
-    stack: list[Frame] = [m.root]
-    while stack:
-        frame = stack.pop()
-        if isinstance(frame, MIFrame):
-            spec = frame.spec
-            if spec.dynamic and not frame.closed and (reach[spec.body] | reach[spec.after]) >> bit & 1:
+    walks: list[Any] = [members(m.root)]
+    while walks:
+        child = next(walks[-1], None)
+        if child is None:
+            walks.pop()
+        elif type(child) is Token:
+            if child.alive and reach[child.ip] >> bit & 1:
                 return True
-        elif isinstance(frame, NetFrame):
-            net = frame.spec
-            starts = [net.entries[j] for j in frame.held]
-            if frame.reached:
-                starts.append(net.after)
-            if any(reach[ip] >> bit & 1 for ip in starts):
-                return True
-        for child in members(frame):
-            if type(child) is Token:
-                if child.alive and reach[child.ip] >> bit & 1:
+        else:
+            if isinstance(child, MIFrame):
+                spec = child.spec
+                if spec.dynamic and not child.closed and (reach[spec.body] | reach[spec.after]) >> bit & 1:
                     return True
-            else:
-                stack.append(child)
+            elif isinstance(child, NetFrame):
+                net = child.spec
+                starts = [net.entries[j] for j in child.held]
+                if child.reached:
+                    starts.append(net.after)
+                if any(reach[ip] >> bit & 1 for ip in starts):
+                    return True
+            walks.append(members(child))
     return False
 
 
