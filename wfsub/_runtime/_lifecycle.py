@@ -176,10 +176,10 @@ async def recovering(store: Store, row: CaseRow, max_recoveries: int, redact: An
     return True
 
 
-async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[int] | None = None) -> None:
-    """Commit the retry record with the case's row running again (recovery resumes it from here if this
-    process stops before it is loaded)."""
-    row.state = CaseState.RUNNING.value
+def _reopened(row: CaseRow, record: Record, state: CaseState) -> None:
+    """A retried case's row as its retry record leaves it: in `state`, its end, failure, suspension (with the state
+    it was suspended from), cancel reason, digest and recovery count gone."""
+    row.state = state.value
     row.ended_at = None
     row.error = None
     row.suspended_reason = None
@@ -189,6 +189,12 @@ async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[in
     row.updated_at = float(record["time"])
     row.digest = None
     row.recovered = None
+
+
+async def reopen(store: Store, row: CaseRow, record: Record, inbox_done: list[int] | None = None) -> None:
+    """Commit the retry record with the case's row running again (recovery resumes it from here if this
+    process stops before it is loaded)."""
+    _reopened(row, record, CaseState.RUNNING)
     await store.write(CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()),
                                 epoch=row.epoch or None))
 
@@ -200,15 +206,7 @@ async def requeue(
     is committed with its row `queued` (not live: no recovery, no input loads it) in the transaction that queues
     its item again, marked retried; the node that claims the item loads it. CaseExists (nothing written) when
     another live case of the queue holds its dedup key."""
-    row.state = CaseState.QUEUED.value
-    row.ended_at = None
-    row.error = None
-    row.suspended_reason = None
-    row.cancel_reason = None
-    row.last_seq = int(record["seq"])
-    row.updated_at = float(record["time"])
-    row.digest = None
-    row.recovered = None
+    _reopened(row, record, CaseState.QUEUED)
     row.effects, row.timers, row.next_due = [], [], None
     start = {**item.start, RETRIED: int(record["run"])}
     reopened = CaseWrite(row.case_id, [record], row, inbox_done=list(inbox_done or ()), epoch=row.epoch or None)
