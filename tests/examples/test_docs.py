@@ -189,6 +189,14 @@ def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "reference" / "api" / "index.html").exists()
 
 
+def test_the_api_page_documents_every_public_name() -> None:
+    """The `wfsub` reference page has a `::: wfsub.NAME` block for each name of `wfsub.__all__`, and no other."""
+    import wfsub
+
+    page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    assert sorted(re.findall(r"^::: wfsub\.(\w+)$", page, re.M)) == sorted(wfsub.__all__)
+
+
 def test_the_readme_maps_every_docs_page() -> None:
     """The README's map of the docs links every page under docs/, and every link there leads to a page."""
     linked = set(re.findall(r"\]\((docs/[^)#]+\.md)\)", README))
