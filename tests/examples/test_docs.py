@@ -71,9 +71,9 @@ def _directives(fence: Fence, text: str) -> None:
             fence.problems.append(f"unknown test directive {part!r} (id NAME; runs after NAME; postgres; no (why))")
 
 
-def _fences(path: Path) -> list[Fence]:
+def _fences(page: str, text: str) -> list[Fence]:
     """The ```python fences of one page (indented ones in lists too), each with its marker's directives."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = text.splitlines()
     found: list[Fence] = []
     start: int | None = None
     indent = ""
@@ -85,7 +85,7 @@ def _fences(path: Path) -> list[Fence]:
         elif line.strip() == "```":
             if lang == "python":
                 body = [raw[len(indent):] if raw.startswith(indent) else raw.lstrip() for raw in lines[start + 1:i]]
-                fence = Fence(str(path.relative_to(ROOT)), start + 1, "\n".join(body) + "\n")
+                fence = Fence(page, start + 1, "\n".join(body) + "\n")
                 before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
                 if marker := MARKER.fullmatch(before):
                     _directives(fence, marker.group(1))
@@ -94,7 +94,7 @@ def _fences(path: Path) -> list[Fence]:
     return found
 
 
-FENCES = [fence for page in PAGES for fence in _fences(page)]
+FENCES = [fence for page in PAGES for fence in _fences(str(page.relative_to(ROOT)), page.read_text(encoding="utf-8"))]
 BY_NAME = {fence.name: fence for fence in FENCES if fence.name}
 RUN = [fence for fence in FENCES if fence.no is None]
 
@@ -147,6 +147,21 @@ def test_every_python_fence_runs_or_says_why_not() -> None:
     assert problems == []
     assert {f.label for f in RUN} | {f.label for f in FENCES if f.no} == {f.label for f in FENCES}
     assert len(RUN) >= 0.8 * len(FENCES), [f"{f.label}: {f.no}" for f in FENCES if f.no]
+
+
+def test_a_marker_that_does_not_parse_is_a_problem() -> None:
+    """A `no` without a reason and an unknown directive are problems; the directives a marker may hold are read."""
+    page = "\n".join([
+        "<!-- test: no () -->", "```python", "1", "```",
+        "<!-- test: skip -->", "```python", "2", "```",
+        "<!-- test: id b; runs after a; postgres -->", "  ```python", "  3", "  ```",
+        "```python", "4", "```",
+    ])
+    no, unknown, chained, plain = _fences("page.md", page)
+    assert no.no is None and no.problems and unknown.problems
+    assert (chained.name, chained.after, chained.postgres, chained.code) == ("b", "a", True, "3\n")
+    assert chained.problems == []
+    assert (plain.line, plain.no, plain.problems) == (13, None, [])
 
 
 def test_the_readme_quickstart_is_the_quickstart_page() -> None:
