@@ -53,8 +53,9 @@ from .._errors import (
 from .._store._group import asyncio_loop, on_asyncio
 from .._trace import TraceSink, get_logger
 from ._case_io import case_timer, restart, start_io
-from ._case_journal import Fenced, close_live, durable_burst, evict_now, parked_in_store, write_end
+from ._case_journal import close_live, durable_burst, evict_now, parked_in_store, write_end
 from ._clock import Clock
+from ._control import CaseEvicted, Fenced
 from ._durable import CaseJournal
 from ._heartbeat import Beats, BeatWriter
 from ._hub import TraceHub
@@ -108,10 +109,6 @@ class Shared:
     updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
     substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
     compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
-
-
-class CaseEvicted(Exception):
-    """Internal: an input reached an actor that has just left memory; the sender reloads the case and resends."""
 
 
 def moved_away(store: str, case_id: str) -> StoreConflict:

@@ -79,14 +79,15 @@ from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
-from ._case import CaseActor, CaseEvicted, Shared
+from ._case import CaseActor, Shared
 from ._children import LostChildren, check_child_queues, children_in, started_from_queue
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
+from ._control import CaseEvicted, Existing, Remote
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled, parent_step_of
-from ._loader import CaseLoader, Existing, Remote
+from ._loader import CaseLoader
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
