@@ -48,7 +48,7 @@ PACKAGE = Path(wfsub.__file__).parent
 LAYERS = [
     "_errors", "_json", "_terms", "_netgraph", "_validate", "_diagram", "_program", "_reach", "_outbound", "_compiler",
     "_vm",
-    "_trace", "_store", "_runtime",
+    "_loops", "_trace", "_store", "_runtime",
 ]
 # The public modules sit on top of everything: the API tiers, the command and the optional extras.
 FRONTS = {"__init__", "__main__", "lowlevel", "testing", "terms", "runtime", "stores", "cli", "contrib", "_deprecated"}

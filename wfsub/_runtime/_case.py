@@ -29,11 +29,10 @@ the store, and its in-memory awaiters get SubstrateClosed.
 
 from __future__ import annotations
 
-import asyncio
 import traceback as tb
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -50,7 +49,7 @@ from .._errors import (
     WfsubError,
     error_name,
 )
-from .._store._group import asyncio_loop, on_asyncio
+from .._loops import Wake, wake_event
 from .._trace import TraceSink, get_logger
 from ._case_io import case_timer, restart, start_io
 from ._case_journal import close_live, durable_burst, evict_now, parked_in_store, write_end
@@ -117,22 +116,6 @@ def moved_away(store: str, case_id: str) -> StoreConflict:
         store, f"case {case_id!r} left this node before this input was applied: another node owns it now "
         "(fencing). Nothing was recorded; send the input again (with the same request_id) and it goes to the owner"
     )
-
-
-class Wake(Protocol):
-    """What a parked actor waits on: anyio's Event, or the backend's own (see `wake_event`)."""
-
-    def set(self) -> None: ...
-
-    async def wait(self) -> Any: ...
-
-
-def wake_event() -> Wake:
-    """A new Event for the running loop: asyncio's own on asyncio (`anyio.Event()` asks sniffio first, six calls
-    for each park), anyio's elsewhere."""
-    if on_asyncio(asyncio_loop()):  # (the test the store's group commit makes for its events)
-        return asyncio.Event()
-    return anyio.Event()
 
 
 @dataclass(slots=True, eq=False)
