@@ -51,6 +51,10 @@ from .._errors import (
 )
 from .._loops import Wake, wake_event
 from .._trace import TraceSink, get_logger
+from ._answers import Updates, with_taken
+from ._answers import at_end as updates_at_end
+from ._answers import dispatch as dispatch_answers
+from ._answers import moved as updates_moved
 from ._case_io import case_timer, restart, start_io
 from ._case_journal import close_live, durable_burst, evict_now, parked_in_store, write_end
 from ._clock import Clock
@@ -64,10 +68,6 @@ from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, Regio
 from ._refusals import durable_fields
 from ._request_ids import RequestKinds, remember, taken
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, Heartbeat, TimerStatus
-from ._updates import Updates, with_taken
-from ._updates import at_end as updates_at_end
-from ._updates import dispatch as dispatch_answers
-from ._updates import moved as updates_moved
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
@@ -105,7 +105,7 @@ class Shared:
     redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
     lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
     start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
-    updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
+    updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_answers`)
     substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
     compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
 
@@ -180,7 +180,7 @@ class CaseActor:
     exited: bool = False
     tags: dict[str, str] | None = None  # given at the start (durable cases: from the `start` record)
     forked_from: str | None = None  # durable: the case this one was forked from
-    updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
+    updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_answers`)
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
     waited: str | None = None  # no store: a child its parent waits for, and on_parent_cancel ("cancel", "abandon")
     start: dict[str, Any] | None = None  # without a store: its start as `start_differs` compares it (workflow, data)

@@ -28,6 +28,7 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite, DamagedEntry, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
+from ._answers import restore as restore_answers
 from ._case import CaseActor, moved_away
 from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
@@ -40,7 +41,6 @@ from ._nodes import LIVE, Lease
 from ._persist import LeftSuspended, Loaded, end_suspended, is_poison, rebuild, suspend
 from ._registry import Workflows
 from ._status import FINAL, CaseState
-from ._updates import restore as restore_answers
 
 _log = get_logger("wfsub.runtime")
 

@@ -79,6 +79,10 @@ from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
+from ._answers import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
+from ._answers import moved as updates_moved
+from ._answers import of as of_actor
+from ._answers import result as update_result
 from ._case import CaseActor, Shared
 from ._children import LostChildren, check_child_queues, children_in, started_from_queue
 from ._clock import Clock, RealClock, VirtualClock
@@ -110,10 +114,6 @@ from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus, backfill_slots
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
-from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
-from ._updates import moved as updates_moved
-from ._updates import of as of_actor
-from ._updates import result as update_result
 
 _log = get_logger("wfsub.runtime")
 
