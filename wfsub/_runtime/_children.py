@@ -88,7 +88,7 @@ from .._program import EffectSpec, Program
 from .._store import Store, refused_for_good
 from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
-from .._vm._records import InstanceFrame
+from .._vm import InstanceFrame
 from . import _inputs as inputs
 from ._compact import start_of
 from ._control import Remote

@@ -57,7 +57,7 @@ from .._errors import compacted_divergence as compacted_divergence
 from .._program import BYTECODE_VERSION, Program
 from .._store import CaseWrite, Record
 from .._trace import get_logger
-from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
+from .._vm import SNAPSHOT_FORMAT
 from ._durable import snapshot_of
 from ._request_ids import request_kinds_of, window
 

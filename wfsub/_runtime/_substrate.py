@@ -71,9 +71,8 @@ from .._errors import (
     update_timeout,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, CaseWrite, InboxRow, Listing, SqliteStore, Store
+from .._store import RETRIED, CaseRow, CaseWrite, InboxRow, Listing, QueueItem, SqliteStore, Store
 from .._store import open_store as _open_store
-from .._store._queueing import RETRIED, QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
