@@ -1,4 +1,4 @@
-"""The runtime's own control flow: exceptions raised in one room and caught in another, never shown to a user.
+"""The runtime's own control flow: exceptions raised in one module and caught in another, never shown to a user.
 
 Each says where a call must go instead (another node, the stored case, the inbox) or that a case left this
 node's hands. None is a `WfsubError`: one that escaped would be a bug in the runtime, not a refusal. They live
