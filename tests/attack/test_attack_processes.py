@@ -36,6 +36,7 @@ from wfsub import (
 )
 from wfsub.stores import PostgresStore
 
+from .. import _warm
 from ..processes._app import loan
 from ..processes._http import ROOT
 from ..stores import _pg
@@ -227,8 +228,7 @@ async def test_a_clients_calls_in_an_outage_fail_naming_the_case_and_what_was_be
 def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`python -m wfsub ARGS`, as an operator runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "wfsub", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return _warm.command(*args, cwd=cwd, env=env)
 
 
 def test_the_update_command_on_a_mistyped_path_creates_no_store_and_says_so(tmp_path: Path) -> None:

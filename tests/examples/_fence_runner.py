@@ -1,4 +1,4 @@
-"""Runs one documentation fence in a process of its own, forked from a server that has wfsub already imported.
+"""Runs one documentation fence in a process of its own, forked warm (`tests._warm`: wfsub already imported).
 
 A fresh interpreter per fence would pay wfsub's import (about half a second of CPU) forty times over; a fork of a
 server that imported it once pays a few milliseconds, and each fence still gets a process of its own: its own
@@ -14,12 +14,6 @@ import inspect
 import os
 import sys
 import types
-
-# Imported once by the fork server, so that no fence pays for them: what the fences import.
-PRELOAD = [
-    "wfsub", "wfsub._runtime", "wfsub._compiler", "wfsub._diagram", "wfsub.stores", "wfsub.testing", "wfsub.lowlevel",
-    "wfsub.contrib.web", "anyio", "pydantic", "httpx", "fastapi",
-]
 
 
 def run(parts: list[tuple[str, str]], cwd: str, stdout: str, stderr: str) -> None:

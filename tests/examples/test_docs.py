@@ -18,7 +18,6 @@ parses, so a fence is never skipped by accident.
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import os
 import re
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from .. import _warm
 from ..stores import _pg
 from . import _fence_runner
 
@@ -219,8 +219,7 @@ def test_the_readme_maps_every_docs_page() -> None:
     assert linked == pages
 
 
-_SERVER = multiprocessing.get_context("forkserver")
-_SERVER.set_forkserver_preload(["tests.examples._fence_runner", *_fence_runner.PRELOAD])
+_SERVER = _warm.context()
 
 
 @pytest.mark.parametrize("fence", RUN, ids=[fence.label for fence in RUN])

@@ -1,4 +1,4 @@
-"""Re-opening and copying durable cases: `Substrate.retry` and `Substrate.fork` (see the README, Case lifecycle).
+"""Re-opening and copying durable cases: `Substrate.retry` and `Substrate.fork` (the docs: guide, Case lifecycle).
 
 Retry. A failed case is re-opened by a `retry` record appended after its `end`: `{seq, kind: "retry", step, time,
 digest, run, ended, redo}`. A replay drops the `end` at seq `ended` and the effect outcomes at the seqs in `redo`
