@@ -63,7 +63,7 @@ def owner_process(path: Path, tmp_path: Path, module: str = "tests.processes._ow
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOANS_LOG": str(tmp_path / "runs.jsonl")}
     args = ["sqlite", str(path)] if module == "tests.processes._owner" else [str(path)]
     errors = tmp_path / "owner.err"
-    with errors.open("w") as err, subprocess.Popen(
+    with errors.open("w") as err, _warm.Popen(
         [sys.executable, "-m", module, *args], cwd=ROOT, env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
     ) as child:

@@ -15,6 +15,7 @@ import pytest
 
 from wfsub import Queue, Substrate, effect, par, saga, scope, start_case, wait
 
+from .. import _warm
 from ._util import ROOT, eventually, kinds
 from .test_children_crash import spec_of
 
@@ -61,8 +62,8 @@ async def test_a_child_whose_step_was_withdrawn_before_its_cancel_is_cancelled_o
     step is still in flight running; the parent lives on."""
     spec = spec_of(kind, tmp_path)
     with anyio.fail_after(120):  # (a bound on a hang: the process dies by its own hand well before)
-        done = await anyio.run_process([sys.executable, "-m", "tests.durable._withdrawn_child", spec, when],
-                                       cwd=ROOT, check=False)
+        done = await _warm.run_process([sys.executable, "-m", "tests.durable._withdrawn_child", spec, when],
+                                       cwd=ROOT)
     assert done.returncode == -9, done.stderr.decode()[-3000:]
     assert done.stdout.decode().split() == [when], done.stdout
     UNDONE.clear()

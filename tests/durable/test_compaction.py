@@ -32,6 +32,7 @@ from wfsub._store import CaseWrite
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from .. import _warm
 from ._util import field, outside
 from ._util import same_store as reopenable
 
@@ -417,7 +418,7 @@ def test_kill_9_during_compaction_heavy_load_keeps_every_journal_whole(tmp_path:
     acked: set[str] = set()
     for run in range(kills + 1):
         first = [next(r for r in range(rounds + 1) if f"{_endless.case_id(i)} {r}" not in acked) for i in range(cases)]
-        proc = subprocess.Popen(
+        proc = _warm.Popen(
             [sys.executable, "-m", "tests.durable._endless", str(path), str(rounds), ",".join(map(str, first))],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
