@@ -140,6 +140,138 @@ def _leaf(rec: Recorder) -> st.SearchStrategy[Term]:
     return st.one_of(*options)
 
 
+# The constructs' strategies, decorated once here rather than inside `terms` for every term drawn: hypothesis reads
+# a composite's source as it decorates it (to check it draws), which cost most of a property test's time.
+
+
+@st.composite
+def _a_par(draw: Any, lists: st.SearchStrategy[list[Term]]) -> Term:
+    branches = draw(lists)
+    join = draw(st.sampled_from(["all", "first", "each", "n"]))
+    if join == "n":
+        join = draw(st.integers(1, len(branches)))
+    cancel = draw(st.booleans())
+    blocking = join not in ("all", "each") and not cancel and draw(st.booleans())
+    return par(*branches, join=join, cancel_remaining=cancel, blocking=blocking)
+
+
+def _cases(draw: Any, lists: st.SearchStrategy[list[Term]]) -> list[tuple[Any, Term]]:
+    branches = draw(lists)
+    mods = [draw(st.integers(2, 3)) for _ in branches]
+    return [((lambda c, m=m: c.get("x", 0) % m == 0), b) for m, b in zip(mods, branches, strict=True)]
+
+
+@st.composite
+def _a_xor(draw: Any, lists: st.SearchStrategy[list[Term]], children: st.SearchStrategy[Term]) -> Term:
+    return xor(*_cases(draw, lists), default=draw(st.one_of(st.none(), children)))
+
+
+@st.composite
+def _a_multi_choice(draw: Any, lists: st.SearchStrategy[list[Term]], children: st.SearchStrategy[Term]) -> Term:
+    return multi_choice(*_cases(draw, lists), default=draw(st.one_of(st.none(), children)))
+
+
+@st.composite
+def _a_loop(draw: Any, rec: Recorder, children: st.SearchStrategy[Term]) -> Term:
+    body = draw(children)
+    kind = draw(st.sampled_from(["times", "while", "until"]))
+    limit = draw(st.sampled_from([None, None, 2]))
+    if kind == "times":
+        return loop(body, times=draw(st.integers(0, 2)), max_iterations=limit)
+    n = draw(st.integers(1, 3))
+    key = f"w{rec.fresh()}"
+
+    def bump(ctx: Mapping[str, Any], key: str = key) -> dict[str, Any]:
+        return {key: ctx.get(key, 0) + 1}
+
+    counted = seq(body, task(bump))
+    if kind == "while":
+        return loop(counted, while_=lambda c, key=key, n=n: c.get(key, 0) < n, max_iterations=limit)
+    return loop(counted, until=lambda c, key=key, n=n: c.get(key, 0) >= n, max_iterations=limit)
+
+
+@st.composite
+def _a_mi(draw: Any, rec: Recorder, children: st.SearchStrategy[Term]) -> Term:
+    body = draw(children)
+    n = draw(st.integers(0, 3))
+    dynamic = draw(st.sampled_from([False, False, True, "open"])) if "dynamic" in rec.kinds else False
+    join = draw(st.sampled_from(["all", "first", None, "n"]))
+    if join == "n":
+        join = draw(st.integers(1, 3))
+    if not dynamic and isinstance(join, int) and join > n:
+        join = n or "all"
+    if join == "first" and n == 0 and not dynamic:
+        join = "all"
+    collect = draw(st.sampled_from([None, "out"])) if join is not None else None
+    until = None
+    if draw(st.integers(0, 4)) == 0:
+        until = lambda s: s.completed >= 2  # noqa: E731
+    name = draw(st.sampled_from((None,) + MIS)) if not dynamic else draw(st.sampled_from(MIS))
+    run_time = draw(st.booleans())
+    count: Any = (lambda c, n=n: n) if run_time else n
+    if run_time and join not in ("all", None) and not dynamic and until is None and draw(st.booleans()):
+        count = lambda c, n=n: max(n - 1, 0)  # noqa: E731 - below n at run time: a failure at the mi
+    if draw(st.booleans()):
+        return mi(body, items=lambda c, n=n: list(range(10, 10 + n)), join=join, until=until,
+                  cancel_remaining=draw(st.booleans()), collect=collect, dynamic=dynamic, name=name)
+    return mi(body, count=count, join=join, cancel_remaining=draw(st.booleans()), collect=collect,
+              until=until, dynamic=dynamic, name=name)
+
+
+@st.composite
+def _a_scope(draw: Any, rec: Recorder, children: st.SearchStrategy[Term]) -> Term:
+    name = draw(st.sampled_from(REGIONS))
+    body = draw(children)
+    on_cancel = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec))))
+    on_error = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec))))
+    finally_ = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)), children))
+    return scope(name, body, on_cancel=on_cancel, on_error=on_error, error_into=f"err{rec.fresh()}",
+                 finally_=finally_)
+
+
+@st.composite
+def _a_defer(draw: Any, children: st.SearchStrategy[Term]) -> Term:
+    names = draw(st.lists(st.sampled_from(SIGNALS), min_size=1, max_size=2, unique=True))
+    branches = {name: draw(children) for name in names}
+    if draw(st.booleans()):
+        timeout = draw(st.sampled_from([3.0, 3.0, data_timeout]))
+        return defer(branches, timeout=timeout, on_timeout=draw(children))
+    return defer(branches)
+
+
+@st.composite
+def _a_saga(draw: Any, rec: Recorder, children: st.SearchStrategy[Term]) -> Term:
+    steps = draw(st.lists(children, min_size=1, max_size=3))
+    return saga(*[(s, a_task(rec)) if draw(st.booleans()) else s for s in steps])
+
+
+@st.composite
+def _an_interleave(draw: Any, lists: st.SearchStrategy[list[Term]]) -> Term:
+    branches = draw(lists)
+    order = [(0, len(branches) - 1)] if len(branches) > 1 and draw(st.booleans()) else []
+    return interleave(*branches, order=order)
+
+
+@st.composite
+def _a_region_pair(draw: Any, rec: Recorder, children: st.SearchStrategy[Term]) -> Term:
+    """A region and, beside it, a thread that acts on it (region steps must name a declared region)."""
+    name = draw(st.sampled_from(REGIONS + MIS))
+    body = draw(children)
+    if name in MIS:
+        dynamic = draw(st.sampled_from([False, True, "open"]))
+        region = mi(body, count=draw(st.integers(0 if dynamic else 1, 2)), dynamic=dynamic, name=name,
+                    join=draw(st.sampled_from(["all", "first", None])), collect="out")
+    else:
+        region = scope(name, body, on_cancel=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))),
+                       finally_=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))))
+    before = draw(children)
+    steps = [cancel_region(name), complete_region(name)]
+    if name in MIS:
+        steps += [add_instances(name, items=lambda c: [1, 2]), close_instances(name)]
+    acts = draw(st.lists(st.sampled_from(steps), min_size=1, max_size=2))
+    return par(region, seq(before, *acts), join=draw(st.sampled_from(["all", "first"])))
+
+
 def terms(rec: Recorder, max_leaves: int = 14) -> st.SearchStrategy[Term]:
     """Terms that validate, built from the kinds `rec` allows."""
     k = rec.kinds
@@ -148,143 +280,26 @@ def terms(rec: Recorder, max_leaves: int = 14) -> st.SearchStrategy[Term]:
         lists = st.lists(children, min_size=1, max_size=3)
         out: list[st.SearchStrategy[Term]] = [lists.map(lambda steps: seq(*steps))]
 
-        @st.composite
-        def a_par(draw: Any) -> Term:
-            branches = draw(lists)
-            join = draw(st.sampled_from(["all", "first", "each", "n"]))
-            if join == "n":
-                join = draw(st.integers(1, len(branches)))
-            cancel = draw(st.booleans())
-            blocking = join not in ("all", "each") and not cancel and draw(st.booleans())
-            return par(*branches, join=join, cancel_remaining=cancel, blocking=blocking)
-
-        def cases(draw: Any) -> list[tuple[Any, Term]]:
-            branches = draw(lists)
-            mods = [draw(st.integers(2, 3)) for _ in branches]
-            return [((lambda c, m=m: c.get("x", 0) % m == 0), b) for m, b in zip(mods, branches, strict=True)]
-
-        @st.composite
-        def a_xor(draw: Any) -> Term:
-            return xor(*cases(draw), default=draw(st.one_of(st.none(), children)))
-
-        @st.composite
-        def a_multi_choice(draw: Any) -> Term:
-            return multi_choice(*cases(draw), default=draw(st.one_of(st.none(), children)))
-
-        @st.composite
-        def a_loop(draw: Any) -> Term:
-            body = draw(children)
-            kind = draw(st.sampled_from(["times", "while", "until"]))
-            limit = draw(st.sampled_from([None, None, 2]))
-            if kind == "times":
-                return loop(body, times=draw(st.integers(0, 2)), max_iterations=limit)
-            n = draw(st.integers(1, 3))
-            key = f"w{rec.fresh()}"
-
-            def bump(ctx: Mapping[str, Any], key: str = key) -> dict[str, Any]:
-                return {key: ctx.get(key, 0) + 1}
-
-            counted = seq(body, task(bump))
-            if kind == "while":
-                return loop(counted, while_=lambda c, key=key, n=n: c.get(key, 0) < n, max_iterations=limit)
-            return loop(counted, until=lambda c, key=key, n=n: c.get(key, 0) >= n, max_iterations=limit)
-
-        @st.composite
-        def a_mi(draw: Any) -> Term:
-            body = draw(children)
-            n = draw(st.integers(0, 3))
-            dynamic = draw(st.sampled_from([False, False, True, "open"])) if "dynamic" in k else False
-            join = draw(st.sampled_from(["all", "first", None, "n"]))
-            if join == "n":
-                join = draw(st.integers(1, 3))
-            if not dynamic and isinstance(join, int) and join > n:
-                join = n or "all"
-            if join == "first" and n == 0 and not dynamic:
-                join = "all"
-            collect = draw(st.sampled_from([None, "out"])) if join is not None else None
-            until = None
-            if draw(st.integers(0, 4)) == 0:
-                until = lambda s: s.completed >= 2  # noqa: E731
-            name = draw(st.sampled_from((None,) + MIS)) if not dynamic else draw(st.sampled_from(MIS))
-            run_time = draw(st.booleans())
-            count: Any = (lambda c, n=n: n) if run_time else n
-            if run_time and join not in ("all", None) and not dynamic and until is None and draw(st.booleans()):
-                count = lambda c, n=n: max(n - 1, 0)  # noqa: E731 - below n at run time: a failure at the mi
-            if draw(st.booleans()):
-                return mi(body, items=lambda c, n=n: list(range(10, 10 + n)), join=join, until=until,
-                          cancel_remaining=draw(st.booleans()), collect=collect, dynamic=dynamic, name=name)
-            return mi(body, count=count, join=join, cancel_remaining=draw(st.booleans()), collect=collect,
-                      until=until, dynamic=dynamic, name=name)
-
-        @st.composite
-        def a_scope(draw: Any) -> Term:
-            name = draw(st.sampled_from(REGIONS))
-            body = draw(children)
-            on_cancel = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec))))
-            on_error = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec))))
-            finally_ = draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)), children))
-            return scope(name, body, on_cancel=on_cancel, on_error=on_error, error_into=f"err{rec.fresh()}",
-                         finally_=finally_)
-
-        @st.composite
-        def a_defer(draw: Any) -> Term:
-            names = draw(st.lists(st.sampled_from(SIGNALS), min_size=1, max_size=2, unique=True))
-            branches = {name: draw(children) for name in names}
-            if draw(st.booleans()):
-                timeout = draw(st.sampled_from([3.0, 3.0, data_timeout]))
-                return defer(branches, timeout=timeout, on_timeout=draw(children))
-            return defer(branches)
-
-        @st.composite
-        def a_saga(draw: Any) -> Term:
-            steps = draw(st.lists(children, min_size=1, max_size=3))
-            return saga(*[(s, a_task(rec)) if draw(st.booleans()) else s for s in steps])
-
-        @st.composite
-        def an_interleave(draw: Any) -> Term:
-            branches = draw(lists)
-            order = [(0, len(branches) - 1)] if len(branches) > 1 and draw(st.booleans()) else []
-            return interleave(*branches, order=order)
-
-        @st.composite
-        def a_region_pair(draw: Any) -> Term:
-            """A region and, beside it, a thread that acts on it (region steps must name a declared region)."""
-            name = draw(st.sampled_from(REGIONS + MIS))
-            body = draw(children)
-            if name in MIS:
-                dynamic = draw(st.sampled_from([False, True, "open"]))
-                region = mi(body, count=draw(st.integers(0 if dynamic else 1, 2)), dynamic=dynamic, name=name,
-                            join=draw(st.sampled_from(["all", "first", None])), collect="out")
-            else:
-                region = scope(name, body, on_cancel=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))),
-                               finally_=draw(st.one_of(st.none(), st.builds(lambda: a_task(rec)))))
-            before = draw(children)
-            steps = [cancel_region(name), complete_region(name)]
-            if name in MIS:
-                steps += [add_instances(name, items=lambda c: [1, 2]), close_instances(name)]
-            acts = draw(st.lists(st.sampled_from(steps), min_size=1, max_size=2))
-            return par(region, seq(before, *acts), join=draw(st.sampled_from(["all", "first"])))
-
         if "region_steps" in k:
-            out.append(a_region_pair())
+            out.append(_a_region_pair(rec, children))
         if "par" in k:
-            out.append(a_par())
+            out.append(_a_par(lists))
         if "xor" in k:
-            out.append(a_xor())
+            out.append(_a_xor(lists, children))
         if "multi_choice" in k:
-            out.append(a_multi_choice())
+            out.append(_a_multi_choice(lists, children))
         if "loop" in k:
-            out.append(a_loop())
+            out.append(_a_loop(rec, children))
         if "mi" in k:
-            out.append(a_mi())
+            out.append(_a_mi(rec, children))
         if "scope" in k:
-            out.append(a_scope())
+            out.append(_a_scope(rec, children))
         if "defer" in k:
-            out.append(a_defer())
+            out.append(_a_defer(children))
         if "saga" in k:
-            out.append(a_saga())
+            out.append(_a_saga(rec, children))
         if "interleave" in k:
-            out.append(an_interleave())
+            out.append(_an_interleave(lists))
         if "critical" in k:
             out.append(st.builds(critical, st.sampled_from(LOCKS), children))
         if "milestone" in k:
