@@ -283,6 +283,7 @@ async def test_the_api_refuses_a_case_id_holding_a_nul_with_a_clear_message(tmp_
 # -- the store going away --------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 async def test_a_postgres_store_cut_away_answers_503_with_the_reason_then_recovers() -> None:
     """Over a Client whose Postgres is cut: the list, the case page and an action answer 503 or 4xx with the

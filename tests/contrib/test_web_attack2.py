@@ -217,6 +217,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
+@pytest.mark.long
 async def test_a_workflow_of_more_than_500_edges_is_drawn_in_the_browser() -> None:
     """A case of a 510-step workflow (a long but ordinary sequence) is drawn in the page as an SVG of its shapes
     with where it waits marked, not as Mermaid's error picture."""

@@ -36,6 +36,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "operations" / "web-inspector.png"
 
 
+@pytest.mark.long
 async def test_operator_lists_filters_opens_a_case_signals_it_and_watches_it_move_on(tmp_path: Path) -> None:
     """List, filter, open a case, see its node highlighted in the drawn SVG, send a signal from the form, and
     watch the case page (then the list) move on without a reload; retry a failed case from its page; open and cancel

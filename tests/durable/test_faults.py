@@ -123,6 +123,7 @@ async def test_a_read_only_directory_is_refused_by_the_substrate(tmp_path: Path)
         assert await sub.await_case("kept") == {"n": 1, "prepped": 2, "charged": 10, "finished": True}
 
 
+@pytest.mark.long
 async def test_a_full_disk_refuses_new_inputs_keeps_acknowledged_cases_and_the_substrate_goes_on(
     tmp_path: Path,
 ) -> None:

@@ -193,6 +193,7 @@ def test_the_diagrams_page_draws_the_demo_as_to_mermaid_does() -> None:
     any(importlib.util.find_spec(name) is None for name in ("mkdocs", "material", "mkdocstrings_handlers.python")),
     reason="the docs tools are not installed (pip install -e '.[docs]', or the dev extra)",
 )
+@pytest.mark.long
 def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
     """`mkdocs build --strict` (what `make docs` runs) builds the site: every link and anchor leads somewhere and
     mkdocstrings reads every docstring of the reference pages without a warning."""

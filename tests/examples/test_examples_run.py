@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
@@ -19,6 +21,7 @@ def run(name: str, cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.long
 def test_the_demo_recovers_its_orders_after_a_kill(tmp_path: Path) -> None:
     """`make demo`: the orders survive SIGKILL of the shop, the booking re-runs with its key, the cancel refunds."""
     out = run("order_flow.py", tmp_path)

@@ -6,6 +6,7 @@ refused."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from wfsub.lowlevel import retry_record
 from ..durable.test_replay_property import ACTIONS, Builder, Live
 
 
+@pytest.mark.long
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), ACTIONS, st.integers(1, 7))
 def test_a_retried_journal_replays_to_the_step_that_failed(

@@ -13,6 +13,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from ._http import BOUND, Server, call
 
 N = 30  # loans
@@ -39,6 +41,7 @@ def _runs(log: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+@pytest.mark.long
 def test_three_uvicorn_workers_share_one_store_and_survive_the_owner_killed(tmp_path: Path) -> None:
     """Three workers on one SQLite file serve every call; the owner SIGKILLed mid-run loses no acknowledged case."""
     db, runs = tmp_path / "loans.db", tmp_path / "runs.jsonl"
