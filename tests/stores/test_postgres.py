@@ -20,8 +20,8 @@ import pytest
 
 from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import SCHEMA_VERSION, CaseWrite
-from wfsub._store._pgdriver import fault
 from wfsub._store._postgres import _process_name
+from wfsub._store._postgres_driver import fault
 from wfsub.stores import PostgresStore
 
 from . import _pg

@@ -22,11 +22,11 @@ from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite, Listing
 from wfsub._store import _group as group_module
 from wfsub._store import _sqlite as sqlite_module
-from wfsub._store import _writer as writer_module
-from wfsub._store._files import mode_of
+from wfsub._store import _sqlite_writer as writer_module
 from wfsub._store._group import Job
 from wfsub._store._rows import encode_row
 from wfsub._store._sql import LAYOUT, QUERIES, load_layout, parse_queries, split_statements
+from wfsub._store._sqlite_files import mode_of
 from wfsub.stores import SqliteStore
 
 from ._helpers import end, first_write, opened, row, signal, start

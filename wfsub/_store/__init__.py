@@ -8,8 +8,8 @@
     _sql.py        SQL loading: `sql/<database>/queries.sql` and `sql/<database>/migrations/NNNN_*.sql`
     _open.py       `open_store(spec)`: a store from a path, URL or object; `BACKENDS`, by URL scheme
     _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls)
-    _sqlite.py     SqliteStore (+ `_writer.py`: its writer thread; `_files.py`: its file and owner lock)
-    _postgres.py   PostgresStore (+ `_pgdriver.py`: the driver, its loop thread, its errors)
+    _sqlite.py     SqliteStore (+ `_sqlite_writer.py`: its writer thread; `_sqlite_files.py`: its file and owner lock)
+    _postgres.py   PostgresStore (+ `_postgres_driver.py`: the driver, its loop thread, its errors)
 
 A new backend is one module, its SQL and its tests: a class that subclasses `StoreBase` (mypy refuses to build it
 while it lacks any of `Store`) and queues its writes on a `_group.GroupQueue`, executing each group its own way;

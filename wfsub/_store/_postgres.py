@@ -24,7 +24,7 @@ hand the query to the driver thread and block for its answer, bounded by `sync_t
 the calling thread. The price, measured with asyncpg in the same run: a point read goes from 29-42 us (driver on
 the caller's asyncio loop) to 80-101 us (driver thread, caller on asyncio or trio), a synchronous read from the
 caller's thread takes 67-70 us; a commit pays the same hand-offs, less than its fsync. Results come back to the
-caller's loop through `anyio.lowlevel.current_token()` (as in `_writer.py`), never blocking the driver thread.
+caller's loop through `anyio.lowlevel.current_token()` (as in `_sqlite_writer.py`), never blocking the driver thread.
 
 What it costs (`python -m bench postgres`, two runs, each figure beside bare asyncpg in the same run):
 
@@ -153,7 +153,7 @@ from ._base import (
 )
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._listing import Listing
-from ._pgdriver import (
+from ._postgres_driver import (
     FIXES,
     UNREACHABLE,
     DriverLoop,

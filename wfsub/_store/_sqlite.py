@@ -9,7 +9,7 @@ explicitly on every connection:
   kernel crash can lose the last acknowledged writes (never corrupt the file). Commits are several times
   cheaper; choose it when losing the last second of a power cut is acceptable.
 
-Group commit. One writer thread owns the only write connection: see `_writer.py` for the hand-off between the
+Group commit. One writer thread owns the only write connection: see `_sqlite_writer.py` for the hand-off between the
 thread and the event loop, the measurements that chose it, and how a failing write is kept from failing the
 others of its group (a group's case writes are applied together by `_apply_writes`, and redone one at a time
 by `_apply_write`, each in a savepoint, only when one of them breaks a rule). Reads run in anyio worker
@@ -24,14 +24,14 @@ writer included: SQLite cannot tell whose commit it was), so a Substrate that po
 after its own commits: an index read of an empty range.
 
 The file. It is created 0600 by the store before SQLite opens it, and SQLite gives `-wal` and `-shm` the same
-mode (see `_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
+mode (see `_sqlite_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
 by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built by the numbered files in
 `sql/sqlite/migrations/`, run in order; a file of an older layout is moved forward by those it lacks, all in one
 transaction, by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older
 version); a file of a newer layout is refused, as is a file of another application. Every statement is in
 `sql/sqlite/queries.sql`, every value a bound parameter (`_sql.py`).
 
-Ownership: an OS lock on `FILE-lock` plus an owner row (see `_files.py`); a second owner, in this process or
+Ownership: an OS lock on `FILE-lock` plus an owner row (see `_sqlite_files.py`); a second owner, in this process or
 another, gets a StoreError naming the owner. The owner's writer thread refreshes the row's heartbeat at most
 every `HEARTBEAT_EVERY` seconds (with a group it commits anyway, or alone when idle).
 """
@@ -60,7 +60,6 @@ import msgspec
 
 from .._errors import CaseExists, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
 from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
-from ._files import OwnerLock, check_path, create_private, fault
 from ._listing import Listing
 from ._queueing import (
     ENDED,
@@ -100,7 +99,8 @@ from ._rows import (
 )
 from ._single import SingleNode
 from ._sql import LAYOUT, QUERIES, Layout
-from ._writer import Job, Redo, Refused, Writer
+from ._sqlite_files import OwnerLock, check_path, create_private, fault
+from ._sqlite_writer import Job, Redo, Refused, Writer
 
 APPLICATION_ID = 0x77667362  # "wfsb": `PRAGMA application_id` of every wfsub store file
 READERS = 4  # reader connections (and worker threads) at most at once
