@@ -37,7 +37,7 @@ import anyio.lowlevel
 
 from wfsub import Substrate, effect, seq, task, wait
 from wfsub._store import CaseRow, CaseWrite
-from wfsub.stores import SqliteStore
+from wfsub.stores import Listing, SqliteStore
 
 from ._figures import percentile, record
 from ._probe import Probe
@@ -314,7 +314,7 @@ async def parked_rows_written(sub: Substrate, n: int) -> None:
     store = sub._store
     if store is None:
         return
-    while len(await store.cases(state="waiting_signal", limit=n)) < n:
+    while len(await store.cases(Listing(state="waiting_signal", limit=n))) < n:
         await anyio.sleep(0.01)
 
 

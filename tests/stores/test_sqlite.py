@@ -306,7 +306,7 @@ async def test_writes_queued_during_a_commit_go_into_one_transaction(tmp_path: P
                 await until(lambda: writer.queued() == 100)
                 lock.execute("ROLLBACK")
         assert writer.groups - groups == 2  # the plug's group, then all 100 together
-        assert len(await store.cases(limit=1000)) == 102
+        assert len(await store.cases(Listing(limit=1000))) == 102
 
 
 @pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
@@ -376,7 +376,7 @@ async def test_a_group_of_good_writes_commits_in_one_batched_pass(
         assert [r["seq"] for r in await store.journal("a")] == [0, 1, 2, 3]
         a = await store.row("a")
         assert a is not None and (a.state, a.last_seq) == ("done", 3)
-        assert [r.case_id for r in await store.cases()] == ["b", "plug", "a"]
+        assert [r.case_id for r in await store.cases(Listing())] == ["b", "plug", "a"]
 
 
 @pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
@@ -496,7 +496,7 @@ async def test_a_failed_transaction_fails_every_write_of_its_group_and_keeps_non
         assert await store.journal("a") == [] and await store.row("b") is None
         assert await store.inbox_take() == []
         assert await store.write(first_write("c")) == [True]  # the writer goes on
-        assert [r.case_id for r in await store.cases()] == ["c", "plug"]
+        assert [r.case_id for r in await store.cases(Listing())] == ["c", "plug"]
 
 
 async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
@@ -549,7 +549,7 @@ def test_waiters_are_woken_through_from_thread_run_sync_too(
             async with anyio.create_task_group() as tg:
                 for i in range(200):
                     tg.start_soon(store.write, first_write(f"c{i}"))
-            assert len(await store.cases(limit=1000)) == 200
+            assert len(await store.cases(Listing(limit=1000))) == 200
 
     anyio.run(main, backend=backend)
 
@@ -638,7 +638,7 @@ async def test_a_loop_that_never_turns_holds_the_writer_back_no_longer_than_ling
         await until(lambda: len(lingered) == 1)
         await store.write(first_write("after"))  # committed after (or with) the queued one
         assert 0.04 <= lingered[0] < 1.0, lingered
-        assert {r.case_id for r in await store.cases()} == {"prompt", "queued", "after"}
+        assert {r.case_id for r in await store.cases(Listing())} == {"prompt", "queued", "after"}
 
 
 async def test_nothing_queued_at_a_wake_up_means_no_lingering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -661,7 +661,7 @@ async def test_close_commits_the_writes_still_queued(tmp_path: Path) -> None:
         for i in range(200):
             await store.write(first_write(f"c{i}"), wait=False)
     async with opened(SqliteStore(path)) as store:
-        assert len(await store.cases(limit=1000)) == 200
+        assert len(await store.cases(Listing(limit=1000))) == 200
 
 
 # -- changed(), ownership rows -----------------------------------------------------------------------------------
@@ -717,7 +717,7 @@ async def test_create_false_refuses_a_missing_or_empty_file_and_creates_nothing(
     async with opened(SqliteStore(tmp_path / "s.db")):
         pass
     async with opened(SqliteStore(tmp_path / "s.db", create=False), owner=False) as store:
-        assert await store.cases() == []
+        assert await store.cases(Listing()) == []
 
 
 async def test_the_owner_heartbeat_is_refreshed_while_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

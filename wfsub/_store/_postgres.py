@@ -1521,28 +1521,16 @@ class PostgresStore(StoreBase):
 
         return await self._read(f"reading the journal epochs of case {case_id!r}", read)
 
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
-        if limit <= 0:
+    async def cases(self, listing: Listing) -> list[CaseRow]:
+        if listing.limit <= 0:
             self._running("list cases")
             return []
         return await self._read("listing cases", partial(_listed, listing))
 
-    def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
+    def read_cases(self, listing: Listing) -> list[CaseRow]:
         """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
         self._running("list cases")
-        if limit <= 0:
+        if listing.limit <= 0:
             return []
         return self._read_sync("listing cases", partial(_listed, listing))
 

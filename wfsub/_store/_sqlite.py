@@ -834,28 +834,16 @@ class SqliteStore(SingleNode):
 
         return read
 
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
-        if limit <= 0:
+    async def cases(self, listing: Listing) -> list[CaseRow]:
+        if listing.limit <= 0:
             self._running("list cases")
             return []
         return await self._read("listing cases", self._listed(listing))
 
-    def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
+    def read_cases(self, listing: Listing) -> list[CaseRow]:
         """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
         self._running("list cases")
-        if limit <= 0:
+        if listing.limit <= 0:
             return []
         return self._read_sync("listing cases", self._listed(listing))
 
