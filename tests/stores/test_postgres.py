@@ -477,8 +477,8 @@ async def test_a_read_whose_connection_is_cut_mid_statement_is_retried(tmp_path:
     store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=PROXY_CONNECT)
     try:
         async with nodes(store, "A") as (a,):
-            async def slow(conn: Any) -> int:
-                found: int = await conn.fetchval("SELECT 7 /* cut-mid-read */ FROM pg_sleep(0.2)")
+            async def slow(c: Any) -> int:  # (on the store's connection seam: `c.conn` is asyncpg's)
+                found: int = await c.conn.fetchval("SELECT 7 /* cut-mid-read */ FROM pg_sleep(0.2)")
                 return found
 
             async def cut() -> None:

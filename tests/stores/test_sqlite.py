@@ -243,8 +243,10 @@ def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     # the kind a case ends with, the kind of a compaction's record (it keeps the request ids it replaced), and the
     # states of a queue item: part of a rule, not a value (a partial index on a state is used only by a query that
     # names that state as a literal), and '' in coalesce(part, ''), the partition key of the items without one (an
-    # expression index is used only by a query that spells its expression as written)
-    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'", "'deleted'", "''"}
+    # expression index is used only by a query that spells its expression as written), and the JSON path of a row's
+    # parent step (where to look, not a value looked for)
+    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'", "'deleted'", "''",
+                        "'$.parent_step'"}
     formatted = re.findall(r'execute\(f"([^"]*)"', source)
     assert formatted == [
         "PRAGMA application_id = {int(APPLICATION_ID)}",

@@ -566,7 +566,7 @@ _VERBS = {
     "reading": "read", "loading": "load", "listing": "list", "polling": "poll", "waiting": "wait",
     "taking": "take", "claiming": "claim", "recording": "record", "renewing": "renew", "writing": "write",
     "committing": "commit", "putting": "put", "queueing": "queue", "pruning": "prune", "draining": "drain",
-    "deleting": "delete",
+    "deleting": "delete", "pausing": "pause", "replacing": "replace", "looking": "look",
 }
 
 
