@@ -447,7 +447,7 @@ async def page_of_cases(path: Path) -> tuple[float, float]:
             samples.append(time.perf_counter() - start)
             assert len(page) == 100
             start = time.perf_counter()
-            rows = sub._store.read_cases(state="done", workflow="three", limit=100)  # type: ignore[union-attr]
+            rows = sub._store.read_cases(Listing("done", "three", 100))  # type: ignore[union-attr]
             raw.append(time.perf_counter() - start)
             assert len(rows) == 100
         return percentile(samples, 0.5), percentile(raw, 0.5)

@@ -13,7 +13,8 @@ its connector, and DBOS's `SystemDatabase` over thin per-engine subclasses):
     _read(action, fn, *, consistent)          fn(connection) on a read connection, with the backend's retries
                                               and errors; `consistent`: its queries see one committed state
     _read_sync(action, fn)                    the same, from the calling thread (the synchronous reads)
-    _change(what, fn, *, doing)               fn(connection) as one write outside the case-write group commit
+    _change(what, fn, *, doing)               fn(connection) as one write that is not a case write (SQLite: a
+                                              job of its writer's group; Postgres: on a pooled connection)
     _decode_row(found)                        a `case_row` as a CaseRow (each database has its own columns)
     _listed(listing)                          a page of `cases()`, built by `Listing` in the database's own SQL
 
@@ -25,8 +26,8 @@ in one read transaction, a write in its writer's group.
 What stays in a backend is what really differs: the case writes and their group commit, the inbox put, delete
 and prune, the queues (Postgres locks across nodes, SQLite has one writer), ownership, leases and
 notifications. A third backend implements the seam (a `Connection` over its driver, the runners, the decoders),
-brings `sql/<database>/` with these queries under these names, and writes only those methods; not the 44 the two
-SQL backends would otherwise each write.
+brings `sql/<database>/` with these queries under these names, and writes only the methods that are its own: not
+the 44 of `Store` that each SQL backend wrote out before these 28 were shared.
 
 Queries that answer for "this store's cases" (`live`, `due`, `next_due`, `inbox_take`) have two variants on a
 shared store: `<query>_owned` for a node (given `:node`) and `<query>_all` for an opener without a lease; a
