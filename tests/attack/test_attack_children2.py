@@ -13,6 +13,7 @@ import pytest
 from wfsub import Queue, Substrate, seq, wait
 from wfsub.stores import PostgresStore
 
+from .. import _warm
 from ..durable._util import ROOT, eventually, kinds
 from ..stores import _pg
 from ..stores._proxy import Proxy
@@ -63,8 +64,8 @@ async def test_children_of_a_cancelled_region_end_cancelled_once_after_a_sigkill
     spec = spec_of(kind, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with anyio.fail_after(60):
-        done = await anyio.run_process([sys.executable, "-m", "tests.attack._kids_child", spec, shape], cwd=ROOT,
-                                       env=env, check=False)
+        done = await _warm.run_process([sys.executable, "-m", "tests.attack._kids_child", spec, shape], cwd=ROOT,
+                                       env=env)
     assert done.returncode == -9, (done.stdout.decode(), done.stderr.decode()[-3000:])
     assert done.stdout.decode().split() == ["ready"], done.stdout
     for _ in range(2):

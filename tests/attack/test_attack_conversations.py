@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from wfsub import (
 )
 from wfsub.stores import MemoryStore, PostgresStore, Store
 
+from .. import _warm
 from ..stores import _pg
 from ..stores._helpers import STORE_PARAMS, make_store, twin
 from ..stores._proxy import PROXY_CONNECT, Proxy
@@ -173,11 +173,9 @@ async def test_wfsub_update_of_an_ended_case_exits_1(tmp_path: Path) -> None:
     path = tmp_path / "cases.db"
     async with Substrate(store=path, workflows=ANSWERING) as sub:
         await _ended_counter(sub)
-        ran = await anyio.run_process(
-            [sys.executable, "-m", "wfsub", "update", str(path), "c1", "add", "4"], check=False
-        )
-    assert ran.returncode == 1 and ran.stdout == b""
-    assert b"case 'c1' cannot take update 'add': it has already ended (done)" in ran.stderr
+        ran = await _warm.acommand("update", str(path), "c1", "add", "4")
+    assert ran.returncode == 1 and ran.stdout == ""
+    assert "case 'c1' cannot take update 'add': it has already ended (done)" in ran.stderr
 
 
 # -- the database going away under a live owner ------------------------------------------------------------------

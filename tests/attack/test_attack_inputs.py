@@ -9,8 +9,6 @@ refused, `Store.inbox_put` checking its arguments, a cancel reason bounded as a 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +23,7 @@ from wfsub._json import MAX_DEPTH
 from wfsub.lowlevel import check_input
 from wfsub.stores import InboxRow, PostgresStore, SqliteStore, Store, open_store
 
+from .. import _warm
 from ..durable._util import eventually
 from ..stores import _pg
 from ..stores._helpers import STORE_PARAMS, make_store, opened
@@ -145,10 +144,7 @@ async def test_a_nested_payload_that_is_accepted_can_be_read_back(tmp_path: Path
 def test_the_command_refuses_a_deeply_nested_payload_with_a_usage_error(tmp_path: Path) -> None:
     """`wfsub signal` with a too deeply nested PAYLOAD is a usage error (status 2), not a traceback."""
     payload = "[" * 20_000 + "]" * 20_000
-    done = subprocess.run(
-        [sys.executable, "-m", "wfsub", "signal", str(tmp_path / "none.db"), "c1", "go", payload],
-        capture_output=True, text=True, timeout=60,
-    )
+    done = _warm.command("signal", str(tmp_path / "none.db"), "c1", "go", payload, timeout=60)
     assert "Traceback" not in done.stderr, done.stderr[-800:]
     assert done.returncode == 2 and "PAYLOAD" in done.stderr
 

@@ -138,6 +138,8 @@ async def test_a_clients_retry_of_a_case_whose_node_is_gone_is_done_by_a_live_no
         with anyio.fail_after(20):
             await client.retry("c")
             assert await client.await_case("c") == {"done": True}
+            # (the row is read by others as soon as it commits; y hears that its commit went through just after)
+            assert await y.await_case("c") == {"done": True}
         assert y.status("c").state == "done"
         assert [r.kind for r in await client.journal("c")] == ["start", "end", "retry", "end"]
 

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import re
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +38,8 @@ from wfsub import (
     wait,
 )
 from wfsub.cli import main
+
+from .. import _warm
 
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
 
@@ -351,9 +352,8 @@ async def test_the_region_cancel_command_says_the_cancel_ended_the_case_and_why(
     db = tmp_path / "cases.db"
     async with Substrate(store=db, workflows=W) as sub:
         await _settled(await sub.new_case("reg", {}, case_id="reg"), "waiting_signal")
-        proc = await anyio.run_process([sys.executable, "-m", "wfsub", "cancel", str(db), "reg", "--region", "R"],
-                                       check=False, env={**os.environ, "COLUMNS": "300"})
+        proc = await _warm.acommand("cancel", str(db), "reg", "--region", "R", env={**os.environ, "COLUMNS": "300"})
         await _settled(sub.handle("reg"), "cancelled")
-    said = proc.stderr.decode() + proc.stdout.decode()
+    said = proc.stderr + proc.stdout
     assert proc.returncode == 0 and "region 'R'" in said
     assert "held every thread" in said

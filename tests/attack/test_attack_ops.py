@@ -56,6 +56,7 @@ from wfsub.contrib.otel import OTelSink
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from .. import _warm
 from ..contrib.test_diagram import parse_dot
 
 # -- workflows and helpers ----------------------------------------------------------------------------------------
@@ -509,11 +510,8 @@ def module(name: str) -> ModuleType:
 
 async def wfsub(here: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
     """Run `python -m wfsub ARGS` in `here` without blocking the Substrate running in this event loop."""
-    proc = await anyio.run_process(
-        [sys.executable, "-m", "wfsub", *args], cwd=here, check=False,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
-    return Ran(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    proc = await _warm.acommand(*args, cwd=here, env={**os.environ, "COLUMNS": "200", **(env or {})})
+    return Ran(proc.returncode, proc.stdout, proc.stderr)
 
 
 @asynccontextmanager

@@ -36,6 +36,7 @@ from wfsub import (
 )
 from wfsub.stores import PostgresStore
 
+from .. import _warm
 from ..processes._app import loan
 from ..processes._http import ROOT
 from ..stores import _pg
@@ -62,7 +63,7 @@ def owner_process(path: Path, tmp_path: Path, module: str = "tests.processes._ow
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOANS_LOG": str(tmp_path / "runs.jsonl")}
     args = ["sqlite", str(path)] if module == "tests.processes._owner" else [str(path)]
     errors = tmp_path / "owner.err"
-    with errors.open("w") as err, subprocess.Popen(
+    with errors.open("w") as err, _warm.Popen(
         [sys.executable, "-m", module, *args], cwd=ROOT, env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
     ) as child:
@@ -227,8 +228,7 @@ async def test_a_clients_calls_in_an_outage_fail_naming_the_case_and_what_was_be
 def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`python -m wfsub ARGS`, as an operator runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "wfsub", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return _warm.command(*args, cwd=cwd, env=env)
 
 
 def test_the_update_command_on_a_mistyped_path_creates_no_store_and_says_so(tmp_path: Path) -> None:
@@ -306,7 +306,7 @@ async def test_a_clients_calls_across_a_server_crash_apply_once_and_its_awaiter_
             ):
                 try:
                     got[name] = await call()
-                except StoreError:  # its outcome unknown: the caller repeats it, as the README says
+                except StoreError:  # its outcome unknown: the caller repeats it, as the docs say
                     got[name] = await call()
             got["end"] = await client.await_case("a", timeout=120)
 

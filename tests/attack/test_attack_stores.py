@@ -25,6 +25,7 @@ import wfsub
 from wfsub import CaseCancelled, CaseFailed, CaseState, Substrate, SubstrateClosed, compile, replay, seq, task, wait
 from wfsub.stores import SqliteStore, StoreError, open_store
 
+from .. import _warm
 from ..durable._util import eventually
 from ..stores import _pg
 from ..stores._helpers import make_store, opened
@@ -92,8 +93,7 @@ def old_store(tmp_path: Path) -> Iterator[tuple[Path, Any]]:
 
 
 def _command(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wfsub", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={"COLUMNS": "200", **_env()})
+    return _warm.command(*args, cwd=cwd, env={"COLUMNS": "200", **_env()})
 
 
 def _env() -> dict[str, str]:

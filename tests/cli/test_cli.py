@@ -20,6 +20,8 @@ import pytest
 
 from wfsub import CaseCancelled, JournalRecord, Substrate, TraceEvent
 
+from .. import _warm
+
 pytestmark = pytest.mark.anyio
 
 FLOWS = """
@@ -82,11 +84,8 @@ def flows() -> ModuleType:
 
 async def wfsub(here: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
     """Run `python -m wfsub ARGS` in `here`, without blocking the Substrate running in this event loop."""
-    proc = await anyio.run_process(
-        [sys.executable, "-m", "wfsub", *args], cwd=here, check=False,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
-    return Ran(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    proc = await _warm.acommand(*args, cwd=here, env={**os.environ, "COLUMNS": "200", **(env or {})})
+    return Ran(proc.returncode, proc.stdout, proc.stderr)
 
 
 @asynccontextmanager

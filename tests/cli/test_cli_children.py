@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from wfsub import Substrate
 
+from .. import _warm
 from ..durable import _children_flows as flows
 from ..durable._util import ROOT, eventually
 
@@ -23,9 +22,8 @@ def anyio_backend() -> str:
 
 
 async def wfsub(*args: str) -> tuple[int, str, str]:
-    proc = await anyio.run_process([sys.executable, "-m", "wfsub", *args], cwd=ROOT, check=False,
-                                   env={**os.environ, "COLUMNS": "200"})
-    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    proc = await _warm.acommand(*args, cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 async def test_show_names_parent_and_children_and_cases_lists_by_parent(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ run a case, and when a listing has more pages: true, specific, and said once."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import anyio
@@ -13,6 +12,8 @@ from click.testing import CliRunner
 
 from wfsub import CaseHandle, Substrate, scope, seq, wait
 from wfsub.cli import main
+
+from .. import _warm
 
 W = {"w": seq(wait("a"), scope("R", wait("b")))}
 OTHER = {"other": seq(wait("z"))}  # a target without workflow 'w': it cannot replay those cases
@@ -26,9 +27,8 @@ async def _waiting(handle: CaseHandle) -> None:
 
 async def _command(*args: str) -> tuple[int, str]:
     """The command as a process of its own (the owner runs in this one), its stdout and stderr together."""
-    done = await anyio.run_process([sys.executable, "-m", "wfsub", *args], check=False,
-                                   env={**os.environ, "COLUMNS": "300"})
-    return done.returncode, done.stdout.decode() + done.stderr.decode()
+    done = await _warm.acommand(*args, env={**os.environ, "COLUMNS": "300"})
+    return done.returncode, done.stdout + done.stderr
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from wfsub import Schedule, Substrate, seq, task
+
+from .. import _warm
 
 pytestmark = pytest.mark.anyio
 
@@ -21,9 +21,8 @@ def anyio_backend() -> str:
 
 
 async def wfsub(cwd: Path, *args: str) -> tuple[int, str, str]:
-    proc = await anyio.run_process([sys.executable, "-m", "wfsub", *args], cwd=cwd, check=False,
-                                   env={**os.environ, "COLUMNS": "200"})
-    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    proc = await _warm.acommand(*args, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 async def test_schedules_lists_each_with_its_last_and_next_slot(tmp_path: Path) -> None:

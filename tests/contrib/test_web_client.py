@@ -25,6 +25,7 @@ import wfsub
 from wfsub import Substrate, loop, seq, start_case, task, wait
 from wfsub.contrib import web
 
+from .. import _warm
 from .test_web import csrf_cookie
 
 FLOWS = {"greet": seq(wait("go"), task(lambda c: {"greeted": True}, name="greet"))}
@@ -89,8 +90,8 @@ def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Pat
     anyio.run(make)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(wfsub.__file__).parents[1]), str(tmp_path)])}
     extra = list(getattr(request, "param", []))  # more options, from @pytest.mark.parametrize(indirect=True)
-    proc = subprocess.Popen([*WFSUB, "web", str(db), "--port", "0", "-w", "flows:FLOWS", *extra], cwd=tmp_path,
-                            env=env, stderr=subprocess.PIPE, text=True)
+    proc = _warm.Popen([*WFSUB, "web", str(db), "--port", "0", "-w", "flows:FLOWS", *extra], cwd=tmp_path,
+                       env=env, stderr=subprocess.PIPE, text=True)
     try:
         yield db, proc
     finally:
@@ -180,12 +181,11 @@ def test_wfsub_web_refuses_a_taken_port_and_a_single_term(tmp_path: Path) -> Non
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        busy = subprocess.run([*WFSUB, "web", str(db), "--port", str(port)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=60)
+        busy = _warm.run([*WFSUB, "web", str(db), "--port", str(port)], cwd=tmp_path, env=env, timeout=60)
     assert busy.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr and "pass another --port" in busy.stderr
-    one = subprocess.run([*WFSUB, "web", str(db), "--port", str(_free_port()), "-w", "flows:ONE"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=60)
+    one = _warm.run([*WFSUB, "web", str(db), "--port", str(_free_port()), "-w", "flows:ONE"], cwd=tmp_path,
+                    env=env, timeout=60)
     assert one.returncode == 1 and "needs the dict of name -> workflow" in one.stderr
 
 

@@ -15,6 +15,8 @@ import pytest
 import wfsub
 from wfsub.stores import MemoryStore, SqliteStore, Store
 
+from .. import _warm
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,7 +26,7 @@ def child_cmd(*args: str) -> list[str]:
 
 def run_child(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run a child to its end (or its own SIGKILL); stdout and stderr captured."""
-    return subprocess.run(child_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+    return _warm.run(child_cmd(*args), cwd=ROOT, timeout=timeout)
 
 
 def child_report(*args: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 
 from wfsub import Queue, Substrate, par, seq, start_case, task, wait
 
+from .. import _warm
 from ._util import ROOT, eventually, kinds
 
 CHILD = seq(wait("go"), task(lambda c: {"done": True}))
@@ -50,8 +51,7 @@ async def test_a_child_whose_parent_ended_before_its_cancel_is_cancelled_once_af
     live."""
     spec = spec_of(kind, tmp_path)
     with anyio.fail_after(120):  # (a bound against a hang, not an expected duration)
-        done = await anyio.run_process([sys.executable, "-m", "tests.durable._cancel_child", spec], cwd=ROOT,
-                                       check=False)
+        done = await _warm.run_process([sys.executable, "-m", "tests.durable._cancel_child", spec], cwd=ROOT)
     assert done.returncode == -9, done.stderr.decode()[-3000:]
     assert done.stdout.decode().split() == ["parent-ended"], done.stdout
     for _ in range(2):

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from wfsub import SignalRejected, StoreError, Substrate, loop, seq, task, wait
 
+from .. import _warm
 from ._util import ROOT, wait_all_blocked
 
 
@@ -55,9 +54,8 @@ async def test_a_case_row_that_is_not_json_is_shown_suspended_and_rebuilt_from_i
     edit(path, "UPDATE cases SET detail = '{not json', state = ?, live = ?, parked = ? WHERE case_id = 'bad'",
          state, int(live), int(not live))
     if not live:
-        listed = await anyio.run_process([sys.executable, "-m", "wfsub", "cases", str(path)], cwd=ROOT, check=False,
-                                         env={**os.environ, "COLUMNS": "200"})
-        out, err = listed.stdout.decode(), listed.stderr.decode()
+        listed = await _warm.acommand("cases", str(path), cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+        out, err = listed.stdout, listed.stderr
         assert listed.returncode == 0 and "Traceback" not in err, err
         assert "bad" in out and "suspended" in out
     async with Substrate(store=str(path), workflows=FLOWS) as sub:

@@ -33,6 +33,7 @@ from wfsub import (
 )
 from wfsub.stores import Listing, MemoryStore
 
+from .. import _warm
 from . import _flows
 from ._util import ROOT, child_cmd, child_report, kinds, outside
 
@@ -174,8 +175,8 @@ async def test_a_second_substrate_on_the_same_store_is_refused_naming_the_owner(
 def test_a_substrate_in_another_process_owns_the_store_until_it_ends(tmp_path: Path) -> None:
     """Another process's Substrate owns the file (standby=False: StoreError naming its pid) until it is killed."""
     path = tmp_path / "cases.db"
-    holder = subprocess.Popen(child_cmd("hold", str(path)), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    holder = _warm.Popen(child_cmd("hold", str(path)), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
     try:
         assert holder.stdout is not None
         _, pid, owner = holder.stdout.readline().split()

@@ -22,6 +22,7 @@ import pytest
 from wfsub import JournalRecord
 from wfsub.stores import Listing
 
+from .. import _warm
 from . import _load
 from ._flows import read_side
 from ._util import ROOT, check_shape, child_cmd, field, outside
@@ -40,7 +41,7 @@ class Run:
     def __init__(self, path: Path, side: Path, seed: int, log: Path) -> None:
         self.lines: list[str] = []
         self.trouble: list[str] = []
-        self.proc = subprocess.Popen(child_cmd("load", str(path), str(side), str(seed), str(N)), cwd=ROOT,
+        self.proc = _warm.Popen(child_cmd("load", str(path), str(side), str(seed), str(N)), cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log = log
         self.readers = [threading.Thread(target=self._out), threading.Thread(target=self._err)]

@@ -6,17 +6,16 @@ rate window). On no store, Memory, SQLite and Postgres; across two Postgres node
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 import wfsub
 from wfsub import CaseCancelled, CaseExists, CaseNotFound, Queue, SignalRejected, Substrate
 from wfsub.testing import VirtualClock
 
+from .. import _warm
 from ._util import ROOT
 from .test_queues import KINDS, T0, WORKFLOWS, substrate
 
@@ -178,11 +177,9 @@ async def test_the_cancel_command_ends_a_queued_case_as_the_other_doors_do(tmp_p
         await sub.new_case("job", queue="q", case_id="w")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
         ran = [
-            await anyio.run_process([sys.executable, "-m", "wfsub", "cancel", db, "w", "--request-id", "c1"],
-                                    cwd=tmp_path, env=env, check=False)
-            for _ in range(2)
+            await _warm.acommand("cancel", db, "w", "--request-id", "c1", cwd=tmp_path, env=env) for _ in range(2)
         ]
-        said = [(r.returncode, r.stdout.decode(), r.stderr.decode()) for r in ran]
+        said = [(r.returncode, r.stdout, r.stderr) for r in ran]
         assert said[0][0] == 0 and "was queued: cancelled" in said[0][1], said
         assert said[1][0] == 0 and "request id 'c1' was applied before" in said[1][2], said
         assert sub.status("w").state == "cancelled" and sub.status("w").started_at is None

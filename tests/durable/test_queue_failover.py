@@ -15,6 +15,7 @@ import pytest
 from wfsub import Queue, Substrate
 from wfsub.testing import VirtualClock
 
+from .. import _warm
 from ._util import ROOT, eventually
 from ._util import same_store as store_maker
 from .test_queues import T0, WORKFLOWS
@@ -66,7 +67,7 @@ async def test_per_node_counts_the_cases_a_node_took_over_from_a_killed_node(tmp
     dsn, schema = _pg.database_dsn(), _pg.new_schema()
     url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}&lease_seconds=1"
     queues = {"q": Queue(per_node=1), "probe": Queue()}
-    doomed = subprocess.Popen(  # noqa: ASYNC220 - started once, before the test's own event loop work
+    doomed = _warm.Popen(  # started once, before the test's own event loop work
         [sys.executable, "-m", "tests.durable._queue_node", url, "doomed", "a1"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
     )

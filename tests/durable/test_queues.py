@@ -14,6 +14,7 @@ from wfsub import CaseCancelled, CaseExists, Queue, Substrate, seq, sleep, task,
 from wfsub.stores import MemoryStore
 from wfsub.testing import VirtualClock
 
+from .. import _warm
 from ._util import same_store as store_maker
 
 KINDS = ["none", "memory", "sqlite", "postgres"]
@@ -366,8 +367,7 @@ async def test_a_case_claimed_by_a_process_killed_before_starting_it_is_started_
         dsn, schema = _pg.database_dsn(), _pg.new_schema()
         spec = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}&lease_seconds=0.5"
         stores = [PostgresStore(dsn, schema=schema), PostgresStore(dsn, schema=schema)]
-    done = await anyio.run_process([sys.executable, "-m", "tests.durable._queue_child", spec, "orphan"], cwd=ROOT,
-                                   check=False)
+    done = await _warm.run_process([sys.executable, "-m", "tests.durable._queue_child", spec, "orphan"], cwd=ROOT)
     assert done.returncode == -9, done.stderr.decode()[-3000:]
     assert done.stdout.decode().startswith("claimed orphan doomed-"), done.stdout
     queues = {"q": Queue(concurrency=1)}

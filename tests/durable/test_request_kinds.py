@@ -9,7 +9,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from wfsub import CaseState, Client, SignalRejected, Substrate, loop, seq, task, wait
 from wfsub._runtime._request_ids import kept_kinds, request_kinds_of, taken
 
+from .. import _warm
 from ..processes._http import ROOT
 from ._util import eventually, kinds, same_store
 
@@ -89,8 +89,7 @@ async def test_a_request_id_reused_by_another_kind_of_input_is_refused_and_its_o
 def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`python -m wfsub ARGS`, as an operator runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "wfsub", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return _warm.command(*args, cwd=cwd, env=env)
 
 
 async def test_the_command_refuses_a_request_id_another_kind_of_input_used_and_sends_nothing(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from wfsub._runtime._request_ids import kept_kinds, window
 from ._util import eventually, same_store
 
 KEPT = 300  # the window the test runs with (the real one, 10,000, takes longer to fill than a test should)
-SIGNALS = 30_000
+SIGNALS = 10_000
 SENDERS = 4
 COMPACT_AFTER = 20
 
@@ -59,7 +59,7 @@ def test_the_window_keeps_the_latest_ids_in_the_order_taken(monkeypatch: pytest.
 async def test_an_endless_case_keeps_a_bounded_window_of_request_ids(
     kind: str, signals: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A case compacted every 20 records takes 30,000 signals with ids from 4 senders (fewer on the durable stores
+    """A case compacted every 20 records takes 10,000 signals with ids from 4 senders (fewer on the durable stores
     to keep the suite quick: still tens of windows): its snapshot record never keeps more than the window's ids,
     nor its owner more than the window and one journal's; a retry of a recent id is still a retry (at its owner,
     after a restart, through a Client), one of an id that left the window is a new input."""

@@ -18,6 +18,7 @@ import pytest
 from wfsub import SignalRejected, Substrate, effect, seq, task
 from wfsub.testing import VirtualClock
 
+from .. import _warm
 from ..durable._util import ROOT, eventually
 from ..stores import _pg
 from . import _poison
@@ -25,10 +26,8 @@ from ._util import KINDS, node, store_maker
 
 
 def child(mode: str, path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.lifecycle._poison", mode, str(path)], cwd=ROOT, capture_output=True,
-        text=True, timeout=120, check=False, env={**os.environ, **env},
-    )
+    return _warm.run([sys.executable, "-m", "tests.lifecycle._poison", mode, str(path)], cwd=ROOT,
+                     env={**os.environ, **env})
 
 
 def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -67,10 +66,8 @@ def test_a_case_that_kills_its_process_each_time_is_suspended_then_retried(tmp_p
 
 
 def node_child(mode: str, schema: str, node_id: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.lifecycle._poison_nodes", mode, _pg.database_dsn(), schema, node_id], cwd=ROOT,
-        capture_output=True, text=True, timeout=120, check=False,
-    )
+    return _warm.run([sys.executable, "-m", "tests.lifecycle._poison_nodes", mode, _pg.database_dsn(), schema,
+                      node_id], cwd=ROOT)
 
 
 @pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)

@@ -21,6 +21,7 @@ import pytest
 from wfsub import StoreError, Substrate
 from wfsub.stores import Listing, PostgresStore
 
+from .. import _warm
 from ..stores import _pg
 from ._flows import FLOWS
 from ._proxy import Proxy
@@ -48,7 +49,7 @@ def node_process(
     dsn: str, schema: str, node_id: str, count: int, workflow: str = "order", env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[str]]:
     """A node process (tests.nodes._node) that has started its cases; it leaves cleanly at the end, if alive."""
-    proc = subprocess.Popen(
+    proc = _warm.Popen(
         [sys.executable, "-m", "tests.nodes._node", dsn, schema, node_id, "0", str(count), workflow],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, **(env or {})},
     )

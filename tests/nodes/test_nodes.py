@@ -18,6 +18,7 @@ import pytest
 from wfsub import Substrate
 from wfsub.stores import Listing, PostgresStore
 
+from .. import _warm
 from ..stores import _pg
 from ._flows import FLOWS
 
@@ -93,7 +94,7 @@ async def test_a_killed_node_loses_nothing_acknowledged_and_no_case_runs_twice(t
     per_node, nodes = 334, 3
     env = {**os.environ, "WFSUB_TEST_CALLS": str(tmp_path / "calls.txt")}
     procs = [
-        subprocess.Popen(  # noqa: ASYNC220 - started once, before the test's own event loop work
+        _warm.Popen(  # started once, before the test's own event loop work
             [sys.executable, "-m", "tests.nodes._node", dsn, schema, f"node{i}", str(i * per_node), str(per_node)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[2],
         )
@@ -145,7 +146,7 @@ async def test_a_paused_process_of_a_node_id_is_fenced_when_another_opens_as_tha
     # The new opener bumps the epochs of the node's live cases, so the paused one can append nothing once it wakes.
     schema = _pg.new_schema()
     dsn = _pg.database_dsn()
-    old = subprocess.Popen(  # noqa: ASYNC220 - started once, before the test's own event loop work
+    old = _warm.Popen(  # started once, before the test's own event loop work
         [sys.executable, "-m", "tests.nodes._node", dsn, schema, "n", "0", "1"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
     )

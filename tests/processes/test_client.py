@@ -19,6 +19,7 @@ import wfsub
 from wfsub import CaseExists, CaseNotFound, Client, SignalRejected, Substrate
 from wfsub.stores import PostgresStore, Store
 
+from .. import _warm
 from ..stores import _pg
 from ._app import loan
 from ._http import ROOT
@@ -41,7 +42,7 @@ def owner_process(where: list[str], tmp_path: Path) -> Iterator[subprocess.Popen
     """The owning Substrate in a child process, open (it printed `ready`) until the block ends."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOANS_LOG": str(tmp_path / "runs.jsonl")}
     errors = tmp_path / "owner.err"
-    with errors.open("w") as err, subprocess.Popen(
+    with errors.open("w") as err, _warm.Popen(
         [sys.executable, "-m", "tests.processes._owner", *where], cwd=ROOT, env=env, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=err, text=True,
     ) as child:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -16,15 +15,13 @@ import pytest
 
 from wfsub import Substrate
 
+from .. import _warm
 from ._app import loan
 from ._http import ROOT
 
 
 def wfsub(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wfsub", *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+    return _warm.command(*args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
 
 
 def inbox(path: Path) -> list[tuple[str, str]]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from pydantic import BaseModel, field_validator
 from wfsub import Client, RefusedInput, Substrate, seq, task, wait
 from wfsub.stores import MemoryStore, PostgresStore, SqliteStore, Store
 
+from .. import _warm
 from ..durable._util import eventually
 from ..stores import _pg
 from ._http import ROOT
@@ -136,13 +135,13 @@ def test_wfsub_show_prints_the_refused_inputs(tmp_path: Path) -> None:
 
     anyio.run(prepare)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "400"}
-    shown = subprocess.run([sys.executable, "-m", "wfsub", "show", str(path), "c1"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=60, check=True)
+    shown = _warm.command("show", str(path), "c1", cwd=ROOT, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
     assert "refused signal 'aprove' sent 2027-01-15" in text, shown.stdout
     assert "(request_id rid-7): " + TYPO in text, shown.stdout
-    as_json = subprocess.run([sys.executable, "-m", "wfsub", "show", str(path), "c1", "--json"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=60, check=True)
+    as_json = _warm.command("show", str(path), "c1", "--json", cwd=ROOT, env=env, timeout=60)
+    assert as_json.returncode == 0, as_json.stderr
     [refused] = json.loads(as_json.stdout)["refused"]
     assert refused["name"] == "aprove" and refused["request_id"] == "rid-7" and refused["time"] == 1_800_000_000.0
 
@@ -172,8 +171,8 @@ def test_a_payload_the_command_queued_and_the_owner_refuses_is_logged_shown_and_
             await sub.new_case("loan", {}, case_id="c1")
 
     anyio.run(start)
-    sent = subprocess.run([sys.executable, "-m", "wfsub", "signal", str(path), "c1", "approve", '{"by": "ANN"}',
-                           "--request-id", "cmd-1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    sent = _warm.command("signal", str(path), "c1", "approve", '{"by": "ANN"}', "--request-id", "cmd-1", cwd=ROOT,
+                         env=env, timeout=60)
     assert sent.returncode == 0 and "queued" in sent.stderr, sent.stderr
 
     async def owner() -> tuple[RefusedInput, ...]:
@@ -187,8 +186,8 @@ def test_a_payload_the_command_queued_and_the_owner_refuses_is_logged_shown_and_
     assert "payload does not fit Signed (by: Value error, must be lower case)" in refused.reason, refused.reason
     [logged] = warnings(logs)
     assert (logged["case_id"], logged["name"], logged["reason"]) == ("c1", "approve", refused.reason)
-    shown = subprocess.run([sys.executable, "-m", "wfsub", "show", str(path), "c1"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=60, check=True)
+    shown = _warm.command("show", str(path), "c1", cwd=ROOT, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
     assert "refused signal 'approve' sent" in text and "(request_id cmd-1)" in text, shown.stdout
     assert "must be lower case" in text, shown.stdout

@@ -19,6 +19,7 @@ import pytest
 from wfsub import CaseCancelled, Client, Substrate
 from wfsub.stores import PostgresStore
 
+from .. import _warm
 from ..stores import _pg
 from ._http import ROOT
 from ._takeover_owner import GATE, KILL_IN_PAY, WORKFLOWS
@@ -35,7 +36,7 @@ def owner_process(argv: list[str], tmp_path: Path, env: dict[str, str] | None = 
     """The owning Substrate in a child process (it printed `ready`), killed at the end if still alive."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     errors = tmp_path / "owner.err"
-    with errors.open("w") as err, subprocess.Popen(
+    with errors.open("w") as err, _warm.Popen(
         [sys.executable, "-m", "tests.processes._takeover_owner", *argv], cwd=ROOT, env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
     ) as child:

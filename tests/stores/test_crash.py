@@ -22,6 +22,7 @@ import pytest
 from wfsub._errors import StoreError
 from wfsub.stores import Listing, PostgresStore, SqliteStore
 
+from .. import _warm
 from . import _pg
 from ._helpers import opened, snapshot_count
 
@@ -44,7 +45,7 @@ def run_and_kill(path: Path, run: int, synchronous: str, how: str, backend: str,
                  log: Path, dsn: str | None = None) -> tuple[list[tuple[str, int]], bool]:
     """Start a writer, SIGKILL it at a random moment; the (case, seq) pairs it acknowledged, whether it finished."""
     with log.open("w") as stderr:
-        proc = subprocess.Popen(
+        proc = _warm.Popen(
             [sys.executable, CHILD, "crash", dsn or str(path), f"r{run}", str(rng.randrange(2**32)), synchronous,
              str(WRITES), backend],
             stdout=subprocess.PIPE, stderr=stderr, text=True,
@@ -167,8 +168,8 @@ def test_a_kill_between_a_commit_and_its_wake_up_loses_nothing(tmp_path: Path, s
 
 
 def start_holder(path: Path, owner_id: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, CHILD, "hold", str(path), owner_id],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = _warm.Popen([sys.executable, CHILD, "hold", str(path), owner_id],
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline() == f"owned {proc.pid}\n"
     return proc

@@ -1,4 +1,4 @@
-"""Re-opening and copying durable cases: `Substrate.retry` and `Substrate.fork` (see the README, Case lifecycle).
+"""Re-opening and copying durable cases: `Substrate.retry` and `Substrate.fork` (the docs: guide, Case lifecycle).
 
 Retry. A failed case is re-opened by a `retry` record appended after its `end`: `{seq, kind: "retry", step, time,
 digest, run, ended, redo}`. A replay drops the `end` at seq `ended` and the effect outcomes at the seqs in `redo`
@@ -51,8 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import CaseNotFound, SignalRejected
-from .._store import CaseRow, CaseWrite, Listing, Record, Store
-from .._store._queueing import RETRIED, QueueItem, retried_key
+from .._store import RETRIED, CaseRow, CaseWrite, Listing, QueueItem, Record, Store, retried_key
 from ._journal import INPUT_KINDS, effective
 from ._persist import POISON, is_poison, suspend
 from ._status import CaseState

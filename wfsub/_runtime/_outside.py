@@ -43,6 +43,7 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
+from ._answers import remote_answer, row_result
 from ._compact import start_of
 from ._journal import as_journaled, same_data, sent_of, start_record
 from ._lifecycle import fork_records, retry_record
@@ -52,7 +53,6 @@ from ._request_ids import journaled_kinds, taken
 from ._schedules import backfill_request
 from ._status import CaseState
 from ._summary import summary_of
-from ._updates import remote_answer, row_result
 
 _log = get_logger("wfsub.runtime")
 
@@ -148,7 +148,7 @@ class Outside:
             await anyio.sleep(LIFECYCLE_POLL)
 
     async def update(self, case_id: str, msg: Signal, row: CaseRow | None = None) -> Any:
-        """Send an update through the inbox, then wait for its answer on the case's row (see `_updates`)."""
+        """Send an update through the inbox, then wait for its answer on the case's row (see `_answers`)."""
         assert msg.request_id is not None
         if row is None:
             row = await self.row(case_id)

@@ -62,8 +62,7 @@ from typing import Any
 import anyio
 
 from .._errors import NOTHING, StoreError, bad_option, unknown_name
-from .._store import CaseRow, CaseWrite, Store
-from .._store._queueing import CANCELLED, QUEUED, RETRIED, QueueItem, QueueLimits, QueueTable
+from .._store import CANCELLED, QUEUED, RETRIED, CaseRow, CaseWrite, QueueItem, QueueLimits, QueueTable, Store
 from .._trace import get_logger
 from ._inputs import MAX_CASE_ID_BYTES, stored_key
 from ._journal import end_record, input_record, start_record, waited_of
@@ -78,7 +77,7 @@ CLAIM_MOST = 64  # cases one claim may start
 
 @dataclass(frozen=True, slots=True, init=False)
 class Queue:
-    """Limits of a queue of cases (see the README, Queues): `concurrency` cases started and not ended, `per_node`
+    """Limits of a queue of cases (the docs: guide, Schedules and queues): `concurrency` cases started and not ended, `per_node`
     of them on one node, `rate=(n, seconds)` starts in any window of that many seconds, each per partition key when
     `partitioned=True`. None: no such limit."""
 

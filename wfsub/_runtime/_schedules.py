@@ -65,8 +65,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict
 
 from .._errors import NOTHING, CaseExists, SchedulePaused, StoreError, bad_option, unknown_name
-from .._store import ScheduleRow, Store
-from .._store._memory import ScheduleTable
+from .._store import ScheduleRow, ScheduleTable, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 
@@ -101,7 +100,7 @@ def time_text(t: float) -> str:
 
 @dataclass(frozen=True, slots=True, init=False)
 class Schedule:
-    """A workflow started at every slot of `cron=` (in `tz`) or of `every=` seconds (see the README, Schedules).
+    """A workflow started at every slot of `cron=` (in `tz`) or of `every=` seconds (the docs: guide, Schedules and queues).
 
     `data`: None, a JSON mapping, or `fn(slot) -> mapping` given the slot as an aware datetime in `tz` (it must
     depend on the slot only: every node computes it, and the same slot must give the same start). `queue`: the

@@ -71,22 +71,26 @@ from .._errors import (
     update_timeout,
 )
 from .._program import DEFAULT_MAX_INSTANCES, Program
-from .._store import CaseRow, CaseWrite, InboxRow, Listing, SqliteStore, Store
+from .._store import RETRIED, CaseRow, CaseWrite, InboxRow, Listing, QueueItem, SqliteStore, Store
 from .._store import open_store as _open_store
-from .._store._queueing import RETRIED, QueueItem
 from .._terms import MAX_SECONDS, Term
 from .._trace import LEVELS, TraceLevel, TraceSink, check_sink, get_logger
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
-from ._case import CaseActor, CaseEvicted, Shared
+from ._answers import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
+from ._answers import moved as updates_moved
+from ._answers import of as of_actor
+from ._answers import result as update_result
+from ._case import CaseActor, Shared
 from ._children import LostChildren, check_child_queues, children_in, started_from_queue
 from ._clock import Clock, RealClock, VirtualClock
 from ._compact import DEFAULT_COMPACT_AFTER, check_compact_after
+from ._control import CaseEvicted, Existing, Remote
 from ._hub import TraceHub
 from ._inputs import admit
 from ._journal import JournalRecord, as_journaled, parent_step_of
-from ._loader import CaseLoader, Existing, Remote
+from ._loader import CaseLoader
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside, applied, same_start, start_differs
@@ -109,10 +113,6 @@ from ._routing import InboxRouter
 from ._schedules import Schedule, Schedules, ScheduleStatus, backfill_slots
 from ._status import FINAL, CaseState, CaseStatus, SubstrateStatistics
 from ._summary import summary_of
-from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
-from ._updates import moved as updates_moved
-from ._updates import of as of_actor
-from ._updates import result as update_result
 
 _log = get_logger("wfsub.runtime")
 

@@ -9,7 +9,10 @@
     _sql_store.py  SqlStore: the methods SQLite and Postgres answer alike (a named query and its decoding), written
                    once over a connection seam each SQL backend implements
     _open.py       `open_store(spec)`: a store from a path, URL or object; `BACKENDS`, by URL scheme
-    _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls)
+    _queueing.py   queued cases: the item, its states and limits, how a claim chooses (every backend's), the
+                   table in memory (MemoryStore's, and a Substrate's without a store)
+    _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls),
+                   and `ScheduleTable`, the schedules in memory (a Substrate without a store uses it too)
     _sqlite.py     SqliteStore (+ `_sqlite_writer.py`: its writer thread; `_sqlite_files.py`: its file and owner lock)
     _postgres.py   PostgresStore (+ `_postgres_driver.py`: the driver, its loop thread, its errors)
 
@@ -42,7 +45,15 @@ from ._base import refused_for_good as refused_for_good
 from ._base import require_store as require_store
 from ._listing import Listing as Listing
 from ._memory import MemoryStore as MemoryStore
+from ._memory import ScheduleTable as ScheduleTable
 from ._open import open_store as open_store
+from ._queueing import CANCELLED as CANCELLED
+from ._queueing import QUEUED as QUEUED
+from ._queueing import RETRIED as RETRIED
+from ._queueing import QueueItem as QueueItem
+from ._queueing import QueueLimits as QueueLimits
+from ._queueing import QueueTable as QueueTable
+from ._queueing import retried_key as retried_key
 from ._sqlite import SqliteStore as SqliteStore
 
 if TYPE_CHECKING:
