@@ -77,9 +77,9 @@ CLAIM_MOST = 64  # cases one claim may start
 
 @dataclass(frozen=True, slots=True, init=False)
 class Queue:
-    """Limits of a queue of cases (the docs: guide, Schedules and queues): `concurrency` cases started and not ended, `per_node`
-    of them on one node, `rate=(n, seconds)` starts in any window of that many seconds, each per partition key when
-    `partitioned=True`. None: no such limit."""
+    """Limits of a queue of cases (the docs: guide, Schedules and queues): `concurrency` cases started and not
+    ended, `per_node` of them on one node, `rate=(n, seconds)` starts in any window of that many seconds, each per
+    partition key when `partitioned=True`. None: no such limit."""
 
     concurrency: int | None
     per_node: int | None

@@ -100,7 +100,8 @@ def time_text(t: float) -> str:
 
 @dataclass(frozen=True, slots=True, init=False)
 class Schedule:
-    """A workflow started at every slot of `cron=` (in `tz`) or of `every=` seconds (the docs: guide, Schedules and queues).
+    """A workflow started at every slot of `cron=` (in `tz`) or of `every=` seconds (the docs: guide, Schedules and
+    queues).
 
     `data`: None, a JSON mapping, or `fn(slot) -> mapping` given the slot as an aware datetime in `tz` (it must
     depend on the slot only: every node computes it, and the same slot must give the same start). `queue`: the
