@@ -27,7 +27,7 @@ from typing import Any
 
 import wfsub._store._group as group_module
 import wfsub._store._sqlite as sqlite_store
-import wfsub._store._writer as writer_module
+import wfsub._store._sqlite_writer as writer_module
 
 ns = time.perf_counter_ns  # wall clock: the writer's steps (a COMMIT's fsync is wall time, not CPU)
 cpu = time.thread_time_ns  # the calling thread's CPU: the loop's steps (wall time there would count GIL waits)

@@ -37,7 +37,7 @@ import anyio.lowlevel
 
 from wfsub import Substrate, effect, seq, task, wait
 from wfsub._store import CaseRow, CaseWrite
-from wfsub.stores import SqliteStore
+from wfsub.stores import Listing, SqliteStore
 
 from ._figures import percentile, record
 from ._probe import Probe
@@ -314,7 +314,7 @@ async def parked_rows_written(sub: Substrate, n: int) -> None:
     store = sub._store
     if store is None:
         return
-    while len(await store.cases(state="waiting_signal", limit=n)) < n:
+    while len(await store.cases(Listing(state="waiting_signal", limit=n))) < n:
         await anyio.sleep(0.01)
 
 
@@ -447,7 +447,7 @@ async def page_of_cases(path: Path) -> tuple[float, float]:
             samples.append(time.perf_counter() - start)
             assert len(page) == 100
             start = time.perf_counter()
-            rows = sub._store.read_cases(state="done", workflow="three", limit=100)  # type: ignore[union-attr]
+            rows = sub._store.read_cases(Listing("done", "three", 100))  # type: ignore[union-attr]
             raw.append(time.perf_counter() - start)
             assert len(rows) == 100
         return percentile(samples, 0.5), percentile(raw, 0.5)

@@ -5,7 +5,8 @@
     store = PostgresStore("postgresql://user@host/db")  # many nodes share it (extra: pip install 'wfsub[postgres]')
     store = MemoryStore()                      # the same rules in memory, for tests
 
-`Store` is the interface a backend implements; `CaseRow`, `StoredCase` and `InboxRow` are what it returns.
+`Store` is the interface a backend implements; `CaseRow`, `StoredCase` and `InboxRow` are what it returns, and
+`Listing` the filters of one page of `Store.cases`.
 Every failure is a `StoreError` (what happened, on which file, the fix), with the driver's exception as
 `__cause__`.
 
@@ -19,6 +20,7 @@ from ._errors import StoreConflict as StoreConflict
 from ._errors import StoreError as StoreError
 from ._store import CaseRow as CaseRow
 from ._store import InboxRow as InboxRow
+from ._store import Listing as Listing
 from ._store import MemoryStore as MemoryStore
 from ._store import Owner as Owner
 from ._store import SqliteStore as SqliteStore
@@ -33,6 +35,7 @@ __all__ = [
     "CaseRow",
     "CommitUnknown",
     "InboxRow",
+    "Listing",
     "MemoryStore",
     "Owner",
     "PostgresStore",

@@ -47,7 +47,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from wfsub.stores import PostgresStore, SqliteStore, Store
+from wfsub.stores import Listing, PostgresStore, SqliteStore, Store
 
 from ..stores._proxy import Proxy
 from ._checker import History, Violation, check, summarize
@@ -527,7 +527,7 @@ ENDED = {"done", "failed", "cancelled"}
 
 async def _sample(store: Store, t: float, wanted: set[str], live: set[str] | None, calls_done: set[str]
                   ) -> list[dict[str, Any]]:
-    rows = await store.cases(limit=100_000)
+    rows = await store.cases(Listing(limit=100_000))
     inbox: dict[str, int] = {}
     for row in await store.inbox_take(0, 100_000):
         inbox[row.case_id] = inbox.get(row.case_id, 0) + 1

@@ -31,7 +31,7 @@ from wfsub import (
     task,
     wait,
 )
-from wfsub.stores import MemoryStore
+from wfsub.stores import Listing, MemoryStore
 
 from .. import _warm
 from . import _flows
@@ -144,7 +144,7 @@ async def test_a_full_disk_refuses_new_inputs_keeps_acknowledged_cases_and_the_s
         for cid in found["acked"]:
             assert await sub.await_case(cid) == found["results"][cid]
     async with outside(path) as reader:
-        stored = {row.case_id: row for row in await reader.cases(limit=10_000)}
+        stored = {row.case_id: row for row in await reader.cases(Listing(limit=10_000))}
         assert set(stored) == set(found["acked"]), "a refused new_case left a case behind"
         for cid in found["acked"]:
             journal = await reader.journal(cid)
@@ -219,7 +219,7 @@ class Order(pydantic.BaseModel):
 
 async def nothing_stored(store: MemoryStore) -> None:
     async with outside(store) as reader:
-        assert await reader.cases(limit=100) == []
+        assert await reader.cases(Listing(limit=100)) == []
 
 
 @pytest.mark.parametrize(("data", "where"), [

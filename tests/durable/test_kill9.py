@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from wfsub import JournalRecord
+from wfsub.stores import Listing
 
 from .. import _warm
 from . import _load
@@ -118,7 +119,7 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
 
     async def check() -> None:
         async with outside(path) as store:
-            rows = {row.case_id: row for row in await store.cases(limit=10 * N)}
+            rows = {row.case_id: row for row in await store.cases(Listing(limit=10 * N))}
             assert set(rows) == {_load.case_id(i) for i in range(N)}, "a case that was never started is stored"
             calls = read_side(side)
             by_key: dict[str, list[dict[str, object]]] = {}

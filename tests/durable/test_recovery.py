@@ -28,7 +28,7 @@ from wfsub import (
     wait,
 )
 from wfsub.lowlevel import Seeded
-from wfsub.stores import MemoryStore, SqliteStore
+from wfsub.stores import Listing, MemoryStore, SqliteStore
 from wfsub.testing import VirtualClock
 
 from ._util import check_shape, eventually, field, kinds, outside, wait_all_blocked
@@ -406,7 +406,7 @@ async def test_a_store_reopened_in_another_run_keeps_the_sqlite_integrity(tmp_pa
         for i in range(20):
             await sub.new_case("flow", {"i": i})
     async with outside(SqliteStore(path)) as reader:
-        assert len(await reader.cases(limit=100)) == 20
+        assert len(await reader.cases(Listing(limit=100))) == 20
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 

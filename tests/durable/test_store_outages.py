@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from wfsub import StoreError, Substrate, effect, seq, task
-from wfsub.stores import CaseRow, SqliteStore, StoredCase
+from wfsub.stores import CaseRow, Listing, SqliteStore, StoredCase
 
 from ._util import wait_all_blocked
 
@@ -50,13 +50,11 @@ class LoadsFail(SqliteStore):
         self._outage(f"loading case {case_id!r}")
         return await super().load(case_id)
 
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None
-    ) -> list[CaseRow]:
+    async def cases(self, listing: Listing) -> list[CaseRow]:
         if self.listings > 0:
             self.listings -= 1
             raise StoreError(self.url, "listing cases failed: the database could not be reached (a test's outage)")
-        found = await super().cases(state=state, workflow=workflow, limit=limit, before=before)
+        found = await super().cases(listing)
         self.listed += 1
         return found
 

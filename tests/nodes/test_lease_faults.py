@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from wfsub import StoreError, Substrate
-from wfsub.stores import PostgresStore
+from wfsub.stores import Listing, PostgresStore
 
 from .. import _warm
 from ..stores import _pg
@@ -192,7 +192,7 @@ async def test_a_node_restarted_under_its_id_after_kill_9_opens_at_once_and_runs
                     await operator.inbox_put(f"c{i}", "signal", {"name": "go"}, request_id=f"go-{i}",
                                              created_at=time.time())
                 with anyio.fail_after(20):
-                    while len(await operator.cases(state="done", limit=10)) < 2:  # noqa: ASYNC110
+                    while len(await operator.cases(Listing(state="done", limit=10))) < 2:  # noqa: ASYNC110
                         await anyio.sleep(0.05)
 
 

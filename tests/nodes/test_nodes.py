@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from wfsub import Substrate
-from wfsub.stores import PostgresStore
+from wfsub.stores import Listing, PostgresStore
 
 from .. import _warm
 from ..stores import _pg
@@ -116,7 +116,7 @@ async def test_a_killed_node_loses_nothing_acknowledged_and_no_case_runs_twice(t
                 if sent == len(order) // 3:
                     procs[0].send_signal(signal.SIGKILL)  # node0 dies with cases parked, running, signalled
             with anyio.fail_after(180):
-                while len(await operator.cases(state="done", limit=2000)) < per_node * nodes:  # noqa: ASYNC110
+                while len(await operator.cases(Listing(state="done", limit=2000))) < per_node * nodes:  # noqa: ASYNC110
                     await anyio.sleep(0.2)
             for case_id in acked:
                 records = await operator.journal(case_id)

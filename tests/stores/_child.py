@@ -27,7 +27,7 @@ import anyio
 
 from wfsub._errors import StoreError
 from wfsub._store import CaseRow, CaseWrite, Snapshot
-from wfsub.stores import PostgresStore, SqliteStore, Store
+from wfsub.stores import Listing, PostgresStore, SqliteStore, Store
 
 TASKS = 50
 
@@ -200,7 +200,7 @@ async def full(path: str) -> None:
             tg.start_soon(one, k)
     resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
     await store.write(CaseWrite("after", records=[{"seq": 0, "kind": "start"}], row=row("after", "running", 0)))
-    kept = sorted(r.case_id for r in await store.cases(limit=10_000))
+    kept = sorted(r.case_id for r in await store.cases(Listing(limit=10_000)))
     await store.close()
     report(lone_error, written=written, group=group, kept=kept)
 

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from wfsub._errors import StoreError
-from wfsub.stores import PostgresStore, SqliteStore
+from wfsub.stores import Listing, PostgresStore, SqliteStore
 
 from .. import _warm
 from . import _pg
@@ -97,7 +97,7 @@ def test_killed_writers_lose_no_acknowledged_record_and_leave_no_case_half_writt
     async def check() -> None:
         store = SqliteStore(path)
         async with opened(store):  # as owner: the killed owners' locks went with their processes
-            rows = {row.case_id: row for row in await store.cases(limit=10**6)}
+            rows = {row.case_id: row for row in await store.cases(Listing(limit=10**6))}
             cases = {case_id for case_id, _ in acked} | set(rows)
             journals = {case_id: await store.journal(case_id) for case_id in cases}
             for case_id, seq in acked:
@@ -136,7 +136,7 @@ def test_killed_postgres_writers_lose_no_acknowledged_record(tmp_path: Path) -> 
     async def check() -> None:
         store = PostgresStore(dsn)
         async with opened(store, owner=False):
-            rows = {row.case_id: row for row in await store.cases(limit=10**6)}
+            rows = {row.case_id: row for row in await store.cases(Listing(limit=10**6))}
             for case_id in {case_id for case_id, _ in acked} | set(rows):
                 seqs = [r["seq"] for r in await store.journal(case_id)]
                 assert seqs == list(range(len(seqs))), f"{case_id}: gaps in {seqs} ({SEED=})"
@@ -159,7 +159,7 @@ def test_a_kill_between_a_commit_and_its_wake_up_loses_nothing(tmp_path: Path, s
 
     async def check() -> None:
         async with opened(SqliteStore(path)) as store:
-            kept = {row.case_id for row in await store.cases(limit=100)}
+            kept = {row.case_id for row in await store.cases(Listing(limit=100))}
             assert {f"a{i}" for i in range(20)} <= kept and "u0" in kept
             for case_id in kept:
                 assert [r["seq"] for r in await store.journal(case_id)] == [0]

@@ -20,8 +20,8 @@ import pytest
 
 from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import SCHEMA_VERSION, CaseWrite
-from wfsub._store._pgdriver import fault
 from wfsub._store._postgres import _process_name
+from wfsub._store._postgres_driver import fault
 from wfsub.stores import PostgresStore
 
 from . import _pg
@@ -477,8 +477,8 @@ async def test_a_read_whose_connection_is_cut_mid_statement_is_retried(tmp_path:
     store = PostgresStore(proxy.dsn, schema=_pg.emptied_schema(), retry_for=10, connect_timeout=PROXY_CONNECT)
     try:
         async with nodes(store, "A") as (a,):
-            async def slow(conn: Any) -> int:
-                found: int = await conn.fetchval("SELECT 7 /* cut-mid-read */ FROM pg_sleep(0.2)")
+            async def slow(c: Any) -> int:  # (on the store's connection seam: `c.conn` is asyncpg's)
+                found: int = await c.conn.fetchval("SELECT 7 /* cut-mid-read */ FROM pg_sleep(0.2)")
                 return found
 
             async def cut() -> None:

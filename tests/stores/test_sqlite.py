@@ -22,11 +22,11 @@ from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import SCHEMA_VERSION, CaseRow, CaseWrite, Listing
 from wfsub._store import _group as group_module
 from wfsub._store import _sqlite as sqlite_module
-from wfsub._store import _writer as writer_module
-from wfsub._store._files import mode_of
+from wfsub._store import _sqlite_writer as writer_module
 from wfsub._store._group import Job
 from wfsub._store._rows import encode_row
 from wfsub._store._sql import LAYOUT, QUERIES, load_layout, parse_queries, split_statements
+from wfsub._store._sqlite_files import mode_of
 from wfsub.stores import SqliteStore
 
 from ._helpers import end, first_write, opened, row, signal, start
@@ -243,8 +243,10 @@ def test_every_query_is_used_and_no_value_is_spliced_into_sql() -> None:
     # the kind a case ends with, the kind of a compaction's record (it keeps the request ids it replaced), and the
     # states of a queue item: part of a rule, not a value (a partial index on a state is used only by a query that
     # names that state as a literal), and '' in coalesce(part, ''), the partition key of the items without one (an
-    # expression index is used only by a query that spells its expression as written)
-    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'", "'deleted'", "''"}
+    # expression index is used only by a query that spells its expression as written), and the JSON path of a row's
+    # parent step (where to look, not a value looked for)
+    assert literals == {"'end'", "'snapshot'", "'queued'", "'started'", "'ended'", "'cancelled'", "'deleted'", "''",
+                        "'$.parent_step'"}
     formatted = re.findall(r'execute\(f"([^"]*)"', source)
     assert formatted == [
         "PRAGMA application_id = {int(APPLICATION_ID)}",
@@ -306,7 +308,7 @@ async def test_writes_queued_during_a_commit_go_into_one_transaction(tmp_path: P
                 await until(lambda: writer.queued() == 100)
                 lock.execute("ROLLBACK")
         assert writer.groups - groups == 2  # the plug's group, then all 100 together
-        assert len(await store.cases(limit=1000)) == 102
+        assert len(await store.cases(Listing(limit=1000))) == 102
 
 
 @pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
@@ -376,7 +378,7 @@ async def test_a_group_of_good_writes_commits_in_one_batched_pass(
         assert [r["seq"] for r in await store.journal("a")] == [0, 1, 2, 3]
         a = await store.row("a")
         assert a is not None and (a.state, a.last_seq) == ("done", 3)
-        assert [r.case_id for r in await store.cases()] == ["b", "plug", "a"]
+        assert [r.case_id for r in await store.cases(Listing())] == ["b", "plug", "a"]
 
 
 @pytest.mark.parametrize("one_statement", [True, False], ids=["json_each", "executemany"])
@@ -496,7 +498,7 @@ async def test_a_failed_transaction_fails_every_write_of_its_group_and_keeps_non
         assert await store.journal("a") == [] and await store.row("b") is None
         assert await store.inbox_take() == []
         assert await store.write(first_write("c")) == [True]  # the writer goes on
-        assert [r.case_id for r in await store.cases()] == ["c", "plug"]
+        assert [r.case_id for r in await store.cases(Listing())] == ["c", "plug"]
 
 
 async def test_writes_run_in_one_dedicated_thread_and_reads_in_worker_threads(
@@ -549,7 +551,7 @@ def test_waiters_are_woken_through_from_thread_run_sync_too(
             async with anyio.create_task_group() as tg:
                 for i in range(200):
                     tg.start_soon(store.write, first_write(f"c{i}"))
-            assert len(await store.cases(limit=1000)) == 200
+            assert len(await store.cases(Listing(limit=1000))) == 200
 
     anyio.run(main, backend=backend)
 
@@ -638,7 +640,7 @@ async def test_a_loop_that_never_turns_holds_the_writer_back_no_longer_than_ling
         await until(lambda: len(lingered) == 1)
         await store.write(first_write("after"))  # committed after (or with) the queued one
         assert 0.04 <= lingered[0] < 1.0, lingered
-        assert {r.case_id for r in await store.cases()} == {"prompt", "queued", "after"}
+        assert {r.case_id for r in await store.cases(Listing())} == {"prompt", "queued", "after"}
 
 
 async def test_nothing_queued_at_a_wake_up_means_no_lingering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -661,7 +663,7 @@ async def test_close_commits_the_writes_still_queued(tmp_path: Path) -> None:
         for i in range(200):
             await store.write(first_write(f"c{i}"), wait=False)
     async with opened(SqliteStore(path)) as store:
-        assert len(await store.cases(limit=1000)) == 200
+        assert len(await store.cases(Listing(limit=1000))) == 200
 
 
 # -- changed(), ownership rows -----------------------------------------------------------------------------------
@@ -717,7 +719,7 @@ async def test_create_false_refuses_a_missing_or_empty_file_and_creates_nothing(
     async with opened(SqliteStore(tmp_path / "s.db")):
         pass
     async with opened(SqliteStore(tmp_path / "s.db", create=False), owner=False) as store:
-        assert await store.cases() == []
+        assert await store.cases(Listing()) == []
 
 
 async def test_the_owner_heartbeat_is_refreshed_while_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

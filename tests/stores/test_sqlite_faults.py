@@ -16,7 +16,7 @@ import pytest
 
 from wfsub._errors import StoreError
 from wfsub._store import SCHEMA_VERSION
-from wfsub.stores import SqliteStore
+from wfsub.stores import Listing, SqliteStore
 
 from ._helpers import first_write, opened
 
@@ -104,7 +104,7 @@ async def test_a_corrupt_data_page_fails_the_read_that_meets_it(tmp_path: Path) 
     await store.open(owner=False, owner_id="fault-test")  # the schema pages are intact: the damage is met later
     try:
         with pytest.raises(StoreError, match="damaged") as caught:
-            await store.cases(limit=1000)
+            await store.cases(Listing(limit=1000))
         assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
         assert str(path) in str(caught.value) and "listing cases failed" in str(caught.value)
     finally:

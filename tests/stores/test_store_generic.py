@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from wfsub import WfsubError
 from wfsub._errors import StoreConflict, StoreError
 from wfsub._store import CaseWrite, MemoryStore, ProgramSummary, SqliteStore, Store
+from wfsub.stores import Listing
 
 from ._helpers import end, first_write, opened, row, signal, snapshot, snapshot_count, start, twin
 
@@ -158,17 +159,18 @@ async def test_cases_are_listed_newest_first_filtered_and_paged(store: Store) ->
             state = "done" if i % 2 else "running"
             workflow = "orders" if i < 5 else "refunds"
             await store.write(CaseWrite(f"c{i}", records=[start(f"c{i}")], row=row(f"c{i}", state, workflow=workflow)))
-        every = await store.cases()
+        every = await store.cases(Listing())
         assert [r.case_id for r in every] == [f"c{i}" for i in reversed(range(10))]
-        page1 = await store.cases(limit=4)
-        page2 = await store.cases(limit=4, before=page1[-1].order)
-        page3 = await store.cases(limit=4, before=page2[-1].order)
+        page1 = await store.cases(Listing(limit=4))
+        page2 = await store.cases(Listing(limit=4, before=page1[-1].order))
+        page3 = await store.cases(Listing(limit=4, before=page2[-1].order))
         assert [r.case_id for r in page1 + page2 + page3] == [r.case_id for r in every]
-        assert [r.case_id for r in await store.cases(state="done")] == ["c9", "c7", "c5", "c3", "c1"]
-        assert [r.case_id for r in await store.cases(workflow="orders")] == ["c4", "c3", "c2", "c1", "c0"]
-        assert [r.case_id for r in await store.cases(state="done", workflow="refunds", limit=2)] == ["c9", "c7"]
-        assert await store.cases(state="cancelled") == []
-        assert await store.cases(limit=0) == []
+        assert [r.case_id for r in await store.cases(Listing(state="done"))] == ["c9", "c7", "c5", "c3", "c1"]
+        assert [r.case_id for r in await store.cases(Listing(workflow="orders"))] == ["c4", "c3", "c2", "c1", "c0"]
+        refunds_done = Listing(state="done", workflow="refunds", limit=2)
+        assert [r.case_id for r in await store.cases(refunds_done)] == ["c9", "c7"]
+        assert await store.cases(Listing(state="cancelled")) == []
+        assert await store.cases(Listing(limit=0)) == []
 
 
 async def test_live_lists_running_cases_and_cases_with_effects_in_flight(store: Store) -> None:
@@ -246,7 +248,7 @@ async def test_inbox_moves_for_an_unknown_case_need_no_case(store: Store) -> Non
     async with opened(store):
         inbox_id = await store.inbox_put("ghost", "signal", {"name": "go"}, request_id=None, created_at=1.0)
         assert await store.write(CaseWrite("ghost", inbox_refused=[(inbox_id, "no such case")])) == []
-        assert await store.row("ghost") is None and await store.cases() == []
+        assert await store.row("ghost") is None and await store.cases(Listing()) == []
         found = await store.inbox_row(inbox_id)
         assert found is not None and found.refused == "no such case"
 
@@ -274,7 +276,7 @@ async def test_prune_removes_only_cases_that_ended_before_the_time(store: Store)
         assert await store.prune(200.0) == 1
         assert await store.row("old") is None and await store.journal("old") == []
         assert await store.load("old") is None and snapshot_count(store, "old") == 0
-        assert {r.case_id for r in await store.cases()} == {"new", "no_end", "running"}
+        assert {r.case_id for r in await store.cases(Listing())} == {"new", "no_end", "running"}
         assert await store.prune(200.0) == 0
 
 
@@ -286,7 +288,7 @@ async def test_prune_with_a_limit_removes_at_most_that_many(store: Store) -> Non
             await store.write(first_write(case_id))
             await store.write(CaseWrite(case_id, records=[end(1)], row=row(case_id, "done", ended_at=10.0, last_seq=1)))
         assert [await store.prune(100.0, limit=2) for _ in range(4)] == [2, 2, 1, 0]
-        assert await store.cases() == []
+        assert await store.cases(Listing()) == []
 
 
 async def test_owner_names_the_running_owner_and_none_after_it_closes(store: Store) -> None:
@@ -344,7 +346,7 @@ async def test_many_concurrent_writers_all_commit_in_order(store: Store) -> None
                 tg.start_soon(case, i)
         for i in range(200):
             assert [r["seq"] for r in await store.journal(f"c{i}")] == [0, 1, 2, 3, 4]
-        assert len(await store.cases(limit=1000)) == 200
+        assert len(await store.cases(Listing(limit=1000))) == 200
 
 
 async def test_a_refused_write_does_not_fail_the_writes_beside_it(store: Store) -> None:
@@ -437,7 +439,7 @@ async def test_a_second_owner_is_refused_until_the_first_closes(store: Store) ->
             with pytest.raises(StoreError, match="first-substrate"):
                 await other.open(owner=True, owner_id="second-substrate")
     async with opened(twin(store), owner_id="second-substrate") as second:
-        assert await second.cases() == []
+        assert await second.cases(Listing()) == []
 
 
 async def test_a_non_owner_opens_beside_the_owner_and_posts_inputs(store: Store) -> None:
@@ -450,7 +452,7 @@ async def test_a_non_owner_opens_beside_the_owner_and_posts_inputs(store: Store)
             inbox_id = await store.inbox_put("a", "signal", {"name": "go"}, request_id="x", created_at=1.0)
         else:
             async with opened(viewer, owner=False, owner_id="wfsub-cli"):
-                assert [r.case_id for r in await viewer.cases()] == ["a"]
+                assert [r.case_id for r in await viewer.cases(Listing())] == ["a"]
                 inbox_id = await viewer.inbox_put("a", "signal", {"name": "go"}, request_id="x", created_at=1.0)
         if store.shared:  # told by NOTIFY, a moment after the commit
             with anyio.fail_after(5):
@@ -467,7 +469,7 @@ async def test_using_a_store_that_is_not_open_raises_store_error(store: Store) -
         await store.write(first_write("a"))
     async with opened(store):
         pass
-    for call in (store.row("a"), store.cases(), store.inbox_take(), store.prune(1.0)):
+    for call in (store.row("a"), store.cases(Listing()), store.inbox_take(), store.prune(1.0)):
         with pytest.raises(StoreError, match="not open"):
             await call
     with pytest.raises(StoreError, match="not open"):

@@ -85,7 +85,7 @@ from .._errors import (
 )
 from .._outbound import Outbound
 from .._program import EffectSpec, Program
-from .._store import Store, refused_for_good
+from .._store import Listing, Store, refused_for_good
 from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
 from .._vm import InstanceFrame
@@ -151,7 +151,7 @@ def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
         found = sub._children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found)}) if found else status
     try:
-        rows = store.read_cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+        rows = store.read_cases(Listing(limit=CHILDREN_SHOWN, parent=status.case_id))
     except StoreError as exc:  # the store is away: the status of a case in memory still answers, with what was read
         _log.warning("cannot list a case's children; its status shows those read before", case_id=status.case_id,
                      error=str(exc))
@@ -188,7 +188,7 @@ def _may_start_children(sub: Substrate, status: CaseStatus) -> bool:
 
 async def stored_children(store: Store, status: CaseStatus) -> CaseStatus:
     """`status` with the ids of the cases that case started as its store lists them (a Client's `status()`)."""
-    rows = await store.cases(parent=status.case_id, limit=CHILDREN_SHOWN)
+    rows = await store.cases(Listing(limit=CHILDREN_SHOWN, parent=status.case_id))
     if not rows:
         return status
     return status.model_copy(update={"children": tuple(row.case_id for row in reversed(rows))})

@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from .._errors import CaseCancelled, CaseExists, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
-from .._store import RETRIED, QueueItem, Store
+from .._store import RETRIED, Listing, QueueItem, Store
 from .._store import open_store as _open_store
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
@@ -291,8 +291,7 @@ class Client:
             return queued  # (with state="queued", retried cases waiting in their queues follow: rows in that state)
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
-        rows = await store.cases(state=state, workflow=workflow, limit=limit - len(queued), before=before,
-                                 **filters)
+        rows = await store.cases(Listing(state, workflow, limit - len(queued), before, **filters))
         return queued + [status_of(row, _no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:

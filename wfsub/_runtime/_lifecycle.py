@@ -51,7 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import CaseNotFound, SignalRejected
-from .._store import RETRIED, CaseRow, CaseWrite, QueueItem, Record, Store, retried_key
+from .._store import RETRIED, CaseRow, CaseWrite, Listing, QueueItem, Record, Store, retried_key
 from ._journal import INPUT_KINDS, effective
 from ._persist import POISON, is_poison, suspend
 from ._status import CaseState
@@ -269,7 +269,7 @@ async def waited_children(store: Store, case_id: str) -> tuple[list[str], list[C
         parent = parents.pop()
         before: int | None = None
         while True:
-            rows = await store.cases(parent=parent, limit=CHILDREN_PAGE, before=before)
+            rows = await store.cases(Listing(limit=CHILDREN_PAGE, before=before, parent=parent))
             for row in rows:
                 if row.case_id in seen or not (row.waited or row.parent_step is not None):
                     continue  # (not waited for: started with wait=False, or a fork naming the parent)

@@ -25,7 +25,7 @@ from .._errors import (
     StoreConflict,
     StoreError,
 )
-from .._store import CaseRow, CaseWrite, DamagedEntry, Store
+from .._store import CaseRow, CaseWrite, DamagedEntry, Listing, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
 from ._answers import restore as restore_answers
@@ -443,7 +443,7 @@ class CaseLoader:
         for state in (CaseState.WAITING_SIGNAL.value, CaseState.WAITING_TIMER.value, CaseState.SUSPENDED.value):
             before: int | None = None
             while True:
-                rows = await self.store.cases(state=state, limit=500, before=before)
+                rows = await self.store.cases(Listing(state, limit=500, before=before))
                 if not rows:
                     break
                 for row in rows:

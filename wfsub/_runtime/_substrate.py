@@ -1575,7 +1575,7 @@ class Substrate:
         listed: list[CaseStatus] = []
         seen: set[str] = set()
         try:
-            rows = store.read_cases(state=state, workflow=workflow, limit=limit, before=before, **filters)
+            rows = store.read_cases(Listing(state, workflow, limit, before, **filters))
         except StoreError as exc:
             raise self._closed_or(exc, "list cases") from exc
         for row in rows:

@@ -6,19 +6,23 @@
     _listing.py    what `cases()` filters by, and the listing query built from it
     _rows.py       JSON encoding of records and rows, the row rules, decoding what reads return
     _sql.py        SQL loading: `sql/<database>/queries.sql` and `sql/<database>/migrations/NNNN_*.sql`
+    _sql_store.py  SqlStore: the methods SQLite and Postgres answer alike (a named query and its decoding), written
+                   once over a connection seam each SQL backend implements
     _open.py       `open_store(spec)`: a store from a path, URL or object; `BACKENDS`, by URL scheme
     _queueing.py   queued cases: the item, its states and limits, how a claim chooses (every backend's), the
                    table in memory (MemoryStore's, and a Substrate's without a store)
     _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls),
                    and `ScheduleTable`, the schedules in memory (a Substrate without a store uses it too)
-    _sqlite.py     SqliteStore (+ `_writer.py`: its writer thread; `_files.py`: its file and owner lock)
-    _postgres.py   PostgresStore (+ `_pgdriver.py`: the driver, its loop thread, its errors)
+    _sqlite.py     SqliteStore (+ `_sqlite_writer.py`: its writer thread; `_sqlite_files.py`: its file and owner lock)
+    _postgres.py   PostgresStore (+ `_postgres_driver.py`: the driver, its loop thread, its errors)
 
 A new backend is one module, its SQL and its tests: a class that subclasses `StoreBase` (mypy refuses to build it
-while it lacks any of `Store`) and queues its writes on a `_group.GroupQueue`, executing each group its own way;
-`sql/<database>/` with its named queries and its migrations, the only copy of its layout (a new store runs them
-in order, an older one those it lacks, under a version it records); its URL scheme in `_open.BACKENDS`; and one
-more kind in `tests/stores/_helpers.py`, which runs the contract suite `tests/stores/test_store_generic.py` on it.
+while it lacks any of `Store`) and queues its writes on a `_group.GroupQueue`, executing each group its own way (a
+SQL backend subclasses `SqlStore` instead and implements its seam: then it writes only the methods whose SQL or
+semantics are its own); `sql/<database>/` with its named queries and its migrations, the only copy of its layout (a
+new store runs them in order, an older one those it lacks, under a version it records); its URL scheme in
+`_open.BACKENDS`; and one more kind in `tests/stores/_helpers.py`, which runs the contract suite
+`tests/stores/test_store_generic.py` on it.
 """
 
 from typing import TYPE_CHECKING

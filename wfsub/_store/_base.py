@@ -22,10 +22,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._errors import StoreConflict, StoreError
 from ._queueing import QueueItem, QueueLimits
+
+if TYPE_CHECKING:
+    from ._listing import Listing
 
 SCHEMA_VERSION = 11
 """The version of the store layout this library writes; a store reports a newer one with a StoreError."""
@@ -263,11 +266,7 @@ class Store(Protocol):
         """The case row, read synchronously on the calling thread (a small indexed read: `Substrate.status`)."""
         ...
 
-    def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
+    def read_cases(self, listing: Listing) -> list[CaseRow]:
         """`cases()`, read synchronously on the calling thread (an index read of one page: `Substrate.cases`)."""
         ...
 
@@ -283,14 +282,9 @@ class Store(Protocol):
         to the inbox)."""
         ...
 
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        """Case rows newest first (by `order`), filtered, at most `limit`, those with `order` < `before`: every
-        filter given holds (`wfsub._store._listing.Listing` says each; `parent=`: only the children that case
-        started)."""
+    async def cases(self, listing: Listing) -> list[CaseRow]:
+        """Case rows newest first (by `order`), at most `listing.limit`, those with `order` < `listing.before`, every
+        filter of `listing` holding (`Listing` says each; `parent`: only the children that case started)."""
         ...
 
     async def delete(self, case_id: str, children: Sequence[str] = ()) -> bool:
@@ -572,7 +566,7 @@ _VERBS = {
     "reading": "read", "loading": "load", "listing": "list", "polling": "poll", "waiting": "wait",
     "taking": "take", "claiming": "claim", "recording": "record", "renewing": "renew", "writing": "write",
     "committing": "commit", "putting": "put", "queueing": "queue", "pruning": "prune", "draining": "drain",
-    "deleting": "delete",
+    "deleting": "delete", "pausing": "pause", "replacing": "replace", "looking": "look",
 }
 
 

@@ -17,7 +17,7 @@ executes together. What stays the same everywhere is here:
 - `deliver` wakes each event loop with waiters once, through the token each waiter captured
   (`token.backend_class.run_sync_soon`, anyio 4.16+; before that the loop's own thread-safe call), never
   waiting for the loop. A failed job that nobody waits for (`wait=False`) is logged.
-- Turns (used by the SQLite writer, which lingers; see `_writer.py`): with `turns=True`, a loop woken while
+- Turns (used by the SQLite writer, which lingers; see `_sqlite_writer.py`): with `turns=True`, a loop woken while
   jobs are queued already says when it has run the woken tasks of prompt jobs (queued after the previous group
   was delivered), so that what they write at once joins the next group. `_wake` wakes those first; the first
   other waiter (or a callback after the woken tasks) calls `turned`, which rings the writer once every loop did.

@@ -535,26 +535,11 @@ class MemoryStore(SingleNode):
             if record.get("request_id") == request_id or record.get("kind") == "snapshot"
         ]
 
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
+    async def cases(self, listing: Listing) -> list[CaseRow]:
         await anyio.lowlevel.checkpoint()
-        return self.read_cases(
-            state=state, workflow=workflow, limit=limit, before=before, tags=listing.tags, id_prefix=id_prefix,
-            started_after=started_after, started_before=started_before, parent=parent,
-        )
+        return self.read_cases(listing)
 
-    def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
+    def read_cases(self, listing: Listing) -> list[CaseRow]:
         self._check_open("list cases")
         found = [
             (case.order, row)
@@ -562,7 +547,7 @@ class MemoryStore(SingleNode):
             if listing.matches(case.order, row)
         ]
         found.sort(key=lambda item: item[0], reverse=True)
-        return [row for _, row in found[: max(limit, 0)]]
+        return [row for _, row in found[: max(listing.limit, 0)]]
 
     async def live(self) -> list[CaseRow]:
         self._check_open("list live cases")

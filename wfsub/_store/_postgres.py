@@ -24,7 +24,7 @@ hand the query to the driver thread and block for its answer, bounded by `sync_t
 the calling thread. The price, measured with asyncpg in the same run: a point read goes from 29-42 us (driver on
 the caller's asyncio loop) to 80-101 us (driver thread, caller on asyncio or trio), a synchronous read from the
 caller's thread takes 67-70 us; a commit pays the same hand-offs, less than its fsync. Results come back to the
-caller's loop through `anyio.lowlevel.current_token()` (as in `_writer.py`), never blocking the driver thread.
+caller's loop through `anyio.lowlevel.current_token()` (as in `_sqlite_writer.py`), never blocking the driver thread.
 
 What it costs (`python -m bench postgres`, two runs, each figure beside bare asyncpg in the same run):
 
@@ -37,6 +37,9 @@ A write pays two thread hand-offs (about 100 us), and `write_case` locks the cas
 and replaces the row besides appending (about 40 us in the server). A group commit runs about 20 us of PL/pgSQL
 per write and some 35 us of Python across the two threads, which share one GIL. A NOTIFY travels inside the
 inbox row's commit (an fsync; a bare `pg_notify` transaction writes no WAL) and crosses both threads.
+
+The reads and the writes that are one named query are `SqlStore`'s (`_sql_store.py`), run here over `_Named` on a
+pooled connection: their `:name` parameters are numbered `$n` once, at load (`_sql.py`), and bound in that order.
 
 Group commit. Every write (`write`, `queue_case`) and every `inbox_put` goes to one writer task on the driver
 loop (the job, the queue and the wake-up of waiters are `_group.py`'s, shared with the SQLite writer). It takes
@@ -120,7 +123,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -140,20 +142,13 @@ from anyio.lowlevel import EventLoopToken
 from .._errors import CaseExists, CommitUnknown, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
 from .._trace import get_logger
 from ._base import (
-    REFUSED_KEPT,
     CaseRow,
     CaseWrite,
-    InboxRow,
     Owner,
-    ProgramSummary,
-    Record,
-    ScheduleRow,
-    StoreBase,
-    StoredCase,
 )
 from ._group import GroupQueue, Job, by_key, call_soon_on
 from ._listing import Listing
-from ._pgdriver import (
+from ._postgres_driver import (
     FIXES,
     UNREACHABLE,
     DriverLoop,
@@ -183,16 +178,10 @@ from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
     case_gone,
-    decode_inbox,
-    decode_record,
     decode_row,
-    decode_snapshot,
-    decode_start,
     decode_tags,
-    encode_record,
     encode_write,
     inbox_text,
-    kept_snapshot,
     loads,
     second_end,
     seq_taken,
@@ -200,6 +189,7 @@ from ._rows import (
     waits_in_queue,
 )
 from ._sql import load_dialect
+from ._sql_store import NO_PARAMS, Params, Row, SqlStore, Step
 
 _log = get_logger("wfsub.store")
 
@@ -212,8 +202,10 @@ ENDED_KEPT = 10_000  # case ids `drain_ended()` keeps between two calls before i
 COMMITS_KEPT = 3600.0  # seconds a group's commit token is kept (long past any retry_for)
 APPLICATION = "wfsub"
 
-POSTGRES = load_dialect("postgres", split=False)  # a migration runs whole: its functions are $$-quoted
+# A migration runs whole (its functions are $$-quoted); asyncpg binds by position (`:name` numbered: see _sql.py).
+POSTGRES = load_dialect("postgres", split=False, numbered=True)
 QUERIES: Mapping[str, str] = POSTGRES.queries
+PARAMS = POSTGRES.params
 SCHEMA_VERSION = POSTGRES.layout.version
 """The Postgres layout version this library writes (its own numbering, beside SQLite's)."""
 
@@ -251,6 +243,37 @@ def _query(job: Job) -> str:
     return statement.query
 
 
+class _Named:
+    """The seam of `_sql_store.py` over an asyncpg connection, on the driver loop: a named query with its named
+    parameters, bound in the order `_sql.py` numbered them."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def one(self, query: str, params: Params = NO_PARAMS) -> Row | None:
+        return await self.conn.fetchrow(Q[query], *[params[name] for name in PARAMS[query]])
+
+    async def all(self, query: str, params: Params = NO_PARAMS) -> list[Row]:
+        found: list[Row] = await self.conn.fetch(Q[query], *[params[name] for name in PARAMS[query]])
+        return found
+
+    async def value(self, query: str, params: Params = NO_PARAMS) -> Any:
+        return await self.conn.fetchval(Q[query], *[params[name] for name in PARAMS[query]])
+
+    async def execute(self, query: str, params: Params = NO_PARAMS) -> int:
+        status = await self.conn.execute(Q[query], *[params[name] for name in PARAMS[query]])
+        return int(str(status).rpartition(" ")[2] or 0)  # "UPDATE 1", "INSERT 0 1", "DELETE 3": the last is rows
+
+
+async def _named(fn: Step[_Named, T], consistent: bool, conn: Any) -> T:
+    if not consistent:
+        return await fn(_Named(conn))
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        return await fn(_Named(conn))
+
+
 @dataclass(slots=True)
 class _Conns:
     """What lives on the driver loop (touched only there)."""
@@ -265,7 +288,7 @@ class _Conns:
     listen_task: asyncio.Task[None] | None = None
 
 
-class PostgresStore(StoreBase):
+class PostgresStore(SqlStore[_Named]):
     """A durable store in one Postgres schema, shared by several nodes (see the module docstring).
 
     `dsn`: a libpq-style URL (postgresql://user:password@host:port/database?sslmode=...). wfsub's own options
@@ -665,19 +688,39 @@ class PostgresStore(StoreBase):
             await _backoff(delay, deadline)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    async def _read(self, action: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def _read(self, action: str, fn: Step[_Named, T], *, consistent: bool = False) -> T:
+        """On a pooled connection, on the driver loop; `consistent`: in one read-only repeatable-read transaction."""
         loop = self._running(action)
-        return await loop.call(self._pooled(action, fn))
+        return await loop.call(self._pooled(action, partial(_named, fn, consistent)))
 
-    def _read_sync(self, action: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    def _read_sync(self, action: str, fn: Step[_Named, T]) -> T:
         loop = self._running(action)
         try:
-            return loop.call_sync(self._pooled(action, fn, within=self.sync_timeout), self.sync_timeout + 1.0)
+            step = self._pooled(action, partial(_named, fn, False), within=self.sync_timeout)
+            return loop.call_sync(step, self.sync_timeout + 1.0)
         except concurrent.futures.TimeoutError as exc:
             raise StoreError(
                 self._name, f"{action} took longer than sync_timeout={self.sync_timeout:g} s (a synchronous read "
                 f"does not wait out a reconnect); {UNREACHABLE}"
             ) from exc
+
+    async def _change(self, what: str, fn: Step[_Named, T], *, doing: str = "recording") -> T:
+        """On a pooled connection, on the driver loop, on its own (not in the group commit): a lost connection is
+        retried, so the shared writes are each idempotent."""
+        action = f"{doing} {what}"
+        loop = self._running(action)
+        return await loop.call(self._pooled(action, partial(_named, fn, False)))
+
+    def _decode_row(self, found: Row) -> CaseRow:
+        return _row(found)
+
+    def _listed(self, listing: Listing) -> Step[_Named, list[CaseRow]]:
+        sql, args = listing.postgres()
+
+        async def read(c: _Named) -> list[CaseRow]:
+            return [_row(found) for found in await c.conn.fetch(sql, *args)]
+
+        return read
 
     # -- the group commit ------------------------------------------------------------------------------------
 
@@ -1079,71 +1122,7 @@ class PostgresStore(StoreBase):
             "cases under its lease; open a Substrate on it as a node instead"
         )
 
-    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
-        text = to_json(self._name, f"the heartbeats of case {case_id!r}", dict(heartbeats))
-
-        async def run(conn: Any) -> None:
-            await conn.execute(Q["heartbeats_put"], case_id, text, self._node, epoch)
-
-        loop = self._running("record heartbeats")
-        await loop.call(self._pooled(f"recording the heartbeats of case {case_id!r}", run))
-
-    async def replace_start(self, case_id: str, start: Record) -> None:
-        text = encode_record(self._name, case_id, 0, start).text
-
-        async def run(conn: Any) -> str:
-            done: str = await conn.execute(Q["journal_start_replace"], case_id, text)
-            return done
-
-        loop = self._running("replace a start record")
-        done = await loop.call(self._pooled(f"replacing the start record of case {case_id!r}", run))
-        if done != "UPDATE 1":
-            raise StoreConflict(self._name, f"case {case_id!r}: its start record cannot be replaced: its journal "
-                                "holds more than its start")
-
-    async def put_program(self, summary: ProgramSummary) -> None:
-        text = to_json(self._name, f"the summary of {summary.workflow!r}", summary.summary)
-
-        async def run(conn: Any) -> None:
-            await conn.execute(Q["program_put"], summary.fingerprint, summary.workflow, text)
-
-        loop = self._running("record a program summary")
-        await loop.call(self._pooled(f"recording the summary of workflow {summary.workflow!r}", run))
-
-    async def program(self, fingerprint: str) -> ProgramSummary | None:
-        return await self._read("reading a program summary", partial(_program, Q["program_get"], fingerprint))
-
-    async def newest_program(self, workflow: str) -> ProgramSummary | None:
-        return await self._read("reading a program summary", partial(_program, Q["program_newest"], workflow))
-
-    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
-        text = to_json(self._name, f"schedule {name!r}", dict(spec))
-
-        async def run(conn: Any) -> ScheduleRow:
-            return _schedule_row(await conn.fetchrow(Q["schedule_register"], name, text, first_slot))
-
-        loop = self._running("record a schedule")
-        return await loop.call(self._pooled(f"recording schedule {name!r}", run))
-
-    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
-        async def run(conn: Any) -> bool:
-            return str(await conn.execute(Q["schedule_advance"], name, slot, case_id)) != "UPDATE 0"
-
-        loop = self._running("record a schedule's slot")
-        return await loop.call(self._pooled(f"recording the slot of schedule {name!r}", run))
-
-    async def schedule_pause(self, name: str, paused: bool) -> bool:
-        async def run(conn: Any) -> bool:
-            return str(await conn.execute(Q["schedule_pause"], name, paused)) != "UPDATE 0"
-
-        loop = self._running("pause a schedule")
-        return await loop.call(self._pooled(f"pausing schedule {name!r}", run))
-
-    async def schedules(self) -> list[ScheduleRow]:
-        async def run(conn: Any) -> list[ScheduleRow]:
-            return [_schedule_row(found) for found in await conn.fetch(Q["schedules_all"])]
-
-        return await self._read("listing schedules", run)
+    # -- queues (each claim, dedup check and register under the queue's lock, across nodes) ------------------
 
     async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         start = to_json(self._name, f"queued case {item.case_id!r}", item.start)
@@ -1223,7 +1202,7 @@ class PostgresStore(StoreBase):
                     return None
                 await conn.execute(Q["queue_lock"], queue)  # (first: a claim takes it before the items it sweeps)
                 await conn.execute(Q["queue_sweep"], queue)
-                found = await conn.fetchrow(Q["queue_get"], case_id)
+                found = await _Named(conn).one("queue_get", {"case_id": case_id})
                 if found is None or found[8] not in (STARTED, ENDED):
                     return None
                 dedup = found[4]
@@ -1270,40 +1249,10 @@ class PostgresStore(StoreBase):
     async def _cancelled_before(conn: Any, case_id: str) -> QueueItem | None:
         """The item of a case cancelled in its queue (its ended case written): what a cancel whose commit answer
         was lost did, read back when it is sent again; None if it is not so."""
-        found = await conn.fetchrow(Q["queue_get"], case_id)
+        found = await _Named(conn).one("queue_get", {"case_id": case_id})
         if found is None or found[8] != "cancelled" or await conn.fetchval(Q["case_ended"], case_id) is None:
             return None
         return item_of(found, loads(found[5]))
-
-    def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
-    ) -> list[QueueItem]:
-        async def run(conn: Any) -> list[QueueItem]:
-            return [item_of(f, loads(f[5])) for f in await conn.fetch(Q["queue_list"], state, queue, limit, before)]
-
-        return self._read_sync("listing queued cases", run)
-
-    def read_queue_item(self, case_id: str) -> QueueItem | None:
-        async def run(conn: Any) -> QueueItem | None:
-            found = await conn.fetchrow(Q["queue_get"], case_id)
-            return None if found is None else item_of(found, loads(found[5]))
-
-        return self._read_sync(f"looking for case {case_id!r} among the queued cases", run)
-
-    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
-        async def run(conn: Any) -> list[tuple[str, str]]:
-            return [(str(f[0]), str(f[1])) for f in await conn.fetch(Q["children_of_ended"], limit)]
-
-        return await self._read("listing the children of ended cases", run)
-
-    async def children_waited_for(
-        self, owner: str | None, after: int = 0, limit: int = 1000
-    ) -> list[tuple[int, str, str, dict[str, Any]]]:
-        async def run(conn: Any) -> list[tuple[int, str, str, dict[str, Any]]]:
-            found = await conn.fetch(Q["children_waited_for"], owner, after, limit)
-            return [(int(f[0]), str(f[1]), str(f[2]), step) for f in found if isinstance(step := loads(f[3]), dict)]
-
-        return await self._read("listing the children waited for by live cases", run)
 
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         async def run(conn: Any) -> list[QueueItem]:
@@ -1325,38 +1274,32 @@ class PostgresStore(StoreBase):
         loop = self._running("record a queue")
         return await loop.call(self._pooled(f"recording queue {name!r}", run))
 
-    async def queue_specs(self) -> dict[str, dict[str, Any]]:
-        async def run(conn: Any) -> dict[str, dict[str, Any]]:
-            return {str(f[0]): loads(f[1]) for f in await conn.fetch(Q["queue_specs"])}
-
-        return await self._read("reading the queues", run)
-
     async def database_time(self) -> float:
-        async def run(conn: Any) -> float:
-            return float(await conn.fetchval(Q["db_now"]))
+        async def read(c: _Named) -> float:
+            return float(await c.value("db_now"))
 
-        return await self._read("reading the database time", run)
+        return await self._read("reading the database time", read)
 
     async def owner(self) -> Owner | None:
         """This node while open as an owner; else the most recent node whose lease holds (None: none)."""
 
-        async def run(conn: Any) -> Owner | None:
-            found = await conn.fetchrow(Q["node_live"], self._node or "")
+        async def read(c: _Named) -> Owner | None:
+            found = await c.one("node_live", {"node": self._node or ""})
             if found is None:
                 return None
             node_id, pid, host, since = found
             return Owner(str(node_id), int(pid), str(host), float(since))
 
-        return await self._read("reading the owner", run)
+        return await self._read("reading the owner", read)
 
     async def nodes(self) -> list[Owner]:
         """Every node whose lease holds now (this one first)."""
 
-        async def run(conn: Any) -> list[Owner]:
-            rows = await conn.fetch(Q["node_live"], self._node or "")
-            return [Owner(str(n), int(p), str(h), float(s)) for n, p, h, s in rows]
+        async def read(c: _Named) -> list[Owner]:
+            found = await c.all("node_live", {"node": self._node or ""})
+            return [Owner(str(n), int(p), str(h), float(s)) for n, p, h, s in found]
 
-        return await self._read("listing the nodes", run)
+        return await self._read("listing the nodes", read)
 
     # -- notifications ---------------------------------------------------------------------------------------
 
@@ -1465,146 +1408,15 @@ class PostgresStore(StoreBase):
                 if event.is_set():
                     self._wait_flag = False
 
-    # -- reads -----------------------------------------------------------------------------------------------
-
-    async def load(self, case_id: str) -> StoredCase | None:
-        async def read(conn: Any) -> StoredCase | None:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                found = await conn.fetchrow(Q["case_row"], case_id)
-                if found is None:
-                    return None
-                start = decode_start(self._name, case_id, await conn.fetchval(Q["journal_first"], case_id))
-                snapshot = kept_snapshot(
-                    decode_snapshot(case_id, await conn.fetchrow(Q["snapshot_newest"], case_id)), start)
-                after = start["seq"] if snapshot is None else snapshot.seq
-                records = [decode_record(self._name, case_id, text)
-                           for (text,) in await conn.fetch(Q["journal_after"], case_id, after)]
-                beats = await conn.fetchval(Q["heartbeats_get"], case_id)
-                heartbeats = loads(beats) if beats is not None else {}
-                return StoredCase(await _with_refused(conn, _row(found)), start, snapshot, records, heartbeats)
-
-        return await self._read(f"loading case {case_id!r}", read)
-
-    async def row(self, case_id: str) -> CaseRow | None:
-        return await self._read(f"reading the row of case {case_id!r}", partial(_case_row, case_id))
-
-    async def first_seq(self, case_id: str) -> int | None:
-        async def read(conn: Any) -> int | None:
-            found = await conn.fetchval(Q["journal_first_seq"], case_id)
-            return None if found is None else int(found)
-
-        return await self._read(f"reading the journal of case {case_id!r}", read)
-
-    def read_row(self, case_id: str) -> CaseRow | None:
-        """`row()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
-        return self._read_sync(f"reading the row of case {case_id!r}", partial(_case_row, case_id))
-
-    async def journal(self, case_id: str) -> list[Record]:
-        async def read(conn: Any) -> list[Record]:
-            found = await conn.fetch(Q["journal_after"], case_id, -1)
-            return [decode_record(self._name, case_id, text) for (text,) in found]
-
-        return await self._read(f"reading the journal of case {case_id!r}", read)
-
-    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
-        async def read(conn: Any) -> list[Record]:
-            found = await conn.fetch(Q["journal_request"], case_id, request_id)
-            return [decode_record(self._name, case_id, text) for (text,) in found]
-
-        return await self._read(f"reading the journal of case {case_id!r}", read)
+    # -- reads of its own (the others are `SqlStore`'s) -------------------------------------------------------
 
     async def journal_epochs(self, case_id: str) -> list[tuple[int, int]]:
         """(seq, epoch of the node that appended it) of each record of the case, in order."""
 
-        async def read(conn: Any) -> list[tuple[int, int]]:
-            return [(int(s), int(e)) for s, e in await conn.fetch(Q["journal_epochs"], case_id)]
+        async def read(c: _Named) -> list[tuple[int, int]]:
+            return [(int(s), int(e)) for s, e in await c.all("journal_epochs", {"case_id": case_id})]
 
         return await self._read(f"reading the journal epochs of case {case_id!r}", read)
-
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
-        if limit <= 0:
-            self._running("list cases")
-            return []
-        return await self._read("listing cases", partial(_listed, listing))
-
-    def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
-        """`cases()` from the calling thread: handed to the driver thread, bounded by `sync_timeout`."""
-        self._running("list cases")
-        if limit <= 0:
-            return []
-        return self._read_sync("listing cases", partial(_listed, listing))
-
-    async def live(self) -> list[CaseRow]:
-        if self._node is None:
-            return await self._read("listing live cases", _rows(Q["cases_live_all"]))
-        return await self._read("listing live cases", _rows(Q["cases_live_owned"], self._node))
-
-    async def due(
-        self, until: float, limit: int = 1000, after: tuple[float, int] | None = None
-    ) -> list[CaseRow]:
-        if limit <= 0:
-            self._running("list due cases")
-            return []
-        after_due, after_order = (-math.inf, 0) if after is None else (float(after[0]), int(after[1]))
-        if self._node is None:
-            return await self._read(
-                "listing due cases", _rows(Q["cases_due_all"], float(until), limit, after_due, after_order)
-            )
-        return await self._read(
-            "listing due cases",
-            _rows(Q["cases_due_owned"], float(until), limit, self._node, after_due, after_order),
-        )
-
-    async def next_due(self, after: float | None = None) -> float | None:
-        later = -math.inf if after is None else float(after)
-
-        async def read(conn: Any) -> float | None:
-            if self._node is None:
-                value = await conn.fetchval(Q["cases_next_due_all"], later)
-            else:
-                value = await conn.fetchval(Q["cases_next_due_owned"], self._node, later)
-            return None if value is None else float(value)
-
-        return await self._read("reading the next due time", read)
-
-    async def inbox_take(self, after: int = 0, limit: int = 1000) -> list[InboxRow]:
-        if limit <= 0:
-            self._running("read the inbox")
-            return []
-
-        async def read(conn: Any) -> list[InboxRow]:
-            if self._node is None:
-                rows = await conn.fetch(Q["inbox_take_all"], after, limit)
-            else:
-                rows = await conn.fetch(Q["inbox_take_owned"], after, limit, self._node)
-            return [decode_inbox(found) for found in rows]
-
-        return await self._read("reading the inbox", read)
-
-    async def inbox_row(self, inbox_id: int) -> InboxRow | None:
-        async def read(conn: Any) -> InboxRow | None:
-            found = await conn.fetchrow(Q["inbox_row"], inbox_id)
-            return None if found is None else decode_inbox(found)
-
-        return await self._read(f"reading inbox row {inbox_id}", read)
-
-    async def inbox_pending(self, case_id: str, limit: int = 10, after: int = 0) -> list[InboxRow]:
-        async def read(conn: Any) -> list[InboxRow]:
-            return [decode_inbox(found) for found in await conn.fetch(Q["inbox_pending"], case_id, limit, after)]
-
-        return await self._read(f"reading the inbox of case {case_id!r}", read)
 
     # -- for tests of connection loss ------------------------------------------------------------------------
 
@@ -1682,41 +1494,5 @@ def _row(found: Any) -> CaseRow:
     return row
 
 
-async def _case_row(case_id: str, conn: Any) -> CaseRow | None:
-    found = await conn.fetchrow(Q["case_row"], case_id)
-    return None if found is None else await _with_refused(conn, _row(found))
-
-
-async def _with_refused(conn: Any, row: CaseRow) -> CaseRow:
-    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
-    found = await conn.fetch(Q["inbox_refused"], row.case_id, REFUSED_KEPT)
-    if found:
-        row.refused = [decode_inbox(tuple(one)) for one in found]
-    return row
-
-
-def _rows(query: str, *args: Any) -> Callable[[Any], Awaitable[list[CaseRow]]]:
-    async def read(conn: Any) -> list[CaseRow]:
-        return [_row(found) for found in await conn.fetch(query, *args)]
-
-    return read
-
-
-async def _listed(listing: Listing, conn: Any) -> list[CaseRow]:
-    sql, args = listing.postgres()
-    return [_row(found) for found in await conn.fetch(sql, *args)]
-
-
 __all__ = ["PostgresStore"]
 
-
-def _schedule_row(found: Any) -> ScheduleRow:
-    return ScheduleRow(
-        str(found[0]), loads(found[1]), None if found[2] is None else float(found[2]),
-        None if found[3] is None else str(found[3]), bool(found[4]), float(found[5]),
-    )
-
-
-async def _program(query: str, key: str, conn: Any) -> ProgramSummary | None:
-    found = await conn.fetchrow(query, key)
-    return None if found is None else ProgramSummary(str(found[0]), str(found[1]), loads(found[2]))

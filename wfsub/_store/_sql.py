@@ -8,6 +8,12 @@ description of a layout: a new store runs them all in order, an older one the on
 written once and the path that builds it is the path that is tested. Keeping every statement in one file (as
 procrastinate does) lets a reader see everything a store asks of its database in one place; a backend for
 another database brings its own folder and loads it with `load_dialect`.
+
+Parameters. A query takes named parameters (`:case_id`), so the methods of `_sql_store.py` bind one mapping on
+every database. A driver that binds by position only (asyncpg: `$1`, `$2`, ...) loads its dialect with
+`numbered=True`: each `:name` is rewritten to `$n` once, here, numbered in the order the names first appear, and
+`Dialect.params` keeps those names in that order for the binding. A query of such a dialect may be written with
+`$n` itself (its backend then passes the values by position), never with both kinds.
 """
 
 from __future__ import annotations
@@ -15,13 +21,17 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 from ._base import SCHEMA_VERSION
 
 _NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$")
+# A `:name` parameter (not a `::type` cast), or text in which a colon is not one: a quoted string or identifier,
+# a comment.
+_PARAM = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|(?<![:\w]):([a-z_][a-z0-9_]*)")
+_NUMBERED = re.compile(r"\$\d")
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -50,6 +60,28 @@ def parse_queries(text: str, source: str = "queries.sql") -> dict[str, str]:
             body.append(line)
     close()
     return queries
+
+
+def number_params(name: str, sql: str, source: str = "queries.sql") -> tuple[str, tuple[str, ...]]:
+    """`sql` with each `:name` parameter as `$n` (numbered in the order the names first appear), and the names in
+    that order; a query that uses `$n` already is kept as it is, with no names."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        param = match.group(1)
+        if param is None:
+            return match.group(0)  # a string, a quoted identifier, a comment: kept as written
+        if param not in names:
+            names.append(param)
+        return f"${names.index(param) + 1}"
+
+    numbered = _PARAM.sub(number, sql)
+    if names and _NUMBERED.search(_PARAM.sub(lambda m: "" if m.group(1) is None else m.group(0), sql)):
+        raise ValueError(
+            f"{source}: query {name!r} mixes :name and $n parameters: write it with one kind (:name binds by "
+            "name on every database)"
+        )
+    return numbered, tuple(names)
 
 
 def split_statements(script: str) -> list[str]:
@@ -114,18 +146,27 @@ def load_layout(folder: Traversable, version: int | None = None, *, split: bool 
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """One database's SQL, read from `sql/<name>/`: its named queries and the migrations that build its layout."""
+    """One database's SQL, read from `sql/<name>/`: its named queries and the migrations that build its layout;
+    `params`, for a dialect loaded `numbered`: each query's parameter names in `$n` order (see the docstring)."""
 
     name: str
     queries: Mapping[str, str]
     layout: Layout
+    params: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def load_dialect(name: str, version: int | None = None, *, split: bool = True) -> Dialect:
-    """`sql/<name>/queries.sql` and `sql/<name>/migrations/` of this package (see the module docstring)."""
+def load_dialect(name: str, version: int | None = None, *, split: bool = True, numbered: bool = False) -> Dialect:
+    """`sql/<name>/queries.sql` and `sql/<name>/migrations/` of this package (see the module docstring).
+
+    `numbered`: rewrite each query's `:name` parameters to `$n`, for a driver that binds by position."""
     folder = files("wfsub._store").joinpath("sql").joinpath(name)
-    queries = parse_queries(folder.joinpath("queries.sql").read_text(encoding="utf-8"), f"sql/{name}/queries.sql")
-    return Dialect(name, queries, load_layout(folder, version, split=split))
+    source = f"sql/{name}/queries.sql"
+    queries = parse_queries(folder.joinpath("queries.sql").read_text(encoding="utf-8"), source)
+    params: dict[str, tuple[str, ...]] = {}
+    if numbered:
+        for query, sql in queries.items():
+            queries[query], params[query] = number_params(query, sql, source)
+    return Dialect(name, queries, load_layout(folder, version, split=split), params)
 
 
 SQLITE = load_dialect("sqlite", SCHEMA_VERSION)

@@ -9,13 +9,15 @@ explicitly on every connection:
   kernel crash can lose the last acknowledged writes (never corrupt the file). Commits are several times
   cheaper; choose it when losing the last second of a power cut is acceptable.
 
-Group commit. One writer thread owns the only write connection: see `_writer.py` for the hand-off between the
+Group commit. One writer thread owns the only write connection: see `_sqlite_writer.py` for the hand-off between the
 thread and the event loop, the measurements that chose it, and how a failing write is kept from failing the
 others of its group (a group's case writes are applied together by `_apply_writes`, and redone one at a time
 by `_apply_write`, each in a savepoint, only when one of them breaks a rule). Reads run in anyio worker
 threads, each on a reader connection from a small pool (at most `READERS` at once); WAL lets them run beside
 the writer, and each read runs in one read transaction, so `load()` sees one committed state. The event loop
-itself never waits for the disk: the only call it makes is `changed()`.
+itself never waits for the disk: the only call it makes is `changed()`. The reads and the writes that are one
+named query are `SqlStore`'s (`_sql_store.py`), run here over `_Connection` by `run_now`, on the reader's or the
+writer's thread.
 
 `changed()` runs `PRAGMA data_version` on a connection of its own: SQLite answers from the WAL index in shared
 memory (the `-shm` file, mapped) without reading the database file and without a table scan; 3-4 us a call
@@ -24,14 +26,14 @@ writer included: SQLite cannot tell whose commit it was), so a Substrate that po
 after its own commits: an index read of an empty range.
 
 The file. It is created 0600 by the store before SQLite opens it, and SQLite gives `-wal` and `-shm` the same
-mode (see `_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
+mode (see `_sqlite_files.py`). It is recognised by `PRAGMA application_id` (`APPLICATION_ID`, "wfsb") and versioned
 by `PRAGMA user_version` (the layout version, `SCHEMA_VERSION`): a new file is built by the numbered files in
 `sql/sqlite/migrations/`, run in order; a file of an older layout is moved forward by those it lacks, all in one
 transaction, by an owner only (a `wfsub` command never changes the layout under a running Substrate of an older
 version); a file of a newer layout is refused, as is a file of another application. Every statement is in
 `sql/sqlite/queries.sql`, every value a bound parameter (`_sql.py`).
 
-Ownership: an OS lock on `FILE-lock` plus an owner row (see `_files.py`); a second owner, in this process or
+Ownership: an OS lock on `FILE-lock` plus an owner row (see `_sqlite_files.py`); a second owner, in this process or
 another, gets a StoreError naming the owner. The owner's writer thread refreshes the row's heartbeat at most
 every `HEARTBEAT_EVERY` seconds (with a group it commits anyway, or alone when idle).
 """
@@ -47,7 +49,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -58,9 +60,8 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from .._errors import CaseExists, SchedulePaused, StoreConflict, StoreError, newer_store, paused_slot
-from ._base import REFUSED_KEPT, CaseRow, CaseWrite, InboxRow, Owner, ProgramSummary, Record, ScheduleRow, StoredCase
-from ._files import OwnerLock, check_path, create_private, fault
+from .._errors import CaseExists, SchedulePaused, StoreError, newer_store, paused_slot
+from ._base import CaseRow, CaseWrite, InboxRow, Owner
 from ._listing import Listing
 from ._queueing import (
     ENDED,
@@ -81,16 +82,10 @@ from ._rows import (
     SNAPSHOTS_KEPT,
     EncodedWrite,
     case_gone,
-    decode_inbox,
-    decode_record,
     decode_row,
-    decode_snapshot,
-    decode_start,
-    encode_record,
     encode_write,
     headless,
     inbox_text,
-    kept_snapshot,
     loads,
     second_end,
     seq_taken,
@@ -100,7 +95,9 @@ from ._rows import (
 )
 from ._single import SingleNode
 from ._sql import LAYOUT, QUERIES, Layout
-from ._writer import Job, Redo, Refused, Writer
+from ._sql_store import NO_PARAMS, Params, Row, SqlStore, Step
+from ._sqlite_files import OwnerLock, check_path, create_private, fault
+from ._sqlite_writer import Job, Redo, Refused, Writer
 
 APPLICATION_ID = 0x77667362  # "wfsb": `PRAGMA application_id` of every wfsub store file
 READERS = 4  # reader connections (and worker threads) at most at once
@@ -135,7 +132,46 @@ def _exact(row: Mapping[str, Any]) -> bool:
     return True
 
 
-class SqliteStore(SingleNode):
+class _Connection:
+    """The seam of `_sql_store.py` over a sqlite3 connection (a reader's, or the writer's on its thread): its
+    methods never suspend, so `run_now` runs a method of the shared store to its end in one step."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def one(self, query: str, params: Params = NO_PARAMS) -> Row | None:
+        return self.conn.execute(Q[query], params).fetchone()
+
+    async def all(self, query: str, params: Params = NO_PARAMS) -> list[Row]:
+        return self.conn.execute(Q[query], params).fetchall()
+
+    async def value(self, query: str, params: Params = NO_PARAMS) -> Any:
+        found = self.conn.execute(Q[query], params).fetchone()
+        return None if found is None else found[0]
+
+    async def execute(self, query: str, params: Params = NO_PARAMS) -> int:
+        return self.conn.execute(Q[query], params).rowcount
+
+
+def run_now(step: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine over a `_Connection` to its end at once, on this thread: it awaits only the connection's
+    methods, which answer without suspending (they are coroutines only so that one method serves both databases)."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    step.close()
+    raise RuntimeError("a SQLite store step suspended: it may await only its connection's methods")
+
+
+def _run_change(fn: Step[_Connection, T], conn: sqlite3.Connection) -> T:
+    return run_now(fn(_Connection(conn)))
+
+
+class SqliteStore(SqlStore[_Connection], SingleNode):
     """A durable store in one SQLite file (WAL, group commit, one owning Substrate at a time).
 
     `path` is the database file (created 0600 if missing; its directory must exist). `synchronous` is "full"
@@ -161,7 +197,7 @@ class SqliteStore(SingleNode):
                 f"synchronous={synchronous!r}: use 'full' (survives power loss) or 'normal' (survives a process "
                 "crash, may lose the last writes on power loss)"
             )
-        self.path = os.path.abspath(raw)
+        self.path = self._name = os.path.abspath(raw)
         self.synchronous = synchronous
         self.create = create
         self.url = "sqlite:///" + self.path  # sqlite:////abs/path: three slashes, then the absolute path
@@ -473,16 +509,6 @@ class SqliteStore(SingleNode):
         writer.submit(job)
         await job.outcome()
 
-    async def replace_start(self, case_id: str, start: Record) -> None:
-        writer = self._running("replace a start record")
-        encoded = encode_record(self.path, case_id, 0, start)
-        params = {"case_id": case_id, "record": encoded.text}
-        job = Job(partial(_apply_replace_start, params), f"the start record of case {case_id!r}", wait=True)
-        writer.submit(job)
-        if not await job.outcome():
-            raise StoreConflict(self.path, f"case {case_id!r}: its start record cannot be replaced: its journal "
-                                "holds more than its start")
-
     async def claim_queued(self, fingerprints: Sequence[str], limit: int) -> list[str]:
         writer = self._running("claim queued cases")
         if self._lock is None or not fingerprints or limit <= 0:
@@ -498,76 +524,6 @@ class SqliteStore(SingleNode):
         writer.submit(job)
         claimed: list[str] = await job.outcome()
         return claimed
-
-    async def put_heartbeats(self, case_id: str, heartbeats: Mapping[str, Any], *, epoch: int | None = None) -> None:
-        writer = self._running("record heartbeats")
-        params = {"case_id": case_id, "heartbeats": to_json(self.path, f"the heartbeats of case {case_id!r}",
-                                                             dict(heartbeats))}
-        job = Job(partial(_apply_heartbeats, params), f"the heartbeats of case {case_id!r}", wait=True)
-        writer.submit(job)
-        await job.outcome()
-
-    async def put_program(self, summary: ProgramSummary) -> None:
-        writer = self._running("record a program summary")
-        params = {
-            "fingerprint": summary.fingerprint, "workflow": summary.workflow,
-            "summary": to_json(self.path, f"the summary of {summary.workflow!r}", summary.summary),
-            "now": time.time(),
-        }
-        job = Job(partial(_apply_program, params), f"the summary of workflow {summary.workflow!r}", wait=True)
-        writer.submit(job)
-        await job.outcome()
-
-    async def program(self, fingerprint: str) -> ProgramSummary | None:
-        return await self._read(
-            "reading a program summary", self._program_reader("program_get", {"fingerprint": fingerprint})
-        )
-
-    async def newest_program(self, workflow: str) -> ProgramSummary | None:
-        return await self._read(
-            "reading a program summary", self._program_reader("program_newest", {"workflow": workflow})
-        )
-
-    @staticmethod
-    def _program_reader(query: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], ProgramSummary | None]:
-        def read(conn: sqlite3.Connection) -> ProgramSummary | None:
-            found = conn.execute(Q[query], params).fetchone()
-            return None if found is None else ProgramSummary(str(found[0]), str(found[1]), loads(found[2]))
-
-        return read
-
-    async def schedule_register(self, name: str, spec: Mapping[str, Any], first_slot: float) -> ScheduleRow:
-        writer = self._running("record a schedule")
-        params = {
-            "name": name, "spec": to_json(self.path, f"schedule {name!r}", dict(spec)), "first_slot": first_slot,
-            "now": time.time(),
-        }
-        job = Job(partial(_apply_schedule_register, params), f"schedule {name!r}", wait=True)
-        writer.submit(job)
-        registered: ScheduleRow = await job.outcome()
-        return registered
-
-    async def schedule_advance(self, name: str, slot: float, case_id: str | None) -> bool:
-        writer = self._running("record a schedule's slot")
-        params = {"name": name, "slot": slot, "case_id": case_id, "now": time.time()}
-        job = Job(partial(_apply_changed, "schedule_advance", params), f"the slot of schedule {name!r}", wait=True)
-        writer.submit(job)
-        moved: bool = await job.outcome()
-        return moved
-
-    async def schedule_pause(self, name: str, paused: bool) -> bool:
-        writer = self._running("pause a schedule")
-        params = {"name": name, "paused": int(paused), "now": time.time()}
-        job = Job(partial(_apply_changed, "schedule_pause", params), f"pausing schedule {name!r}", wait=True)
-        writer.submit(job)
-        changed: bool = await job.outcome()
-        return changed
-
-    async def schedules(self) -> list[ScheduleRow]:
-        def read(conn: sqlite3.Connection) -> list[ScheduleRow]:
-            return [_schedule_row(found) for found in conn.execute(Q["schedules_all"]).fetchall()]
-
-        return await self._read("listing schedules", read)
 
     async def queue_put(self, item: QueueItem, *, schedule: str | None = None) -> None:
         writer = self._running("queue a case")
@@ -615,32 +571,6 @@ class SqliteStore(SingleNode):
         cancelled: QueueItem | None = await job.outcome()
         return cancelled
 
-    def read_queue_items(
-        self, *, state: str | None = None, queue: str | None = None, limit: int = 100, before: int | None = None
-    ) -> list[QueueItem]:
-        params = {"state": state, "queue": queue, "limit": limit, "before": before}
-        return self._read_sync("listing queued cases", lambda conn: _items(conn, "queue_list", params))
-
-    def read_queue_item(self, case_id: str) -> QueueItem | None:
-        what = f"looking for case {case_id!r} among the queued cases"
-        found = self._read_sync(what, lambda conn: _items(conn, "queue_get", {"case_id": case_id}))
-        return found[0] if found else None
-
-    async def children_of_ended(self, limit: int = 1000) -> list[tuple[str, str]]:
-        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
-            return [(str(c), str(p)) for c, p in conn.execute(Q["children_of_ended"], {"limit": limit})]
-
-        return await self._read("listing the children of ended cases", read)
-
-    async def children_waited_for(
-        self, owner: str | None, after: int = 0, limit: int = 1000
-    ) -> list[tuple[int, str, str, dict[str, Any]]]:
-        def read(conn: sqlite3.Connection) -> list[tuple[int, str, str, dict[str, Any]]]:
-            found = conn.execute(Q["children_waited_for"], {"after": after, "limit": limit, "step": "$.parent_step"})
-            return [(int(o), str(c), str(p), step) for o, c, p, text in found if isinstance(step := loads(text), dict)]
-
-        return await self._read("listing the children waited for by live cases", read)
-
     async def queue_orphans(self, node: str, *, own: bool = True) -> list[QueueItem]:
         if not own:  # the file's owner is its only claimer: no other live process claims from it
             return []
@@ -659,12 +589,6 @@ class SqliteStore(SingleNode):
         before: tuple[dict[str, Any], str] | None = await job.outcome()
         return before
 
-    async def queue_specs(self) -> dict[str, dict[str, Any]]:
-        def read(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            return {str(name): loads(spec) for name, spec in conn.execute(Q["queue_specs"]).fetchall()}
-
-        return await self._read("reading the queues", read)
-
     async def owner(self) -> Owner | None:
         """The owning Substrate, if one runs: its OS lock is held (exact, and free once its process is gone)."""
         return await anyio.to_thread.run_sync(self._owner_sync)
@@ -676,7 +600,7 @@ class SqliteStore(SingleNode):
             held = OwnerLock(self.path).held()
         if not held:
             return None
-        row = self._read_sync("reading the owner", lambda conn: conn.execute(Q["owner_get"]).fetchone())
+        row = self._read_sync("reading the owner", lambda c: c.one("owner_get"))
         if row is None:
             return Owner("(opening)", None, None, None)
         owner_id, pid, host, _epoch, since, _heartbeat = row
@@ -733,18 +657,27 @@ class SqliteStore(SingleNode):
         deleted: bool = await job.outcome()
         return deleted
 
+    async def _change(self, what: str, fn: Step[_Connection, T], *, doing: str = "recording") -> T:
+        """On the writer thread, in its next group's transaction."""
+        writer = self._running(f"{doing} {what}")
+        job = Job(partial(_run_change, fn), what, wait=True)
+        writer.submit(job)
+        done: T = await job.outcome()
+        return done
+
     # -- reads -----------------------------------------------------------------------------------------------
 
-    async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _read(self, action: str, fn: Step[_Connection, T], *, consistent: bool = False) -> T:
+        """On a worker thread, on a reader connection, in one read transaction (every read is `consistent`)."""
         self._running(action)
         return await anyio.to_thread.run_sync(self._read_sync, action, fn, limiter=self._read_limiter)
 
-    def _read_sync(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _read_sync(self, action: str, fn: Step[_Connection, T]) -> T:
         conn = self._take_reader(action)
         try:
             conn.execute(Q["begin_read"])
             try:
-                return fn(conn)
+                return run_now(fn(_Connection(conn)))
             finally:
                 if conn.in_transaction:
                     conn.execute(Q["rollback"])
@@ -771,132 +704,20 @@ class SqliteStore(SingleNode):
                 return
         conn.close()  # the store closed meanwhile
 
-    async def load(self, case_id: str) -> StoredCase | None:
-        def read(conn: sqlite3.Connection) -> StoredCase | None:
-            found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
-            if found is None:
-                return None
-            start = conn.execute(Q["journal_first"], {"case_id": case_id}).fetchone()
-            start_record = decode_start(self.path, case_id, None if start is None else start[0])
-            snapshot = kept_snapshot(decode_snapshot(
-                case_id, conn.execute(Q["snapshot_newest"], {"case_id": case_id}).fetchone()), start_record)
-            after = start_record["seq"] if snapshot is None else snapshot.seq
-            rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": after})
-            records = [decode_record(self.path, case_id, text) for (text,) in rows]
-            (beats,) = conn.execute(Q["heartbeats_get"], {"case_id": case_id}).fetchone() or (None,)
-            heartbeats = loads(beats) if beats is not None else {}
-            return StoredCase(_with_refused(conn, decode_row(found[0], found)), start_record, snapshot, records,
-                              heartbeats)
+    def _decode_row(self, found: Row) -> CaseRow:
+        return decode_row(found[0], found)
 
-        return await self._read(f"loading case {case_id!r}", read)
-
-    async def row(self, case_id: str) -> CaseRow | None:
-        return await self._read(f"reading the row of case {case_id!r}", self._row_reader(case_id))
-
-    async def first_seq(self, case_id: str) -> int | None:
-        def read(conn: sqlite3.Connection) -> int | None:
-            found = conn.execute(Q["journal_first_seq"], {"case_id": case_id}).fetchone()
-            return None if found is None or found[0] is None else int(found[0])
-
-        return await self._read(f"reading the journal of case {case_id!r}", read)
-
-    def read_row(self, case_id: str) -> CaseRow | None:
-        """`row()` on the calling thread (one primary-key read: `Substrate.status` and `data` are synchronous)."""
-        action = f"reading the row of case {case_id!r}"
-        self._running(action)
-        return self._read_sync(action, self._row_reader(case_id))
-
-    @staticmethod
-    def _row_reader(case_id: str) -> Callable[[sqlite3.Connection], CaseRow | None]:
-        def read(conn: sqlite3.Connection) -> CaseRow | None:
-            found = conn.execute(Q["case_row"], {"case_id": case_id}).fetchone()
-            return None if found is None else _with_refused(conn, decode_row(found[0], found))
-
-        return read
-
-    async def journal(self, case_id: str) -> list[Record]:
-        def read(conn: sqlite3.Connection) -> list[Record]:
-            rows = conn.execute(Q["journal_after"], {"case_id": case_id, "after": -1})
-            return [decode_record(self.path, case_id, text) for (text,) in rows]
-
-        return await self._read(f"reading the journal of case {case_id!r}", read)
-
-    async def journaled_request(self, case_id: str, request_id: str) -> list[Record]:
-        def read(conn: sqlite3.Connection) -> list[Record]:
-            rows = conn.execute(Q["journal_request"], {"case_id": case_id, "request_id": request_id})
-            return [decode_record(self.path, case_id, text) for (text,) in rows]
-
-        return await self._read(f"reading the journal of case {case_id!r}", read)
-
-    def _rows(self, query: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], list[CaseRow]]:
-        def read(conn: sqlite3.Connection) -> list[CaseRow]:
-            return [decode_row(found[0], found) for found in conn.execute(Q[query], params)]
-
-        return read
-
-    async def cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
-        if limit <= 0:
-            self._running("list cases")
-            return []
-        return await self._read("listing cases", self._listed(listing))
-
-    def read_cases(
-        self, *, state: str | None = None, workflow: str | None = None, limit: int = 100, before: int | None = None,
-        tags: Mapping[str, str] | None = None, id_prefix: str | None = None, started_after: float | None = None,
-        started_before: float | None = None, parent: str | None = None,
-    ) -> list[CaseRow]:
-        listing = Listing(state, workflow, limit, before, dict(tags or {}), id_prefix, started_after, started_before,
-                          parent)
-        """`cases()` on the calling thread (one index read of a page: `Substrate.cases` is synchronous)."""
-        self._running("list cases")
-        if limit <= 0:
-            return []
-        return self._read_sync("listing cases", self._listed(listing))
-
-    @staticmethod
-    def _listed(listing: Listing) -> Callable[[sqlite3.Connection], list[CaseRow]]:
+    def _listed(self, listing: Listing) -> Step[_Connection, list[CaseRow]]:
         sql, params = listing.sqlite()
 
-        def read(conn: sqlite3.Connection) -> list[CaseRow]:
-            return [decode_row(found[0], found) for found in conn.execute(sql, params)]
+        async def read(c: _Connection) -> list[CaseRow]:
+            return [decode_row(found[0], found) for found in c.conn.execute(sql, params)]
 
         return read
 
-    async def live(self) -> list[CaseRow]:
-        return await self._read("listing live cases", self._rows("cases_live", {}))
-
-    async def due(
-        self, until: float, limit: int = 1000, after: tuple[float, int] | None = None
-    ) -> list[CaseRow]:
-        if limit <= 0:
-            self._running("list due cases")
-            return []
-        after_due, after_order = (-math.inf, 0) if after is None else after
-        params = {"until": until, "limit": limit, "after_due": after_due, "after_order": after_order}
-        return await self._read("listing due cases", self._rows("cases_due", params))
-
-    async def next_due(self, after: float | None = None) -> float | None:
-        later = -math.inf if after is None else after
-
-        def read(conn: sqlite3.Connection) -> float | None:
-            value: float | None = conn.execute(Q["cases_next_due"], {"after": later}).fetchone()[0]
-            return value
-
-        return await self._read("reading the next due time", read)
-
     async def inbox_take(self, after: int = 0, limit: int = 1000) -> list[InboxRow]:
-        if limit <= 0:
-            self._running("read the inbox")
-            return []
-
         watch = self._watch
-        if watch is not None:
+        if watch is not None and limit > 0:
             try:  # on the calling thread: an owner looks at every change, and the inbox is empty most of the time
                 empty = watch.execute(Q["inbox_any"], {"after": after}).fetchone() is None
             except sqlite3.Error as exc:
@@ -904,25 +725,7 @@ class SqliteStore(SingleNode):
             if empty:
                 await anyio.lowlevel.checkpoint()
                 return []
-
-        def read(conn: sqlite3.Connection) -> list[InboxRow]:
-            return [decode_inbox(found) for found in conn.execute(Q["inbox_take"], {"after": after, "limit": limit})]
-
-        return await self._read("reading the inbox", read)
-
-    async def inbox_row(self, inbox_id: int) -> InboxRow | None:
-        def read(conn: sqlite3.Connection) -> InboxRow | None:
-            found = conn.execute(Q["inbox_row"], {"id": inbox_id}).fetchone()
-            return None if found is None else decode_inbox(found)
-
-        return await self._read(f"reading inbox row {inbox_id}", read)
-
-    async def inbox_pending(self, case_id: str, limit: int = 10, after: int = 0) -> list[InboxRow]:
-        def read(conn: sqlite3.Connection) -> list[InboxRow]:
-            params = {"case_id": case_id, "limit": limit, "after": after}
-            return [decode_inbox(row) for row in conn.execute(Q["inbox_pending"], params).fetchall()]
-
-        return await self._read(f"reading the inbox of case {case_id!r}", read)
+        return await super().inbox_take(after, limit)
 
     def inbox_waiting(self, case_id: str) -> bool | None:
         """On the calling thread, as `changed()`: one step into an index, answered from the page cache."""
@@ -1094,37 +897,8 @@ def _apply_queue(change: EncodedWrite, conn: sqlite3.Connection) -> None:
     conn.execute(Q["case_queue"], change.row.params)
 
 
-def _apply_replace_start(params: dict[str, Any], conn: sqlite3.Connection) -> bool:
-    return conn.execute(Q["journal_start_replace"], params).rowcount == 1
-
-
 def _apply_claim(params: dict[str, Any], conn: sqlite3.Connection) -> list[str]:
     return [str(case_id) for (case_id,) in conn.execute(Q["cases_claim"], params).fetchall()]
-
-
-def _apply_heartbeats(params: dict[str, Any], conn: sqlite3.Connection) -> None:
-    conn.execute(Q["heartbeats_put"], params)
-
-
-def _apply_program(params: dict[str, Any], conn: sqlite3.Connection) -> None:
-    conn.execute(Q["program_put"], params)
-
-
-def _schedule_row(found: Any) -> ScheduleRow:
-    name, spec, last_slot, last_case, paused, updated_at = found
-    return ScheduleRow(
-        str(name), loads(spec), None if last_slot is None else float(last_slot),
-        None if last_case is None else str(last_case), bool(paused), float(updated_at),
-    )
-
-
-def _apply_schedule_register(params: dict[str, Any], conn: sqlite3.Connection) -> ScheduleRow:
-    conn.execute(Q["schedule_register"], params)
-    return _schedule_row(conn.execute(Q["schedule_get"], params).fetchone())
-
-
-def _apply_changed(query: str, params: dict[str, Any], conn: sqlite3.Connection) -> bool:
-    return conn.execute(Q[query], params).rowcount > 0
 
 
 def _items(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list[QueueItem]:
@@ -1214,14 +988,6 @@ def _apply_queue_cancel(case_id: str, ended: EncodedWrite, conn: sqlite3.Connect
     _apply_write(ended, conn)  # (Refused: the job's savepoint undoes the cancel too)
     found = _items(conn, "queue_get", {"case_id": case_id})
     return found[0] if found else None
-
-
-def _with_refused(conn: sqlite3.Connection, row: CaseRow) -> CaseRow:
-    """The row with the latest inbox inputs refused for its case (`CaseRow.refused`)."""
-    found = conn.execute(Q["inbox_refused"], {"case_id": row.case_id, "limit": REFUSED_KEPT}).fetchall()
-    if found:
-        row.refused = [decode_inbox(one) for one in found]
-    return row
 
 
 def _apply_inbox_put(params: dict[str, Any], conn: sqlite3.Connection) -> int:

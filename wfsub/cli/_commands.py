@@ -142,6 +142,8 @@ def main() -> None:
 async def cases(store: str, state: str | None, workflow: str | None, limit: int, before: int | None,
                 tag_pairs: tuple[str, ...], id_prefix: str | None, parent: str | None, as_json: bool) -> None:
     """List cases, newest first."""
+    from ..stores import Listing
+
     if state == "queued":  # (cases waiting in a queue have no row yet: their queue items)
         async with opened(store) as s:
             items = [i for i in s.read_queue_items(state="queued", limit=limit)
@@ -159,8 +161,7 @@ async def cases(store: str, state: str | None, workflow: str | None, limit: int,
         return
     tags = _tags(tag_pairs)
     async with opened(store) as s:
-        rows = await s.cases(state=state, workflow=workflow, limit=limit, before=before, tags=tags,
-                             id_prefix=id_prefix or None, parent=parent)
+        rows = await s.cases(Listing(state, workflow, limit, before, tags, id_prefix or None, parent=parent))
     if as_json:
         for row in rows:
             r.print_json(_row_json(row))
@@ -214,6 +215,7 @@ async def schedules(store: str, as_json: bool) -> None:
 async def show(store: str, case_id: str, as_json: bool) -> None:
     """Where a case is: state, threads, what it waits for, its error."""
     from ..lowlevel import status_of
+    from ..stores import Listing
 
     async with opened(store) as s:
         item = s.read_queue_item(case_id)
@@ -237,7 +239,7 @@ async def show(store: str, case_id: str, as_json: bool) -> None:
         version = await s.program(row.fingerprint) if ended_badly else None
         summary = version.summary if version is not None else None
         run_by = None if row.state in ("done", "failed", "cancelled") else await _run_by(s, row)
-        children = await s.cases(parent=case_id, limit=_CHILDREN_SHOWN)
+        children = await s.cases(Listing(limit=_CHILDREN_SHOWN, parent=case_id))
     status = status_of(row, lambda v: v).model_copy(update={"children": tuple(c.case_id for c in reversed(children))})
     end = records[-1] if records and records[-1].get("kind") == "end" else {}
     named = status.failure.compensated if status.failure is not None else tuple(end.get("compensated") or ())
@@ -675,10 +677,12 @@ async def _replay_one(store: Store, target: Target, case_id: str) -> str:
 
 
 async def _all_ids(store: Store, state: str | None) -> list[str]:
+    from ..stores import Listing
+
     ids: list[str] = []
     before = None
     while True:
-        page = await store.cases(state=state, limit=1000, before=before)
+        page = await store.cases(Listing(state, limit=1000, before=before))
         ids += [row.case_id for row in page]
         if len(page) < 1000:
             return ids

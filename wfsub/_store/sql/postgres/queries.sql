@@ -1,6 +1,9 @@
 -- Every statement the Postgres store runs, by name (`-- name: NAME`, then what it does). Values are always bound
--- parameters ($1, $2, ...). Names are unqualified: each connection's `search_path` is the store's schema. The
--- only text the store formats itself is the schema name in CREATE SCHEMA (a checked identifier, quoted).
+-- parameters: named (`:case_id`) in the queries that `_sql_store.py` runs on every database, under the same
+-- names as SQLite's (`_sql.py` numbers them `$1`, `$2`, ... once, at load, for asyncpg); numbered (`$1`, `$2`,
+-- ...) in those only `_postgres.py` runs, which pass their values by position. Names are unqualified: each
+-- connection's `search_path` is the store's schema. The only text the store formats itself is the schema name in
+-- CREATE SCHEMA (a checked identifier, quoted).
 -- The functions called here (write_case, inbox_put, inbox_lock_key, take_over, claim_queued, db_now) are in
 -- migrations/.
 
@@ -68,7 +71,7 @@ UPDATE nodes SET lease_until = db_now() WHERE node_id = $1 AND pid = $2 AND host
 -- name: node_live
 -- The nodes whose lease holds, this one first, then the most recent.
 SELECT node_id, pid, host, since FROM nodes WHERE lease_until > db_now()
-ORDER BY (node_id = $1) DESC, since DESC;
+ORDER BY (node_id = :node) DESC, since DESC;
 
 -- name: write_group
 -- One write of a case (see write_case); the group commit runs it once per write, all in one transaction. The
@@ -151,55 +154,55 @@ SELECT claim_queued FROM claim_queued($1, $2, $3);
 -- re-open it, `take_ended`; one that finds another node took it first leaves the input to that node).
 SELECT i.id, i.case_id, i.kind, i.body, i.request_id, i.created_at, i.refused
 FROM inbox i LEFT JOIN cases c ON c.case_id = i.case_id
-WHERE i.refused IS NULL AND i.id > $1
-  AND (c.owner = $3 OR c.case_id IS NULL
+WHERE i.refused IS NULL AND i.id > :after
+  AND (c.owner = :node OR c.case_id IS NULL
        OR (i.kind = 'retry' AND c.ended_at IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = c.owner AND n.lease_until > db_now())))
-ORDER BY i.id LIMIT $2;
+ORDER BY i.id LIMIT :limit;
 
 -- name: inbox_take_all
 -- Inputs not yet refused, in id order, after an id (a store opened without a lease sees them all).
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
-WHERE refused IS NULL AND id > $1 ORDER BY id LIMIT $2;
+WHERE refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: inbox_row
-SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = $1;
+SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox WHERE id = :id;
 
 -- name: inbox_pending
 -- The inputs for a case still waiting in the inbox after an id, oldest first (index inbox_by_case).
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
-WHERE case_id = $1 AND refused IS NULL AND id > $3 ORDER BY id LIMIT $2;
+WHERE case_id = :case_id AND refused IS NULL AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: inbox_refused
 -- The latest inputs the owner refused for a case, newest first.
 SELECT id, case_id, kind, body, request_id, created_at, refused FROM inbox
-WHERE case_id = $1 AND refused IS NOT NULL ORDER BY id DESC LIMIT $2;
+WHERE case_id = :case_id AND refused IS NOT NULL ORDER BY id DESC LIMIT :limit;
 
 -- name: case_row
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE case_id = $1;
+FROM cases WHERE case_id = :case_id;
 
 -- name: journal_start_replace
 -- Replace the `start` record of a case whose journal holds nothing else (a queued case just claimed).
-UPDATE journal SET record = $2
-WHERE case_id = $1 AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = $1 AND seq > 0);
+UPDATE journal SET record = :record
+WHERE case_id = :case_id AND seq = 0 AND NOT EXISTS (SELECT 1 FROM journal WHERE case_id = :case_id AND seq > 0);
 
 -- name: journal_after
-SELECT record FROM journal WHERE case_id = $1 AND seq > $2 ORDER BY seq;
+SELECT record FROM journal WHERE case_id = :case_id AND seq > :after ORDER BY seq;
 
 -- name: journal_epochs
 -- Each record's seq and the epoch it was appended at (tests check fencing with it).
-SELECT seq, epoch FROM journal WHERE case_id = $1 ORDER BY seq;
+SELECT seq, epoch FROM journal WHERE case_id = :case_id ORDER BY seq;
 
 -- name: snapshot_newest
-SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = $1 ORDER BY seq DESC LIMIT 1;
+SELECT seq, format, bytecode, state FROM snapshots WHERE case_id = :case_id ORDER BY seq DESC LIMIT 1;
 
 -- name: cases_live_owned
 -- The rows recovery resumes at once: this node's, oldest first (partial index cases_live).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE live AND owner = $1 ORDER BY case_order;
+FROM cases WHERE live AND owner = :node ORDER BY case_order;
 
 -- name: cases_live_all
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
@@ -208,24 +211,26 @@ FROM cases WHERE live ORDER BY case_order;
 
 -- name: cases_due_owned
 -- This node's parked cases whose next_due has come, earliest first (partial index cases_due), after the row
--- ($4, $5) = (next_due, case_order) of the page before ('-Infinity', 0 for the first page).
+-- (:after_due, :after_order) = (next_due, case_order) of the page before ('-Infinity', 0 for the first page).
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND owner = $3 AND (next_due, case_order) > ($4, $5)
-ORDER BY next_due, case_order LIMIT $2;
+FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= :until AND owner = :node
+                 AND (next_due, case_order) > (:after_due, :after_order)
+ORDER BY next_due, case_order LIMIT :limit;
 
 -- name: cases_due_all
 SELECT case_order, case_id, workflow, fingerprint, state, started_at, updated_at, ended_at, last_seq, next_due,
        detail, owner, epoch, tags::text, forked_from
-FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= $1 AND (next_due, case_order) > ($3, $4)
-ORDER BY next_due, case_order LIMIT $2;
+FROM cases WHERE parked AND next_due IS NOT NULL AND next_due <= :until
+                 AND (next_due, case_order) > (:after_due, :after_order)
+ORDER BY next_due, case_order LIMIT :limit;
 
 -- name: cases_next_due_owned
--- The earliest next_due after $2 among this node's parked cases.
-SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND owner = $1 AND next_due > $2;
+-- The earliest next_due after :after among this node's parked cases.
+SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND owner = :node AND next_due > :after;
 
 -- name: cases_next_due_all
-SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND next_due > $1;
+SELECT min(next_due) FROM cases WHERE parked AND next_due IS NOT NULL AND next_due > :after;
 
 -- name: prune
 -- Remove cases that ended before a time and whose journal holds their `end`, at most $2 (NULL: all), in one
@@ -301,16 +306,17 @@ SELECT count(*) FROM told;
 
 -- name: program_put
 -- A program version's summary, once per fingerprint (a second registration keeps the first).
-INSERT INTO programs (fingerprint, workflow, summary, registered_at) VALUES ($1, $2, $3, db_now())
+INSERT INTO programs (fingerprint, workflow, summary, registered_at)
+VALUES (:fingerprint, :workflow, :summary, db_now())
 ON CONFLICT (fingerprint) DO NOTHING;
 
 -- name: program_get
 -- One program version's summary.
-SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = $1;
+SELECT fingerprint, workflow, summary FROM programs WHERE fingerprint = :fingerprint;
 
 -- name: program_newest
 -- The newest registered version of a workflow.
-SELECT fingerprint, workflow, summary FROM programs WHERE workflow = $1 ORDER BY program_order DESC LIMIT 1;
+SELECT fingerprint, workflow, summary FROM programs WHERE workflow = :workflow ORDER BY program_order DESC LIMIT 1;
 
 -- name: compact_group
 -- One compacting write of a case: `write_group`'s write (which appends its `snapshot` record at seq $29, fenced
@@ -331,16 +337,16 @@ SELECT status, appended, info, at_seq, cur_owner, cur_epoch FROM written;
 
 -- name: journal_first
 -- The first record a case's journal keeps: its `start` (seq 0), or after a compaction its `snapshot` record.
-SELECT record FROM journal WHERE case_id = $1 ORDER BY seq LIMIT 1;
+SELECT record FROM journal WHERE case_id = :case_id ORDER BY seq LIMIT 1;
 
 -- name: journal_request
 -- The record carrying a request id (the unique index), and a compaction's `snapshot` record, which keeps the ids of
 -- the records it replaced.
-SELECT record FROM journal WHERE case_id = $1 AND (request_id = $2 OR kind = 'snapshot') ORDER BY seq;
+SELECT record FROM journal WHERE case_id = :case_id AND (request_id = :request_id OR kind = 'snapshot') ORDER BY seq;
 
 -- name: journal_first_seq
 -- The seq of the first record a case's journal keeps (NULL: no such case).
-SELECT min(seq) FROM journal WHERE case_id = $1;
+SELECT min(seq) FROM journal WHERE case_id = :case_id;
 
 -- name: start_group
 -- `write_group` for a write carrying a `start` record: refused as a seq 0 written twice when the case exists (a
@@ -388,19 +394,20 @@ WHERE NOT EXISTS (SELECT 1 FROM cases WHERE case_id = $2) AND (SELECT paused FRO
 SELECT paused FROM schedules WHERE name = $1 FOR SHARE;
 
 -- name: schedule_register
--- A schedule's registration: the newest wins; a new one starts at $3. Returns the row as it is now.
-INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at) VALUES ($1, $2, $3, NULL, false, db_now())
+-- A schedule's registration: the newest wins; a new one starts at :first_slot. Returns the row as it is now.
+INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at)
+VALUES (:name, :spec, :first_slot, NULL, false, db_now())
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at
 RETURNING name, spec, last_slot, last_case, paused, updated_at;
 
 -- name: schedule_advance
 -- Move a schedule on to a newer slot (a slot is dealt with once: whoever moves it first).
-UPDATE schedules SET last_slot = $2, last_case = coalesce($3, last_case), updated_at = db_now()
-WHERE name = $1 AND (last_slot IS NULL OR last_slot < $2);
+UPDATE schedules SET last_slot = :slot, last_case = coalesce(:case_id, last_case), updated_at = db_now()
+WHERE name = :name AND (last_slot IS NULL OR last_slot < :slot);
 
 -- name: schedule_pause
 -- Pause or resume a schedule.
-UPDATE schedules SET paused = $2, updated_at = db_now() WHERE name = $1;
+UPDATE schedules SET paused = :paused, updated_at = db_now() WHERE name = :name;
 
 -- name: schedules_all
 -- Every schedule, by name.
@@ -525,14 +532,14 @@ SELECT 1 FROM cases WHERE case_id = $1 AND ended_at IS NOT NULL;
 -- name: queue_get
 -- One item.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
-FROM queue_items WHERE case_id = $1;
+FROM queue_items WHERE case_id = :case_id;
 
 -- name: queue_list
 -- Items newest first, by state and queue.
 SELECT case_id, queue, part, priority, dedup, start, not_before, enqueued_at, state, started_at, node, item_order
-FROM queue_items WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
-  AND ($4::bigint IS NULL OR item_order < $4)
-ORDER BY item_order DESC LIMIT $3;
+FROM queue_items WHERE (:state::text IS NULL OR state = :state) AND (:queue::text IS NULL OR queue = :queue)
+  AND (:before::bigint IS NULL OR item_order < :before)
+ORDER BY item_order DESC LIMIT :limit;
 
 -- name: queue_orphans
 -- Items claimed by a node that stopped before writing their case, taken over by node $1: those of nodes whose
@@ -560,25 +567,26 @@ SELECT name, spec FROM queues ORDER BY name;
 
 -- name: heartbeats_put
 -- The last heartbeats of a case's in-flight effects (JSON), beside its row: only while this node owns the case at
--- the epoch given ($4 NULL: the owner alone is checked).
-UPDATE cases SET heartbeats = $2 WHERE case_id = $1 AND owner = $3 AND ($4::bigint IS NULL OR epoch = $4);
+-- the epoch given (:epoch NULL: the owner alone is checked).
+UPDATE cases SET heartbeats = :heartbeats
+WHERE case_id = :case_id AND owner = :node AND (:epoch::bigint IS NULL OR epoch = :epoch);
 
 -- name: heartbeats_get
 -- What `heartbeats_put` kept for a case.
-SELECT heartbeats FROM cases WHERE case_id = $1;
+SELECT heartbeats FROM cases WHERE case_id = :case_id;
 
 -- name: children_of_ended
 -- Child cases that have not ended whose parent has (its cancel may not have reached them: see _runtime/_children).
 SELECT c.case_id, c.parent FROM cases c JOIN cases p ON p.case_id = c.parent
 WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NOT NULL
-ORDER BY c.case_order LIMIT $1;
+ORDER BY c.case_order LIMIT :limit;
 
 -- name: children_waited_for
 -- Child cases that have not ended, whose parent has not ended either and waits for them with "cancel" (their row
 -- names the parent's step): a parent that withdrew that step may have died before cancelling them (see
--- _runtime/_children). Only those whose parent node $1 owns ($1 NULL: every one). The step is JSON text.
+-- _runtime/_children). Only those whose parent node :owner owns (:owner NULL: every one). The step is JSON text.
 SELECT c.case_order, c.case_id, c.parent, (c.detail::jsonb) ->> 'parent_step' AS step
 FROM cases c JOIN cases p ON p.case_id = c.parent
-WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > $2
-  AND ($1::text IS NULL OR p.owner = $1) AND (c.detail::jsonb) ? 'parent_step'
-ORDER BY c.case_order LIMIT $3;
+WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > :after
+  AND (:owner::text IS NULL OR p.owner = :owner) AND (c.detail::jsonb) ? 'parent_step'
+ORDER BY c.case_order LIMIT :limit;

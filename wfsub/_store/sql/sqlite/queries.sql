@@ -323,10 +323,11 @@ WHERE q.case_id IN (SELECT value FROM json_each(:ids)) AND q.state IN ('queued',
   AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.case_id = q.case_id);
 
 -- name: schedule_register
--- A schedule's registration: the newest wins; a new one starts at :first_slot.
+-- A schedule's registration: the newest wins; a new one starts at :first_slot. Returns the row as it is now.
 INSERT INTO schedules (name, spec, last_slot, last_case, paused, updated_at)
 VALUES (:name, :spec, :first_slot, NULL, 0, :now)
-ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at;
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = excluded.updated_at
+RETURNING name, spec, last_slot, last_case, paused, updated_at;
 
 -- name: schedule_get
 -- One schedule.
@@ -490,9 +491,10 @@ ORDER BY c.case_order LIMIT :limit;
 -- name: children_waited_for
 -- Child cases that have not ended, whose parent has not ended either and waits for them with "cancel" (their row
 -- names the parent's step): a parent that withdrew that step may have died before cancelling them (see
--- _runtime/_children). The step is JSON text; :step is its JSON path in the row's detail ('$.parent_step').
-SELECT c.case_order, c.case_id, c.parent, json_extract(c.detail, :step) AS step
+-- _runtime/_children). The step is JSON text. (:owner, a node's id on a shared store, is not asked: the file's owner
+-- owns every case.)
+SELECT c.case_order, c.case_id, c.parent, json_extract(c.detail, '$.parent_step') AS step
 FROM cases c JOIN cases p ON p.case_id = c.parent
 WHERE c.parent IS NOT NULL AND c.ended_at IS NULL AND p.ended_at IS NULL AND c.case_order > :after
-  AND json_extract(c.detail, :step) IS NOT NULL
+  AND json_extract(c.detail, '$.parent_step') IS NOT NULL
 ORDER BY c.case_order LIMIT :limit;

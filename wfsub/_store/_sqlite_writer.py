@@ -64,9 +64,9 @@ from typing import Any
 
 from .._errors import StoreConflict, StoreError
 from .._trace import get_logger
-from ._files import fault
 from ._group import GroupQueue, Job, runs
 from ._sql import QUERIES
+from ._sqlite_files import fault
 
 _log = get_logger("wfsub.store")
 
