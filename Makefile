@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 PEERS_STAMP := $(VENV)/.installed-peers
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo clean chaos chaos-ci flake
+.PHONY: test lint typecheck pytest bench bench-compare bench-peers demo docs clean chaos chaos-ci flake
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +29,13 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 $(PEERS_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,peers]' && touch $(PEERS_STAMP) \
 		|| echo "bench-peers: the peers extra did not install; the missing peers are reported as not run"
+
+# The documentation site's tools (MkDocs, Material, mkdocstrings) only: `make docs` needs neither the test nor the
+# lint tools.
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 test: lint typecheck pytest
 
@@ -61,8 +69,13 @@ bench-peers: $(PEERS_STAMP)
 demo: $(RUNTIME_STAMP)
 	$(BIN)/python examples/order_flow.py
 
+# The documentation (mkdocs.yml, docs/) into site/, warnings as errors: a broken link, a missing anchor or a
+# docstring mkdocstrings cannot read fails the build. NO_MKDOCS_2_WARNING quiets Material's banner about its future.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo site
 
 # The chaos campaign (tests/chaos): seeded faults against Postgres nodes and a SQLite owner, then a checker of what
 # the stores hold. `make chaos SEED=7 MINUTES=5`; without SEED a seed is drawn (and printed). It needs the

@@ -26,6 +26,8 @@
         ├── StoreConflict    a write broke a rule of the journal (a seq written twice, a second `end`), or
         │                    was fenced (another node owns the case now, at another epoch)
         └── CommitUnknown    the connection was lost while a write committed: it may or may not have been applied
+
+Each is importable from `wfsub`, but `CommitUnknown`, which is in `wfsub.stores`.
 """
 
 from __future__ import annotations

@@ -837,7 +837,7 @@ def scope(
     `finally_` runs after the body ends, after `on_error` or `on_cancel` when one ran, and when the body is
     withdrawn (a failure on its way out, a region or case cancel, a join's cancel_remaining), before the failure
     goes on or the cancel completes: Python's `finally`. Not after `terminate()` or `cancel(compensate=False)`,
-    which end a case at once. See the README ("scope finally_") for what a failing `finally_` does.
+    which end a case at once. The docs' semantics page ("`scope(finally_=)`") says what a failing `finally_` does.
     """
     return Scope(name, body, on_cancel, on_error, error_into, finally_)
 
@@ -866,7 +866,8 @@ def mi(
     """Multiple instances of `body` (WCP12-15, 26, 27, 34-36, 41, 42).
 
     `dynamic=True`: `add_instances(name, ...)` adds instances until the join fires. `dynamic="open"`: the mi
-    starts with no instances (count/items optional) and takes them until `close_instances(name)` (strict WCP15).
+    starts with the instances of `count=` or `items=` (`count=0`: none) and takes more until
+    `close_instances(name)` (strict WCP15).
     """
     return MI(body, count, items, join, cancel_remaining, min, max, dynamic, until, collect, name)
 

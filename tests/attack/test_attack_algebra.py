@@ -1,5 +1,5 @@
 """An independent attack on the workflow algebra: scopes with on_error, sagas and cancel(compensate=), retries,
-open mis, blocking joins, nets, snapshots and durable cases, checked against the README's semantics and the WCP
+open mis, blocking joins, nets, snapshots and durable cases, checked against the documented semantics and the WCP
 catalogue.
 
 Tests marked xfail(strict=True) are faults found on the current code (each reason says what is wrong); the

@@ -306,7 +306,7 @@ async def test_a_clients_calls_across_a_server_crash_apply_once_and_its_awaiter_
             ):
                 try:
                     got[name] = await call()
-                except StoreError:  # its outcome unknown: the caller repeats it, as the README says
+                except StoreError:  # its outcome unknown: the caller repeats it, as the docs say
                     got[name] = await call()
             got["end"] = await client.await_case("a", timeout=120)
 

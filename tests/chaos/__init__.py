@@ -1,5 +1,5 @@
 """The chaos campaign: wfsub nodes, a private Postgres server, TCP proxies and a SQLite owner under seeded faults,
-and a checker of what the stores hold (see `_campaign` and `_checker`; README, "Chaos campaign").
+and a checker of what the stores hold (see `_campaign` and `_checker`; docs/contributing/chaos.md).
 
 It lives under tests/ because it is a test of wfsub, not a part of it: it imports the test suite's cuttable
 proxy (`tests/stores/_proxy.py`), and its checker's unit tests (`test_checker.py`) run in `make test`. The run

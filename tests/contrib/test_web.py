@@ -478,7 +478,7 @@ async def test_the_app_mounts_under_a_prefix() -> None:
 
 
 async def test_the_app_mounts_in_fastapi_as_the_readme_shows() -> None:
-    """Mounted in FastAPI with an auth reading a header, as in the README: the operator sees the pages, others 401."""
+    """Mounted in FastAPI with an auth reading a header, as in the docs: the operator sees the pages, others 401."""
     fastapi = pytest.importorskip("fastapi")
 
     def is_operator(request: Request) -> bool:

@@ -4,7 +4,7 @@ Python, against a live Substrate served by uvicorn on 127.0.0.1.
 Skipped, with the reason, when /usr/bin/chromium, playwright or uvicorn is missing, or chromium does not start
 (`.ci/run` installs chromium where it is missing; playwright and uvicorn are in the dev extra; `playwright
 install` is never needed). The test saves a screenshot of the case page; with `WFSUB_UPDATE_SCREENSHOT=1` it also
-replaces docs/web-inspector.png, the one the README shows.
+replaces docs/operations/web-inspector.png, the one the inspector's page shows.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from wfsub.stores import SqliteStore  # noqa: E402
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web-inspector.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "operations" / "web-inspector.png"
 
 
 async def test_operator_lists_filters_opens_a_case_signals_it_and_watches_it_move_on(tmp_path: Path) -> None:

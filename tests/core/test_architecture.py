@@ -48,7 +48,7 @@ PACKAGE = Path(wfsub.__file__).parent
 LAYERS = [
     "_errors", "_json", "_terms", "_netgraph", "_validate", "_diagram", "_program", "_reach", "_outbound", "_compiler",
     "_vm",
-    "_trace", "_store", "_runtime",
+    "_loops", "_trace", "_store", "_runtime",
 ]
 # The public modules sit on top of everything: the API tiers, the command and the optional extras.
 FRONTS = {"__init__", "__main__", "lowlevel", "testing", "terms", "runtime", "stores", "cli", "contrib", "_deprecated"}
@@ -161,6 +161,114 @@ def test_the_vm_modules_import_one_way_with_no_circle() -> None:
             parts = target.split(".")
             if parts[0] == "_vm" and len(parts) == 2 and VM_LAYERS.index(parts[1]) >= VM_LAYERS.index(name):
                 wrong.append(f"_vm/{name}.py imports _vm/{parts[1]}.py, which is not below it in VM_LAYERS")
+    assert wrong == []
+
+
+# The runtime holds the same rule, module by module, bottom up, for what runs: a module imports, when it is loaded
+# or inside a function, only modules listed before its own. The case actor's helpers take a `CaseActor`, and
+# `_control`'s `Existing` carries one: they name it under `if TYPE_CHECKING:` only, which never runs. Each row is a
+# floor: its modules import only rows above it.
+RUNTIME_LAYERS = [
+    "_control", "_start_request", "_clock", "_status", "_journal", "_request_ids", "_mailbox", "_registry",
+    "_summary", "_hub", "_answers", "_durable", "_heartbeat", "_inputs", "_nodes",
+    "_compact", "_effects", "_queued", "_queues", "_refusals", "_schedules", "_same_start", "_options",
+    "_case_journal", "_children", "_replay",
+    "_case_io", "_persist",
+    "_case", "_lifecycle",
+    "_loader", "_outside",
+    "_routing", "_table", "_reads", "_deliver", "_handle", "_starts", "_ownership",
+    "_substrate",
+    "_client",
+    "_versions", "__init__",
+]
+
+
+def _runtime_imports(path: Path) -> list[tuple[str, int]]:
+    """The wfsub/_runtime modules a runtime file imports and the line of each, whether the import runs when the
+    module is loaded or inside a function; imports under `if TYPE_CHECKING:` (which never run) are left out."""
+    here = list(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
+    found: list[tuple[str, int]] = []
+    todo: list[ast.AST] = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            found.extend((t.split(".")[1], node.lineno) for t in _targets(node, here) if t.startswith("_runtime."))
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _runtime_modules() -> dict[str, Path]:
+    return {path.stem: path for path in (PACKAGE / "_runtime").glob("*.py")}
+
+
+def test_the_runtime_modules_import_one_way() -> None:
+    """Each runtime module has a place in RUNTIME_LAYERS and imports, when loaded or at call time, only modules
+    below it (a type named under `if TYPE_CHECKING:` aside)."""
+    modules = _runtime_modules()
+    missing = sorted(set(modules) - set(RUNTIME_LAYERS))
+    assert missing == [], f"give each a place in RUNTIME_LAYERS, above every runtime module it imports: {missing}"
+    wrong = []
+    for name, path in modules.items():
+        for target, line in _runtime_imports(path):
+            if RUNTIME_LAYERS.index(target) >= RUNTIME_LAYERS.index(name):
+                wrong.append(f"_runtime/{name}.py:{line} imports _runtime/{target}.py, which is not below it")
+    assert wrong == []
+
+
+def test_no_import_loop_inside_the_runtime_even_at_call_time() -> None:
+    """No chain of runtime imports that run (at load or inside a function) leads from a module back to itself:
+    an import moved into a function to dodge a circle still counts."""
+    graph = {name: {target for target, _ in _runtime_imports(path)} for name, path in _runtime_modules().items()}
+    loops = []
+    for start in sorted(graph):
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                loops.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph.get(name, ()))
+    assert loops == [], f"these runtime modules import themselves through others: {loops}"
+
+
+def _named_modules(path: Path) -> list[str]:
+    """The wfsub modules one file imports, with the submodules it takes by name (`from .._store import _group`)."""
+    here = list(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.extend(a.name.removeprefix("wfsub.") for a in node.names if a.name.startswith("wfsub."))
+            continue
+        for target in _targets(node, here):
+            found.append(target)
+            if isinstance(node, ast.ImportFrom) and node.module:
+                folder = PACKAGE.joinpath(*target.split("."))
+                found.extend(
+                    f"{target}.{a.name}" for a in node.names
+                    if (folder / f"{a.name}.py").exists() or (folder / a.name).is_dir()
+                )
+    return found
+
+
+def test_no_layer_imports_another_layers_private_module() -> None:
+    """A layer reaches another only through its face (the package's `__init__`, or the module a layer is): never
+    a private module inside it, so a layer's insides can move without its users following."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        layer = rel.parts[0].removesuffix(".py")
+        if layer not in LAYERS:
+            continue
+        for target in _named_modules(path):
+            parts = target.split(".")
+            if parts[0] != layer and parts[0] in LAYERS and any(part.startswith("_") for part in parts[1:]):
+                wrong.append(f"{rel} imports {target}: export what it needs from wfsub.{parts[0]} and import it there")
     assert wrong == []
 
 

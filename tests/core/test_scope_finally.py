@@ -1,6 +1,6 @@
 """scope(finally_=) at the vm level: the branch runs after the body ends, fails or is withdrawn, before the failure
 goes on or the cancel completes (Python's finally); not after terminate() or cancel(compensate=False). Each
-interaction the README names is pinned here: on_error, on_cancel, sagas, a failing finally_, region and case
+interaction the docs name is pinned here: on_error, on_cancel, sagas, a failing finally_, region and case
 cancels, nesting, mi and loops, joins, complete_region, and a snapshot taken mid-finally."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from wfsub import CaseNotFound, CaseState, Substrate, cancel_region, par, scope,
 from wfsub.stores import StoreError
 
 from ..stores import _pg
-from ..stores._proxy import Proxy
+from ..stores._proxy import PROXY_CONNECT, Proxy
 
 BOUND = 30.0  # seconds: a bound against a hang, not a latency requirement
 outage: dict[str, Any] = {}  # what the parent's `outage` step does: start the test's store outage
@@ -119,7 +119,7 @@ async def test_a_child_cancel_sent_while_postgres_is_cut_off_is_delivered_once_i
     proxy = Proxy(_pg.database_dsn())
     outage["start"] = proxy.down
     try:
-        store = PostgresStore(proxy.dsn, schema=_pg.new_schema(), retry_for=0.2, connect_timeout=0.5)
+        store = PostgresStore(proxy.dsn, schema=_pg.new_schema(), retry_for=0.2, connect_timeout=PROXY_CONNECT)
         async with Substrate(store=store, workflows=FLOWS, node_id="n1") as sub:
             await _cancelled_after_the_outage(sub, proxy.up)
     finally:

@@ -1,4 +1,5 @@
-"""Every workflow pattern of the README's pattern table, end to end through the public API on a virtual clock."""
+"""Every workflow pattern of the docs' pattern table (docs/guide/algebra.md), end to end through the public API
+on a virtual clock."""
 
 from __future__ import annotations
 

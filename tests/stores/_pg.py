@@ -14,10 +14,13 @@ from sync code, async tests and trio alike.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import secrets
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -126,7 +129,12 @@ def database_dsn() -> str:
         if _database is None:
             worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # gw0, gw1, ... under pytest-xdist
             name = f"wfsub_test_{worker}_{os.getpid()}_{secrets.token_hex(4)}"
+            drop_leftovers()
             _run(_execute(URL, f'CREATE DATABASE "{name}"'))
+            # The server's own durability against its crash is not what the suite tests (the tests that crash a
+            # server start one of their own, with its defaults): a commit here need not wait for the disk, which
+            # on a slow one is most of the time a Postgres test takes.
+            _run(_execute(URL, f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
             _database = name
         return _with_database(URL, _database)
 
@@ -171,22 +179,56 @@ def fetchval(sql: str, *args: Any) -> Any:
 
 
 def drop_database() -> None:
-    """Drop this session's database, if one was made (at the end of the session)."""
+    """Drop this session's database, if one was made (at the end of the session), in a process of its own that
+    outlives the session: DROP DATABASE forces a checkpoint of the whole server, seconds on a slow disk, and the
+    suite should not wait for it. The next session drops whatever a killed one left (`drop_leftovers`)."""
     global _database, _session
     with _lock:
         if _database is not None:
             assert _session is not None  # started by database_dsn
-            dsn = _with_database(URL, _database)
-            # The tests' schemas first: dropped tables' buffers are discarded, not written, so the checkpoint DROP
-            # DATABASE forces has little left to flush (seconds less on a slow disk). One schema a transaction: all
-            # of them in one ran out of lock slots (max_locks_per_transaction) once a worker had made enough.
-            for name in _run(_session.fetchval(dsn, _TEST_SCHEMAS)) or ():
-                _run(_session.fetchval(dsn, f'DROP SCHEMA "{name}" CASCADE'))
             _run(_session.close_connection())
-            _run(_execute(URL, f'DROP DATABASE IF EXISTS "{_database}" WITH (FORCE)'))
             _session.stop()
             _session = None
+            # (through a shell that puts it in the background and returns: nothing is left for this process to
+            # wait for)
+            subprocess.run(
+                ["sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-c", _DROP, URL, _database],
+                start_new_session=True, check=True,
+            )
             _database = None
 
 
-_TEST_SCHEMAS = "SELECT array_agg(nspname) FROM pg_namespace WHERE nspname ~ '^t[0-9]+_'"
+_DROP = """
+import asyncio, sys
+import asyncpg
+async def drop(url, name):
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+asyncio.run(drop(*sys.argv[1:]))
+"""
+
+
+def drop_leftovers() -> None:
+    """Drop the test databases of sessions whose process is gone (killed before its drop ran), made on this
+    machine (their names hold the pid of the session that made them)."""
+    found = _run(_execute(URL, "SELECT array_agg(datname) FROM pg_database WHERE datname LIKE 'wfsub\\_test\\_%'"))
+    for name in found or ():
+        try:
+            pid = int(name.split("_")[-2])
+        except (ValueError, IndexError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # its session is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        # (another session may drop it first: then there is nothing left to do)
+        with contextlib.suppress(Exception):
+            _run(_execute(URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+

@@ -1,4 +1,8 @@
-"""The runtime: the Substrate supervisor, case actors, effects, timers and clocks. The only layer using anyio."""
+"""The runtime: the Substrate supervisor, case actors, effects, timers and clocks.
+
+Its modules import one way, each only the ones below it, also inside functions (`RUNTIME_LAYERS` in
+tests/core/test_architecture.py); the case actor's helpers name `CaseActor` under `if TYPE_CHECKING:` only.
+"""
 
 from __future__ import annotations
 

@@ -29,11 +29,10 @@ the store, and its in-memory awaiters get SubstrateClosed.
 
 from __future__ import annotations
 
-import asyncio
 import traceback as tb
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -50,11 +49,16 @@ from .._errors import (
     WfsubError,
     error_name,
 )
-from .._store._group import asyncio_loop, on_asyncio
+from .._loops import Wake, wake_event
 from .._trace import TraceSink, get_logger
+from ._answers import Updates, with_taken
+from ._answers import at_end as updates_at_end
+from ._answers import dispatch as dispatch_answers
+from ._answers import moved as updates_moved
 from ._case_io import case_timer, restart, start_io
-from ._case_journal import Fenced, close_live, durable_burst, evict_now, parked_in_store, write_end
+from ._case_journal import close_live, durable_burst, evict_now, parked_in_store, write_end
 from ._clock import Clock
+from ._control import CaseEvicted, Fenced
 from ._durable import CaseJournal
 from ._heartbeat import Beats, BeatWriter
 from ._hub import TraceHub
@@ -64,10 +68,6 @@ from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, Regio
 from ._refusals import durable_fields
 from ._request_ids import RequestKinds, remember, taken
 from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, Heartbeat, TimerStatus
-from ._updates import Updates, with_taken
-from ._updates import at_end as updates_at_end
-from ._updates import dispatch as dispatch_answers
-from ._updates import moved as updates_moved
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
@@ -110,11 +110,7 @@ class Shared:
     lease: Lease | None  # durable: the node's Lease (wait() returns at once while this node may write)
     compact_after: int | None  # durable: compact a live case's journal at this many records (`_compact`)
     busy: int = 0  # actors running or with messages waiting (VirtualClock settles on 0)
-    updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_updates`)
-
-
-class CaseEvicted(Exception):
-    """Internal: an input reached an actor that has just left memory; the sender reloads the case and resends."""
+    updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_answers`)
 
 
 def moved_away(store: str, case_id: str) -> StoreConflict:
@@ -123,22 +119,6 @@ def moved_away(store: str, case_id: str) -> StoreConflict:
         store, f"case {case_id!r} left this node before this input was applied: another node owns it now "
         "(fencing). Nothing was recorded; send the input again (with the same request_id) and it goes to the owner"
     )
-
-
-class Wake(Protocol):
-    """What a parked actor waits on: anyio's Event, or the backend's own (see `wake_event`)."""
-
-    def set(self) -> None: ...
-
-    async def wait(self) -> Any: ...
-
-
-def wake_event() -> Wake:
-    """A new Event for the running loop: asyncio's own on asyncio (`anyio.Event()` asks sniffio first, six calls
-    for each park), anyio's elsewhere."""
-    if on_asyncio(asyncio_loop()):  # (the test the store's group commit makes for its events)
-        return asyncio.Event()
-    return anyio.Event()
 
 
 @dataclass(slots=True, eq=False)
@@ -203,7 +183,7 @@ class CaseActor:
     exited: bool = False
     tags: dict[str, str] | None = None  # given at the start (durable cases: from the `start` record)
     forked_from: str | None = None  # durable: the case this one was forked from
-    updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_updates`)
+    updates: Updates | None = None  # callers waiting for update answers, and the latest answers (`_answers`)
     parent: str | None = None  # a child case (`start_case`): the id of the case that started it
     waited: str | None = None  # no store: a child its parent waits for, and on_parent_cancel ("cancel", "abandon")
     start: dict[str, Any] | None = None  # without a store: its start as `start_differs` compares it (workflow, data)

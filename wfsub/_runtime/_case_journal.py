@@ -40,6 +40,8 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite
 from .._trace import get_logger
 from . import _compact as compaction
+from ._answers import journaled, not_journaled, row_answers, row_owed, row_refused, unsaved
+from ._control import Fenced
 from ._durable import SNAPSHOT_EVERY, CaseJournal, InCommit, snapshot_of
 from ._inputs import kind_of
 from ._journal import ERROR_TEXT_LIMIT, as_journaled, end_record, error_body
@@ -47,7 +49,6 @@ from ._mailbox import Cancel, EffectDone, External, Message, RegionAction, Regio
 from ._refusals import log_refused
 from ._request_ids import taken
 from ._status import CaseState
-from ._updates import journaled, not_journaled, row_answers, row_owed, row_refused, unsaved
 
 if TYPE_CHECKING:
     from .._vm import RunResult
@@ -62,10 +63,6 @@ _CANCELLED = CaseState.CANCELLED
 _WAITING_EFFECT = CaseState.WAITING_EFFECT
 _WAITING_SIGNAL = CaseState.WAITING_SIGNAL
 _WAITING_TIMER = CaseState.WAITING_TIMER
-
-
-class Fenced(Exception):
-    """Internal: the store refused the case's own append for good (StoreConflict): another owner has the case."""
 
 
 def _request(msg: Any) -> dict[str, Any]:

@@ -88,9 +88,10 @@ from .._program import EffectSpec, Program
 from .._store import Store, refused_for_good
 from .._terms import SignalCase, StartCase, Term, child_path, children
 from .._trace import get_logger
-from .._vm._records import InstanceFrame
+from .._vm import InstanceFrame
 from . import _inputs as inputs
 from ._compact import start_of
+from ._control import Remote
 from ._journal import parent_step_of
 from ._start_request import StartRequest
 from ._status import FINAL, CaseState, CaseStatus
@@ -556,8 +557,6 @@ async def _cancel_if_withdrawn(sub: Steering, child_id: str, parent: str, step: 
     effect_id, path = step.get("effect_id"), step.get("path")
     if not isinstance(effect_id, int) or not isinstance(path, str):
         return  # (not a step this runtime wrote)
-    from ._loader import Remote  # (the loader imports this module's callers: imported when needed)
-
     try:
         actor = await sub.live(parent, "look at the steps of a parent case")
     except Remote:

@@ -26,9 +26,8 @@ from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from .._errors import CaseCancelled, CaseExists, CaseNotFound, SignalRejected, SubstrateClosed, update_timeout
-from .._store import Store
+from .._store import RETRIED, QueueItem, Store
 from .._store import open_store as _open_store
-from .._store._queueing import RETRIED, QueueItem
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
 from ._children import stored_children

@@ -52,18 +52,17 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import CommitUnknown, ReplayDivergence, SnapshotMismatch, StoreConflict, StoreError, bad_compact_after
+from .._errors import CommitUnknown, ReplayDivergence, StoreConflict, StoreError, bad_compact_after
 from .._errors import compacted_divergence as compacted_divergence
 from .._program import BYTECODE_VERSION, Program
 from .._store import CaseWrite, Record
 from .._trace import get_logger
-from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
+from .._vm import SNAPSHOT_FORMAT
 from ._durable import snapshot_of
 from ._request_ids import request_kinds_of, window
 
 if TYPE_CHECKING:
     from ._case import CaseActor
-    from ._replay import Replayer
 
 _log = get_logger("wfsub.runtime")
 
@@ -121,25 +120,6 @@ def base_state(first: Mapping[str, Any], program: Program) -> dict[str, Any]:
     if taken_on != program.fingerprint:
         raise compacted_divergence(case_id, seq, taken_on, program.fingerprint)
     return dict(state)
-
-
-def replayer_for(
-    program: Program, first: Mapping[str, Any], *, trace_level: str = "none", max_instances: int | None = None
-) -> Replayer:
-    """A Replayer at the first record of a journal: the `start`, or a compaction's `snapshot` (restored)."""
-    from ._replay import Replayer
-
-    if not is_snapshot(first):
-        return Replayer(program, first, trace_level=trace_level, max_instances=max_instances)
-    state = base_state(first, program)
-    try:
-        return Replayer(program, start_of(first), trace_level=trace_level, snapshot=state,
-                        max_instances=max_instances)
-    except SnapshotMismatch as exc:  # (the record's own fingerprint said otherwise: a damaged record)
-        raise compacted_divergence(
-            start_of(first).get("case_id"), int(first.get("seq", -1)), first.get("fingerprint"),
-            program.fingerprint, str(exc),
-        ) from None
 
 
 def snapshot_record(actor: CaseActor) -> Record | None:
@@ -220,7 +200,6 @@ __all__ = [
     "compacted_divergence",
     "due",
     "is_snapshot",
-    "replayer_for",
     "request_ids_of",
     "start_of",
 ]

@@ -20,18 +20,17 @@ from .._errors import CaseNotFound, SignalRejected, StoreConflict, StoreError, S
 from .._store import CaseRow, Store
 from .._trace import get_logger
 from . import _inputs as inputs
-from ._case import CaseEvicted
+from ._answers import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
+from ._answers import moved as updates_moved
+from ._answers import of as of_actor
+from ._answers import result as update_result
+from ._control import CaseEvicted, Remote
 from ._inputs import admit
-from ._loader import Remote
 from ._mailbox import Cancel, External, RegionAction, Reply, Signal
 from ._options import DEFAULT_MAX_PAYLOAD
 from ._outside import Outside, applied
 from ._queues import cancel_queued, cancel_requeued
 from ._status import FINAL, CaseState
-from ._updates import ANSWERS_KEPT, MOVED, Pending, remote_answer, row_result
-from ._updates import moved as updates_moved
-from ._updates import of as of_actor
-from ._updates import result as update_result
 
 if TYPE_CHECKING:
     from ._case import CaseActor

@@ -20,8 +20,7 @@ import anyio
 
 from .._program import BYTECODE_VERSION
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Snapshot, Store
-from .._vm import Machine
-from .._vm._snapshot import FORMAT as SNAPSHOT_FORMAT
+from .._vm import SNAPSHOT_FORMAT, Machine
 from ._journal import input_record
 from ._request_ids import RequestKinds, for_snapshot
 

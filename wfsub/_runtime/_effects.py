@@ -15,7 +15,6 @@ effect with `heartbeat_timeout=` runs under a watchdog (`_heartbeat.watched`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import anyio
 
 from .._errors import EffectResultError, heartbeat_outside_effect
+from .._loops import cancelled_by_runtime
 from .._terms import Retry
 from .._trace import get_logger
 from ._clock import Clock
@@ -87,11 +87,6 @@ def heartbeat(details: Any = None) -> None:
 
 class StrayCancellation(Exception):
     """An effect raised CancelledError although nothing in the runtime cancelled it."""
-
-
-def cancelled_by_runtime() -> bool:
-    """Whether the current task is being cancelled by a cancel scope around it (region, case, shutdown)."""
-    return anyio.current_effective_deadline() == -math.inf
 
 
 async def call_effect(

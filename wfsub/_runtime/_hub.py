@@ -23,9 +23,9 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from .._loops import cancelled_by_runtime
 from .._trace import EventBatch, TraceSink, check_sink, get_logger
 from .._vm import VmEvent
-from ._effects import cancelled_by_runtime
 
 _log = get_logger("wfsub.trace")
 

@@ -51,8 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import CaseNotFound, SignalRejected
-from .._store import CaseRow, CaseWrite, Record, Store
-from .._store._queueing import RETRIED, QueueItem, retried_key
+from .._store import RETRIED, CaseRow, CaseWrite, QueueItem, Record, Store, retried_key
 from ._journal import INPUT_KINDS, effective
 from ._persist import POISON, is_poison, suspend
 from ._status import CaseState

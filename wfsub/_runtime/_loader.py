@@ -28,20 +28,20 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite, DamagedEntry, Store
 from .._trace import TraceSink, get_logger
 from .._vm import Machine
+from ._answers import restore as restore_answers
 from ._case import CaseActor, moved_away
 from ._case_journal import case_row, write_waiting_row
 from ._clock import Clock
 from ._compact import start_of
+from ._control import Existing, Remote, StartRefused
 from ._durable import CaseJournal
 from ._journal import start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
 from ._persist import LeftSuspended, Loaded, end_suspended, is_poison, rebuild, suspend
-from ._queued import StartRefused
 from ._registry import Workflows
 from ._same_start import same_data
 from ._status import FINAL, CaseState
-from ._updates import restore as restore_answers
 
 _log = get_logger("wfsub.runtime")
 
@@ -51,21 +51,6 @@ SWEEP_RETRY = (0.5, 10.0)  # seconds before the check after a case failed to com
 CLAIM_BATCH = 100  # queued cases (placement="any") a node claims at a time
 
 ActorFor = Callable[[str, Machine, float, "float | None", "str | None", "str | None"], CaseActor]
-
-
-class Remote(Exception):
-    """Internal: the case is another node's (shared stores): inputs for it go through the inbox."""
-
-    def __init__(self, row: CaseRow) -> None:
-        self.row = row
-
-
-class Existing(Exception):  # noqa: N818 (not an error: the answer of a repeated call)
-    """Internal: `new_case` met a stored case with its id, workflow and start data: an earlier call of the same
-    (its answer lost, say): the call answers with that case (`actor`: in memory here, or None)."""
-
-    def __init__(self, actor: CaseActor | None) -> None:
-        self.actor = actor
 
 
 class CaseLoader:

@@ -40,7 +40,7 @@ class Signal:
     reply: Reply | None = None
     inbox_id: int = 0
     request_id: str | None = None
-    update: bool = False  # an update: its sender waits for the answer, found by its request_id (see `_updates`)
+    update: bool = False  # an update: its sender waits for the answer, found by its request_id (see `_answers`)
 
     @property
     def what(self) -> str:

@@ -42,6 +42,7 @@ from .._errors import (
 from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
+from ._answers import remote_answer, row_result
 from ._journal import as_journaled, start_record
 from ._lifecycle import fork_records, retry_record
 from ._mailbox import External, Signal
@@ -51,7 +52,6 @@ from ._same_start import same_start
 from ._schedules import backfill_request
 from ._status import CaseState
 from ._summary import summary_of
-from ._updates import remote_answer, row_result
 
 _log = get_logger("wfsub.runtime")
 
@@ -147,7 +147,7 @@ class Outside:
             await anyio.sleep(LIFECYCLE_POLL)
 
     async def update(self, case_id: str, msg: Signal, row: CaseRow | None = None) -> Any:
-        """Send an update through the inbox, then wait for its answer on the case's row (see `_updates`)."""
+        """Send an update through the inbox, then wait for its answer on the case's row (see `_answers`)."""
         assert msg.request_id is not None
         if row is None:
             row = await self.row(case_id)

@@ -25,16 +25,16 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._errors import CaseExists, CaseNotFound, CommitUnknown, SignalRejected, StoreConflict, StoreError
-from .._store import CaseRow, CaseWrite, InboxRow, SqliteStore, Store
-from .._store._queueing import QueueItem
+from .._store import CaseRow, CaseWrite, InboxRow, QueueItem, SqliteStore, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 from . import _lifecycle as lifecycle
 from ._case import CaseActor, Shared
 from ._children import LostChildren, Steering
 from ._clock import RealClock
+from ._control import Owned, Remote
 from ._hub import TraceHub
-from ._loader import CaseLoader, Remote
+from ._loader import CaseLoader
 from ._nodes import DatabaseClock, Lease, Node
 from ._outside import EndWatcher, Outside
 from ._persist import Background
@@ -55,10 +55,6 @@ _log = get_logger("wfsub.runtime")
 TAKEOVER_EVERY = 0.2  # seconds between a standby's looks at whether the owner's lock is free
 TAKEOVER_RETRY_MOST = 5.0  # seconds at most between a standby's takeovers that met a store fault (doubling up to it)
 ENDED_POLL = 2.0  # seconds between re-reads of the rows of awaited cases not in memory (a fallback to NOTIFY)
-
-class Owned(Exception):
-    """Internal: a standby took ownership of its store (its watch ends)."""
-
 
 def _nothing(actor: CaseActor) -> None:
     """A hook a mode without a store has nothing to do in (cases there never park in a store nor leave memory)."""

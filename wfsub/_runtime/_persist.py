@@ -28,16 +28,16 @@ from .._errors import CaseNotFound, ReplayDivergence, StoreError
 from .._program import Program
 from .._store import CaseRow, CaseWrite, InboxRow, Record, Store
 from .._trace import get_logger
-from ._compact import is_snapshot, replayer_for, start_of
+from ._answers import with_taken
+from ._compact import is_snapshot, start_of
 from ._durable import CaseJournal, snapshot_of, usable
 from ._journal import effective, end_record, input_record, parent_step_of, waited_of
 from ._queued import checked_start
 from ._refusals import refused_inputs
 from ._registry import Workflows
-from ._replay import Replayer
+from ._replay import Replayer, replayer_for
 from ._request_ids import journaled_kinds, taken
 from ._status import CaseState, CaseStatus, EffectStatus, Failure, TimerStatus
-from ._updates import with_taken
 
 _log = get_logger("wfsub.runtime")
 

@@ -21,15 +21,12 @@ from .._program import Program
 from .._store import CaseRow, CaseWrite, Record, Store
 from .._trace import get_logger
 from . import _inputs as inputs
+from ._control import StartRefused
 from ._journal import end_record
 from ._registry import Workflows
 from ._status import CaseState
 
 _log = get_logger("wfsub.runtime")
-
-
-class StartRefused(Exception):
-    """Internal: the case's queued start data does not fit its input model; the case was failed."""
 
 
 async def checked_start(

@@ -62,8 +62,7 @@ from typing import Any
 import anyio
 
 from .._errors import NOTHING, StoreError, bad_option, unknown_name
-from .._store import CaseRow, CaseWrite, Store
-from .._store._queueing import CANCELLED, QUEUED, RETRIED, QueueItem, QueueLimits, QueueTable
+from .._store import CANCELLED, QUEUED, RETRIED, CaseRow, CaseWrite, QueueItem, QueueLimits, QueueTable, Store
 from .._trace import get_logger
 from ._inputs import MAX_CASE_ID_BYTES, stored_key
 from ._journal import end_record, input_record, start_record, waited_of

@@ -1,7 +1,8 @@
 """Replaying a journal: rebuild a case from its start record (or a snapshot) and the records after it.
 
 A compacted journal starts with a `snapshot` record instead of `start`: the replay restores it and checks the
-records after it (what that verifies, and what it cannot, is said in `_compact`).
+records after it (what that verifies, and what it cannot, is said in `_compact`). Replay builds on compaction:
+`replayer_for` reads a journal's first record with `_compact`'s helpers, and `_compact` never imports replay.
 
 The vm runs to each record's step count before the record is applied (no effect runs: recorded outcomes are
 fed back; tasks re-run), so the replayed case passes through exactly the states the live one did. A record that
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._compiler import compile_workflow
-from .._errors import ReplayDivergence, RestoredError, SignalRejected
+from .._errors import ReplayDivergence, RestoredError, SignalRejected, SnapshotMismatch, compacted_divergence
 from .._program import Program
 from .._terms import Term
 from .._trace import TraceEvent
 from .._vm import EffectRequest, Machine, RunResult, Scheduler, Seeded, TimerRequest
+from ._compact import base_state, is_snapshot, start_of
 from ._journal import INPUT_KINDS, JournalRecord, effective
 from ._request_ids import RequestKinds, input_kind, kept_kinds
 
@@ -276,6 +278,23 @@ class Replayer:
         raise self.diverged(rec, f"the case to end {outcome}", happened)
 
 
+def replayer_for(
+    program: Program, first: Mapping[str, Any], *, trace_level: str = "none", max_instances: int | None = None
+) -> Replayer:
+    """A Replayer at the first record of a journal: the `start`, or a compaction's `snapshot` (restored)."""
+    if not is_snapshot(first):
+        return Replayer(program, first, trace_level=trace_level, max_instances=max_instances)
+    state = base_state(first, program)
+    try:
+        return Replayer(program, start_of(first), trace_level=trace_level, snapshot=state,
+                        max_instances=max_instances)
+    except SnapshotMismatch as exc:  # (the record's own fingerprint said otherwise: a damaged record)
+        raise compacted_divergence(
+            start_of(first).get("case_id"), int(first.get("seq", -1)), first.get("fingerprint"),
+            program.fingerprint, str(exc),
+        ) from None
+
+
 @dataclass(frozen=True)
 class ReplayReport:
     """What an offline replay found: the state reached, the data, the trace, and the first divergence (or None)."""
@@ -297,8 +316,6 @@ def replay(
 
     The report's `divergence` is None when the whole journal applies, else the first record that does not.
     """
-    from ._compact import replayer_for  # (it builds on this module)
-
     records = [as_record(r) for r in journal]
     if not records or records[0].get("kind") not in ("start", "snapshot"):
         raise ValueError(

@@ -26,7 +26,8 @@ from .._store import CaseRow, CaseWrite, InboxRow, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 from ._case import CaseActor
-from ._loader import CaseLoader, Remote
+from ._control import Remote
+from ._loader import CaseLoader
 from ._mailbox import Cancel, External, Reply
 from ._outside import applied
 from ._refusals import log_refused, named

@@ -65,8 +65,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict
 
 from .._errors import NOTHING, CaseExists, SchedulePaused, StoreError, bad_option, unknown_name
-from .._store import ScheduleRow, Store
-from .._store._memory import ScheduleTable
+from .._store import ScheduleRow, ScheduleTable, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 

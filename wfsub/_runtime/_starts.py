@@ -18,15 +18,15 @@ from pydantic import BaseModel
 
 from .._errors import CaseExists, WorkflowNotRegistered
 from .._program import Program
-from .._store._queueing import RETRIED, QueueItem
+from .._store import RETRIED, QueueItem
 from .._terms import Term
 from .._vm import Machine, Scheduler, Seeded
 from . import _inputs as inputs
 from ._case import CaseActor
 from ._children import started_from_queue
+from ._control import Existing
 from ._handle import CaseHandle
 from ._journal import as_journaled, parent_step_of, queued_start
-from ._loader import Existing
 from ._options import positive
 from ._queues import Queue, check_queued
 from ._registry import Workflows

@@ -7,7 +7,10 @@
     _rows.py       JSON encoding of records and rows, the row rules, decoding what reads return
     _sql.py        SQL loading: `sql/<database>/queries.sql` and `sql/<database>/migrations/NNNN_*.sql`
     _open.py       `open_store(spec)`: a store from a path, URL or object; `BACKENDS`, by URL scheme
-    _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls)
+    _queueing.py   queued cases: the item, its states and limits, how a claim chooses (every backend's), the
+                   table in memory (MemoryStore's, and a Substrate's without a store)
+    _memory.py     MemoryStore (with `_single.py`: what a single-node store answers to the many-nodes calls),
+                   and `ScheduleTable`, the schedules in memory (a Substrate without a store uses it too)
     _sqlite.py     SqliteStore (+ `_writer.py`: its writer thread; `_files.py`: its file and owner lock)
     _postgres.py   PostgresStore (+ `_pgdriver.py`: the driver, its loop thread, its errors)
 
@@ -38,7 +41,15 @@ from ._base import refused_for_good as refused_for_good
 from ._base import require_store as require_store
 from ._listing import Listing as Listing
 from ._memory import MemoryStore as MemoryStore
+from ._memory import ScheduleTable as ScheduleTable
 from ._open import open_store as open_store
+from ._queueing import CANCELLED as CANCELLED
+from ._queueing import QUEUED as QUEUED
+from ._queueing import RETRIED as RETRIED
+from ._queueing import QueueItem as QueueItem
+from ._queueing import QueueLimits as QueueLimits
+from ._queueing import QueueTable as QueueTable
+from ._queueing import retried_key as retried_key
 from ._sqlite import SqliteStore as SqliteStore
 
 if TYPE_CHECKING:

@@ -88,7 +88,7 @@ class CaseRow:
     # The latest inbox inputs the owner refused for this case, newest first (at most REFUSED_KEPT): read from the
     # inbox's refused rows by the single-row reads (`row`, `read_row`, `load`), never written through the row.
     refused: list[InboxRow] = field(default_factory=list)
-    # The answers of the case's latest updates, by update id: {id: [kind, value]} (see `_runtime._updates`). Not
+    # The answers of the case's latest updates, by update id: {id: [kind, value]} (see `_runtime._answers`). Not
     # journaled (a replay computes them again): kept here so a process that sent an update through the inbox,
     # or a call retried after a crash, finds its answer.
     answers: dict[str, Any] | None = None

@@ -37,6 +37,7 @@ import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
 from .._errors import StoreError
+from .._loops import asyncio_loop, on_asyncio
 from .._trace import get_logger
 
 _log = get_logger("wfsub.store")
@@ -85,17 +86,6 @@ class Job:
         return self.result
 
 
-asyncio_loop = asyncio._get_running_loop  # C, no sniffing: None outside an asyncio loop
-try:  # anyio does without sniffio, and then runs on asyncio only (trio needs it)
-    from sniffio import thread_local as _sniffed  # its `name` is set by a library that says which it is (trio)
-except ImportError:  # pragma: no cover
-    _sniffed = None  # type: ignore[assignment]
-
-
-def on_asyncio(loop: object) -> bool:
-    """Whether the task running now is asyncio's (`loop`, the running asyncio loop or None), without sniffio's
-    six calls: a loop runs, and no other library (trio, as a guest on it) says it runs the task."""
-    return loop is not None and (_sniffed is None or _sniffed.name is None)
 _last: tuple[object, EventLoopToken] | None = None  # the asyncio loop last seen, and its token
 
 

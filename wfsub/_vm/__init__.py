@@ -13,6 +13,7 @@ from ._events import MIN_KINDS as MIN_KINDS
 from ._events import TraceLevel as TraceLevel
 from ._events import VmEvent as VmEvent
 from ._machine import Machine as Machine
+from ._records import InstanceFrame as InstanceFrame
 from ._records import MIStats as MIStats
 from ._requests import EffectRequest as EffectRequest
 from ._requests import TimerRequest as TimerRequest
@@ -22,4 +23,5 @@ from ._schedulers import Deterministic as Deterministic
 from ._schedulers import Replay as Replay
 from ._schedulers import Scheduler as Scheduler
 from ._schedulers import Seeded as Seeded
+from ._snapshot import SNAPSHOT_FORMAT as SNAPSHOT_FORMAT
 

@@ -23,7 +23,7 @@ from ._records import Record, record_classes
 from ._result import RunStatus
 from ._schedulers import scheduler_from_state
 
-FORMAT = 1
+SNAPSHOT_FORMAT = 1
 _RECORDS = record_classes()
 _STATE = (
     "data",
@@ -133,7 +133,7 @@ def take(machine: Interp) -> dict[str, Any]:
     e.drain()
     error = None if machine.error is None else e.enc(machine.error)
     return {
-        "format": FORMAT,
+        "format": SNAPSHOT_FORMAT,
         "fingerprint": machine.program.fingerprint,
         "trace_level": machine.trace_level,
         "scheduler": machine.scheduler.to_state(),
@@ -146,7 +146,7 @@ def take(machine: Interp) -> dict[str, Any]:
 
 
 def give(program: Program, snap: Mapping[str, Any]) -> Interp:
-    if not isinstance(snap, Mapping) or snap.get("format") != FORMAT:
+    if not isinstance(snap, Mapping) or snap.get("format") != SNAPSHOT_FORMAT:
         raise MachineStateError("not a wfsub machine snapshot (missing or unknown 'format')")
     if snap.get("fingerprint") != program.fingerprint:
         raise SnapshotMismatch(

@@ -9,7 +9,7 @@ region operations.
 Modules: `_blocks` (the activation tree: blocks and threads), `_engine` (stepping the constructs, joins, mi),
 `_undo` (withdrawal, compensation, failures and cancels); this module is the front a test drives.
 
-The rules are the documented ones (README, "Semantics decided here"); where the docs leave a choice open, the
+The rules are the documented ones (docs/guide/semantics.md); where the docs leave a choice open, the
 reference follows the vm and says so here:
 - Scheduling: see `_engine`. Handlers of withdrawn work start innermost first; among siblings, the one that
   joined its block last starts first (the docs call siblings concurrent).

@@ -1,4 +1,4 @@
-"""Updates in the runtime: a signal whose sender waits for the answer.
+"""Update answers and the callers waiting for them: an update is a signal whose sender waits for the answer.
 
 `sub.update(case_id, name, payload)` sends the update as a signal marked as one (`_inputs.update`): its request
 id (the caller's, or one made for it) is the update's id. The case's vm answers it (see `_vm._updates`): an
