@@ -117,10 +117,7 @@ class Ownership:
         t.shared = self.shared(hub, case_tg)
         store = t.store
         if store is None:
-            if self.schedules.by_name:
-                case_tg.start_soon(self.schedules.run)
-            if t.queues.queues:
-                case_tg.start_soon(t.queues.run)
+            self._scheduled_loops(case_tg)
             return
         await self._register_summaries(store)
         await t.queues.register(store)
@@ -243,7 +240,7 @@ class Ownership:
         )
 
     def _owner_loops(self, store: Store, case_tg: TaskGroup, loader: CaseLoader, background: Background) -> None:
-        """The loops beside an owner's cases; schedules and queues start here for a store's owner."""
+        """The loops beside an owner's cases, its schedules and queues among them."""
         t = self.t
         t.busy(1)  # until its first pass is done (see `check_versions`)
         case_tg.start_soon(loader.check_versions)
@@ -254,11 +251,16 @@ class Ownership:
         else:  # cases started by a standby or a client are queued for this owner
             case_tg.start_soon(background.changes_loop, loader.claim_queued)
         self.schedules.use(store)
+        t.queues.use(store)
+        self._scheduled_loops(case_tg)
+
+    def _scheduled_loops(self, case_tg: TaskGroup) -> None:
+        """The loops of the schedules and the queues, started here only: without a store, or as a store's owner
+        (a standby lists them through the store and starts them once it owns it)."""
         if self.schedules.by_name:
             case_tg.start_soon(self.schedules.run)
-        t.queues.use(store)
-        if t.queues.queues:
-            case_tg.start_soon(t.queues.run)
+        if self.t.queues.queues:
+            case_tg.start_soon(self.t.queues.run)
 
     async def _recover(self, loader: CaseLoader) -> None:
         """Resume the live cases (running, or with effects in flight) not in memory; a poison case is not."""

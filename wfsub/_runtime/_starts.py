@@ -48,6 +48,7 @@ class Starts:
         self.t = table
         self.deliver = deliver
         self.programs: dict[Term, Program] = {}  # compiled terms, by term (at most PROGRAM_CACHE_SIZE)
+        self.case_level = table.opts.case_level  # (the sinks are given once: a new case's level never changes)
 
     async def new_case(
         self, workflow: str | Term, data: Mapping[str, Any] | BaseModel | None, *, case_id: str | None,
@@ -110,7 +111,7 @@ class Starts:
             await t.outside.start(name, program.fingerprint, start_data, case_id, deadline, req.seed,
                                   tags=req.tags, sent=sent, model=model)
             return CaseHandle(self.deliver, None, case_id)
-        level = t.opts.case_level
+        level = self.case_level
         machine = Machine(
             program, start_data, scheduler=None if req.seed is None else Seeded(req.seed), trace_level=level,
             case_id=case_id, max_instances=t.opts.max_instances, workflow=name,
@@ -312,7 +313,7 @@ class Starts:
     ) -> CaseActor:
         shared = self.t.shared
         assert shared is not None
-        level = self.t.opts.case_level if level is None else level
+        level = self.case_level if level is None else level
         return CaseActor(case_id, machine, shared, now, level=level, deadline=deadline, workflow=name)
 
     def spawn(self, actor: CaseActor) -> None:
