@@ -323,8 +323,8 @@ class CaseLoader:
         row = stored.row
         mine = not self.store.shared or row.owner == self.owner
         actor = None
-        if mine and not CaseState(row.state).ended:
-            actor = self.cases.get(case_id) or await self.load(case_id)
+        if mine and not CaseState(row.state).ended and row.state != CaseState.QUEUED.value:
+            actor = self.cases.get(case_id) or await self.load(case_id)  # (a retried one in its queue stays there)
         raise Existing(actor)
 
     async def end_suspended(
