@@ -10,9 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel
 
-from wfsub import CaseState, Queue, Substrate, Workflow, seq, task, wait
+from wfsub import CaseState, Client, Queue, Substrate, Workflow, seq, task, wait
+from wfsub.cli import main as command
 from wfsub.stores import MemoryStore
 
 BOUND = 20.0  # seconds: a bound against a hang, not a latency requirement
@@ -96,3 +98,51 @@ async def test_a_start_repeated_for_a_retried_case_in_its_queue_leaves_it_there(
         assert sub.statistics().cases_live == 1
         await sub.cancel("blocker", reason="make room")
         await _state(sub, "rq", "waiting_signal")
+
+
+async def _refusal(call: Any) -> tuple[str, str] | None:
+    try:
+        await call
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is compared
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def _command(*argv: str) -> tuple[int, str]:
+    ran = CliRunner().invoke(command, list(argv), env={"COLUMNS": "2000"})
+    return ran.exit_code, ran.output.strip()
+
+
+async def test_every_door_refuses_an_input_for_a_retried_case_in_its_queue_alike(tmp_path: Path) -> None:
+    """A signal or region operation for a retried case waiting in its queue is refused by the Substrate, its handle,
+    a Client, a standby and the command with one message (none puts it in the inbox for the owner to drop)."""
+    _FAIL["on"] = True
+    path = tmp_path / "c.db"
+    queues = {"q": Queue(concurrency=1)}
+    async with Substrate(store=path, workflows=_RETRIED, queues=queues) as sub:
+        await sub.new_case("f", {}, case_id="rq", queue="q")
+        await _state(sub, "rq", "failed")
+        await sub.new_case("w", {}, case_id="blocker", queue="q")
+        await _state(sub, "blocker", "waiting_signal")
+        await sub.retry("rq")
+        async with Client(path) as client, Substrate(store=path, workflows=_RETRIED, queues=queues) as standby:
+            assert standby.standby
+            said = {
+                "substrate": await _refusal(sub.signal("rq", "go")),
+                "handle": await _refusal(sub.handle("rq").signal("go")),
+                "client": await _refusal(client.signal("rq", "go")),
+                "standby": await _refusal(standby.signal("rq", "go")),
+                "client region": await _refusal(client.cancel_region("rq", "nosuch")),
+                "standby region": await _refusal(standby.cancel_region("rq", "nosuch")),
+            }
+            ran = await anyio.to_thread.run_sync(lambda: _command("signal", str(path), "rq", "go", "--timeout", "5"))
+        expected = await _refusal(sub.signal("rq", "go"))
+        assert expected is not None and "it is queued: retried" in expected[1]
+        region = await _refusal(sub.cancel_region("rq", "nosuch"))
+        assert said == {"substrate": expected, "handle": expected, "client": expected, "standby": expected,
+                        "client region": region, "standby region": region}
+        assert ran[0] != 0 and expected[1] in ran[1], ran
+        _FAIL["on"] = False
+        await sub.cancel("blocker", reason="make room")
+        await _state(sub, "rq", "waiting_signal")  # it starts, and no signal was left for it in the inbox
+        assert sub.status("rq").signals == ("go",)

@@ -45,7 +45,7 @@ from . import _inputs as inputs
 from ._answers import remote_answer, row_result
 from ._journal import as_journaled, start_record
 from ._lifecycle import fork_records, retry_record
-from ._mailbox import External, Signal
+from ._mailbox import Cancel, External, Signal
 from ._registry import Workflows
 from ._request_ids import journaled_kinds, taken
 from ._same_start import same_start
@@ -99,6 +99,9 @@ class Outside:
             return 0  # a retried call whose input was applied (it may have ended the case): what it returned first
         if CaseState(row.state).ended:
             raise SignalRejected.ended(case_id, msg.what, row.state)
+        if row.state == CaseState.QUEUED.value and not isinstance(msg, Cancel):  # as its owner refuses it
+            item = self.store.read_queue_item(case_id)  # (retried, waiting in its queue: a cancel ends it there)
+            raise SignalRejected.requeued(case_id, msg.what, None if item is None else item.queue)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
             inputs.against_summary(msg, summary, case_id, models, row)
