@@ -146,3 +146,26 @@ async def test_every_door_refuses_an_input_for_a_retried_case_in_its_queue_alike
         await sub.cancel("blocker", reason="make room")
         await _state(sub, "rq", "waiting_signal")  # it starts, and no signal was left for it in the inbox
         assert sub.status("rq").signals == ("go",)
+
+
+@pytest.mark.parametrize("store", ["none", "memory", "sqlite"])
+async def test_a_handle_is_given_for_a_case_waiting_in_its_queue(tmp_path: Path, store: str) -> None:
+    """`handle(case_id)` of a case waiting in its queue, or cancelled there, is its handle (as `new_case` and a
+    Client's `handle` give one, and `status` reads it), not CaseNotFound."""
+    opened = {"none": None, "memory": MemoryStore(), "sqlite": tmp_path / "c.db"}[store]
+    async with Substrate(store=opened, workflows=_RETRIED, queues={"q": Queue(concurrency=1)}) as sub:
+        await sub.new_case("w", {}, case_id="blocker", queue="q")
+        await _state(sub, "blocker", "waiting_signal")
+        await sub.new_case("w", {}, case_id="waiting", queue="q")
+        await sub.new_case("w", {}, case_id="dropped", queue="q")
+        await sub.cancel("dropped", reason="not needed")
+        handle = sub.handle("waiting")
+        assert handle.case_id == "waiting" and handle.status().state == CaseState.QUEUED
+        assert sub.handle("dropped").status().state == CaseState.CANCELLED
+        if store == "sqlite":
+            async with Client(opened) as client:
+                assert (await client.handle("waiting")).case_id == "waiting"
+        await sub.cancel("blocker", reason="make room")
+        await _state(sub, "waiting", "waiting_signal")
+        await handle.signal("go")
+        assert await handle.result(timeout=BOUND) == {"go": None}

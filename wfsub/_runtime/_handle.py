@@ -123,13 +123,15 @@ class CaseHandle:
 
 
 def handle_of(deliver: Deliver, case_id: str) -> CaseHandle:
-    """A handle to an existing case (CaseNotFound if there is none): in memory, or in the store."""
+    """A handle to an existing case (CaseNotFound if there is none): in memory, in the store, or in its queue."""
     t = deliver.t
     t.check_open("get a case's handle")
     case_id = inputs.check_case_id(case_id, new=False)
     actor = t.cases.get(case_id)
     if actor is not None and not actor.evicted:
         return CaseHandle(deliver, actor)
-    if t.store is None or t.row_now(case_id) is None:
-        raise CaseNotFound(case_id)
-    return CaseHandle(deliver, None, case_id)
+    if t.store is not None and t.row_now(case_id) is not None:
+        return CaseHandle(deliver, None, case_id)
+    if t.queues.queues and t.queues.item(case_id) is not None:  # waiting in its queue, or cancelled there
+        return CaseHandle(deliver, None, case_id)
+    raise CaseNotFound(case_id)

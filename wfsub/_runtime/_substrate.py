@@ -303,7 +303,7 @@ class Substrate:
         )
 
     def handle(self, case_id: str) -> CaseHandle:
-        """A handle to an existing case (CaseNotFound if there is none): in memory, or in the store."""
+        """A handle to an existing case (CaseNotFound if there is none): in memory, in the store, or in its queue."""
         return handle_of(self._deliver, case_id)
 
     # -- schedules ---------------------------------------------------------------------------------------------
