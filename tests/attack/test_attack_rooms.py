@@ -169,3 +169,19 @@ async def test_a_handle_is_given_for_a_case_waiting_in_its_queue(tmp_path: Path,
         await _state(sub, "waiting", "waiting_signal")
         await handle.signal("go")
         assert await handle.result(timeout=BOUND) == {"go": None}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an input for a case waiting in its queue (never started) is refused with CaseNotFound, 'no case ...: check the "
+    "id, or start it with new_case() first', by every door, while status() and handle() show it queued: it should "
+    "say it is queued and takes inputs once it has started, as the refusal for a retried case in its queue does"))
+@pytest.mark.parametrize("store", ["none", "sqlite"])
+async def test_an_input_for_a_case_waiting_in_its_queue_says_it_is_queued(tmp_path: Path, store: str) -> None:
+    """A signal for a case waiting in its queue is refused saying it is queued (not that there is no such case)."""
+    opened = None if store == "none" else tmp_path / "c.db"
+    async with Substrate(store=opened, workflows=_RETRIED, queues={"q": Queue(concurrency=1)}) as sub:
+        await sub.new_case("w", {}, case_id="blocker", queue="q")
+        await sub.new_case("w", {}, case_id="waiting", queue="q")
+        assert sub.status("waiting").state == CaseState.QUEUED
+        refused = await _refusal(sub.signal("waiting", "go"))
+        assert refused is not None and refused[0] == "SignalRejected" and "queued" in refused[1], refused
