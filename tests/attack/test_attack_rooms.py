@@ -13,11 +13,14 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel
 
-from wfsub import CaseState, Client, Queue, Substrate, Workflow, seq, task, wait
+from wfsub import CaseState, Client, Queue, SignalRejected, Substrate, Workflow, seq, task, wait
 from wfsub.cli import main as command
-from wfsub.stores import MemoryStore
+from wfsub.stores import MemoryStore, PostgresStore
+
+from ..stores import _pg
 
 BOUND = 20.0  # seconds: a bound against a hang, not a latency requirement
+needs_pg = pytest.mark.skipif(not _pg.ENABLED, reason=_pg.SKIP_REASON)
 
 
 async def _state(sub: Substrate, case_id: str, *states: str) -> None:
@@ -185,3 +188,31 @@ async def test_an_input_for_a_case_waiting_in_its_queue_says_it_is_queued(tmp_pa
         assert sub.status("waiting").state == CaseState.QUEUED
         refused = await _refusal(sub.signal("waiting", "go"))
         assert refused is not None and refused[0] == "SignalRejected" and "queued" in refused[1], refused
+
+
+@needs_pg
+async def test_a_node_refuses_an_input_for_a_retried_case_in_its_queue_as_its_owner_does() -> None:
+    """On Postgres, another node refuses a signal for a retried case waiting in its queue as the node that ran it
+    does (it is queued), rather than leaving it in the inbox for that node to drop."""
+    _FAIL["on"] = True
+    dsn, schema = _pg.database_dsn(), _pg.new_schema()
+    queues = {"q": Queue(concurrency=1)}
+
+    def node(name: str) -> Substrate:
+        return Substrate(store=PostgresStore(dsn, schema=schema), workflows=_RETRIED, queues=queues, node_id=name)
+
+    async with node("a") as a, node("b") as b:
+        await a.new_case("f", {}, case_id="rq", queue="q")
+        await _state(a, "rq", "failed")
+        await a.new_case("w", {}, case_id="blocker", queue="q")
+        await _state(a, "blocker", "waiting_signal")
+        try:  # (either node may have claimed and run it: its owner retries it)
+            await a.retry("rq")
+            owner, other = a, b
+        except SignalRejected:
+            await b.retry("rq")
+            owner, other = b, a
+        await _state(other, "rq", "queued")
+        here, there = await _refusal(owner.signal("rq", "go")), await _refusal(other.signal("rq", "go"))
+        assert here is not None and "it is queued: retried" in here[1], here
+        assert there == here
