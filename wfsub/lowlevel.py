@@ -15,7 +15,9 @@ program summary of the case's recorded version, as the owner would refuse it, ev
 when an input of another kind used the id, since a request id names one input of one kind), `loads_input`
 (the JSON text of an input's value read, refused with a message when it nests too deep), `check_case_id` (a
 case id checked as every door checks it: a new case's, or one to look up), `cancel_queued` (a case that
-waits in its queue cancelled there: it ends as any case, in one transaction), `version_summary` (the program
+waits in its queue cancelled there: it ends as any case, in one transaction; `cancel_in_queue` checks the reason
+first, as every door does), `send_input` (an input sent to a case's owner through the store's inbox, checked as
+the owner and every other door check it: what a `Client` sends with), `version_summary` (the program
 summary of a version as a Substrate or a Client knows it: its signal and update names, its drawing),
 `drawing_of` and `mark_drawing` (a version's drawing as a summary keeps it, and its Mermaid text with where a
 case is marked, as `to_mermaid(term, highlight=)` gives it, without the term: what the web inspector draws
@@ -31,6 +33,8 @@ from ._diagram import mark_drawing as mark_drawing
 from ._program import Op as Op
 from ._program import Program as Program
 from ._runtime._compact import request_ids_of as journaled_request_ids
+from ._runtime._deliver import cancel_in_queue as cancel_in_queue
+from ._runtime._deliver import send_input as send_input
 from ._runtime._inputs import check_case_id as check_case_id
 from ._runtime._inputs import check_input as check_input
 from ._runtime._inputs import loads_input as loads_input
@@ -75,6 +79,7 @@ __all__ = [
     "VmEvent",
     "Workflows",
     "backfill_request",
+    "cancel_in_queue",
     "cancel_queued",
     "check_case_id",
     "check_case_input",
@@ -88,6 +93,7 @@ __all__ = [
     "mark_drawing",
     "request_applied",
     "retry_record",
+    "send_input",
     "status_of",
     "term_of",
     "version_summary",

@@ -114,7 +114,7 @@ async def test_an_update_timeout_holds_while_the_moved_case_has_not_answered() -
             tg.start_soon(call)
             await until(lambda: a.status("c1").effects)  # journaled and taken
             moved_to(schema, "c1", "b")
-            loader = a._loader
+            loader = a._table.loader
             assert loader is not None
             assert await loader.recheck()
             await b.signal("c1", "end")  # b brings the case in, its effect in flight (the gate stays shut)

@@ -234,7 +234,7 @@ async def test_each_action_refusal_names_what_and_how_over_a_client(tmp_path: Pa
                     while not (await source.status("c-1")).ended:  # noqa: ASYNC110 - the store's row, as the Client reads
                         await anyio.sleep(0.005)
                 for form in ({"action": "signal", "name": "go"}, {"action": "update", "name": "ask"},
-                             {"action": "cancel"}):
+                             {"action": "cancel", "reason": "again"}):
                     code, text = await post("c-1", **form)
                     assert code == 409 and "already ended (cancelled)" in text, (form, text)
                 page = await client.get("/case/c-1")

@@ -208,7 +208,7 @@ async def test_signal_reaches_the_live_owner_and_a_refusal_is_reported(here: Pat
         ran = await wfsub(here, "signal", "cases.db", "o5", "approve", "--request-id", "r1")
         assert ran.code == 0 and "recorded the signal 'approve'" in ran.err and "applied before" in ran.err
         ran = await wfsub(here, "signal", "cases.db", "o5", "approve", "--request-id", "r2")
-        assert ran.code == 1 and "has ended (done" in ran.err and "nothing was sent" in ran.err
+        assert ran.code == 1 and "it has already ended (done)" in ran.err and "nothing was sent" in ran.err
 
 
 async def test_a_signal_sent_twice_at_once_with_one_request_id_is_recorded_for_both(here: Path) -> None:

@@ -166,6 +166,7 @@ async def _drive(
             await page.goto(base + "/")
             await page.click('td.id a:text-is("evil/../victim")')
             await playwright_api.expect(page.locator("main h1 span.mono")).to_have_text("evil/../victim")
+            await page.fill('input[name="reason"]', "opened by its odd id")  # (a blank reason is refused)
             await page.click("#cancel-send")
             await playwright_api.expect(page.locator("#case-state")).to_have_text("cancelled")
             assert sub.status("evil/../victim").state == "cancelled"

@@ -209,7 +209,8 @@ async def test_every_case_link_and_form_leads_to_and_acts_on_that_case_whatever_
             assert page.status_code == 200, (case_id, href)
             assert shown_case(page) == case_id, (case_id, href)
             action = form_action(page, "cancel-form")
-            done = await client.post(as_a_browser_asks(action), data={"csrf": csrf, "action": "cancel"})
+            form = {"csrf": csrf, "action": "cancel", "reason": "odd ids"}
+            done = await client.post(as_a_browser_asks(action), data=form)
             assert done.status_code == 303, (case_id, action)
             cancelled.append(case_id)
             await until(sub, case_id, "cancelled")

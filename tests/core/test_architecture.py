@@ -169,14 +169,14 @@ def test_the_vm_modules_import_one_way_with_no_circle() -> None:
 # `_control`'s `Existing` carries one: they name it under `if TYPE_CHECKING:` only, which never runs. Each row is a
 # floor: its modules import only rows above it.
 RUNTIME_LAYERS = [
-    "_control", "_clock", "_status", "_journal", "_request_ids", "_mailbox", "_registry", "_summary", "_hub",
-    "_answers", "_durable", "_heartbeat", "_inputs", "_nodes",
-    "_compact", "_effects", "_queued", "_queues", "_refusals", "_schedules",
+    "_control", "_start_request", "_clock", "_status", "_journal", "_request_ids", "_mailbox", "_registry",
+    "_summary", "_hub", "_answers", "_durable", "_heartbeat", "_inputs", "_nodes",
+    "_compact", "_effects", "_queued", "_queues", "_refusals", "_schedules", "_same_start", "_options",
     "_case_journal", "_children", "_replay",
     "_case_io", "_persist",
     "_case", "_lifecycle",
     "_loader", "_outside",
-    "_routing",
+    "_routing", "_table", "_reads", "_deliver", "_handle", "_starts", "_ownership",
     "_substrate",
     "_client",
     "_versions", "__init__",

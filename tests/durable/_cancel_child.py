@@ -22,9 +22,9 @@ from wfsub._runtime import _children
 from .test_children_crash import CHILD_ID, QUEUES, WORKFLOWS
 
 
-async def die(actor: Any, req: Any, sub: Substrate, child_id: str) -> None:
+async def die(actor: Any, req: Any, sub: Any, child_id: str) -> None:
     with anyio.CancelScope(shield=True):
-        store = sub._store
+        store = sub.table.store
         assert store is not None
         for _ in range(2000):  # (a bound: the parent's end is written while this step is being withdrawn)
             row = await store.row(actor.case_id)

@@ -36,7 +36,7 @@ async def scenario(name: str, path: str, side: str) -> None:
 
 async def hold(path: str) -> None:
     async with Substrate(store=path, workflows=_flows.WORKFLOWS) as sub:
-        print(f"owned {os.getpid()} {sub._owner}", flush=True)
+        print(f"owned {os.getpid()} {sub._table.owner}", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.read)
 
 

@@ -25,9 +25,9 @@ from .test_children_withdrawn import QUEUES, WORKFLOWS
 
 
 def killer(when: str) -> Any:
-    async def die(actor: Any, req: Any, sub: Substrate, child_id: str) -> None:
+    async def die(actor: Any, req: Any, sub: Any, child_id: str) -> None:
         with anyio.CancelScope(shield=True):
-            store = sub._store
+            store = sub.table.store
             assert store is not None
             said = when
             if when == "parked":

@@ -164,7 +164,7 @@ async def test_a_second_substrate_on_the_same_store_is_refused_naming_the_owner(
     for store in (path, memory):
         async with Substrate(store=store, workflows=_flows.WORKFLOWS) as first:
             error = await enter_fails(store)
-            assert first._owner in str(error)
+            assert first._table.owner in str(error)
             if store is path:
                 assert path in str(error) and "(this process)" in str(error)
             handle = await first.new_case("basic", {"n": 1})  # the owner goes on

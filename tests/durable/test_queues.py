@@ -381,8 +381,8 @@ async def test_a_case_claimed_by_a_process_killed_before_starting_it_is_started_
                 assert await first.await_case("orphan") == {"k": 1, "ran": True}
             journal = await first.journal("orphan")
             assert [r.kind for r in journal].count("start") == 1 and journal[-1].kind == "end"
-            item = first._queues.item("orphan")
-            assert item is not None and item.node in {n._owner for n in nodes}
+            item = first._table.queues.item("orphan")
+            assert item is not None and item.node in {n._table.owner for n in nodes}
         finally:
             if len(nodes) > 1:
                 await nodes[1].__aexit__(None, None, None)

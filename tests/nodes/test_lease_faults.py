@@ -207,7 +207,7 @@ async def test_a_takeover_never_trusts_an_actor_of_an_older_epoch() -> None:
         with anyio.fail_after(20):
             while a.status("c0").state != "waiting_signal":  # noqa: ASYNC110 - the case's own pace
                 await anyio.sleep(0.02)
-        loader = a._loader
+        loader = a._table.loader
         assert loader is not None
         stale = loader.cases["c0"]
         _pg.fetchval(f'UPDATE "{schema}".cases SET epoch = epoch + 2 WHERE case_id = $1', "c0")

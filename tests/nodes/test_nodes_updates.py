@@ -94,7 +94,7 @@ async def test_an_update_journaled_before_the_case_moved_is_answered_by_the_new_
                 while not a.status("c1").effects:  # noqa: ASYNC110 - the update is journaled and taken
                     await anyio.sleep(0.02)
                 moved_to(schema, "c1", "b")
-                loader = a._loader
+                loader = a._table.loader
                 assert loader is not None
                 assert await loader.recheck()  # what a node does after a lapsed lease: a's actor of c1 leaves
                 assert "c1" not in loader.cases

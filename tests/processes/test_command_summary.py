@@ -60,8 +60,9 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["signal", "l1", "approve"], "its payload does not fit Approval ((payload): Input should be a valid "
          "dictionary or instance of Approval)"),
         (["cancel", "l1", "--region", "nowhere"], "no region 'nowhere' in this workflow (regions: none)"),
-        (["cancel", "gone"], "case 'gone' has ended (cancelled"),
-        (["signal", "gone", "approve", '{"by": "ann"}'], "case 'gone' has ended (cancelled"),
+        (["cancel", "gone"], "case 'gone' cannot cancel: it has already ended (cancelled)"),
+        (["signal", "gone", "approve", '{"by": "ann"}'],
+         "case 'gone' cannot take signal 'approve': it has already ended (cancelled)"),
     ],
 )
 def test_the_command_refuses_what_the_owner_would_with_no_owner_running(

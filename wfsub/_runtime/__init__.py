@@ -13,6 +13,7 @@ from ._clock import VirtualClock as VirtualClock
 from ._effects import EffectInfo as EffectInfo
 from ._effects import effect_info as effect_info
 from ._effects import heartbeat as heartbeat
+from ._handle import CaseHandle as CaseHandle
 from ._journal import JournalRecord as JournalRecord
 from ._queues import Queue as Queue
 from ._registry import Workflow as Workflow
@@ -28,7 +29,6 @@ from ._status import Heartbeat as Heartbeat
 from ._status import RefusedInput as RefusedInput
 from ._status import SubstrateStatistics as SubstrateStatistics
 from ._status import TimerStatus as TimerStatus
-from ._substrate import CaseHandle as CaseHandle
 from ._substrate import Substrate as Substrate
 
 __all__ = [

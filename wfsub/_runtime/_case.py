@@ -71,6 +71,8 @@ from ._status import FINAL, CaseState, CaseStatus, EffectStatus, Failure, Heartb
 
 if TYPE_CHECKING:
     from .._vm import EffectRequest, Machine, RunResult, TimerRequest
+    from ._children import Steering
+    from ._nodes import Lease
 
 _log = get_logger("wfsub.runtime")
 
@@ -90,24 +92,25 @@ _WAITING_TIMER = CaseState.WAITING_TIMER
 
 @dataclass(slots=True)
 class Shared:
-    """What every case actor of one Substrate shares."""
+    """What every case actor of one Substrate shares, built with the hooks of its mode (see `_ownership`): without
+    a store, or as a standby, the hooks that only a store's owner needs are `_ownership`'s explicit no-ops."""
 
     clock: Clock
     hub: TraceHub
     quanta: int
     mailbox_size: int
     on_end: Callable[[CaseActor], None]
+    redact: Callable[[Any], Any]  # over what people read: logs, status, the case row
+    start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task beside the cases
+    steering: Steering  # `start_case` and `signal_case` act on other cases through it
+    on_park: Callable[[CaseActor], None]  # durable: the case parked (eviction may drop it later)
+    on_evict: Callable[[CaseActor], None]  # durable: the case left memory (it stays in the store)
+    on_effect_wait: Callable[[CaseActor], None]  # durable: the case waits for effects only
+    max_payload_bytes: int | None  # durable: the largest JSON payload an input may carry
+    lease: Lease | None  # durable: the node's Lease (wait() returns at once while this node may write)
+    compact_after: int | None  # durable: compact a live case's journal at this many records (`_compact`)
     busy: int = 0  # actors running or with messages waiting (VirtualClock settles on 0)
-    max_payload_bytes: int | None = None  # durable: the largest JSON payload an input may carry
-    on_park: Callable[[CaseActor], None] | None = None  # durable: the case parked (eviction may drop it later)
-    on_evict: Callable[[CaseActor], None] | None = None  # durable: the case left memory (it stays in the store)
-    on_effect_wait: Callable[[CaseActor], None] | None = None  # durable: the case waits for effects only
-    redact: Callable[[Any], Any] = lambda value: value  # over what people read: logs, status, the case row
-    lease: Any = None  # durable: the node's Lease (wait() returns at once while this node may write)
-    start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None  # a task beside the cases
     updates: dict[str, Updates] = field(default_factory=dict)  # live cases' update answers and callers (`_answers`)
-    substrate: Any = None  # the Substrate: `start_case` and `signal_case` act on other cases through it
-    compact_after: int | None = None  # durable: compact a live case's journal at this many records (`_compact`)
 
 
 def moved_away(store: str, case_id: str) -> StoreConflict:
@@ -218,53 +221,65 @@ class CaseActor:
             if fenced is not None:
                 raise fenced
         except Fenced as fenced:  # leave memory without writing anything more: the store's owner carries on
-            _log.warning("case left memory: the store refused its journal", case_id=self.case_id,
-                         error=str(fenced.__cause__))
-            self.evicted = self.fenced = True
-            self.left("fenced")
-            if self.shared.on_evict is not None:
-                self.shared.on_evict(self)
-            cause = fenced.__cause__
-            refused = moved_away(cause.store if isinstance(cause, StoreError) else "?", self.case_id)
-            waiting = self.updates or self.shared.updates.get(self.case_id)
-            if waiting is not None:  # its update callers read their answers from the row from now on
-                updates_moved(waiting)
-            for msg in self.inbox:  # inputs that came while the refused append was in flight: never applied
-                self.answer(msg, refused)
-            self.inbox.clear()
-            self.took_mailbox()  # and senders waiting for mailbox space find the actor gone (send raises)
+            self._left_fenced(fenced)
         except Exception as exc:  # a runtime or vm bug: it ends this case only
-            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # raised inside the task group
-                exc = exc.exceptions[0]
-            _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
-            if self.state not in FINAL:
-                message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
-                self._end_failed(exc, "case actor", message)
-                try:
-                    await write_end(self)
-                except Fenced as fenced:  # another owner has the case: it ends it
-                    _log.warning("case end not recorded: the store refused its journal", case_id=self.case_id,
-                                 error=str(fenced.__cause__))
+            await self._crashed(exc)
         finally:
-            if self.evicted:
-                self.machine = None
-            elif self.state not in FINAL:  # unwinding on cancellation: the Substrate is closing
-                if self.journal is not None:
-                    close_live(self)
-                else:
-                    self._end_cancelled("substrate closed")
-            if not self.parked:
-                self.shared.busy -= 1
-            if self.unstarted:
-                self.starting(-self.unstarted)  # tasks cancelled before they ever ran
-            self.parked = False
-            if self.sinks:
-                self.shared.hub.release(self.sinks)
-            # Awaiters are released only now, when the case's effects and timers have all stopped.
-            self.exited = True
-            if self.done is not None:
-                self.done.set()
-            self.shared.on_end(self)
+            self._exit()
+
+    def _left_fenced(self, fenced: Fenced) -> None:
+        """The store refused the case's journal (another owner has it): it leaves memory, and the inputs it holds
+        are answered with where they must go now."""
+        _log.warning("case left memory: the store refused its journal", case_id=self.case_id,
+                     error=str(fenced.__cause__))
+        self.evicted = self.fenced = True
+        self.left("fenced")
+        self.shared.on_evict(self)
+        cause = fenced.__cause__
+        refused = moved_away(cause.store if isinstance(cause, StoreError) else "?", self.case_id)
+        waiting = self.updates or self.shared.updates.get(self.case_id)
+        if waiting is not None:  # its update callers read their answers from the row from now on
+            updates_moved(waiting)
+        for msg in self.inbox:  # inputs that came while the refused append was in flight: never applied
+            self.answer(msg, refused)
+        self.inbox.clear()
+        self.took_mailbox()  # and senders waiting for mailbox space find the actor gone (send raises)
+
+    async def _crashed(self, exc: Exception) -> None:
+        """A runtime or vm bug ended the actor: the case is failed with it (and its end written, with a store)."""
+        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # raised inside the task group
+            exc = exc.exceptions[0]
+        _log.exception("case actor crashed; the case is failed", case_id=self.case_id)
+        if self.state not in FINAL:
+            message = f"internal error in the case actor: {type(exc).__name__}: {exc}"
+            self._end_failed(exc, "case actor", message)
+            try:
+                await write_end(self)
+            except Fenced as fenced:  # another owner has the case: it ends it
+                _log.warning("case end not recorded: the store refused its journal", case_id=self.case_id,
+                             error=str(fenced.__cause__))
+
+    def _exit(self) -> None:
+        """The actor's last step, however it ended: its awaiters are released only now, when the case's effects
+        and timers have all stopped."""
+        if self.evicted:
+            self.machine = None
+        elif self.state not in FINAL:  # unwinding on cancellation: the Substrate is closing
+            if self.journal is not None:
+                close_live(self)
+            else:
+                self._end_cancelled("substrate closed")
+        if not self.parked:
+            self.shared.busy -= 1
+        if self.unstarted:
+            self.starting(-self.unstarted)  # tasks cancelled before they ever ran
+        self.parked = False
+        if self.sinks:
+            self.shared.hub.release(self.sinks)
+        self.exited = True
+        if self.done is not None:
+            self.done.set()
+        self.shared.on_end(self)
 
     async def _drive(self, r: RunResult, tg: TaskGroup | None) -> RunResult | None:
         """Run bursts until the case ends (None) or, without a task group, until one is needed (the result)."""

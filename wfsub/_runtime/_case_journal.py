@@ -161,10 +161,7 @@ async def _commit_batch(
         try:
             await lease.wait()
         except anyio.get_cancelled_exc_class():  # closing with nothing written: close_live answers the inbox
-            j.seq = seq
-            for request_id in fresh_ids:
-                j.request_ids.pop(request_id, None)
-            not_journaled(actor, fresh_ids)
+            _not_written(actor, seq, fresh_ids)
             actor.inbox[:0] = [msg for msg, _ in entries] + twins
             raise
     try:
@@ -173,23 +170,17 @@ async def _commit_batch(
         with anyio.CancelScope(shield=True):  # the store commits a write whose waiter is cancelled all the same:
             # a closing Substrate waits for the outcome, so each sender hears whether its input was journaled
             appended = await j.commit(records, row=row, inbox_done=inbox_done, inbox_refused=refused)
-    except StoreConflict as exc:  # the journal moved on without us (another owner): nothing more is ours
+    except (StoreConflict, CommitUnknown) as exc:
+        # StoreConflict: the journal moved on without us (another owner): nothing more is ours. CommitUnknown:
+        # written or not, this process cannot tell: the journal decides, so the case leaves memory and is read
+        # back from it (`CaseLoader.left_memory`: the sweep); a caller retries with its request_id (applied once).
         actor.fenced = True  # (before the answers: a caller that hears of it sends the input to the owner)
         commit.error = exc
         for msg in [*(msg for msg, _ in entries), *twins]:
             actor.answer(msg, exc)
         raise Fenced(exc) from exc
-    except CommitUnknown as exc:  # written or not, this process cannot tell: the journal decides, so the case
-        actor.fenced = True  # leaves memory and is read back from it (`CaseLoader.left_memory`: the sweep)
-        commit.error = exc
-        for msg in [*(msg for msg, _ in entries), *twins]:
-            actor.answer(msg, exc)  # (a caller retries with its request_id: applied once)
-        raise Fenced(exc) from exc
     except StoreError as exc:
-        j.seq = seq  # nothing was written: the numbers are free again
-        for request_id in fresh_ids:
-            j.request_ids.pop(request_id, None)
-        not_journaled(actor, fresh_ids)
+        _not_written(actor, seq, fresh_ids)  # nothing was written: the numbers are free again
         _store_failed(actor, [*entries, *((msg, {}) for msg in twins)], exc)
         return
     if told:
@@ -215,6 +206,16 @@ async def _commit_batch(
             raise Fenced(exc) from exc
 
 
+def _not_written(actor: CaseActor, seq: int, fresh_ids: list[str]) -> None:
+    """A batch that was not written: its seqs and its request ids are free again."""
+    j = actor.journal
+    assert j is not None
+    j.seq = seq
+    for request_id in fresh_ids:
+        j.request_ids.pop(request_id, None)
+    not_journaled(actor, fresh_ids)
+
+
 def _store_failed(actor: CaseActor, entries: list[tuple[Message, dict[str, Any]]], exc: StoreError) -> None:
     """The commit failed (rolled back): external callers hear of it; the case's own inputs are retried."""
     _log.error("could not journal inputs; retrying the case's own", case_id=actor.case_id, error=str(exc))
@@ -235,7 +236,6 @@ def _store_failed(actor: CaseActor, entries: list[tuple[Message, dict[str, Any]]
             for msg in retry:
                 actor.post(msg)
 
-        assert actor.shared.start_soon is not None
         actor.shared.start_soon(again)
 
 
@@ -366,8 +366,7 @@ def parked_in_store(actor: CaseActor) -> None:
     assert j is not None
     assert m is not None
     if actor.state is _WAITING_EFFECT:
-        if actor.shared.on_effect_wait is not None:
-            actor.shared.on_effect_wait(actor)
+        actor.shared.on_effect_wait(actor)
         return
     if actor.state not in (_WAITING_SIGNAL, _WAITING_TIMER) or actor.requested:
         return
@@ -381,8 +380,7 @@ def parked_in_store(actor: CaseActor) -> None:
     j.row_parked = True
     actor.shared.busy += 1
     _spawn_store_write(actor, CaseWrite(actor.case_id, [], row, snapshot, epoch=j.epoch), j.seq)
-    if actor.shared.on_park is not None:
-        actor.shared.on_park(actor)
+    actor.shared.on_park(actor)
 
 
 def write_waiting_row(actor: CaseActor) -> None:
@@ -415,7 +413,6 @@ def _spawn_store_write(actor: CaseActor, change: Any, seq: int) -> None:
         finally:
             actor.shared.busy -= 1
 
-    assert actor.shared.start_soon is not None
     actor.shared.start_soon(write)
 
 
@@ -500,6 +497,5 @@ async def evict_now(actor: CaseActor) -> bool:
         return False
     actor.evicted = True
     actor.left("evicted")
-    if actor.shared.on_evict is not None:
-        actor.shared.on_evict(actor)  # from now on, inputs go to a reloaded actor
+    actor.shared.on_evict(actor)  # from now on, inputs go to a reloaded actor
     return True

@@ -66,7 +66,7 @@ cancel) go through `derived_request_id`, which keeps them within the bound every
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -93,6 +93,7 @@ from . import _inputs as inputs
 from ._compact import start_of
 from ._control import Remote
 from ._journal import parent_step_of
+from ._start_request import StartRequest
 from ._status import FINAL, CaseState, CaseStatus
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ if TYPE_CHECKING:
     from .._vm import EffectRequest
     from ._case import CaseActor
     from ._registry import Workflows
-    from ._substrate import Substrate
+    from ._table import CaseTable
 
 _log = get_logger("wfsub.runtime")
 
@@ -108,6 +109,26 @@ CHILDREN_SHOWN = 1000
 """`status().children` lists at most this many (the oldest); `cases(parent=)` pages through every child."""
 
 _BACKOFF_CAP = 5.0
+
+
+class Steering(Protocol):
+    """What `start_case` and `signal_case` steps, and the looks for lost cancels, need of their Substrate: its
+    table of cases, and the routes of a start, a signal, a cancel and an await (each as the API checks them)."""
+
+    @property
+    def table(self) -> CaseTable: ...
+
+    async def start(self, req: StartRequest) -> object: ...
+
+    async def await_case(self, case_id: str) -> Any: ...
+
+    async def signal(self, case_id: str, name: str, payload: Any, request_id: str) -> None: ...
+
+    async def cancel(self, case_id: str, reason: str, request_id: str) -> None: ...
+
+    async def live(self, case_id: str, what: str) -> CaseActor: ...
+
+    def status(self, case_id: str) -> CaseStatus: ...
 
 
 def outbound(actor: CaseActor, req: EffectRequest) -> Callable[[Mapping[str, Any]], Awaitable[Any]]:
@@ -140,27 +161,27 @@ def default_child_id(parent: str, path: str, ctx: Mapping[str, Any]) -> str:
     return f"{parent}/{path}" + "".join(f"/{i}" for i in instance_indexes(ctx))
 
 
-def children_in(sub: Substrate, status: CaseStatus) -> CaseStatus:
+def children_in(table: CaseTable, status: CaseStatus) -> CaseStatus:
     """`status` with the ids of the cases that case started (oldest first, at most CHILDREN_SHOWN)."""
-    store = sub._store
+    store = table.store
     if store is None:
-        found = sub._children.get(status.case_id)
+        found = table.children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found[:CHILDREN_SHOWN])}) if found else status
-    if sub._phase != "open" or not _may_start_children(sub, status):
+    if table.phase != "open" or not _may_start_children(table.workflows, status):
         # closed (its store is too: what it read last stands), or a version with no start_case: nothing to read
-        found = sub._children.get(status.case_id)
+        found = table.children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found)}) if found else status
     try:
         rows = store.read_cases(Listing(limit=CHILDREN_SHOWN, parent=status.case_id))
     except StoreError as exc:  # the store is away: the status of a case in memory still answers, with what was read
         _log.warning("cannot list a case's children; its status shows those read before", case_id=status.case_id,
                      error=str(exc))
-        found = sub._children.get(status.case_id)
+        found = table.children.get(status.case_id)
         return status.model_copy(update={"children": tuple(found)}) if found else status
     if not rows:
         return status
     children = tuple(row.case_id for row in reversed(rows))
-    sub._children[status.case_id] = list(children)  # (kept for a status read after the Substrate closed)
+    table.children[status.case_id] = list(children)  # (kept for a status read after the Substrate closed)
     return status.model_copy(update={"children": children})
 
 
@@ -179,10 +200,10 @@ def starts_children(program: Program) -> bool:
     return found
 
 
-def _may_start_children(sub: Substrate, status: CaseStatus) -> bool:
+def _may_start_children(workflows: Workflows, status: CaseStatus) -> bool:
     """False only when the case's version is known here and has no `start_case` (a case of an unknown version, or
     of a term started without a name, is read: the store decides)."""
-    found = sub._workflows.by_fingerprint.get(status.version) if status.version is not None else None
+    found = workflows.by_fingerprint.get(status.version) if status.version is not None else None
     return found is None or starts_children(found[1])
 
 
@@ -219,10 +240,9 @@ def _label(t: StartCase | SignalCase) -> str:
     return f"start_case({t.workflow!r})" if isinstance(t, StartCase) else f"signal_case({t.name!r})"
 
 
-async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: Mapping[str, Any]) -> Any:
-    sub: Substrate = actor.shared.substrate
-    parent = actor.case_id
-    label = _label(t)
+def _child_id(parent: str, req: EffectRequest, t: StartCase, ctx: Mapping[str, Any], label: str) -> str:
+    """The id of the child a `start_case` step starts: its `case_id(ctx)`, or the parent's id and the node path;
+    checked as every start's id is (ValueError naming the step and the fix)."""
     if t.case_id is not None:
         child_id = t.case_id(ctx)
         if not isinstance(child_id, str) or not child_id:
@@ -237,6 +257,14 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
                "the parent's id and the node path; not retried: the same data gives the same id)")
     inputs.check_case_id(child_id, f"{label} at {req.path} of case {inputs.shown(parent)}: the child's case id",
                          fix=fix)
+    return child_id
+
+
+async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: Mapping[str, Any]) -> Any:
+    sub = actor.shared.steering
+    parent = actor.case_id
+    label = _label(t)
+    child_id = _child_id(parent, req, t, ctx, label)
     cancels = t.wait is True and t.on_parent_cancel == "cancel"
     data = t.data(ctx) if t.data is not None else None
     if data is not None and not isinstance(data, Mapping):
@@ -254,9 +282,11 @@ async def _start_case(actor: CaseActor, req: EffectRequest, t: StartCase, ctx: M
         # Shielded: a withdrawal while the start is being written waits for it, so the child it may cancel exists.
         with anyio.CancelScope(shield=True):
             try:
-                await sub.new_case(t.workflow, data, case_id=child_id, _parent=parent, queue=t.queue,
-                                   priority=t.priority or 0, dedup=t.dedup, _waited=t.wait is True,
-                                   _parent_step={"effect_id": req.effect_id, "path": req.path} if cancels else None)
+                await sub.start(StartRequest(
+                    t.workflow, data, case_id=child_id, parent=parent, queue=t.queue, priority=t.priority or 0,
+                    dedup=t.dedup, waited=t.wait is True,
+                    parent_step={"effect_id": req.effect_id, "path": req.path} if cancels else None,
+                ))
             except CaseExists as exc:
                 found, other = await _existing(sub, child_id)
                 if not found and exc.differs is not None:  # a live case of its queue holds its dedup key
@@ -305,29 +335,30 @@ def check_child_queues(workflows: Workflows, queues: Mapping[str, object]) -> No
             stack += [(child_path(path, selector, child), child) for selector, child in children(term)]
 
 
-async def _existing(sub: Substrate, case_id: str) -> tuple[bool, str | None]:
+async def _existing(sub: Steering, case_id: str) -> tuple[bool, str | None]:
     """Whether a case `case_id` exists (in memory or in the store), and its parent. The store is read without
     blocking the event loop (`status()` reads on the calling thread, waiting up to the store's sync timeout while
     it is out, and a start is retried through an outage: every case here would stall with it)."""
-    actor = sub._cases.get(case_id)
+    table = sub.table
+    actor = table.cases.get(case_id)
     if actor is not None:
         return True, actor.parent
-    if sub._store is not None:
-        row = await sub._store.row(case_id)
+    if table.store is not None:
+        row = await table.store.row(case_id)
         if row is not None:
             return True, row.parent
     try:  # (a queued case, or one in memory only)
-        return True, sub._status(case_id).parent
+        return True, sub.status(case_id).parent
     except CaseNotFound:
         return False, None
 
 
-def _withdrawn(actor: CaseActor, req: EffectRequest, sub: Substrate) -> bool:
+def _withdrawn(actor: CaseActor, req: EffectRequest, sub: Steering) -> bool:
     """Whether the step's effect was cancelled because its case withdrew it (not because the case left memory or
     the Substrate is closing)."""
     return (
         req.effect_id not in actor.requested and not actor.closed and actor.stale is None and not actor.evicting
-        and sub._phase == "open"
+        and sub.table.phase == "open"
     )
 
 
@@ -338,7 +369,7 @@ def cancel_request_id(parent: str, effect_id: int, path: str) -> str:
     return inputs.derived_request_id(f"{parent}:{effect_id}:{path}:cancel")
 
 
-async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Substrate, child_id: str) -> None:
+async def _cancel_child(actor: CaseActor, req: EffectRequest, sub: Steering, child_id: str) -> None:
     await cancel_child(sub, actor.case_id, child_id, f"its parent {actor.case_id!r} was cancelled",
                        cancel_request_id(actor.case_id, req.effect_id, req.path), wait=CANCEL_WAIT)
 
@@ -349,7 +380,7 @@ after that a task beside the cases goes on sending it."""
 
 
 async def cancel_child(
-    sub: Substrate, parent: str, child_id: str, reason: str, request_id: str, *, wait: float | None = None
+    sub: Steering, parent: str, child_id: str, reason: str, request_id: str, *, wait: float | None = None
 ) -> None:
     """Send a child its parent's cancel (with compensation) until it is delivered or the child has ended: tried here
     for up to `wait` seconds (shielded: a withdrawal in progress waits for it; None: once), then, while the store
@@ -365,8 +396,8 @@ async def cancel_child(
             delivered = await _send_cancel(sub, parent, child_id, reason, request_id)
     if delivered:
         return
-    start = sub._shared.start_soon if sub._shared is not None else None
-    if start is None or sub._phase != "open":
+    shared = sub.table.shared
+    if shared is None or sub.table.phase != "open":
         return  # (closing: the next open looks for lost cancels)
     _log.warning("a child's cancel is not delivered yet (the store fails); trying again beside the cases",
                  case_id=parent, child=child_id)
@@ -374,19 +405,19 @@ async def cancel_child(
     async def keep_sending() -> None:
         await _send_cancel(sub, parent, child_id, reason, request_id)
 
-    start(keep_sending)
+    shared.start_soon(keep_sending)
 
 
 async def _send_cancel(
-    sub: Substrate, parent: str, child_id: str, reason: str, request_id: str, *, once: bool = False
+    sub: Steering, parent: str, child_id: str, reason: str, request_id: str, *, once: bool = False
 ) -> bool:
-    """`sub.cancel` of a child until it is delivered or needs no delivery (the child has ended or is gone, or the
-    Substrate closed: a later open looks for lost cancels): True then. A store failure is tried again after a
-    backoff (real time, as a store recovers), unless `once`: False then."""
+    """A cancel (with compensation) of a child until it is delivered or needs no delivery (the child has ended or
+    is gone, or the Substrate closed: a later open looks for lost cancels): True then. A store failure is tried
+    again after a backoff (real time, as a store recovers), unless `once`: False then."""
     delay = 0.05
     while True:
         try:
-            await sub.cancel(child_id, compensate=True, reason=reason, request_id=request_id)
+            await sub.cancel(child_id, reason, request_id)
             return True
         except StoreError as exc:  # (a StoreConflict too: the child moved to another node; sent again, it goes there)
             _log.warning("could not cancel a child; trying again", case_id=parent, child=child_id, error=str(exc),
@@ -408,7 +439,7 @@ class LostChildren:
     look at a time, and one more after it when asked again meanwhile."""
 
     def __init__(
-        self, sub: Substrate, store: Store, spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
+        self, sub: Steering, store: Store, spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
     ) -> None:
         self.sub = sub
         self.store = store
@@ -434,7 +465,7 @@ class LostChildren:
             self.running = False
 
 
-async def cancel_lost_children(sub: Substrate, store: Store) -> None:
+async def cancel_lost_children(sub: Steering, store: Store) -> None:
     """Send the cancels a process died before sending: to the live children a parent waited for with
     `on_parent_cancel="cancel"` whose parent has ended, or lives on without the step that waited for them (see
     the module). Each cancel's request id makes it apply once, however many nodes send it."""
@@ -451,7 +482,7 @@ async def cancel_lost_children(sub: Substrate, store: Store) -> None:
 
 
 async def cancel_children_of_ended(
-    sub: Substrate, store: Store, queued: list[tuple[str, str, dict[str, Any] | None]] | None = None
+    sub: Steering, store: Store, queued: list[tuple[str, str, dict[str, Any] | None]] | None = None
 ) -> None:
     """Cancel (with compensation) the live children whose parent has ended although it waited for them with
     `on_parent_cancel="cancel"` (`cancel_with_parent` in their `start` record): the parent's own cancel of the
@@ -495,14 +526,14 @@ async def _waited_for(store: Store, child_id: str) -> tuple[bool, dict[str, Any]
 
 
 async def cancel_children_of_withdrawn(
-    sub: Substrate, store: Store, queued: list[tuple[str, str, dict[str, Any]]] | None = None
+    sub: Steering, store: Store, queued: list[tuple[str, str, dict[str, Any]]] | None = None
 ) -> None:
     """Cancel (with compensation) the live children a live parent of this Substrate's waited for with
     `on_parent_cancel="cancel"` at a step it has withdrawn since (its region was cancelled, a timeout or another
     branch withdrew it): the step sends that cancel when it is withdrawn, and a process that died before it did
     lost it. The parent is brought into memory if it is not there (its replay says which steps are in flight).
     `queued`: (child, parent, step) of such children still in their queue (their parent this node's)."""
-    owner = sub._owner if store.shared else None
+    owner = sub.table.owner if store.shared else None
     found: list[tuple[str, str, dict[str, Any]]] = []
     after = 0
     try:
@@ -522,12 +553,12 @@ async def cancel_children_of_withdrawn(
             _log.info("child not cancelled", case_id=parent, child=child_id, error=str(exc))
 
 
-async def _cancel_if_withdrawn(sub: Substrate, child_id: str, parent: str, step: Mapping[str, Any]) -> None:
+async def _cancel_if_withdrawn(sub: Steering, child_id: str, parent: str, step: Mapping[str, Any]) -> None:
     effect_id, path = step.get("effect_id"), step.get("path")
     if not isinstance(effect_id, int) or not isinstance(path, str):
         return  # (not a step this runtime wrote)
     try:
-        actor = await sub._live(parent, "look at the steps of a parent case")
+        actor = await sub.live(parent, "look at the steps of a parent case")
     except Remote:
         return  # another node's now: it looks when it takes the case over
     ended = actor.state in FINAL
@@ -544,7 +575,7 @@ async def _cancel_if_withdrawn(sub: Substrate, child_id: str, parent: str, step:
                        cancel_request_id(parent, effect_id, path))
 
 
-async def started_from_queue(sub: Substrate, child_id: str, parent: str, step: Mapping[str, Any]) -> None:
+async def started_from_queue(sub: Steering, child_id: str, parent: str, step: Mapping[str, Any]) -> None:
     """A child waited for with "cancel" has just started from its queue: cancel it if its parent (one of this
     Substrate's) withdrew the step waiting for it meanwhile. A look for lost cancels that ran while the child was
     claimed and not yet started saw it neither in its queue nor among the cases, so the start looks itself."""
@@ -561,7 +592,7 @@ def _in_flight(actor: CaseActor, effect_id: int) -> bool:
     return actor.resume is not None and any(req.effect_id == effect_id for req in actor.resume[0])
 
 
-async def _queued_children(sub: Substrate, store: Store) -> list[tuple[str, str, bool, dict[str, Any] | None]]:
+async def _queued_children(sub: Steering, store: Store) -> list[tuple[str, str, bool, dict[str, Any] | None]]:
     """(child id, parent id, whether the parent ended, its step) of the queued children (`start_case(...,
     queue=)`) waited for with "cancel" whose parent has ended, or lives on as this Substrate's."""
     found: list[tuple[str, str, bool, dict[str, Any] | None]] = []
@@ -576,7 +607,7 @@ async def _queued_children(sub: Substrate, store: Store) -> list[tuple[str, str,
                     continue
                 if row.ended_at is not None:
                     found.append((item.case_id, parent, True, parent_step_of(item.start)))
-                elif not store.shared or row.owner == sub._owner:
+                elif not store.shared or row.owner == sub.table.owner:
                     found.append((item.case_id, parent, False, parent_step_of(item.start)))
         if len(items) < PAGE:
             return found
@@ -584,7 +615,7 @@ async def _queued_children(sub: Substrate, store: Store) -> list[tuple[str, str,
 
 
 async def _signal_case(actor: CaseActor, req: EffectRequest, t: SignalCase, ctx: Mapping[str, Any]) -> Any:
-    sub: Substrate = actor.shared.substrate
+    sub = actor.shared.steering
     label = _label(t)
     target = t.case_id(ctx)
     if not isinstance(target, str) or not target:
@@ -595,5 +626,5 @@ async def _signal_case(actor: CaseActor, req: EffectRequest, t: SignalCase, ctx:
     payload = t.payload(ctx) if t.payload is not None else None
     request_id = inputs.derived_request_id(f"{actor.case_id}:{req.effect_id}:{req.path}")
     await _persist(actor, req.path, f"{label} to case {inputs.shown(target)}",
-                   lambda: sub.signal(target, t.name, payload, request_id=request_id))
+                   lambda: sub.signal(target, t.name, payload, request_id))
     return None

@@ -31,30 +31,28 @@ from .._store import open_store as _open_store
 from .._vm import Scheduler, Seeded
 from . import _inputs as inputs
 from ._children import stored_children
-from ._journal import JournalRecord, as_journaled
+from ._deliver import cancel_waiting
+from ._handle import CaseHandle
+from ._journal import JournalRecord, as_journaled, queued_start
 from ._lifecycle import delete_ended
 from ._mailbox import RegionAction
-from ._outside import EndWatcher, Outside, same_start, start_differs
+from ._options import DEFAULT_MAX_PAYLOAD, check_await_timeout, no_redaction, positive
+from ._outside import EndWatcher, Outside
 from ._persist import status_of
 from ._queues import (
     IN_QUEUE,
     QUEUED_ORDER,
     Queue,
-    cancel_queued,
     check_queued,
     queued_page,
-    queued_start,
     queued_status,
     with_item,
 )
+from ._reads import row_outcome, validated
+from ._same_start import same_queued
 from ._status import CaseState, CaseStatus
-from ._substrate import DEFAULT_MAX_PAYLOAD, CaseHandle, _check_await_timeout, _positive, _row_outcome, _validated
 
 QUEUED_POLL = 0.2  # seconds between looks at a queued case a client awaits (nothing is notified when it starts)
-
-
-def _no_redaction(value: Any) -> Any:
-    return value
 
 
 class Client:
@@ -146,7 +144,7 @@ class Client:
                                     dedup, partition, delay)
         start_data = inputs.start_data(data)
         if timeout is not None:
-            _positive(timeout, "timeout", allow_none=True)
+            positive(timeout, "timeout", allow_none=True)
         seed = None
         if scheduler != "deterministic":
             if not isinstance(scheduler, Seeded):
@@ -168,20 +166,11 @@ class Client:
             except CaseExists as exc:  # the id is taken (or a live case holds the dedup key: `differs` says so)
                 if exc.differs is not None:
                     raise
-                await self._same_queued(case_id, name, item.start)
+                await same_queued(self._store, case_id, name, item.start)
             return ClientHandle(self, case_id)
         deadline = None if timeout is None else now + timeout
         await door.start(name, fingerprint, start_data, case_id, deadline, seed, now, tags=case_tags)
         return ClientHandle(self, case_id)
-
-    async def _same_queued(self, case_id: str, workflow: str, asked: Mapping[str, Any]) -> None:
-        """A queued start repeated with the id of a queue item or a case: return if it is the same start (its other
-        options stand, as a Substrate's), else CaseExists naming what differs."""
-        known = self._store.read_queue_item(case_id)
-        if known is not None:
-            start_differs(case_id, known.start, workflow, asked)
-        else:
-            await same_start(self._store, case_id, workflow, asked)
 
     async def signal(self, case_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Send signal `name` (with `payload`); returns once it is in the store's inbox (the owner applies it)."""
@@ -197,7 +186,7 @@ class Client:
         """Send update `name` and return the owner's answer (see Substrate.update): it goes through the store's
         inbox, and the answer is read from the case's row once the owner has written it."""
         door = self._door("send an update")
-        _check_await_timeout(timeout)
+        check_await_timeout(timeout)
         case_id = inputs.check_case_id(case_id, new=False)
         msg = inputs.update(name, payload, request_id, case_id)
         if timeout is None:
@@ -215,9 +204,8 @@ class Client:
         msg = inputs.cancel(reason, compensate, request_id, case_id)
         row = await self._store.row(case_id)
         if row is None:
-            inputs.bounded_reason(msg, self._max_payload, case_id)
             now = await self._store.database_time() if self._store.shared else _now()
-            if await cancel_queued(self._store, case_id, msg.reason, msg.request_id, now) is not None:
+            if await cancel_waiting(self._store, case_id, msg, now, self._max_payload):
                 return  # it was queued: it ended there, and never starts
         await door.send(case_id, msg, row)  # (no row: read again, it may have been written meanwhile)
 
@@ -266,7 +254,7 @@ class Client:
             if item is None:
                 raise
             return queued_status(item)  # claimed by a node that has not written its start yet: not started
-        return with_item(await stored_children(self._store, status_of(row, _no_redaction)), item)
+        return with_item(await stored_children(self._store, status_of(row, no_redaction)), item)
 
     async def data(self, case_id: str) -> dict[str, Any]:
         """The case's data as the store last recorded it (the final data once it has ended)."""
@@ -292,7 +280,7 @@ class Client:
         if before is not None and before > QUEUED_ORDER:
             before = None  # (the queued cases come first: the next page starts at the newest started case)
         rows = await store.cases(Listing(state, workflow, limit - len(queued), before, **filters))
-        return queued + [status_of(row, _no_redaction) for row in rows]
+        return queued + [status_of(row, no_redaction) for row in rows]
 
     async def retry(self, case_id: str) -> CaseHandle:
         """Re-open a failed case (see `Substrate.retry`): its owner does it; returns once done (or queued while no
@@ -343,15 +331,15 @@ class Client:
     ) -> Any:
         """The case's final data (validated into `model` if given); raises CaseFailed, CaseCancelled, or
         TimeoutError when `timeout` passes first (the case goes on). `timeout=0` checks without waiting."""
-        _check_await_timeout(timeout)
+        check_await_timeout(timeout)
         door = self._door("await a case")
         case_id = inputs.check_case_id(case_id, new=False)
         if timeout is None:
-            return _validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
+            return validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
         if timeout == 0:
-            return _validated(case_id, await self._wait_end(door, case_id, check_only=True), model)
+            return validated(case_id, await self._wait_end(door, case_id, check_only=True), model)
         with anyio.move_on_after(timeout):
-            return _validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
+            return validated(case_id, await self._wait_end(door, case_id, check_only=False), model)
         raise TimeoutError(
             f"case {case_id!r} did not end within {timeout:g}s; it goes on running (await it again, or cancel it)"
         )
@@ -371,7 +359,7 @@ class Client:
                 continue
             row = await door.row(case_id)
             if CaseState(row.state).ended:
-                return _row_outcome(row)
+                return row_outcome(row)
             if check_only:
                 raise TimeoutError(
                     f"case {case_id!r} has not ended; it goes on running (await it again, or cancel it)"
@@ -405,7 +393,7 @@ class ClientHandle(CaseHandle):
             if item is None:
                 raise CaseNotFound(self.case_id)
             return queued_status(item)  # queued, or claimed and not started yet
-        return with_item(status_of(row, _no_redaction), item)
+        return with_item(status_of(row, no_redaction), item)
 
     def data(self) -> dict[str, Any]:
         row = self._client._store.read_row(self.case_id)

@@ -61,4 +61,11 @@ class StartRefused(Exception):
     """
 
 
-__all__ = ["CaseEvicted", "Existing", "Fenced", "Remote", "StartRefused"]
+class Owned(Exception):
+    """Internal: a standby took ownership of its store.
+
+    Raised by the standby's look at the store (`_ownership`) once it owns it; caught there, ending that look.
+    """
+
+
+__all__ = ["CaseEvicted", "Existing", "Fenced", "Owned", "Remote", "StartRefused"]

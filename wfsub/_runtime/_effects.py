@@ -127,12 +127,8 @@ async def call_effect(
                 lambda: _attempt(fn, ctx, name=name, path=path, attempt_timeout=attempt_timeout, clock=clock),
                 beats, heartbeat_timeout, name=name, path=path, starting=starting,
             )
-        except EffectResultError:
-            raise
-        except PASS_THROUGH:
-            raise
-        except anyio.get_cancelled_exc_class():
-            raise  # _attempt let through only a cancellation the runtime issued
+        except (EffectResultError, *PASS_THROUGH, anyio.get_cancelled_exc_class()):
+            raise  # (a cancellation: _attempt let through only one the runtime issued)
         except BaseException as exc:  # a failed attempt (see the module docstring)
             if retry is None or isinstance(exc, retry.non_retryable):
                 raise
@@ -141,17 +137,8 @@ async def call_effect(
                 raise
             if on_retry is not None:
                 on_retry(attempt, delay, exc)
-            _log.info(
-                "effect attempt failed; retrying",
-                case_id=case_id,
-                effect=name,
-                path=path,
-                attempt=attempt,
-                of=attempts,
-                delay=delay,
-                error_type=type(exc).__name__,
-                error=str(exc),
-            )
+            _log.info("effect attempt failed; retrying", case_id=case_id, effect=name, path=path, attempt=attempt,
+                      of=attempts, delay=delay, error_type=type(exc).__name__, error=str(exc))
             await clock.sleep(delay)
             if may_attempt is not None:
                 await may_attempt()

@@ -130,9 +130,7 @@ async def watched(
     raises or returns passes through unchanged (a cancellation from outside included)."""
     clock = beats.clock
     scope = anyio.CancelScope()
-    expired = False
-
-    started = False
+    expired = started = ending = False  # (the watchdog fired; it ran; the attempt is over, its outcome not posted)
 
     async def watchdog() -> None:
         nonlocal expired, started
@@ -149,7 +147,6 @@ async def watched(
 
     caught: BaseException | None = None
     output: Any = None
-    ending = False
     try:
         async with anyio.create_task_group() as tg:
             if starting is not None:
@@ -175,9 +172,14 @@ async def watched(
     if caught is not None:
         raise caught
     if expired and scope.cancelled_caught:
-        raise HeartbeatTimeout(name, path, limit, beats.current, beats.details if beats.attempt == beats.current
-                               and beats.at is not None else None)
+        raise _timed_out(name, path, limit, beats)
     return output
+
+
+def _timed_out(name: str, path: str, limit: float, beats: Beats) -> HeartbeatTimeout:
+    """The failure of an attempt that sent no heartbeat for `limit` seconds (with its last details, if any)."""
+    details = beats.details if beats.attempt == beats.current and beats.at is not None else None
+    return HeartbeatTimeout(name, path, limit, beats.current, details)
 
 
 # -- keeping heartbeats beside the case row ----------------------------------------------------------------------
@@ -195,7 +197,7 @@ def note_beat(actor: CaseActor) -> None:
     """An effect of a durable case sent a heartbeat: write the case's heartbeats now, or at the window's end."""
     j = actor.journal
     start_soon = actor.shared.start_soon
-    if j is None or start_soon is None:
+    if j is None:
         return
     writer = actor.beat_writer
     if writer is None:

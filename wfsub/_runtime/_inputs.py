@@ -90,13 +90,6 @@ def loads_input(text: str | bytes, what: str = "the payload", case_id: str | Non
     return value
 
 
-def signal_payload(name: str, payload: Any, case_id: str | None = None) -> Any:
-    """`shallow` for a signal's payload (a container is walked; anything else costs a type check)."""
-    if isinstance(payload, list | tuple | dict):
-        shallow(payload, f"the payload of signal {name!r}", case_id)
-    return payload
-
-
 def bounded_reason(msg: Cancel, limit: int | None, case_id: str | None = None) -> None:
     """A cancel reason within `limit` (a durable case's `max_payload_bytes`) as JSON, as a payload is: it is kept
     in the case's journal and status."""
@@ -288,7 +281,9 @@ def signal(
         name = signal_name(name, case_id)
     if rid is not None:
         rid = request_id(rid, case_id)
-    return Signal(name, signal_payload(name, payload, case_id), reply, 0, rid)
+    if isinstance(payload, list | tuple | dict):  # (a container is walked; a scalar costs one type check)
+        shallow(payload, f"the payload of signal {name!r}", case_id)
+    return Signal(name, payload, reply, 0, rid)
 
 
 def update(name: object, payload: Any, rid: object = None, case_id: str | None = None) -> Signal:
@@ -363,18 +358,15 @@ def admit(msg: External, machine: Machine, limit: int | None) -> None:
     """The case's own check of an input, once (see the module): raises what the case would refuse it with.
 
     `limit`: a durable case's `max_payload_bytes` (what the message carries becomes the JSON its record gives
-    back); None for a case in memory only (nothing is converted). `Substrate._signal` inlines the signal branch
-    for a case in memory only: it is the signal round trip's hot path."""
-    kind = type(msg)
-    if kind is Signal:
-        assert isinstance(msg, Signal)
+    back); None for a case in memory only (nothing is converted). A signal comes first: it is the signal round
+    trip's hot path."""
+    if type(msg) is Signal:
         payload = machine.check_update(msg.name, msg.payload) if msg.update else machine.check_signal(msg.name,
                                                                                                        msg.payload)
         if limit is not None:
             payload, _ = as_journaled(payload, f"signal {msg.name!r} payload", limit)
         msg.payload = payload
-    elif kind is RegionOp:
-        assert isinstance(msg, RegionOp)
+    elif type(msg) is RegionOp:
         machine.check_region(msg.action.value, msg.name)
         if limit is not None and msg.items is not None:
             msg.items, _ = as_journaled(msg.items, f"add_instances({msg.name!r}) items", limit)
@@ -453,15 +445,15 @@ def _signal_against_summary(
             raise SignalRejected.invalid_payload(case_id, msg.name, named, errors, paths, waiting)
 
 
-def inbox_body(msg: External, limit: int | None) -> dict[str, Any]:
-    """What goes to the store's inbox for a case on another node (JSON, within `limit`)."""
+def inbox_body(msg: External, limit: int | None, case_id: str | None = None) -> dict[str, Any]:
+    """What goes to the store's inbox for case `case_id` on another node (JSON, within `limit`)."""
     if type(msg) is Signal:
         assert isinstance(msg, Signal)
         payload, _ = as_journaled(plain(msg.payload), f"signal {msg.name!r} payload", limit)
         return {"name": msg.name, "payload": payload}
     if type(msg) is Cancel:
         assert isinstance(msg, Cancel)
-        bounded_reason(msg, limit)
+        bounded_reason(msg, limit, case_id)
         return {"reason": msg.reason, "compensate": msg.compensate}
     assert isinstance(msg, RegionOp)
     if msg.items is None:
@@ -481,14 +473,17 @@ def kind_of(msg: External) -> str:
     return msg.action.kind
 
 
-def check_input(kind: str, body: Mapping[str, Any], *, request_id: str | None = None) -> dict[str, Any]:
+def check_input(
+    kind: str, body: Mapping[str, Any], *, request_id: str | None = None, case_id: str | None = None
+) -> dict[str, Any]:
     """Check an input for a durable case as its owner will, before anything is sent (`wfsub.lowlevel`).
 
     `kind` is one of `signal`, `update`, `cancel`, `cancel_region`, `complete_region`, `add_instances`,
     `close_instances`; `body` its fields (see `Store.inbox_put`). Returns the body as the owner will take it
     (defaults filled in); raises TypeError or ValueError naming the field and the fix. What depends on the case
-    (its signals and regions, whether it has ended) is checked by its owner."""
-    return inbox_body(shaped(kind, body, request_id), None)
+    (its signals and regions, whether it has ended) is checked by its owner. `case_id`: the case it is for, named
+    in a refusal as every door names it."""
+    return inbox_body(shaped(kind, body, request_id, case_id=case_id), None, case_id)
 
 
 def start_data(

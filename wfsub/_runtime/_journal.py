@@ -18,7 +18,8 @@ A case is a deterministic function of its program, its start data and its inputs
 
 A start's `data` is what the case starts with (the workflow's input model's JSON dump, defaults filled in, when it
 has one); `sent` is the data as its caller sent it, kept only where it differs from `data`, so a start repeated
-with the same data is the same start whichever door (an owner, a standby, a client) took each (`same_data`).
+with the same data is the same start whichever door (an owner, a standby, a client) took each
+(`_same_start.same_data`).
 
 A `retry` (`Substrate.retry`) re-opens a failed case: a replay drops the `end` at seq `ended` and the effect
 outcomes at the seqs in `redo` (the failed effect runs again), then applies the records after the retry. `run`
@@ -220,6 +221,29 @@ def start_record(
     scheduler = {"kind": "deterministic"} if seed is None else {"kind": "seeded", "seed": seed}
     start: Record = {"seq": 0, "kind": "start", "case_id": case_id, "workflow": workflow, "fingerprint": fingerprint,
                      "data": data, "scheduler": scheduler, "deadline": deadline, "time": now}
+    _start_fields(start, data, tags, parent, cancel_with_parent, sent, parent_step, waited)
+    return start
+
+
+def queued_start(
+    workflow: str | None, data: Mapping[str, Any] | None, timeout: float | None, seed: int | None,
+    tags: Mapping[str, str] | None, parent: str | None = None, cancel_with_parent: bool = False,
+    sent: Mapping[str, Any] | None = None, parent_step: Mapping[str, Any] | None = None, waited: bool = False,
+) -> dict[str, Any]:
+    """What a queue item keeps of a start to start the case with at dequeue: the fields of its `start` record that
+    a start is asked with (`start_record`; its deadline as a `timeout` from the start, its scheduler as `seed`)."""
+    start: dict[str, Any] = {"workflow": workflow, "data": data, "timeout": timeout, "seed": seed}
+    _start_fields(start, data, tags, parent, cancel_with_parent, sent, parent_step, waited)
+    return start
+
+
+def _start_fields(
+    start: dict[str, Any], data: Mapping[str, Any] | None, tags: Mapping[str, str] | None, parent: str | None,
+    cancel_with_parent: bool,
+    sent: Mapping[str, Any] | None, parent_step: Mapping[str, Any] | None, waited: bool,
+) -> None:
+    """The fields a start keeps only when given (a start record and a queued start alike), so a start without them
+    reads as before they were kept."""
     if tags:
         start["tags"] = dict(tags)
     if parent is not None:
@@ -232,7 +256,6 @@ def start_record(
         start["waited"] = True
     if sent is not None and dict(sent) != dict(data or {}):
         start["sent"] = dict(sent)
-    return start
 
 
 def parent_step_of(start: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -247,21 +270,6 @@ def waited_of(start: Mapping[str, Any]) -> bool:
     """Whether a `start` record (or a queued start) is a child's whose parent waits for its end (see
     `start_record`; a child started before `waited` was kept says so by `cancel_with_parent` alone)."""
     return bool(start.get("waited") or start.get("cancel_with_parent"))
-
-
-def sent_of(start: Mapping[str, Any]) -> dict[str, Any]:
-    """The data a start's caller sent: its `sent` where it keeps one, else its `data` (a start record, or the
-    start a queue item keeps)."""
-    return dict(start.get("sent", start.get("data")) or {})
-
-
-def same_data(had: Mapping[str, Any], asked: Mapping[str, Any]) -> bool:
-    """Whether two starts (start records, or the starts queue items keep) carry the same data: their callers sent
-    equal data, or the cases start with equal data (the input model reads both the same). A start record written
-    before `sent` was kept compares as its data alone."""
-    if sent_of(had) == sent_of(asked):
-        return True
-    return dict(had.get("data") or {}) == dict(asked.get("data") or {})
 
 
 def input_record(seq: int, kind: str, step: int | None, now: float, digest: str | None, **fields: Any) -> Record:

@@ -35,11 +35,12 @@ from ._clock import Clock
 from ._compact import start_of
 from ._control import Existing, Remote, StartRefused
 from ._durable import CaseJournal
-from ._journal import same_data, start_record
+from ._journal import start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
 from ._persist import LeftSuspended, Loaded, end_suspended, is_poison, rebuild, suspend
 from ._registry import Workflows
+from ._same_start import same_data
 from ._status import FINAL, CaseState
 
 _log = get_logger("wfsub.runtime")
@@ -72,6 +73,8 @@ class CaseLoader:
         counts: dict[str, int],
         busy: Callable[[int], None],
         is_open: Callable[[], bool],
+        ended_here: Callable[[str], None],
+        recovering: Callable[[CaseRow], Awaitable[bool]],
     ) -> None:
         self.store = store
         self.workflows = workflows
@@ -98,10 +101,10 @@ class CaseLoader:
         self.effect_waits: deque[tuple[float, CaseActor, int]] = deque()  # durable cases waiting on effects
         self.missed = anyio.Event()  # set when a case failed to come back (the store failed): `sweep_loop` retries
         self.missed_ids: set[str] = set()  # those cases
-        self.ended_here: Callable[[str], None] = _nothing  # wakes the awaiters of a case that ended out of memory
-        # Counts a live case's recovery (a poison case is suspended instead: False); the Substrate sets it, and a
-        # takeover counts as a recovery as a restart does (see `_lifecycle.recovering`).
-        self.recovering: Callable[[CaseRow], Awaitable[bool]] = _always
+        self.ended_here = ended_here  # wakes the awaiters of a case that ended out of memory
+        # Counts a live case's recovery (a poison case is suspended instead: False); a takeover counts as a
+        # recovery as a restart does (see `_lifecycle.recovering`).
+        self.recovering = recovering
         # The loops below sleep on the case clock only until their next entry falls due, and on these events while
         # they have none: a VirtualClock advanced by a year fires them once per entry, not once per period.
         self.effect_waits_added = anyio.Event()
@@ -320,8 +323,8 @@ class CaseLoader:
         row = stored.row
         mine = not self.store.shared or row.owner == self.owner
         actor = None
-        if mine and not CaseState(row.state).ended:
-            actor = self.cases.get(case_id) or await self.load(case_id)
+        if mine and not CaseState(row.state).ended and row.state != CaseState.QUEUED.value:
+            actor = self.cases.get(case_id) or await self.load(case_id)  # (a retried one in its queue stays there)
         raise Existing(actor)
 
     async def end_suspended(
@@ -552,11 +555,3 @@ def _suspended(row: CaseRow, what: str) -> SignalRejected:
     if is_poison(row):
         return SignalRejected.poisoned(row.case_id, what, row.suspended_reason)
     return SignalRejected.suspended(row.case_id, what, row.suspended_reason)
-
-
-def _nothing(case_id: str) -> None:
-    pass
-
-
-async def _always(row: CaseRow) -> bool:
-    return True

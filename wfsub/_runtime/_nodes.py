@@ -94,6 +94,8 @@ class Node:
         taken: Callable[[CaseRow], Awaitable[None]],
         recheck: Callable[[], Awaitable[bool]],
         lease_seconds: float,
+        *,
+        took_over: Callable[[], object],
     ) -> None:
         self.store = store
         self.lease = lease
@@ -101,7 +103,7 @@ class Node:
         self.taken = taken  # a case this node took over: stale actors of it go, a live one is resumed
         self.recheck = recheck  # after a lapse: drop the actors of cases this node no longer holds at their epoch
         self.lease_seconds = lease_seconds
-        self.took_over: Callable[[], object] = _nothing  # called after a takeover that took some cases
+        self.took_over = took_over  # called after a takeover that took some cases
         self.renewed_at = time.monotonic()  # when the last renewal that succeeded was sent (the store just opened)
         lease.renewed(self.renewed_at + lease_seconds / 2)
 
@@ -162,7 +164,3 @@ class Node:
                 self.took_over()
             if len(rows) < TAKEOVER_BATCH:
                 return
-
-
-def _nothing() -> None:
-    pass

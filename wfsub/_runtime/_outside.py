@@ -10,7 +10,7 @@ the file) and a `wfsub.Client`. Both start, steer and read cases the same way:
   owner claims it (`Store.claim_queued`: on SQLite the owner, on Postgres the first node that runs its version)
   and runs it. The version is the caller's own registered program (a standby) or the newest version of that
   workflow whose summary the store holds (a client).
-- A start with a `case_id` that exists is idempotent (`same_start`): the same workflow and the same start data
+- A start with a `case_id` that exists is idempotent (`_same_start`): the same workflow and the same start data
   give back that case, and write nothing; anything else is `CaseExists` naming what differs. The same data: as its
   callers sent it (a start record keeps that as `sent` where the input model's dump differs), whichever door took
   the first start, or, for a door with the workflow's input model (a standby), as the model reads it. An id a
@@ -34,7 +34,6 @@ from pydantic import BaseModel
 from .._errors import (
     CaseExists,
     CaseNotFound,
-    InvalidStartData,
     SignalRejected,
     StoreConflict,
     StoreError,
@@ -44,12 +43,12 @@ from .._store import CaseRow, CaseWrite, ProgramSummary, Store
 from .._trace import get_logger
 from . import _inputs as inputs
 from ._answers import remote_answer, row_result
-from ._compact import start_of
-from ._journal import as_journaled, same_data, sent_of, start_record
+from ._journal import as_journaled, start_record
 from ._lifecycle import fork_records, retry_record
-from ._mailbox import External, Signal
+from ._mailbox import Cancel, External, Signal
 from ._registry import Workflows
 from ._request_ids import journaled_kinds, taken
+from ._same_start import same_start
 from ._schedules import backfill_request
 from ._status import CaseState
 from ._summary import summary_of
@@ -100,10 +99,13 @@ class Outside:
             return 0  # a retried call whose input was applied (it may have ended the case): what it returned first
         if CaseState(row.state).ended:
             raise SignalRejected.ended(case_id, msg.what, row.state)
+        if row.state == CaseState.QUEUED.value and not isinstance(msg, Cancel):  # as its owner refuses it
+            item = self.store.read_queue_item(case_id)  # (retried, waiting in its queue: a cancel ends it there)
+            raise SignalRejected.requeued(case_id, msg.what, None if item is None else item.queue)
         summary, models = await self.summary(row.fingerprint)
         if summary is not None:
             inputs.against_summary(msg, summary, case_id, models, row)
-        body = inputs.inbox_body(msg, self.max_payload)
+        body = inputs.inbox_body(msg, self.max_payload, case_id)
         return await self.store.inbox_put(
             case_id, inputs.kind_of(msg), body, request_id=msg.request_id, created_at=self.now()
         )
@@ -214,58 +216,6 @@ async def check_case_input(
     found = await store.program(row.fingerprint)
     if found is not None:
         inputs.against_summary(msg, found.summary, row.case_id, row=row)
-
-
-async def same_start(
-    store: Store, case_id: str, workflow: str | None, asked: Mapping[str, Any], model: type[BaseModel] | None = None
-) -> None:
-    """Return if the existing case `case_id` is the start asked for again; CaseExists naming what differs if it
-    is another. `asked`: the start asked for, as a start record has it (`data`, and `sent` where the caller sent
-    other data); `model`: the workflow's input model where the caller has it (see `start_differs`). A case not in
-    the store yet whose queue item waits (queued, or claimed and not started) is compared with what the item starts
-    it with; one with neither is another caller's start in flight: equal."""
-    loaded = await store.load(case_id)
-    if loaded is not None:
-        start = start_of(loaded.start)  # (kept in a compaction's snapshot record)
-        start_differs(case_id, start, workflow, asked, model)
-        return
-    item = store.read_queue_item(case_id)  # (read on this thread, as cancel_queued reads it)
-    if item is not None:
-        start_differs(case_id, item.start, workflow, asked, model)
-
-
-def start_differs(
-    case_id: str, had: Mapping[str, Any], workflow: str | None, asked: Mapping[str, Any],
-    model: type[BaseModel] | None = None,
-) -> None:
-    """CaseExists naming what differs between an existing case's start (`had`: its start record, or a start in
-    flight or queued: `workflow`, `data`, `sent`?) and a start asked for with its id (`same_data`). With the
-    workflow's input `model` (a Substrate, not a client), data a client queued that its owner has not yet given
-    the model's dump is read through the model too, so the answer does not depend on whether the owner has."""
-    differs = []
-    had_workflow = had.get("workflow")
-    if had_workflow != workflow:
-        differs.append(f"workflow {had_workflow!r} (this call: {workflow!r})")
-    if not same_data(had, asked) and not _same_as_read(had, asked, model):
-        before, now = sent_of(had), sent_of(asked)
-        keys = sorted({k for k in (*before, *now) if before.get(k, _NONE) != now.get(k, _NONE)})
-        differs.append(f"other start data (keys that differ: {', '.join(map(repr, keys))})")
-    if differs:
-        raise CaseExists(case_id, " and ".join(differs))
-
-
-def _same_as_read(had: Mapping[str, Any], asked: Mapping[str, Any], model: type[BaseModel] | None) -> bool:
-    """Whether `model` reads the data of a start no owner has given its dump yet as the data asked for."""
-    if model is None or "sent" in had:
-        return False
-    try:
-        read = inputs.start_data(dict(had.get("data") or {}), model)
-    except InvalidStartData:  # the owner will fail that case; a start with data the model takes is another one
-        return False
-    return read == dict(asked.get("data") or {})
-
-
-_NONE = object()
 
 
 class EndWatcher:

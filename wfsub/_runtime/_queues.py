@@ -177,31 +177,6 @@ def check_queued(
     return float(delay)
 
 
-def queued_start(
-    workflow: str | None, data: object, timeout: float | None, seed: int | None, tags: Mapping[str, str] | None,
-    parent: str | None = None, cancel_with_parent: bool = False, sent: Mapping[str, Any] | None = None,
-    parent_step: Mapping[str, Any] | None = None, waited: bool = False,
-) -> dict[str, Any]:
-    """What a queue item keeps of `new_case`'s arguments to start the case with at dequeue: its tags and the case
-    that started it (`start_case(..., queue=)`) only when given, so items queued without them are as before;
-    `sent`, the data as its caller sent it, only where the input model made `data` differ from it (it goes to the
-    case's `start` record, see `_journal`)."""
-    start: dict[str, Any] = {"workflow": workflow, "data": data, "timeout": timeout, "seed": seed}
-    if tags:
-        start["tags"] = dict(tags)
-    if parent is not None:
-        start["parent"] = parent
-    if cancel_with_parent or parent_step is not None:
-        start["cancel_with_parent"] = True
-    if parent_step is not None:
-        start["parent_step"] = dict(parent_step)
-    if waited:
-        start["waited"] = True
-    if sent is not None and dict(sent) != (data or {}):
-        start["sent"] = dict(sent)
-    return start
-
-
 StartItem = Callable[[QueueItem], Awaitable[object]]
 
 IN_QUEUE = "cancelled while queued"  # the reason of a queued case cancelled with the default one
@@ -514,7 +489,6 @@ __all__ = [
     "check_queued",
     "check_queues",
     "queued_page",
-    "queued_start",
     "queued_status",
     "with_item",
 ]

@@ -179,69 +179,82 @@ class Replayer:
         self._input(rec, kind)
 
     def _input(self, rec: Mapping[str, Any], kind: str) -> None:
-        m = self.machine
         if kind == "effect":
-            eid = int(rec["effect_id"])
-            req = self.effects.get(eid)
-            if eid not in self.requested and eid >= self.requested_before:
-                raise self.diverged(
-                    rec, f"a result for effect {eid} ({rec.get('name')}) at {rec.get('path')}",
-                    "the program never requested that effect",
-                )
-            if req is not None and req.path != rec.get("path"):
-                raise self.diverged(
-                    rec, f"effect {eid} at {rec.get('path')}", f"the program requested effect {eid} at {req.path}"
-                )
-            error = rec.get("error")
-            failure = None if error is None else RestoredError(error.get("type", "Exception"), error.get("message", ""))
-            self.effects.pop(eid, None)
-            m.complete_effect(eid, rec.get("result"), error=failure)
+            self._effect(rec)
         elif kind == "timer":
-            tid = int(rec["timer_id"])
-            armed = self.timers.get(tid)
-            if tid not in self.armed:
-                raise self.diverged(rec, f"timer {tid} at {rec.get('path')}", "the program never armed that timer")
-            if armed is not None and armed[0].path != rec.get("path"):
-                raise self.diverged(
-                    rec, f"timer {tid} at {rec.get('path')}", f"the program armed timer {tid} at {armed[0].path}"
-                )
-            self.timers.pop(tid, None)
-            m.fire_timer(tid)
+            self._timer(rec)
         elif kind == "signal":
-            try:
-                name, payload = rec["name"], rec.get("payload")
-                if rec.get("update"):  # its answer is computed again (not journaled), under its request id
-                    if name not in m.program.updates:
-                        m.check_update(name, payload)  # (raises: this version answers no such update)
-                    m.deliver_update(name, payload, str(rec["request_id"]), checked=True)
-                elif m.program.guarded:  # a check= ran when a wait took it, as it runs again here: not at a door
-                    if name not in m.program.signals:
-                        m.check_signal(name, payload)  # (raises: this version never waits for it)
-                    m.deliver_signal(name, payload, checked=True)
-                else:
-                    m.deliver_signal(name, payload)
-            except SignalRejected as exc:
-                raise self.diverged(rec, f"signal {rec['name']!r} taken at step {rec['step']}", str(exc)) from None
+            self._signal(rec)
         elif kind == "cancel":
             self.cancel_reason = rec.get("reason", "cancelled")
-            m.cancel(self.cancel_reason, compensate=bool(rec.get("compensate", True)))
+            self.machine.cancel(self.cancel_reason, compensate=bool(rec.get("compensate", True)))
         elif kind in ("cancel_region", "complete_region", "add_instances", "close_instances"):
-            try:
-                if kind == "cancel_region":
-                    m.cancel_region(rec["region"])
-                elif kind == "complete_region":
-                    m.complete_region(rec["region"])
-                elif kind == "add_instances":
-                    m.add_instances(rec["region"], rec["items"])
-                else:
-                    m.close_instances(rec["region"])
-            except SignalRejected:
-                pass  # refused in the live run too: an input refused at its step changes nothing
+            self._region(rec, kind)
         elif kind == "retry":
             self.run_count = int(rec.get("run") or self.run_count + 1)
             # the failed run it re-opens was dropped (`effective`); the case goes on from here
         elif kind == "version":  # a migration: the records after it were made by the version being replayed, and
             self.pin_timers(rec.get("timers") or {})  # the timers armed before it keep their due times
+
+    def _effect(self, rec: Mapping[str, Any]) -> None:
+        eid = int(rec["effect_id"])
+        req = self.effects.get(eid)
+        if eid not in self.requested and eid >= self.requested_before:
+            raise self.diverged(
+                rec, f"a result for effect {eid} ({rec.get('name')}) at {rec.get('path')}",
+                "the program never requested that effect",
+            )
+        if req is not None and req.path != rec.get("path"):
+            raise self.diverged(
+                rec, f"effect {eid} at {rec.get('path')}", f"the program requested effect {eid} at {req.path}"
+            )
+        error = rec.get("error")
+        failure = None if error is None else RestoredError(error.get("type", "Exception"), error.get("message", ""))
+        self.effects.pop(eid, None)
+        self.machine.complete_effect(eid, rec.get("result"), error=failure)
+
+    def _timer(self, rec: Mapping[str, Any]) -> None:
+        tid = int(rec["timer_id"])
+        armed = self.timers.get(tid)
+        if tid not in self.armed:
+            raise self.diverged(rec, f"timer {tid} at {rec.get('path')}", "the program never armed that timer")
+        if armed is not None and armed[0].path != rec.get("path"):
+            raise self.diverged(
+                rec, f"timer {tid} at {rec.get('path')}", f"the program armed timer {tid} at {armed[0].path}"
+            )
+        self.timers.pop(tid, None)
+        self.machine.fire_timer(tid)
+
+    def _signal(self, rec: Mapping[str, Any]) -> None:
+        m = self.machine
+        try:
+            name, payload = rec["name"], rec.get("payload")
+            if rec.get("update"):  # its answer is computed again (not journaled), under its request id
+                if name not in m.program.updates:
+                    m.check_update(name, payload)  # (raises: this version answers no such update)
+                m.deliver_update(name, payload, str(rec["request_id"]), checked=True)
+            elif m.program.guarded:  # a check= ran when a wait took it, as it runs again here: not at a door
+                if name not in m.program.signals:
+                    m.check_signal(name, payload)  # (raises: this version never waits for it)
+                m.deliver_signal(name, payload, checked=True)
+            else:
+                m.deliver_signal(name, payload)
+        except SignalRejected as exc:
+            raise self.diverged(rec, f"signal {rec['name']!r} taken at step {rec['step']}", str(exc)) from None
+
+    def _region(self, rec: Mapping[str, Any], kind: str) -> None:
+        m = self.machine
+        try:
+            if kind == "cancel_region":
+                m.cancel_region(rec["region"])
+            elif kind == "complete_region":
+                m.complete_region(rec["region"])
+            elif kind == "add_instances":
+                m.add_instances(rec["region"], rec["items"])
+            else:
+                m.close_instances(rec["region"])
+        except SignalRejected:
+            pass  # refused in the live run too: an input refused at its step changes nothing
 
     def pin_timers(self, dues: Mapping[str, Any]) -> None:
         """Give armed timers the due times a `version` record carries (timer id -> due)."""

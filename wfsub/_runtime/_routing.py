@@ -42,22 +42,24 @@ class InboxRouter:
     """Takes inbox rows for this Substrate's cases (see the module)."""
 
     def __init__(
-        self, store: Store, loader: CaseLoader, live: Callable[[str, str], Awaitable[CaseActor]], max_payload: int
+        self, store: Store, loader: CaseLoader, live: Callable[[str, str], Awaitable[CaseActor]], max_payload: int,
+        *, lifecycle: Callable[[InboxRow], Awaitable[None]],
+        cancel_requeued: Callable[[CaseRow, str, str | None, list[int]], Awaitable[bool]],
     ) -> None:
         self.store = store
         self.loader = loader
-        self.live = live  # the case's actor, in memory or loaded (`Substrate._live`)
+        self.live = live  # the case's actor, in memory or loaded (`Deliver.live`)
         self.max_payload = max_payload
         # Inbox rows handed to a case: answered None once committed (kept until a read no longer lists the row: a
         # read begun before that commit may still list it), with an error when the case did not commit it.
         self.moving: dict[int, Reply] = {}
         # `retry` and `fork` rows (`_inputs.LIFECYCLE_KINDS`): done by the Substrate, which takes the row out of
         # the inbox in the same write; a refusal it raises is marked on the row
-        self.lifecycle: Callable[[InboxRow], Awaitable[None]] | None = None
+        self.lifecycle = lifecycle
         self.handing = anyio.Lock()  # one hand-over at a time (`take`, `ahead`): a case's rows stay in order
         # Cancels a retried case waiting in its queue (`_queues.cancel_requeued`: row, reason, request id, inbox
         # rows done): False when a node claimed it meanwhile (the input then waits for the case, which is starting)
-        self.cancel_requeued: Callable[[CaseRow, str, str | None, list[int]], Awaitable[bool]] | None = None
+        self.cancel_requeued = cancel_requeued
 
     async def take(self, rows: list[InboxRow]) -> None:
         """Hand over the rows of one read of the inbox (all of it, in id order): each once, except that a row whose
@@ -119,7 +121,7 @@ class InboxRouter:
     async def route(self, row: InboxRow) -> None:
         """Hand an inbox input to its case, or mark it refused with the reason."""
         try:
-            if row.kind in inputs.LIFECYCLE_KINDS and self.lifecycle is not None:
+            if row.kind in inputs.LIFECYCLE_KINDS:
                 await self.lifecycle(row)
                 return
             actor, msg = await self.message(row)
@@ -149,7 +151,7 @@ class InboxRouter:
         ):
             await self.store.write(CaseWrite(row.case_id, inbox_done=[row.id]))  # a retried call: taken once
             return
-        if row.kind == "cancel" and isinstance(exc, SignalRejected) and self.cancel_requeued is not None:
+        if row.kind == "cancel" and isinstance(exc, SignalRejected):
             stored = await self.store.row(row.case_id)
             if stored is not None and stored.state == CaseState.QUEUED.value:  # retried, waiting in its queue
                 why = row.body.get("reason", inputs.DEFAULT_REASON) if isinstance(row.body, dict) else ""

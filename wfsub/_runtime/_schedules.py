@@ -145,25 +145,9 @@ class Schedule:
                              fix="cron='0 2 * * *' (in tz) or every=3600 (seconds)")
         zone = _zone(owner, tz)
         if cron is not None:
-            if not isinstance(cron, str):
-                raise bad_option(owner, "cron must be a str of five fields", cron, fix="e.g. cron='0 2 * * *'",
-                                 error=TypeError)
-            if len(cron.split()) > 5:  # cronsim takes a sixth field as seconds: a slot a second, not what is meant
-                raise bad_option(owner, f"cron expression {cron!r} has {len(cron.split())} fields (a seconds field "
-                                 "is not taken)", NOTHING,
-                                 fix="five fields: minute hour day-of-month month day-of-week, e.g. '30 2 * * *'")
-            try:
-                CronSim(cron, datetime.now(zone))
-            except CronSimError as exc:
-                raise bad_option(owner, f"cron expression {cron!r} does not parse ({exc})", NOTHING,
-                                 fix="five fields: minute hour day-of-month month day-of-week, e.g. '30 2 * * *'"
-                                 ) from None
+            _check_cron(owner, cron, zone)
         if every is not None:
-            if (isinstance(every, bool) or not isinstance(every, int | float) or not math.isfinite(every)
-                    or every < 1 or every != int(every)):
-                raise bad_option(owner, "every must be a whole number of seconds, at least 1", every,
-                                 fix="e.g. every=60 (slots are multiples of it since the epoch)")
-            every = int(every)
+            every = _whole_seconds(owner, every)
         if overlap not in ("skip", "allow"):
             raise bad_option(owner, "overlap must be 'skip' or 'allow'", overlap,
                              fix="'skip' passes a slot while the last case is live; 'allow' starts it anyway")
@@ -216,6 +200,32 @@ class Schedule:
         if callable(self.data):
             return self.data(datetime.fromtimestamp(slot, self.zone))
         return self.data
+
+
+def _check_cron(owner: str, cron: object, zone: ZoneInfo) -> None:
+    """A schedule's `cron=`: five fields that parse (in its time zone)."""
+    if not isinstance(cron, str):
+        raise bad_option(owner, "cron must be a str of five fields", cron, fix="e.g. cron='0 2 * * *'",
+                         error=TypeError)
+    if len(cron.split()) > 5:  # cronsim takes a sixth field as seconds: a slot a second, not what is meant
+        raise bad_option(owner, f"cron expression {cron!r} has {len(cron.split())} fields (a seconds field "
+                         "is not taken)", NOTHING,
+                         fix="five fields: minute hour day-of-month month day-of-week, e.g. '30 2 * * *'")
+    try:
+        CronSim(cron, datetime.now(zone))
+    except CronSimError as exc:
+        raise bad_option(owner, f"cron expression {cron!r} does not parse ({exc})", NOTHING,
+                         fix="five fields: minute hour day-of-month month day-of-week, e.g. '30 2 * * *'"
+                         ) from None
+
+
+def _whole_seconds(owner: str, every: object) -> int:
+    """A schedule's `every=`: a whole number of seconds, at least 1."""
+    if (isinstance(every, bool) or not isinstance(every, int | float) or not math.isfinite(every)
+            or every < 1 or every != int(every)):
+        raise bad_option(owner, "every must be a whole number of seconds, at least 1", every,
+                         fix="e.g. every=60 (slots are multiples of it since the epoch)")
+    return int(every)
 
 
 def _zone(owner: str, tz: object) -> ZoneInfo:

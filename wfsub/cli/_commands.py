@@ -416,7 +416,7 @@ def _payload(value: str | None) -> Any:
 async def signal(store: str, case_id: str, name: str, payload: str | None, request_id: str | None, wait: bool,
                  patience: float) -> None:
     """Send signal NAME with a JSON PAYLOAD to a case."""
-    body = _checked("signal", {"name": name, "payload": _payload(payload)}, request_id)
+    body = _checked("signal", {"name": name, "payload": _payload(payload)}, request_id, case_id)
     async with opened(store) as s:
         row = await _steerable(s, case_id, "signal", f"signal {name!r}", request_id)
         if row is not None:
@@ -438,7 +438,7 @@ async def update(store: str, case_id: str, name: str, payload: str | None, reque
     from .. import Client
 
     value = _payload(payload)
-    _checked("update", {"name": name, "payload": value}, request_id)
+    _checked("update", {"name": name, "payload": value}, request_id, case_id)
     async with opened(store) as s:  # a store and a case that exist (a mistyped path is an error, not a new store)
         await case_row(s, case_id)
     async with Client(_store_for_cli(store)) as client:
@@ -452,8 +452,8 @@ async def update(store: str, case_id: str, name: str, payload: str | None, reque
 @main.command()
 @STORE
 @CASE_ID
-@click.option("--reason", default="cancelled", show_default=True, callback=lambda ctx, param, value: _reason(value),
-              help="Recorded as the case's cancel reason.")
+@click.option("--reason", default="cancelled", show_default=True,
+              help="Recorded as the case's cancel reason (checked with the other inputs: a blank one is refused).")
 @click.option("--region", metavar="NAME", help="Cancel only this region of the case (its scope or MI name).")
 @click.option("--compensate/--no-compensate", default=True, show_default=True,
               help="Run the compensations of completed saga steps and undo handlers.")
@@ -467,15 +467,15 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
                  request_id: str | None, wait: bool, patience: float) -> None:
     """Cancel a case (or one region of it)."""
     if region is None:
-        body = _checked("cancel", {"reason": reason, "compensate": compensate}, request_id)
+        body = _checked("cancel", {"reason": reason, "compensate": compensate}, request_id, case_id)
     else:
-        body = _checked("cancel_region", {"region": region}, request_id)
-    from ..lowlevel import cancel_queued
+        body = _checked("cancel_region", {"region": region}, request_id, case_id)
+    from ..lowlevel import cancel_in_queue
 
     async with opened(store) as s:
         if region is None and await s.row(case_id) is None:
             now = await s.database_time() if s.shared else time.time()
-            if await cancel_queued(s, case_id, reason, request_id, now) is not None:  # queued: it never starts
+            if await cancel_in_queue(s, case_id, reason, request_id, now):  # queued: it never starts
                 r.out.print(f"case {case_id!r} was queued: cancelled, it will not start")
                 return
         if region is None:
@@ -488,61 +488,48 @@ async def cancel(store: str, case_id: str, reason: str, region: str | None, comp
                 await _post(s, row, "cancel_region", body, request_id, wait, patience, f"cancel of region {region!r}")
 
 
-def _reason(value: str) -> str:
+def _checked(kind: str, body: dict[str, Any], request_id: str | None, case_id: str) -> dict[str, Any]:
+    """The input as its case's owner will take it, checked before anything is opened or sent (refused as every
+    door refuses it, naming the case)."""
     from ..lowlevel import check_input
 
     try:
-        check_input("cancel", {"reason": value})
-    except (TypeError, ValueError) as exc:  # refused as Substrate.cancel refuses it
-        raise click.BadParameter(str(exc), param_hint="--reason") from None
-    return value
-
-
-def _checked(kind: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
-    """The input as its case's owner will take it, checked before anything is opened or sent."""
-    from ..lowlevel import check_input
-
-    try:
-        return check_input(kind, body, request_id=request_id)
+        return check_input(kind, body, request_id=request_id, case_id=case_id)
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
 
 
 async def _steerable(store: Store, case_id: str, kind: str, what: str, request_id: str | None) -> CaseRow | None:
-    """The row of a case that can take `what` (an input of `kind`); None when `request_id` is that of the `kind`
+    """The row of a case to send `what` (an input of `kind`) to; None when `request_id` is that of the `kind`
     input the case took (said so: a retried command answers as the first did, also when that input ended the
     case). A request id another kind of input used is refused: it names that input, not this one."""
-    from .. import CaseState, SignalRejected
+    from .. import SignalRejected
     from ..lowlevel import request_applied  # (a compacted journal's snapshot record keeps the ids)
 
     row = await case_row(store, case_id)
-    state = CaseState(row.state)
     try:  # live or ended: a retry sends nothing (as a Client's does), rather than an inbox row its owner drops
         if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
             r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
             return None
     except SignalRejected as exc:
         raise _refused(case_id, what, str(exc), "nothing was sent") from None
-    if state.ended:
-        raise CliError(
-            f"case {case_id!r} has ended ({state.value} at {r.when(row.ended_at)}): it takes no {what}; nothing "
-            "was sent"
-        )
-    return row
+    return row  # (an ended case refuses it where it is sent, as every door refuses it: `_post`)
 
 
 async def _post(store: Store, row: CaseRow, kind: str, body: dict[str, Any], request_id: str | None, wait: bool,
                 patience: float, what: str) -> None:
-    """Check an input against the case's program summary, put it in the inbox; with `wait`, follow it until the
-    owner records or refuses it."""
+    """Send an input to the case's owner through the inbox, checked as every door checks it (against the case's
+    program summary too); with `wait`, follow it until the owner records or refuses it."""
     from .. import SignalRejected
-    from ..lowlevel import check_case_input
+    from ..lowlevel import send_input
 
     try:
-        await check_case_input(store, row, kind, body, request_id)
-    except SignalRejected as exc:  # refused as the owner would refuse it, even while no owner runs
+        inbox_id = await send_input(store, row, kind, body, request_id)
+    except (SignalRejected, ValueError) as exc:  # refused as the owner would refuse it, even while no owner runs
         raise _refused(row.case_id, what, str(exc), "nothing was sent") from None
-    inbox_id = await store.inbox_put(row.case_id, kind, body, request_id=request_id, created_at=time.time())
+    if not inbox_id:  # (applied meanwhile: `_steerable` said so to a retry that came first)
+        r.err.print(f"done: case {row.case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
+        return
     owner = await store.owner()
     if owner is None:
         r.err.print(
