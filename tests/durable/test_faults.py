@@ -365,3 +365,30 @@ async def test_the_default_max_payload_is_one_mebibyte() -> None:
         with pytest.raises(ValueError, match="max_payload_bytes=1,048,576"):
             await sub.new_case("flow", {"pad": "x" * (1024 * 1024)}, case_id="over")
         assert [c.case_id for c in sub.cases()] == ["under"]
+
+
+class _EndRefusedOnce(MemoryStore):
+    """A store whose first commit carrying a case's `end` record fails as a full disk does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused_ends = 0
+
+    async def write(self, change: Any, *, wait: bool = True) -> list[bool]:
+        if not self.refused_ends and any(r.get("kind") == "end" for r in change.records):
+            self.refused_ends += 1
+            raise StoreError("memory://", "committing case 'c' failed: the disk is full")
+        return await super().write(change, wait=wait)
+
+
+async def test_an_end_record_the_store_refused_is_written_soon_after_and_the_awaiter_gets_the_outcome() -> None:
+    """A case whose `end` commit failed with a store fault is brought back and its end written within seconds (the
+    sweep is asked for it at once, not at its next half-minute pass); the awaiter then gets the outcome."""
+    store = _EndRefusedOnce()
+    async with Substrate(store=store, workflows=_flows.WORKFLOWS) as sub:
+        await sub.new_case("basic", {"n": 1}, case_id="c")
+        with anyio.fail_after(10):  # (a bound: the sweep's own pass would come after 30 s)
+            assert await sub.await_case("c") == {"n": 1, "prepped": 2, "charged": 10, "finished": True}
+        await _flows.until_state(sub, "c", "done")
+        assert [r.kind for r in await sub.journal("c")].count("end") == 1
+    assert store.refused_ends == 1

@@ -254,3 +254,28 @@ async def test_an_outside_input_repeating_an_applied_request_id_is_taken_not_ref
                                            created_at=1.0)
             await taken(cli, inbox_id)
         assert kinds(await sub.journal("c")) == ["start", "signal", "end"]
+
+
+async def test_an_inbox_input_met_while_its_owner_closes_stays_for_the_next_owner(tmp_path: Path) -> None:
+    """An inbox row the router hands over as its Substrate closes is left in the inbox, not refused as "not open"
+    (a refusal is for good): the store's next owner applies it."""
+    from wfsub import Client
+
+    flows = {"w": seq(wait("go"), task(lambda c: {"done": True}, name="done"))}
+    path = tmp_path / "cases.db"
+    async with Substrate(store=path, workflows=flows) as sub:
+        await sub.new_case("w", {}, case_id="c")
+        await eventually(lambda: sub.status("c").state == "waiting_signal")
+        table = sub._table
+        assert table.store is not None and table.router is not None
+        async with Client(path) as client:
+            await client.signal("c", "go", request_id="late")
+        [row] = await table.store.inbox_pending("c")
+        table.phase = "closing"  # (as __aexit__ sets it, before the loops beside the cases are cancelled)
+        await table.router.route(row)
+        table.phase = "open"
+        assert sub.status("c").refused == ()
+        assert [pending.id for pending in await table.store.inbox_pending("c")] == [row.id]
+    async with Substrate(store=path, workflows=flows) as sub:  # (this one or the next owner applies it)
+        assert (await sub.await_case("c"))["done"] is True
+        assert sub.status("c").refused == ()

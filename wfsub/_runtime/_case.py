@@ -178,6 +178,7 @@ class CaseActor:
     stale: StoreConflict | None = None  # durable: another node took the case over (see `fence`)
     end_digest: str | None = None  # durable: the digest of the task outputs up to the end
     recorded: bool = False  # ended, and (durable) its `end` record written: its outcome can be handed out
+    end_unwritten: bool = False  # durable: its `end` record failed with a store fault (the store still has it live)
     on_recorded: anyio.Event | None = None  # set when `recorded` becomes true (created by the first who waits)
     done: anyio.Event | None = None  # set once the actor has exited (created by the first awaiter)
     exited: bool = False

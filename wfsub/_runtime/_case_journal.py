@@ -458,8 +458,9 @@ async def _write_end_record(actor: CaseActor, j: CaseJournal) -> None:
         j.seq += 1
     except StoreConflict as exc:  # another owner has the case: it writes the end
         _log.warning("case end not recorded: the store refused its journal", case_id=actor.case_id, error=str(exc))
-    except StoreError as exc:  # recovery will replay the case to its end and write it then
+    except StoreError as exc:  # the sweep replays the case to its end and writes it then (soon: see on_end)
         _log.error("could not record a case's end", case_id=actor.case_id, error=str(exc))
+        actor.end_unwritten = True
 
 
 def close_live(actor: CaseActor) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from .._errors import SignalRejected, StoreError, WfsubError
+from .._errors import SignalRejected, StoreError, SubstrateClosed, WfsubError
 from .._store import CaseRow, CaseWrite, InboxRow, Store
 from .._trace import get_logger
 from . import _inputs as inputs
@@ -129,6 +129,8 @@ class InboxRouter:
             return  # taken over by another node meanwhile: its owner takes the input
         except StoreError:
             raise  # the store failed to load the case: the input is tried again, never refused for it
+        except SubstrateClosed:
+            return  # this Substrate is closing: the row stays in the inbox for the store's next owner
         except (WfsubError, TypeError, ValueError, KeyError) as exc:
             try:
                 await self.not_taken(row, exc)

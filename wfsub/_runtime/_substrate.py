@@ -81,7 +81,7 @@ class Substrate:
       store, the only ones), and that `call(name)` finds (the newest version).
     - `library`: `{name: workflow}` that `call(name)` looks workflows up in (the older spelling of `workflows`).
     - `store`: None (memory only), a path or `sqlite:///path` (SQLite, the embedded default), `postgresql://...`,
-      or a store object (`wfsub.stores.SqliteStore`, `MemoryStore`): durable cases (see the README).
+      or a store object (`wfsub.stores.SqliteStore`, `MemoryStore`): durable cases (the docs: guide, Durable cases).
     - `mailbox_size`: external inputs (signals, region operations) queued per case before senders wait.
     - `retain_ended`: how many ended cases keep their result in memory (oldest dropped first).
     - `trace_buffer`: event batches buffered by the trace hub, and per sink, before events are dropped.
@@ -92,7 +92,7 @@ class Substrate:
       items, an effect result or heartbeat details (a bigger one is refused with a ValueError naming the limit;
       nothing is written).
     - `evict_after`: with a store, seconds a case may wait for a signal or timer in memory before it leaves
-      memory (it comes back on its next input or due timer; see the README).
+      memory (it comes back on its next input or due timer; the docs: guide, Durable cases).
     - `compact_after`: with a store, the journal records a live case keeps before its owner compacts them into
       one `snapshot` record (default 1000; None keeps every record): an endless case keeps a bounded journal.
     - `node_id`: the name of this Substrate as the owner of a store (with a shared store, a node): a node that
@@ -105,10 +105,10 @@ class Substrate:
     - `standby`: a SQLite store that another live process owns makes this Substrate a standby (True, the
       default): it sends its inputs and new cases to the owner through the store, reads cases from the store,
       runs none, and takes ownership when the owner ends. False: a StoreError naming the owner instead.
-    - `schedules`: `wfsub.Schedule`s: workflows started at each slot of a cron expression or a period (see
-      `wfsub._runtime._schedules` and the README).
-    - `queues`: `{name: wfsub.Queue(...)}`: the queues `new_case(..., queue=name)` starts cases on (see
-      `wfsub._runtime._queues` and the README).
+    - `schedules`: `wfsub.Schedule`s: workflows started at each slot of a cron expression or a period (the docs:
+      guide, Schedules and queues).
+    - `queues`: `{name: wfsub.Queue(...)}`: the queues `new_case(..., queue=name)` starts cases on (the docs:
+      guide, Schedules and queues).
     """
 
     def __init__(
@@ -295,7 +295,7 @@ class Substrate:
         to str, at most 16, to find the case by (`cases(tags=...)`); kept in its `start` record and its status.
         `queue=`: the case waits in state `queued` until that queue has room (`priority`: lower first; `dedup`: a
         key no other live case of the queue may hold; `partition`: the key a partitioned queue limits by; `delay`:
-        seconds it waits at least); see the README, Queues.
+        seconds it waits at least); the docs: guide, Schedules and queues.
         """
         return await self._starts.new_case(
             workflow, data, case_id=case_id, timeout=timeout, scheduler=scheduler, placement=placement, tags=tags,

@@ -146,6 +146,15 @@ class CaseTable:
         """An actor exits (every actor spawned calls this once): counted, its awaiters woken, the oldest ended
         cases beyond `retain_ended` let go."""
         self.counts["live"] -= 1
+        if actor.end_unwritten and self.loader is not None:
+            # Ended in memory, its `end` refused by a store fault: the store still holds the case live, so it leaves
+            # memory as an evicted case does (awaiters and inputs look to the store), and the sweep brings it back
+            # soon (backing off while the store fails) to replay it to its end and write that.
+            actor.evicted = True
+            if self.cases.get(actor.case_id) is actor:
+                del self.cases[actor.case_id]
+            self.loader.bring_back(actor.case_id)
+            return
         if actor.closed or actor.evicted:
             return  # it stays live in the store (closed with the Substrate, or evicted while idle)
         if self.queues.queues:
