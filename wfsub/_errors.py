@@ -245,9 +245,16 @@ class SignalRejected(WfsubError):
     def requeued(cls, case_id: str | None, action: str, queue: str | None) -> SignalRejected:
         """A retried case waiting in its queue for room: it takes inputs once it has started (a cancel ends it
         there)."""
+        return cls.queued(case_id, action, queue, retried=True)
+
+    @classmethod
+    def queued(cls, case_id: str | None, action: str, queue: str | None, *, retried: bool = False) -> SignalRejected:
+        """A case waiting in its queue for room (never started, or `retried`): it takes inputs once it has started
+        (a cancel ends it there)."""
         reason = (
-            f"it is queued: retried, it waits in its queue{'' if queue is None else f' {queue!r}'} for room and "
-            "takes inputs once it has started; send it again then, or cancel it to withdraw it"
+            f"it is queued: {'retried, ' if retried else ''}it waits in its queue"
+            f"{'' if queue is None else f' {queue!r}'} for room and takes inputs once it has started; send it "
+            "again then, or cancel it to withdraw it"
         )
         return cls(case_id, action, reason)
 

@@ -17,7 +17,9 @@ when an input of another kind used the id, since a request id names one input of
 case id checked as every door checks it: a new case's, or one to look up), `cancel_queued` (a case that
 waits in its queue cancelled there: it ends as any case, in one transaction; `cancel_in_queue` checks the reason
 first, as every door does), `send_input` (an input sent to a case's owner through the store's inbox, checked as
-the owner and every other door check it: what a `Client` sends with), `version_summary` (the program
+the owner and every other door check it: what a `Client` sends with), `not_found_or_queued` (what an input for
+a case with no row gets: SignalRejected while it waits in its queue, never started, else CaseNotFound),
+`version_summary` (the program
 summary of a version as a Substrate or a Client knows it: its signal and update names, its drawing),
 `drawing_of` and `mark_drawing` (a version's drawing as a summary keeps it, and its Mermaid text with where a
 case is marked, as `to_mermaid(term, highlight=)` gives it, without the term: what the web inspector draws
@@ -46,6 +48,7 @@ from ._runtime._outside import check_case_input as check_case_input
 from ._runtime._persist import check_version as check_version
 from ._runtime._persist import status_of as status_of
 from ._runtime._queues import cancel_queued as cancel_queued
+from ._runtime._queues import not_found_or_queued as not_found_or_queued
 from ._runtime._registry import Workflows as Workflows
 from ._runtime._registry import entries as workflow_entries
 from ._runtime._registry import term_of as term_of
@@ -91,6 +94,7 @@ __all__ = [
     "journaled_request_ids",
     "loads_input",
     "mark_drawing",
+    "not_found_or_queued",
     "request_applied",
     "retry_record",
     "send_input",

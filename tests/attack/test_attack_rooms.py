@@ -17,6 +17,7 @@ from wfsub import CaseState, Client, Queue, SignalRejected, Substrate, Workflow,
 from wfsub.cli import main as command
 from wfsub.stores import MemoryStore, PostgresStore
 
+from .. import _warm
 from ..stores import _pg
 
 BOUND = 20.0  # seconds: a bound against a hang, not a latency requirement
@@ -174,10 +175,6 @@ async def test_a_handle_is_given_for_a_case_waiting_in_its_queue(tmp_path: Path,
         assert await handle.result(timeout=BOUND) == {"go": None}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an input for a case waiting in its queue (never started) is refused with CaseNotFound, 'no case ...: check the "
-    "id, or start it with new_case() first', by every door, while status() and handle() show it queued: it should "
-    "say it is queued and takes inputs once it has started, as the refusal for a retried case in its queue does"))
 @pytest.mark.parametrize("store", ["none", "sqlite"])
 async def test_an_input_for_a_case_waiting_in_its_queue_says_it_is_queued(tmp_path: Path, store: str) -> None:
     """A signal for a case waiting in its queue is refused saying it is queued (not that there is no such case)."""
@@ -188,6 +185,12 @@ async def test_an_input_for_a_case_waiting_in_its_queue_says_it_is_queued(tmp_pa
         assert sub.status("waiting").state == CaseState.QUEUED
         refused = await _refusal(sub.signal("waiting", "go"))
         assert refused is not None and refused[0] == "SignalRejected" and "queued" in refused[1], refused
+        assert await _refusal(sub.handle("waiting").signal("go")) == refused
+        if opened is not None:  # the other doors: a Client, and the command
+            async with Client(opened) as client:
+                assert await _refusal(client.signal("waiting", "go")) == refused
+            ran = await _warm.acommand("signal", str(opened), "waiting", "go")
+            assert ran.returncode != 0 and "it is queued: it waits in its queue 'q'" in ran.stderr, ran.stderr
 
 
 @needs_pg

@@ -69,6 +69,8 @@ class Deliver:
             item = t.queues.item(case_id) if t.queues.queues else None
             if item is not None and item.state == "cancelled":  # (without a store: ended in its queue)
                 raise SignalRejected.ended(case_id, what, "cancelled")
+            if item is not None and item.state == "queued":
+                raise SignalRejected.queued(case_id, what, item.queue)
             raise CaseNotFound(case_id)
         return await t.loader.live(case_id, what)
 

@@ -39,6 +39,7 @@ from ._journal import start_record
 from ._mailbox import TimerFired
 from ._nodes import LIVE, Lease
 from ._persist import LeftSuspended, Loaded, end_suspended, is_poison, rebuild, suspend
+from ._queues import not_found_or_queued
 from ._registry import Workflows
 from ._same_start import same_data
 from ._status import FINAL, CaseState
@@ -117,7 +118,7 @@ class CaseLoader:
         `Remote` for another node's)."""
         row = await self.store.row(case_id)
         if row is None:
-            raise CaseNotFound(case_id)
+            raise not_found_or_queued(self.store, case_id, what)
         if CaseState(row.state).ended:
             raise SignalRejected.ended(case_id, what, row.state)
         if self.store.shared and row.owner != self.owner:

@@ -46,6 +46,7 @@ from ._answers import remote_answer, row_result
 from ._journal import as_journaled, start_record
 from ._lifecycle import fork_records, retry_record
 from ._mailbox import Cancel, External, Signal
+from ._queues import not_found_or_queued
 from ._registry import Workflows
 from ._request_ids import journaled_kinds, taken
 from ._same_start import same_start
@@ -94,7 +95,11 @@ class Outside:
         """Check an input as the owner would, then write it to the inbox (returns once committed): its inbox id,
         0 for a retried call whose input was applied (nothing written)."""
         if row is None:
-            row = await self.row(case_id)
+            case_id = inputs.check_case_id(case_id, new=False)
+            found = await self.store.row(case_id)
+            if found is None:
+                raise not_found_or_queued(self.store, case_id, msg.what)
+            row = found
         if await applied(self.store, case_id, msg.request_id, inputs.kind_of(msg), msg.what):
             return 0  # a retried call whose input was applied (it may have ended the case): what it returned first
         if CaseState(row.state).ended:

@@ -61,7 +61,7 @@ from typing import Any
 
 import anyio
 
-from .._errors import NOTHING, StoreError, bad_option, unknown_name
+from .._errors import NOTHING, CaseNotFound, SignalRejected, StoreError, WfsubError, bad_option, unknown_name
 from .._store import CANCELLED, QUEUED, RETRIED, CaseRow, CaseWrite, QueueItem, QueueLimits, QueueTable, Store
 from .._trace import get_logger
 from ._inputs import MAX_CASE_ID_BYTES, stored_key
@@ -492,3 +492,11 @@ __all__ = [
     "queued_status",
     "with_item",
 ]
+
+
+def not_found_or_queued(store: Store, case_id: str, what: str) -> WfsubError:
+    """What an input for a case with no row gets: it waits in its queue (never started), or there is no such case."""
+    item = store.read_queue_item(case_id)
+    if item is not None and item.state == QUEUED:
+        return SignalRejected.queued(case_id, what, item.queue)
+    return CaseNotFound(case_id)

@@ -504,11 +504,16 @@ async def _steerable(store: Store, case_id: str, kind: str, what: str, request_i
     input the case took (said so: a retried command answers as the first did, also when that input ended the
     case). A request id another kind of input used is refused: it names that input, not this one."""
     from .. import SignalRejected
-    from ..lowlevel import request_applied  # (a compacted journal's snapshot record keeps the ids)
+    from ..lowlevel import not_found_or_queued, request_applied  # (a compacted journal's snapshot keeps the ids)
 
+    action = f"take {what}" if kind == "signal" else what
+    if await store.row(case_id) is None:  # (a case waiting in its queue has none yet: refused, saying so)
+        refusal = not_found_or_queued(store, case_id, action)
+        if isinstance(refusal, SignalRejected):
+            raise _refused(case_id, what, str(refusal), "nothing was sent")
     row = await case_row(store, case_id)
     try:  # live or ended: a retry sends nothing (as a Client's does), rather than an inbox row its owner drops
-        if await request_applied(store, case_id, request_id, kind, f"take {what}" if kind == "signal" else what):
+        if await request_applied(store, case_id, request_id, kind, action):
             r.err.print(f"done: case {case_id!r} recorded the {what} (request id {request_id!r} was applied before)")
             return None
     except SignalRejected as exc:
