@@ -317,7 +317,11 @@ async def test_a_clients_calls_across_a_server_crash_apply_once_and_its_awaiter_
         assert got["end"] == {"go": {}, "more": {}}
         assert [r.kind for r in await sub.journal("a")] == ["start", "signal", "signal", "end"]
         assert [r.kind for r in await sub.journal("b")] == ["start"]
-        assert (await client.status("b")).state == CaseState.WAITING_SIGNAL
+
+        async def b_waits() -> bool:  # (its row says so once its owner has run it to its wait: a Client reads rows)
+            return (await client.status("b")).state == CaseState.WAITING_SIGNAL
+
+        await until(b_waits)
 
 
 @pytest.mark.parametrize("door", ["owner", "client"])
